@@ -1,0 +1,51 @@
+"""Atomic file writes.
+
+A file yolo-det writes is first written to a temporary file in the same folder, flushed to disk and
+then renamed over the target, so a reader never sees half a file and a crash never leaves one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int | None = None) -> Path:
+    """Write ``data`` to ``path`` atomically and return the path.
+
+    Args:
+        path: Target file. Its folder must exist.
+        data: The bytes to write.
+        mode: Permission bits for the new file; by default those of the file being replaced, else 0o644.
+    """
+    path = Path(path)
+    if mode is None:
+        try:
+            mode = path.stat().st_mode & 0o777
+        except FileNotFoundError:
+            mode = 0o644
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, mode: int | None = None) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically and return the path."""
+    return atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
+    """Write ``obj`` as indented, key-sorted JSON to ``path`` atomically and return the path."""
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")

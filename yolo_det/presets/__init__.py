@@ -1,0 +1,1 @@
+"""Built-in determinism profiles (package data: ``repro.yaml``, ``balanced.yaml``, ``fast.yaml``)."""
