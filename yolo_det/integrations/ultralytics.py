@@ -1,0 +1,439 @@
+"""Ultralytics integration: profiles applied per phase through Ultralytics' own callbacks.
+
+Three ways in, from simplest:
+
+- ``yolo_det.attach(model, "repro")`` on an ``ultralytics.YOLO`` registers the callbacks (idempotent)
+  and guards ``model.train/val/predict/export`` so the process state is restored even when a call fails.
+- ``model.train(trainer=yolo_det.trainer_class("repro"))``: a trainer class (any ``BaseTrainer`` subclass
+  can be the base) that snapshots the state before Ultralytics' ``init_seeds`` and restores it after.
+- ``UltralyticsPlugin(profile).register(trainer.callbacks)`` for a trainer someone else builds; the
+  baseline is then the state at the first event, after ``init_seeds``.
+
+Phase boundaries: ``train`` from ``on_pretrain_routine_start`` (right after ``init_seeds``) until
+``teardown`` (which Ultralytics runs in ``train()``'s ``finally``, after its own ``unset_deterministic``);
+``val`` between ``on_val_start`` and ``on_val_end`` (inside training and in ``model.val()``); ``deploy``
+between ``on_predict_start``/``on_predict_end`` and ``on_export_start``/``on_export_end``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..backward import ToggleScaler
+from ..errors import YoloDetError
+from ..profiles import Profile, load_profile
+from ..record import checkpoint_digest, environment, state_dict_digest, write_record
+from ..seeding import seed_dataloader
+from ..session import DeterminismSession
+from ..state import snapshot
+
+__all__ = ["UltralyticsPlugin", "attach", "detach", "trainer_class"]
+
+_EVENTS = (
+    "on_pretrain_routine_start",
+    "on_pretrain_routine_end",
+    "on_train_start",
+    "on_train_epoch_start",
+    "on_fit_epoch_end",
+    "on_val_start",
+    "on_val_end",
+    "on_train_end",
+    "teardown",
+    "on_predict_start",
+    "on_predict_end",
+    "on_export_start",
+    "on_export_end",
+)
+_ATTACHED = "_yolo_det_plugin"
+_GUARDED = ("train", "val", "predict", "export")
+_RUN_ARGS = ("task", "model", "data", "epochs", "imgsz", "batch", "device", "seed", "deterministic", "amp",
+             "workers", "optimizer", "lr0", "cache", "rect", "multi_scale", "close_mosaic", "fraction")
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", -1))
+
+
+def _is_plugin_callback(fn: Any) -> bool:
+    return getattr(getattr(fn, "__func__", fn), "_yolo_det_callback", False)
+
+
+def _callback(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn._yolo_det_callback = True  # type: ignore[attr-defined]
+    return fn
+
+
+class UltralyticsPlugin:
+    """Applies a profile's phases to Ultralytics runs and writes ``determinism.json``.
+
+    Args:
+        profile: A :class:`~yolo_det.profiles.Profile`, a built-in name or a profile file path.
+        record: Write ``determinism.json`` into the training run directory.
+
+    Attributes:
+        session: The run in progress (None between runs).
+        record_path: Path of the last ``determinism.json`` written.
+        weights_digest: Weights digest of the last completed training run.
+    """
+
+    def __init__(self, profile: Profile | str = "repro", *, record: bool = True) -> None:
+        self.profile = load_profile(profile)
+        self.record = record
+        self.session: DeterminismSession | None = None
+        self.record_path: Path | None = None
+        self.weights_digest: str | None = None
+        self._owner: str | None = None  # "guard" when a guarded call began the session, else the event
+        self._observed: dict[str, Any] | None = None
+        self._wrapped_scaler: Any = None
+        self._trainer: Any = None
+        self._entered: set[int] = set()
+
+    # A pickled plugin (Ultralytics' DDP launcher pickles the callbacks) starts fresh in the worker.
+    def __getstate__(self) -> dict[str, Any]:
+        return {"profile": self.profile, "record": self.record}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["profile"], record=state["record"])  # type: ignore[misc]
+
+    # -- registration ---------------------------------------------------------------------------------
+    @property
+    def callbacks(self) -> dict[str, list[Callable[[Any], None]]]:
+        """``{event: [callback]}`` for Ultralytics' callback dicts."""
+        return {event: [getattr(self, event)] for event in _EVENTS}
+
+    def register(self, callbacks: dict[str, list[Callable[[Any], None]]]) -> dict[str, list[Callable[[Any], None]]]:
+        """Add this plugin's callbacks to an Ultralytics callbacks dict, replacing any yolo-det callbacks
+        already there (so registering twice, or after unpickling, never runs a phase twice)."""
+        for event, fns in self.callbacks.items():
+            existing = [f for f in callbacks.get(event, []) if not _is_plugin_callback(f)]
+            callbacks[event] = existing + fns
+        return callbacks
+
+    # -- run control ----------------------------------------------------------------------------------
+    def begin_run(self, owner: str = "guard") -> DeterminismSession:
+        """Snapshot the baseline now (before Ultralytics touches any flag) and return the session."""
+        if self.session is None or not self.session.active:
+            self.session = DeterminismSession(self.profile, rank=max(_rank(), 0))
+            self.session.begin()
+            self._owner = owner
+        return self.session
+
+    def end_run(self) -> None:
+        """Restore the baseline and forget the session. Idempotent."""
+        try:
+            self._unwrap_scaler()
+        finally:
+            session, self.session, self._owner = self.session, None, None
+            self._entered.clear()
+            self._trainer = None
+            if session is not None:
+                session.end()
+
+    @contextmanager
+    def guard(self, phase: str | None = None) -> Iterator[DeterminismSession]:
+        """Begin a run (and enter ``phase``) for the block; restore the baseline afterwards, on error too.
+
+        Nested guards (``model.val()`` called from inside a guarded call) leave the outer run alone.
+        """
+        outer = self.session is not None and self.session.active
+        session = self.begin_run("guard")
+        try:
+            if phase is None:
+                yield session
+            else:
+                with session.phase_scope(phase):
+                    yield session
+        finally:
+            if not outer:
+                self.end_run()
+
+    def _phase_start(self, phase: str, obj: Any) -> None:
+        if self.session is None or not self.session.active:
+            self.begin_run(owner=f"{phase}:{id(obj)}")
+        session = self.session
+        if session is None:  # pragma: no cover - begin_run always sets it
+            return
+        if id(obj) in self._entered:  # a start without an end (Ultralytics skips on_val_end on ranks > 0)
+            self._phase_end(phase, obj)
+            session = self.begin_run(owner=f"{phase}:{id(obj)}")
+        session.enter(phase)
+        self._entered.add(id(obj))
+
+    def _phase_end(self, phase: str, obj: Any) -> None:
+        if self.session is None or id(obj) not in self._entered:
+            return
+        self._entered.discard(id(obj))
+        if phase in self.session.phases:
+            while self.session.phase != phase:
+                self.session.exit()
+            self.session.exit(phase)
+        if self._owner == f"{phase}:{id(obj)}":
+            self.end_run()
+
+    # -- training -------------------------------------------------------------------------------------
+    def _ensure_train(self, trainer: Any) -> DeterminismSession:
+        session = self.begin_run(owner="trainer")
+        if "train" not in session.phases:
+            session.seed = int(getattr(trainer.args, "seed", 0) or 0)
+            session.rank = max(_rank(), 0)
+            session.world_size = max(int(getattr(trainer, "world_size", 1) or 1), 1)
+            self._trainer = trainer
+            session.enter("train")
+        return session
+
+    def _back_to_train(self) -> None:
+        """Leave any phase entered on top of ``train`` whose end event never came."""
+        session = self.session
+        if session is not None and "train" in session.phases:
+            while session.phase != "train":
+                session.exit()
+            self._entered.clear()
+
+    @_callback
+    def on_pretrain_routine_start(self, trainer: Any) -> None:
+        """Enter the train phase right after Ultralytics' ``init_seeds``."""
+        self._ensure_train(trainer)
+
+    @_callback
+    def on_pretrain_routine_end(self, trainer: Any) -> None:
+        """Seed the data order, and wrap the scaler when the train phase disables determinism in backward."""
+        session = self._ensure_train(trainer)
+        settings = self.profile.train
+        seed_dataloader(getattr(trainer, "train_loader", None), session.seeds()["seed"], rank=session.rank)
+        scaler = getattr(trainer, "scaler", None)
+        if settings.backward == "disable" and scaler is not None and not isinstance(scaler, ToggleScaler):
+            self._wrapped_scaler = scaler
+            trainer.scaler = ToggleScaler(scaler)
+
+    @_callback
+    def on_train_start(self, trainer: Any) -> None:
+        """Record the flags in force as the first batch starts."""
+        self._observed = snapshot().to_dict()
+
+    @_callback
+    def on_train_end(self, trainer: Any) -> None:
+        """Write ``determinism.json`` with the weights digest (rank 0)."""
+        if _rank() in {-1, 0}:
+            self._write(trainer, status="completed")
+
+    @_callback
+    def on_train_epoch_start(self, trainer: Any) -> None:
+        """Make sure training continues under the train phase."""
+        self._back_to_train()
+
+    @_callback
+    def on_fit_epoch_end(self, trainer: Any) -> None:
+        """Make sure training continues under the train phase."""
+        self._back_to_train()
+
+    @_callback
+    def teardown(self, trainer: Any) -> None:
+        """Restore the state the run started from (Ultralytics calls this in ``train()``'s ``finally``)."""
+        try:
+            session = self.session
+            if self.record and session is not None and "train" in session.phases and _rank() in {-1, 0} \
+                    and not self._written_for(trainer):
+                try:
+                    self._write(trainer, status="failed")
+                except Exception as e:  # noqa: BLE001 - never mask the error that ended the run
+                    warnings.warn(f"yolo-det could not write determinism.json for the failed run: {e}", stacklevel=2)
+        finally:
+            self.end_run()
+
+    def _written_for(self, trainer: Any) -> bool:
+        return getattr(trainer, "_yolo_det_record_written", False)
+
+    def _unwrap_scaler(self) -> None:
+        trainer, scaler = self._trainer, self._wrapped_scaler
+        self._wrapped_scaler = None
+        if trainer is not None and scaler is not None and isinstance(getattr(trainer, "scaler", None), ToggleScaler):
+            trainer.scaler = scaler
+
+    def _write(self, trainer: Any, *, status: str) -> None:
+        if not self.record or self.session is None:
+            return
+        save_dir = getattr(trainer, "save_dir", None)
+        if save_dir is None:
+            return
+        weights: dict[str, Any] = {}
+        last = Path(getattr(trainer, "last", Path(save_dir) / "weights" / "last.pt"))
+        if status == "completed" and last.is_file():
+            weights["file"] = str(last)
+            weights["sha256"] = checkpoint_digest(last)
+            self.weights_digest = weights["sha256"]
+        ema = getattr(getattr(trainer, "ema", None), "ema", None)
+        if isinstance(ema, torch.nn.Module):
+            weights["ema_fp32_sha256"] = state_dict_digest(ema)
+        session = self.session
+        args = getattr(trainer, "args", None)
+        record = {
+            "status": status,
+            "framework": "ultralytics",
+            "profile": self.profile.to_dict(),
+            "seeds": session.seeds(),
+            "environment": environment(),
+            "state_before": session.baseline.to_dict() if session.baseline else None,
+            "state_at_train_start": self._observed,
+            "backward_toggles": session.backward_toggles(),
+            "nondeterminism_warnings": session.warnings.entries(),
+            "weights": weights,
+            "run": {k: getattr(args, k, None) for k in _RUN_ARGS} | {"save_dir": str(save_dir)},
+            "phase_events": [e for e in session.events if e["event"] in {"enter", "exit"}],
+        }
+        self.record_path = write_record(save_dir, record)
+        trainer._yolo_det_record_written = True
+
+    # -- validation, prediction, export -----------------------------------------------------------------
+    @_callback
+    def on_val_start(self, validator: Any) -> None:
+        """Enter the val phase (on top of train inside training)."""
+        self._phase_start("val", validator)
+
+    @_callback
+    def on_val_end(self, validator: Any) -> None:
+        """Leave the val phase."""
+        self._phase_end("val", validator)
+
+    @_callback
+    def on_predict_start(self, predictor: Any) -> None:
+        """Enter the deploy phase for prediction."""
+        self._phase_start("deploy", predictor)
+
+    @_callback
+    def on_predict_end(self, predictor: Any) -> None:
+        """Leave the deploy phase."""
+        self._phase_end("deploy", predictor)
+
+    @_callback
+    def on_export_start(self, exporter: Any) -> None:
+        """Enter the deploy phase for export."""
+        self._phase_start("deploy", exporter)
+
+    @_callback
+    def on_export_end(self, exporter: Any) -> None:
+        """Leave the deploy phase."""
+        self._phase_end("deploy", exporter)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# YOLO model objects
+
+
+def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if name == "predict" and kwargs.get("stream"):
+            return _guarded_stream(plugin, method(*args, **kwargs))
+        with plugin.guard():
+            return method(*args, **kwargs)
+
+    call._yolo_det_original = method  # type: ignore[attr-defined]
+    return call
+
+
+def _guarded_stream(plugin: UltralyticsPlugin, gen: Iterator[Any]) -> Iterator[Any]:
+    with plugin.guard():
+        yield from gen
+
+
+def attach(model: Any, profile: Profile | str = "repro", *, record: bool = True) -> UltralyticsPlugin:
+    """Make an ``ultralytics.YOLO`` model run under ``profile``.
+
+    Registers the plugin's callbacks on the model and guards ``train``, ``val``, ``predict`` and
+    ``export`` so the process-wide state is restored after each call, also when it raises. Attaching
+    again returns the same plugin (switched to ``profile``); callbacks are never registered twice.
+
+    Args:
+        model: An ``ultralytics.YOLO`` (or any ``ultralytics.engine.model.Model``).
+        profile: A built-in name, a profile file path, or a :class:`~yolo_det.profiles.Profile`.
+        record: Write ``determinism.json`` into each training run directory.
+
+    Returns:
+        The plugin (``plugin.record_path`` and ``plugin.weights_digest`` describe the last training run).
+    """
+    if not hasattr(model, "callbacks") or not hasattr(model, "add_callback"):
+        raise YoloDetError(f"attach() needs an ultralytics YOLO model, got {type(model).__name__}")
+    plugin: UltralyticsPlugin | None = model.__dict__.get(_ATTACHED)
+    if plugin is not None:
+        plugin.profile = load_profile(profile)
+        plugin.record = record
+    else:
+        plugin = UltralyticsPlugin(profile, record=record)
+        model.__dict__[_ATTACHED] = plugin
+        for name in _GUARDED:
+            model.__dict__[name] = _guarded(plugin, name, getattr(model, name))
+    plugin.register(model.callbacks)
+    return plugin
+
+
+def detach(model: Any) -> None:
+    """Undo :func:`attach`: remove the callbacks and the guards. No-op if not attached."""
+    plugin = model.__dict__.pop(_ATTACHED, None)
+    if plugin is None:
+        return
+    for name in _GUARDED:
+        model.__dict__.pop(name, None)
+    for event in list(model.callbacks):
+        model.callbacks[event] = [f for f in model.callbacks[event] if not _is_plugin_callback(f)]
+
+
+def trainer_class(profile: Profile | str = "repro", base: type | None = None, *, record: bool = True) -> type:
+    """Return a trainer class that trains under ``profile``: ``model.train(trainer=trainer_class("repro"))``.
+
+    Args:
+        profile: A built-in name, a profile file path, or a :class:`~yolo_det.profiles.Profile`.
+        base: The trainer to extend (any ``ultralytics.engine.trainer.BaseTrainer`` subclass); by default
+            ``ultralytics.models.yolo.detect.DetectionTrainer``.
+        record: Write ``determinism.json`` into the run directory.
+    """
+    resolved = load_profile(profile)
+    if base is None:
+        from ultralytics.models.yolo.detect import DetectionTrainer
+
+        base = DetectionTrainer
+    from ultralytics.engine.trainer import BaseTrainer
+
+    if not inspect.isclass(base) or not issubclass(base, BaseTrainer):
+        raise YoloDetError(f"trainer_class() needs a BaseTrainer subclass as base, got {base!r}")
+
+    def __init__(self: Any, cfg: Any = None, overrides: dict[str, Any] | None = None,
+                 _callbacks: dict[str, list[Any]] | None = None) -> None:
+        from ultralytics.utils import DEFAULT_CFG
+        from ultralytics.utils import callbacks as ul_callbacks
+
+        plugin = UltralyticsPlugin(type(self).yolo_det_profile, record=type(self).yolo_det_record)
+        self.yolo_det = plugin
+        plugin.begin_run(owner="trainer-class")  # baseline before init_seeds touches anything
+        try:
+            cbs = {k: list(v) for k, v in (_callbacks or ul_callbacks.get_default_callbacks()).items()}
+            plugin.register(cbs)
+            base.__init__(self, DEFAULT_CFG if cfg is None else cfg, overrides, cbs)
+            plugin._ensure_train(self)  # DDP ranks > 0 get no on_pretrain_routine_start
+        except BaseException:
+            plugin.end_run()
+            raise
+
+    def train(self: Any) -> Any:
+        try:
+            return base.train(self)
+        finally:
+            self.yolo_det.end_run()
+
+    name = f"YoloDet{base.__name__}"
+    return type(name, (base,), {
+        "__init__": __init__,
+        "train": train,
+        "yolo_det_profile": resolved,
+        "yolo_det_record": record,
+        "__doc__": f"{base.__name__} under the yolo-det profile '{resolved.name}'.",
+        "__module__": __name__,
+    })
