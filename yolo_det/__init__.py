@@ -1,0 +1,63 @@
+"""yolo-det: reproducible YOLO training without giving up what users need.
+
+Determinism *profiles* say, per phase (train, val, deploy), how the process is set up; the
+integrations apply them at the right moments of an Ultralytics or YOLOv5 run and restore the user's
+state afterwards, errors included. Quick start::
+
+    from ultralytics import YOLO
+    import yolo_det
+
+    model = YOLO("yolov8n.yaml")
+    yolo_det.attach(model, "repro")          # or model.train(trainer=yolo_det.trainer_class("repro"))
+    model.train(data="data.yaml", epochs=10)
+
+For hand-written loops: ``yolo_det.DeterminismSession``, ``yolo_det.phase_scope`` and
+``yolo_det.backward_scope``.
+"""
+
+from __future__ import annotations
+
+from .backward import ToggleScaler, backward_scope, toggled_backward
+from .errors import ConfigError, ModelError, PatchError, ProfileError, YoloDetError
+from .integrations.ultralytics import UltralyticsPlugin, attach, detach, trainer_class
+from .profiles import PhaseSettings, Profile, list_profiles, load_profile
+from .record import checkpoint_digest, environment, state_dict_digest
+from .seeding import data_seed, rank_seed, seed_dataloader, seed_everything, seed_worker
+from .session import DeterminismSession
+from .state import DeterminismState, apply, phase_scope, restore, snapshot
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigError",
+    "DeterminismSession",
+    "DeterminismState",
+    "ModelError",
+    "PatchError",
+    "PhaseSettings",
+    "Profile",
+    "ProfileError",
+    "ToggleScaler",
+    "UltralyticsPlugin",
+    "YoloDetError",
+    "__version__",
+    "apply",
+    "attach",
+    "backward_scope",
+    "checkpoint_digest",
+    "data_seed",
+    "detach",
+    "environment",
+    "list_profiles",
+    "load_profile",
+    "phase_scope",
+    "rank_seed",
+    "restore",
+    "seed_dataloader",
+    "seed_everything",
+    "seed_worker",
+    "snapshot",
+    "state_dict_digest",
+    "toggled_backward",
+    "trainer_class",
+]

@@ -1,0 +1,99 @@
+"""The ``yolo-det`` command line.
+
+``main(argv) -> int`` runs in process (tests call it directly). A known error (bad profile, bad
+``key=value``, missing file, ...) prints one line on stderr and returns 2; set ``YOLO_DET_DEBUG=1`` to
+see the traceback instead. Each command lives in the module that owns its logic and contributes a
+``configure(parser)`` and a ``run(args) -> int``; this module only dispatches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import textwrap
+import traceback
+from collections.abc import Sequence
+from typing import NoReturn
+
+from .errors import ConfigError, YoloDetError
+
+__all__ = ["main"]
+
+# command -> (module, one-line help). The module defines configure(parser) and run(args) -> int.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("yolo_det.commands.train", "train an Ultralytics model under a determinism profile"),
+    "profiles": ("yolo_det.commands.profiles", "list the built-in profiles, or show one resolved"),
+    "digest": ("yolo_det.commands.digest", "print the weights digest of checkpoints"),
+}
+
+EPILOG = """\
+examples:
+  yolo-det train --profile repro                       # train on the bundled demo data (CPU, < 1 min)
+  yolo-det train --profile balanced model=yolo11n.yaml data=my.yaml epochs=50 device=0
+  yolo-det profiles                                    # list profiles
+  yolo-det profiles show repro                         # resolved settings per phase
+  yolo-det digest runs/detect/train/weights/last.pt   # weights digest
+
+Set YOLO_DET_DEBUG=1 to see tracebacks.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line and raise instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"{self.prog}: {message} (see '{self.prog} --help')")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every command's sub-parser."""
+    from . import __version__
+
+    parser = _Parser(
+        prog="yolo-det",
+        description="Reproducible YOLO training: determinism profiles per phase, layer audits and swaps, "
+        "run verification and benchmarks.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"yolo-det {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, (module, help_text) in COMMANDS.items():
+        mod = importlib.import_module(module)
+        doc = textwrap.dedent(mod.__doc__ or help_text)
+        p = sub.add_parser(name, help=help_text, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+        mod.configure(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``yolo-det`` command line with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
+    debug = os.environ.get("YOLO_DET_DEBUG", "") not in {"", "0", "false", "False"}
+    try:
+        parser = build_parser()
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        if getattr(args, "_run", None) is None:
+            parser.print_help()
+            return 2
+        return int(args._run(args) or 0)
+    except YoloDetError as e:
+        if debug:
+            traceback.print_exc()
+        print(f"yolo-det: error: {_one_line(e)}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("yolo-det: interrupted", file=sys.stderr)
+        return 130
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
+
+
+def run_cli() -> NoReturn:
+    """Console-script entry point."""
+    raise SystemExit(main())
+

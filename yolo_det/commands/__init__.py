@@ -1,0 +1,1 @@
+"""One module per ``yolo-det`` command: ``configure(parser)`` and ``run(args) -> int``."""

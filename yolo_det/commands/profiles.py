@@ -1,0 +1,52 @@
+"""List the built-in determinism profiles, or show one resolved.
+
+usage: yolo-det profiles [show NAME|FILE] [--json]
+
+examples:
+  yolo-det profiles
+  yolo-det profiles show repro
+  yolo-det profiles show my-profile.yaml --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import textwrap
+
+from ..errors import ConfigError
+from ..profiles import BUILTIN_PROFILES, PHASES, load_profile
+
+_SUMMARY_KEYS = ("deterministic_algorithms", "backward", "cudnn_benchmark", "swaps")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``profiles`` arguments."""
+    parser.add_argument("action", nargs="?", choices=["list", "show"], default="list", help="list (default) or show")
+    parser.add_argument("name", nargs="?", metavar="NAME|FILE", help="profile to show")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``yolo-det profiles``."""
+    if args.action == "show":
+        if not args.name:
+            raise ConfigError("'profiles show' needs a profile name or file, e.g. 'yolo-det profiles show repro'")
+        profile = load_profile(args.name)
+        print(json.dumps(profile.to_dict(), indent=2) if args.json else profile.to_yaml(), end="" if not args.json else "\n")
+        return 0
+    if args.name:
+        raise ConfigError(f"unexpected argument '{args.name}'; did you mean 'yolo-det profiles show {args.name}'?")
+    profiles = [load_profile(n) for n in BUILTIN_PROFILES]
+    if args.json:
+        print(json.dumps({p.name: p.to_dict() for p in profiles}, indent=2))
+        return 0
+    for p in profiles:
+        print(p.name)
+        for phase in PHASES:
+            s = p.phase(phase)
+            print(f"  {phase:<7}" + "  ".join(f"{k}={getattr(s, k)}" for k in _SUMMARY_KEYS))
+        print(textwrap.fill(p.description, width=100, initial_indent="  ", subsequent_indent="  "))
+        print()
+    print("Show one in full with 'yolo-det profiles show NAME'; pass a YAML file of the same shape to --profile.")
+    return 0

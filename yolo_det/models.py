@@ -1,0 +1,36 @@
+"""Find and build models: Ultralytics model YAMLs by name or path.
+
+Ultralytics resolves ``yolov8n.yaml`` to the shared ``yolov8.yaml`` with scale ``n``; this module
+follows the same rule without building anything, so commands can reject a bad name before work starts.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+__all__ = ["resolve_model_yaml"]
+
+
+def resolve_model_yaml(model: str | Path) -> Path | None:
+    """Return the YAML file Ultralytics would load for ``model``, or None when there is none.
+
+    Args:
+        model: A path (``models/my.yaml``) or an Ultralytics name (``yolov8n.yaml``, ``rtdetr-l.yaml``).
+    """
+    path = Path(model).expanduser()
+    if path.is_file():
+        return path.resolve()
+    if path.parent.parts:  # a path with folders that does not exist
+        return None
+    from ultralytics.utils.checks import check_yaml
+
+    unified = re.sub(r"(\d+)([nslmx])(.+)?$", r"\1\3", path.stem) + path.suffix
+    for candidate in (path.name, unified):
+        try:
+            found = check_yaml(candidate, hard=False)
+        except Exception:  # noqa: BLE001 - check_yaml raises on ambiguous matches
+            found = None
+        if found:
+            return Path(found).resolve()
+    return None
