@@ -15,7 +15,7 @@ import sys
 import textwrap
 import traceback
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .errors import ConfigError, YoloDetError
 
@@ -41,7 +41,11 @@ Set YOLO_DET_DEBUG=1 to see tracebacks.
 
 
 class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line and raise instead of exiting."""
+    """An ArgumentParser whose usage errors are one line and raise instead of exiting; no abbreviations."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         raise ConfigError(f"{self.prog}: {message} (see '{self.prog} --help')")

@@ -95,6 +95,9 @@ class PhaseSettings:
         return hash((*(getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "env"),
                      tuple(sorted(self.env.items(), key=lambda kv: kv[0]))))
 
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        return (_phase_settings, (self.to_dict(),))
+
     @property
     def deterministic(self) -> bool:
         """True when deterministic algorithms are on (``warn`` or ``strict``)."""
@@ -112,6 +115,11 @@ class PhaseSettings:
         for key, value in changes.items():
             data[key] = _check_value(key, value, where="PhaseSettings.replace")
         return PhaseSettings(**data)
+
+
+def _phase_settings(data: dict[str, Any]) -> PhaseSettings:
+    """Unpickle helper: PhaseSettings from its dict (a mappingproxy field does not pickle)."""
+    return PhaseSettings(**data)
 
 
 @dataclass(frozen=True)
@@ -306,6 +314,9 @@ def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | N
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        context, context_mark = getattr(e, "context", None), getattr(e, "context_mark", None)
+        if context and context_mark is not None and (mark is None or context_mark.line != mark.line):
+            problem += f" ({context} at line {context_mark.line + 1})"
         raise ProfileError(f"{origin}{line}: malformed YAML: {problem}") from None
     lines = _Lines(text)
     if data is None:

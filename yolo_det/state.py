@@ -76,6 +76,11 @@ class DeterminismState:
                      self.cudnn_allow_tf32, self.matmul_precision, self.matmul_fp32_precision,
                      self.cudnn_conv_fp32_precision, self.fill_uninitialized_memory, tuple(sorted(self.env.items()))))
 
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        data = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        data["env"] = dict(self.env)
+        return (_state_from_dict, (data,))
+
     @property
     def mode(self) -> str:
         """``off``, ``warn`` or ``strict``."""
@@ -96,6 +101,11 @@ class DeterminismState:
             "fill_uninitialized_memory": self.fill_uninitialized_memory,
             "env": dict(self.env),
         }
+
+
+def _state_from_dict(data: dict[str, Any]) -> DeterminismState:
+    """Unpickle helper (a mappingproxy field does not pickle)."""
+    return DeterminismState(**data)
 
 
 def snapshot(env_keys: Iterable[str] = ()) -> DeterminismState:

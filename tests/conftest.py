@@ -1,0 +1,52 @@
+"""Shared fixtures: every test starts from, and leaves, the same process-wide determinism state."""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("YOLO_OFFLINE", "1")  # Ultralytics reads it at import: never probe the network in tests
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from yolo_det import state as det_state  # noqa: E402
+
+_ENV_KEYS = ("CUBLAS_WORKSPACE_CONFIG", "PYTHONHASHSEED", "NCCL_ALGO", "NCCL_PROTO", "OMP_NUM_THREADS")
+
+
+@pytest.fixture(autouse=True)
+def _isolate_global_state():
+    """Snapshot the determinism state, warning filters and torch function modes; put them back after."""
+    before = det_state.snapshot(_ENV_KEYS)
+    filters = warnings.filters[:]
+    showwarning = warnings.showwarning
+    rng = torch.get_rng_state()
+    yield
+    det_state.restore(before)
+    warnings.filters[:] = filters
+    warnings._filters_mutated()
+    warnings.showwarning = showwarning
+    torch.set_rng_state(rng)
+
+
+@pytest.fixture
+def demo_data() -> str:
+    """Path of the bundled demo data YAML."""
+    from yolo_det.demo import demo_data_yaml
+
+    return str(demo_data_yaml())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _offline_font():
+    """Ultralytics plots labels with Arial.ttf; make sure a local copy exists so no test downloads it."""
+    from yolo_det.demo import ensure_local_font
+
+    ensure_local_font()
+    yield

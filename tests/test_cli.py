@@ -1,0 +1,116 @@
+"""The yolo-det command line: dispatch, one-line errors with exit 2, nothing written on bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from yolo_det.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(argv, capsys):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def tree(path: Path) -> set[str]:
+    return {str(p.relative_to(path)) for p in path.rglob("*")}
+
+
+def test_help_and_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and "yolo-det 0.1.0" in capsys.readouterr().out
+    code, out, _ = run([], capsys)
+    assert code == 2 and "train" in out and "examples:" in out
+
+
+def test_profiles_list_and_show(capsys, tmp_path):
+    code, out, _ = run(["profiles"], capsys)
+    assert code == 0 and all(n in out for n in ("repro", "balanced", "fast"))
+    code, out, _ = run(["profiles", "show", "balanced"], capsys)
+    assert code == 0 and "backward: disable" in out
+    code, out, _ = run(["profiles", "show", "repro", "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0 and data["train"]["deterministic_algorithms"] == "strict"
+    user = tmp_path / "u.yaml"
+    user.write_text("extends: fast\nval:\n  deterministic_algorithms: warn\n")
+    code, out, _ = run(["profiles", "show", str(user), "--json"], capsys)
+    assert code == 0 and json.loads(out)["val"]["deterministic_algorithms"] == "warn"
+
+
+def test_digest_compares_checkpoints(capsys, tmp_path):
+    m = torch.nn.Linear(2, 2)
+    torch.save({"model": m, "date": "a"}, tmp_path / "a.pt")
+    torch.save({"model": m, "date": "b"}, tmp_path / "b.pt")
+    torch.save({"model": torch.nn.Linear(2, 2)}, tmp_path / "c.pt")
+    code, out, _ = run(["digest", str(tmp_path / "a.pt"), str(tmp_path / "b.pt")], capsys)
+    assert code == 0 and len({line.split()[0] for line in out.splitlines()}) == 1
+    code, _, _ = run(["digest", str(tmp_path / "a.pt"), str(tmp_path / "c.pt")], capsys)
+    assert code == 1
+
+
+BAD_TRAIN = [
+    (["--profile", "repo"], "Did you mean 'repro'?"),
+    (["--profile", "{bad}/p.yaml"], ":3: malformed YAML: expected ',' or ']', but got '<stream end>' "
+                                   "(while parsing a flow sequence at line 2)"),
+    (["--profile", "{bad}/unknown.yaml"], ":2: in 'train': unknown setting 'cudnn_benchmrk'"),
+    (["--profile", "{bad}/types.yaml"], "'seed' must be null or an integer"),
+    (["epochs"], "expected key=value, got 'epochs'"),
+    (["=3"], "invalid key ''"),
+    (["epochs="], "'epochs=' has no value"),
+    (["epochs=1", "epochs=2"], "'epochs' is given twice"),
+    (["epoch=3"], "unknown Ultralytics argument 'epoch'. Did you mean 'epochs'?"),
+    (["epochs=abc"], "'epochs=abc' is of invalid type str"),
+    (["imgsz=[64"], "cannot parse the value of 'imgsz'"),
+    (["deterministic=false"], "the profile decides determinism"),
+    (["data=missing.yaml"], "data 'missing.yaml' does not exist"),
+    (["model=nope.yaml"], "model YAML 'nope.yaml' not found"),
+    (["model=yolov8n.pt"], "does not download weights"),
+    (["--profil", "repro"], "unrecognized arguments"),
+]
+
+
+@pytest.fixture
+def bad_profiles(tmp_path) -> Path:
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    (folder / "p.yaml").write_text("train:\n  seed: [1\n")
+    (folder / "unknown.yaml").write_text("train:\n  cudnn_benchmrk: true\n")
+    (folder / "types.yaml").write_text("train:\n  seed: '3'\n")
+    return folder
+
+
+@pytest.mark.parametrize(("argv", "fragment"), BAD_TRAIN)
+def test_train_bad_input_is_one_line_exit_2_and_writes_nothing(argv, fragment, capsys, tmp_path, bad_profiles,
+                                                               monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    before = tree(tmp_path)
+    argv = [a.replace("{bad}", str(bad_profiles)) for a in argv]
+    code, out, err = run(["train", *argv, f"project={tmp_path / 'runs'}"], capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("yolo-det: error: ") and fragment in err, err
+    assert tree(tmp_path) == before
+
+
+def test_debug_env_shows_traceback(capsys, monkeypatch):
+    monkeypatch.setenv("YOLO_DET_DEBUG", "1")
+    code, _, err = run(["profiles", "show", "repo"], capsys)
+    assert code == 2 and "Traceback" in err and "Did you mean 'repro'?" in err
+
+
+def test_console_entry_runs_as_module():
+    proc = subprocess.run([sys.executable, "-m", "yolo_det", "profiles", "show", "nope"], cwd=ROOT,
+                          capture_output=True, text=True, env={**os.environ, "YOLO_DET_DEBUG": ""})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("yolo-det: error: unknown profile 'nope'")
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,140 @@
+"""Profiles: built-ins, user files, validation with file and line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from yolo_det.errors import ProfileError
+from yolo_det.profiles import BUILTIN_PROFILES, PHASES, PhaseSettings, Profile, list_profiles, load_profile
+
+
+def write(tmp_path: Path, text: str, name: str = "p.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_builtins_load_and_have_the_documented_intent():
+    assert set(list_profiles()) == set(BUILTIN_PROFILES) == {"repro", "balanced", "fast"}
+    repro, balanced, fast = (load_profile(n) for n in ("repro", "balanced", "fast"))
+    for phase in PHASES:
+        s = repro.phase(phase)
+        assert s.deterministic_algorithms == "strict" and s.backward == "keep"
+        assert not s.cudnn_benchmark and s.cudnn_deterministic and not s.allow_tf32
+    assert repro.train.swaps == "auto" and repro.train.intercept
+    assert repro.deploy.swaps == "none"  # deploy keeps standard modules (export)
+    assert balanced.train.deterministic_algorithms == "strict" and balanced.train.backward == "disable"
+    assert balanced.val.backward == "keep"
+    assert fast.train.deterministic_algorithms == "off" and fast.train.cudnn_benchmark and fast.train.allow_tf32
+    assert fast.val.deterministic_algorithms == "strict" and not fast.val.cudnn_benchmark
+    assert "bitwise" in balanced.description  # the trade-off is stated
+
+
+def test_user_profile_extends_defaults_and_phase_overrides(tmp_path):
+    path = write(tmp_path, """
+name: mine
+extends: repro
+defaults:
+  fill_uninitialized_memory: false
+  env: {NCCL_ALGO: Ring}
+train:
+  cudnn_benchmark: true
+  seed: 7
+""")
+    p = load_profile(path)
+    assert p.name == "mine" and p.source == str(path)
+    assert p.train.cudnn_benchmark and p.train.seed == 7 and p.train.swaps == "auto"  # inherited
+    assert not p.val.cudnn_benchmark and p.val.seed is None
+    assert all(not p.phase(ph).fill_uninitialized_memory for ph in PHASES)
+    assert dict(p.deploy.env) == {"NCCL_ALGO": "Ring"}  # a defaults mapping replaces the inherited one
+    assert p.description == load_profile("repro").description
+
+
+def test_profile_without_extends_starts_from_dataclass_defaults(tmp_path):
+    p = load_profile(write(tmp_path, "val:\n  deterministic_algorithms: warn\n", name="plain.yml"))
+    assert p.name == "plain"
+    assert p.train == PhaseSettings()
+    assert p.val.deterministic_algorithms == "warn"
+
+
+def test_extends_a_relative_file_and_detects_cycles(tmp_path):
+    write(tmp_path, "extends: b.yaml\n", name="a.yaml")
+    write(tmp_path, "extends: a.yaml\n", name="b.yaml")
+    with pytest.raises(ProfileError, match="cycle"):
+        load_profile(tmp_path / "a.yaml")
+    write(tmp_path, "extends: fast\ntrain:\n  allow_tf32: false\n", name="base.yaml")
+    child = load_profile(write(tmp_path, "extends: base.yaml\n", name="child.yaml"))
+    assert child.train.deterministic_algorithms == "off" and not child.train.allow_tf32
+
+
+def test_roundtrip_through_yaml(tmp_path):
+    for name in BUILTIN_PROFILES:
+        p = load_profile(name)
+        again = load_profile(write(tmp_path, p.to_yaml(), name=f"{name}-copy.yaml"))
+        assert all(again.phase(ph) == p.phase(ph) for ph in PHASES)
+        assert again.description == p.description
+
+
+def test_unknown_name_suggests_close_match():
+    with pytest.raises(ProfileError) as e:
+        load_profile("repo")
+    msg = str(e.value)
+    assert "unknown profile 'repo'" in msg and "Did you mean 'repro'?" in msg
+    assert "balanced, fast, repro" in msg and "\n" not in msg
+
+
+def test_missing_file():
+    with pytest.raises(ProfileError, match="does not exist"):
+        load_profile("nope/missing.yaml")
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "fragment"),
+    [
+        ("train:\n  cudnn_benchmrk: true\n", 2, "Did you mean 'cudnn_benchmark'"),
+        ("name: x\ntrian:\n  seed: 1\n", 2, "Did you mean 'train'"),
+        ("train:\n  seed: -1\n", 2, "'seed' must be null or an integer"),
+        ("train:\n  seed: true\n", 2, "'seed' must be null or an integer"),
+        ("val:\n  cudnn_deterministic: 'yes please'\n", 2, "must be true or false"),
+        ("deploy:\n  deterministic_algorithms: strcit\n", 2, "Did you mean 'strict'"),
+        ("defaults:\n  backward: off\n", 2, "'backward' must be one of keep, disable"),
+        ("train: [1, 2]\n", 1, "'train' must be a mapping"),
+        ("defaults:\n  env: {A: [1]}\n", 2, "'env.A' must be a string or null"),
+        ("extends: 3\n", 1, "'extends' must be a profile name or path"),
+        ("name: x\ntrain:\n  seed: 1\n   bad: indent\n", 4, "malformed YAML"),
+    ],
+)
+def test_validation_errors_name_file_and_line(tmp_path, text, line, fragment):
+    path = write(tmp_path, text)
+    with pytest.raises(ProfileError) as e:
+        load_profile(path)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}:{line}"), msg
+    assert fragment in msg
+    assert "\n" not in msg
+
+
+def test_empty_and_non_mapping_files(tmp_path):
+    with pytest.raises(ProfileError, match="empty"):
+        load_profile(write(tmp_path, "# nothing\n"))
+    with pytest.raises(ProfileError, match="must be a mapping"):
+        load_profile(write(tmp_path, "- a\n- b\n", name="list.yaml"))
+
+
+def test_yaml_off_reads_as_off_not_false(tmp_path):
+    p = load_profile(write(tmp_path, "train:\n  deterministic_algorithms: off\n"))
+    assert p.train.deterministic_algorithms == "off" and not p.train.deterministic
+
+
+def test_phase_lookup_and_replace():
+    p = load_profile("repro")
+    with pytest.raises(ProfileError, match="Did you mean 'train'"):
+        p.phase("trian")
+    s = p.train.replace(cudnn_benchmark=True)
+    assert s.cudnn_benchmark and not p.train.cudnn_benchmark
+    with pytest.raises(ProfileError, match="must be true or false"):
+        p.train.replace(cudnn_benchmark="yes")
+    assert isinstance(p, Profile) and load_profile(p) is p
+    assert hash(p.train) == hash(load_profile("repro").train)

@@ -1,0 +1,83 @@
+"""Run record: weights digest definition, checkpoint loading, environment, atomic JSON."""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+
+import pytest
+import torch
+
+from yolo_det.errors import ModelError
+from yolo_det.record import (
+    RECORD_NAME,
+    checkpoint_digest,
+    environment,
+    load_checkpoint_state,
+    state_dict_digest,
+    write_record,
+)
+
+
+def model(seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+
+
+def test_digest_ignores_insertion_order_but_not_values_names_or_shapes():
+    sd = model().state_dict()
+    digest = state_dict_digest(sd)
+    assert digest == state_dict_digest(OrderedDict(reversed(list(sd.items()))))
+    assert digest == state_dict_digest(model())
+    assert digest != state_dict_digest(model(seed=1))
+    changed = {k: v.clone() for k, v in sd.items()}
+    changed["0.weight"].view(-1)[5] += 1e-6
+    assert digest != state_dict_digest(changed)
+    renamed = {("x" + k if k == "0.bias" else k): v for k, v in sd.items()}
+    assert digest != state_dict_digest(renamed)
+    reshaped = dict(sd, **{"0.bias": sd["0.bias"].reshape(2, 2)})
+    assert digest != state_dict_digest(reshaped)
+
+
+def test_digest_is_defined_on_values_not_storage_dtype():
+    half = {k: (v.half() if v.is_floating_point() else v) for k, v in model().state_dict().items()}
+    as_float = {k: (v.float() if v.is_floating_point() else v) for k, v in half.items()}
+    as_bf16_exact = {"w": torch.tensor([1.0, 0.5, -2.0], dtype=torch.bfloat16)}
+    assert state_dict_digest(half) == state_dict_digest(as_float)
+    assert state_dict_digest(as_bf16_exact) == state_dict_digest({"w": torch.tensor([1.0, 0.5, -2.0])})
+    strided = torch.arange(12.0).reshape(3, 4).t()
+    assert state_dict_digest({"w": strided}) == state_dict_digest({"w": strided.contiguous()})
+    assert state_dict_digest({"n": torch.tensor(3)}) != state_dict_digest({"n": torch.tensor(3.0)})
+
+
+def test_checkpoint_digest_reads_ultralytics_style_and_plain_state_dicts(tmp_path):
+    m = model()
+    expected = state_dict_digest(m)
+    torch.save({"epoch": 1, "model": None, "ema": m, "date": "x"}, tmp_path / "ema.pt")
+    torch.save({"model": m, "date": "y"}, tmp_path / "model.pt")
+    torch.save(m.state_dict(), tmp_path / "sd.pt")
+    torch.save({"state_dict": m.state_dict()}, tmp_path / "wrapped.pt")
+    for name in ("ema.pt", "model.pt", "sd.pt", "wrapped.pt"):
+        assert checkpoint_digest(tmp_path / name) == expected, name
+
+
+def test_non_checkpoints_are_rejected_in_one_line(tmp_path):
+    (tmp_path / "text.pt").write_text("not a checkpoint")
+    torch.save({"epoch": 3}, tmp_path / "empty.pt")
+    for name, fragment in (("text.pt", "is not a PyTorch checkpoint"), ("empty.pt", "holds no model weights"),
+                           ("missing.pt", "does not exist")):
+        with pytest.raises(ModelError) as e:
+            load_checkpoint_state(tmp_path / name)
+        assert fragment in str(e.value) and "\n" not in str(e.value)
+
+
+def test_environment_and_record_file(tmp_path):
+    env = environment()
+    for key in ("python", "torch", "cuda", "cudnn", "ultralytics", "numpy", "gpus", "env"):
+        assert key in env
+    assert env["torch"] == torch.__version__
+    path = write_record(tmp_path / "run", {"status": "completed", "environment": env})
+    assert path.name == RECORD_NAME
+    data = json.loads(path.read_text())
+    assert data["schema"] == 1 and data["status"] == "completed"
+    assert not [p for p in path.parent.iterdir() if p.name != RECORD_NAME]  # no temporary left behind

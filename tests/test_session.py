@@ -1,0 +1,113 @@
+"""Sessions: nested phases, exact restoration of the baseline, seeding, extensions."""
+
+from __future__ import annotations
+
+import random
+from contextlib import contextmanager
+
+import pytest
+import torch
+
+from yolo_det.errors import YoloDetError
+from yolo_det.profiles import load_profile
+from yolo_det.seeding import rank_seed
+from yolo_det.session import DeterminismSession
+from yolo_det.state import snapshot
+
+
+def test_nested_phases_return_to_the_outer_phase_and_end_restores_baseline():
+    base = snapshot()
+    session = DeterminismSession("fast", seed=3)
+    session.begin()
+    session.enter("train")
+    assert session.phase == "train" and torch.backends.cudnn.benchmark
+    assert not torch.are_deterministic_algorithms_enabled()
+    session.enter("val")
+    assert session.phases == ("train", "val")
+    assert not torch.backends.cudnn.benchmark and torch.are_deterministic_algorithms_enabled()
+    session.exit("val")
+    assert torch.backends.cudnn.benchmark and not torch.are_deterministic_algorithms_enabled()
+    session.end()
+    assert snapshot() == base and not session.active
+    session.end()  # idempotent
+
+
+def test_leaving_phases_out_of_order_is_refused():
+    with DeterminismSession("repro").run() as session:
+        session.enter("train")
+        session.enter("val")
+        with pytest.raises(YoloDetError, match="reverse order"):
+            session.exit("train")
+        session.exit("deploy")  # not entered: nothing to do
+        assert session.phases == ("train", "val")
+
+
+def test_run_restores_after_error_inside_phases():
+    base = snapshot()
+    session = DeterminismSession("balanced")
+    with pytest.raises(KeyError), session.run():
+        session.enter("train")
+        session.enter("val")
+        raise KeyError("boom")
+    assert snapshot() == base
+
+
+def test_train_entry_seeds_with_the_rank_seed():
+    session = DeterminismSession("repro", seed=11, rank=2, world_size=4)
+    with session.run(), session.phase_scope("train"):
+        a = (random.random(), float(torch.rand(())))
+    torch.manual_seed(rank_seed(11, 2))
+    random.seed(rank_seed(11, 2))
+    assert (random.random(), float(torch.rand(()))) == a
+    seeds = session.seeds()
+    assert seeds["rank_rng_seeds"] == [12, 13, 14, 15] and seeds["rng_seed"] == 14 and seeds["sampler_seed"] == 11
+
+
+def test_profile_seed_wins_over_run_seed(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("extends: repro\ntrain:\n  seed: 5\n")
+    session = DeterminismSession(load_profile(path), seed=99)
+    assert session.seeds()["seed"] == 5
+
+
+def test_extensions_are_entered_per_phase_and_exited_in_reverse_even_on_error():
+    calls: list[str] = []
+
+    def ext(name):
+        def factory(phase, settings, session):
+            if phase == "deploy":
+                return None
+
+            @contextmanager
+            def cm():
+                calls.append(f"enter {name} {phase}")
+                try:
+                    yield
+                finally:
+                    calls.append(f"exit {name} {phase}")
+
+            return cm()
+
+        return factory
+
+    session = DeterminismSession("repro")
+    session.add_extension(ext("a"))
+    session.add_extension(ext("b"))
+    with pytest.raises(RuntimeError), session.run():
+        session.enter("train")
+        session.enter("deploy")
+        raise RuntimeError
+    assert calls == ["enter a train", "enter b train", "exit b train", "exit a train"]
+
+
+def test_failing_extension_leaves_no_trace():
+    base = snapshot()
+
+    def bad(phase, settings, session):
+        raise ValueError("cannot enter")
+
+    session = DeterminismSession("fast")
+    session.add_extension(bad)
+    with pytest.raises(ValueError), session.run():
+        session.enter("train")
+    assert snapshot() == base and session.phase is None

@@ -1,0 +1,72 @@
+"""Process-wide state: apply sets what a phase asks, restore puts back exactly what was there."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from yolo_det.profiles import BUILTIN_PROFILES, PHASES, PhaseSettings, load_profile
+from yolo_det.state import apply, phase_scope, restore, snapshot
+
+
+@pytest.mark.parametrize("name", BUILTIN_PROFILES)
+def test_apply_sets_each_phase_and_restore_is_exact(name):
+    profile = load_profile(name)
+    base = snapshot()
+    for phase in PHASES:
+        settings = profile.phase(phase)
+        before = apply(settings)
+        assert before == base
+        now = snapshot(settings.env)
+        assert now.mode == settings.deterministic_algorithms
+        assert now.cudnn_benchmark == settings.cudnn_benchmark
+        assert now.cudnn_deterministic == settings.cudnn_deterministic
+        assert now.cudnn_allow_tf32 == settings.allow_tf32
+        assert (now.matmul_precision != "highest") == settings.allow_tf32
+        assert now.fill_uninitialized_memory == settings.fill_uninitialized_memory
+        for key, value in settings.env.items():
+            assert os.environ.get(key) == value
+        restore(before)
+        assert snapshot() == base
+
+
+def test_warn_only_and_env_unset_roundtrip(monkeypatch):
+    monkeypatch.setenv("NCCL_ALGO", "Tree")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    base = snapshot()
+    settings = PhaseSettings(deterministic_algorithms="off", env={"NCCL_ALGO": None, "CUBLAS_WORKSPACE_CONFIG": ":16:8"})
+    with phase_scope(settings):
+        assert not torch.are_deterministic_algorithms_enabled()
+        assert "NCCL_ALGO" not in os.environ and os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+    after = snapshot()
+    assert after == base and after.mode == "warn" and os.environ["NCCL_ALGO"] == "Tree"
+
+
+def test_phase_scope_restores_on_error():
+    base = snapshot()
+    with pytest.raises(ZeroDivisionError), phase_scope(load_profile("fast").train):
+        assert torch.backends.cudnn.benchmark
+        1 / 0  # noqa: B018
+    assert snapshot() == base
+
+
+def test_new_tf32_api_users_get_their_strings_back():
+    # A user on torch's fp32_precision API: the legacy getters refuse to read once the two disagree.
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    torch.backends.cudnn.conv.fp32_precision = "ieee"
+    base = snapshot()
+    assert base.matmul_precision is None  # unreadable through the legacy API
+    for name in BUILTIN_PROFILES:
+        before = apply(load_profile(name).train)
+        restore(before)
+        assert snapshot() == base
+    assert torch.backends.cuda.matmul.fp32_precision == "tf32"
+    assert torch.backends.cudnn.conv.fp32_precision == "ieee"
+
+
+def test_snapshot_serialises():
+    data = snapshot().to_dict()
+    assert data["deterministic_algorithms"] in {"off", "warn", "strict"}
+    assert "CUBLAS_WORKSPACE_CONFIG" in data["env"]
