@@ -118,13 +118,13 @@ def test_phases_are_in_force_during_each_call_and_state_is_restored(tmp_path, de
 
     image = next((Path(demo_data).parent / "demo" / "images" / "val").glob("*.png"))
     model.predict(str(image), imgsz=64, device="cpu", verbose=False)
-    assert seen["deploy"] == {("off", True, True)} and snapshot() == base
+    assert seen["deploy"] == {("off", True, False)} and snapshot() == base
     list(model.predict(str(image), imgsz=64, device="cpu", verbose=False, stream=True))
     assert snapshot() == base
 
     seen["deploy"].clear()
     model.export(format="torchscript", imgsz=64, device="cpu")
-    assert seen["deploy"] == {("off", True, True)} and snapshot() == base
+    assert seen["deploy"] == {("off", True, False)} and snapshot() == base
 
     record = json.loads((tmp_path / "run" / RECORD_NAME).read_text())
     assert record["status"] == "completed" and record["profile"]["name"] == "probe"
