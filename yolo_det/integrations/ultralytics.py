@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from ..backward import ToggleScaler
+from ..distributed import gather_states, rank_info, ranks_consistent
 from ..errors import YoloDetError
 from ..profiles import Profile, load_profile
 from ..record import checkpoint_digest, environment, state_dict_digest, write_record
@@ -93,6 +94,7 @@ class UltralyticsPlugin:
         self.weights_digest: str | None = None
         self._owner: str | None = None  # "guard" when a guarded call began the session, else the event
         self._observed: dict[str, Any] | None = None
+        self._ranks: list[dict[str, Any]] = []
         self._wrapped_scaler: Any = None
         self._trainer: Any = None
         self._entered: set[int] = set()
@@ -184,8 +186,9 @@ class UltralyticsPlugin:
         session = self.begin_run(owner="trainer")
         if "train" not in session.phases:
             session.seed = int(getattr(trainer.args, "seed", 0) or 0)
-            session.rank = max(_rank(), 0)
-            session.world_size = max(int(getattr(trainer, "world_size", 1) or 1), 1)
+            rank, world_size = rank_info()
+            session.rank = rank
+            session.world_size = max(int(getattr(trainer, "world_size", 1) or 1), world_size, 1)
             self._trainer = trainer
             session.enter("train")
         return session
@@ -216,8 +219,10 @@ class UltralyticsPlugin:
 
     @_callback
     def on_train_start(self, trainer: Any) -> None:
-        """Record the flags in force as the first batch starts."""
+        """Record the flags in force as the first batch starts, on every rank (a collective under DDP)."""
         self._observed = snapshot().to_dict()
+        if self.session is not None:
+            self._ranks = gather_states(self.session)
 
     @_callback
     def on_train_end(self, trainer: Any) -> None:
@@ -283,6 +288,8 @@ class UltralyticsPlugin:
             "environment": environment(),
             "state_before": session.baseline.to_dict() if session.baseline else None,
             "state_at_train_start": self._observed,
+            "ranks": self._ranks,
+            "rank_problems": ranks_consistent(self._ranks) if self._ranks else [],
             "backward_toggles": session.backward_toggles(),
             "nondeterminism_warnings": session.warnings.entries(),
             "weights": weights,

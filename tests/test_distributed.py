@@ -1,0 +1,171 @@
+"""Two ranks on the CPU (gloo): the profile, rank seeds and the backward toggle reach every rank.
+
+Each rank trains a YOLOv8n detection model on the demo data for a few steps under DDP, with
+Ultralytics' own dataset, DistributedSampler and loss, under the ``balanced`` profile (so backward runs
+through the toggle). The data augmentation draws from python's and numpy's RNGs on every rank, so a
+rank that is not seeded changes the weights; a rank without the profile shows up in the gathered
+states. Negative controls prove the checks notice both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+pytestmark = pytest.mark.slow
+
+WORLD = 2
+STEPS = 3
+
+
+def _worker(rank: int, init_file: str, out_dir: str, mode: str) -> None:
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD), YOLO_OFFLINE="1")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD,
+                            timeout=timedelta(seconds=60))
+    from yolo_det.distributed import gather_states, rank_session
+    from yolo_det.record import state_dict_digest
+    from yolo_det.state import snapshot
+
+    baseline = snapshot()
+    result: dict = {"rank": rank}
+    session = rank_session("balanced", seed=5)
+    try:
+        if mode == "no-profile" and rank == 1:
+            result.update(_train(rank, session, mode, use_profile=False))
+        else:
+            with session.run(), session.phase_scope("train"):
+                result.update(_train(rank, session, mode, use_profile=True))
+                result["states"] = gather_states(session)
+        model = result.pop("model")
+        result["digest"] = state_dict_digest(model)  # parameters and BatchNorm statistics of this rank
+        result["param_digest"] = state_dict_digest(dict(model.named_parameters()))
+    except Exception as e:  # noqa: BLE001 - reported to the test through the result file
+        result["error"] = f"{type(e).__name__}: {e}"
+    finally:
+        result["restored"] = snapshot() == baseline
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result, default=str))
+        if mode != "fail":
+            dist.destroy_process_group()
+    if "error" in result:
+        raise RuntimeError(result["error"])
+
+
+def _train(rank: int, session, mode: str, *, use_profile: bool) -> dict:
+    import numpy as np
+    from ultralytics.cfg import get_cfg
+    from ultralytics.data import build_dataloader, build_yolo_dataset
+    from ultralytics.data.utils import check_det_dataset
+    from ultralytics.nn.tasks import DetectionModel
+    from ultralytics.utils import DEFAULT_CFG
+
+    from yolo_det.backward import ToggleScaler
+    from yolo_det.demo import demo_data_yaml
+    from yolo_det.distributed import gather_states
+    from yolo_det.seeding import seed_dataloader
+
+    if mode == "no-seed" and rank == 1:  # what a rank that skipped its seeding would do
+        random.seed()
+        np.random.seed()
+    cfg = get_cfg(DEFAULT_CFG, {"imgsz": 64, "batch": 8, "workers": 0, "mosaic": 1.0, "fliplr": 0.5})
+    data = check_det_dataset(str(demo_data_yaml()))
+    if rank != 0:
+        dist.barrier()  # rank 0 writes the label cache first
+    dataset = build_yolo_dataset(cfg, data["train"], 4, data, mode="train", stride=32)
+    if rank == 0:
+        dist.barrier()
+    loader = build_dataloader(dataset, batch=4, workers=0, shuffle=True, rank=rank)
+    seed_dataloader(loader, session.seed, rank=rank)
+    model = DetectionModel("yolov8n.yaml", nc=data["nc"], verbose=False)
+    model.args = cfg
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    toggle = use_profile and session.profile.train.backward == "disable"
+    scaler = ToggleScaler(torch.amp.GradScaler("cpu", enabled=False), enabled=toggle)
+    seen_in_backward: list[bool] = []
+    hook = model.model[0].conv.weight.register_hook(
+        lambda g: seen_in_backward.append(torch.are_deterministic_algorithms_enabled()))
+    for step, batch in enumerate(loader):
+        if step == STEPS:
+            break
+        if mode == "fail" and rank == 1 and step == 1:
+            raise RuntimeError("rank 1 lost its GPU")
+        batch["img"] = batch["img"].float() / 255
+        loss, _ = model.loss(batch, ddp(batch["img"]))
+        scaler.scale(loss.sum()).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    hook.remove()
+    out = {"model": model, "backward_flags": sorted(set(seen_in_backward)),
+           "after_flag": torch.are_deterministic_algorithms_enabled()}
+    if not use_profile:
+        out["states"] = gather_states(_plain_session(rank))
+    return out
+
+
+def _plain_session(rank: int):
+    """A rank that never applied the profile still answers the gather (as 'none', with nothing in force)."""
+    from yolo_det.session import DeterminismSession
+
+    s = DeterminismSession("fast", seed=5, rank=rank, world_size=WORLD)
+    s.profile = type(s.profile)(name="none", description="", train=s.profile.train, val=s.profile.val,
+                                deploy=s.profile.deploy)
+    return s
+
+
+def launch(tmp_path: Path, mode: str, tag: str) -> list[dict]:
+    out_dir = tmp_path / tag
+    out_dir.mkdir()
+    init_file = tmp_path / f"{tag}.init"
+    try:
+        # fork: the ranks inherit the imported modules instead of importing torch and Ultralytics again
+        mp.start_processes(_worker, args=(str(init_file), str(out_dir), mode), nprocs=WORLD, join=True,
+                           start_method="fork")
+        error = None
+    except Exception as e:  # noqa: BLE001
+        error = str(e)
+    results = [json.loads((out_dir / f"rank{r}.json").read_text()) for r in range(WORLD)
+               if (out_dir / f"rank{r}.json").exists()]
+    return [dict(r, launch_error=error) for r in results]
+
+
+def test_two_ranks_twice_give_identical_weights_and_every_rank_runs_the_profile(tmp_path):
+    from yolo_det.distributed import ranks_consistent
+
+    runs = [launch(tmp_path, "normal", f"run{i}") for i in range(2)]
+    for ranks in runs:
+        assert [r.get("error") for r in ranks] == [None, None]
+        assert len({r["param_digest"] for r in ranks}) == 1  # DDP kept the ranks' weights in step
+        assert all(r["restored"] for r in ranks)
+        assert all(r["backward_flags"] == [False] and r["after_flag"] for r in ranks)  # the toggle, on each rank
+        states = ranks[0]["states"]
+        assert [s["rank"] for s in states] == [0, 1] and not ranks_consistent(states)
+        assert [s["seeds"]["rng_seed"] for s in states] == [6, 7]  # seed + 1 + rank
+        assert all(s["state"]["deterministic_algorithms"] == "strict" for s in states)
+    assert [r["digest"] for r in runs[0]] == [r["digest"] for r in runs[1]]  # every rank repeats exactly
+
+    # Negative controls: the same checks notice a rank without its seeding or without the profile.
+    unseeded = launch(tmp_path, "no-seed", "noseed")
+    assert unseeded[1]["digest"] != runs[0][1]["digest"]
+    unprofiled = launch(tmp_path, "no-profile", "noprofile")
+    problems = ranks_consistent(unprofiled[0]["states"])
+    assert any("rank 1 runs profile 'none'" in p for p in problems)
+    assert any("rank 1 differs from rank 0 in" in p and "deterministic_algorithms" in p for p in problems)
+
+
+def test_a_failing_rank_ends_the_run_with_a_clear_error_and_restores_state(tmp_path):
+    ranks = launch(tmp_path, "fail", "fail")
+    by_rank = {r["rank"]: r for r in ranks}
+    assert by_rank[1]["error"] == "RuntimeError: rank 1 lost its GPU"
+    assert "rank 1 lost its GPU" in (by_rank[1]["launch_error"] or "")
+    assert all(r["restored"] for r in ranks)  # each rank put its process state back
+    if 0 in by_rank:  # rank 0 fails in its next collective, and restores its state too
+        assert by_rank[0]["error"] is not None
