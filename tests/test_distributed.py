@@ -169,3 +169,58 @@ def test_a_failing_rank_ends_the_run_with_a_clear_error_and_restores_state(tmp_p
     assert all(r["restored"] for r in ranks)  # each rank put its process state back
     if 0 in by_rank:  # rank 0 fails in its next collective, and restores its state too
         assert by_rank[0]["error"] is not None
+
+
+CHILD = r'''
+import json, sys, types
+import cloudpickle, torch
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+payload = cloudpickle.loads(open(sys.argv[1], "rb").read())
+ds = TensorDataset(torch.arange(32))
+sampler = DistributedSampler(ds, num_replicas=2, rank=1, seed=999)
+trainer = types.SimpleNamespace(
+    args=types.SimpleNamespace(seed=3), world_size=2,
+    train_loader=DataLoader(ds, batch_size=4, sampler=sampler, generator=torch.Generator()),
+    scaler=torch.amp.GradScaler("cpu", enabled=False))
+for event in ("on_pretrain_routine_end", "on_train_start"):  # rank > 0 gets no on_pretrain_routine_start
+    for callback in payload["callbacks"][event]:
+        callback(trainer)
+plugins = {getattr(f, "__self__", None) for fns in payload["callbacks"].values() for f in fns} - {None}
+print(json.dumps({
+    "plugins": len(plugins),
+    "initial_seed": torch.initial_seed(),
+    "sampler_seed": sampler.seed,
+    "deterministic": torch.are_deterministic_algorithms_enabled(),
+    "toggle": type(trainer.scaler).__name__,
+    "trainer_profile": payload["trainer"].yolo_det_profile.name,
+    "ranks": [s["rank"] for s in next(iter(plugins))._ranks],
+}))
+'''
+
+
+def test_ultralytics_ddp_payload_applies_the_profile_on_a_worker_rank(tmp_path):
+    """Ultralytics' DDP launcher cloudpickles the trainer class and callbacks; a rank-1 worker must apply them."""
+    import subprocess
+    import sys
+
+    import cloudpickle
+    from ultralytics import YOLO
+
+    from yolo_det import attach, trainer_class
+
+    model = YOLO("yolov8n.yaml")
+    attach(model, "balanced")
+    payload = tmp_path / "ddp.pkl"
+    payload.write_bytes(cloudpickle.dumps({"trainer": trainer_class("balanced"), "callbacks": model.callbacks}))
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    env = {**os.environ, "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "YOLO_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, str(script), str(payload)], capture_output=True, text=True, env=env,
+                          cwd=Path(__file__).resolve().parent.parent, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["plugins"] == 1
+    assert out["initial_seed"] == 3 + 1 + 1  # the rank seed
+    assert out["sampler_seed"] == 3  # the same data seed on every rank
+    assert out["deterministic"] and out["toggle"] == "ToggleScaler"
+    assert out["trainer_profile"] == "balanced" and out["ranks"] == [1]
