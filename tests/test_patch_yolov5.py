@@ -1,0 +1,322 @@
+"""Tests of yolo_det.patch_yolov5 and `yolo-det patch-yolov5` on a copy of the installed yolov5 package,
+and of the diffs in patches/ against the edits the command makes."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from yolo_det import patch_yolov5 as pv
+from yolo_det.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+PATCHES = REPO / "patches"
+PATCHED_CALLS = {  # what a patched training script calls, one line each
+    "ydet.add_argument(parser)",
+    "@ydet.training",
+    "ydet.init_seeds(init_seeds, opt.seed + 1 + RANK, deterministic=True)",
+    "model = ydet.prepare_model(model)",
+    "ydet.backward(scaler.scale(loss))",
+}
+
+
+def _installed_yolov5() -> Path:
+    spec = importlib.util.find_spec("yolov5")
+    if spec is None or not spec.submodule_search_locations:
+        if os.environ.get("YOLO_DET_REQUIRE_YOLOV5"):
+            pytest.fail("the yolov5 package is not installed (make install installs it)")
+        pytest.skip("the yolov5 package is not installed (make install installs it)")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A pristine copy of the installed yolov5 package."""
+    dst = tmp_path / "yolov5"
+    shutil.copytree(_installed_yolov5(), dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return dst
+
+
+def _digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    rc = main(["patch-yolov5", *map(str, args)])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the command on the PyPI package
+
+
+def test_check_reports_an_unpatched_tree_and_writes_nothing(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _digest(tree)
+    rc, out, _ = _cli(capsys, tree, "--check")
+    assert rc == 1
+    for rel in pv.FILES:
+        assert f"{rel}: would patch" in out
+    assert "ydet.backward(scaler.scale(loss))" in out
+    assert _digest(tree) == before
+
+
+def test_patch_is_idempotent_and_backs_up(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    originals = {rel: (tree / rel).read_bytes() for rel in pv.FILES}
+    rc, out, _ = _cli(capsys, tree)
+    assert rc == 0
+    assert f"{len(pv.FILES)} file(s) patched" in out
+    for rel, old in originals.items():
+        assert (tree / (rel + pv.BACKUP_SUFFIX)).read_bytes() == old
+        assert (tree / rel).read_bytes() != old
+    after_first = _digest(tree)
+
+    rc, out, _ = _cli(capsys, tree)
+    assert rc == 0
+    assert "0 file(s) patched" in out
+    assert _digest(tree) == after_first  # second run changes nothing, backups included
+
+    rc, out, _ = _cli(capsys, tree, "--check")
+    assert rc == 0
+    assert "would" not in out
+
+
+def test_patched_training_scripts_call_yolo_det_and_compile(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _cli(capsys, tree)[0] == 0
+    for rel in ("train.py", "segment/train.py", "classify/train.py"):
+        old = (tree / (rel + pv.BACKUP_SUFFIX)).read_text(encoding="utf-8").splitlines()
+        new = (tree / rel).read_text(encoding="utf-8").splitlines()
+        added = [line for line in new if line.endswith(pv.MARKER)]
+        calls = {line.strip()[: -len(pv.MARKER)].strip() for line in added}
+        assert PATCHED_CALLS <= calls, rel
+        assert len(added) == 6  # the import and one line per call
+        removed = [line.strip() for line in old if line not in new]
+        assert removed == ["init_seeds(opt.seed + 1 + RANK, deterministic=True)", "scaler.scale(loss).backward()"]
+        assert "ydet.init_seeds(init_seeds, opt.seed + 1 + RANK, deterministic=True)  # yolo-det" in "\n".join(new)
+    for rel in pv.FILES:
+        compile((tree / rel).read_text(encoding="utf-8"), rel, "exec")
+    val = (tree / "val.py").read_text(encoding="utf-8")
+    assert re.search(r"^@ydet\.validation  # yolo-det\ndef run\(", val, re.M)
+    detect = (tree / "detect.py").read_text(encoding="utf-8")
+    assert re.search(r"^@ydet\.deployment  # yolo-det\ndef run\(", detect, re.M)
+    assert re.search(r"parser = argparse\.ArgumentParser\(\)\n    ydet\.add_argument\(parser\)  # yolo-det\n", detect)
+
+
+def test_reverse_restores_the_exact_text(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pristine = {rel: (tree / rel).read_bytes() for rel in pv.FILES}
+    assert _cli(capsys, tree)[0] == 0
+    rc, out, _ = _cli(capsys, tree, "--check", "--reverse")
+    assert rc == 1 and "train.py: would unpatch" in out
+    rc, out, _ = _cli(capsys, tree, "--reverse")
+    assert rc == 0 and f"{len(pv.FILES)} file(s) unpatched" in out
+    assert {rel: (tree / rel).read_bytes() for rel in pv.FILES} == pristine
+    assert _cli(capsys, tree, "--check")[0] == 1
+    assert _cli(capsys, tree, "--reverse")[1].startswith("train.py: unchanged")
+
+
+def test_default_profile_option_and_switching_it(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pristine = (tree / "train.py").read_bytes()
+    assert _cli(capsys, tree, "--profile", "repro")[0] == 0
+    text = (tree / "train.py").read_text(encoding="utf-8")
+    assert "ydet.add_argument(parser, default='repro')  # yolo-det" in text
+    assert _cli(capsys, tree, "--check", "--profile", "repro")[0] == 0
+    rc, out, _ = _cli(capsys, tree, "--check", "--profile", "balanced")
+    assert rc == 1 and "default='balanced'" in out
+    assert _cli(capsys, tree, "--profile", "balanced")[0] == 0
+    new = (tree / "train.py").read_text(encoding="utf-8")
+    assert [a for a, b in zip(text.splitlines(), new.splitlines()) if a != b] == [
+        "    ydet.add_argument(parser, default='repro')  # yolo-det"]
+    assert _cli(capsys, tree, "--reverse")[0] == 0
+    assert (tree / "train.py").read_bytes() == pristine
+
+
+def test_diff_writes_nothing_and_applies(tree: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    before = _digest(tree)
+    rc, out, _ = _cli(capsys, tree, "--diff")
+    assert rc == 0 and out.startswith("diff --git a/train.py b/train.py\n")
+    assert _digest(tree) == before
+    applied = _apply_diff(tree, out)
+    assert _cli(capsys, tree, "--no-backup")[0] == 0
+    assert applied == {rel: (tree / rel).read_text(encoding="utf-8") for rel in applied}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# line drift, other layouts, unrecognised files
+
+
+def _repo_layout(text: str) -> str:
+    """The same script as the repository has it: 'from utils...' imports instead of 'from yolov5.utils...'."""
+    return re.sub(r"^(\s*)(from|import) yolov5\.", r"\1\2 ", text, flags=re.M)
+
+
+def test_anchors_tolerate_line_drift_layout_and_crlf(tree: Path) -> None:
+    original = (tree / "train.py").read_text(encoding="utf-8")
+    edits = pv.FILES["train.py"]
+    drifted = "# a user's header\n" * 17 + _repo_layout(original).replace(
+        "    init_seeds(", "    # a comment pushing lines down\n    init_seeds(")
+    crlf = drifted.replace("\n", "\r\n")
+    for text in (original, drifted, crlf):
+        patched = pv.patch_text(text, edits)
+        assert patched.count(pv.MARKER) == 6
+        assert pv.patch_text(patched, edits) == patched
+        assert pv.revert_text(patched, edits) == text
+    patched_crlf = pv.patch_text(crlf, edits)
+    assert "\n" not in patched_crlf.replace("\r\n", "")  # every line, inserted ones too, keeps CRLF
+    assert "from utils.general import" in pv.patch_text(drifted, edits)
+
+
+def test_unrecognised_file_is_left_untouched(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    seg = tree / "segment" / "train.py"
+    seg.write_text(seg.read_text(encoding="utf-8").replace("scaler.scale(loss).backward()", "loss.backward()"),
+                   encoding="utf-8")
+    seg_before = seg.read_bytes()
+    rc, out, err = _cli(capsys, tree)
+    assert rc == 1
+    assert str(seg) in err and "`scaler.scale(loss).backward()`" in err and "found none" in err
+    assert seg.read_bytes() == seg_before
+    assert not (tree / ("segment/train.py" + pv.BACKUP_SUFFIX)).exists()
+    assert pv.MARKER in (tree / "train.py").read_text(encoding="utf-8")  # the others are patched
+    assert _cli(capsys, tree, "--check")[0] == 1
+
+
+def test_ambiguous_anchor_and_unknown_marked_line(tree: Path) -> None:
+    text = (tree / "train.py").read_text(encoding="utf-8")
+    doubled = text.replace("    init_seeds(opt.seed + 1 + RANK, deterministic=True)\n",
+                           "    init_seeds(opt.seed + 1 + RANK, deterministic=True)\n" * 2)
+    with pytest.raises(pv.NotRecognised, match=r"found 2 \(lines \d+, \d+\)"):
+        pv.patch_text(doubled, pv.FILES["train.py"], path="train.py")
+    patched = pv.patch_text(text, pv.FILES["train.py"])
+    edited = patched.replace("ydet.backward(scaler.scale(loss))  # yolo-det", "ydet.backward(loss * 2)  # yolo-det")
+    with pytest.raises(pv.NotRecognised, match=r"line \d+ is marked '# yolo-det'"):
+        pv.revert_text(edited, pv.FILES["train.py"], path="train.py")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# bad input: one line, exit 2, nothing changed
+
+
+def test_not_a_yolov5_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "train.py").write_text("print('hello')\n")
+    for target in (tmp_path, tmp_path / "missing"):
+        before = _digest(tmp_path)
+        rc, out, err = _cli(capsys, target)
+        assert rc == 2 and out == ""
+        assert err.count("\n") == 1 and "YOLOv5" in err
+        assert _digest(tmp_path) == before
+
+
+def test_unknown_profile(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _digest(tree)
+    rc, _, err = _cli(capsys, tree, "--profile", "repo")
+    assert rc == 2 and err.count("\n") == 1
+    assert "unknown profile 'repo'" in err and "Did you mean 'repro'?" in err
+    assert _digest(tree) == before
+
+
+def test_read_only_files(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _digest(tree)
+    target = tree / "detect.py"
+    target.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+    try:
+        rc, _, err = _cli(capsys, tree)
+    finally:
+        target.chmod(0o644)
+    assert rc == 2 and err.count("\n") == 1 and "detect.py is read-only" in err
+    assert _digest(tree) == before
+
+
+def test_read_only_folder(tree: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder where no file can be created (a read-only mount; root ignores chmod, so it is simulated)."""
+    before = _digest(tree)
+    real_mkstemp = tempfile.mkstemp
+
+    def mkstemp(*args: object, **kwargs: object) -> tuple[int, str]:
+        folder = Path(str(kwargs.get("dir") or "")).resolve()
+        if folder == (tree / "segment").resolve():
+            raise PermissionError(13, "Read-only file system")
+        return real_mkstemp(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    rc, _, err = _cli(capsys, tree)
+    assert rc == 2 and err.count("\n") == 1
+    assert "cannot write in" in err and "segment" in err
+    assert _digest(tree) == before
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the diffs in patches/ cannot drift from the command
+
+
+def _hunks(diff: str) -> dict[str, list[list[str]]]:
+    """``{path: [hunk lines (' ', '-', '+' prefixed), ...]}`` of a git-style unified diff."""
+    files: dict[str, list[list[str]]] = {}
+    current: list[list[str]] | None = None
+    for line in diff.splitlines(keepends=True):
+        if line.startswith("diff --git "):
+            current = None
+        elif line.startswith("+++ b/"):
+            current = files.setdefault(line[6:].rstrip("\n"), [])
+        elif line.startswith("@@") and current is not None:
+            current.append([])
+        elif current is not None and current and line[:1] in {" ", "-", "+"} and not line.startswith("--- a/"):
+            current[-1].append(line)
+    return files
+
+
+def _apply_diff(root: Path, diff: str) -> dict[str, str]:
+    """Apply a unified diff to the files under ``root`` in memory (strict: context must match); return new texts."""
+    out = {}
+    for rel, hunks in _hunks(diff).items():
+        lines = (root / rel).read_text(encoding="utf-8").splitlines(keepends=True)
+        pos, new = 0, []
+        for hunk in hunks:
+            old_side = [h[1:] for h in hunk if h[0] in " -"]
+            for start in range(pos, len(lines) - len(old_side) + 1):
+                if lines[start:start + len(old_side)] == old_side:
+                    break
+            else:
+                raise AssertionError(f"{rel}: a hunk of the diff does not apply")
+            new += lines[pos:start] + [h[1:] for h in hunk if h[0] in " +"]
+            pos = start + len(old_side)
+        out[rel] = "".join(new + lines[pos:])
+    return out
+
+
+def test_pypi_diff_matches_the_command(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    diff = (PATCHES / "yolov5-pypi-7.0.14.diff").read_text(encoding="utf-8")
+    applied = _apply_diff(tree, diff)
+    assert sorted(applied) == sorted(pv.FILES)
+    assert _cli(capsys, tree, "--no-backup")[0] == 0
+    assert applied == {rel: (tree / rel).read_text(encoding="utf-8") for rel in pv.FILES}
+
+
+@pytest.mark.parametrize("name", ["yolov5-v7.0.diff", "yolov5-master.diff", "yolov5-pypi-7.0.14.diff"])
+def test_tag_diffs_are_the_commands_edits(name: str) -> None:
+    """Each diff's old side, file by file, is patched by the command into exactly the diff's new side.
+
+    The tags' full files are not available to the tests, but every edit's anchor lies inside its hunk,
+    so the hunks of one file, put together, are a (shorter) file the command must patch the same way.
+    """
+    files = _hunks((PATCHES / name).read_text(encoding="utf-8"))
+    assert sorted(files) == sorted(pv.FILES)
+    for rel, hunks in files.items():
+        old = "".join(h[1:] for hunk in hunks for h in hunk if h[0] in " -")
+        new = "".join(h[1:] for hunk in hunks for h in hunk if h[0] in " +")
+        assert pv.patch_text(old, pv.FILES[rel], path=rel) == new, f"{name}: {rel}"
+        assert pv.revert_text(new, pv.FILES[rel], path=rel) == old, f"{name}: {rel}"
+
+
+def test_patches_readme_names_every_diff() -> None:
+    readme = (PATCHES / "README.md").read_text(encoding="utf-8")
+    for diff in PATCHES.glob("*.diff"):
+        assert diff.name in readme
+    assert "git apply" in readme

@@ -1,0 +1,74 @@
+"""Patch a YOLOv5 tree so its scripts take --det-profile and run under yolo-det profiles.
+
+usage: yolo-det patch-yolov5 DIR [--check] [--reverse] [--diff] [--profile NAME] [--no-backup]
+
+DIR is a YOLOv5 clone (any tag from v7.0 to master) or the installed yolov5 package. The patch changes
+a few lines of train.py, val.py, detect.py and export.py (and their segment/ and classify/ versions):
+each changed line ends with '# yolo-det' and calls yolo_det.integrations.yolov5. Without --det-profile
+the patched scripts behave exactly as before. Each changed file is first backed up as
+FILE.yolo-det.bak; running the command again changes nothing. A file whose anchor line is missing is
+left untouched and named with the line that was looked for (exit code 1).
+
+exit codes: 0 done (or, with --check, nothing to change); 1 with --check: the tree would change, or a
+file was not recognised; 2 bad input (not a YOLOv5 tree, read-only tree, unknown profile).
+
+examples:
+  yolo-det patch-yolov5 ~/yolov5                       # patch a clone
+  yolo-det patch-yolov5 ~/yolov5 --check               # what would change; exit 1 if unpatched
+  yolo-det patch-yolov5 ~/yolov5 --diff > det.diff     # the change as a diff, nothing written
+  yolo-det patch-yolov5 ~/yolov5 --profile repro       # --det-profile defaults to repro
+  yolo-det patch-yolov5 ~/yolov5 --reverse             # remove the patch
+  python train.py --det-profile repro --data data.yaml --cfg yolov5n.yaml --weights ''
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..patch_yolov5 import BACKUP_SUFFIX, apply_plan, plan
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``patch-yolov5`` arguments."""
+    parser.add_argument("dir", metavar="DIR", help="YOLOv5 clone or installed yolov5 package folder")
+    parser.add_argument("--check", action="store_true",
+                        help="report what would change and exit 1 if anything would; write nothing")
+    parser.add_argument("--reverse", action="store_true", help="remove the patch")
+    parser.add_argument("--diff", action="store_true", help="print the change as a unified diff; write nothing")
+    parser.add_argument("--profile", metavar="NAME|FILE", default=None,
+                        help="make --det-profile default to this profile (default: no profile, YOLOv5's behaviour)")
+    parser.add_argument("--no-backup", action="store_true", help=f"do not write FILE{BACKUP_SUFFIX} backups")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``yolo-det patch-yolov5``."""
+    result = plan(args.dir, reverse=args.reverse, default_profile=None if args.reverse else args.profile)
+    verb = "unpatch" if args.reverse else "patch"
+    if args.diff:
+        sys.stdout.write(result.diff())
+        for f in result.unrecognised:
+            print(f"yolo-det: {f.path}: not recognised: {f.error}", file=sys.stderr)
+        return 1 if result.unrecognised else 0
+    for f in result.unrecognised:
+        print(f"yolo-det: {result.root / f.path}: not recognised: {f.error}", file=sys.stderr)
+    if args.check:
+        for f in result.files:
+            if f.error is not None:
+                continue
+            if f.changes:
+                print(f"{f.path}: would {verb}")
+                for line in f.summary():
+                    print(line)
+            else:
+                print(f"{f.path}: {'patched' if f.patched else 'not patched'}, nothing to change")
+        pending = bool(result.changes) or bool(result.unrecognised)
+        return 1 if pending else 0
+    written = apply_plan(result, backup=not args.no_backup)
+    done = "unpatched" if args.reverse else "patched"
+    for f in result.files:
+        if f.error is None:
+            print(f"{f.path}: {done if f.changes else 'unchanged'}")
+    print(f"{len(written)} file(s) {done} in {result.root}" + ("" if args.no_backup or not written else
+          f" (backups: *{BACKUP_SUFFIX})"))
+    return 1 if result.unrecognised else 0
