@@ -1,0 +1,386 @@
+"""Machinery shared by the deterministic layers.
+
+* :class:`AxisMap` is a linear map along one tensor axis stored as a few *taps* per output index
+  (``out[i] = sum_k w[i, k] * in[idx[i, k]]``). :func:`apply_axis_map` applies it through an autograd
+  :class:`torch.autograd.Function` whose backward is the transposed map, applied the same way. Forward
+  and backward are therefore gathers (``index_select``) and element-wise products only: no scatter,
+  no atomics, no matrix multiply (so TF32 settings cannot change the result), deterministic on every
+  device whether or not ``torch.use_deterministic_algorithms`` is on, and twice differentiable.
+* :func:`outside_modes` runs code (the probes and table builders) outside any torch-function mode (the
+  functional interception) and any dispatch mode (fake tensors), so probing PyTorch's own kernels never
+  recurses into the layers and always sees real CPU tensors.
+* :func:`amp_plan` and :func:`autocast_off` reproduce what autocast would do to the native op: the layer
+  computes in float32 for float16/bfloat16 and returns the dtype the native op would have returned in
+  the same autocast state (found once by running the native op on a tiny, fake when needed, tensor).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "LOW_PRECISION",
+    "AxisMap",
+    "amp_plan",
+    "apply_axis_map",
+    "autocast_off",
+    "match_memory_format",
+    "outside_modes",
+]
+
+#: Floating dtypes the layers never accumulate in (they compute in float32 and cast back).
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Running outside modes
+# ----------------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def outside_modes() -> Iterator[None]:
+    """Run a block with no torch-function mode, no dispatch mode, no grad and no inference mode.
+
+    Used to probe PyTorch's CPU kernels and to build index tables: the tensors made inside are real
+    CPU tensors even when the caller traces with fake tensors, and an active interception mode cannot
+    route the probe back into the deterministic layers.
+    """
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with torch._C.DisableTorchFunction(), _disable_current_modes(), torch.inference_mode(False), torch.no_grad():
+        yield
+
+
+def _is_plain(x: Tensor) -> bool:
+    """Whether ``x`` is an ordinary tensor outside any dispatch mode (so tables can be cached on its device)."""
+    return type(x) in (torch.Tensor, torch.nn.Parameter) and torch._C._len_torch_dispatch_stack() == 0
+
+
+# ----------------------------------------------------------------------------------------------------
+# Autocast
+# ----------------------------------------------------------------------------------------------------
+
+
+def _autocast_enabled(device_type: str) -> bool:
+    try:
+        return bool(torch.is_autocast_enabled(device_type))
+    except TypeError:  # torch < 2.4
+        if device_type == "cpu":
+            return bool(torch.is_autocast_cpu_enabled())
+        return device_type == "cuda" and bool(torch.is_autocast_enabled())
+    except RuntimeError:  # a device type without autocast (meta)
+        return False
+
+
+def _autocast_dtype(device_type: str) -> torch.dtype:
+    try:
+        return torch.get_autocast_dtype(device_type)
+    except (AttributeError, TypeError):  # torch < 2.4
+        return torch.get_autocast_cpu_dtype() if device_type == "cpu" else torch.get_autocast_gpu_dtype()
+
+
+def _set_autocast_enabled(device_type: str, enabled: bool) -> None:
+    try:
+        torch.set_autocast_enabled(device_type, enabled)
+    except TypeError:  # torch < 2.4
+        if device_type == "cpu":
+            torch.set_autocast_cpu_enabled(enabled)
+        else:
+            torch.set_autocast_enabled(enabled)
+
+
+@contextlib.contextmanager
+def autocast_off(device_type: str, active: bool) -> Iterator[None]:
+    """Disable autocast for ``device_type`` inside the block when ``active`` (restored on exit, errors too)."""
+    if not active:
+        yield
+        return
+    _set_autocast_enabled(device_type, False)
+    try:
+        yield
+    finally:
+        _set_autocast_enabled(device_type, True)
+
+
+_NATIVE_DTYPES: dict[tuple[Any, ...], torch.dtype | None] = {}
+_NATIVE_DTYPES_LOCK = threading.Lock()
+
+
+def _native_autocast_dtype(key: str, probe: Callable[[str], Tensor], device_type: str,
+                           dtypes: tuple[torch.dtype, ...]) -> torch.dtype | None:
+    """The output dtype of the native op under the current autocast state, or ``None`` if unknown.
+
+    ``probe(device)`` runs the native op on tiny tensors of ``dtypes`` made on ``device``. CUDA and
+    other accelerators are probed with fake tensors, so no kernel runs and no device is needed. The
+    answer is cached per op, device type, autocast dtype, input dtypes and deterministic flag (the
+    flag changes which implementation some native ops pick, and so their autocast policy).
+    """
+    cache_key = (key, device_type, _autocast_dtype(device_type), dtypes, torch.are_deterministic_algorithms_enabled())
+    with _NATIVE_DTYPES_LOCK:
+        if cache_key in _NATIVE_DTYPES:
+            return _NATIVE_DTYPES[cache_key]
+    result: torch.dtype | None
+    try:
+        with outside_modes():
+            if device_type == "cpu":
+                result = probe("cpu").dtype
+            else:
+                from torch._subclasses.fake_tensor import FakeTensorMode
+
+                with FakeTensorMode():
+                    result = probe(device_type).dtype
+    except Exception:  # a build that cannot fake this device: keep the input dtype
+        result = None
+    with _NATIVE_DTYPES_LOCK:
+        _NATIVE_DTYPES[cache_key] = result
+    return result
+
+
+def amp_plan(key: str, probe: Callable[[str], Tensor], inputs: Sequence[Tensor]) -> tuple[torch.dtype, torch.dtype, bool]:
+    """Decide the compute dtype and output dtype of a layer for its floating inputs.
+
+    Args:
+        key: Name of the native op (cache key of the autocast probe).
+        probe: ``probe(device) -> Tensor`` running the native op on tiny tensors with the dtypes of
+            ``inputs`` (called only while autocast is enabled for the inputs' device type).
+        inputs: The floating tensors the native op would receive.
+
+    Returns:
+        ``(compute_dtype, output_dtype, autocast_active)``. ``compute_dtype`` is float32 whenever the
+        inputs or the output are float16/bfloat16 (PyTorch's kernels accumulate in float32 too);
+        ``output_dtype`` is the dtype the native op returns in the current autocast state;
+        ``autocast_active`` tells the caller to run its body under :func:`autocast_off`.
+    """
+    first = inputs[0]
+    device_type = first.device.type
+    dtypes = tuple(t.dtype for t in inputs)
+    out_dtype = dtypes[0]
+    for dt in dtypes[1:]:
+        out_dtype = torch.promote_types(out_dtype, dt)
+    active = _autocast_enabled(device_type)
+    if active:
+        native = _native_autocast_dtype(key, probe, device_type, dtypes)
+        if native is not None:
+            out_dtype = native
+    low = out_dtype in LOW_PRECISION or any(dt in LOW_PRECISION for dt in dtypes)
+    compute = torch.float32 if low else out_dtype
+    return compute, out_dtype, active
+
+
+def match_memory_format(out: Tensor, like: Tensor) -> Tensor:
+    """Give a 4-D ``out`` the channels_last layout when ``like`` has it (as PyTorch's CPU kernels do)."""
+    if (out.dim() == 4 and like.dim() == 4 and not like.is_contiguous()
+            and like.is_contiguous(memory_format=torch.channels_last)):
+        return out.contiguous(memory_format=torch.channels_last)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# Sparse linear maps along one axis
+# ----------------------------------------------------------------------------------------------------
+
+
+def _pack(rows: Tensor, cols: Tensor, vals: Tensor | None, n_rows: int) -> tuple[Tensor, Tensor | None]:
+    """Pack (row, col, val) entries, sorted by row then col, into padded ``(n_rows, K)`` tables.
+
+    Empty slots repeat the row's last column with weight 0 (or column 0 for an empty row), so every
+    index is valid and padding never changes a sum of finite values.
+    """
+    counts = torch.bincount(rows, minlength=n_rows)
+    k = max(int(counts.max()) if rows.numel() else 0, 1)
+    starts = torch.cumsum(counts, 0) - counts
+    pos = torch.arange(rows.numel()) - starts[rows]
+    idx = torch.zeros(n_rows, k, dtype=torch.int64)
+    idx[rows, pos] = cols
+    # fill empty slots with the last real column of the row (0 for empty rows)
+    last = torch.zeros(n_rows, dtype=torch.int64)
+    nonempty = counts > 0
+    last[nonempty] = idx[nonempty.nonzero().flatten(), counts[nonempty] - 1]
+    slot = torch.arange(k).expand(n_rows, k)
+    empty = slot >= counts[:, None]
+    idx = torch.where(empty, last[:, None].expand(n_rows, k), idx)
+    if vals is None and not bool(empty.any()):
+        return idx, None
+    w = torch.zeros(n_rows, k, dtype=torch.float64)
+    w[rows, pos] = vals.to(torch.float64) if vals is not None else 1.0
+    return idx, w
+
+
+class AxisMap:
+    """A linear map from length ``in_size`` to ``out_size`` along one axis, as padded tap tables.
+
+    ``index`` is an ``(out_size, K)`` int64 CPU tensor; ``weight`` is a float64 ``(out_size, K)`` CPU
+    tensor or ``None`` for all-ones weights (a pure selection). Device copies of the tables are cached
+    per ``(device, dtype)`` on the instance; instances are immutable and shared through the builders'
+    caches, so build them only inside :func:`outside_modes`.
+    """
+
+    def __init__(self, in_size: int, index: Tensor, weight: Tensor | None) -> None:
+        self.in_size = int(in_size)
+        self.out_size = int(index.shape[0])
+        self.index = index
+        self.weight = weight
+        self._transpose: AxisMap | None = None
+        self._columns: tuple[list[list[int]], list[list[float]] | None] | None = None
+        self._device: dict[tuple[torch.device, torch.dtype], _DeviceTaps] = {}
+        self._lock = threading.Lock()
+        self.identity = (self.in_size == self.out_size and self.taps == 1
+                         and torch.equal(index[:, 0], torch.arange(self.out_size))
+                         and (weight is None or bool((weight == 1).all())))
+
+    @property
+    def taps(self) -> int:
+        """Number of taps per output index (``K``)."""
+        return int(self.index.shape[1])
+
+    @classmethod
+    def from_dense(cls, matrix: Tensor) -> AxisMap:
+        """Build from a dense ``(in_size, out_size)`` matrix: ``out = matrix.T @ in`` (zeros dropped)."""
+        in_size, out_size = matrix.shape
+        rows, cols = (matrix.t() != 0).nonzero(as_tuple=True)
+        vals = matrix.t()[rows, cols]
+        idx, w = _pack(rows, cols, vals, out_size)
+        if w is None:
+            w = torch.ones(idx.shape, dtype=torch.float64)
+        return cls(in_size, idx, w)
+
+    @classmethod
+    def from_windows(cls, in_size: int, starts: Sequence[int], ends: Sequence[int], *, average: bool) -> AxisMap:
+        """Build a map whose output ``i`` reads ``in[starts[i]:ends[i]]``.
+
+        With ``average`` the taps are weighted ``1 / (end - start)`` (one output per window). Without
+        it the map is a pure selection of ``out_size = n_windows * K`` entries, ``K`` the largest
+        window: window ``i`` occupies outputs ``i*K .. i*K+K-1``, its own elements first, then repeats
+        of its last element (so a first-maximum scan over each block finds the same element as a scan
+        over the window, and a last-NaN scan too).
+        """
+        if average:
+            rows, cols, vals = [], [], []
+            for i, (s, e) in enumerate(zip(starts, ends)):
+                for j in range(s, e):
+                    rows.append(i)
+                    cols.append(j)
+                    vals.append(1.0 / (e - s))
+            idx, w = _pack(torch.tensor(rows, dtype=torch.int64), torch.tensor(cols, dtype=torch.int64),
+                           torch.tensor(vals, dtype=torch.float64), len(starts))
+            return cls(in_size, idx, w)
+        k = max(e - s for s, e in zip(starts, ends))
+        flat = [min(s + t, e - 1) for s, e in zip(starts, ends) for t in range(k)]
+        return cls(in_size, torch.tensor(flat, dtype=torch.int64).view(-1, 1), None)
+
+    def columns(self) -> tuple[list[list[int]], list[list[float]] | None]:
+        """The tables as Python lists, one list per tap (cached; safe to call under any mode)."""
+        if self._columns is None:
+            with outside_modes():
+                index_cols = self.index.t().tolist()
+                weight_cols = None if self.weight is None else self.weight.t().tolist()
+            self._columns = (index_cols, weight_cols)
+        return self._columns
+
+    def is_identity(self) -> bool:
+        """Whether the map is the identity (then callers may skip it)."""
+        return self.identity
+
+    def transpose(self) -> AxisMap:
+        """The transposed (adjoint) map, from ``out_size`` back to ``in_size`` (cached)."""
+        with self._lock:
+            if self._transpose is None:
+                with outside_modes():
+                    o, k = self.index.shape
+                    rows = torch.arange(o).repeat_interleave(k)
+                    cols = self.index.reshape(-1)
+                    if self.weight is None:
+                        vals = None
+                    else:
+                        vals = self.weight.reshape(-1)
+                        keep = vals != 0
+                        rows, cols, vals = rows[keep], cols[keep], vals[keep]
+                    order = torch.argsort(cols * o + rows)
+                    idx, w = _pack(cols[order], rows[order], None if vals is None else vals[order], self.in_size)
+                    t = AxisMap(self.out_size, idx, w)
+                    t._transpose = self
+                self._transpose = t
+            return self._transpose
+
+    def on(self, like: Tensor) -> _DeviceTaps:
+        """The tables on ``like``'s device and dtype (cached for ordinary tensors, fresh under modes)."""
+        key = (like.device, like.dtype)
+        if not _is_plain(like):
+            return _DeviceTaps(self, like.device, like.dtype, fresh=True)
+        taps = self._device.get(key)
+        if taps is None:
+            taps = _DeviceTaps(self, like.device, like.dtype, fresh=False)
+            self._device[key] = taps
+        return taps
+
+
+class _DeviceTaps:
+    """Tap tables of an :class:`AxisMap` on one device and dtype, split per tap for the forward loop."""
+
+    def __init__(self, amap: AxisMap, device: torch.device, dtype: torch.dtype, *, fresh: bool) -> None:
+        self.amap = amap
+        self.out_size = amap.out_size
+        if fresh:  # under a dispatch mode (fake tensors): make the tables through the mode
+            index_cols, weight_cols = amap.columns()
+            self.index = [torch.tensor(c, dtype=torch.int64, device=device) for c in index_cols]
+            self.weight = (None if weight_cols is None else
+                           [torch.tensor(c, dtype=dtype, device=device) for c in weight_cols])
+        else:
+            with outside_modes():
+                self.index = [c.contiguous().to(device) for c in amap.index.t()]
+                self.weight = (None if amap.weight is None else
+                               [c.to(dtype).contiguous().to(device) for c in amap.weight.t()])
+
+    def apply(self, x: Tensor, dim: int) -> Tensor:
+        """``out[..., i, ...] = sum_k w[i, k] * x[..., idx[i, k], ...]`` along ``dim`` (non-negative)."""
+        tail = (1,) * (x.dim() - dim - 1)
+        last = dim == x.dim() - 1
+        out_shape = list(x.shape)
+        out_shape[dim] = self.out_size
+
+        def tap(k: int) -> Tensor:
+            idx = self.index[k]
+            return torch.gather(x, dim, idx.expand(out_shape)) if last else x.index_select(dim, idx)
+
+        out = tap(0)
+        if self.weight is not None:
+            out.mul_(self.weight[0].view(self.out_size, *tail))
+        for k in range(1, len(self.index)):
+            if self.weight is None:
+                out.add_(tap(k))
+            else:
+                out.addcmul_(tap(k), self.weight[k].view(self.out_size, *tail))
+        return out
+
+
+class DetAxisMap(torch.autograd.Function):
+    """Apply an :class:`AxisMap` along one axis; the backward applies the transposed map (a gather too)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, dim: int, fwd: _DeviceTaps, bwd: _DeviceTaps) -> Tensor:  # type: ignore[override]
+        ctx.dim = dim
+        ctx.taps = (fwd, bwd)
+        return fwd.apply(x, dim)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None]:  # type: ignore[override]
+        fwd, bwd = ctx.taps
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None
+        return DetAxisMap.apply(grad, ctx.dim, bwd, fwd), None, None, None
+
+
+def apply_axis_map(x: Tensor, dim: int, amap: AxisMap) -> Tensor:
+    """Apply ``amap`` along ``dim`` of ``x`` (any dtype the caller chose; float64 tables are cast to it)."""
+    dim = dim % x.dim()
+    if x.shape[dim] != amap.in_size:
+        raise ValueError(f"axis {dim} has size {x.shape[dim]}, the map expects {amap.in_size}")
+    fwd = amap.on(x)
+    bwd = amap.transpose().on(x)
+    return DetAxisMap.apply(x, dim, fwd, bwd)

@@ -1,0 +1,223 @@
+"""Deterministic reflection and replication padding (drop-ins for ``nn.ReflectionPad*``/``ReplicationPad*``).
+
+PyTorch's CUDA backward kernels of ``reflection_pad1d/3d`` (2d too before ~2.6) and
+``replication_pad1d/2d/3d`` accumulate with atomics (replicate switches to an index-based
+decomposition when the deterministic flag is on at forward time, on recent releases). Padding is a
+fixed linear map that copies input elements, so it is computed here by a small autograd function:
+
+* forward: one allocation, one copy of the input into the centre, then each padded axis in turn
+  fills its borders from already written values (a flipped slice for ``reflect``, the edge slice
+  broadcast for ``replicate``);
+* backward (the adjoint): per padded axis, the centre of the gradient is copied once and the border
+  gradients are added onto the elements they came from (flipped slices for ``reflect``, one sum per
+  side for ``replicate``).
+
+Both directions are slicing, flipping, copies and additions only (no atomics, no scatter), the
+backward is itself differentiable (its adjoint is the forward), the forward is bit-exact and the
+backward agrees with PyTorch up to the order of the at most three additions per element
+(``reflect``) or of the border sum (``replicate``). Negative pads crop, as in PyTorch.
+``constant`` and ``circular`` padding are already deterministic and pass through to PyTorch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ._common import amp_plan, autocast_off
+
+__all__ = [
+    "DetReflectionPad1d",
+    "DetReflectionPad2d",
+    "DetReflectionPad3d",
+    "DetReplicationPad1d",
+    "DetReplicationPad2d",
+    "DetReplicationPad3d",
+    "pad",
+]
+
+Pads = tuple[tuple[int, int, int], ...]  # (dim, left, right) per padded axis, last axis first
+
+
+def _memory_format(x: Tensor) -> torch.memory_format:
+    if x.is_contiguous():
+        return torch.contiguous_format
+    if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
+        return torch.channels_last
+    if x.dim() == 5 and x.is_contiguous(memory_format=torch.channels_last_3d):
+        return torch.channels_last_3d
+    return torch.contiguous_format
+
+
+def _pad_forward(x: Tensor, pads: Pads, mode: str) -> Tensor:
+    shape = list(x.shape)
+    for d, left, right in pads:
+        shape[d] += left + right
+    out = torch.empty(shape, dtype=x.dtype, device=x.device, memory_format=_memory_format(x))
+    centre = out
+    for d, left, _ in pads:
+        centre = centre.narrow(d, left, x.shape[d])
+    centre.copy_(x)
+    done: set[int] = set()
+    for d, left, right in pads:
+        size = x.shape[d]
+        slab = out  # full along padded-so-far axes and along d, centre along the others
+        for d2, left2, _ in pads:
+            if d2 != d and d2 not in done:
+                slab = slab.narrow(d2, left2, x.shape[d2])
+        if mode == "reflect":
+            if left:
+                slab.narrow(d, 0, left).copy_(slab.narrow(d, left + 1, left).flip(d))
+            if right:
+                slab.narrow(d, left + size, right).copy_(slab.narrow(d, left + size - 1 - right, right).flip(d))
+        else:
+            if left:
+                slab.narrow(d, 0, left).copy_(slab.narrow(d, left, 1).expand_as(slab.narrow(d, 0, left)))
+            if right:
+                edge = slab.narrow(d, left + size - 1, 1)
+                slab.narrow(d, left + size, right).copy_(edge.expand_as(slab.narrow(d, left + size, right)))
+        done.add(d)
+    return out
+
+
+def _pad_adjoint(g: Tensor, pads: Pads, mode: str) -> Tensor:
+    y = g
+    for d, left, right in reversed(pads):
+        size = y.shape[d] - left - right
+        c = y.narrow(d, left, size).clone()
+        if mode == "reflect":
+            if left:
+                c.narrow(d, 1, left).add_(y.narrow(d, 0, left).flip(d))
+            if right:
+                c.narrow(d, size - 1 - right, right).add_(y.narrow(d, left + size, right).flip(d))
+        else:
+            if left:
+                c.narrow(d, 0, 1).add_(y.narrow(d, 0, left).sum(dim=d, keepdim=True))
+            if right:
+                c.narrow(d, size - 1, 1).add_(y.narrow(d, left + size, right).sum(dim=d, keepdim=True))
+        y = c
+    return y
+
+
+class DetPad(torch.autograd.Function):
+    """Reflection/replication padding (or its adjoint); the backward is the other one of the pair."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, pads: Pads, mode: str, adjoint: bool) -> Tensor:  # type: ignore[override]
+        ctx.args = (pads, mode, adjoint)
+        return _pad_adjoint(x, pads, mode) if adjoint else _pad_forward(x, pads, mode)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None]:  # type: ignore[override]
+        pads, mode, adjoint = ctx.args
+        return DetPad.apply(grad, pads, mode, not adjoint), None, None, None
+
+
+def _split(x: Tensor, pad: Sequence[int], mode: str) -> tuple[Pads, list[tuple[int, int, int]]] | None:
+    """Positive pads and crops per axis, or ``None`` when PyTorch would reject the arguments."""
+    n = len(pad) // 2
+    if len(pad) % 2 or n not in (1, 2, 3) or x.dim() not in (n + 1, n + 2):
+        return None
+    pads: list[tuple[int, int, int]] = []
+    crops: list[tuple[int, int, int]] = []
+    for i in range(n):
+        left, right = int(pad[2 * i]), int(pad[2 * i + 1])
+        d = x.dim() - 1 - i
+        size = x.shape[d]
+        if size + left + right < 1 or size < 1:
+            return None
+        if mode == "reflect" and (left >= size or right >= size):
+            return None
+        if left > 0 or right > 0:
+            pads.append((d, max(left, 0), max(right, 0)))
+        if left < 0 or right < 0:
+            crops.append((d, max(-left, 0), max(-right, 0)))
+    return tuple(pads), crops
+
+
+def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float | None = None) -> Tensor:
+    """Deterministic ``torch.nn.functional.pad`` for ``reflect`` and ``replicate`` (same signature and result).
+
+    ``constant`` and ``circular`` (already deterministic) and arguments PyTorch rejects go to
+    ``torch.nn.functional.pad``.
+
+    Args:
+        input: Tensor with 1-3 padded trailing axes (``(N, C, *spatial)`` or ``(C, *spatial)``).
+        pad: ``(left, right[, top, bottom[, front, back]])``, last axis first; negative values crop.
+        mode: ``constant``, ``reflect``, ``replicate`` or ``circular``.
+        value: Fill value for ``constant`` padding.
+
+    Returns:
+        The padded tensor (channels_last input gives channels_last output, like PyTorch on the CPU).
+    """
+    if mode not in ("reflect", "replicate") or value is not None:
+        return F.pad(input, pad, mode=mode, value=value)
+    split = _split(input, pad, mode)
+    if split is None:
+        return F.pad(input, pad, mode=mode, value=value)
+    pads, crops = split
+    n = len(pad) // 2
+
+    def probe(device: str) -> Tensor:
+        return F.pad(torch.zeros((1, 1) + (3,) * n, dtype=input.dtype, device=device), [1] * (2 * n), mode=mode)
+
+    _, out_dtype, active = amp_plan(f"pad:{mode}:{n}", probe, [input])
+    with autocast_off(input.device.type, active):
+        # padding copies values: it is exact in any dtype, so no float32 round trip
+        y = input.to(out_dtype)
+        if pads:
+            y = DetPad.apply(y, pads, mode, False)
+        elif not crops:
+            y = y.clone()
+        for d, left, right in crops:
+            y = y.narrow(d, left, y.shape[d] - left - right)
+        if crops:
+            y = y.contiguous(memory_format=_memory_format(input))
+    return y
+
+
+class _PadModule:
+    _mode = "reflect"
+
+    def forward(self, input: Tensor) -> Tensor:
+        return pad(input, self.padding, self._mode)  # type: ignore[attr-defined]
+
+
+class DetReflectionPad1d(_PadModule, nn.ReflectionPad1d):
+    """Deterministic drop-in for :class:`torch.nn.ReflectionPad1d` (same arguments, repr, state)."""
+
+    _mode = "reflect"
+
+
+class DetReflectionPad2d(_PadModule, nn.ReflectionPad2d):
+    """Deterministic drop-in for :class:`torch.nn.ReflectionPad2d` (same arguments, repr, state)."""
+
+    _mode = "reflect"
+
+
+class DetReflectionPad3d(_PadModule, nn.ReflectionPad3d):
+    """Deterministic drop-in for :class:`torch.nn.ReflectionPad3d` (same arguments, repr, state)."""
+
+    _mode = "reflect"
+
+
+class DetReplicationPad1d(_PadModule, nn.ReplicationPad1d):
+    """Deterministic drop-in for :class:`torch.nn.ReplicationPad1d` (same arguments, repr, state)."""
+
+    _mode = "replicate"
+
+
+class DetReplicationPad2d(_PadModule, nn.ReplicationPad2d):
+    """Deterministic drop-in for :class:`torch.nn.ReplicationPad2d` (same arguments, repr, state)."""
+
+    _mode = "replicate"
+
+
+class DetReplicationPad3d(_PadModule, nn.ReplicationPad3d):
+    """Deterministic drop-in for :class:`torch.nn.ReplicationPad3d` (same arguments, repr, state)."""
+
+    _mode = "replicate"
