@@ -30,10 +30,10 @@ import warnings
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import YoloDetError
+from . import _native
 from ._common import amp_plan, autocast_off
 
 __all__ = ["grid_sample"]
@@ -203,12 +203,12 @@ def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mod
             f"yolo-det's deterministic grid_sample supports mode='bilinear' on 4-D input only, got mode={mode!r} on "
             f"{input.dim()}-D input; use torch.nn.functional.grid_sample and leave this layer out of strict determinism")
     if padding_mode not in _PADDING_MODES:
-        return F.grid_sample(input, grid, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+        return _native.grid_sample(input, grid, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
     if (grid.dim() != 4 or grid.shape[-1] != 2 or grid.shape[0] != input.shape[0] or input.dtype != grid.dtype
             or input.device != grid.device or not input.is_floating_point() or input.shape[0] == 0
             or any(s == 0 for s in input.shape[2:])):
         # let PyTorch raise its own error for bad arguments (and handle empty tensors)
-        return F.grid_sample(input, grid, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+        return _native.grid_sample(input, grid, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
     if align_corners is None:
         warnings.warn(
             "Default grid_sample and affine_grid behavior has changed to align_corners=False since 1.3.0. Please "
@@ -217,7 +217,7 @@ def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mod
         align_corners = False
 
     def probe(device: str) -> Tensor:
-        return F.grid_sample(torch.zeros(1, 1, 2, 2, dtype=input.dtype, device=device),
+        return _native.grid_sample(torch.zeros(1, 1, 2, 2, dtype=input.dtype, device=device),
                              torch.zeros(1, 1, 1, 2, dtype=grid.dtype, device=device), align_corners=False)
 
     compute, out_dtype, active = amp_plan("grid_sampler", probe, [input, grid])

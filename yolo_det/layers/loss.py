@@ -13,9 +13,10 @@ otherwise it copies the logits once.
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn import _reduction
+
+from . import _native
 
 __all__ = ["DetCrossEntropyLoss", "DetNLLLoss", "cross_entropy", "nll_loss"]
 
@@ -50,10 +51,10 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, s
         reduction = _reduction.legacy_get_string(size_average, reduce)
     probabilities = target.is_floating_point()
     if input.dim() < 3 or input.numel() == 0 or (target.shape != input.shape if probabilities else not _spatial_target_ok(input, target)):
-        return F.cross_entropy(input, target, weight, ignore_index=ignore_index, reduction=reduction,
+        return _native.cross_entropy(input, target, weight, ignore_index=ignore_index, reduction=reduction,
                                label_smoothing=label_smoothing)
     flat_target = _flatten_input(target) if probabilities else target.reshape(-1)
-    loss = F.cross_entropy(_flatten_input(input), flat_target, weight, ignore_index=ignore_index, reduction=reduction,
+    loss = _native.cross_entropy(_flatten_input(input), flat_target, weight, ignore_index=ignore_index, reduction=reduction,
                            label_smoothing=label_smoothing)
     if reduction == "none":
         loss = loss.view((input.shape[0],) + tuple(input.shape[2:]))
@@ -79,8 +80,8 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, size_a
     if size_average is not None or reduce is not None:
         reduction = _reduction.legacy_get_string(size_average, reduce)
     if input.dim() < 3 or input.numel() == 0 or not _spatial_target_ok(input, target):
-        return F.nll_loss(input, target, weight, ignore_index=ignore_index, reduction=reduction)
-    loss = F.nll_loss(_flatten_input(input), target.reshape(-1), weight, ignore_index=ignore_index, reduction=reduction)
+        return _native.nll_loss(input, target, weight, ignore_index=ignore_index, reduction=reduction)
+    loss = _native.nll_loss(_flatten_input(input), target.reshape(-1), weight, ignore_index=ignore_index, reduction=reduction)
     if reduction == "none":
         loss = loss.view((input.shape[0],) + tuple(input.shape[2:]))
     return loss

@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import _native
 from ._common import amp_plan, autocast_off
 
 __all__ = [
@@ -155,15 +155,15 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float 
         The padded tensor (channels_last input gives channels_last output, like PyTorch on the CPU).
     """
     if mode not in ("reflect", "replicate") or value is not None:
-        return F.pad(input, pad, mode=mode, value=value)
+        return _native.pad(input, pad, mode=mode, value=value)
     split = _split(input, pad, mode)
     if split is None:
-        return F.pad(input, pad, mode=mode, value=value)
+        return _native.pad(input, pad, mode=mode, value=value)
     pads, crops = split
     n = len(pad) // 2
 
     def probe(device: str) -> Tensor:
-        return F.pad(torch.zeros((1, 1) + (3,) * n, dtype=input.dtype, device=device), [1] * (2 * n), mode=mode)
+        return _native.pad(torch.zeros((1, 1) + (3,) * n, dtype=input.dtype, device=device), [1] * (2 * n), mode=mode)
 
     _, out_dtype, active = amp_plan(f"pad:{mode}:{n}", probe, [input])
     with autocast_off(input.device.type, active):

@@ -30,9 +30,9 @@ from collections.abc import Sequence
 from typing import Union
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import _native
 from ._common import AxisMap, amp_plan, apply_axis_map, autocast_off, match_memory_format, outside_modes
 from .pooling import adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
 
@@ -66,7 +66,7 @@ def _interp_map(mode: str, nd: int, axis: int, in_size: int, out_size: int, scal
                 kwargs: dict = {"size": [out_size if d == axis else 2 for d in range(nd)]}
             else:
                 kwargs = {"scale_factor": [scale if d == axis else 1.0 for d in range(nd)]}
-            q = F.interpolate(probe, mode=mode, align_corners=align_corners, antialias=antialias, **kwargs)
+            q = _native.interpolate(probe, mode=mode, align_corners=align_corners, antialias=antialias, **kwargs)
             index = (slice(None), 0) + tuple(slice(None) if d == axis else 0 for d in range(nd))
             parts.append(q[index])
         matrix = torch.cat(parts, 0)
@@ -137,7 +137,7 @@ def interpolate(input: Tensor, size: int | Sequence[int] | None = None,
     """
 
     def native() -> Tensor:
-        return F.interpolate(input, size=size, scale_factor=scale_factor, mode=mode, align_corners=align_corners,
+        return _native.interpolate(input, size=size, scale_factor=scale_factor, mode=mode, align_corners=align_corners,
                              recompute_scale_factor=recompute_scale_factor, antialias=antialias)
 
     nd = input.dim() - 2
@@ -166,7 +166,7 @@ def interpolate(input: Tensor, size: int | Sequence[int] | None = None,
 
     def probe(device: str) -> Tensor:
         t = torch.zeros((1, 1) + (4,) * nd, dtype=input.dtype, device=device)
-        return F.interpolate(t, size=[5] * nd, mode=mode, align_corners=corners, antialias=antialias)
+        return _native.interpolate(t, size=[5] * nd, mode=mode, align_corners=corners, antialias=antialias)
 
     compute, out_dtype, active = amp_plan(f"interpolate:{mode}:{bool(antialias)}", probe, [input])
     with autocast_off(input.device.type, active):
