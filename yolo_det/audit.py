@@ -223,6 +223,7 @@ class _Occurrence:
     via_functional: bool
     forward_det: bool | None
     args: Mapping[str, Any] | None = None
+    label: str | None = None  # what the report shows as the op, when not ``name``
 
 
 def _qualname_args(func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -349,7 +350,7 @@ class _Trace:
             kind = _node_kind(node)
             if kind in ("python_function", "extension"):
                 self.occurrences.append(_Occurrence("node", kind, "", "backward", module, type(node).__name__, name,
-                                                    False, self.forward_det))
+                                                    False, self.forward_det, label=type(node).__name__))
             todo.extend(fn for fn, _ in node.next_functions if fn is not None)
 
     # -- ops ---------------------------------------------------------------------------------------------
@@ -372,7 +373,8 @@ class _Trace:
             via = meta.get("native") is not None
             det = meta.get("det")
         if unknown_ns and schema not in self.op_names:
-            self.occurrences.append(_Occurrence("node", "extension", "", self.pass_, module, node, call or schema, False, det))
+            self.occurrences.append(_Occurrence("node", "extension", "", self.pass_, module, node, call, False, det,
+                                                label=schema))
             return
         bound = None
         entries = self.table.lookup(schema, func._overloadname)
@@ -735,7 +737,7 @@ def _match(trace: _Trace, table: OpTable, version: str, loaded: LoadedModel, set
             entry=entry.id, kernel=entry.kernel, pass_=entry.pass_, effect=entry.effect, layer=layer,
             layer_class=layer_class, yaml_line=loaded.layer_lines.get(layer) if layer is not None else None,
             module=occ.module, module_class=module_class,
-            op=occ.node if occ.kind == "node" and occ.node else occ.name, call=occ.call, count=g["count"],
+            op=occ.label or occ.name, call=occ.call, count=g["count"],
             behaviour={m: entry.behaviour(m) for m in _MODES}, under_profile=_under(entry, settings, module_class, occ.call),
             fix=entry.fix.describe(module_class), condition=entry.condition, note=g["note"],
         ))

@@ -200,12 +200,19 @@ def _first_conv_channels(model: Any) -> int:
     return 3
 
 
+def _is_ultralytics_wrapper(obj: Any) -> bool:
+    try:
+        from ultralytics.engine.model import Model
+    except ImportError:  # pragma: no cover - ultralytics is a dependency
+        return False
+    return isinstance(obj, Model)
+
+
 def _from_module(model: Any, source: str, kind: str) -> LoadedModel:
     import torch
 
-    if hasattr(model, "model") and isinstance(getattr(model, "model", None), torch.nn.Module) \
-            and not isinstance(model, torch.nn.Module):
-        model = model.model  # an ultralytics YOLO wrapper
+    if _is_ultralytics_wrapper(model):
+        model = model.model  # an ultralytics YOLO/RTDETR wrapper around the BaseModel
     if not isinstance(model, torch.nn.Module):
         raise ModelError(f"{source}: expected a torch.nn.Module (or an ultralytics YOLO), got {type(model).__name__}")
     loaded = LoadedModel(model=model, source=source, kind=kind)
@@ -220,7 +227,8 @@ def _from_module(model: Any, source: str, kind: str) -> LoadedModel:
                     lines = layer_lines(text)
                 except (OSError, UnicodeDecodeError):
                     lines = {}
-                n_layers = len(getattr(model, "model", []) or [])
+                layers = getattr(model, "model", None)
+                n_layers = len(layers) if isinstance(layers, torch.nn.Sequential) else -1
                 if lines and len(lines) == n_layers:
                     loaded.yaml_path, loaded.layer_lines = path, lines
     else:
@@ -264,7 +272,7 @@ def _load_checkpoint(path: Path, source: str) -> LoadedModel:
         raise ModelError(f"cannot load checkpoint '{path}': {type(e).__name__}: {msg}") from None
     model = ckpt
     if isinstance(ckpt, dict):
-        model = ckpt.get("ema") or ckpt.get("model")
+        model = ckpt.get("ema") if ckpt.get("ema") is not None else ckpt.get("model")
         if model is None:
             raise ModelError(f"checkpoint '{path}' holds no model ('ema' or 'model' key); a state_dict alone cannot be audited")
     if not isinstance(model, torch.nn.Module):
@@ -305,7 +313,7 @@ def load_model(spec: Any) -> LoadedModel:
     """
     import torch
 
-    if isinstance(spec, torch.nn.Module) or (not isinstance(spec, (str, Path)) and hasattr(spec, "model")):
+    if isinstance(spec, torch.nn.Module) or _is_ultralytics_wrapper(spec):
         return _from_module(spec, type(spec).__name__, "module")
     if not isinstance(spec, (str, Path)):
         raise ModelError(f"a model must be a YAML, a checkpoint, a factory 'package.module:function' or a module, got {type(spec).__name__}")
