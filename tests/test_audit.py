@@ -283,6 +283,30 @@ def test_effects_decide_ok() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# the training loss (a real CPU step on a synthetic batch)
+
+
+@pytest.mark.slow
+def test_loss_pass_reports_the_losss_own_ops() -> None:
+    from ultralytics.cfg import get_cfg
+
+    from yolo_det.audit import _load
+
+    loaded = _load("yolov8n-seg.yaml")
+    loaded.model.args = get_cfg(overrides={"mask_ratio": 1})  # full-size masks: the loss resizes the prototypes
+    assert audit(loaded, imgsz=64, loss=True).ok  # bilinear under the flag: decomposed on today's torch
+    old = audit(loaded, imgsz=64, loss=True, torch_version="2.0.1")
+    assert {(f.module, f.module_class, f.entry, f.call) for f in old.findings} == {
+        ("(loss)", "v8SegmentationLoss", "upsample_bilinear2d", "torch.nn.functional.interpolate")}
+    assert audit(loaded, imgsz=64, torch_version="2.0.1").ok  # without loss=True the loss is not looked at
+
+
+def test_loss_pass_needs_an_ultralytics_model() -> None:
+    with pytest.raises(ConfigError, match="needs an Ultralytics model"):
+        audit(PROBES["nearest"][0](), imgsz=16, loss=True)
+
+
+# ---------------------------------------------------------------------------------------------------------
 # inputs: YAML, checkpoint, factory, module objects
 
 
@@ -448,8 +472,11 @@ def test_real_pass_agrees_with_the_trace_on_the_emulated_cpu(name: str) -> None:
     assert {(k, m) for k, _, m, _ in trace.alerts} == predicted
 
 
+NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@NEEDS_CUDA
 def test_device_cuda_confirms_the_findings() -> None:
     report = audit(MODELS / "attention-mix.yaml", imgsz=64, device="cuda")
     assert report.device == "fake-cuda+cuda"
@@ -457,3 +484,18 @@ def test_device_cuda_confirms_the_findings() -> None:
     assert not [f for f in report.findings if f.entry == "observed"]
     clean = audit("yolov8n.yaml", imgsz=320, device="cuda")
     assert clean.ok and clean.findings == []
+
+
+@pytest.mark.gpu
+@NEEDS_CUDA
+@pytest.mark.parametrize("case", sorted(PROBES))
+def test_table_against_the_real_cuda_kernels(case: str) -> None:
+    # Ground truth: every alert the table predicts is raised by the real kernel, and no other kernel raises.
+    factory, expected = PROBES[case]
+    model = factory()
+    if case == "deform_conv2d":
+        model.w = model.w[0]
+    report = audit(model, imgsz=16, device="cuda")
+    assert [f.kernel for f in report.findings if f.entry == "observed"] == []
+    assert {f.entry for f in report.findings} == expected
+    assert all(f.observed for f in report.findings if f.effect == "alert")

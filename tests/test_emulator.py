@@ -200,3 +200,26 @@ def test_no_effect_outside_the_block() -> None:
     with emulate_cuda_alerts():
         pass
     F.adaptive_max_pool2d(_x(), 1).sum().backward()  # plain CPU: deterministic kernel, no alert
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_emulated_messages_and_conditions_match_real_cuda() -> None:
+    x = torch.randn(2, 4, 8, 8, device="cuda", requires_grad=True)
+    _mode("strict")
+    with pytest.raises(RuntimeError) as real:
+        F.adaptive_max_pool2d(x, 1).sum().backward()
+    assert str(real.value) == alert_message("adaptive_max_pool2d_backward_cuda")
+    nn.AdaptiveAvgPool2d(1)(x).sum().backward()  # a mean: no alert on CUDA either
+    F.interpolate(x, scale_factor=2, mode="bilinear").sum().backward()  # decomposed under the flag
+    _mode("off")
+    y = F.interpolate(x, scale_factor=2, mode="bilinear").sum()
+    _mode("strict")
+    with pytest.raises(RuntimeError) as real:
+        y.backward()
+    assert str(real.value) == alert_message("upsample_bilinear2d_backward_out_cuda")
+    _mode("warn")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        F.grid_sample(x, torch.zeros(2, 3, 3, 2, device="cuda"), align_corners=False).sum().backward()
+    assert alert_message("grid_sampler_2d_backward_cuda", warn_only=True) in [str(w.message) for w in caught]

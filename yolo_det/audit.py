@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import time
 import warnings
 from collections import Counter, defaultdict
@@ -39,7 +40,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .errors import ConfigError, ModelError
+from .errors import ConfigError, ModelError, YoloDetError
 from .loader import LoadedModel, load_model
 from .optable import OpEntry, OpTable, decomposable_op, function_name, load_table, parse_version
 from .optable import torch_version as _running_torch
@@ -284,6 +285,7 @@ class _Trace:
         self.occurrences: list[_Occurrence] = []
         self.notes: list[str] = []
         self.alerts: list[tuple[str, str, str, str | None]] = []  # (kernel, pass, module, node) from a real run
+        self.alert_messages: dict[str, str] = {}  # kernel -> the message torch raised
         self.counts: Counter[str] = Counter()
         self._kinds_seen: set[int] = set()
 
@@ -516,6 +518,7 @@ class _DispatchMode(TorchDispatchMode):
                 raise
             # A real kernel refused to run under strict mode: record it, then run it with the flag off.
             kernel = msg.split(_ALERT, 1)[0].strip().splitlines()[-1]
+            t.alert_messages.setdefault(kernel, msg)
             if t.pass_ == "forward":
                 t.alerts.append((kernel, "forward", t.module(), None))
             else:
@@ -628,28 +631,141 @@ def _fake_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, 
 
 def _real_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, forward_det: bool,
                 device: str) -> _Trace:
-    """Run the model for real on ``device`` under strict mode, recording every kernel that alerts."""
+    """Run a copy of the model for real on ``device`` under strict mode, recording every kernel that alerts.
+
+    An alerting kernel is recorded with its module and rerun with the flag off, so the pass reaches the end.
+    ``CUBLAS_WORKSPACE_CONFIG`` is set for the pass when unset (strict mode refuses cuBLAS without it).
+    """
     model = copy.deepcopy(loaded.model).to(device)
     trace = _Trace(model, table, forward_det=forward_det, real=True)
     gen = torch.Generator(device="cpu").manual_seed(0)
     x = torch.rand((batch, loaded.channels, imgsz, imgsz), generator=gen).to(device)
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(warnings.catch_warnings())
-        warnings.simplefilter("ignore")
-        stack.enter_context(torch.enable_grad())
-        model.train()
-        stack.enter_context(_deterministic(True, warn_only=False))
-        stack.enter_context(trace.hooks())
-        with _DispatchMode(trace), _FunctionMode(trace):
-            out = model(x)
-            root = _loss_root(out)
-        if root is not None:
-            trace.pass_ = "backward"
-            try:
-                with _DispatchMode(trace), _RealBackwardMeta(trace):
-                    root.backward()
-            finally:
-                trace.pass_ = "forward"
+    env_before = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    try:
+        with contextlib.ExitStack() as stack:
+            if env_before is None:
+                os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+            stack.enter_context(warnings.catch_warnings())
+            warnings.simplefilter("ignore")
+            stack.enter_context(torch.enable_grad())
+            model.train()
+            stack.enter_context(_deterministic(True, warn_only=False))
+            stack.enter_context(trace.hooks())
+            with _DispatchMode(trace), _FunctionMode(trace):
+                out = model(x)
+                root = _loss_root(out)
+            if root is not None:
+                trace.pass_ = "backward"
+                try:
+                    with _DispatchMode(trace), _RealBackwardMeta(trace):
+                        root.backward()
+                finally:
+                    trace.pass_ = "forward"
+            if device.startswith("cuda"):
+                torch.cuda.synchronize(device)
+    except Exception as e:  # noqa: BLE001 - the model's own code on the device
+        msg = " ".join(str(e).split()) or type(e).__name__
+        raise ModelError(f"the real pass on {device} failed: {type(e).__name__}: {msg[:300]}") from None
+    finally:
+        if env_before is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+    return trace
+
+
+def _synthetic_batch(model: torch.nn.Module, *, imgsz: int, batch: int, channels: int) -> dict[str, Any]:
+    """A small labelled batch in the layout Ultralytics' losses expect (two objects per image)."""
+    gen = torch.Generator().manual_seed(0)
+    names = getattr(model, "names", None)
+    yaml_cfg = getattr(model, "yaml", {}) or {}
+    nc = int(yaml_cfg.get("nc") or (len(names) if names else 1))
+    cls_name = type(model).__name__
+    img = torch.rand((batch, channels, imgsz, imgsz), generator=gen)
+    if cls_name == "ClassificationModel":
+        return {"img": img, "cls": torch.randint(0, nc, (batch,), generator=gen)}
+    per = 2
+    n = batch * per
+    xy = 0.3 + 0.4 * torch.rand((n, 2), generator=gen)
+    wh = 0.1 + 0.2 * torch.rand((n, 2), generator=gen)
+    out: dict[str, Any] = {"img": img, "batch_idx": torch.arange(batch).repeat_interleave(per).float(),
+                           "cls": torch.randint(0, nc, (n, 1), generator=gen).float(), "bboxes": torch.cat([xy, wh], 1)}
+    if cls_name == "OBBModel":
+        out["bboxes"] = torch.cat([xy, wh, torch.zeros((n, 1))], 1)
+    if cls_name == "PoseModel":
+        kpt = list(getattr(model.model[-1], "kpt_shape", [17, 3]))
+        points = torch.rand((n, kpt[0], kpt[1]), generator=gen)
+        if kpt[1] == 3:
+            points[..., 2] = 1.0
+        out["keypoints"] = points
+    if "Segment" in type(model.model[-1]).__name__:
+        args = getattr(model, "args", None)
+        ratio = int(getattr(args, "mask_ratio", 4) or 4)
+        size = max(imgsz // ratio, 1)
+        masks = torch.zeros((batch, size, size))
+        for k in range(n):  # overlapping-mask layout: pixel value = instance index within its image + 1
+            b, idx = k // per, k % per + 1
+            x0, y0 = int((xy[k, 0] - wh[k, 0] / 2) * size), int((xy[k, 1] - wh[k, 1] / 2) * size)
+            x1, y1 = int((xy[k, 0] + wh[k, 0] / 2) * size) + 1, int((xy[k, 1] + wh[k, 1] / 2) * size) + 1
+            masks[b, y0:y1, x0:x1] = idx
+        out["masks"] = masks
+    if cls_name in ("WorldModel", "YOLOEModel", "YOLOESegModel"):
+        txt = getattr(model, "txt_feats", None)
+        if isinstance(txt, torch.Tensor):
+            out["txt_feats"] = txt.expand(batch, *txt.shape[1:]).clone()
+    return out
+
+
+def _loss_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, forward_det: bool) -> _Trace:
+    """One real training step on the CPU (forward, the model's own loss on a synthetic batch, backward).
+
+    The loss is data-dependent (target assignment branches on the number of matches), which fake tensors
+    cannot follow, so this pass computes for real on a copy of the model. Ops are recorded with the same
+    forward-time facts as the fake trace (the flag, whether torch's Python layer would decompose the call), so
+    the table decides as it would on CUDA; only the loss's own findings (module ``(loss)``) are kept.
+    """
+    model = loaded.model
+    if not callable(getattr(model, "loss", None)) or not callable(getattr(model, "init_criterion", None)):
+        raise ConfigError("the loss pass needs an Ultralytics model (one with .loss(batch)); audit without loss=True")
+    work = copy.deepcopy(model).cpu().float()
+    args = getattr(work, "args", None)
+    if args is None or isinstance(args, dict):
+        from ultralytics.cfg import get_cfg
+
+        work.args = get_cfg(overrides={k: v for k, v in (args or {}).items() if k in ("box", "cls", "dfl", "mask_ratio",
+                                                                                    "overlap_mask", "pose", "kobj")})
+    work.criterion = None
+    if not isinstance(getattr(work, "nc", None), int):  # trainers set it; RT-DETR's criterion reads it
+        work.nc = int((getattr(work, "yaml", None) or {}).get("nc") or len(getattr(work, "names", None) or [0]))
+    data = _synthetic_batch(work, imgsz=imgsz, batch=batch, channels=loaded.channels)
+    trace = _Trace(work, table, forward_det=forward_det, real=True)
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(warnings.catch_warnings())
+            warnings.simplefilter("ignore")
+            stack.enter_context(torch.enable_grad())
+            work.train()
+            stack.enter_context(_deterministic(forward_det, warn_only=True))
+            stack.enter_context(trace.hooks())
+            with _DispatchMode(trace), _FunctionMode(trace):
+                preds = work(data["img"]) if "txt_feats" not in data else work(data["img"], txt_feats=data["txt_feats"])
+                trace.stack.append("(loss)")
+                try:
+                    loss = work.loss(data, preds)
+                finally:
+                    trace.stack.pop()
+            trace.classes["(loss)"] = type(getattr(work, "criterion", None)).__name__
+            root = _loss_root(loss[0] if isinstance(loss, (tuple, list)) else loss)
+            if root is not None:
+                trace.pass_ = "backward"
+                try:
+                    with _DispatchMode(trace), _RealBackwardMeta(trace):
+                        root.backward()
+                finally:
+                    trace.pass_ = "forward"
+    except YoloDetError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the model's own loss on a synthetic batch
+        msg = " ".join(str(e).split()) or type(e).__name__
+        raise ModelError(f"the loss pass failed on a synthetic batch: {type(e).__name__}: {msg[:300]}") from None
     return trace
 
 
@@ -817,6 +933,7 @@ def audit(
     device: str = "fake",
     torch_version: str | None = None,
     table: str | Path | OpTable | None = None,
+    loss: bool = False,
 ) -> AuditReport:
     """Find the layers of ``model`` that will not train under strict determinism on CUDA.
 
@@ -833,6 +950,9 @@ def audit(
         torch_version: Read the table for this torch version instead of the running one ("what would happen on
             torch 2.0?"). The trace itself always runs on the installed torch.
         table: A table file of the same format as the built-in one (default: the built-in table).
+        loss: Also run one real training step of an Ultralytics model on the CPU (forward, the model's own loss
+            on a synthetic batch, backward) and report what the loss itself reaches (module ``(loss)``). The loss
+            branches on its data, which a fake trace cannot follow; use a small ``imgsz``.
 
     Returns:
         The report: ``.findings``, ``.ok``, ``.to_dict()``, ``.format_table()``.
@@ -858,6 +978,9 @@ def audit(
     trace = _fake_trace(loaded, tbl, imgsz=imgsz, batch=batch, forward_det=settings.deterministic)
     findings = _match(trace, tbl, version, loaded, settings)
     notes = list(trace.notes)
+    if loss:
+        loss_trace = _loss_trace(loaded, tbl, imgsz=imgsz, batch=batch, forward_det=settings.deterministic)
+        findings += [f for f in _match(loss_trace, tbl, version, loaded, settings) if f.module == "(loss)"]
     device_label = "fake-cuda"
     if device != "fake":
         real = _real_trace(loaded, tbl, imgsz=imgsz, batch=batch, forward_det=True, device=device)

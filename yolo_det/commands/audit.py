@@ -1,6 +1,6 @@
 """Say which layer of a model will break strict determinism on CUDA, on any machine.
 
-usage: yolo-det audit MODEL [--imgsz N] [--batch N] [--profile NAME|FILE] [--json] [--device fake|cuda]
+usage: yolo-det audit MODEL [--imgsz N] [--batch N] [--profile NAME|FILE] [--json] [--device fake|cuda] [--loss]
 
 MODEL is a model YAML (a path, or an Ultralytics name such as yolov8n.yaml), a checkpoint (.pt), or a
 factory package.module:function returning an nn.Module. The forward and backward run on a fake CUDA
@@ -20,6 +20,7 @@ examples:
   yolo-det audit my_package.models:build_model --imgsz 320
   yolo-det audit rtdetr-l.yaml --torch-version 2.0.1        # what would torch 2.0 do?
   yolo-det audit my-model.yaml --device cuda                # also run the real kernels (needs a GPU)
+  yolo-det audit yolov8n-seg.yaml --imgsz 64 --loss         # include the training loss (real CPU step)
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="fake (default, any machine) or cuda to also run the real kernels under strict mode")
     parser.add_argument("--torch-version", default=None, metavar="X.Y", help="read the table for another torch version")
     parser.add_argument("--table", default=None, metavar="FILE", help="a table of non-deterministic kernels (default: built-in)")
+    parser.add_argument("--loss", action="store_true",
+                        help="also run one real CPU training step with the model's loss on a synthetic batch (slower)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     if args.device != "fake" and not (args.device == "cuda" or args.device.startswith("cuda:")):
         raise ConfigError(f"--device must be fake or cuda[:N], got {args.device!r}")
     report = audit(args.model, imgsz=args.imgsz, batch=args.batch, profile=args.profile, device=args.device,
-                   torch_version=args.torch_version, table=args.table)
+                   torch_version=args.torch_version, table=args.table, loss=args.loss)
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
