@@ -42,7 +42,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .errors import ConfigError, ModelError, YoloDetError
 from .loader import LoadedModel, load_model
-from .optable import OpEntry, OpTable, decomposable_op, function_name, load_table, parse_version
+from .optable import OpEntry, OpTable, decomposable_op, function_name, load_table, op_arguments, parse_version
 from .optable import torch_version as _running_torch
 from .profiles import PhaseSettings, Profile, load_profile
 
@@ -221,22 +221,10 @@ class _Occurrence:
     module: str
     node: str | None
     call: str | None
-    via_functional: bool
+    native: str | None  # the aten op the call could have been decomposed from, when it went through F.*
     forward_det: bool | None
     args: Mapping[str, Any] | None = None
     label: str | None = None  # what the report shows as the op, when not ``name``
-
-
-def _qualname_args(func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for i, a in enumerate(func._schema.arguments):
-        if a.name in kwargs:
-            out[a.name] = kwargs[a.name]
-        elif i < len(args):
-            out[a.name] = args[i]
-        elif a.has_default_value():
-            out[a.name] = a.default_value
-    return out
 
 
 def _node_kind(node: Any) -> str:
@@ -287,7 +275,6 @@ class _Trace:
         self.alerts: list[tuple[str, str, str, str | None]] = []  # (kernel, pass, module, node) from a real run
         self.alert_messages: dict[str, str] = {}  # kernel -> the message torch raised
         self.counts: Counter[str] = Counter()
-        self._kinds_seen: set[int] = set()
 
     # -- module stack -----------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -333,10 +320,10 @@ class _Trace:
         if expected is not None and not native_ran:
             # torch's Python layer took its deterministic decomposition: record the op it stands for, so that
             # a table entry for a torch version without that decomposition still sees the call.
-            self.occurrences.append(_Occurrence("decomposed", expected, "", self.pass_, module, None, name, True,
+            self.occurrences.append(_Occurrence("decomposed", expected, "", self.pass_, module, None, name, expected,
                                                 self.forward_det))
         if name in self.functions:
-            self.occurrences.append(_Occurrence("function", name, "", self.pass_, module, None, name, False,
+            self.occurrences.append(_Occurrence("function", name, "", self.pass_, module, None, name, None,
                                                 self.forward_det))
         meta = {"module": module, "call": name, "native": expected if native_ran else None, "det": self.forward_det}
         todo = [t.grad_fn for t in _tensors(out) if t.grad_fn is not None]
@@ -352,7 +339,7 @@ class _Trace:
             kind = _node_kind(node)
             if kind in ("python_function", "extension"):
                 self.occurrences.append(_Occurrence("node", kind, "", "backward", module, type(node).__name__, name,
-                                                    False, self.forward_det, label=type(node).__name__))
+                                                    None, self.forward_det, label=type(node).__name__))
             todo.extend(fn for fn, _ in node.next_functions if fn is not None)
 
     # -- ops ---------------------------------------------------------------------------------------------
@@ -367,22 +354,22 @@ class _Trace:
             return
         if self.pass_ == "forward":
             module, call, node = self.module(), self.function, None
-            via = self.expected == schema
+            native = schema if self.expected == schema else None
             det: bool | None = self.forward_det
         else:
             meta = self.node_meta or {}
             module, call, node = meta.get("module", ""), meta.get("call"), self.node_name
-            via = meta.get("native") is not None
+            native = meta.get("native")
             det = meta.get("det")
         if unknown_ns and schema not in self.op_names:
-            self.occurrences.append(_Occurrence("node", "extension", "", self.pass_, module, node, call, False, det,
+            self.occurrences.append(_Occurrence("node", "extension", "", self.pass_, module, node, call, None, det,
                                                 label=schema))
             return
         bound = None
         entries = self.table.lookup(schema, func._overloadname)
         if any(e.args for e in entries):
-            bound = _qualname_args(func, args, kwargs)
-        self.occurrences.append(_Occurrence("op", schema, func._overloadname, self.pass_, module, node, call, via, det,
+            bound = op_arguments(func, args, kwargs)
+        self.occurrences.append(_Occurrence("op", schema, func._overloadname, self.pass_, module, node, call, native, det,
                                             bound))
 
     # -- backward ----------------------------------------------------------------------------------------
@@ -428,8 +415,7 @@ class _Trace:
                         meta = self.node_meta or {}
                         self.occurrences.append(_Occurrence("node_name", type(node).__name__, "", "backward",
                                                             meta.get("module", ""), type(node).__name__,
-                                                            meta.get("call"), meta.get("native") is not None,
-                                                            meta.get("det")))
+                                                            meta.get("call"), meta.get("native"), meta.get("det")))
                         outs = None
                     finally:
                         self.node_meta = self.node_name = None
@@ -551,7 +537,10 @@ class _RealBackwardMeta(TorchDispatchMode):
 def _deterministic(on: bool, *, warn_only: bool) -> Iterator[None]:
     before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
     try:
-        torch.use_deterministic_algorithms(on, warn_only=warn_only) if on else torch.use_deterministic_algorithms(False)
+        if on:
+            torch.use_deterministic_algorithms(True, warn_only=warn_only)
+        else:
+            torch.use_deterministic_algorithms(False)
         yield
     finally:
         if before[0]:
@@ -604,7 +593,7 @@ def _fake_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, 
         warnings.simplefilter("ignore")
         stack.enter_context(torch.enable_grad())
         model.train()
-        fake = stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+        stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
         params = {k: torch.empty(v.shape, dtype=v.dtype, device="cuda").requires_grad_(v.requires_grad)
                   for k, v in model.named_parameters()}
         params.update({k: torch.empty(v.shape, dtype=v.dtype, device="cuda") for k, v in model.named_buffers()})
@@ -625,7 +614,6 @@ def _fake_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, 
         else:
             with dispatch:
                 trace.run_backward(root.grad_fn)
-        del fake
     return trace
 
 
@@ -840,7 +828,8 @@ def _match(trace: _Trace, table: OpTable, version: str, loaded: LoadedModel, set
                             f"torch {version} has none")
                 add(entry, occ, note)
                 continue
-            if not OpEntry.reaches(when, via_functional=occ.via_functional, forward_deterministic=occ.forward_det):
+            via = occ.native is not None and (occ.native in entry.forward_ops or occ.native in entry.ops)
+            if not OpEntry.reaches(when, via_functional=via, forward_deterministic=occ.forward_det):
                 continue
             add(entry, occ)
 

@@ -41,7 +41,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-from .optable import OpEntry, OpTable, decomposable_op, function_name, load_table, parse_version
+from .optable import OpEntry, OpTable, decomposable_op, function_name, load_table, op_arguments, parse_version
 from .optable import torch_version as _running_torch
 
 __all__ = ["AlertLog", "EmulatedAlert", "alert_message", "emulate_cuda_alerts"]
@@ -181,14 +181,7 @@ class _Emulator:
         for entry, when in rules:
             if entry.args:
                 if bound is None:
-                    bound = {}
-                    for i, a in enumerate(func._schema.arguments):
-                        if a.name in kwargs:
-                            bound[a.name] = kwargs[a.name]
-                        elif i < len(args):
-                            bound[a.name] = args[i]
-                        elif a.has_default_value():
-                            bound[a.name] = a.default_value
+                    bound = op_arguments(func, args, kwargs)
                 if not entry.args_hold(bound):
                     continue
             if entry.pass_ == "backward" and node is not None:

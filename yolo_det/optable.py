@@ -42,6 +42,7 @@ __all__ = [
     "decomposable_op",
     "function_name",
     "load_table",
+    "op_arguments",
     "parse_table",
     "parse_version",
     "torch_version",
@@ -615,3 +616,16 @@ def function_name(func: Any) -> str:
         return f"{module}.{name}"
     qual = getattr(func, "__qualname__", name)
     return f"torch.{qual}"
+
+
+def op_arguments(func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments of an aten op call by schema name (defaults filled in), for an entry's ``args`` check."""
+    out: dict[str, Any] = {}
+    for i, a in enumerate(func._schema.arguments):
+        if a.name in kwargs:
+            out[a.name] = kwargs[a.name]
+        elif i < len(args):
+            out[a.name] = args[i]
+        elif a.has_default_value():
+            out[a.name] = a.default_value
+    return out
