@@ -129,6 +129,19 @@ def test_bilinear_on_torch_2_0_always_alerts() -> None:
             y.backward()
 
 
+def test_grid_sample_follows_cudas_cudnn_path() -> None:
+    # bilinear + zeros + align_corners=True goes to cuDNN on CUDA: no alert there (but not deterministic either)
+    x, grid = _x(), torch.rand(2, 3, 3, 2) * 2 - 1
+    _mode("strict")
+    with emulate_cuda_alerts() as log:
+        F.grid_sample(x, grid, align_corners=True).sum().backward()
+        assert [(e.entry, e.action) for e in log.events] == [("cudnn_grid_sampler", "silent")]
+        with torch.backends.cudnn.flags(enabled=False), pytest.raises(RuntimeError, match="grid_sampler_2d_backward_cuda"):
+            F.grid_sample(x, grid, align_corners=True).sum().backward()
+        with pytest.raises(RuntimeError, match="grid_sampler_2d_backward_cuda"):
+            F.grid_sample(x, grid, align_corners=True, padding_mode="border").sum().backward()
+
+
 def test_replicate_pad_follows_the_decomposition_too() -> None:
     _mode("strict")
     with emulate_cuda_alerts() as log:

@@ -161,6 +161,7 @@ class _Emulator:
             for op in entry.ops:
                 self.rules.setdefault(op, []).append((entry, when))
         self.names = frozenset(op.split(".", 1)[0] for op in self.rules)
+        self.ids = frozenset(e.id for e in table)
         self.templates = _calibrate(table)
         self.expected: str | None = None
         self.in_function = False
@@ -186,6 +187,11 @@ class _Emulator:
                     continue
             if entry.pass_ == "backward" and node is not None:
                 meta = node.metadata.get(_META) or {}
+                instead = meta.get("instead")
+                if instead is not None:  # CUDA runs another kernel here (cuDNN's grid sampler)
+                    if instead in self.ids:
+                        self.fire(self.table.entry(instead), name)
+                    continue
                 via = meta.get("native") is not None and meta.get("native") in entry.forward_ops
                 det = meta.get("det")
             else:
@@ -211,8 +217,32 @@ class _Emulator:
         raise RuntimeError(self.templates["strict"].replace("{kernel}", entry.kernel))
 
 
+_CUDNN_DTYPES = (torch.float32, torch.float16, torch.float64)
+
+
+def _cuda_takes_cudnn_grid_sampler(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
+    """Whether ``F.grid_sample(*args, **kwargs)`` would run cuDNN's sampler on CUDA (ATen's ``grid_sampler``).
+
+    cuDNN is used for 4-D float/half/double input and grid, bilinear mode, zeros padding, ``align_corners=True``,
+    at most 1024 channels, with cuDNN enabled. Its backward has no alert: CUDA stays silent there.
+    """
+    names = ("input", "grid", "mode", "padding_mode", "align_corners")
+    bound = dict(zip(names, args))
+    bound.update({k: v for k, v in kwargs.items() if k in names})
+    x, grid = bound.get("input"), bound.get("grid")
+    if not isinstance(x, torch.Tensor) or not isinstance(grid, torch.Tensor):
+        return False
+    return (x.dim() == 4 and bound.get("mode", "bilinear") == "bilinear" and bound.get("padding_mode", "zeros") == "zeros"
+            and bool(bound.get("align_corners")) and x.dtype in _CUDNN_DTYPES and grid.dtype in _CUDNN_DTYPES
+            and x.shape[1] <= 1024 and torch.backends.cudnn.enabled)
+
+
 class _FunctionMode(TorchFunctionMode):
-    """Marks the autograd nodes of F.interpolate/F.pad calls that CUDA would route through a decomposition."""
+    """Marks the autograd nodes of F.* calls whose CUDA path differs from the CPU's.
+
+    ``F.interpolate``/``F.pad`` calls that CUDA would route through a decomposition (their native op and the flag at
+    forward time), and ``F.grid_sample`` calls that CUDA would send to cuDNN.
+    """
 
     def __init__(self, emulator: _Emulator) -> None:
         super().__init__()
@@ -223,7 +253,14 @@ class _FunctionMode(TorchFunctionMode):
         em = self.emulator
         if em.in_function:
             return func(*args, **kwargs)
-        expected = decomposable_op(function_name(func), args, kwargs)
+        name = function_name(func)
+        if name == "torch.nn.functional.grid_sample" and _cuda_takes_cudnn_grid_sampler(args, kwargs):
+            out = func(*args, **kwargs)
+            node = getattr(out, "grad_fn", None)
+            if node is not None:
+                node.metadata[_META] = {"instead": "cudnn_grid_sampler"}
+            return out
+        expected = decomposable_op(name, args, kwargs)
         if expected is None:
             return func(*args, **kwargs)
         det = torch.are_deterministic_algorithms_enabled()
