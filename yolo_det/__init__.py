@@ -12,11 +12,13 @@ state afterwards, errors included. Quick start::
     model.train(data="data.yaml", epochs=10)
 
 For hand-written loops: ``yolo_det.DeterminismSession``, ``yolo_det.phase_scope`` and
-``yolo_det.backward_scope``.
+``yolo_det.backward_scope``. Before renting a GPU: ``yolo_det.audit("my-model.yaml")`` names the layers
+that will break strict determinism on CUDA, and the fix.
 """
 
 from __future__ import annotations
 
+from .audit import AuditReport, Finding, audit
 from .backward import ToggleScaler, backward_scope, toggled_backward
 from .errors import ConfigError, ModelError, PatchError, ProfileError, YoloDetError
 from .integrations.ultralytics import UltralyticsPlugin, attach, detach, trainer_class
@@ -29,9 +31,11 @@ from .state import DeterminismState, apply, phase_scope, restore, snapshot
 __version__ = "0.1.0"
 
 __all__ = [
+    "AuditReport",
     "ConfigError",
     "DeterminismSession",
     "DeterminismState",
+    "Finding",
     "ModelError",
     "PatchError",
     "PhaseSettings",
@@ -43,6 +47,7 @@ __all__ = [
     "__version__",
     "apply",
     "attach",
+    "audit",
     "backward_scope",
     "checkpoint_digest",
     "data_seed",

@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("yolo_det.commands.train", "train an Ultralytics model under a determinism profile"),
     "profiles": ("yolo_det.commands.profiles", "list the built-in profiles, or show one resolved"),
     "digest": ("yolo_det.commands.digest", "print the weights digest of checkpoints"),
+    "audit": ("yolo_det.commands.audit", "name the layers that break strict determinism on CUDA (no GPU needed)"),
     "patch-yolov5": ("yolo_det.commands.patch_yolov5", "patch a YOLOv5 clone so train.py takes --det-profile"),
 }
 

@@ -1,0 +1,75 @@
+"""Say which layer of a model will break strict determinism on CUDA, on any machine.
+
+usage: yolo-det audit MODEL [--imgsz N] [--batch N] [--profile NAME|FILE] [--json] [--device fake|cuda] [--loss]
+
+MODEL is a model YAML (a path, or an Ultralytics name such as yolov8n.yaml), a checkpoint (.pt), or a
+factory package.module:function returning an nn.Module. The forward and backward run on a fake CUDA
+device (no GPU needed, no memory used), with deterministic algorithms set as the profile's train phase
+sets them at forward time; each op is attributed to its module and YAML layer and matched against
+yolo-det's table of non-deterministic CUDA kernels for the installed torch (or --torch-version).
+
+Each finding gives the layer index, YAML line, module, class, kernel, pass, what happens under strict /
+warn_only / off, under the chosen profile, and the fix (a deterministic swap when one exists).
+
+exit status: 0 the model trains under strict determinism, 1 it does not, 2 bad input.
+
+examples:
+  yolo-det audit yolov8n.yaml
+  yolo-det audit data/models/cbam-max.yaml --imgsz 64
+  yolo-det audit runs/detect/train/weights/last.pt --json > audit.json
+  yolo-det audit my_package.models:build_model --imgsz 320
+  yolo-det audit rtdetr-l.yaml --torch-version 2.0.1        # what would torch 2.0 do?
+  yolo-det audit my-model.yaml --device cuda                # also run the real kernels (needs a GPU)
+  yolo-det audit yolov8n-seg.yaml --imgsz 64 --loss         # include the training loss (real CPU step)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..errors import ConfigError
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``audit`` arguments."""
+    parser.add_argument("model", metavar="MODEL", help="model YAML (path or Ultralytics name), checkpoint, or package.module:function")
+    parser.add_argument("--imgsz", type=_positive_int, default=640, metavar="N",
+                        help="square input size, a multiple of the model stride (default: 640)")
+    parser.add_argument("--batch", type=_positive_int, default=2, metavar="N", help="batch size of the trace (default: 2)")
+    parser.add_argument("--profile", default="repro", metavar="NAME|FILE",
+                        help="profile whose train phase sets the flag at forward time (default: repro)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--device", default="fake", metavar="fake|cuda[:N]",
+                        help="fake (default, any machine) or cuda to also run the real kernels under strict mode")
+    parser.add_argument("--torch-version", default=None, metavar="X.Y", help="read the table for another torch version")
+    parser.add_argument("--table", default=None, metavar="FILE", help="a table of non-deterministic kernels (default: built-in)")
+    parser.add_argument("--loss", action="store_true",
+                        help="also run one real CPU training step with the model's loss on a synthetic batch (slower)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``yolo-det audit``; return 0 (deterministic), 1 (not) or raise a one-line error (exit 2)."""
+    from ..audit import audit
+
+    if args.device != "fake" and not (args.device == "cuda" or args.device.startswith("cuda:")):
+        raise ConfigError(f"--device must be fake or cuda[:N], got {args.device!r}")
+    report = audit(args.model, imgsz=args.imgsz, batch=args.batch, profile=args.profile, device=args.device,
+                   torch_version=args.torch_version, table=args.table, loss=args.loss)
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(report.format_table())
+    return report.exit_code
