@@ -18,8 +18,10 @@ from typing import Any
 from . import backward as _backward
 from . import state as _state
 from .errors import YoloDetError
+from .intercept import interception, routed_calls
 from .profiles import PHASES, PhaseSettings, Profile, load_profile
 from .seeding import data_seed, rank_seed, seed_everything
+from .swaps import SwapRecord, swap_modules
 from .warnlog import WarningLog
 
 __all__ = ["DeterminismSession"]
@@ -54,6 +56,8 @@ class DeterminismSession:
         self._stack: list[_Frame] = []
         self._toggles_at_begin = 0
         self._extensions: list[Any] = []
+        self._swapped: list[tuple[Any, list[Any]]] = []
+        self._routed_at_begin: dict[str, int] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------------
     @property
@@ -86,6 +90,7 @@ class DeterminismSession:
         env_keys = {k for p in PHASES for k in self.profile.phase(p).env}
         self.baseline = _state.snapshot(env_keys)
         self._toggles_at_begin = _backward.toggle_count()
+        self._routed_at_begin = routed_calls()
         self.warnings.start()
         self._event("begin")
 
@@ -99,6 +104,10 @@ class DeterminismSession:
                 self._pop()
             except BaseException as e:  # keep unwinding; report the first failure afterwards
                 errors.append(e)
+        try:
+            self.restore_models()
+        except BaseException as e:
+            errors.append(e)
         try:
             _state.restore(self.baseline)
         finally:
@@ -136,6 +145,10 @@ class DeterminismSession:
             seed = settings.seed if settings.seed is not None else (self.seed if phase == "train" else None)
             if seed is not None:
                 seed_everything(rank_seed(seed, self.rank) if phase == "train" else seed)
+            if settings.intercept:
+                cm = interception()
+                cm.__enter__()
+                frame.contexts.append(cm)
             for factory in self._extensions:
                 cm = factory(phase, settings, self)
                 if cm is not None:
@@ -180,6 +193,44 @@ class DeterminismSession:
 
     def _event(self, kind: str, phase: str | None = None) -> None:
         self.events.append({"event": kind, "phase": phase, "time": time.time()})
+
+    # -- models ---------------------------------------------------------------------------------------
+    def prepare_model(self, model: Any, *, phase: str = "train", imgsz: int = 64) -> list[SwapRecord]:
+        """Swap ``model``'s layers as ``phase``'s ``swaps`` policy says; :meth:`end` swaps them back.
+
+        Args:
+            model: The ``nn.Module`` that will run (for Ultralytics, the trainer's model, not its EMA).
+            phase: Whose ``swaps`` policy applies.
+            imgsz: Input size for the audit trace that decides the ``auto`` policy.
+
+        Returns:
+            The swaps made.
+        """
+        records = swap_modules(model, self.profile.phase(phase).swaps, imgsz=imgsz)
+        if records:
+            self._swapped.append((model, records))
+        self._event("swap", phase)
+        return records
+
+    def restore_models(self) -> None:
+        """Put every module swapped by :meth:`prepare_model` back to its PyTorch class."""
+        while self._swapped:
+            model, records = self._swapped.pop()
+            modules = dict(model.named_modules())
+            for r in records:
+                m = modules.get(r.path)
+                native = getattr(type(m), "_yolo_det_native", None)
+                if m is not None and native is not None and type(m).__name__ == r.target:
+                    m.__class__ = native
+
+    def swaps(self) -> list[dict[str, str]]:
+        """The swaps in force, as plain data."""
+        return [r.to_dict() for _, records in self._swapped for r in records]
+
+    def routed_calls(self) -> dict[str, int]:
+        """Functional calls routed to deterministic implementations since :meth:`begin`."""
+        now = routed_calls()
+        return {k: v - self._routed_at_begin.get(k, 0) for k, v in now.items() if v - self._routed_at_begin.get(k, 0)}
 
     # -- reporting ------------------------------------------------------------------------------------
     def seeds(self) -> dict[str, Any]:

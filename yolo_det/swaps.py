@@ -10,7 +10,8 @@ Which instances to swap (``policy``):
 
 - ``auto``: those the audit (:func:`yolo_det.audit.audit`, a fake-CUDA trace of the model) finds
   reaching a non-deterministic CUDA kernel on the running torch version; an ``AdaptiveAvgPool2d(1)``
-  (a mean inside ATen) or a bilinear ``Upsample`` on a torch that decomposes it stays as it is.
+  (a mean inside ATen) or a bilinear ``Upsample`` on a torch that decomposes it stays as it is. A model
+  the trace cannot run (its forward does not take an image batch) gets ``all``, with a warning.
 - ``all``: every instance of a registered class, whatever the torch version.
 - ``none``: nothing.
 
@@ -23,6 +24,8 @@ yolo-det is not installed. ``copy.deepcopy`` keeps the swap.
 
 from __future__ import annotations
 
+import copyreg
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -141,14 +144,22 @@ def swap_modules(model: nn.Module, policy: str = "auto", *, imgsz: int = 64,
         return []
     if not isinstance(model, nn.Module):
         raise YoloDetError(f"swap_modules() needs an nn.Module, got {type(model).__name__}")
-    wanted = _auto_targets(model, imgsz=imgsz, torch_version=torch_version) if policy == "auto" else None
+    wanted: dict[str, str] | None = None
+    fallback = "policy all"
+    if policy == "auto":
+        try:
+            wanted = _auto_targets(model, imgsz=imgsz, torch_version=torch_version)
+        except YoloDetError as e:  # a model the trace cannot run: every layer with an equivalent is swapped
+            warnings.warn(f"yolo-det could not trace the model to choose swaps ({e}); swapping every layer that "
+                          "has a deterministic equivalent", stacklevel=2)
+            fallback = "policy all (the trace failed)"
     todo: list[tuple[str, nn.Module, type[nn.Module], str]] = []
     for path, module in model.named_modules():
         target = SWAPS.get(type(module))
         if target is None:
             continue
         if wanted is None:
-            todo.append((path, module, target, "policy all"))
+            todo.append((path, module, target, fallback))
         elif path in wanted:
             todo.append((path, module, target, wanted[path]))
     records = []
@@ -193,9 +204,9 @@ def _mark(target: type[nn.Module], source: type[nn.Module]) -> None:
 
     def __reduce_ex__(self: nn.Module, protocol: Any) -> Any:  # noqa: N807
         rv = super(target, self).__reduce_ex__(protocol)
-        if isinstance(rv, tuple) and len(rv) >= 2 and isinstance(rv[1], tuple) and rv[1] and rv[1][0] is target:
-            rv = (rv[0], (source, *rv[1][1:]), *rv[2:])
-        return rv
+        state = rv[2] if isinstance(rv, tuple) and len(rv) > 2 else self.__getstate__()
+        # copyreg._reconstructor is the standard library's: loading needs torch, not yolo-det
+        return (copyreg._reconstructor, (source, object, None), state)
 
     def __deepcopy__(self: nn.Module, memo: dict[int, Any]) -> nn.Module:  # noqa: N807
         import copy

@@ -36,6 +36,7 @@ from ..record import checkpoint_digest, environment, state_dict_digest, write_re
 from ..seeding import seed_dataloader
 from ..session import DeterminismSession
 from ..state import snapshot
+from ..swaps import SWAPS, register_layers, unswap_modules
 
 __all__ = ["UltralyticsPlugin", "attach", "detach", "trainer_class"]
 
@@ -212,6 +213,12 @@ class UltralyticsPlugin:
         session = self._ensure_train(trainer)
         settings = self.profile.train
         seed_dataloader(getattr(trainer, "train_loader", None), session.seeds()["seed"], rank=session.rank)
+        model = getattr(trainer, "model", None)
+        model = getattr(model, "module", model)  # DistributedDataParallel
+        if settings.swaps != "none" and isinstance(model, torch.nn.Module) and not self._swapped_for(trainer):
+            imgsz = getattr(trainer.args, "imgsz", 64)
+            session.prepare_model(model, imgsz=int(max(imgsz) if isinstance(imgsz, (list, tuple)) else imgsz))
+            trainer._yolo_det_swapped = True
         scaler = getattr(trainer, "scaler", None)
         if settings.backward == "disable" and scaler is not None and not isinstance(scaler, ToggleScaler):
             self._wrapped_scaler = scaler
@@ -254,6 +261,10 @@ class UltralyticsPlugin:
         finally:
             self.end_run()
 
+    @staticmethod
+    def _swapped_for(trainer: Any) -> bool:
+        return getattr(trainer, "_yolo_det_swapped", False)
+
     def _written_for(self, trainer: Any) -> bool:
         return getattr(trainer, "_yolo_det_record_written", False)
 
@@ -291,6 +302,8 @@ class UltralyticsPlugin:
             "ranks": self._ranks,
             "rank_problems": ranks_consistent(self._ranks) if self._ranks else [],
             "backward_toggles": session.backward_toggles(),
+            "swaps": session.swaps(),
+            "routed_calls": session.routed_calls(),
             "nondeterminism_warnings": session.warnings.entries(),
             "weights": weights,
             "run": {k: getattr(args, k, None) for k in _RUN_ARGS} | {"save_dir": str(save_dir)},
@@ -335,16 +348,35 @@ class UltralyticsPlugin:
 # YOLO model objects
 
 
-def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], owner: Any) -> Callable[..., Any]:
     @functools.wraps(method)
     def call(*args: Any, **kwargs: Any) -> Any:
         if name == "predict" and kwargs.get("stream"):
             return _guarded_stream(plugin, method(*args, **kwargs))
+        if name == "export":
+            return _export_standard(plugin, method, owner, args, kwargs)
         with plugin.guard():
             return method(*args, **kwargs)
 
     call._yolo_det_original = method  # type: ignore[attr-defined]
     return call
+
+
+def _export_standard(plugin: UltralyticsPlugin, method: Callable[..., Any], owner: Any, args: tuple[Any, ...],
+                     kwargs: dict[str, Any]) -> Any:
+    """Export with standard PyTorch modules (yolo-det layers turned back), then put them back."""
+    net = getattr(owner, "model", None)
+    records = unswap_modules(net) if isinstance(net, torch.nn.Module) else []
+    try:
+        with plugin.guard():
+            return method(*args, **kwargs)
+    finally:
+        if records:
+            modules = dict(net.named_modules())
+            names = {t.__name__: t for t in SWAPS.values()}
+            for r in records:
+                if r.path in modules and r.source in names:
+                    modules[r.path].__class__ = names[r.source]
 
 
 def _guarded_stream(plugin: UltralyticsPlugin, gen: Iterator[Any]) -> Iterator[Any]:
@@ -377,8 +409,9 @@ def attach(model: Any, profile: Profile | str = "repro", *, record: bool = True)
         plugin = UltralyticsPlugin(profile, record=record)
         model.__dict__[_ATTACHED] = plugin
         for name in _GUARDED:
-            model.__dict__[name] = _guarded(plugin, name, getattr(model, name))
+            model.__dict__[name] = _guarded(plugin, name, getattr(model, name), model)
     plugin.register(model.callbacks)
+    register_layers()
     return plugin
 
 
@@ -403,6 +436,7 @@ def trainer_class(profile: Profile | str = "repro", base: type | None = None, *,
         record: Write ``determinism.json`` into the run directory.
     """
     resolved = load_profile(profile)
+    register_layers()
     if base is None:
         from ultralytics.models.yolo.detect import DetectionTrainer
 

@@ -175,10 +175,14 @@ class YOLOv5Run:
         """Take the model right after YOLOv5 built it and moved it to its device; return the model to train.
 
         This is the one place where the model is handed to yolo-det before the optimizer, EMA and DDP
-        wrappers see it: changes of the model for the profile's train phase (its ``swaps`` policy) belong
-        here. For now the run records the model and returns it unchanged.
+        wrappers see it: the train phase's ``swaps`` policy is applied here (in place; the layers keep their
+        parameters, and checkpoints pickle them as PyTorch's classes, so they load without yolo-det).
         """
         self.model = model
+        imgsz = getattr(self.opt, "imgsz", None) or getattr(self.opt, "img_size", None) or 64
+        if isinstance(imgsz, (list, tuple)):
+            imgsz = max(imgsz)
+        self.session.prepare_model(model, imgsz=int(imgsz))
         return model
 
     def backward(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> None:
@@ -241,6 +245,8 @@ class YOLOv5Run:
             "backward": {"calls": self.backward_calls, "modes_seen": list(self.backward_modes),
                          "disabled": self.profile.train.backward == "disable"},
             "backward_toggles": session.backward_toggles(),
+            "swaps": session.swaps(),
+            "routed_calls": session.routed_calls(),
             "nondeterminism_warnings": session.warnings.entries(),
             "weights": weights,
             "model": _describe_model(self.model),
