@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("yolo_det.commands.train", "train an Ultralytics model under a determinism profile"),
     "profiles": ("yolo_det.commands.profiles", "list the built-in profiles, or show one resolved"),
     "digest": ("yolo_det.commands.digest", "print the weights digest of checkpoints"),
+    "verify": ("yolo_det.commands.verify", "train several times and check the runs are bitwise identical"),
+    "bench": ("yolo_det.commands.bench", "measure what each profile costs: step time, throughput, peak memory"),
 }
 
 EPILOG = """\
@@ -35,6 +37,8 @@ examples:
   yolo-det profiles                                    # list profiles
   yolo-det profiles show repro                         # resolved settings per phase
   yolo-det digest runs/detect/train/weights/last.pt   # weights digest
+  yolo-det verify --profile repro --steps 5            # train twice, compare step by step
+  yolo-det bench --profiles repro,balanced,fast        # what each profile costs here
 
 Set YOLO_DET_DEBUG=1 to see tracebacks.
 """
