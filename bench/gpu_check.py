@@ -118,13 +118,19 @@ def check_bench(steps: int, device: str, imgsz: int) -> dict[str, Any]:
             "details": report.to_dict()}
 
 
-def run_checks(args: argparse.Namespace) -> dict[str, Any]:
-    """Run every check; return the results document."""
+def cuda_available() -> bool:
+    """Whether this machine has a CUDA device."""
     import torch
 
+    return torch.cuda.is_available()
+
+
+def run_checks(args: argparse.Namespace) -> dict[str, Any]:
+    """Run every check; return the results document."""
     from yolo_det.record import environment
 
-    active = torch.cuda.is_available() or args.device == "cpu"  # --device cpu: smoke-test this script on a CPU
+    cuda = cuda_available()
+    active = cuda or args.device == "cpu"  # --device cpu: smoke-test this script on a CPU
     dev = args.device
     attention = Path(args.attention_model)
     no_cuda = "skipped: no CUDA device on this machine (the GPU steps need one)"
@@ -163,7 +169,7 @@ def run_checks(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "schema": "yolo-det/gpu-check/1",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "cuda": torch.cuda.is_available(),
+        "cuda": cuda,
         "device": dev if active else None,
         "gpu": env["gpus"][0] if env["gpus"] else None,
         "seconds": round(time.perf_counter() - started, 2),
