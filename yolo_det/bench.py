@@ -63,6 +63,7 @@ __all__ = [
 ]
 
 SCHEMA = "yolo-det/bench/1"
+POOL_BATCHES = 4  # input batches loaded once and cycled through by every configuration
 DEFAULT_PROFILES: tuple[str, ...] = ("repro", "balanced", "fast")
 RESERVED = {
     "resume": "the bench trains from the model as given",
@@ -107,7 +108,7 @@ ISOLATIONS: tuple[Isolation, ...] = (
     Isolation("deterministic_algorithms", "off", {"deterministic_algorithms": "strict"}),
     Isolation("cudnn_deterministic", "off", {"cudnn_deterministic": True}, devices=("cuda",)),
     Isolation("cudnn_benchmark", "off", {"cudnn_benchmark": True}, devices=("cuda",)),
-    Isolation("allow_tf32", "off", {"allow_tf32": True}, devices=("cuda",)),
+    Isolation("allow_tf32", "off", {"allow_tf32": True}),  # also sets oneDNN's fp32 precision on CPUs
     Isolation("fill_uninitialized_memory", "strict", {"fill_uninitialized_memory": True}),
     Isolation("backward", "strict", {"backward": "disable"}),
     Isolation("swaps", "strict", {"swaps": "auto"}, needs_scope="swaps"),
@@ -269,27 +270,30 @@ class BenchReport:
             f"{i['steps']} measured steps per configuration after {i['warmup']} warm-up steps, interleaved in blocks "
             f"of {i['block']}; data loading not timed",
             "",
-            f"{'profile':<12}{'step ms':>10}{'IQR ms':>16}{'images/s':>11}{'peak mem':>11}{'time':>8}{'memory':>8}",
+            f"{'profile':<12}{'step ms':>10}{'IQR ms':>16}{'images/s':>11}{'peak mem':>11}{'step mem':>10}"
+            f"{'time':>8}{'memory':>8}",
         ]
         for r in self.rows:
             iqr = f"{r['step_ms_q1']:.1f}-{r['step_ms_q3']:.1f}"
             mem = _fmt_bytes(r["peak_memory_bytes"])
             mratio = f"{r['memory_ratio']:.2f}x" if r["memory_ratio"] is not None else "-"
+            step_mem = _fmt_bytes(r["peak_memory_over_start_bytes"])
             lines.append(f"{r['profile']:<12}{r['step_ms']:>10.1f}{iqr:>16}{r['images_per_s']:>11.1f}{mem:>11}"
-                         f"{r['time_ratio']:>7.2f}x{mratio:>8}")
-        lines.append("time, memory: ratio to the fastest profile and to the smallest peak")
+                         f"{step_mem:>10}{r['time_ratio']:>7.2f}x{mratio:>8}")
+        lines.append("step mem: peak above the level at the start of a block; time, memory: ratio to the fastest "
+                     "profile and to the smallest peak")
         for r in self.rows:
             for note in r["notes"]:
                 lines.append(f"  {r['profile']}: {note}")
         if self.settings:
             lines += ["", "what each setting costs on its own (one setting toggled from a base; + is slower):",
-                      f"{'setting':<28}{'base':>8}{'base ms':>10}{'toggled ms':>12}{'cost':>9}{'mem delta':>11}"]
+                      f"{'setting':<34}{'base':>8}{'base ms':>10}{'toggled ms':>12}{'cost':>9}{'mem delta':>11}"]
             for s in self.settings:
                 if s["status"] != "measured":
-                    lines.append(f"{s['label']:<28}{s['base']:>8}  {s['status']}")
+                    lines.append(f"{s['label']:<34}{s['base']:>8}  {s['status']}")
                     continue
                 mem = _fmt_bytes(s["memory_delta_bytes"], signed=True)
-                lines.append(f"{s['label']:<28}{s['base']:>8}{s['base_ms']:>10.1f}{s['toggled_ms']:>12.1f}"
+                lines.append(f"{s['label']:<34}{s['base']:>8}{s['base_ms']:>10.1f}{s['toggled_ms']:>12.1f}"
                              f"{s['cost_pct']:>+8.1f}%{mem:>11}")
         o = self.overhead
         lines += ["", f"peak memory: {i['memory_method']}",
@@ -583,7 +587,7 @@ class _Runner:
         t = self.trainer
         configs, profile_keys, isolations = self._configs()
         it = iter(t.train_loader)
-        pool = [next(it) for _ in range(max(1, min(len(t.train_loader), self.block, 4)))]
+        pool = [next(it) for _ in range(max(1, min(len(t.train_loader), POOL_BATCHES)))]
         del it
         batch_size = int(pool[0]["img"].shape[0])
         (getattr(t, "_model_train", None) or t.model.train)()

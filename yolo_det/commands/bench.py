@@ -8,8 +8,8 @@ device=, amp=, ...), with the same demo defaults without data=. In one process, 
 runs the trainer's own training step (forward, backward, optimizer step) on the same model and batches, in
 interleaved blocks, after warm-up steps. Reported per profile: median step time, throughput (images/s),
 peak memory, and ratios to the fastest; then what each setting costs when toggled on its own (deterministic
-algorithms, fill_uninitialized_memory, the backward toggle; on CUDA also cuDNN benchmark/deterministic and
-TF32). The bench's own per-step overhead is measured and printed.
+algorithms, fill_uninitialized_memory, the backward toggle, TF32; on CUDA also cuDNN benchmark and
+deterministic). The bench's own per-step overhead is measured and printed.
 
 examples:
   yolo-det bench                                          # the demo model on the CPU, the three profiles
