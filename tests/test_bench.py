@@ -137,3 +137,37 @@ def test_registered_scope_applies_swaps_around_every_block(tmp_path):
     table = report.table()
     assert "repro" in table and "fast" in table and "bench overhead" in table and "swaps=auto" in table
     assert factory not in [f for f, _ in bench_module._SCOPES]
+
+
+@pytest.mark.slow
+def test_a_profile_that_raises_is_reported_and_the_others_still_measured(tmp_path):
+    message = "adaptive_max_pool2d_backward_cuda does not have a deterministic implementation"
+
+    @contextlib.contextmanager
+    def strict_breaks(model, settings):
+        def hook(module, args):
+            if torch.are_deterministic_algorithms_enabled() and not torch.is_deterministic_algorithms_warn_only_enabled():
+                raise RuntimeError(message)
+
+        handle = model.register_forward_pre_hook(hook)
+        try:
+            yield
+        finally:
+            handle.remove()
+
+    def factory(model, settings):
+        return strict_breaks(model, settings)
+
+    register_scope(factory, handles=())
+    try:
+        _, args = prepare("repro", [*TINY, f"project={tmp_path}"])
+        report = bench("repro,fast", args, steps=2, warmup=1, block=1)
+    finally:
+        unregister_scope(factory)
+    repro, fast = report.rows
+    assert repro["error"] and message in repro["error"] and repro["step_ms"] is None and repro["steps"] == 0
+    assert fast["error"] is None and fast["steps"] == 2 and fast["time_ratio"] == 1.0 and report.fastest == "fast"
+    rows = {s["setting"]: s for s in report.settings}
+    assert rows["fill_uninitialized_memory"]["status"].startswith("error:")  # its base is strict
+    assert rows["allow_tf32"]["status"] == "measured"  # its base is everything off
+    assert "raised:" in report.table()

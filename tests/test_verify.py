@@ -264,6 +264,24 @@ def test_gradient_noise_is_caught_at_its_step_and_parameter(tmp_path):
 
 
 @pytest.mark.slow
+def test_strict_mode_crash_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    def crash(trainer: Any) -> None:
+        raise RuntimeError("adaptive_max_pool2d_backward_cuda does not have a deterministic implementation, but you set "
+                           "'torch.use_deterministic_algorithms(True)'")
+
+    def verify_with_crash(*args: Any, **kwargs: Any) -> Any:
+        return verify(*args, callbacks={"on_train_batch_start": [crash]}, **kwargs)
+
+    monkeypatch.setattr(verify_command, "verify", verify_with_crash)
+    before = snapshot()
+    code = main(["verify", "--profile", "repro", "--steps", "1", *TINY, f"project={tmp_path}"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "run 1 stopped" in err and "balanced" in err
+    assert snapshot() == before
+
+
+@pytest.mark.slow
 def test_unseeded_data_order_exits_1_and_says_data_order(tmp_path, capsys, monkeypatch):
     shuffle = UnseededShuffle()
 

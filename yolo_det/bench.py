@@ -228,6 +228,7 @@ class _Config:
     peak: int | None = None
     peak_delta: int | None = None
     notes: list[str] = field(default_factory=list)
+    error: str | None = None
 
     def median(self) -> float:
         return statistics.median(self.times) if self.times else math.nan
@@ -253,7 +254,7 @@ class BenchReport:
     @property
     def fastest(self) -> str | None:
         """The profile with the lowest median step time."""
-        timed = [r for r in self.rows if r["step_ms"] is not None]
+        timed = [r for r in self.rows if r.get("step_ms") is not None]
         return min(timed, key=lambda r: r["step_ms"])["profile"] if timed else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -274,6 +275,9 @@ class BenchReport:
             f"{'time':>8}{'memory':>8}",
         ]
         for r in self.rows:
+            if r.get("error"):
+                lines.append(f"{r['profile']:<12}  raised: {r['error']}")
+                continue
             iqr = f"{r['step_ms_q1']:.1f}-{r['step_ms_q3']:.1f}"
             mem = _fmt_bytes(r["peak_memory_bytes"])
             mratio = f"{r['memory_ratio']:.2f}x" if r["memory_ratio"] is not None else "-"
@@ -583,6 +587,30 @@ class _Runner:
             if cm is not None:
                 stack.enter_context(cm)
 
+    def _measured_block(self, cfg: _Config, step: Callable[[dict[str, Any]], None], pool: list[dict[str, Any]],
+                        n: int) -> None:
+        self.memory.begin()
+        self._block(step, pool, n, cfg.times)
+        mem = self.memory.end()
+        if mem is not None:
+            cfg.peak = max(cfg.peak or 0, mem[0])
+            cfg.peak_delta = max(cfg.peak_delta or 0, mem[1])
+
+    def _guarded(self, cfg: _Config, body: Callable[[_Config], None], saved: dict[str, Any]) -> None:
+        """Run ``body`` under ``cfg`` from the saved state; a RuntimeError marks the configuration failed."""
+        if cfg.error is not None:
+            return
+        try:
+            with ExitStack() as stack:
+                self._load_state(saved)
+                self._apply(stack, cfg.settings)
+                body(cfg)
+        except RuntimeError as e:  # e.g. strict determinism meeting a kernel without a deterministic version
+            cfg.error = " ".join(str(e).split())[:300]
+            cfg.times.clear()
+            self.trainer.optimizer.zero_grad(set_to_none=True)
+            self.progress(f"bench: {cfg.key} failed: {cfg.error}")
+
     def run(self) -> BenchReport:
         t = self.trainer
         configs, profile_keys, isolations = self._configs()
@@ -598,52 +626,42 @@ class _Runner:
                       f"on {self.device}")
         try:
             for key in order:  # warm-up, untimed
-                with ExitStack() as stack:
-                    self._load_state(saved)
-                    self._apply(stack, configs[key].settings)
-                    self._block(step, pool, self.warmup, None)
+                self._guarded(configs[key], lambda cfg: self._block(step, pool, self.warmup, None), saved)
             rounds = math.ceil(self.steps / self.block)
             for r in range(rounds):
                 shift = r % len(order)
                 for key in order[shift:] + order[:shift]:
                     cfg = configs[key]
                     n = min(self.block, self.steps - len(cfg.times))
-                    if n <= 0:
-                        continue
-                    with ExitStack() as stack:
-                        self._load_state(saved)
-                        self._apply(stack, cfg.settings)
-                        self.memory.begin()
-                        self._block(step, pool, n, cfg.times)
-                        mem = self.memory.end()
-                    if mem is not None:
-                        cfg.peak = max(cfg.peak or 0, mem[0])
-                        cfg.peak_delta = max(cfg.peak_delta or 0, mem[1])
+                    if n > 0 and cfg.error is None:
+                        self._guarded(cfg, lambda cfg, n=n: self._measured_block(cfg, step, pool, n), saved)
                 self.progress(f"bench: round {r + 1}/{rounds} done")
         finally:
             self._load_state(saved)
-        medians = [configs[k].median() for _, k in profile_keys]
-        fastest = min(medians)
+        timed = [configs[k].median() for _, k in profile_keys if configs[k].error is None]
+        fastest = min(timed) if timed else math.nan
         peaks = [configs[k].peak for _, k in profile_keys if configs[k].peak is not None]
         smallest = min(peaks) if peaks else None
         rows = []
         for p, key in profile_keys:
             c = configs[key]
+            ok = c.error is None and bool(c.times)
             med = c.median()
             q1, q3 = c.quartiles()
             rows.append({
                 "profile": p.name,
                 "source": p.source,
-                "steps": len(c.times),
-                "step_ms": med * 1e3,
-                "step_ms_q1": q1 * 1e3,
-                "step_ms_q3": q3 * 1e3,
-                "images_per_s": batch_size / med if med > 0 else None,
-                "peak_memory_bytes": c.peak,
-                "peak_memory_over_start_bytes": c.peak_delta,
-                "time_ratio": med / fastest if fastest > 0 else None,
-                "throughput_ratio": fastest / med if med > 0 else None,
-                "memory_ratio": (c.peak / smallest) if c.peak is not None and smallest else None,
+                "steps": len(c.times) if ok else 0,
+                "step_ms": med * 1e3 if ok else None,
+                "step_ms_q1": q1 * 1e3 if ok else None,
+                "step_ms_q3": q3 * 1e3 if ok else None,
+                "images_per_s": batch_size / med if ok and med > 0 else None,
+                "peak_memory_bytes": c.peak if ok else None,
+                "peak_memory_over_start_bytes": c.peak_delta if ok else None,
+                "time_ratio": med / fastest if ok and fastest > 0 else None,
+                "throughput_ratio": fastest / med if ok and med > 0 else None,
+                "memory_ratio": (c.peak / smallest) if ok and c.peak is not None and smallest else None,
+                "error": c.error,
                 "settings": {k: v for k, v in c.settings.to_dict().items() if k not in {"seed"}},
                 "notes": list(c.notes),
             })
@@ -654,11 +672,18 @@ class _Runner:
                                    "cost_ratio": None, "cost_pct": None, "memory_delta_bytes": None}
             if toggled_key is not None:
                 b, tg = configs[base_key], configs[toggled_key]
-                bm, tm = b.median(), tg.median()
-                row.update(base_ms=bm * 1e3, toggled_ms=tm * 1e3, cost_ratio=tm / bm, cost_pct=100.0 * (tm / bm - 1.0),
-                           memory_delta_bytes=(tg.peak - b.peak) if tg.peak is not None and b.peak is not None else None)
+                failed = b.error or tg.error
+                if failed:
+                    row["status"] = f"error: {failed}"
+                else:
+                    bm, tm = b.median(), tg.median()
+                    row.update(base_ms=bm * 1e3, toggled_ms=tm * 1e3, cost_ratio=tm / bm,
+                               cost_pct=100.0 * (tm / bm - 1.0),
+                               memory_delta_bytes=(tg.peak - b.peak) if tg.peak is not None and b.peak is not None
+                               else None)
             setting_rows.append(row)
-        overhead = self._overhead(pool, statistics.median(medians))
+        all_timed = [c.median() for c in configs.values() if c.error is None and c.times]
+        overhead = self._overhead(pool, statistics.median(all_timed) if all_timed else math.nan)
         info = {
             "model": self.model_name,
             "device": str(self.device),

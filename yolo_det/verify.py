@@ -68,6 +68,8 @@ RESERVED = {
     "time": "time-limited training stops after a wall-clock time, not a step count; use --steps",
 }
 _MISSING = object()
+#: What torch says when strict deterministic mode meets a kernel without a deterministic implementation.
+NONDETERMINISTIC_KERNEL = "does not have a deterministic implementation"
 
 
 @dataclass
@@ -792,7 +794,16 @@ def record_runs(
                 for fn in fns:
                     model.add_callback(event, fn)
             t0 = time.perf_counter()
-            model.train(**train_args, project=project, name=f"{base_name}-run{index}", exist_ok=True)
+            try:
+                model.train(**train_args, project=project, name=f"{base_name}-run{index}", exist_ok=True)
+            except RuntimeError as e:
+                if NONDETERMINISTIC_KERNEL not in str(e):
+                    raise
+                first = " ".join(str(e).split())[:300]
+                raise ConfigError(
+                    f"run {index} stopped: {first} -- the profile '{resolved.name}' forbids this kernel; use a profile "
+                    "that swaps the layer for a deterministic one, or one with 'backward: disable' (e.g. balanced)"
+                ) from None
             rec.seconds = time.perf_counter() - t0
             rec.optimizer_steps = recorder.count
             records.append(rec)
