@@ -225,6 +225,7 @@ class _Config:
     key: str
     settings: PhaseSettings
     times: list[float] = field(default_factory=list)
+    cpu_times: list[float] = field(default_factory=list)
     peak: int | None = None
     peak_delta: int | None = None
     notes: list[str] = field(default_factory=list)
@@ -232,6 +233,9 @@ class _Config:
 
     def median(self) -> float:
         return statistics.median(self.times) if self.times else math.nan
+
+    def cpu_median(self) -> float | None:
+        return statistics.median(self.cpu_times) if self.cpu_times else None
 
     def quartiles(self) -> tuple[float, float]:
         if len(self.times) < 2:
@@ -271,7 +275,7 @@ class BenchReport:
             f"{i['steps']} measured steps per configuration after {i['warmup']} warm-up steps, interleaved in blocks "
             f"of {i['block']}; data loading not timed",
             "",
-            f"{'profile':<12}{'step ms':>10}{'IQR ms':>16}{'images/s':>11}{'peak mem':>11}{'step mem':>10}"
+            f"{'profile':<12}{'step ms':>10}{'IQR ms':>16}{'CPU ms':>9}{'images/s':>11}{'peak mem':>11}{'step mem':>10}"
             f"{'time':>8}{'memory':>8}",
         ]
         for r in self.rows:
@@ -282,23 +286,27 @@ class BenchReport:
             mem = _fmt_bytes(r["peak_memory_bytes"])
             mratio = f"{r['memory_ratio']:.2f}x" if r["memory_ratio"] is not None else "-"
             step_mem = _fmt_bytes(r["peak_memory_over_start_bytes"])
-            lines.append(f"{r['profile']:<12}{r['step_ms']:>10.1f}{iqr:>16}{r['images_per_s']:>11.1f}{mem:>11}"
+            cpu = f"{r['step_cpu_ms']:.1f}" if r.get("step_cpu_ms") is not None else "-"
+            lines.append(f"{r['profile']:<12}{r['step_ms']:>10.1f}{iqr:>16}{cpu:>9}{r['images_per_s']:>11.1f}{mem:>11}"
                          f"{step_mem:>10}{r['time_ratio']:>7.2f}x{mratio:>8}")
-        lines.append("step mem: peak above the level at the start of a block; time, memory: ratio to the fastest "
-                     "profile and to the smallest peak")
+        lines.append("CPU ms: process CPU time per step (CPU devices; robust to a busy machine); step mem: peak above "
+                     "the level at the start of a block; time, memory: ratio to the fastest profile and to the smallest "
+                     "peak")
         for r in self.rows:
             for note in r["notes"]:
                 lines.append(f"  {r['profile']}: {note}")
         if self.settings:
             lines += ["", "what each setting costs on its own (one setting toggled from a base; + is slower):",
-                      f"{'setting':<34}{'base':>8}{'base ms':>10}{'toggled ms':>12}{'cost':>9}{'mem delta':>11}"]
+                      f"{'setting':<34}{'base':>8}{'base ms':>10}{'toggled ms':>12}{'cost':>9}{'CPU cost':>10}"
+                      f"{'mem delta':>11}"]
             for s in self.settings:
                 if s["status"] != "measured":
                     lines.append(f"{s['label']:<34}{s['base']:>8}  {s['status']}")
                     continue
                 mem = _fmt_bytes(s["memory_delta_bytes"], signed=True)
+                cpu_cost = f"{s['cpu_cost_pct']:+.1f}%" if s.get("cpu_cost_pct") is not None else "-"
                 lines.append(f"{s['label']:<34}{s['base']:>8}{s['base_ms']:>10.1f}{s['toggled_ms']:>12.1f}"
-                             f"{s['cost_pct']:>+8.1f}%{mem:>11}")
+                             f"{s['cost_pct']:>+8.1f}%{cpu_cost:>10}{mem:>11}")
         o = self.overhead
         lines += ["", f"peak memory: {i['memory_method']}",
                   f"bench overhead: {o['per_step_us']:.2f} us per measured step "
@@ -540,19 +548,26 @@ class _Runner:
         return step
 
     def _block(self, step: Callable[[dict[str, Any]], None], pool: list[dict[str, Any]], n: int,
-               times: list[float] | None) -> None:
-        """Run ``n`` steps; append each one's seconds to ``times`` (None: untimed)."""
+               times: list[float] | None, cpu_times: list[float] | None = None) -> None:
+        """Run ``n`` steps; append each one's wall seconds to ``times`` and, on a CPU device, its process CPU
+        seconds to ``cpu_times`` (None: untimed)."""
         clock = time.perf_counter
+        cpu_clock = time.process_time if cpu_times is not None else None
         sync = self.sync
         size = len(pool)
+        c0 = 0.0
         for j in range(n):
             batch = pool[j % size]
+            if cpu_clock is not None:
+                c0 = cpu_clock()
             t0 = clock()
             step(batch)
             if sync is not None:
                 sync()
             if times is not None:
                 times.append(clock() - t0)
+            if cpu_clock is not None and cpu_times is not None:
+                cpu_times.append(cpu_clock() - c0)
 
     def _overhead(self, pool: list[dict[str, Any]], median_step: float) -> dict[str, Any]:
         """The cost of :meth:`_block`'s bookkeeping per step, measured with an empty step."""
@@ -565,7 +580,7 @@ class _Runner:
         for _ in range(5):
             times: list[float] = []
             t0 = time.perf_counter()
-            self._block(empty, pool, n, times)
+            self._block(empty, pool, n, times, [] if self.device.type == "cpu" else None)
             samples.append((time.perf_counter() - t0) / n)
         per_step = statistics.median(samples)
         return {"per_step_us": per_step * 1e6,
@@ -590,7 +605,7 @@ class _Runner:
     def _measured_block(self, cfg: _Config, step: Callable[[dict[str, Any]], None], pool: list[dict[str, Any]],
                         n: int) -> None:
         self.memory.begin()
-        self._block(step, pool, n, cfg.times)
+        self._block(step, pool, n, cfg.times, cfg.cpu_times if self.device.type == "cpu" else None)
         mem = self.memory.end()
         if mem is not None:
             cfg.peak = max(cfg.peak or 0, mem[0])
@@ -608,6 +623,7 @@ class _Runner:
         except RuntimeError as e:  # e.g. strict determinism meeting a kernel without a deterministic version
             cfg.error = " ".join(str(e).split())[:300]
             cfg.times.clear()
+            cfg.cpu_times.clear()
             self.trainer.optimizer.zero_grad(set_to_none=True)
             self.progress(f"bench: {cfg.key} failed: {cfg.error}")
 
@@ -655,6 +671,7 @@ class _Runner:
                 "step_ms": med * 1e3 if ok else None,
                 "step_ms_q1": q1 * 1e3 if ok else None,
                 "step_ms_q3": q3 * 1e3 if ok else None,
+                "step_cpu_ms": c.cpu_median() * 1e3 if ok and c.cpu_median() is not None else None,
                 "images_per_s": batch_size / med if ok and med > 0 else None,
                 "peak_memory_bytes": c.peak if ok else None,
                 "peak_memory_over_start_bytes": c.peak_delta if ok else None,
@@ -669,7 +686,8 @@ class _Runner:
         for iso, base_key, toggled_key, status in isolations:
             row: dict[str, Any] = {"setting": iso.setting, "label": iso.label, "base": iso.base,
                                    "changes": dict(iso.changes), "status": status, "base_ms": None, "toggled_ms": None,
-                                   "cost_ratio": None, "cost_pct": None, "memory_delta_bytes": None}
+                                   "cost_ratio": None, "cost_pct": None, "memory_delta_bytes": None,
+                                   "base_cpu_ms": None, "toggled_cpu_ms": None, "cpu_cost_pct": None}
             if toggled_key is not None:
                 b, tg = configs[base_key], configs[toggled_key]
                 failed = b.error or tg.error
@@ -677,6 +695,9 @@ class _Runner:
                     row["status"] = f"error: {failed}"
                 else:
                     bm, tm = b.median(), tg.median()
+                    bc, tc = b.cpu_median(), tg.cpu_median()
+                    if bc and tc:
+                        row.update(base_cpu_ms=bc * 1e3, toggled_cpu_ms=tc * 1e3, cpu_cost_pct=100.0 * (tc / bc - 1.0))
                     row.update(base_ms=bm * 1e3, toggled_ms=tm * 1e3, cost_ratio=tm / bm,
                                cost_pct=100.0 * (tm / bm - 1.0),
                                memory_delta_bytes=(tg.peak - b.peak) if tg.peak is not None and b.peak is not None
