@@ -15,10 +15,11 @@ swaps, functional interception) through scopes registered with :func:`register_s
 extension point for swaps. Without a registered scope, ``swaps`` and ``intercept`` are reported as
 not applied.
 
-Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` over the block (reset before it). On Linux CPUs the
-process's peak resident set size over the block (``VmHWM``), after returning freed heap memory to the OS
-(``malloc_trim``) and resetting the high-water mark (``/proc/self/clear_refs``); it includes everything
-resident (libraries, the model), so compare the rows' differences. Elsewhere memory is not measured.
+Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` over each timed block (reset before it). On Linux
+CPUs the process's peak resident set size (``VmHWM``) over one extra, untimed step per configuration, after
+returning freed heap memory to the OS (``malloc_trim``) and resetting the high-water mark
+(``/proc/self/clear_refs``); it includes everything resident (libraries, the model), so compare the rows'
+differences. Elsewhere memory is not measured.
 
 The bench's own cost per measured step (clock reads, bookkeeping, the loop) is measured with an empty step
 and reported, in absolute terms and as a share of the median step.
@@ -166,9 +167,9 @@ class _Memory:
                 self._libc = ctypes.CDLL(name) if name else None
             except OSError:
                 self._libc = None
-            self.method = ("process peak resident set size (VmHWM) during the measured steps, after malloc_trim(0) "
-                           "and a reset of the high-water mark (/proc/self/clear_refs); includes libraries and the "
-                           "model, so compare differences between rows")
+            self.method = ("process peak resident set size (VmHWM) over one untimed step per configuration, after "
+                           "malloc_trim(0) and a reset of the high-water mark (/proc/self/clear_refs); includes "
+                           "libraries and the model, so compare differences between rows")
             self.available = self._reset_hwm()
         else:
             self.method = "not measured on this platform"
@@ -604,8 +605,25 @@ class _Runner:
 
     def _measured_block(self, cfg: _Config, step: Callable[[dict[str, Any]], None], pool: list[dict[str, Any]],
                         n: int) -> None:
-        self.memory.begin()
-        self._block(step, pool, n, cfg.times, cfg.cpu_times if self.device.type == "cpu" else None)
+        """Time ``n`` steps of ``cfg``; measure its peak memory (see :class:`_Memory`).
+
+        On CUDA the peak is read around every timed block (resetting the peak counter costs nothing). On a
+        CPU, measuring means returning freed memory to the OS first, which the next step pays for in page
+        faults; so there the peak is taken once per configuration, on one extra untimed step after its first
+        timed block.
+        """
+        if self.device.type == "cuda":
+            self.memory.begin()
+            self._block(step, pool, n, cfg.times)
+            self._record_memory(cfg)
+            return
+        self._block(step, pool, n, cfg.times, cfg.cpu_times)
+        if cfg.peak is None and self.memory.available:
+            self.memory.begin()
+            self._block(step, pool, 1, None)
+            self._record_memory(cfg)
+
+    def _record_memory(self, cfg: _Config) -> None:
         mem = self.memory.end()
         if mem is not None:
             cfg.peak = max(cfg.peak or 0, mem[0])

@@ -33,7 +33,9 @@ import math
 import struct
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +70,7 @@ RESERVED = {
     "time": "time-limited training stops after a wall-clock time, not a step count; use --steps",
 }
 _MISSING = object()
+_MAX_INFLIGHT = 2  # CPU steps whose gradient copies may wait for their digests at once
 #: What torch says when strict deterministic mode meets a kernel without a deterministic implementation.
 NONDETERMINISTIC_KERNEL = "does not have a deterministic implementation"
 
@@ -251,6 +254,8 @@ class _Recorder:
         self._saved: dict[str, Any] = {}
         self._trainer: Any = None
         self._captured = False
+        self._pool: ThreadPoolExecutor | None = None
+        self._inflight: deque[tuple[StepRecord, list[str], dict[str, torch.Tensor], Future[list[str]]]] = deque()
 
     @property
     def callbacks(self) -> dict[str, Callable[[Any], None]]:
@@ -288,6 +293,8 @@ class _Recorder:
         trainer.optimizer_step = optimizer_step
 
     def teardown(self, trainer: Any) -> None:
+        self._inflight.clear()  # after a failure, digests still pending are of no use
+        self._drain()
         for name, value in self._saved.items():
             if value is _MISSING:
                 trainer.__dict__.pop(name, None)
@@ -326,38 +333,80 @@ class _Recorder:
 
     # -- per optimizer step -------------------------------------------------------------------------
     def _before_step(self, trainer: Any) -> None:
+        """Record the gradients the optimizer is about to apply.
+
+        On an accelerator the digests are computed on the device, right away. On a CPU the gradients are
+        copied (one memcpy; the copy also serves as the kept values) and hashed on a worker thread:
+        hashlib releases the GIL, and Ultralytics trains on one core fewer than the machine has, so the
+        hashing overlaps the next steps instead of adding to them.
+        """
         if not self.enabled:
             return
-        grads = [p.grad for _, p in self._params]
-        present = [g for g in grads if g is not None]
-        digests = iter(tensor_digests(present))
-        grad_digests = [next(digests) if g is not None else "none" for g in grads]
         scaler = getattr(trainer, "scaler", None)
         scale = 1.0
         if scaler is not None and getattr(scaler, "is_enabled", lambda: False)():
             scale = float(scaler.get_scale())
         step = StepRecord(step=len(self.record.steps) + 1, epoch=int(getattr(trainer, "epoch", 0)),
-                          batches=self._pending, grads=grad_digests, scale=scale)
+                          batches=self._pending, grads=[], scale=scale)
         self._pending = []
         self.record.steps.append(step)
+        names = [n for n, _ in self._params]
+        present = {n: p.grad for n, p in self._params if p.grad is not None}
+        keep = False
         if self.reference is None:
-            size = sum(g.numel() * g.element_size() for g in present)
+            size = sum(g.numel() * g.element_size() for g in present.values())
             if self.kept_bytes + size <= self.keep_bytes:
-                self.record.kept[step.step] = {n: _host_copy(p.grad) for n, p in self._params if p.grad is not None}
+                keep = True
                 self.kept_bytes += size
                 self.record.kept_until = step.step
-        elif not self._captured:
-            ref = self.reference.steps[step.step - 1] if step.step <= len(self.reference.steps) else None
-            if ref is None or ref.grads != step.grads or [b.data for b in ref.batches] != [b.data for b in step.batches]:
-                self._captured = True
-                ref_grads = ref.grads if ref is not None else [""] * len(grad_digests)
-                self.record.kept[step.step] = {
-                    n: _host_copy(p.grad)
-                    for (n, p), mine, theirs in zip(self._params, grad_digests, ref_grads)
-                    if p.grad is not None and mine != theirs
-                }
+        if present and all(g.device.type == "cpu" for g in present.values()):
+            copies = {n: _host_copy(g) for n, g in present.items()}
+            if keep:
+                self.record.kept[step.step] = copies
+            future = self._executor().submit(tensor_digests, list(copies.values()))
+            self._inflight.append((step, names, copies, future))
+            while len(self._inflight) > _MAX_INFLIGHT:
+                self._resolve_oldest()
+            return
+        self._finish(step, names, present, tensor_digests(list(present.values())), copied=False)
+        if keep:
+            self.record.kept[step.step] = {n: _host_copy(g) for n, g in present.items()}
+
+    def _finish(self, step: StepRecord, names: list[str], values: Mapping[str, torch.Tensor], digests: list[str],
+                *, copied: bool) -> None:
+        """Store ``step``'s gradient digests; a later run keeps the differing gradients of its first differing step."""
+        by_name = dict(zip(values, digests))
+        step.grads = [by_name.get(n, "none") for n in names]
+        if self.reference is None or self._captured:
+            return
+        ref = self.reference.steps[step.step - 1] if step.step <= len(self.reference.steps) else None
+        if ref is None or ref.grads != step.grads or [b.data for b in ref.batches] != [b.data for b in step.batches]:
+            self._captured = True
+            theirs = dict(zip(names, ref.grads)) if ref is not None else {}
+            self.record.kept[step.step] = {n: (v if copied else _host_copy(v)) for n, v in values.items()
+                                           if by_name[n] != theirs.get(n)}
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="yolo-det-digest")
+        return self._pool
+
+    def _resolve_oldest(self) -> None:
+        step, names, copies, future = self._inflight.popleft()
+        self._finish(step, names, copies, future.result(), copied=True)
+
+    def _drain(self) -> None:
+        """Wait for every pending digest and stop the worker thread."""
+        try:
+            while self._inflight:
+                self._resolve_oldest()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
 
     def on_train_end(self, trainer: Any) -> None:
+        self._drain()
         model = unwrap_model(trainer.model)
         self.record.weights = {"model": state_dict_digest(model)}
         ema = getattr(getattr(trainer, "ema", None), "ema", None)
