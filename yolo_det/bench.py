@@ -7,7 +7,10 @@ untimed steps, then blocks of ``block`` measured steps in round-robin order, the
 until each has ``steps`` measurements. A step is the trainer's own step: ``preprocess_batch``, forward
 under the trainer's autocast, ``scaler.scale(loss).backward()``, ``trainer.optimizer_step()``. Every block
 starts from the same weights, optimizer, EMA and scaler state, and cycles over the same few input batches
-(loaded once), so configurations differ only by their settings; data loading is not timed.
+(loaded once), so configurations differ only by their settings; data loading is not timed. On a CPU
+device the process CPU time of each step is recorded next to its wall time (steadier on a busy machine). A
+configuration whose step raises (strict determinism meeting a kernel without a deterministic version) is
+reported with its error and the others are still measured.
 
 A configuration is applied with :func:`yolo_det.state.apply` (restored after each block), the backward
 toggle with :class:`~yolo_det.backward.ToggleScaler`, and anything that changes the model itself (layer
