@@ -14,7 +14,15 @@ On a CUDA machine it
 
 On a machine without CUDA every step is skipped with the reason. The results (JSON with a short text
 summary under "summary") go to ONE file, by default bench/results/gpu_check.json; the summary is also
-printed. Exit 0 when no check failed, 1 otherwise.
+printed. Exit 0 when no check failed, 1 otherwise. ``--device cpu`` runs the same steps on a CPU, to try
+this script without a GPU (the strict step then cannot raise, and says so).
+
+The machine needs Ultralytics; where it is missing and nothing can be downloaded, bring the wheels
+(``ultralytics==8.4.190`` and ``ultralytics-thop``, pure Python) in an ignored folder such as ``build/whl``,
+install them with ``pip install --no-index --no-deps --target /tmp/site build/whl/*.whl``, put
+``/tmp/site`` on ``PYTHONPATH`` and run ``PYTHONUNBUFFERED=1 python3 bench/gpu_check.py --out OUT.json``.
+Offline, Ultralytics' AMP self-check would try to download weights; this script keeps AMP on and skips
+that check for its runs (put back afterwards).
 """
 
 from __future__ import annotations
