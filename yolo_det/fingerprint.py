@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-__all__ = ["combine", "tensor_digest", "tensor_digests"]
+__all__ = ["combine", "device_digests", "tensor_digest", "tensor_digests"]
 
 _P = 2**31 - 1  # Mersenne prime; residues fit in 31 bits, so products of two fit in int64
 _GROUP_ELEMENTS = 1 << 23  # bound on the elements hashed in one group on a device (bounds temporaries)

@@ -52,12 +52,14 @@ from .runtime import new_figure, quiet_ultralytics, run_folder, save_figure, unw
 
 __all__ = [
     "Divergence",
+    "MicroBatch",
     "RunRecord",
     "StepRecord",
     "VerifyReport",
     "check_args",
     "compare_runs",
     "plot_losses",
+    "progress_to_stderr",
     "record_runs",
     "verify",
 ]
