@@ -1,0 +1,299 @@
+"""yolo-det verify: identical runs say so; deliberate non-determinism is caught at the right step and parameter."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import yolo_det.commands.verify as verify_command
+from yolo_det import verify as verify_module
+from yolo_det.cli import main
+from yolo_det.commands.train import prepare
+from yolo_det.runtime import PNG_SIGNATURE
+from yolo_det.state import snapshot
+from yolo_det.verify import MicroBatch, RunRecord, StepRecord, compare_runs, plot_losses, verify
+
+TINY = ["imgsz=64", "batch=8", "workers=0", "plots=False", "val=False"]
+
+
+def tree(path: Path) -> set[str]:
+    return {str(p.relative_to(path)) for p in path.rglob("*")}
+
+
+def assert_png(path: Path) -> None:
+    from PIL import Image
+
+    assert path.read_bytes()[:8] == PNG_SIGNATURE
+    with Image.open(path) as im:
+        im.verify()
+    import matplotlib.image
+
+    assert matplotlib.image.imread(str(path)).ndim == 3
+
+
+# ---------------------------------------------------------------------------------------------------------
+# comparison on hand-made records (fast)
+
+
+def make_run(index: int, steps: int = 3, *, grads: int = 3, files: tuple[str, ...] = ("a.png", "b.png")) -> RunRecord:
+    rec = RunRecord(index=index, param_names=[f"p{k}" for k in range(grads)], loss_names=["box", "cls"])
+    for s in range(1, steps + 1):
+        mb = MicroBatch(index=s - 1, epoch=0, data=f"data{s}", files=files, loss=(1.0 / s, 2.0 / s))
+        rec.steps.append(StepRecord(step=s, epoch=0, batches=[mb], grads=[f"g{s}-{k}" for k in range(grads)]))
+    rec.weights = {"model": "w", "ema": "e"}
+    return rec
+
+
+def test_identical_records_compare_equal():
+    assert compare_runs(make_run(1), make_run(2)) is None
+
+
+def test_data_order_difference_wins_over_loss_and_gradients():
+    ref, run = make_run(1), make_run(2)
+    b = run.steps[1].batches[0]
+    b.data, b.files, b.loss = "other", ("c.png", "d.png"), (9.0, 9.0)
+    run.steps[1].grads = ["x", "y", "z"]
+    d = compare_runs(ref, run)
+    assert d is not None and d.step == 2 and d.kind == "data" and d.data_differs and d.loss_differs
+    assert d.files == [["a.png", "b.png"], ["c.png", "d.png"]] and "order" in d.detail
+    assert set(d.loss_components) == {"box", "cls"} and d.parameters_differing == 3
+
+
+def test_same_files_different_pixels_is_data_content():
+    ref, run = make_run(1), make_run(2)
+    run.steps[0].batches[0].data = "other"
+    d = compare_runs(ref, run)
+    assert d is not None and d.kind == "data" and d.step == 1 and "content" in d.detail and d.files is None
+
+
+def test_loss_difference_is_a_forward_difference():
+    ref, run = make_run(1), make_run(2)
+    run.steps[2].batches[0].loss = (1.0 / 3, math.nextafter(2.0 / 3, 1.0))
+    d = compare_runs(ref, run)
+    assert d is not None and (d.kind, d.step) == ("loss", 3) and list(d.loss_components) == ["cls"]
+    assert d.note == "the gradients of this step are identical"
+
+
+def test_gradient_difference_is_measured_from_kept_values():
+    ref, run = make_run(1), make_run(2)
+    run.steps[1].grads[2] = "changed"
+    ref.kept = {2: {"p0": torch.zeros(4), "p1": torch.zeros(4), "p2": torch.tensor([1.0, -2.0, 3.0, 0.5])}}
+    ref.kept_until = 2
+    run.kept = {2: {"p2": torch.tensor([1.0, -2.0, 3.25, 0.5])}}
+    d = compare_runs(ref, run)
+    assert d is not None and (d.kind, d.step, d.parameter) == ("gradients", 2, "p2")
+    assert d.max_abs_diff == pytest.approx(0.25) and d.reference_abs_max == pytest.approx(3.0)
+    assert (d.parameters_differing, d.parameters_total) == (1, 3)
+
+
+def test_amp_scale_is_divided_out_of_the_difference():
+    ref, run = make_run(1), make_run(2)
+    run.steps[0].grads[0] = "changed"
+    ref.steps[0].scale = run.steps[0].scale = 1024.0
+    ref.kept = {1: {"p0": torch.tensor([1024.0])}}
+    run.kept = {1: {"p0": torch.tensor([2048.0])}}
+    d = compare_runs(ref, run)
+    assert d is not None and d.max_abs_diff == pytest.approx(1.0)
+
+
+def test_gradient_difference_without_kept_values_names_the_parameter_and_says_why():
+    ref, run = make_run(1, steps=5), make_run(2, steps=5)
+    ref.kept_until = 2
+    run.steps[4].grads[1] = "changed"
+    d = compare_runs(ref, run)
+    assert d is not None and d.parameter == "p1" and d.max_abs_diff is None and "--keep-mib" in (d.note or "")
+
+
+def test_different_step_counts_and_final_weights():
+    ref, run = make_run(1, steps=3), make_run(2, steps=2)
+    d = compare_runs(ref, run)
+    assert d is not None and (d.kind, d.step) == ("steps", 3)
+    ref, run = make_run(1), make_run(2)
+    run.weights = {"model": "other", "ema": "e"}
+    run.final_diff = [("model.0.weight", 0.5), ("model.1.bias", 0.1)]
+    ref.final_state = {"model.0.weight": torch.ones(2), "model.1.bias": torch.full((1,), -4.0)}
+    d = compare_runs(ref, run)
+    assert d is not None and (d.kind, d.parameter, d.max_abs_diff) == ("weights", "model.0.weight", 0.5)
+    assert d.reference_abs_max == 1.0
+
+
+def test_state_diff_compares_bits():
+    a = {"w": torch.tensor([0.0, 1.0, float("nan")]), "n": torch.tensor([3])}
+    b = {"w": torch.tensor([-0.0, 1.0, float("nan")]), "n": torch.tensor([3])}
+    diff = verify_module._state_diff(a, b)
+    assert [k for k, _ in diff] == ["w"] and diff[0][1] == 0.0  # signed zero: different bits, no size
+    assert verify_module._state_diff(a, {k: v.clone() for k, v in a.items()}) == []
+    c = {"w": torch.tensor([0.0, 1.5, float("nan")]), "n": torch.tensor([3])}
+    assert verify_module._state_diff(a, c) == [("w", 0.5)]
+
+
+def test_plot_marks_the_divergence(tmp_path):
+    ref, run = make_run(1), make_run(2)
+    run.steps[1].grads[0] = "changed"
+    report = verify_module.VerifyReport(profile="fast", args={}, runs=[ref, run],
+                                        divergences=[compare_runs(ref, run)], steps_requested=3, seconds=1.0)
+    path = plot_losses(report, tmp_path / "curves.png")
+    assert_png(path)
+    assert not report.identical and "NOT reproducible" in report.summary() and "step 2" in report.summary()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# bad input (fast: nothing trains)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--runs", "1"], "--runs"),
+    (["--steps", "0"], "--steps"),
+    (["--keep-mib", "-1"], "--keep-mib"),
+    (["resume=True"], "resume"),
+    (["time=0.1"], "time"),
+    (["device=0,1"], "one device"),
+    (["--profile", "repo"], "Did you mean 'repro'"),
+    (["epoch=3"], "unknown Ultralytics argument"),
+    (["--plot", "curves.jpg"], ".png"),
+    (["--plot", "missing/curves.png"], "does not exist"),
+])
+def test_bad_input_exits_2_and_writes_nothing(argv, needle, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    before = tree(tmp_path)
+    code = main(["verify", *argv, f"project={tmp_path / 'runs'}"])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert needle in err and len(err.strip().splitlines()) == 1 and out == ""
+    assert tree(tmp_path) == before
+
+
+# ---------------------------------------------------------------------------------------------------------
+# real trainings (the tiny demo: yolov8n.yaml at imgsz 64, batch 8)
+
+
+class GradNoise:
+    """Adds noise from an unseeded source to one element of one parameter's gradient at one optimizer step.
+
+    With nbs equal to the batch size every backward pass is followed by an optimizer step, so the
+    n-th backward is step n.
+    """
+
+    def __init__(self, parameter: str, step: int) -> None:
+        self.parameter, self.step = parameter, step
+        self.noise: list[float] = []
+        self.trainers: list[Any] = []
+        self._handle: Any = None
+
+    def on_pretrain_routine_end(self, trainer: Any) -> None:
+        self.trainers.append(trainer)
+        param = dict(trainer.model.named_parameters())[self.parameter]
+        count = {"n": 0}
+        rng = np.random.default_rng()  # unseeded: OS entropy, different in every run
+
+        def hook(grad: torch.Tensor) -> torch.Tensor:
+            count["n"] += 1
+            if count["n"] != self.step:
+                return grad
+            value = float(rng.uniform(0.5, 1.0)) * float(grad.abs().max() + 1e-3)
+            self.noise.append(value)
+            out = grad.clone()
+            out.view(-1)[0] += value
+            return out
+
+        self._handle = param.register_hook(hook)
+
+    def teardown(self, trainer: Any) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+    @property
+    def callbacks(self) -> dict[str, list[Any]]:
+        return {"on_pretrain_routine_end": [self.on_pretrain_routine_end], "teardown": [self.teardown]}
+
+
+class UnseededShuffle:
+    """Reseeds the training loader's shuffle generator from an unseeded source (after yolo-det seeded it)."""
+
+    def on_pretrain_routine_end(self, trainer: Any) -> None:
+        loader = trainer.train_loader
+        generator = getattr(loader, "generator", None)
+        if generator is None:
+            generator = loader.sampler.generator
+        generator.manual_seed(int(np.random.default_rng().integers(2**62)))
+
+    @property
+    def callbacks(self) -> dict[str, list[Any]]:
+        return {"on_pretrain_routine_end": [self.on_pretrain_routine_end]}
+
+
+@pytest.mark.slow
+def test_demo_with_repro_is_bitwise_identical(tmp_path, capsys):
+    before = snapshot()
+    plot = tmp_path / "curves.png"
+    code = main(["verify", "--profile", "repro", "--steps", "3", "--plot", str(plot), *TINY, f"project={tmp_path / 'runs'}"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "bitwise identical" in out and "NOT reproducible" not in out
+    assert out.count(" 3 steps in ") == 2  # both runs stopped after exactly 3 optimizer steps
+    assert_png(plot)
+    assert snapshot() == before
+
+
+@pytest.mark.slow
+def test_gradient_noise_is_caught_at_its_step_and_parameter(tmp_path):
+    name, step = "model.4.m.0.cv1.conv.weight", 2
+    noise = GradNoise(name, step)
+    _, args = prepare("repro", [*TINY, "nbs=8", "epochs=1", f"project={tmp_path}"])
+    report = verify("repro", args, runs=2, steps=3, callbacks=noise.callbacks)
+    assert not report.identical
+    d = report.first
+    assert d is not None and (d.run, d.step, d.kind, d.parameter) == (2, step, "gradients", name)
+    assert not d.data_differs and not d.loss_differs and d.parameters_differing == 1
+    assert len(noise.noise) == 2
+    assert d.max_abs_diff == pytest.approx(abs(noise.noise[0] - noise.noise[1]), rel=1e-3, abs=1e-6)
+    data = json.loads(json.dumps(report.to_dict()))
+    assert data["schema"] == "yolo-det/verify/1" and data["identical"] is False and data["steps"] == [3, 3]
+    assert data["first_divergence"]["step"] == step and data["first_divergence"]["parameter"] == name
+    assert data["comparisons"][0]["final_weights"]["parameters_differing"] >= 1
+    assert data["loss"][0][0] == data["loss"][1][0]  # identical before the noise
+    for trainer in noise.trainers:  # the recorder put the trainer's methods back
+        assert "optimizer_step" not in trainer.__dict__ and "preprocess_batch" not in trainer.__dict__
+
+
+@pytest.mark.slow
+def test_strict_mode_crash_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    def crash(trainer: Any) -> None:
+        raise RuntimeError("adaptive_max_pool2d_backward_cuda does not have a deterministic implementation, but you set "
+                           "'torch.use_deterministic_algorithms(True)'")
+
+    def verify_with_crash(*args: Any, **kwargs: Any) -> Any:
+        return verify(*args, callbacks={"on_train_batch_start": [crash]}, **kwargs)
+
+    monkeypatch.setattr(verify_command, "verify", verify_with_crash)
+    before = snapshot()
+    code = main(["verify", "--profile", "repro", "--steps", "1", *TINY, f"project={tmp_path}"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "run 1 stopped" in err and "balanced" in err
+    assert snapshot() == before
+
+
+@pytest.mark.slow
+def test_unseeded_data_order_exits_1_and_says_data_order(tmp_path, capsys, monkeypatch):
+    shuffle = UnseededShuffle()
+
+    def verify_with_shuffle(*args: Any, **kwargs: Any) -> Any:
+        return verify(*args, callbacks=shuffle.callbacks, **kwargs)
+
+    monkeypatch.setattr(verify_command, "verify", verify_with_shuffle)
+    code = main(["verify", "--profile", "repro", "--steps", "2", "--json", *TINY, f"project={tmp_path}"])
+    out, _ = capsys.readouterr()
+    data = json.loads(out)
+    assert code == 1 and data["identical"] is False and data["verdict"] == "diverged"
+    d = data["first_divergence"]
+    assert (d["step"], d["kind"]) == (1, "data") and d["differs"]["data"]
+    assert d["files"] is not None and d["files"][0] != d["files"][1] and "order" in d["detail"]
+    assert d["parameter"] is not None and d["max_abs_diff"] > 0
