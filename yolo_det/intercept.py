@@ -46,7 +46,7 @@ from .layers import pooling as det_pooling
 from .layers.loss import cross_entropy as det_cross_entropy
 from .layers.loss import nll_loss as det_nll_loss
 
-__all__ = ["ROUTED", "interception", "is_active", "routed_calls"]
+__all__ = ["ROUTED", "interception", "is_active", "routed_calls", "suspended"]
 
 _lock = threading.RLock()
 _depth = 0
@@ -195,6 +195,22 @@ def is_active() -> bool:
 def routed_calls() -> dict[str, int]:
     """How many calls each function routed to its deterministic implementation, in this process."""
     return dict(_calls)
+
+
+@contextmanager
+def suspended() -> Iterator[None]:
+    """PyTorch's own functions for the block, even inside :func:`interception` (the audit traces the model as
+    it is, not as interception would run it)."""
+    with _lock:
+        active = {name: getattr(F, name) for name in ROUTED if getattr(getattr(F, name), "_yolo_det_router", False)}
+        for name in active:
+            setattr(F, name, _native.original(name))
+    try:
+        yield
+    finally:
+        with _lock:
+            for name, fn in active.items():
+                setattr(F, name, fn)
 
 
 @contextmanager

@@ -115,6 +115,7 @@ def _check_policy(policy: str) -> None:
 def _auto_targets(model: nn.Module, *, imgsz: int, torch_version: str | None) -> dict[str, str]:
     """Module path -> kernel, for the modules the audit finds reaching a non-deterministic kernel."""
     from .audit import audit
+    from .intercept import suspended
 
     stride = 32
     try:
@@ -122,7 +123,8 @@ def _auto_targets(model: nn.Module, *, imgsz: int, torch_version: str | None) ->
     except (TypeError, ValueError):
         pass
     size = max(stride, (int(imgsz) // stride) * stride)
-    report = audit(model, imgsz=size, batch=2, torch_version=torch_version)
+    with suspended():  # trace the model as it is, not as interception would run it
+        report = audit(model, imgsz=size, batch=2, torch_version=torch_version)
     return {f.module: f.kernel for f in report.findings if f.breaks_determinism}
 
 

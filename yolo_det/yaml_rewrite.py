@@ -24,6 +24,8 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from .errors import ConfigError, ModelError, YoloDetError
 from .fileio import atomic_write_text
 
@@ -190,7 +192,9 @@ def _build(text: str, origin: str) -> Any:
     """Build the model the YAML describes (yolo-det layer names registered); return the DetectionModel."""
     import yaml as pyyaml
 
+    from .registry import registered
     from .swaps import registered_layers
+    from .zoo import ZOO_MODULES
 
     try:
         cfg = pyyaml.safe_load(text)
@@ -198,7 +202,7 @@ def _build(text: str, origin: str) -> Any:
         raise ModelError(f"{origin}: malformed YAML: {getattr(e, 'problem', None) or e}") from None
     task = _guess_task(cfg)
     try:
-        with registered_layers():
+        with registered_layers(), registered(ZOO_MODULES):
             from ultralytics.nn import tasks
 
             cls = {"detect": tasks.DetectionModel, "segment": tasks.SegmentationModel, "pose": tasks.PoseModel,
@@ -284,7 +288,8 @@ def _reasons(model: Any, slots: list[_Slot], *, policy: str, imgsz: int, torch_v
         return {i: "policy all" for i in nameable}
     from .audit import audit
 
-    stride = int(max(getattr(model, "stride", [32]) or [32]))
+    stride_t = getattr(model, "stride", None)
+    stride = int(stride_t.max()) if isinstance(stride_t, torch.Tensor) and stride_t.numel() else 32
     size = max(stride, (imgsz // stride) * stride)
     try:
         report = audit(model, imgsz=size, batch=2, torch_version=torch_version)
