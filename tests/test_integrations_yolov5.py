@@ -431,3 +431,84 @@ def test_patched_yolov5_trains_one_epoch_under_repro_offline(yolov5_copy: Path) 
     font = root / "yolov5-config" / "Arial.ttf"
     assert record["fonts"] == [str(font)] and font.is_file()
     assert record["run"]["det_profile"] == "repro" and record["run"]["imgsz"] == 64
+
+
+_CBAM_DRIVER = """
+import json, sys
+import torch
+import yolov5.models.yolo as yolo
+from yolo_det.emulator import emulate_cuda_alerts
+from yolo_det.zoo import CBAMMax
+
+yolo.CBAMMax = CBAMMax  # how a YOLOv5 fork adds a block: a name its parse_model can eval
+from yolov5 import train
+
+kwargs = dict(data="data.yaml", cfg="cbam.yaml", weights="", imgsz=64, batch_size=BATCH, epochs=1, device="cpu",
+              workers=0, noplots=True, noval=True, project="runs", name=sys.argv[1], exist_ok=True)
+if sys.argv[1] != "plain":
+    kwargs["det_profile"] = sys.argv[1]
+else:  # unpatched YOLOv5 would download Arial.ttf: put one where it looks, as an offline user must
+    import os
+    from yolo_det.demo import ensure_local_font
+    ensure_local_font([os.environ["YOLOV5_CONFIG_DIR"]])
+try:
+    with emulate_cuda_alerts():
+        opt = train.run(**kwargs)
+    print("RESULT " + json.dumps({"ok": True, "save_dir": str(opt.save_dir)}))
+except RuntimeError as e:
+    print("RESULT " + json.dumps({"ok": False, "error": str(e)}))
+"""
+
+
+@pytest.fixture(scope="module")
+def plain_yolov5_copy(yolov5_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An unpatched copy of the installed package beside the patched one's data and model files."""
+    root = tmp_path_factory.mktemp("yolov5-plain")
+    shutil.copytree(_installed_yolov5(), root / "yolov5", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    if not hasattr(np, "trapz"):
+        metrics = root / "yolov5" / "utils" / "metrics.py"
+        metrics.write_text(metrics.read_text(encoding="utf-8").replace("np.trapz(", "np.trapezoid("), encoding="utf-8")
+    for name in ("demo", "data.yaml"):
+        src = yolov5_copy / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, root / name)
+    return root
+
+
+def _cbam_model(root: Path, tiny: str) -> None:
+    """The tiny model with the backbone's last C3 (channel-preserving) replaced by a CBAM block with a max-pool
+    branch, written to ``root/cbam.yaml``."""
+    lines = tiny.splitlines()
+    c3 = [i for i, line in enumerate(lines) if "C3, [1024]" in line]
+    assert c3, "yolov5n.yaml changed: no C3 [1024] layer"
+    lines[c3[0]] = lines[c3[0]].split("[")[0] + "[-1, 1, CBAMMax, [128]],  # 8 (1024 * width 0.125)"
+    (root / "cbam.yaml").write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.slow
+def test_cbam_max_under_the_cuda_emulator(yolov5_copy: Path, plain_yolov5_copy: Path) -> None:
+    """Unpatched YOLOv5 crashes with CUDA's message; patched with repro trains (swapped); balanced trains with the
+    flag off only during backward."""
+    tiny = (yolov5_copy / "tiny.yaml").read_text()
+    results = {}
+    for root, mode in ((plain_yolov5_copy, "plain"), (yolov5_copy, "repro"), (yolov5_copy, "balanced")):
+        _cbam_model(root, tiny)
+        (root / "cbam_driver.py").write_text(textwrap.dedent(_CBAM_DRIVER).replace("BATCH", str(_BATCH)))
+        proc = subprocess.run([sys.executable, "cbam_driver.py", mode], cwd=root, env=_offline_env(root),
+                              capture_output=True, text=True, timeout=600)
+        assert "RESULT " in proc.stdout, proc.stderr[-3000:]
+        results[mode] = json.loads(proc.stdout.split("RESULT ", 1)[1])
+
+    assert not results["plain"]["ok"]
+    assert results["plain"]["error"].startswith(
+        "adaptive_max_pool2d_backward_cuda does not have a deterministic implementation, but you set "
+        "'torch.use_deterministic_algorithms(True)'")
+    for mode in ("repro", "balanced"):
+        assert results[mode]["ok"], results[mode]
+    repro = json.loads((yolov5_copy / "runs" / "repro" / RECORD_NAME).read_text())
+    assert [s["target"] for s in repro["swaps"]] == ["DetAdaptiveMaxPool2d"]
+    assert repro["swaps"][0]["path"].endswith(".max_pool")
+    assert repro["backward"]["modes_seen"] == ["strict"]
+    balanced = json.loads((yolov5_copy / "runs" / "balanced" / RECORD_NAME).read_text())
+    assert balanced["swaps"] == []
+    assert balanced["state_at_train_start"]["deterministic_algorithms"] == "strict"
+    assert balanced["backward"]["modes_seen"] == ["off"] and balanced["backward"]["disabled"]

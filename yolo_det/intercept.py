@@ -61,7 +61,7 @@ def _rule(entry_id: str) -> str | None:
     return load_table().entry(entry_id).rule(torch_version())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _alerts(entry_id: str) -> bool | None:
     """True: the kernel always alerts; None: only on the native path (flag off at forward); False: never."""
     rule = _rule(entry_id)
