@@ -597,7 +597,8 @@ def _fake_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, 
         params = {k: torch.empty(v.shape, dtype=v.dtype, device="cuda").requires_grad_(v.requires_grad)
                   for k, v in model.named_parameters()}
         params.update({k: torch.empty(v.shape, dtype=v.dtype, device="cuda") for k, v in model.named_buffers()})
-        x = torch.empty((batch, loaded.channels, imgsz, imgsz), device="cuda")
+        dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.get_default_dtype())
+        x = torch.empty((batch, loaded.channels, imgsz, imgsz), dtype=dtype, device="cuda")
         stack.enter_context(_deterministic(forward_det, warn_only=True))
         stack.enter_context(trace.hooks())
         dispatch = _DispatchMode(trace)

@@ -335,10 +335,10 @@ def rewrite_yaml(src: str | os.PathLike[str], dst: str | os.PathLike[str] | None
         raise ConfigError("no output: give -o OUT.yaml, --in-place, or --check")
     target = src if in_place else (Path(dst) if dst is not None else None)
     if target is not None and not check:
-        if not in_place and target.exists() and not force:
-            raise ConfigError(f"output '{target}' exists; choose another path or pass --force to replace it")
         if not in_place and target.resolve() == src.resolve():
             raise ConfigError("the output is the input; pass --in-place to rewrite the input itself")
+        if not in_place and target.exists() and not force:
+            raise ConfigError(f"output '{target}' exists; choose another path or pass --force to replace it")
         folder = target.parent if str(target.parent) else Path(".")
         if not folder.is_dir():
             raise ConfigError(f"output folder '{folder}' does not exist")
