@@ -19,7 +19,8 @@ gradient, and not the input). Prints a markdown table and writes JSON.
 Targets (CPU): pooling and padding within 1.3x of native, upsampling at least as fast as PyTorch's
 deterministic decomposition, grid_sample within 3x of native.
 
-Usage: python bench/bench_layers.py [--rounds 5] [--quick] [--only REGEX] [--out bench/results/layers.json]
+Usage: python bench/bench_layers.py [--rounds 5] [--threads N] [--quick] [--only REGEX]
+                                   [--out bench/results/layers.json]
 """
 
 from __future__ import annotations
@@ -242,8 +243,12 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--quick", action="store_true", help="quarter spatial sizes (a smoke run)")
     parser.add_argument("--only", default=None, help="regular expression on 'group layer' to select cases")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads (default: torch's; 1 gives steadier numbers on a shared machine)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/layers.json"))
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     cases = build_cases(args.batch, 4 if args.quick else 1)
     if args.only:

@@ -247,12 +247,7 @@ def _max_with_index(x: Tensor, hwin: Windows, wwin: Windows) -> tuple[Tensor, Te
     """
     w = x.shape[-1]
     oh, ow = len(hwin[0]), len(wwin[0])
-    if x.device.type == "cpu" and x.stride(-1) == 1:
-        # CPU reductions over short contiguous windows are slow; over rows they are element-wise
-        # maxima of long vectors: reduce a transposed copy instead (same values, amax is exact)
-        rows_max = _window_max(x.transpose(-1, -2).contiguous(), x.dim() - 2, wwin).transpose(-1, -2)
-    else:
-        rows_max = _window_max(x, x.dim() - 1, wwin)  # (..., H, Ow)
+    rows_max = _window_max(x, x.dim() - 1, wwin)  # (..., H, Ow)
     tab_h, hs, hl = _taps(hwin, x.device)
     cand = rows_max.index_select(-2, tab_h.reshape(-1)).unflatten(-2, (oh, tab_h.shape[1]))  # (..., Oh, Kh, Ow)
     out, local = _select(cand, -2)
