@@ -6,6 +6,8 @@
   and backward are therefore gathers (``index_select``) and element-wise products only: no scatter,
   no atomics, no matrix multiply (so TF32 settings cannot change the result), deterministic on every
   device whether or not ``torch.use_deterministic_algorithms`` is on, and twice differentiable.
+* :class:`WindowSum` (through :func:`apply_window_mean`) is the same kind of pair for averages over
+  contiguous windows, computed with one slice sum per window and, backward, one slice add per window.
 * :func:`outside_modes` runs code (the probes and table builders) outside any torch-function mode (the
   functional interception) and any dispatch mode (fake tensors), so probing PyTorch's own kernels never
   recurses into the layers and always sees real CPU tensors.
@@ -385,7 +387,12 @@ def apply_window_mean(x: Tensor, dim: int, starts: Sequence[int], ends: Sequence
 
 
 class DetAxisMap(torch.autograd.Function):
-    """Apply an :class:`AxisMap` along one axis; the backward applies the transposed map (a gather too)."""
+    """Apply a linear operator along one axis; the backward applies its transpose the same way.
+
+    ``fwd`` and ``bwd`` have an ``apply(x, dim)`` method (the per-device tables of an :class:`AxisMap`
+    and of its transpose, or a :class:`WindowSum` and its adjoint); the backward swaps them, so the
+    backward is itself differentiable.
+    """
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, dim: int, fwd: Any, bwd: Any) -> Tensor:  # type: ignore[override]
