@@ -34,13 +34,14 @@ def test_axis_map_round_trips_a_dense_matrix_and_transposes():
                                rtol=0, atol=1e-12)
 
 
-def test_axis_map_windows_and_identity():
-    sel = C.AxisMap.from_windows(5, [0, 1, 3], [2, 4, 5], average=False)
-    assert sel.index.flatten().tolist() == [0, 1, 1, 1, 2, 3, 3, 4, 4]  # blocks of K=3, last element repeated
-    avg = C.AxisMap.from_windows(5, [0, 1, 3], [2, 4, 5], average=True)
-    torch.testing.assert_close(_dense(avg).sum(1), torch.ones(3, dtype=torch.float64))
+def test_window_mean_and_identity():
+    x = torch.randn(2, 5, 3, dtype=torch.float64, requires_grad=True)
+    starts, ends = (0, 1, 3), (2, 4, 5)
+    expected = torch.stack([x[:, s:e].mean(1) for s, e in zip(starts, ends)], 1)
+    torch.testing.assert_close(C.apply_window_mean(x, 1, starts, ends), expected, rtol=0, atol=1e-15)
+    assert torch.autograd.gradgradcheck(lambda t: C.apply_window_mean(t, 1, starts, ends), (x,))
     assert C.AxisMap.from_dense(torch.eye(4, dtype=torch.float64)).is_identity()
-    assert not avg.is_identity()
+    assert not C.AxisMap.from_dense(torch.ones(4, 4, dtype=torch.float64)).is_identity()
 
 
 def test_axis_map_is_twice_differentiable():

@@ -6,6 +6,8 @@
   and backward are therefore gathers (``index_select``) and element-wise products only: no scatter,
   no atomics, no matrix multiply (so TF32 settings cannot change the result), deterministic on every
   device whether or not ``torch.use_deterministic_algorithms`` is on, and twice differentiable.
+* :class:`WindowSum` (through :func:`apply_window_mean`) is the same kind of pair for averages over
+  contiguous windows, computed with one slice sum per window and, backward, one slice add per window.
 * :func:`outside_modes` runs code (the probes and table builders) outside any torch-function mode (the
   functional interception) and any dispatch mode (fake tensors), so probing PyTorch's own kernels never
   recurses into the layers and always sees real CPU tensors.
@@ -29,6 +31,7 @@ __all__ = [
     "AxisMap",
     "amp_plan",
     "apply_axis_map",
+    "apply_window_mean",
     "autocast_off",
     "match_memory_format",
     "outside_modes",
@@ -250,30 +253,6 @@ class AxisMap:
             w = torch.ones(idx.shape, dtype=torch.float64)
         return cls(in_size, idx, w)
 
-    @classmethod
-    def from_windows(cls, in_size: int, starts: Sequence[int], ends: Sequence[int], *, average: bool) -> AxisMap:
-        """Build a map whose output ``i`` reads ``in[starts[i]:ends[i]]``.
-
-        With ``average`` the taps are weighted ``1 / (end - start)`` (one output per window). Without
-        it the map is a pure selection of ``out_size = n_windows * K`` entries, ``K`` the largest
-        window: window ``i`` occupies outputs ``i*K .. i*K+K-1``, its own elements first, then repeats
-        of its last element (so a first-maximum scan over each block finds the same element as a scan
-        over the window, and a last-NaN scan too).
-        """
-        if average:
-            rows, cols, vals = [], [], []
-            for i, (s, e) in enumerate(zip(starts, ends)):
-                for j in range(s, e):
-                    rows.append(i)
-                    cols.append(j)
-                    vals.append(1.0 / (e - s))
-            idx, w = _pack(torch.tensor(rows, dtype=torch.int64), torch.tensor(cols, dtype=torch.int64),
-                           torch.tensor(vals, dtype=torch.float64), len(starts))
-            return cls(in_size, idx, w)
-        k = max(e - s for s, e in zip(starts, ends))
-        flat = [min(s + t, e - 1) for s, e in zip(starts, ends) for t in range(k)]
-        return cls(in_size, torch.tensor(flat, dtype=torch.int64).view(-1, 1), None)
-
     def columns(self) -> tuple[list[list[int]], list[list[float]] | None]:
         """The tables as Python lists, one list per tap (cached; safe to call under any mode)."""
         if self._columns is None:
@@ -344,26 +323,79 @@ class _DeviceTaps:
         out_shape = list(x.shape)
         out_shape[dim] = self.out_size
 
-        def tap(k: int) -> Tensor:
-            idx = self.index[k]
-            return torch.gather(x, dim, idx.expand(out_shape)) if last else x.index_select(dim, idx)
+        buf: Tensor | None = None
 
-        out = tap(0)
+        def tap(k: int, out: Tensor | None) -> Tensor:
+            # one scratch buffer for all taps after the first: fresh CPU allocations are page faults
+            idx = self.index[k]
+            if last:
+                idx = idx.expand(out_shape)
+                return torch.gather(x, dim, idx) if out is None else torch.gather(x, dim, idx, out=out)
+            return x.index_select(dim, idx) if out is None else torch.index_select(x, dim, idx, out=out)
+
+        result = tap(0, None)
         if self.weight is not None:
-            out.mul_(self.weight[0].view(self.out_size, *tail))
+            result.mul_(self.weight[0].view(self.out_size, *tail))
         for k in range(1, len(self.index)):
+            buf = tap(k, buf)
             if self.weight is None:
-                out.add_(tap(k))
+                result.add_(buf)
             else:
-                out.addcmul_(tap(k), self.weight[k].view(self.out_size, *tail))
+                result.addcmul_(buf, self.weight[k].view(self.out_size, *tail))
+        return result
+
+
+class WindowSum:
+    """``out[i] = sum(in[starts[i]:ends[i]]) / (ends[i] - starts[i])`` along one axis (or its adjoint).
+
+    Windows are contiguous ranges, so both directions are slicing: the forward reduces one slice per
+    window, the adjoint adds each output gradient, divided by its window length, onto its slice of a
+    zero tensor (in window order, so overlapping windows add up deterministically). It has the same
+    ``apply(x, dim)`` interface as the gather tables and pairs with :class:`DetAxisMap`.
+    """
+
+    def __init__(self, in_size: int, starts: Sequence[int], ends: Sequence[int], *, adjoint: bool = False) -> None:
+        self.in_size = int(in_size)
+        self.starts = tuple(int(v) for v in starts)
+        self.ends = tuple(int(v) for v in ends)
+        self.adjoint = adjoint
+        self.out_size = len(self.starts) if not adjoint else self.in_size
+
+    def transpose(self) -> WindowSum:
+        """The adjoint operator (its own transpose is this one)."""
+        t = WindowSum(self.in_size, self.starts, self.ends, adjoint=not self.adjoint)
+        return t
+
+    def apply(self, x: Tensor, dim: int) -> Tensor:
+        """Apply along ``dim`` (non-negative)."""
+        if not self.adjoint:
+            parts = [x.narrow(dim, s, e - s).sum(dim, keepdim=True).div_(e - s) for s, e in zip(self.starts, self.ends)]
+            return torch.cat(parts, dim) if len(parts) > 1 else parts[0]
+        shape = list(x.shape)
+        shape[dim] = self.in_size
+        out = x.new_zeros(shape)
+        for i, (s, e) in enumerate(zip(self.starts, self.ends)):
+            out.narrow(dim, s, e - s).add_(x.narrow(dim, i, 1).div(e - s))
         return out
 
 
+def apply_window_mean(x: Tensor, dim: int, starts: Sequence[int], ends: Sequence[int]) -> Tensor:
+    """Average ``x`` over the windows ``[starts[i], ends[i])`` along ``dim`` (deterministic, differentiable)."""
+    dim = dim % x.dim()
+    op = WindowSum(x.shape[dim], starts, ends)
+    return DetAxisMap.apply(x, dim, op, op.transpose())
+
+
 class DetAxisMap(torch.autograd.Function):
-    """Apply an :class:`AxisMap` along one axis; the backward applies the transposed map (a gather too)."""
+    """Apply a linear operator along one axis; the backward applies its transpose the same way.
+
+    ``fwd`` and ``bwd`` have an ``apply(x, dim)`` method (the per-device tables of an :class:`AxisMap`
+    and of its transpose, or a :class:`WindowSum` and its adjoint); the backward swaps them, so the
+    backward is itself differentiable.
+    """
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, dim: int, fwd: _DeviceTaps, bwd: _DeviceTaps) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: Tensor, dim: int, fwd: Any, bwd: Any) -> Tensor:  # type: ignore[override]
         ctx.dim = dim
         ctx.taps = (fwd, bwd)
         return fwd.apply(x, dim)

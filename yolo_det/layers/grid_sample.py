@@ -120,9 +120,12 @@ class _Taps:
                 self.weight.append(torch.where(ok, self.dx[s] * self.dy[r], torch.zeros_like(ix)))
 
 
-def _gather(flat: Tensor, index: Tensor) -> Tensor:
+def _gather(flat: Tensor, index: Tensor, out: Tensor | None = None) -> Tensor:
+    """``flat[n, c, index[n, p]]`` as ``(N, C, P)``, written into ``out`` when given (a scratch buffer:
+    fresh CPU allocations cost page faults)."""
     n, c, _ = flat.shape
-    return torch.gather(flat, 2, index.unsqueeze(1).expand(n, c, index.shape[1]))
+    idx = index.unsqueeze(1).expand(n, c, index.shape[1])
+    return torch.gather(flat, 2, idx) if out is None else torch.gather(flat, 2, idx, out=out)
 
 
 class DetGridSample(torch.autograd.Function):
@@ -136,8 +139,10 @@ class DetGridSample(torch.autograd.Function):
         taps = _Taps(grid, h, w, padding_mode, align_corners)
         flat = input.reshape(n, c, h * w)
         out = _gather(flat, taps.index[0]).mul_(taps.weight[0].unsqueeze(1))
+        buf = None
         for k in range(1, 4):
-            out.addcmul_(_gather(flat, taps.index[k]), taps.weight[k].unsqueeze(1))
+            buf = _gather(flat, taps.index[k], buf)
+            out.addcmul_(buf, taps.weight[k].unsqueeze(1))
         ctx.taps = taps
         ctx.shape = (n, c, h, w)
         ctx.rows_backward = rows_backward
@@ -161,17 +166,21 @@ class DetGridSample(torch.autograd.Function):
                 grad_input = acc.view(n, h, w, c).permute(0, 3, 1, 2)
             else:
                 acc = torch.zeros(n, c, h * w, dtype=g.dtype, device=g.device)
+                buf = torch.empty_like(g)
                 for idx, wk in zip(taps.index, taps.weight):
-                    acc.scatter_add_(2, idx.unsqueeze(1).expand(n, c, idx.shape[1]), g * wk.unsqueeze(1))
+                    torch.mul(g, wk.unsqueeze(1), out=buf)
+                    acc.scatter_add_(2, idx.unsqueeze(1).expand(n, c, idx.shape[1]), buf)
                 grad_input = acc.view(n, c, h, w)
         if ctx.needs_input_grad[1]:
             flat = input.reshape(n, c, h * w)
             gix = torch.zeros_like(taps.mx)
             giy = torch.zeros_like(taps.my)
             k = 0
+            buf = None
             for r in (0, 1):
                 for s in (0, 1):
-                    v = (_gather(flat, taps.index[k]) * g).sum(1)
+                    buf = _gather(flat, taps.index[k], buf)
+                    v = buf.mul_(g).sum(1)
                     v = torch.where(taps.valid[k], v, torch.zeros_like(v))
                     # d(dx[s])/dix = -1 for the west column, +1 for the east; likewise for rows
                     gix = gix + v * taps.dy[r] if s else gix - v * taps.dy[r]

@@ -8,9 +8,9 @@ fixed linear map that copies input elements, so it is computed here by a small a
 * forward: one allocation, one copy of the input into the centre, then each padded axis in turn
   fills its borders from already written values (a flipped slice for ``reflect``, the edge slice
   broadcast for ``replicate``);
-* backward (the adjoint): per padded axis, the centre of the gradient is copied once and the border
-  gradients are added onto the elements they came from (flipped slices for ``reflect``, one sum per
-  side for ``replicate``).
+* backward (the adjoint): the centre of the gradient is copied once and the border gradients are
+  added onto the elements they came from (flipped slices for ``reflect``, one sum per side for
+  ``replicate``), border slabs folded along the other axes first.
 
 Both directions are slicing, flipping, copies and additions only (no atomics, no scatter), the
 backward is itself differentiable (its adjoint is the forward), the forward is bit-exact and the
@@ -85,22 +85,29 @@ def _pad_forward(x: Tensor, pads: Pads, mode: str) -> Tensor:
 
 
 def _pad_adjoint(g: Tensor, pads: Pads, mode: str) -> Tensor:
-    y = g
-    for d, left, right in reversed(pads):
-        size = y.shape[d] - left - right
-        c = y.narrow(d, left, size).clone()
+    """Fold the border gradients back onto the elements they were copied from.
+
+    Recursive over the padded axes, so the large centre is copied once and only border slabs are
+    folded (the borders of a border slab along the remaining axes are folded first).
+    """
+    if not pads:
+        return g.clone(memory_format=torch.contiguous_format)
+    (d, left, right), rest = pads[0], pads[1:]
+    size = g.shape[d] - left - right
+    out = _pad_adjoint(g.narrow(d, left, size), rest, mode)
+    if left:
+        border = _pad_adjoint(g.narrow(d, 0, left), rest, mode)
         if mode == "reflect":
-            if left:
-                c.narrow(d, 1, left).add_(y.narrow(d, 0, left).flip(d))
-            if right:
-                c.narrow(d, size - 1 - right, right).add_(y.narrow(d, left + size, right).flip(d))
+            out.narrow(d, 1, left).add_(border.flip(d))
         else:
-            if left:
-                c.narrow(d, 0, 1).add_(y.narrow(d, 0, left).sum(dim=d, keepdim=True))
-            if right:
-                c.narrow(d, size - 1, 1).add_(y.narrow(d, left + size, right).sum(dim=d, keepdim=True))
-        y = c
-    return y
+            out.narrow(d, 0, 1).add_(border.sum(dim=d, keepdim=True))
+    if right:
+        border = _pad_adjoint(g.narrow(d, left + size, right), rest, mode)
+        if mode == "reflect":
+            out.narrow(d, size - 1 - right, right).add_(border.flip(d))
+        else:
+            out.narrow(d, size - 1, 1).add_(border.sum(dim=d, keepdim=True))
+    return out
 
 
 class DetPad(torch.autograd.Function):

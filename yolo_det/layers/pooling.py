@@ -7,15 +7,19 @@ the same function with kernels whose backward is deterministic:
 * **Average.** Adaptive pooling is separable: window ``i`` along an axis of length ``L`` pooled to
   ``O`` is ``[floor(i*L/O), ceil((i+1)*L/O))``. Global pooling is a ``mean`` (what ATen does for 1x1
   itself); when ``O`` divides ``L`` on both axes the windows are those of ``avg_pool2d`` with
-  ``kernel = stride = L/O``; otherwise each axis with overlapping windows is reduced by a sparse
-  average map (:class:`~yolo_det.layers._common.AxisMap`) whose forward and backward are gathers.
-* **Max.** Each axis whose windows do not tile it is first *unfolded* by a gather into blocks of
-  ``K`` (largest window) entries, a window's own elements in order followed by repeats of its last
-  element; then ``max_pool2d`` with ``kernel = stride`` scans every block. A first-maximum scan (and
-  the last-NaN rule of the CUDA and CPU kernels) over such a block picks the same input element as a
-  row-major scan over the original window, so values, ``return_indices`` and the gradient (sent to
-  the *first* maximum, not split among ties like ``amax``) are those of the native op, NaN included.
-  ``max_pool2d``'s backward is gather-style on CUDA, the unfold's backward is a gather.
+  ``kernel = stride = L/O``; otherwise each axis whose windows do not tile it is reduced by a
+  window mean (:func:`~yolo_det.layers._common.apply_window_mean`: one slice sum per window forward,
+  one slice add per window backward).
+* **Max.** When the windows tile the plane (global pooling, or ``O`` dividing ``L`` on both axes)
+  the op is ``max_pool2d`` with ``kernel = stride = L/O``: same windows, same scan order, same NaN
+  rule and indices, and a gather-style CUDA backward. Otherwise a small autograd function takes the
+  NaN-propagating ``amax`` over each column window (on slices: no copy of the input), then, on those
+  small row maxima, the maximum over each row window with the position of the first maximum (last
+  NaN), and from one gathered window row per output the column; that is the element ATen's kernels
+  select (first maximum in row-major order, or last NaN). The backward routes each gradient there
+  with ``index_put_(accumulate=True)`` (sorted, deterministic on CUDA with or without the flag).
+  Ties therefore send the gradient to the first maximum, like the CUDA kernel, not split among
+  them like ``amax``'s own backward; ``return_indices`` gives ATen's flat indices.
 
 Summation order differs from the native kernels (separable means), so float32 results agree to a
 few ulps, float64 to ~1e-16. float16/bfloat16 inputs are averaged in float32 and cast back.
@@ -25,13 +29,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._common import AxisMap, amp_plan, apply_axis_map, autocast_off, match_memory_format, outside_modes
+from ._common import amp_plan, apply_window_mean, autocast_off, match_memory_format
 
 __all__ = [
     "DetAdaptiveAvgPool1d",
@@ -49,25 +53,12 @@ __all__ = [
 SizeArg = Union[int, None, Sequence[Optional[int]]]
 
 
-def _windows(in_size: int, out_size: int) -> tuple[list[int], list[int]]:
+@functools.lru_cache(maxsize=1024)
+def _windows(in_size: int, out_size: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """ATen's adaptive windows: ``[floor(i*L/O), ceil((i+1)*L/O))`` for ``i < O``."""
-    starts = [(i * in_size) // out_size for i in range(out_size)]
-    ends = [-((-(i + 1) * in_size) // out_size) for i in range(out_size)]
+    starts = tuple((i * in_size) // out_size for i in range(out_size))
+    ends = tuple(-((-(i + 1) * in_size) // out_size) for i in range(out_size))
     return starts, ends
-
-
-@functools.lru_cache(maxsize=512)
-def _avg_map(in_size: int, out_size: int) -> AxisMap:
-    with outside_modes():
-        starts, ends = _windows(in_size, out_size)
-        return AxisMap.from_windows(in_size, starts, ends, average=True)
-
-
-@functools.lru_cache(maxsize=512)
-def _unfold_map(in_size: int, out_size: int) -> AxisMap:
-    with outside_modes():
-        starts, ends = _windows(in_size, out_size)
-        return AxisMap.from_windows(in_size, starts, ends, average=False)
 
 
 def _output_sizes(output_size: SizeArg, sizes: Sequence[int], n: int) -> list[int] | None:
@@ -136,7 +127,7 @@ def _avg(y: Tensor, outs: Sequence[int]) -> Tensor:
             changed = True
     for d, s, o, div in zip(dims, sizes, outs, divisible):
         if not div:
-            y = apply_axis_map(y, d, _avg_map(s, o))
+            y = apply_window_mean(y, d, *_windows(s, o))
             changed = True
     return y if changed else y.clone()
 
@@ -208,33 +199,119 @@ def adaptive_avg_pool3d(input: Tensor, output_size: SizeArg) -> Tensor:
 # ----------------------------------------------------------------------------------------------------
 
 
+Windows = tuple[tuple[int, ...], tuple[int, ...]]
+
+
+def _window_max(t: Tensor, dim: int, win: Windows) -> Tensor:
+    """Max (NaN-propagating ``amax``) over each window along ``dim``, keeping the axis."""
+    starts, ends = win
+    size, count = t.shape[dim], len(starts)
+    if count == 1 and starts[0] == 0 and ends[0] == size:
+        return t.amax(dim, keepdim=True)
+    if size % count == 0:  # windows tile the axis
+        return t.unflatten(dim, (count, size // count)).amax(dim + 1)
+    parts = [t.narrow(dim, s, e - s).amax(dim, keepdim=True) for s, e in zip(starts, ends)]
+    return torch.cat(parts, dim)
+
+
+def _select(cand: Tensor, dim: int) -> tuple[Tensor, Tensor]:
+    """Maximum along ``dim`` and the position ATen's kernels select: the first maximum (``max(dim)``
+    returns the first one), or the last NaN when there is a NaN (the largest NaN position)."""
+    values, first = cand.max(dim, keepdim=True)
+    shape = [1] * cand.dim()
+    shape[dim] = cand.shape[dim]
+    pos = torch.arange(cand.shape[dim], dtype=torch.int32, device=cand.device).view(shape)
+    none = torch.full((), -1, dtype=torch.int32, device=cand.device)
+    last_nan = torch.where(torch.isnan(cand), pos, none).amax(dim, keepdim=True)
+    return values, torch.where(last_nan >= 0, last_nan.to(torch.int64), first)
+
+
+def _taps(win: Windows, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+    """``(table, starts, lasts)``: each window's positions padded to the longest by repeating its last
+    position (``table`` is ``(O, K)``), and the first and last position of each window (``(O, 1)``)."""
+    starts, ends = win
+    k = max(e - s for s, e in zip(starts, ends))
+    table = [[min(s + t, e - 1) for t in range(k)] for s, e in zip(starts, ends)]
+    return (torch.tensor(table, dtype=torch.int64, device=device),
+            torch.tensor(starts, dtype=torch.int64, device=device).view(-1, 1),
+            torch.tensor([e - 1 for e in ends], dtype=torch.int64, device=device).view(-1, 1))
+
+
+def _max_with_index(x: Tensor, hwin: Windows, wwin: Windows) -> tuple[Tensor, Tensor]:
+    """Adaptive max over the last two axes and ATen's flat ``h * W + w`` argmax (row-major scan).
+
+    Column windows are reduced first with ``amax`` on slices (no copy of the input); the row windows
+    of those row maxima (a small tensor) give the output and, per output, the first row (last NaN
+    row) holding it; one gathered window row per output then gives the column. Together that is the
+    first maximum (or last NaN) in row-major order, the element ATen's kernels select.
+    """
+    w = x.shape[-1]
+    oh, ow = len(hwin[0]), len(wwin[0])
+    rows_max = _window_max(x, x.dim() - 1, wwin)  # (..., H, Ow)
+    tab_h, hs, hl = _taps(hwin, x.device)
+    cand = rows_max.index_select(-2, tab_h.reshape(-1)).unflatten(-2, (oh, tab_h.shape[1]))  # (..., Oh, Kh, Ow)
+    out, local = _select(cand, -2)
+    out = out.squeeze(-2)
+    rows = torch.minimum(hs + local.squeeze(-2), hl)  # (..., Oh, Ow); a padded repeat maps to the last row
+    tab_w, ws, wl = _taps(wwin, x.device)
+    kw = tab_w.shape[1]
+    lead = rows.shape[:-2]
+    if x.stride(-2) == w * x.stride(-1):  # the plane flattens to a view: gather each window's row
+        flat = (rows.unsqueeze(-1) * w + tab_w).reshape(*lead, oh * ow * kw)
+        cand = torch.gather(x.flatten(-2), -1, flat).view(*lead, oh, ow, kw)
+    else:  # e.g. channels_last: gather whole rows, then the window's columns
+        xrows = torch.gather(x, -2, rows.reshape(*lead, oh * ow, 1).expand(*lead, oh * ow, w))
+        cand = torch.gather(xrows.view(*lead, oh, ow, w), -1, tab_w.expand(*lead, oh, ow, kw))
+    _, local = _select(cand, -1)
+    cols = torch.minimum(ws.view(-1) + local.squeeze(-1), wl.view(-1))
+    return out, rows * w + cols
+
+
+def _max_input_grad(grad: Tensor, index: Tensor, shape: torch.Size) -> Tensor:
+    """Route each output gradient to its selected element; overlapping windows may select the same
+    element, so contributions are accumulated with ``index_put_(accumulate=True)``, which sorts the
+    indices (deterministic on CUDA with or without the flag). Differentiable in ``grad``."""
+    lead = 1
+    for s in shape[:-2]:
+        lead *= int(s)
+    plane = int(shape[-2]) * int(shape[-1])
+    flat = index.reshape(lead, -1) + torch.arange(lead, device=index.device).unsqueeze(1) * plane
+    out = grad.new_zeros(lead * plane)
+    out.index_put_((flat.reshape(-1),), grad.reshape(-1), accumulate=True)
+    return out.view(shape)
+
+
+class DetAdaptiveMaxPool(torch.autograd.Function):
+    """Adaptive max pooling over the last two axes; the backward sends each output gradient to the
+    element ATen's kernels select (first maximum in row-major order, last NaN)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, hwin: Windows, wwin: Windows):  # type: ignore[override]
+        out, index = _max_with_index(x, hwin, wwin)
+        ctx.mark_non_differentiable(index)
+        ctx.save_for_backward(index)
+        ctx.shape = x.shape
+        return out, index
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor, _grad_index: Tensor):  # type: ignore[override]
+        (index,) = ctx.saved_tensors
+        return _max_input_grad(grad, index, ctx.shape), None, None
+
+
 def _adaptive_max2d(x: Tensor, outs: Sequence[int], return_indices: bool) -> Tensor | tuple[Tensor, Tensor]:
     sizes = list(x.shape[-2:])
-    y = x
-    kernel = []
-    maps: list[AxisMap | None] = []
-    for i, (s, o) in enumerate(zip(sizes, outs)):
-        if s % o == 0:
-            kernel.append(s // o)
-            maps.append(None)
-        else:
-            amap = _unfold_map(s, o)
-            y = apply_axis_map(y, x.dim() - 2 + i, amap)
-            kernel.append(amap.out_size // o)
-            maps.append(amap)
-    k = (kernel[0], kernel[1])
-    if not return_indices:
-        return match_memory_format(F.max_pool2d(y, kernel_size=k, stride=k), x)
-    out, ind = F.max_pool2d(y, kernel_size=k, stride=k, return_indices=True)
-    if maps[0] is not None or maps[1] is not None:
-        wg = y.shape[-1]
-        rows, cols = ind // wg, ind % wg
-        if maps[0] is not None:
-            rows = maps[0].on(ind).index[0][rows]
-        if maps[1] is not None:
-            cols = maps[1].on(ind).index[0][cols]
-        ind = rows * sizes[1] + cols
-    return match_memory_format(out, x), match_memory_format(ind, x)
+    if all(s % o == 0 for s, o in zip(sizes, outs)):
+        # windows tile the plane: exactly max_pool2d's (same scan order, NaN rule and indices)
+        k = (sizes[0] // outs[0], sizes[1] // outs[1])
+        result = F.max_pool2d(x, kernel_size=k, stride=k, return_indices=return_indices)
+        if return_indices:
+            return match_memory_format(result[0], x), match_memory_format(result[1], x)
+        return match_memory_format(result, x)
+    out, index = DetAdaptiveMaxPool.apply(x, _windows(sizes[0], outs[0]), _windows(sizes[1], outs[1]))
+    if return_indices:
+        return match_memory_format(out, x), match_memory_format(index, x)
+    return match_memory_format(out, x)
 
 
 def adaptive_max_pool2d(input: Tensor, output_size: SizeArg,
