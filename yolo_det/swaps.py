@@ -40,6 +40,7 @@ __all__ = [
     "SWAPS",
     "SwapRecord",
     "register_layers",
+    "remedy",
     "register_swap",
     "registered_layers",
     "swap_modules",
@@ -169,6 +170,23 @@ def swap_modules(model: nn.Module, policy: str = "auto", *, imgsz: int = 64,
         records.append(SwapRecord(path, type(module).__name__, target.__name__, reason))
         module.__class__ = target
     return records
+
+
+def remedy(finding: Any) -> str | None:
+    """How a profile with ``swaps: auto`` and ``intercept: true`` (``repro``) fixes an audit finding at training time.
+
+    Returns:
+        ``"swap"`` (the module's class has a registered equivalent), ``"intercept"`` (the finding comes from a
+        ``torch.nn.functional`` call that interception routes), or None (no deterministic equivalent).
+    """
+    from .intercept import ROUTED
+
+    if any(cls.__name__ == finding.module_class for cls in SWAPS):
+        return "swap"
+    call = (finding.call or "").rsplit(".", 1)[-1]
+    if call in ROUTED and (finding.call or "").startswith("torch.nn.functional."):
+        return "intercept"
+    return None
 
 
 def unswap_modules(model: nn.Module) -> list[SwapRecord]:

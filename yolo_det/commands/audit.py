@@ -13,6 +13,12 @@ warn_only / off, under the chosen profile, and the fix (a deterministic swap whe
 
 exit status: 0 the model trains under strict determinism, 1 it does not, 2 bad input.
 
+--fix -o OUT.yaml (model YAMLs): write a copy of the YAML whose non-deterministic layers are yolo-det's
+deterministic ones (see `yolo-det rewrite`), and say, for each finding the YAML cannot name (a pool
+inside a block, a functional call), whether the repro profile's swaps or interception handle it at
+training time. The exit status is then 0 when every finding is fixed one way or the other, 1 when
+some finding has no deterministic equivalent.
+
 examples:
   yolo-det audit yolov8n.yaml
   yolo-det audit data/models/cbam-max.yaml --imgsz 64
@@ -21,6 +27,7 @@ examples:
   yolo-det audit rtdetr-l.yaml --torch-version 2.0.1        # what would torch 2.0 do?
   yolo-det audit my-model.yaml --device cuda                # also run the real kernels (needs a GPU)
   yolo-det audit yolov8n-seg.yaml --imgsz 64 --loss         # include the training loss (real CPU step)
+  yolo-det audit data/models/bicubic-up.yaml --imgsz 64 --fix -o bicubic-det.yaml
 """
 
 from __future__ import annotations
@@ -57,6 +64,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--table", default=None, metavar="FILE", help="a table of non-deterministic kernels (default: built-in)")
     parser.add_argument("--loss", action="store_true",
                         help="also run one real CPU training step with the model's loss on a synthetic batch (slower)")
+    parser.add_argument("--fix", action="store_true",
+                        help="write a rewritten copy of the model YAML with deterministic layers (needs -o)")
+    parser.add_argument("-o", "--output", metavar="OUT.yaml", help="where --fix writes (must not exist)")
+    parser.add_argument("--force", action="store_true", help="with --fix: replace OUT.yaml if it exists")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.device != "fake" and not (args.device == "cuda" or args.device.startswith("cuda:")):
         raise ConfigError(f"--device must be fake or cuda[:N], got {args.device!r}")
+    if args.output and not args.fix:
+        raise ConfigError("-o is the output of --fix; add --fix (or use 'yolo-det rewrite')")
+    if args.fix:
+        return _fix(args)
     report = audit(args.model, imgsz=args.imgsz, batch=args.batch, profile=args.profile, device=args.device,
                    torch_version=args.torch_version, table=args.table, loss=args.loss)
     if args.json:
@@ -73,3 +88,51 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(report.format_table())
     return report.exit_code
+
+
+def _fix(args: argparse.Namespace) -> int:
+    """``audit --fix``: rewrite the YAML and say how every other finding is handled."""
+    from ..audit import audit
+    from ..models import resolve_model_yaml
+    from ..swaps import remedy
+    from ..yaml_rewrite import rewrite_yaml
+
+    if not args.output:
+        raise ConfigError("--fix needs -o OUT.yaml (the input is never changed)")
+    yaml_path = resolve_model_yaml(args.model) if str(args.model).endswith((".yaml", ".yml")) else None
+    if yaml_path is None:
+        raise ConfigError(f"--fix rewrites model YAMLs and '{args.model}' is not one; for a checkpoint or module, "
+                          "train under the repro profile (its swaps and interception fix the layers in place)")
+    report = audit(args.model, imgsz=args.imgsz, batch=args.batch, profile=args.profile,
+                   torch_version=args.torch_version, table=args.table)
+    result = rewrite_yaml(yaml_path, args.output, force=args.force, imgsz=args.imgsz,
+                          torch_version=args.torch_version)
+    renamed = {c.layer for c in result.changes}
+    rows = []
+    unfixed = 0
+    for f in report.findings:
+        if not f.breaks_determinism:
+            continue
+        if f.layer in renamed and f.module in (f"model.{f.layer}", f"model.{f.layer}.0"):
+            how = f"fixed in {args.output} ({f.module_class} -> Det{f.module_class})"
+        else:
+            kind = remedy(f)
+            if kind is None:
+                unfixed += 1
+                how = f"no deterministic equivalent: {f.fix}"
+            else:
+                how = ("swapped" if kind == "swap" else "intercepted") + " at training time by the repro profile"
+        rows.append({"layer": f.layer, "module": f.module, "kernel": f.kernel, "fix": how})
+    if args.json:
+        json.dump({"audit": report.to_dict(), "rewrite": result.to_dict(), "output": args.output, "findings": rows,
+                   "unfixed": unfixed}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(report.format_table())
+        print(result.format(str(yaml_path)))
+        print(f"wrote {args.output}")
+        for row in rows:
+            print(f"layer {row['layer']} {row['module']} ({row['kernel']}): {row['fix']}")
+        print("verdict: " + ("every finding is fixed (train the rewritten YAML under --profile repro)" if not unfixed
+                             else f"{unfixed} finding(s) have no deterministic equivalent"))
+    return 1 if unfixed else 0
