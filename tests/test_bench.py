@@ -89,7 +89,7 @@ def test_cli_json_has_one_row_per_profile_and_the_chart_is_a_png(tmp_path, capsy
     statuses = {s["setting"]: s["status"] for s in data["settings"]}
     assert statuses["deterministic_algorithms"] == "measured" and statuses["backward"] == "measured"
     assert statuses["cudnn_benchmark"] == "not applicable on cpu"
-    assert statuses["swaps"].startswith("not measured")
+    assert statuses["swaps"] == "measured" and statuses["intercept"] == "measured"  # the built-in scope
     assert data["overhead"]["per_step_us"] > 0 and data["overhead"]["percent_of_median_step"] > 0
     assert data["plot"] == str(chart)
     assert chart.read_bytes()[:8] == PNG_SIGNATURE
@@ -130,10 +130,9 @@ def test_registered_scope_applies_swaps_around_every_block(tmp_path):
     assert depth["n"] == 0 and seen and set(seen) == {"auto"}
     rows = {s["setting"]: s for s in report.settings}
     assert rows["swaps"]["status"] == "measured" and rows["swaps"]["toggled_ms"] > 0
-    assert rows["intercept"]["status"].startswith("not measured")
+    assert rows["intercept"]["status"] == "measured"  # the built-in scope handles it
     repro = report.rows[0]
-    assert repro["profile"] == "repro" and not any("swaps" in n for n in repro["notes"])
-    assert any("intercept" in n for n in repro["notes"])
+    assert repro["profile"] == "repro" and repro["notes"] == []
     table = report.table()
     assert "repro" in table and "fast" in table and "bench overhead" in table and "swaps=auto" in table
     assert factory not in [f for f, _ in bench_module._SCOPES]

@@ -13,10 +13,10 @@ configuration whose step raises (strict determinism meeting a kernel without a d
 reported with its error and the others are still measured.
 
 A configuration is applied with :func:`yolo_det.state.apply` (restored after each block), the backward
-toggle with :class:`~yolo_det.backward.ToggleScaler`, and anything that changes the model itself (layer
-swaps, functional interception) through scopes registered with :func:`register_scope`: that is the
-extension point for swaps. Without a registered scope, ``swaps`` and ``intercept`` are reported as
-not applied.
+toggle with :class:`~yolo_det.backward.ToggleScaler`, and anything that changes the model itself through
+scopes registered with :func:`register_scope`. The built-in scope applies the layer swaps
+(:mod:`yolo_det.swaps`; the audit that chooses them runs once per model and policy, outside the timed
+steps) and functional interception (:mod:`yolo_det.intercept`).
 
 Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` over each timed block (reset before it). On Linux
 CPUs the process's peak resident set size (``VmHWM``) over one extra, untimed step per configuration, after
@@ -142,6 +142,32 @@ def register_scope(factory: ScopeFactory, *, handles: Iterable[str]) -> None:
 def unregister_scope(factory: ScopeFactory) -> None:
     """Remove a factory added with :func:`register_scope` (no-op if absent)."""
     _SCOPES[:] = [(f, h) for f, h in _SCOPES if f is not factory]
+
+
+_SWAP_PLANS: dict[tuple[int, str], list[Any]] = {}
+
+
+def _model_scope(model: torch.nn.Module, settings: PhaseSettings) -> AbstractContextManager[Any] | None:
+    """The built-in scope: ``settings.swaps`` on ``model`` and ``settings.intercept``, undone on exit."""
+    if settings.swaps == "none" and not settings.intercept:
+        return None
+    from .intercept import interception
+    from .swaps import SWAPS, swap_modules, unswap_modules
+
+    stack = ExitStack()
+    if settings.swaps != "none":
+        key = (id(model), settings.swaps)
+        if key not in _SWAP_PLANS:
+            _SWAP_PLANS[key] = swap_modules(model, settings.swaps)
+        else:
+            modules = dict(model.named_modules())
+            targets = {t.__name__: t for t in SWAPS.values()}
+            for record in _SWAP_PLANS[key]:
+                modules[record.path].__class__ = targets[record.target]
+        stack.callback(unswap_modules, model)
+    if settings.intercept:
+        stack.enter_context(interception())
+    return stack
 
 
 def _handled() -> frozenset[str]:
@@ -744,3 +770,6 @@ class _Runner:
             "cpu_count": os.cpu_count(),
         }
         return BenchReport(rows=rows, settings=setting_rows, overhead=overhead, info=info)
+
+
+register_scope(_model_scope, handles={"swaps", "intercept"})
