@@ -78,7 +78,15 @@ def check_ultralytics_args(args: Mapping[str, Any], *, reserved: Mapping[str, st
         check_cfg(checked, hard=True)
     except (TypeError, ValueError) as e:
         raise ConfigError(" ".join(str(e).split())) from None
+    if "imgsz" in checked:
+        _check_imgsz(checked["imgsz"])
     return checked
+
+
+def _check_imgsz(value: Any) -> None:
+    sizes = value if isinstance(value, (list, tuple)) else [value]
+    if not (1 <= len(sizes) <= 2 and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes)):
+        raise ConfigError(f"'imgsz={value}' is not an image size; give a positive integer (imgsz=640) or [h, w]")
 
 
 def resolve_model(model: str) -> str:
@@ -95,6 +103,9 @@ def resolve_model(model: str) -> str:
             raise ModelError(f"model YAML '{model}' not found; give a path or an Ultralytics name such as yolov8n.yaml")
         return model
     if path.is_file():
+        from .record import load_checkpoint_state
+
+        load_checkpoint_state(path)  # a one-line error now, rather than a traceback from deep inside Ultralytics
         return str(path)
     raise ModelError(
         f"model '{model}' is not a local file; yolo-det does not download weights: pass a model YAML "
