@@ -22,11 +22,14 @@ from .audit import AuditReport, Finding, audit
 from .backward import ToggleScaler, backward_scope, toggled_backward
 from .errors import ConfigError, ModelError, PatchError, ProfileError, YoloDetError
 from .integrations.ultralytics import UltralyticsPlugin, attach, detach, trainer_class
+from .intercept import interception
 from .profiles import PhaseSettings, Profile, list_profiles, load_profile
 from .record import checkpoint_digest, environment, state_dict_digest
 from .seeding import data_seed, rank_seed, seed_dataloader, seed_everything, seed_worker
 from .session import DeterminismSession
 from .state import DeterminismState, apply, phase_scope, restore, snapshot
+from .swaps import register_layers, registered_layers, swap_modules, unswap_modules
+from .yaml_rewrite import rewrite_yaml
 
 __version__ = "0.1.0"
 
@@ -53,16 +56,22 @@ __all__ = [
     "data_seed",
     "detach",
     "environment",
+    "interception",
     "list_profiles",
     "load_profile",
     "phase_scope",
     "rank_seed",
+    "register_layers",
+    "registered_layers",
     "restore",
+    "rewrite_yaml",
     "seed_dataloader",
     "seed_everything",
     "seed_worker",
     "snapshot",
     "state_dict_digest",
+    "swap_modules",
     "toggled_backward",
     "trainer_class",
+    "unswap_modules",
 ]

@@ -36,7 +36,7 @@ from ..record import checkpoint_digest, environment, state_dict_digest, write_re
 from ..seeding import seed_dataloader
 from ..session import DeterminismSession
 from ..state import snapshot
-from ..swaps import SWAPS, register_layers, unswap_modules
+from ..swaps import SWAPS, registered_layers, unswap_modules
 
 __all__ = ["UltralyticsPlugin", "attach", "detach", "trainer_class"]
 
@@ -99,6 +99,7 @@ class UltralyticsPlugin:
         self._wrapped_scaler: Any = None
         self._trainer: Any = None
         self._entered: set[int] = set()
+        self._names: Any = None
 
     # A pickled plugin (Ultralytics' DDP launcher pickles the callbacks) starts fresh in the worker.
     def __getstate__(self) -> dict[str, Any]:
@@ -128,6 +129,9 @@ class UltralyticsPlugin:
             self.session = DeterminismSession(self.profile, rank=max(_rank(), 0))
             self.session.begin()
             self._owner = owner
+            names = registered_layers()  # yolo-det layer names resolve in model YAMLs while the run lasts
+            names.__enter__()
+            self._names = names
         return self.session
 
     def end_run(self) -> None:
@@ -136,10 +140,15 @@ class UltralyticsPlugin:
             self._unwrap_scaler()
         finally:
             session, self.session, self._owner = self.session, None, None
+            names, self._names = self._names, None
             self._entered.clear()
             self._trainer = None
-            if session is not None:
-                session.end()
+            try:
+                if session is not None:
+                    session.end()
+            finally:
+                if names is not None:
+                    names.__exit__(None, None, None)
 
     @contextmanager
     def guard(self, phase: str | None = None) -> Iterator[DeterminismSession]:
@@ -411,7 +420,6 @@ def attach(model: Any, profile: Profile | str = "repro", *, record: bool = True)
         for name in _GUARDED:
             model.__dict__[name] = _guarded(plugin, name, getattr(model, name), model)
     plugin.register(model.callbacks)
-    register_layers()
     return plugin
 
 
@@ -436,7 +444,6 @@ def trainer_class(profile: Profile | str = "repro", base: type | None = None, *,
         record: Write ``determinism.json`` into the run directory.
     """
     resolved = load_profile(profile)
-    register_layers()
     if base is None:
         from ultralytics.models.yolo.detect import DetectionTrainer
 
