@@ -59,7 +59,7 @@ def main() -> int:
         opt = torch.optim.SGD(model.parameters(), lr=1e-4)
         x = torch.rand(args.batch, 3, args.imgsz, args.imgsz)
 
-        def step() -> float:
+        def step(model=model, x=x, opt=opt) -> float:
             t = time.perf_counter()
             loss = sum(o.float().mean() for o in leaves(model(x)) if o.requires_grad)
             loss.backward()

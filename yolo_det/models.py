@@ -7,9 +7,23 @@ follows the same rule without building anything, so commands can reject a bad na
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["resolve_model_yaml"]
+__all__ = ["model_names", "resolve_model_yaml"]
+
+
+@contextmanager
+def model_names() -> Iterator[None]:
+    """Make yolo-det's layer names and the example blocks of :mod:`yolo_det.zoo` resolvable in model YAMLs
+    for the block (the commands build models from ``data/models/*.yaml`` and rewritten YAMLs this way)."""
+    from .registry import registered
+    from .swaps import registered_layers
+    from .zoo import ZOO_MODULES
+
+    with registered_layers(), registered(ZOO_MODULES):
+        yield
 
 
 def resolve_model_yaml(model: str | Path) -> Path | None:

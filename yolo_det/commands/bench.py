@@ -24,6 +24,7 @@ import json
 import sys
 
 from ..bench import DEFAULT_PROFILES, bench, check_args, parse_profiles, plot_bench
+from ..models import model_names
 from ..runtime import check_output_path
 from .train import prepare
 
@@ -50,9 +51,10 @@ def run(args: argparse.Namespace) -> int:
     _, ul_args = prepare(profiles[0], list(args.overrides))
     check_args(ul_args, args.steps, args.warmup, args.block)
     plot_path = check_output_path(args.plot, suffix=".png", what="--plot")
-    report = bench(profiles, ul_args, steps=args.steps, warmup=args.warmup, block=args.block,
-                   isolate=not args.no_isolate, verbose=args.verbose,
-                   progress=lambda line: print(line, file=sys.stderr, flush=True))
+    with model_names():
+        report = bench(profiles, ul_args, steps=args.steps, warmup=args.warmup, block=args.block,
+                       isolate=not args.no_isolate, verbose=args.verbose,
+                       progress=lambda line: print(line, file=sys.stderr, flush=True))
     if plot_path is not None:
         report.plot = str(plot_bench(report, plot_path))
     if args.json:

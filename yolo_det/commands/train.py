@@ -77,16 +77,14 @@ def train(profile: Any, args: dict[str, Any]) -> Any:
 
     from ..demo import ensure_local_font
     from ..integrations.ultralytics import attach
-    from ..swaps import register_layers
-    from ..zoo import register as register_zoo
+    from ..models import model_names
 
     ensure_local_font()
-    register_zoo()  # the example blocks (CBAMMax, CoordAtt, GridSampleUpsample) of data/models/*.yaml
-    register_layers()  # yolo-det layer names, for YAMLs written by `yolo-det rewrite`
     train_args = dict(args)
-    model = YOLO(train_args.pop("model"))
-    plugin = attach(model, profile)
-    model.train(**train_args)
+    with model_names():  # rewritten YAMLs and the example blocks of data/models/*.yaml build
+        model = YOLO(train_args.pop("model"))
+        plugin = attach(model, profile)
+        model.train(**train_args)
     return plugin
 
 

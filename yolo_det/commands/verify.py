@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..models import model_names
 from ..overrides import parse_overrides
 from ..runtime import check_output_path
 from ..verify import DEFAULT_KEEP_MIB, check_args, plot_losses, progress_to_stderr, verify
@@ -56,8 +57,9 @@ def run(args: argparse.Namespace) -> int:
         ul_args["epochs"] = USER_DATA_EPOCHS
     plot_path = check_output_path(args.plot, suffix=".png", what="--plot")
     check_args(ul_args, args.runs, args.steps, args.keep_mib)
-    report = verify(profile, ul_args, runs=args.runs, steps=args.steps, keep_mib=args.keep_mib,
-                    verbose=args.verbose, progress=progress_to_stderr)
+    with model_names():
+        report = verify(profile, ul_args, runs=args.runs, steps=args.steps, keep_mib=args.keep_mib,
+                        verbose=args.verbose, progress=progress_to_stderr)
     if plot_path is not None:
         report.plot = str(plot_losses(report, plot_path))
     if args.json:
