@@ -68,7 +68,8 @@ def unwrap_model(model: Any) -> Any:
         model = inner
 
 
-def check_output_path(path: str | os.PathLike[str] | None, *, suffix: str, what: str) -> Path | None:
+def check_output_path(path: str | os.PathLike[str] | None, *, suffix: str | tuple[str, ...],
+                      what: str) -> Path | None:
     """Check an output file path before any work starts; return it as a Path (or None).
 
     Raises:
@@ -77,8 +78,9 @@ def check_output_path(path: str | os.PathLike[str] | None, *, suffix: str, what:
     if path is None:
         return None
     p = Path(path).expanduser()
-    if p.suffix.lower() != suffix:
-        raise ConfigError(f"{what} '{p}' must end with {suffix}")
+    suffixes = (suffix,) if isinstance(suffix, str) else suffix
+    if p.suffix.lower() not in suffixes:
+        raise ConfigError(f"{what} '{p}' must end with {' or '.join(suffixes)}")
     folder = p.parent if str(p.parent) else Path(".")
     if not folder.is_dir():
         raise ConfigError(f"cannot write {what} '{p}': folder '{folder}' does not exist")

@@ -28,6 +28,7 @@ import torch
 
 from .errors import ConfigError, ModelError, YoloDetError
 from .fileio import atomic_write_text
+from .runtime import check_output_path
 
 __all__ = ["YAML_NAMES", "Change", "RewriteResult", "rewrite_yaml", "rewrite_yaml_text"]
 
@@ -339,11 +340,7 @@ def rewrite_yaml(src: str | os.PathLike[str], dst: str | os.PathLike[str] | None
             raise ConfigError("the output is the input; pass --in-place to rewrite the input itself")
         if not in_place and target.exists() and not force:
             raise ConfigError(f"output '{target}' exists; choose another path or pass --force to replace it")
-        folder = target.parent if str(target.parent) else Path(".")
-        if not folder.is_dir():
-            raise ConfigError(f"output folder '{folder}' does not exist")
-        if not os.access(folder, os.W_OK):
-            raise ConfigError(f"output folder '{folder}' is not writable")
+        check_output_path(target, suffix=(".yaml", ".yml"), what="output")
     try:
         text = src.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
