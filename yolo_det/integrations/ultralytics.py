@@ -93,7 +93,7 @@ class UltralyticsPlugin:
         self.session: DeterminismSession | None = None
         self.record_path: Path | None = None
         self.weights_digest: str | None = None
-        self._owner: str | None = None  # "guard" when a guarded call began the session, else the event
+        self._owner: str | None = None  # who began the session: guard, trainer, trainer-class or "<phase>:<id>"
         self._observed: dict[str, Any] | None = None
         self._ranks: list[dict[str, Any]] = []
         self._wrapped_scaler: Any = None
@@ -126,12 +126,15 @@ class UltralyticsPlugin:
     def begin_run(self, owner: str = "guard") -> DeterminismSession:
         """Snapshot the baseline now (before Ultralytics touches any flag) and return the session."""
         if self.session is None or not self.session.active:
-            self.session = DeterminismSession(self.profile, rank=max(_rank(), 0))
-            self.session.begin()
-            self._owner = owner
             names = registered_layers()  # yolo-det layer names resolve in model YAMLs while the run lasts
             names.__enter__()
-            self._names = names
+            try:
+                session = DeterminismSession(self.profile, rank=max(_rank(), 0))
+                session.begin()
+            except BaseException:
+                names.__exit__(None, None, None)
+                raise
+            self.session, self._owner, self._names = session, owner, names
         return self.session
 
     def end_run(self) -> None:
