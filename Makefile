@@ -17,7 +17,7 @@ install-test: install
 	$(PIP) install -q --no-deps $(YOLOV5_NODEPS)
 
 demo: install
-	yolo-det train --profile repro project=runs/demo name=repro exist_ok=true
+	yolo-det train --profile repro project=$(CURDIR)/runs/demo name=repro exist_ok=true
 	@# the audit exits 1 for this model on purpose (it names its non-deterministic layers); 2 would be an error
 	yolo-det audit data/models/attention-mix.yaml --imgsz 64; code=$$?; [ $$code -le 1 ]
 
