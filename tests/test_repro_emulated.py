@@ -98,12 +98,13 @@ def test_onnx_export_of_a_model_trained_with_swaps(name, tmp_path, demo_data):
     np.testing.assert_allclose(onnx_outputs(onnx_path, x), torch_outputs(trained, x), rtol=1e-3, atol=1e-4)
 
 
-def test_onnx_export_of_a_model_built_with_yolo_det_layers(tmp_path):
+def test_onnx_export_of_a_model_built_with_yolo_det_layers(tmp_path, monkeypatch):
     """A model from a rewritten YAML holds yolo-det layers; export goes through standard modules and back."""
     from ultralytics import YOLO
 
     from yolo_det.yaml_rewrite import rewrite_yaml
 
+    monkeypatch.chdir(tmp_path)  # a model built from a YAML exports into the working folder
     rewrite_yaml(MODELS / "bicubic-up.yaml", tmp_path / "det.yaml")
     model = YOLO(str(tmp_path / "det.yaml"))
     assert sum(type(m).__name__ == "DetUpsample" for m in model.model.modules()) == 2
