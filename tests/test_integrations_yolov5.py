@@ -8,7 +8,6 @@ the installed one) for one epoch on the demo data, offline, on the CPU.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import re
@@ -20,7 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 import yaml
@@ -32,6 +30,7 @@ from yolo_det.errors import ConfigError, ProfileError, YoloDetError
 from yolo_det.integrations import yolov5 as ydet
 from yolo_det.record import RECORD_NAME, checkpoint_digest
 from yolo_det.seeding import rank_seed
+from yolov5_helpers import copy_yolov5
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -300,15 +299,6 @@ def test_backward_and_prepare_model_outside_a_run_are_plain() -> None:
 # the real yolov5 package: patched copy, one epoch on the demo data, offline, CPU
 
 
-def _installed_yolov5() -> Path:
-    spec = importlib.util.find_spec("yolov5")
-    if spec is None or not spec.submodule_search_locations:
-        if os.environ.get("YOLO_DET_REQUIRE_YOLOV5"):
-            pytest.fail("the yolov5 package is not installed (make install installs it)")
-        pytest.skip("the yolov5 package is not installed (make install installs it)")
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
 _IMAGES = {"train": 16, "val": 8}
 _BATCH = 8
 
@@ -317,13 +307,8 @@ _BATCH = 8
 def yolov5_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding a patched copy of the installed yolov5 package, the demo data and a tiny model."""
     root = tmp_path_factory.mktemp("yolov5-run")
-    installed = _installed_yolov5()
-    package = root / "yolov5"
-    shutil.copytree(installed, package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    package = copy_yolov5(root / "yolov5", runnable=True)
     assert main(["patch-yolov5", str(package), "--no-backup"]) == 0
-    if not hasattr(np, "trapz"):  # yolov5 7.0.14 integrates PR curves with np.trapz, gone in NumPy 2.4
-        metrics = package / "utils" / "metrics.py"
-        metrics.write_text(metrics.read_text(encoding="utf-8").replace("np.trapz(", "np.trapezoid("), encoding="utf-8")
 
     demo_yaml = demo_data_yaml()
     demo = yaml.safe_load(demo_yaml.read_text())
@@ -464,10 +449,7 @@ except RuntimeError as e:
 def plain_yolov5_copy(yolov5_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An unpatched copy of the installed package beside the patched one's data and model files."""
     root = tmp_path_factory.mktemp("yolov5-plain")
-    shutil.copytree(_installed_yolov5(), root / "yolov5", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    if not hasattr(np, "trapz"):
-        metrics = root / "yolov5" / "utils" / "metrics.py"
-        metrics.write_text(metrics.read_text(encoding="utf-8").replace("np.trapz(", "np.trapezoid("), encoding="utf-8")
+    copy_yolov5(root / "yolov5", runnable=True)
     for name in ("demo", "data.yaml"):
         src = yolov5_copy / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, root / name)

@@ -4,10 +4,7 @@ and of the diffs in patches/ against the edits the command makes."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import os
 import re
-import shutil
 import stat
 import tempfile
 from pathlib import Path
@@ -16,6 +13,7 @@ import pytest
 
 from yolo_det import patch_yolov5 as pv
 from yolo_det.cli import main
+from yolov5_helpers import copy_yolov5
 
 REPO = Path(__file__).resolve().parent.parent
 PATCHES = REPO / "patches"
@@ -28,20 +26,11 @@ PATCHED_CALLS = {  # what a patched training script calls, one line each
 }
 
 
-def _installed_yolov5() -> Path:
-    spec = importlib.util.find_spec("yolov5")
-    if spec is None or not spec.submodule_search_locations:
-        if os.environ.get("YOLO_DET_REQUIRE_YOLOV5"):
-            pytest.fail("the yolov5 package is not installed (make install installs it)")
-        pytest.skip("the yolov5 package is not installed (make install installs it)")
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     """A pristine copy of the installed yolov5 package."""
     dst = tmp_path / "yolov5"
-    shutil.copytree(_installed_yolov5(), dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    copy_yolov5(dst)
     return dst
 
 

@@ -9,7 +9,7 @@ its type rules, so a typo fails in a second with one line instead of after the m
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -132,10 +132,3 @@ def resolve_data(data: str) -> str:
         if found:
             return data
     raise ConfigError(f"data '{data}' does not exist; pass the path of a dataset YAML (data=path/to/data.yaml)")
-
-
-def split_tokens(tokens: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Split a command line's trailing tokens into ``key=value`` tokens and the rest."""
-    kv = [t for t in tokens if "=" in t and not t.startswith("-")]
-    rest = [t for t in tokens if t not in kv]
-    return kv, rest

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import copyreg
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -268,8 +268,3 @@ def registered_layers() -> Iterator[None]:
 
     with registered(_layer_names()):
         yield
-
-
-def as_dicts(records: list[SwapRecord]) -> list[Mapping[str, str]]:
-    """Records as plain data."""
-    return [r.to_dict() for r in records]
