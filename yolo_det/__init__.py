@@ -18,18 +18,80 @@ that will break strict determinism on CUDA, and the fix.
 
 from __future__ import annotations
 
-from .audit import AuditReport, Finding, audit
-from .backward import ToggleScaler, backward_scope, toggled_backward
-from .errors import ConfigError, ModelError, PatchError, ProfileError, YoloDetError
-from .integrations.ultralytics import UltralyticsPlugin, attach, detach, trainer_class
-from .intercept import interception
-from .profiles import PhaseSettings, Profile, list_profiles, load_profile
-from .record import checkpoint_digest, environment, state_dict_digest
-from .seeding import data_seed, rank_seed, seed_dataloader, seed_everything, seed_worker
-from .session import DeterminismSession
-from .state import DeterminismState, apply, phase_scope, restore, snapshot
-from .swaps import register_layers, registered_layers, swap_modules, unswap_modules
-from .yaml_rewrite import rewrite_yaml
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Imported on first use (PEP 562): ``import yolo_det`` stays cheap (no torch), so the command line can
+# answer Ctrl-C at any moment of its start-up with one line.
+_EXPORTS: dict[str, str] = {
+    "AuditReport": "audit",
+    "ConfigError": "errors",
+    "DeterminismSession": "session",
+    "DeterminismState": "state",
+    "Finding": "audit",
+    "ModelError": "errors",
+    "PatchError": "errors",
+    "PhaseSettings": "profiles",
+    "Profile": "profiles",
+    "ProfileError": "errors",
+    "ToggleScaler": "backward",
+    "UltralyticsPlugin": "integrations.ultralytics",
+    "YoloDetError": "errors",
+    "apply": "state",
+    "attach": "integrations.ultralytics",
+    "audit": "audit",
+    "backward_scope": "backward",
+    "checkpoint_digest": "record",
+    "data_seed": "seeding",
+    "detach": "integrations.ultralytics",
+    "environment": "record",
+    "interception": "intercept",
+    "list_profiles": "profiles",
+    "load_profile": "profiles",
+    "phase_scope": "state",
+    "rank_seed": "seeding",
+    "register_layers": "swaps",
+    "registered_layers": "swaps",
+    "restore": "state",
+    "rewrite_yaml": "yaml_rewrite",
+    "seed_dataloader": "seeding",
+    "seed_everything": "seeding",
+    "seed_worker": "seeding",
+    "snapshot": "state",
+    "state_dict_digest": "record",
+    "swap_modules": "swaps",
+    "toggled_backward": "backward",
+    "trainer_class": "integrations.ultralytics",
+    "unswap_modules": "swaps",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'yolo_det' has no attribute '{name}'")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:
+    from .audit import AuditReport, Finding, audit
+    from .backward import ToggleScaler, backward_scope, toggled_backward
+    from .errors import ConfigError, ModelError, PatchError, ProfileError, YoloDetError
+    from .integrations.ultralytics import UltralyticsPlugin, attach, detach, trainer_class
+    from .intercept import interception
+    from .profiles import PhaseSettings, Profile, list_profiles, load_profile
+    from .record import checkpoint_digest, environment, state_dict_digest
+    from .seeding import data_seed, rank_seed, seed_dataloader, seed_everything, seed_worker
+    from .session import DeterminismSession
+    from .state import DeterminismState, apply, phase_scope, restore, snapshot
+    from .swaps import register_layers, registered_layers, swap_modules, unswap_modules
+    from .yaml_rewrite import rewrite_yaml
 
 __version__ = "0.1.0"
 

@@ -2,7 +2,8 @@
 
 ``main(argv) -> int`` runs in process (tests call it directly). A known error (bad profile, bad
 ``key=value``, missing file, ...) prints one line on stderr and returns 2; set ``YOLO_DET_DEBUG=1`` to
-see the traceback instead. Each command lives in the module that owns its logic and contributes a
+see the traceback instead. Ctrl-C (SIGINT) prints one line and returns 130; SIGTERM, handled like
+Ctrl-C while a command runs, prints one line and returns 143. Each command lives in the module that owns its logic and contributes a
 ``configure(parser)`` and a ``run(args) -> int``; this module only dispatches.
 """
 
@@ -84,20 +85,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``yolo-det`` command line with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
     debug = os.environ.get("YOLO_DET_DEBUG", "") not in {"", "0", "false", "False"}
     try:
-        parser = build_parser()
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-        if getattr(args, "_run", None) is None:
-            parser.print_help()
-            return 2
-        return int(args._run(args) or 0)
+        from .signals import terminate_as_interrupt
+
+        with terminate_as_interrupt():  # SIGTERM ends a command like Ctrl-C: clean-up, record, exit 143
+            parser = build_parser()
+            args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+            if getattr(args, "_run", None) is None:
+                parser.print_help()
+                return 2
+            return int(args._run(args) or 0)
     except YoloDetError as e:
         if debug:
             traceback.print_exc()
         print(f"yolo-det: error: {_one_line(e)}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        print("yolo-det: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM while a command runs (yolo_det.signals.Terminated)
+        from .signals import Terminated, exit_code
+
+        what = f"terminated ({e.signal_name})" if isinstance(e, Terminated) else "interrupted"
+        print(f"yolo-det: {what}", file=sys.stderr)
+        return exit_code(e)
 
 
 def _one_line(e: BaseException) -> str:

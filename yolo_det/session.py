@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import backward as _backward
+from . import exclusive as _exclusive
 from . import state as _state
 from .errors import YoloDetError
 from .intercept import interception, routed_calls
@@ -24,7 +25,24 @@ from .seeding import data_seed, rank_seed, seed_everything
 from .swaps import SwapRecord, swap_modules
 from .warnlog import WarningLog
 
-__all__ = ["DeterminismSession"]
+__all__ = ["DeterminismSession", "note_restore_failure"]
+
+
+def note_restore_failure(error: BaseException, failure: BaseException) -> None:
+    """Attach ``failure`` (raised while restoring state because of ``error``) to ``error``, and warn.
+
+    ``error`` stays the exception that propagates: restoring never replaces the reason a run ended.
+    """
+    if failure is error:
+        return
+    text = f"yolo-det: restoring the state after {type(error).__name__} also failed: {type(failure).__name__}: {failure}"
+    error.add_note(text)
+    try:
+        import warnings
+
+        warnings.warn(" ".join(text.split()), RuntimeWarning, stacklevel=3)
+    except Exception:  # noqa: BLE001 - a warning filter set to "error" must not replace the error either
+        pass
 
 
 @dataclass
@@ -58,6 +76,7 @@ class DeterminismSession:
         self._extensions: list[Any] = []
         self._swapped: list[tuple[Any, list[Any]]] = []
         self._routed_at_begin: dict[str, int] = {}
+        self.run_dir: str | None = None  # set by an integration once it knows the run folder
 
     # -- lifecycle ------------------------------------------------------------------------------------
     @property
@@ -87,15 +106,26 @@ class DeterminismSession:
         """Snapshot the baseline state and start recording warnings. Idempotent."""
         if self.baseline is not None:
             return
-        env_keys = {k for p in PHASES for k in self.profile.phase(p).env}
-        self.baseline = _state.snapshot(env_keys)
-        self._toggles_at_begin = _backward.toggle_count()
-        self._routed_at_begin = routed_calls()
-        self.warnings.start()
+        _state.preload()  # before anything changes: an interrupt in this import leaves nothing to undo
+        _exclusive.claim(self)  # one session per process (see yolo_det.exclusive)
+        try:
+            env_keys = {k for p in PHASES for k in self.profile.phase(p).env}
+            self.baseline = _state.snapshot(env_keys)
+            self._toggles_at_begin = _backward.toggle_count()
+            self._routed_at_begin = routed_calls()
+            self.warnings.start()
+        except BaseException:
+            self.baseline = None
+            _exclusive.release(self)
+            raise
         self._event("begin")
 
     def end(self) -> None:
-        """Leave every phase, restore the baseline and stop recording. Idempotent; safe after errors."""
+        """Leave every phase, restore the baseline and stop recording. Idempotent; safe after errors.
+
+        Each step runs even when an earlier one fails; the first failure is raised at the end. A caller
+        ending the session because of an error should use :meth:`end_after` so that error is kept.
+        """
         if self.baseline is None:
             return
         errors: list[BaseException] = []
@@ -110,12 +140,75 @@ class DeterminismSession:
             errors.append(e)
         try:
             _state.restore(self.baseline)
-        finally:
+        except BaseException as e:
+            errors.append(e)
+        try:
             self.warnings.stop()
-            self.baseline = None
-            self._event("end")
+        except BaseException as e:
+            errors.append(e)
+        self.baseline = None
+        _exclusive.release(self)
+        self._event("end")
         if errors:
             raise errors[0]
+
+    def suspend(self) -> tuple[str, ...]:
+        """Leave every phase and give the process its baseline back, keeping the run for :meth:`resume`.
+
+        Used around the user's own code between the items of a streaming prediction: while suspended,
+        nothing of the session is in force (flags, environment, warning hooks, interception) and the
+        session does not count as active for :mod:`yolo_det.exclusive`.
+
+        Returns:
+            The phases that were in force, outermost first (pass them to :meth:`resume`).
+        """
+        if self.baseline is None:
+            return ()
+        phases = self.phases
+        errors: list[BaseException] = []
+        while self._stack:
+            try:
+                self._pop()
+            except BaseException as e:
+                errors.append(e)
+        for step in (lambda: _state.restore(self.baseline), self.warnings.stop):  # type: ignore[arg-type]
+            try:
+                step()
+            except BaseException as e:
+                errors.append(e)
+        _exclusive.release(self)
+        self._event("suspend")
+        if errors:
+            raise errors[0]
+        return phases
+
+    def resume(self, phases: tuple[str, ...]) -> None:
+        """Continue after :meth:`suspend`: the state in force now becomes the baseline given back later, and
+        ``phases`` are entered again (without seeding again)."""
+        if self.baseline is None:
+            raise YoloDetError("resume() needs a session that began and has not ended")
+        _exclusive.claim(self)
+        try:
+            env_keys = {k for p in PHASES for k in self.profile.phase(p).env}
+            self.baseline = _state.snapshot(env_keys)
+            self.warnings.start()
+            self._event("resume")
+            for phase in phases:
+                self.enter(phase, seed=False)
+        except BaseException as error:
+            try:
+                self.suspend()
+            except BaseException as e:
+                note_restore_failure(error, e)
+            raise
+
+    def end_after(self, error: BaseException) -> None:
+        """:meth:`end` while ``error`` propagates: a failure to end is attached to ``error`` as a note and
+        warned about, never raised in its place."""
+        try:
+            self.end()
+        except BaseException as e:
+            note_restore_failure(error, e)
 
     @contextmanager
     def run(self) -> Iterator[DeterminismSession]:
@@ -124,13 +217,20 @@ class DeterminismSession:
         self.begin()
         try:
             yield self
-        finally:
+        except BaseException as error:
             if began:
-                self.end()
+                self.end_after(error)
+            raise
+        if began:
+            self.end()
 
     # -- phases ---------------------------------------------------------------------------------------
-    def enter(self, phase: str) -> PhaseSettings:
+    def enter(self, phase: str, *, seed: bool = True) -> PhaseSettings:
         """Apply ``phase``'s settings on top of the current state and seed if the phase says so.
+
+        Args:
+            phase: ``train``, ``val`` or ``deploy``.
+            seed: Seed as the phase says (False when re-entering a phase after :meth:`resume`).
 
         Returns:
             The settings now in force.
@@ -142,9 +242,9 @@ class DeterminismSession:
         frame = _Frame(phase, settings, before)
         self._stack.append(frame)
         try:
-            seed = settings.seed if settings.seed is not None else (self.seed if phase == "train" else None)
-            if seed is not None:
-                seed_everything(rank_seed(seed, self.rank) if phase == "train" else seed)
+            value = settings.seed if settings.seed is not None else (self.seed if phase == "train" else None)
+            if seed and value is not None:
+                seed_everything(rank_seed(value, self.rank) if phase == "train" else value)
             if settings.intercept:
                 cm = interception()
                 cm.__enter__()
@@ -154,8 +254,11 @@ class DeterminismSession:
                 if cm is not None:
                     cm.__enter__()
                     frame.contexts.append(cm)
-        except BaseException:
-            self._pop()
+        except BaseException as error:
+            try:
+                self._pop()
+            except BaseException as e:
+                note_restore_failure(error, e)
             raise
         self._event("enter", phase)
         return settings
@@ -179,17 +282,29 @@ class DeterminismSession:
         settings = self.enter(phase)
         try:
             yield settings
-        finally:
-            self.exit(phase)
+        except BaseException as error:
+            try:
+                self.exit(phase)
+            except BaseException as e:
+                note_restore_failure(error, e)
+            raise
+        self.exit(phase)
 
     def _pop(self) -> None:
         frame = self._stack.pop()
-        try:
-            while frame.contexts:
+        errors: list[BaseException] = []
+        while frame.contexts:
+            try:
                 frame.contexts.pop().__exit__(None, None, None)
-        finally:
+            except BaseException as e:
+                errors.append(e)
+        try:
             _state.restore(frame.before)
-            self._event("exit", frame.phase)
+        except BaseException as e:
+            errors.append(e)
+        self._event("exit", frame.phase)
+        if errors:
+            raise errors[0]
 
     def _event(self, kind: str, phase: str | None = None) -> None:
         self.events.append({"event": kind, "phase": phase, "time": time.time()})

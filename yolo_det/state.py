@@ -24,7 +24,7 @@ import torch
 
 from .profiles import PhaseSettings
 
-__all__ = ["TRACKED_ENV", "DeterminismState", "apply", "phase_scope", "restore", "snapshot"]
+__all__ = ["TRACKED_ENV", "DeterminismState", "apply", "phase_scope", "preload", "restore", "snapshot"]
 
 #: Environment variables that decide determinism; always part of a snapshot.
 TRACKED_ENV: tuple[str, ...] = (
@@ -134,11 +134,25 @@ def _set_env(env: Mapping[str, str | None]) -> None:
             os.environ[key] = value
 
 
+def preload() -> None:
+    """Import what ``torch.use_deterministic_algorithms`` imports lazily (``torch._inductor.config``, which
+    pulls in ``torch._dynamo``), before any flag changes.
+
+    An interrupt that lands inside that first, seconds-long import leaves the half-imported modules
+    broken for every later call; doing it before a run begins means such an interrupt finds nothing to
+    restore. Idempotent and cheap once done.
+    """
+    import torch._inductor.config  # noqa: F401
+
+
 def _set_deterministic(mode: str) -> None:
-    if mode == "off":
-        torch.use_deterministic_algorithms(False)
-    else:
-        torch.use_deterministic_algorithms(True, warn_only=mode == "warn")
+    enabled, warn_only = mode != "off", mode == "warn"
+    try:
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+    except Exception:
+        # torch's wrapper first imports inductor's config (broken for good if an interrupt cut that import
+        # short); the switch itself is this call, which needs no import.
+        torch._C._set_deterministic_algorithms(enabled, warn_only=warn_only)
 
 
 def _set_tf32(allow: bool) -> None:
@@ -163,6 +177,7 @@ def apply(settings: PhaseSettings) -> DeterminismState:
     The seed and layer swaps are not applied here (see :mod:`yolo_det.seeding` and the session); this sets
     the switches only. On error the previous state is restored before the error propagates.
     """
+    preload()
     before = snapshot(settings.env.keys())
     try:
         _set_deterministic(settings.deterministic_algorithms)
@@ -172,30 +187,49 @@ def apply(settings: PhaseSettings) -> DeterminismState:
         if before.fill_uninitialized_memory is not None:
             torch.utils.deterministic.fill_uninitialized_memory = settings.fill_uninitialized_memory
         _set_env(settings.env)
-    except BaseException:
-        restore(before)
+    except BaseException as error:
+        try:
+            restore(before)
+        except Exception as e:  # never replace the error that stopped the apply
+            error.add_note(f"yolo-det: restoring the previous state also failed: {type(e).__name__}: {e}")
         raise
     return before
 
 
 def restore(state: DeterminismState) -> None:
-    """Put the process back into ``state`` (a value returned by :func:`snapshot` or :func:`apply`)."""
-    _set_deterministic(state.mode)
-    torch.backends.cudnn.benchmark = state.cudnn_benchmark
-    torch.backends.cudnn.deterministic = state.cudnn_deterministic
+    """Put the process back into ``state`` (a value returned by :func:`snapshot` or :func:`apply`).
+
+    Every switch is restored on its own: one that fails does not stop the others, and the first failure
+    is raised once all were tried.
+    """
+    steps: list[Any] = [
+        lambda: _set_deterministic(state.mode),
+        lambda: setattr(torch.backends.cudnn, "benchmark", state.cudnn_benchmark),
+        lambda: setattr(torch.backends.cudnn, "deterministic", state.cudnn_deterministic),
+    ]
     # Legacy TF32 switches first, then the fp32_precision strings: setting a legacy switch rewrites the
     # string, and the string is what the legacy getter compares against.
     if state.matmul_precision is not None:
-        torch.set_float32_matmul_precision(state.matmul_precision)
+        steps.append(lambda: torch.set_float32_matmul_precision(state.matmul_precision))
     if state.matmul_fp32_precision is not None:
-        _matmul().fp32_precision = state.matmul_fp32_precision
+        steps.append(lambda: setattr(_matmul(), "fp32_precision", state.matmul_fp32_precision))
     if state.cudnn_allow_tf32 is not None:
-        torch.backends.cudnn.allow_tf32 = state.cudnn_allow_tf32
+        steps.append(lambda: setattr(torch.backends.cudnn, "allow_tf32", state.cudnn_allow_tf32))
     if state.cudnn_conv_fp32_precision is not None:
-        _cudnn_conv().fp32_precision = state.cudnn_conv_fp32_precision
+        steps.append(lambda: setattr(_cudnn_conv(), "fp32_precision", state.cudnn_conv_fp32_precision))
     if state.fill_uninitialized_memory is not None:
-        torch.utils.deterministic.fill_uninitialized_memory = state.fill_uninitialized_memory
-    _set_env(state.env)
+        steps.append(lambda: setattr(torch.utils.deterministic, "fill_uninitialized_memory",
+                                     state.fill_uninitialized_memory))
+    steps.append(lambda: _set_env(state.env))
+    first: BaseException | None = None
+    for step in steps:
+        try:
+            step()
+        except BaseException as e:  # keep going; an interrupt included, so the state is whole again
+            if first is None:
+                first = e
+    if first is not None:
+        raise first
 
 
 @contextmanager

@@ -8,7 +8,11 @@ dataset is used with small defaults (model=yolov8n.yaml epochs=3 imgsz=96 batch=
 `yolo-det train --profile repro` trains in well under a minute on a CPU.
 
 The run directory gets determinism.json (profile, seeds, versions, flags, warnings, weights digest);
-its path and the weights digest are printed at the end.
+its path and the weights digest are printed at the end. However the run ends, the record says how
+(completed, failed, interrupted, terminated) and lists every weights file left with its digest.
+Exit codes: 0 trained (also when the record could not be written: a warning after the digest), 2 a
+bad argument or a run folder in use by another live yolo-det run, 130 interrupted (Ctrl-C, SIGINT),
+143 terminated (SIGTERM), 1 the training failed.
 
 examples:
   yolo-det train --profile repro
@@ -20,6 +24,7 @@ examples:
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from ..errors import ConfigError
@@ -71,8 +76,9 @@ def prepare(profile: str, tokens: list[str]) -> tuple[Any, dict[str, Any]]:
     return resolved, args
 
 
-def train(profile: Any, args: dict[str, Any]) -> Any:
-    """Train with Ultralytics under ``profile``; return the plugin (``record_path``, ``weights_digest``)."""
+def train(profile: Any, args: dict[str, Any], *, warn_record_error: bool = True) -> Any:
+    """Train with Ultralytics under ``profile``; return the plugin (``record_path``, ``weights_digest``,
+    ``record_error``)."""
     from ultralytics import YOLO
 
     from ..demo import ensure_local_font
@@ -84,6 +90,7 @@ def train(profile: Any, args: dict[str, Any]) -> Any:
     with model_names():  # rewritten YAMLs and the example blocks of data/models/*.yaml build
         model = YOLO(train_args.pop("model"))
         plugin = attach(model, profile)
+        plugin.warn_record_error = warn_record_error
         model.train(**train_args)
     return plugin
 
@@ -91,9 +98,11 @@ def train(profile: Any, args: dict[str, Any]) -> Any:
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det train``."""
     profile, ul_args = prepare(args.profile, list(args.overrides))
-    plugin = train(profile, ul_args)
-    if plugin.record_path is not None:
+    plugin = train(profile, ul_args, warn_record_error=False)
+    if plugin.record_error is None and plugin.record_path is not None:
         print(f"determinism record: {plugin.record_path}")
     if plugin.weights_digest is not None:
         print(f"weights sha256: {plugin.weights_digest}")
+    if plugin.record_error is not None:  # the training succeeded: a warning, exit code 0
+        print(f"yolo-det: warning: {plugin.record_error}", file=sys.stderr)
     return 0

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,13 +29,16 @@ from typing import Any
 
 import torch
 
+from .. import runlock
 from ..backward import ToggleScaler
 from ..distributed import gather_states, rank_info, ranks_consistent
+from ..endings import describe_ending, one_line, weights_files, weights_stats
 from ..errors import YoloDetError
 from ..profiles import Profile, load_profile
-from ..record import checkpoint_digest, environment, state_dict_digest, write_record
+from ..record import RECORD_NAME, environment, state_dict_digest, write_record
 from ..seeding import seed_dataloader
-from ..session import DeterminismSession
+from ..session import DeterminismSession, note_restore_failure
+from ..signals import terminate_as_interrupt
 from ..state import snapshot
 from ..swaps import SWAPS, registered_layers, unswap_modules
 
@@ -84,7 +88,10 @@ class UltralyticsPlugin:
     Attributes:
         session: The run in progress (None between runs).
         record_path: Path of the last ``determinism.json`` written.
-        weights_digest: Weights digest of the last completed training run.
+        weights_digest: Weights digest of the last completed training run (of its ``last.pt`` as written).
+        record_error: Why the last completed run's record could not be written (None when it was).
+        warn_record_error: Warn (``UserWarning``) when a completed run's record cannot be written; the
+            training still succeeds. The CLI turns this off and prints the line after the digest.
     """
 
     def __init__(self, profile: Profile | str = "repro", *, record: bool = True) -> None:
@@ -93,6 +100,10 @@ class UltralyticsPlugin:
         self.session: DeterminismSession | None = None
         self.record_path: Path | None = None
         self.weights_digest: str | None = None
+        self.record_error: str | None = None
+        self.warn_record_error = True
+        self._lock: runlock.RunLock | None = None
+        self._weights_before: dict[str, Any] | None = None
         self._owner: str | None = None  # who began the session: guard, trainer, trainer-class or "<phase>:<id>"
         self._observed: dict[str, Any] | None = None
         self._ranks: list[dict[str, Any]] = []
@@ -126,32 +137,49 @@ class UltralyticsPlugin:
     def begin_run(self, owner: str = "guard") -> DeterminismSession:
         """Snapshot the baseline now (before Ultralytics touches any flag) and return the session."""
         if self.session is None or not self.session.active:
+            session = DeterminismSession(self.profile, rank=max(_rank(), 0))
+            session.begin()  # refused here, before anything changes, while another thread's session is active
             names = registered_layers()  # yolo-det layer names resolve in model YAMLs while the run lasts
-            names.__enter__()
             try:
-                session = DeterminismSession(self.profile, rank=max(_rank(), 0))
-                session.begin()
-            except BaseException:
-                names.__exit__(None, None, None)
+                names.__enter__()
+            except BaseException as error:
+                session.end_after(error)
                 raise
             self.session, self._owner, self._names = session, owner, names
         return self.session
 
-    def end_run(self) -> None:
-        """Restore the baseline and forget the session. Idempotent."""
+    def end_run(self, error: BaseException | None = None) -> None:
+        """Restore the baseline, release the run folder and forget the session. Idempotent.
+
+        Every step runs even if an earlier one fails. With ``error`` (the exception that is ending the
+        run) a failure here is attached to it as a note and warned about, never raised in its place.
+        """
+        failures: list[BaseException] = []
         try:
             self._unwrap_scaler()
-        finally:
-            session, self.session, self._owner = self.session, None, None
-            names, self._names = self._names, None
-            self._entered.clear()
-            self._trainer = None
+        except BaseException as e:
+            failures.append(e)
+        session, self.session, self._owner = self.session, None, None
+        names, self._names = self._names, None
+        lock, self._lock = self._lock, None
+        self._entered.clear()
+        self._trainer = None
+        self._weights_before = None
+        steps = [session.end if session is not None else None,
+                 (lambda: names.__exit__(None, None, None)) if names is not None else None,
+                 lock.release if lock is not None else None]
+        for step in steps:
+            if step is None:
+                continue
             try:
-                if session is not None:
-                    session.end()
-            finally:
-                if names is not None:
-                    names.__exit__(None, None, None)
+                step()
+            except BaseException as e:
+                failures.append(e)
+        if failures:
+            if error is None:
+                raise failures[0]
+            for failure in failures:
+                note_restore_failure(error, failure)
 
     @contextmanager
     def guard(self, phase: str | None = None) -> Iterator[DeterminismSession]:
@@ -167,9 +195,13 @@ class UltralyticsPlugin:
             else:
                 with session.phase_scope(phase):
                     yield session
-        finally:
+        except BaseException as error:
             if not outer:
-                self.end_run()
+                self._record_early_ending(error)
+                self.end_run(error)
+            raise
+        if not outer:
+            self.end_run()
 
     def _phase_start(self, phase: str, obj: Any) -> None:
         if self.session is None or not self.session.active:
@@ -194,10 +226,40 @@ class UltralyticsPlugin:
         if self._owner == f"{phase}:{id(obj)}":
             self.end_run()
 
+    def _suspend(self) -> tuple[Any, ...]:
+        """Take the running session out of force (see :meth:`DeterminismSession.suspend`); keep it for later."""
+        session, names = self.session, self._names
+        saved = (session, self._owner, set(self._entered), session.suspend() if session is not None else ())
+        self.session, self._owner, self._names = None, None, None
+        self._entered = set()
+        if names is not None:
+            names.__exit__(None, None, None)
+        return saved
+
+    def _resume(self, saved: tuple[Any, ...]) -> None:
+        """Put a session taken out by :meth:`_suspend` back in force."""
+        session, owner, entered, phases = saved
+        if session is None:
+            return
+        names = registered_layers()
+        names.__enter__()
+        try:
+            session.resume(phases)
+        except BaseException:
+            names.__exit__(None, None, None)
+            raise
+        self.session, self._owner, self._entered, self._names = session, owner, entered, names
+
     # -- training -------------------------------------------------------------------------------------
     def _ensure_train(self, trainer: Any) -> DeterminismSession:
         session = self.begin_run(owner="trainer")
         if "train" not in session.phases:
+            save_dir = getattr(trainer, "save_dir", None)
+            if save_dir is not None:
+                if _rank() == -1 and self._lock is None:  # under DDP the launching process holds it
+                    self._lock = runlock.acquire(save_dir)  # refused here: nothing recorded, nothing touched
+                session.run_dir = str(save_dir)
+                self._weights_before = weights_stats(Path(save_dir) / "weights")
             session.seed = int(getattr(trainer.args, "seed", 0) or 0)
             rank, world_size = rank_info()
             session.rank = rank
@@ -245,9 +307,21 @@ class UltralyticsPlugin:
 
     @_callback
     def on_train_end(self, trainer: Any) -> None:
-        """Write ``determinism.json`` with the weights digest (rank 0)."""
-        if _rank() in {-1, 0}:
-            self._write(trainer, status="completed")
+        """Write ``determinism.json`` with the weights digest (rank 0).
+
+        A record that cannot be written (read-only folder, ``determinism.json`` a directory) does not
+        fail the finished training: the weights digest is kept, and :attr:`record_error` says why.
+        """
+        if _rank() not in {-1, 0}:
+            return
+        self.record_error = None
+        try:
+            self._write(trainer, None)
+        except Exception as e:  # noqa: BLE001 - the training itself succeeded
+            self.record_error = f"could not write {RECORD_NAME} in '{trainer.save_dir}': {type(e).__name__}: {one_line(e)}"
+            trainer._yolo_det_record_written = True  # the failure is this run's answer; never rewrite it as failed
+            if self.warn_record_error:
+                warnings.warn(f"yolo-det: {self.record_error}", UserWarning, stacklevel=2)
 
     @_callback
     def on_train_epoch_start(self, trainer: Any) -> None:
@@ -262,16 +336,35 @@ class UltralyticsPlugin:
     @_callback
     def teardown(self, trainer: Any) -> None:
         """Restore the state the run started from (Ultralytics calls this in ``train()``'s ``finally``)."""
+        error = sys.exc_info()[1]  # Ultralytics runs teardown in train()'s finally: the exception ending it
         try:
-            session = self.session
-            if self.record and session is not None and "train" in session.phases and _rank() in {-1, 0} \
-                    and not self._written_for(trainer):
-                try:
-                    self._write(trainer, status="failed")
-                except Exception as e:  # noqa: BLE001 - never mask the error that ended the run
-                    warnings.warn(f"yolo-det could not write determinism.json for the failed run: {e}", stacklevel=2)
-        finally:
-            self.end_run()
+            self._record_ending(trainer, error)
+        except BaseException as e:
+            if error is None:
+                self.end_run()
+                raise
+            note_restore_failure(error, e)
+        self.end_run(error)
+
+    def _record_ending(self, trainer: Any, error: BaseException | None) -> None:
+        """Write the record of a run that ended before ``on_train_end`` (rank 0, once); never raise for it."""
+        session = self.session
+        if not (self.record and session is not None and "train" in session.phases and _rank() in {-1, 0}
+                and not self._written_for(trainer)):
+            return
+        try:
+            self._write(trainer, error)
+        except Exception as e:  # noqa: BLE001 - never mask the error that ended the run
+            self.record_error = f"could not write {RECORD_NAME}: {type(e).__name__}: {one_line(e)}"
+            warnings.warn(f"yolo-det: {self.record_error}", UserWarning, stacklevel=3)
+
+    def _record_early_ending(self, error: BaseException) -> None:
+        """Record a run that ended after the train phase began but before Ultralytics' ``train()`` ran."""
+        if self._trainer is not None:
+            try:
+                self._record_ending(self._trainer, error)
+            except BaseException as e:  # an interrupt while writing: keep the first one
+                note_restore_failure(error, e)
 
     @staticmethod
     def _swapped_for(trainer: Any) -> bool:
@@ -286,25 +379,30 @@ class UltralyticsPlugin:
         if trainer is not None and scaler is not None and isinstance(getattr(trainer, "scaler", None), ToggleScaler):
             trainer.scaler = scaler
 
-    def _write(self, trainer: Any, *, status: str) -> None:
+    def _write(self, trainer: Any, error: BaseException | None) -> None:
+        """Write ``determinism.json`` for a run that ended with ``error`` (None: completed)."""
         if not self.record or self.session is None:
             return
         save_dir = getattr(trainer, "save_dir", None)
         if save_dir is None:
             return
-        weights: dict[str, Any] = {}
-        last = Path(getattr(trainer, "last", Path(save_dir) / "weights" / "last.pt"))
-        if status == "completed" and last.is_file():
-            weights["file"] = str(last)
-            weights["sha256"] = checkpoint_digest(last)
-            self.weights_digest = weights["sha256"]
-        ema = getattr(getattr(trainer, "ema", None), "ema", None)
-        if isinstance(ema, torch.nn.Module):
-            weights["ema_fp32_sha256"] = state_dict_digest(ema)
+        # Digests of the files as they are on disk (this run holds the folder: they are its own files).
+        files = weights_files(Path(save_dir) / "weights", self._weights_before)
+        weights: dict[str, Any] = {"files": files}
+        if error is None:
+            last = Path(getattr(trainer, "last", Path(save_dir) / "weights" / "last.pt")).resolve()
+            entry = next((f for f in files if Path(f["file"]).resolve() == last and f.get("sha256")), None)
+            if entry is not None:
+                weights["file"] = entry["file"]
+                weights["sha256"] = entry["sha256"]
+                self.weights_digest = entry["sha256"]
+            ema = getattr(getattr(trainer, "ema", None), "ema", None)
+            if isinstance(ema, torch.nn.Module):  # the final EMA in float32 (the file holds it in float16)
+                weights["ema_fp32_sha256"] = state_dict_digest(ema)
         session = self.session
         args = getattr(trainer, "args", None)
         record = {
-            "status": status,
+            **describe_ending(error),
             "framework": "ultralytics",
             "profile": self.profile.to_dict(),
             "seeds": session.seeds(),
@@ -367,6 +465,14 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
             return _guarded_stream(plugin, method(*args, **kwargs))
         if name == "export":
             return _export_standard(plugin, method, owner, args, kwargs)
+        if name == "train":
+            with terminate_as_interrupt(), plugin.guard():
+                lock = _lock_fixed_folder(owner, kwargs)
+                try:
+                    return method(*args, **kwargs)
+                finally:
+                    if lock is not None:
+                        lock.release()
         with plugin.guard():
             return method(*args, **kwargs)
 
@@ -391,9 +497,53 @@ def _export_standard(plugin: UltralyticsPlugin, method: Callable[..., Any], owne
                     modules[r.path].__class__ = names[r.source]
 
 
+def _lock_fixed_folder(model: Any, kwargs: dict[str, Any]) -> runlock.RunLock | None:
+    """Lock the run folder before Ultralytics writes into it, when its name is fixed (``exist_ok=True`` or
+    ``save_dir=``); a fresh folder (Ultralytics numbers it) is locked when training starts."""
+    if _rank() != -1 or kwargs.get("cfg") or kwargs.get("resume"):
+        return None
+    try:
+        from ultralytics.cfg import DEFAULT_CFG_DICT, get_cfg, get_save_dir
+
+        args = {**getattr(model, "overrides", {}), **kwargs, "task": getattr(model, "task", None), "mode": "train"}
+        if not (args.get("exist_ok") or args.get("save_dir")):
+            return None
+        folder = get_save_dir(get_cfg(overrides={k: v for k, v in args.items() if k in DEFAULT_CFG_DICT}))
+    except Exception:  # noqa: BLE001 - Ultralytics reports bad arguments its own way; the later lock still holds
+        return None
+    return runlock.acquire(folder)
+
+
 def _guarded_stream(plugin: UltralyticsPlugin, gen: Iterator[Any]) -> Iterator[Any]:
-    with plugin.guard():
+    """Run a streaming prediction under the deploy phase only while the generator runs.
+
+    Between items (while the caller's loop body runs) the session is suspended: the caller sees their
+    own flags, environment and warning hooks, and changes they make there are what is given back at the
+    end. Inside another run of the same plugin the stream simply runs under that run's phases.
+    """
+    if plugin.session is not None and plugin.session.active:
         yield from gen
+        return
+    plugin.begin_run("stream")
+    try:
+        while True:
+            try:
+                item = next(gen)
+            except StopIteration:
+                break
+            saved = plugin._suspend()
+            try:
+                yield item
+            finally:
+                plugin._resume(saved)
+    except BaseException as error:
+        try:
+            gen.close()
+        except BaseException as e:
+            note_restore_failure(error, e)
+        plugin.end_run(error)
+        raise
+    plugin.end_run()
 
 
 def attach(model: Any, profile: Profile | str = "repro", *, record: bool = True) -> UltralyticsPlugin:
@@ -469,15 +619,20 @@ def trainer_class(profile: Profile | str = "repro", base: type | None = None, *,
             plugin.register(cbs)
             base.__init__(self, DEFAULT_CFG if cfg is None else cfg, overrides, cbs)
             plugin._ensure_train(self)  # DDP ranks > 0 get no on_pretrain_routine_start
-        except BaseException:
-            plugin.end_run()
+        except BaseException as error:
+            plugin._record_early_ending(error)
+            plugin.end_run(error)
             raise
 
     def train(self: Any) -> Any:
-        try:
-            return base.train(self)
-        finally:
+        with terminate_as_interrupt():
+            try:
+                result = base.train(self)
+            except BaseException as error:
+                self.yolo_det.end_run(error)
+                raise
             self.yolo_det.end_run()
+            return result
 
     name = f"YoloDet{base.__name__}"
     return type(name, (base,), {
