@@ -46,8 +46,11 @@ def _env() -> dict[str, str]:
 
 
 def start_train(project: Path, name: str, *extra: str) -> subprocess.Popen[str]:
-    """``python -m yolo_det train --profile repro`` on the demo data, tiny, with SIGINT at its default."""
-    argv = [sys.executable, "-m", "yolo_det", "train", "--profile", "repro", "epochs=3", "imgsz=64", "plots=False",
+    """``python -m yolo_det train --profile repro`` on the demo data, tiny images, SIGINT at its default.
+
+    50 epochs: long enough to still run when a test stops it (it never runs to the end).
+    """
+    argv = [sys.executable, "-m", "yolo_det", "train", "--profile", "repro", "epochs=50", "imgsz=64", "plots=False",
             f"project={project}", f"name={name}", "exist_ok=True", *extra]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))

@@ -165,7 +165,8 @@ def test_repro_trains_strict_restores_and_records(tmp_path: Path) -> None:
     assert record["backward_toggles"] == 0
     assert record["seeds"]["seed"] == 3 and record["seeds"]["rng_seed"] == rank_seed(3, 0)
     last = tmp_path / "run" / "weights" / "last.pt"
-    assert record["weights"] == {"file": str(last), "sha256": checkpoint_digest(last)}
+    assert record["weights"]["file"] == str(last) and record["weights"]["sha256"] == checkpoint_digest(last)
+    assert {f["file"]: f["sha256"] for f in record["weights"]["files"]}[str(last)] == checkpoint_digest(last)
     assert record["model"]["class"] == "torch.nn.modules.linear.Linear" and record["model"]["parameters"] == 10
     assert record["run"]["det_profile"] == "repro" and record["run"]["save_dir"] == str(tmp_path / "run")
     assert record["run"]["script"] == __file__
@@ -202,8 +203,8 @@ def test_a_failing_run_restores_the_state_and_records_the_failure(tmp_path: Path
     assert _state.snapshot() == before
     record = _record(tmp_path)
     assert record["status"] == "failed"
-    assert record["error"] == "RuntimeError: out of memory in epoch 0"
-    assert record["weights"] == {}
+    assert record["error"] == {"type": "RuntimeError", "message": "out of memory in epoch 0"}
+    assert record["weights"] == {"files": []}
 
 
 def test_each_rank_seeds_itself_and_only_rank_0_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

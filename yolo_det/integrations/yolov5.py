@@ -42,11 +42,13 @@ from typing import Any, TypeVar
 import torch
 
 from ..backward import backward_scope
+from ..endings import describe_ending, one_line, weights_files, weights_stats
 from ..errors import ConfigError, ProfileError, YoloDetError
 from ..profiles import Profile, load_profile
-from ..record import checkpoint_digest, environment, write_record
+from ..record import RECORD_NAME, environment, write_record
 from ..seeding import seed_everything
-from ..session import DeterminismSession
+from ..session import DeterminismSession, note_restore_failure
+from ..signals import terminate_as_interrupt
 from ..state import snapshot
 
 __all__ = [
@@ -144,26 +146,35 @@ class YOLOv5Run:
         self.backward_modes: list[str] = []
         self.state_at_train_start: dict[str, Any] | None = None
         self.state_during_backward: dict[str, Any] | None = None
+        self._weights_before: dict[str, Any] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------
     @contextmanager
     def training(self) -> Iterator[YOLOv5Run]:
         """Begin the run, enter ``train``; on exit write the record and restore the baseline, on error too."""
-        self.session.begin()
-        error: BaseException | None = None
-        try:
-            self.fonts = _provide_font(self.script)
-            self.session.enter("train")
-            yield self
-        except BaseException as e:
-            error = e
-            raise
-        finally:
+        with terminate_as_interrupt():  # SIGTERM ends the run like Ctrl-C: recorded as terminated
+            self.session.begin()
+            try:
+                self.fonts = _provide_font(self.script)
+                self.session.enter("train")
+                self._weights_before = weights_stats(self._weights_dir())
+                yield self
+            except BaseException as error:
+                try:
+                    if self.record and self.rank in {-1, 0}:
+                        self._write_record(error)
+                except BaseException as e:
+                    note_restore_failure(error, e)
+                self.session.end_after(error)
+                raise
             try:
                 if self.record and self.rank in {-1, 0}:
-                    self._write_record(error)
+                    self._write_record(None)
             finally:
                 self.session.end()
+
+    def _weights_dir(self) -> Path:
+        return Path(getattr(self.opt, "save_dir", ".")) / "weights"
 
     def seed(self) -> int:
         """Seed python, numpy and torch with this rank's seed (what ``init_seeds`` does under a profile)."""
@@ -210,20 +221,21 @@ class YOLOv5Run:
             return
         try:
             self.record_path = write_record(save_dir, self.to_record(error))
-        except Exception as e:
-            if error is None:
-                raise
-            warnings.warn(f"yolo-det could not write determinism.json for the failed run: {e}", stacklevel=3)
+        except Exception as e:  # noqa: BLE001 - never fail a finished training, nor mask the error ending one
+            warnings.warn(f"yolo-det: could not write {RECORD_NAME} in '{save_dir}': {type(e).__name__}: "
+                          f"{one_line(e)}", UserWarning, stacklevel=3)
 
     def to_record(self, error: BaseException | None = None) -> dict[str, Any]:
         """The content of ``determinism.json`` (the fields the Ultralytics integration writes, and more)."""
         session = self.session
         save_dir = Path(getattr(self.opt, "save_dir", ".")).resolve()
-        weights: dict[str, Any] = {}
+        files = weights_files(save_dir / "weights", self._weights_before)
+        weights: dict[str, Any] = {"files": files}
         last = save_dir / "weights" / "last.pt"
-        if error is None and last.is_file():
-            weights["file"] = str(last)
-            weights["sha256"] = checkpoint_digest(last)
+        entry = next((f for f in files if Path(f["file"]) == last and f.get("sha256")), None)
+        if error is None and entry is not None:
+            weights["file"] = entry["file"]
+            weights["sha256"] = entry["sha256"]
         run: dict[str, Any] = {k: _plain(getattr(self.opt, k)) for k in _RUN_ARGS if hasattr(self.opt, k)}
         run["save_dir"] = str(save_dir)
         if self.script is not None:
@@ -234,7 +246,7 @@ class YOLOv5Run:
         seeds.pop("sampler_seed", None)
         seeds["data_order"] = "YOLOv5's dataloader seeding (unchanged by yolo-det)"
         record: dict[str, Any] = {
-            "status": "completed" if error is None else "failed",
+            **describe_ending(error),
             "framework": "yolov5",
             "profile": self.profile.to_dict(),
             "seeds": seeds,
@@ -254,8 +266,6 @@ class YOLOv5Run:
             "run": run,
             "phase_events": [e for e in session.events if e["event"] in {"enter", "exit"}],
         }
-        if error is not None:
-            record["error"] = f"{type(error).__name__}: {' '.join(str(error).split())}"[:500]
         return record
 
 
