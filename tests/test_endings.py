@@ -137,7 +137,7 @@ def test_cli_stopped_after_first_checkpoint(sig, status, code, line, tmp_path):
 def test_cli_interrupted_at_any_moment_of_start_up(tmp_path):
     """SIGINT at moments from interpreter start to the first epoch: exit 130, one line, never a traceback."""
     results = []
-    for i, delay in enumerate((0.2, 0.5, 0.9, 1.4, 2.0, 2.6, 3.3, 4.2)):
+    for i, delay in enumerate((0.2, 0.5, 1.0, 1.6, 2.3, 3.2, 4.5, 6.0)):
         proc = start_train(tmp_path / "runs", f"s{i}", "epochs=1")
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
@@ -147,6 +147,34 @@ def test_cli_interrupted_at_any_moment_of_start_up(tmp_path):
         if record.exists():  # stopped after the run folder existed: the record says so
             assert json.loads(record.read_text())["status"] == "interrupted"
     assert all(code == 130 and line == "yolo-det: interrupted" for _, code, line in results), results
+
+
+INTERRUPT_IN_TORCH_IMPORT = """
+import sys, torch
+class Interrupt:  # Ctrl-C landing inside torch's lazy import of torch._dynamo (the first time only)
+    fired = False
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch._dynamo.eval_frame" and not Interrupt.fired:
+            Interrupt.fired = True
+            raise KeyboardInterrupt
+        return None
+sys.meta_path.insert(0, Interrupt())
+from yolo_det.cli import main
+code = main(sys.argv[1:])
+print("fired", Interrupt.fired, "deterministic", torch.are_deterministic_algorithms_enabled(), flush=True)
+raise SystemExit(code)
+"""
+
+
+@pytest.mark.slow
+def test_interrupt_inside_torch_lazy_import_is_one_line_and_130(tmp_path):
+    """The start-up moment the issue names: torch imports torch._dynamo lazily in use_deterministic_algorithms."""
+    proc = subprocess.run([sys.executable, "-c", INTERRUPT_IN_TORCH_IMPORT, "train", "--profile", "repro", "epochs=1",
+                           "imgsz=64", f"project={tmp_path}", "name=x", "exist_ok=True"],
+                          capture_output=True, text=True, env=_env(), timeout=600)
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    assert stderr_ending(proc.stderr) == "yolo-det: interrupted"
+    assert "fired True deterministic False" in proc.stdout  # it hit the import; the process state is as it was
 
 
 # -- in process: the state comes back ----------------------------------------------------------------------
@@ -284,18 +312,25 @@ def test_a_restore_step_that_fails_is_a_note_on_the_original_error(monkeypatch):
 
 
 # -- side by side ---------------------------------------------------------------------------------------------
-def test_run_folder_lock_refuses_a_live_holder_and_ignores_a_dead_one(tmp_path):
-    folder = tmp_path / "run"
+@contextlib.contextmanager
+def held_elsewhere(folder: Path):
+    """Another process holding ``folder``'s run lock; SIGKILLed afterwards (no clean-up at all)."""
     code = ("import sys, time; from yolo_det.runlock import acquire; acquire(sys.argv[1]); "
             "print('locked', flush=True); time.sleep(120)")
     holder = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE, text=True, env=_env())
     try:
         assert holder.stdout.readline().strip() == "locked"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_run_folder_lock_refuses_a_live_holder_and_ignores_a_dead_one(tmp_path):
+    folder = tmp_path / "run"
+    with held_elsewhere(folder) as holder:
         with pytest.raises(RunFolderBusy, match=f"in use by another yolo-det run \\(pid {holder.pid} on "):
             acquire(folder)
-    finally:
-        holder.kill()  # SIGKILL: no clean-up at all, the lock file stays behind
-        holder.wait()
     assert (folder / LOCK_NAME).exists()
     with acquire(folder) as lock:  # the kernel dropped the dead holder's lock
         assert json.loads(lock.path.read_text())["pid"] == os.getpid()
@@ -303,6 +338,27 @@ def test_run_folder_lock_refuses_a_live_holder_and_ignores_a_dead_one(tmp_path):
             assert again is lock
         assert lock.held
     assert not (folder / LOCK_NAME).exists()
+
+
+@pytest.mark.parametrize("way", ["attach", "trainer_class"])
+def test_a_live_run_folder_is_refused_before_anything_is_written(way, tmp_path, demo_data):
+    from ultralytics import YOLO
+
+    from yolo_det import trainer_class
+
+    folder = tmp_path / "busy"
+    with held_elsewhere(folder):
+        model = YOLO("yolov8n.yaml")
+        kwargs = {"data": demo_data, "project": str(tmp_path), "name": "busy", **SMALL}
+        before = global_state()
+        with pytest.raises(RunFolderBusy, match="busy' is in use by another yolo-det run"):
+            if way == "attach":
+                attach(model, "repro")
+                model.train(**kwargs)
+            else:
+                model.train(trainer=trainer_class("repro"), **kwargs)
+        assert_same_state(before, global_state())
+        assert sorted(p.name for p in folder.iterdir()) == [LOCK_NAME]  # no args.yaml, no weights folder
 
 
 def test_a_second_thread_is_refused_naming_the_first(tmp_path, demo_data):

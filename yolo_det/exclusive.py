@@ -41,6 +41,7 @@ def claim(session: Any) -> None:
     """
     me = threading.current_thread()
     with _lock:
+        _active[:] = [(s, t) for s, t in _active if t.is_alive()]  # a thread that died mid-session holds nothing
         for other, thread in _active:
             if thread is not me and thread.is_alive():
                 raise ConcurrentSessionError(

@@ -140,9 +140,13 @@ def preload() -> None:
 
     An interrupt that lands inside that first, seconds-long import leaves the half-imported modules
     broken for every later call; doing it before a run begins means such an interrupt finds nothing to
-    restore. Idempotent and cheap once done.
+    restore. Idempotent and cheap once done. If the import fails (broken by an earlier interrupt), the
+    switch is set through torch's own setter instead (see :func:`_set_deterministic`).
     """
-    import torch._inductor.config  # noqa: F401
+    try:
+        import torch._inductor.config  # noqa: F401
+    except Exception:  # noqa: BLE001 - an interrupt propagates; a broken import is worked around
+        pass
 
 
 def _set_deterministic(mode: str) -> None:

@@ -12,7 +12,14 @@ Three ways in, from simplest:
 Phase boundaries: ``train`` from ``on_pretrain_routine_start`` (right after ``init_seeds``) until
 ``teardown`` (which Ultralytics runs in ``train()``'s ``finally``, after its own ``unset_deterministic``);
 ``val`` between ``on_val_start`` and ``on_val_end`` (inside training and in ``model.val()``); ``deploy``
-between ``on_predict_start``/``on_predict_end`` and ``on_export_start``/``on_export_end``.
+between ``on_predict_start``/``on_predict_end`` and ``on_export_start``/``on_export_end``; a streaming
+``predict`` is suspended each time it yields an item (the caller's loop body runs under the caller's state).
+
+Endings (see :mod:`yolo_det.endings`): every training writes ``determinism.json`` however it ends
+(``completed``, ``failed``, ``interrupted``, ``terminated``), with every weights file digested from disk;
+SIGTERM is handled like Ctrl-C for the duration of ``model.train()`` (:mod:`yolo_det.signals`); the run
+folder is locked against other live runs (:mod:`yolo_det.runlock`); one session per process
+(:mod:`yolo_det.exclusive`).
 """
 
 from __future__ import annotations
@@ -102,7 +109,7 @@ class UltralyticsPlugin:
         self.weights_digest: str | None = None
         self.record_error: str | None = None
         self.warn_record_error = True
-        self._lock: runlock.RunLock | None = None
+        self._locks: list[runlock.RunLock] = []
         self._weights_before: dict[str, Any] | None = None
         self._owner: str | None = None  # who began the session: guard, trainer, trainer-class or "<phase>:<id>"
         self._observed: dict[str, Any] | None = None
@@ -161,13 +168,13 @@ class UltralyticsPlugin:
             failures.append(e)
         session, self.session, self._owner = self.session, None, None
         names, self._names = self._names, None
-        lock, self._lock = self._lock, None
+        locks, self._locks = self._locks, []
         self._entered.clear()
         self._trainer = None
         self._weights_before = None
         steps = [session.end if session is not None else None,
                  (lambda: names.__exit__(None, None, None)) if names is not None else None,
-                 lock.release if lock is not None else None]
+                 *(lock.release for lock in reversed(locks))]
         for step in steps:
             if step is None:
                 continue
@@ -256,8 +263,8 @@ class UltralyticsPlugin:
         if "train" not in session.phases:
             save_dir = getattr(trainer, "save_dir", None)
             if save_dir is not None:
-                if _rank() == -1 and self._lock is None:  # under DDP the launching process holds it
-                    self._lock = runlock.acquire(save_dir)  # refused here: nothing recorded, nothing touched
+                if _rank() == -1:  # under DDP the launching process holds it
+                    self._locks.append(runlock.acquire(save_dir))  # refused here: nothing recorded or touched
                 session.run_dir = str(save_dir)
                 self._weights_before = weights_stats(Path(save_dir) / "weights")
             session.seed = int(getattr(trainer.args, "seed", 0) or 0)
@@ -498,17 +505,28 @@ def _export_standard(plugin: UltralyticsPlugin, method: Callable[..., Any], owne
 
 
 def _lock_fixed_folder(model: Any, kwargs: dict[str, Any]) -> runlock.RunLock | None:
-    """Lock the run folder before Ultralytics writes into it, when its name is fixed (``exist_ok=True`` or
-    ``save_dir=``); a fresh folder (Ultralytics numbers it) is locked when training starts."""
-    if _rank() != -1 or kwargs.get("cfg") or kwargs.get("resume"):
+    """Lock the run folder of ``model.train(**kwargs)`` before Ultralytics writes into it (see
+    :func:`_lock_planned_folder`)."""
+    if kwargs.get("cfg"):
+        return None
+    args = {**getattr(model, "overrides", {}), **kwargs, "task": getattr(model, "task", None), "mode": "train"}
+    return _lock_planned_folder(None, args)
+
+
+def _lock_planned_folder(cfg: Any, overrides: dict[str, Any] | None) -> runlock.RunLock | None:
+    """Lock the run folder a trainer built from ``cfg``/``overrides`` will use, before it writes anything,
+    when the folder's name is fixed (``exist_ok=True`` or ``save_dir=``); a fresh folder (Ultralytics
+    numbers it) is locked when training starts. Resumed runs are locked when training starts too."""
+    if _rank() != -1:
         return None
     try:
-        from ultralytics.cfg import DEFAULT_CFG_DICT, get_cfg, get_save_dir
+        from ultralytics.cfg import DEFAULT_CFG, DEFAULT_CFG_DICT, get_cfg, get_save_dir
 
-        args = {**getattr(model, "overrides", {}), **kwargs, "task": getattr(model, "task", None), "mode": "train"}
-        if not (args.get("exist_ok") or args.get("save_dir")):
+        overrides = {k: v for k, v in (overrides or {}).items() if k in DEFAULT_CFG_DICT}
+        args = get_cfg(DEFAULT_CFG if cfg is None else cfg, overrides)
+        if getattr(args, "resume", None) or not (getattr(args, "exist_ok", False) or getattr(args, "save_dir", None)):
             return None
-        folder = get_save_dir(get_cfg(overrides={k: v for k, v in args.items() if k in DEFAULT_CFG_DICT}))
+        folder = get_save_dir(args)
     except Exception:  # noqa: BLE001 - Ultralytics reports bad arguments its own way; the later lock still holds
         return None
     return runlock.acquire(folder)
@@ -615,6 +633,9 @@ def trainer_class(profile: Profile | str = "repro", base: type | None = None, *,
         self.yolo_det = plugin
         plugin.begin_run(owner="trainer-class")  # baseline before init_seeds touches anything
         try:
+            lock = _lock_planned_folder(cfg, overrides)
+            if lock is not None:
+                plugin._locks.append(lock)
             cbs = {k: list(v) for k, v in (_callbacks or ul_callbacks.get_default_callbacks()).items()}
             plugin.register(cbs)
             base.__init__(self, DEFAULT_CFG if cfg is None else cfg, overrides, cbs)
