@@ -83,8 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``yolo-det`` command line with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
-    debug = os.environ.get("YOLO_DET_DEBUG", "") not in {"", "0", "false", "False"}
+    debug = False
     try:
+        debug = os.environ.get("YOLO_DET_DEBUG", "") not in {"", "0", "false", "False"}
         from .signals import terminate_as_interrupt
 
         with terminate_as_interrupt():  # SIGTERM ends a command like Ctrl-C: clean-up, record, exit 143

@@ -56,6 +56,10 @@ class _Frame:
 class DeterminismSession:
     """Drive one run (a training, a validation, a prediction or an export) under a profile.
 
+    One session is active per process at a time: :meth:`begin` refuses with
+    :class:`~yolo_det.exclusive.ConcurrentSessionError` while a session of another thread is active
+    (torch's flags are process-wide); sessions of the same thread nest.
+
     Args:
         profile: A :class:`~yolo_det.profiles.Profile`, a built-in name or a profile file path.
         seed: The run's seed (Ultralytics ``seed=``, YOLOv5 ``--seed``); a phase's own ``seed`` wins.
