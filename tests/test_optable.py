@@ -11,8 +11,8 @@ import pytest
 import torch
 import torchvision  # noqa: F401 - registers torchvision:: ops
 
-from yolo_det.errors import ConfigError
-from yolo_det.optable import (
+from yolo_det.core.errors import ConfigError
+from yolo_det.analysis.optable import (
     BEHAVIOUR,
     OpEntry,
     decomposable_op,

@@ -8,8 +8,8 @@ from collections import OrderedDict
 import pytest
 import torch
 
-from yolo_det.errors import ModelError
-from yolo_det.record import (
+from yolo_det.core.errors import ModelError
+from yolo_det.core.record import (
     RECORD_NAME,
     checkpoint_digest,
     environment,

@@ -14,10 +14,10 @@ import torch
 from torch import nn
 
 from yolo_det import layers
-from yolo_det.errors import ConfigError, YoloDetError
-from yolo_det.registry import registered
-from yolo_det.swaps import SWAPS, register_swap, registered_layers, swap_modules, swapped, unswap_modules
-from yolo_det.zoo import ZOO_MODULES, CBAMMax
+from yolo_det.core.errors import ConfigError, YoloDetError
+from yolo_det.layers.registry import registered
+from yolo_det.fixes.swaps import SWAPS, register_swap, registered_layers, swap_modules, swapped, unswap_modules
+from yolo_det.analysis.zoo import ZOO_MODULES, CBAMMax
 
 ROOT = Path(__file__).resolve().parent.parent
 

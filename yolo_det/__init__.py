@@ -18,18 +18,18 @@ that will break strict determinism on CUDA, and the fix.
 
 from __future__ import annotations
 
-from .audit import AuditReport, Finding, audit
-from .backward import ToggleScaler, backward_scope, toggled_backward
-from .errors import ConfigError, ModelError, PatchError, ProfileError, YoloDetError
+from .analysis.audit import AuditReport, Finding, audit
+from .core.backward import ToggleScaler, backward_scope, toggled_backward
+from .core.errors import ConfigError, ModelError, PatchError, ProfileError, YoloDetError
 from .integrations.ultralytics import UltralyticsPlugin, attach, detach, trainer_class
-from .intercept import interception
-from .profiles import PhaseSettings, Profile, list_profiles, load_profile
-from .record import checkpoint_digest, environment, state_dict_digest
-from .seeding import data_seed, rank_seed, seed_dataloader, seed_everything, seed_worker
-from .session import DeterminismSession
-from .state import DeterminismState, apply, phase_scope, restore, snapshot
-from .swaps import register_layers, registered_layers, swap_modules, unswap_modules
-from .yaml_rewrite import rewrite_yaml
+from .fixes.intercept import interception
+from .core.profiles import PhaseSettings, Profile, list_profiles, load_profile
+from .core.record import checkpoint_digest, environment, state_dict_digest
+from .core.seeding import data_seed, rank_seed, seed_dataloader, seed_everything, seed_worker
+from .session.session import DeterminismSession
+from .core.state import DeterminismState, apply, phase_scope, restore, snapshot
+from .fixes.swaps import register_layers, registered_layers, swap_modules, unswap_modules
+from .fixes.yaml_rewrite import rewrite_yaml
 
 __version__ = "0.1.0"
 

@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from .errors import ConfigError, YoloDetError
+from .core.errors import ConfigError, YoloDetError
 
 __all__ = ["main"]
 

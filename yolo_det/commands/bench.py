@@ -23,9 +23,9 @@ import argparse
 import json
 import sys
 
-from ..bench import DEFAULT_PROFILES, bench, check_args, parse_profiles, plot_bench
-from ..models import model_names
-from ..runtime import check_output_path
+from ..tools.bench import DEFAULT_PROFILES, bench, check_args, parse_profiles, plot_bench
+from ..analysis.models import model_names
+from ..tools.runtime import check_output_path
 from .train import prepare
 
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..errors import ConfigError
-from ..overrides import check_ultralytics_args, parse_overrides, resolve_data, resolve_model
-from ..profiles import load_profile
+from ..core.errors import ConfigError
+from ..tools.overrides import check_ultralytics_args, parse_overrides, resolve_data, resolve_model
+from ..core.profiles import load_profile
 
 DEMO_DEFAULTS: dict[str, Any] = {
     "model": "yolov8n.yaml",
@@ -55,7 +55,7 @@ def prepare(profile: str, tokens: list[str]) -> tuple[Any, dict[str, Any]]:
     resolved = load_profile(profile)
     args = parse_overrides(tokens)
     if args.get("data") is None:
-        from ..demo import demo_data_yaml
+        from ..tools.demo import demo_data_yaml
 
         args.pop("data", None)
         args = {**DEMO_DEFAULTS, **args, "data": str(demo_data_yaml())}
@@ -75,9 +75,9 @@ def train(profile: Any, args: dict[str, Any]) -> Any:
     """Train with Ultralytics under ``profile``; return the plugin (``record_path``, ``weights_digest``)."""
     from ultralytics import YOLO
 
-    from ..demo import ensure_local_font
+    from ..tools.demo import ensure_local_font
     from ..integrations.ultralytics import attach
-    from ..models import model_names
+    from ..analysis.models import model_names
 
     ensure_local_font()
     train_args = dict(args)

@@ -23,10 +23,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..models import model_names
-from ..overrides import parse_overrides
-from ..runtime import check_output_path
-from ..verify import DEFAULT_KEEP_MIB, check_args, plot_losses, progress_to_stderr, verify
+from ..analysis.models import model_names
+from ..tools.overrides import parse_overrides
+from ..tools.runtime import check_output_path
+from ..tools.verify import DEFAULT_KEEP_MIB, check_args, plot_losses, progress_to_stderr, verify
 from .train import prepare
 
 USER_DATA_EPOCHS = 1

@@ -28,15 +28,15 @@ from typing import Any
 
 import torch
 
-from ..backward import ToggleScaler
-from ..distributed import gather_states, rank_info, ranks_consistent
-from ..errors import YoloDetError
-from ..profiles import Profile, load_profile
-from ..record import checkpoint_digest, environment, state_dict_digest, write_record
-from ..seeding import seed_dataloader
-from ..session import DeterminismSession
-from ..state import snapshot
-from ..swaps import SWAPS, registered_layers, unswap_modules
+from ..core.backward import ToggleScaler
+from ..session.distributed import gather_states, rank_info, ranks_consistent
+from ..core.errors import YoloDetError
+from ..core.profiles import Profile, load_profile
+from ..core.record import checkpoint_digest, environment, state_dict_digest, write_record
+from ..core.seeding import seed_dataloader
+from ..session.session import DeterminismSession
+from ..core.state import snapshot
+from ..fixes.swaps import SWAPS, registered_layers, unswap_modules
 
 __all__ = ["UltralyticsPlugin", "attach", "detach", "trainer_class"]
 
@@ -78,7 +78,7 @@ class UltralyticsPlugin:
     """Applies a profile's phases to Ultralytics runs and writes ``determinism.json``.
 
     Args:
-        profile: A :class:`~yolo_det.profiles.Profile`, a built-in name or a profile file path.
+        profile: A :class:`~yolo_det.core.profiles.Profile`, a built-in name or a profile file path.
         record: Write ``determinism.json`` into the training run directory.
 
     Attributes:
@@ -405,7 +405,7 @@ def attach(model: Any, profile: Profile | str = "repro", *, record: bool = True)
 
     Args:
         model: An ``ultralytics.YOLO`` (or any ``ultralytics.engine.model.Model``).
-        profile: A built-in name, a profile file path, or a :class:`~yolo_det.profiles.Profile`.
+        profile: A built-in name, a profile file path, or a :class:`~yolo_det.core.profiles.Profile`.
         record: Write ``determinism.json`` into each training run directory.
 
     Returns:
@@ -441,7 +441,7 @@ def trainer_class(profile: Profile | str = "repro", base: type | None = None, *,
     """Return a trainer class that trains under ``profile``: ``model.train(trainer=trainer_class("repro"))``.
 
     Args:
-        profile: A built-in name, a profile file path, or a :class:`~yolo_det.profiles.Profile`.
+        profile: A built-in name, a profile file path, or a :class:`~yolo_det.core.profiles.Profile`.
         base: The trainer to extend (any ``ultralytics.engine.trainer.BaseTrainer`` subclass); by default
             ``ultralytics.models.yolo.detect.DetectionTrainer``.
         record: Write ``determinism.json`` into the run directory.

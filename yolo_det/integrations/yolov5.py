@@ -41,13 +41,13 @@ from typing import Any, TypeVar
 
 import torch
 
-from ..backward import backward_scope
-from ..errors import ConfigError, ProfileError, YoloDetError
-from ..profiles import Profile, load_profile
-from ..record import checkpoint_digest, environment, write_record
-from ..seeding import seed_everything
-from ..session import DeterminismSession
-from ..state import snapshot
+from ..core.backward import backward_scope
+from ..core.errors import ConfigError, ProfileError, YoloDetError
+from ..core.profiles import Profile, load_profile
+from ..core.record import checkpoint_digest, environment, write_record
+from ..core.seeding import seed_everything
+from ..session.session import DeterminismSession
+from ..core.state import snapshot
 
 __all__ = [
     "OPTION",
@@ -100,7 +100,7 @@ class YOLOv5Run:
     ``train()`` runs.
 
     Args:
-        profile: A :class:`~yolo_det.profiles.Profile`, a built-in name or a profile file path.
+        profile: A :class:`~yolo_det.core.profiles.Profile`, a built-in name or a profile file path.
         opt: YOLOv5's options namespace (``seed``, ``save_dir``, ...).
 
     Raises:
@@ -110,7 +110,7 @@ class YOLOv5Run:
         record: Write ``determinism.json`` into ``opt.save_dir``.
 
     Attributes:
-        session: The :class:`~yolo_det.session.DeterminismSession` driving the phases.
+        session: The :class:`~yolo_det.session.session.DeterminismSession` driving the phases.
         model: The model handed over by :func:`prepare_model` (None before).
         record_path: Path of ``determinism.json`` once written.
         backward_calls: Backward passes run through :func:`backward`.
@@ -282,7 +282,7 @@ def _describe_model(model: Any) -> dict[str, Any] | None:
 
 def _provide_font(script: Callable[..., Any] | None) -> list[Path]:
     """Put a local ``Arial.ttf`` where YOLOv5's ``check_font`` looks, so no run downloads it."""
-    from ..demo import ensure_local_font
+    from ..tools.demo import ensure_local_font
 
     folders: list[Path] = []
     # YOLOv5's settings folder is utils.general.CONFIG_DIR of the tree being run (repository or PyPI layout);
@@ -370,7 +370,7 @@ def init_seeds(yolov5_init_seeds: Callable[..., Any], seed: int = 0, determinist
         deterministic: YOLOv5's ``deterministic`` argument.
 
     Under a profile the train phase has set the determinism switches already; this seeds python, numpy and
-    torch with the run's per-rank seed (:func:`yolo_det.seeding.rank_seed` of ``opt.seed``) and leaves the
+    torch with the run's per-rank seed (:func:`yolo_det.core.seeding.rank_seed` of ``opt.seed``) and leaves the
     switches alone.
     """
     run = _CURRENT.get()

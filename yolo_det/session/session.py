@@ -15,14 +15,14 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import backward as _backward
-from . import state as _state
-from .errors import YoloDetError
-from .intercept import interception, routed_calls
-from .profiles import PHASES, PhaseSettings, Profile, load_profile
-from .seeding import data_seed, rank_seed, seed_everything
-from .swaps import SwapRecord, swap_modules
-from .warnlog import WarningLog
+from ..core import backward as _backward
+from ..core import state as _state
+from ..core.errors import YoloDetError
+from ..fixes.intercept import interception, routed_calls
+from ..core.profiles import PHASES, PhaseSettings, Profile, load_profile
+from ..core.seeding import data_seed, rank_seed, seed_everything
+from ..fixes.swaps import SwapRecord, swap_modules
+from ..core.warnlog import WarningLog
 
 __all__ = ["DeterminismSession"]
 
@@ -39,7 +39,7 @@ class DeterminismSession:
     """Drive one run (a training, a validation, a prediction or an export) under a profile.
 
     Args:
-        profile: A :class:`~yolo_det.profiles.Profile`, a built-in name or a profile file path.
+        profile: A :class:`~yolo_det.core.profiles.Profile`, a built-in name or a profile file path.
         seed: The run's seed (Ultralytics ``seed=``, YOLOv5 ``--seed``); a phase's own ``seed`` wins.
         rank: This process's global rank (0 for a single process).
         world_size: Number of processes in the run.

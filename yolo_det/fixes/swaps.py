@@ -8,7 +8,7 @@ exact inverse. Weights load unchanged in either direction.
 
 Which instances to swap (``policy``):
 
-- ``auto``: those the audit (:func:`yolo_det.audit.audit`, a fake-CUDA trace of the model) finds
+- ``auto``: those the audit (:func:`yolo_det.analysis.audit.audit`, a fake-CUDA trace of the model) finds
   reaching a non-deterministic CUDA kernel on the running torch version; an ``AdaptiveAvgPool2d(1)``
   (a mean inside ATen) or a bilinear ``Upsample`` on a torch that decomposes it stays as it is. A model
   the trace cannot run (its forward does not take an image batch) gets ``all``, with a warning.
@@ -19,7 +19,7 @@ A swapped module pickles as its PyTorch class, so a checkpoint saved from a swap
 yolo-det is not installed. ``copy.deepcopy`` keeps the swap.
 
 :func:`register_layers` makes the yolo-det class names resolvable in Ultralytics model YAMLs (see
-:mod:`yolo_det.yaml_rewrite`).
+:mod:`yolo_det.fixes.yaml_rewrite`).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from typing import Any
 
 from torch import nn
 
-from . import layers
-from .errors import ConfigError, YoloDetError
+from .. import layers
+from ..core.errors import ConfigError, YoloDetError
 
 __all__ = [
     "SWAPS",
@@ -115,7 +115,7 @@ def _check_policy(policy: str) -> None:
 
 def _auto_targets(model: nn.Module, *, imgsz: int, torch_version: str | None) -> dict[str, str]:
     """Module path -> kernel, for the modules the audit finds reaching a non-deterministic kernel."""
-    from .audit import audit
+    from ..analysis.audit import audit
     from .intercept import suspended
 
     stride = 32
@@ -256,7 +256,7 @@ def register_layers() -> None:
     Idempotent. The names stay registered for the life of the process (a model YAML may be built at any
     time); :func:`registered_layers` registers them for a block only.
     """
-    from .registry import register_ultralytics_modules
+    from ..layers.registry import register_ultralytics_modules
 
     register_ultralytics_modules(_layer_names())
 
@@ -264,7 +264,7 @@ def register_layers() -> None:
 @contextmanager
 def registered_layers() -> Iterator[None]:
     """Register yolo-det's layer names for the block and restore Ultralytics' namespace afterwards."""
-    from .registry import registered
+    from ..layers.registry import registered
 
     with registered(_layer_names()):
         yield

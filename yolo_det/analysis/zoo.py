@@ -12,7 +12,7 @@ deterministic backward:
 
 All three keep their input channel count, as Ultralytics' ``parse_model`` assumes for modules it does not
 know, and take the channels as their first YAML argument. :data:`ZOO_MODULES` maps their YAML names to
-the classes; ``yolo_det.registry.registered(ZOO_MODULES)`` makes the example model YAMLs in
+the classes; ``yolo_det.layers.registry.registered(ZOO_MODULES)`` makes the example model YAMLs in
 ``data/models`` buildable.
 """
 
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .errors import ConfigError
+from ..core.errors import ConfigError
 
 __all__ = ["ZOO_MODULES", "CBAMMax", "CoordAtt", "GridSampleUpsample", "register"]
 
@@ -144,6 +144,6 @@ ZOO_MODULES: dict[str, type[nn.Module]] = {
 
 def register() -> None:
     """Make the zoo blocks nameable in Ultralytics model YAMLs for the rest of the process (idempotent)."""
-    from .registry import register_ultralytics_modules
+    from ..layers.registry import register_ultralytics_modules
 
     register_ultralytics_modules(ZOO_MODULES)

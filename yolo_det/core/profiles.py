@@ -1,7 +1,7 @@
 """Determinism profiles: what each phase of a run (train, val, deploy) must set up.
 
 A :class:`Profile` holds one :class:`PhaseSettings` per phase. Profiles are data: the built-ins
-(``repro``, ``balanced``, ``fast``) are YAML files shipped in ``yolo_det/presets``, and a user's
+(``repro``, ``balanced``, ``fast``) are YAML files shipped in ``yolo_det/core/presets``, and a user's
 profile is a YAML file of the same shape, optionally ``extends:`` a built-in::
 
     name: my-profile
@@ -13,7 +13,7 @@ profile is a YAML file of the same shape, optionally ``extends:`` a built-in::
       cudnn_benchmark: true
 
 :func:`load_profile` takes a built-in name or a path and validates everything: an unknown key, a
-wrong type or a bad value raises :class:`~yolo_det.errors.ProfileError` naming the file and line.
+wrong type or a bad value raises :class:`~yolo_det.core.errors.ProfileError` naming the file and line.
 """
 
 from __future__ import annotations
@@ -254,7 +254,7 @@ def _where(origin: str, lines: _Lines, *path: str) -> str:
 
 
 def _builtin_text(name: str) -> str:
-    return resources.files("yolo_det.presets").joinpath(f"{name}.yaml").read_text(encoding="utf-8")
+    return resources.files("yolo_det.core.presets").joinpath(f"{name}.yaml").read_text(encoding="utf-8")
 
 
 def list_profiles() -> dict[str, str]:

@@ -3,12 +3,12 @@
 On CUDA, ``adaptive_max_pool2d_backward`` under ``torch.use_deterministic_algorithms(True)`` raises
 ``RuntimeError: adaptive_max_pool2d_backward_cuda does not have a deterministic implementation, ...``;
 on a CPU the same model trains without a word. :func:`emulate_cuda_alerts` closes that gap for tests
-and CI: while it is active, every aten op that the knowledge table (:mod:`yolo_det.optable`) says alerts
+and CI: while it is active, every aten op that the knowledge table (:mod:`yolo_det.analysis.optable`) says alerts
 on CUDA raises (strict) or warns (warn_only) with CUDA's exact message, according to the deterministic
 flag **at the moment the op runs** (forward ops when the forward runs, backward ops when autograd runs
 them)::
 
-    from yolo_det.emulator import emulate_cuda_alerts
+    from yolo_det.analysis.emulator import emulate_cuda_alerts
 
     torch.use_deterministic_algorithms(True)
     with emulate_cuda_alerts() as log:
@@ -46,7 +46,7 @@ from .optable import torch_version as _running_torch
 
 __all__ = ["AlertLog", "EmulatedAlert", "alert_message", "emulate_cuda_alerts"]
 
-_META = "yolo_det.emulator"
+_META = "yolo_det.analysis.emulator"
 _CALIBRATION_KERNEL = "max_unpooling2d_forward_out"  # alerts on CPU too, so its text is the binary's own
 _state = threading.local()
 _templates: dict[str, str] = {}

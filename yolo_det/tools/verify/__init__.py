@@ -8,7 +8,7 @@ profile attached exactly as ``yolo-det train`` does, and records per optimizer s
 - a digest per parameter of the gradient the optimizer is about to apply, and the AMP scale;
 
 and at the end the weights digests (model and EMA, as in ``determinism.json``). Digests are exact (see
-:mod:`yolo_det.fingerprint`: any changed bit changes them) and cheap (hashed where the tensor lives).
+:mod:`yolo_det.tools.fingerprint`: any changed bit changes them) and cheap (hashed where the tensor lives).
 
 What is kept beyond digests is what naming the parameter and the size of the first difference needs:
 the first run (the reference) keeps a CPU copy of its gradients for as many early steps as
@@ -43,12 +43,12 @@ from typing import Any
 
 import torch
 
-from . import state as _state
-from .errors import ConfigError
-from .fingerprint import combine, tensor_digests
-from .profiles import Profile, load_profile
-from .record import state_dict_digest
-from .runtime import new_figure, quiet_ultralytics, run_folder, save_figure, unwrap_model
+from ...core import state as _state
+from ...core.errors import ConfigError
+from ..fingerprint import combine, tensor_digests
+from ...core.profiles import Profile, load_profile
+from ...core.record import state_dict_digest
+from ..runtime import new_figure, quiet_ultralytics, run_folder, save_figure, unwrap_model
 
 __all__ = [
     "Divergence",
@@ -131,7 +131,7 @@ class RunRecord:
         param_names: Names of the trainable parameters, in recording order.
         loss_names: Names of the loss components.
         steps: One record per optimizer step.
-        weights: ``{"model": sha256, "ema": sha256}`` of the final weights (see :mod:`yolo_det.record`).
+        weights: ``{"model": sha256, "ema": sha256}`` of the final weights (see :mod:`yolo_det.core.record`).
         seconds: Wall time of the run (``model.train``).
         save_dir: The run folder.
         kept: Gradient values kept on the CPU, ``{step: {parameter: tensor}}`` (scaled like the digests).
@@ -773,7 +773,7 @@ def verify(
     """Train ``runs`` times with the same arguments under ``profile`` and compare the runs step by step.
 
     Args:
-        profile: A built-in name, a profile file path, or a :class:`~yolo_det.profiles.Profile`.
+        profile: A built-in name, a profile file path, or a :class:`~yolo_det.core.profiles.Profile`.
         args: Ultralytics train arguments (``model`` included), as ``yolo-det train`` would pass them (see
             :func:`yolo_det.commands.train.prepare`). Without ``project`` the runs go to a temporary folder
             that is removed afterwards.
@@ -818,8 +818,8 @@ def record_runs(
     """
     from ultralytics import YOLO
 
-    from .demo import ensure_local_font
-    from .integrations.ultralytics import attach
+    from ..demo import ensure_local_font
+    from ...integrations.ultralytics import attach
 
     resolved = load_profile(profile)
     train_args = dict(args)

@@ -1,10 +1,10 @@
 """The knowledge table: CUDA kernels that are not deterministic, per torch version.
 
-The table is package data (``yolo_det/data/nondeterministic_ops.yaml``), readable and meant to be
+The table is package data (``yolo_det/analysis/optable/nondeterministic_ops.yaml``), readable and meant to be
 edited: each entry names the kernel torch prints in its error, the aten ops and autograd nodes that
 reach it, the pass (forward/backward), what torch does under each deterministic mode (the *effect*),
 the condition, per torch version range whether it holds, and the deterministic replacement. The
-audit (:mod:`yolo_det.audit`) and the CPU emulator (:mod:`yolo_det.emulator`) both read it, for the
+audit (:mod:`yolo_det.analysis.audit`) and the CPU emulator (:mod:`yolo_det.analysis.emulator`) both read it, for the
 running torch version or for one given explicitly::
 
     table = load_table()
@@ -30,7 +30,7 @@ from typing import Any, Literal, get_args
 
 import yaml
 
-from .errors import ConfigError, did_you_mean
+from ...core.errors import ConfigError, did_you_mean
 
 __all__ = [
     "BEHAVIOUR",
@@ -508,8 +508,8 @@ def parse_table(text: str, source: str = "<table>") -> OpTable:
 
 @lru_cache(maxsize=1)
 def _default_table() -> OpTable:
-    text = resources.files("yolo_det.data").joinpath(_DEFAULT).read_text(encoding="utf-8")
-    return parse_table(text, source=f"yolo_det/data/{_DEFAULT}")
+    text = resources.files("yolo_det.analysis.optable").joinpath(_DEFAULT).read_text(encoding="utf-8")
+    return parse_table(text, source=f"yolo_det/analysis/optable/{_DEFAULT}")
 
 
 def load_table(path: str | Path | OpTable | None = None) -> OpTable:

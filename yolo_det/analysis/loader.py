@@ -4,7 +4,7 @@ Commands that look at a model without training it (``yolo-det audit``) take the 
 argument; this module turns it into an ``nn.Module`` plus what is known about where each layer came
 from (the YAML file and the line of each layer). Every failure a user can cause (missing file,
 malformed YAML, unknown module name, a factory that does not import) is a one-line
-:class:`~yolo_det.errors.ModelError`. Nothing is downloaded: ``.pt`` names that are not files are
+:class:`~yolo_det.core.errors.ModelError`. Nothing is downloaded: ``.pt`` names that are not files are
 rejected rather than fetched.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from .errors import ModelError, did_you_mean
+from ..core.errors import ModelError, did_you_mean
 from .models import resolve_model_yaml
 
 __all__ = ["LoadedModel", "layer_lines", "load_model", "check_yaml_modules"]
@@ -127,7 +127,7 @@ def check_yaml_modules(data: Mapping[str, Any], text: str, origin: str, namespac
         elif name not in namespace:
             raise ModelError(
                 f"{where}: unknown module '{name}' in layer {i}; Ultralytics knows nn.X, torchvision.ops.X and its own "
-                f"modules (register others with yolo_det.registry.register_ultralytics_modules).{did_you_mean(name, known)}"
+                f"modules (register others with yolo_det.layers.registry.register_ultralytics_modules).{did_you_mean(name, known)}"
             )
 
 

@@ -5,7 +5,7 @@ deformable attention, DySample, a CBAM written with functionals) cannot be fixed
 While :func:`interception` is active, the ``torch.nn.functional`` attributes below are replaced by
 routers. A router looks at the call and sends it to the deterministic implementation only when, on the
 running torch version, the call would reach a CUDA kernel without a deterministic implementation (the
-knowledge table, :mod:`yolo_det.optable`, decides); every other call goes to PyTorch unchanged.
+knowledge table, :mod:`yolo_det.analysis.optable`, decides); every other call goes to PyTorch unchanged.
 
 ========================  ============================================================================
 function                  routed when
@@ -38,13 +38,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .layers import _native
-from .layers import grid_sample as det_grid_sample
-from .layers import interpolate as det_interpolate
-from .layers import pad as det_pad
-from .layers import pooling as det_pooling
-from .layers.loss import cross_entropy as det_cross_entropy
-from .layers.loss import nll_loss as det_nll_loss
+from ..layers import _native
+from ..layers import grid_sample as det_grid_sample
+from ..layers import interpolate as det_interpolate
+from ..layers import pad as det_pad
+from ..layers import pooling as det_pooling
+from ..layers.loss import cross_entropy as det_cross_entropy
+from ..layers.loss import nll_loss as det_nll_loss
 
 __all__ = ["ROUTED", "interception", "is_active", "routed_calls", "suspended"]
 
@@ -56,7 +56,7 @@ _calls: Counter[str] = Counter()
 
 def _rule(entry_id: str) -> str | None:
     """``always`` / ``native_path`` / ``never`` / None for a table entry on the running torch."""
-    from .optable import load_table, torch_version
+    from ..analysis.optable import load_table, torch_version
 
     return load_table().entry(entry_id).rule(torch_version())
 

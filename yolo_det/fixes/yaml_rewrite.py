@@ -5,10 +5,10 @@
 made in the text itself, at the position of that one token, so comments, key order, quoting and the
 layout of every other line stay byte for byte; ``reverse=True`` turns the names back, and a rewrite
 followed by a reverse gives the original text. Which layers need it is decided as everywhere in
-yolo-det: by tracing the built model on fake CUDA (:func:`yolo_det.audit.audit`) for the running torch
+yolo-det: by tracing the built model on fake CUDA (:func:`yolo_det.analysis.audit.audit`) for the running torch
 version (``policy="auto"``), or for every layer that has an equivalent (``policy="all"``).
 
-The yolo-det names resolve in Ultralytics' ``parse_model`` once :func:`yolo_det.swaps.register_layers`
+The yolo-det names resolve in Ultralytics' ``parse_model`` once :func:`yolo_det.fixes.swaps.register_layers`
 ran (``yolo-det train`` and :func:`yolo_det.attach` do it). A layer whose non-determinism is inside a
 block (the max pool of a CBAM block, the ``grid_sample`` of RT-DETR's decoder) has no name to change in
 the YAML: the report lists it, and the profile's module swaps and functional interception handle it
@@ -26,13 +26,13 @@ from typing import Any
 
 import torch
 
-from .errors import ConfigError, ModelError, YoloDetError
-from .fileio import atomic_write_text
-from .runtime import check_output_path
+from ..core.errors import ConfigError, ModelError, YoloDetError
+from ..core.fileio import atomic_write_text
+from ..tools.runtime import check_output_path
 
 __all__ = ["YAML_NAMES", "Change", "RewriteResult", "rewrite_yaml", "rewrite_yaml_text"]
 
-#: YAML module name -> yolo-det name that Ultralytics resolves after :func:`yolo_det.swaps.register_layers`.
+#: YAML module name -> yolo-det name that Ultralytics resolves after :func:`yolo_det.fixes.swaps.register_layers`.
 YAML_NAMES: dict[str, str] = {
     "nn.AdaptiveAvgPool1d": "DetAdaptiveAvgPool1d",
     "nn.AdaptiveAvgPool2d": "DetAdaptiveAvgPool2d",
@@ -193,9 +193,9 @@ def _build(text: str, origin: str) -> Any:
     """Build the model the YAML describes (yolo-det layer names registered); return the DetectionModel."""
     import yaml as pyyaml
 
-    from .registry import registered
+    from ..layers.registry import registered
     from .swaps import registered_layers
-    from .zoo import ZOO_MODULES
+    from ..analysis.zoo import ZOO_MODULES
 
     try:
         cfg = pyyaml.safe_load(text)
@@ -287,7 +287,7 @@ def _reasons(model: Any, slots: list[_Slot], *, policy: str, imgsz: int, torch_v
     nameable = {s.layer: s for s in slots if s.name in YAML_NAMES}
     if policy == "all":
         return {i: "policy all" for i in nameable}
-    from .audit import audit
+    from ..analysis.audit import audit
 
     stride_t = getattr(model, "stride", None)
     stride = int(stride_t.max()) if isinstance(stride_t, torch.Tensor) and stride_t.numel() else 32

@@ -12,11 +12,11 @@ device the process CPU time of each step is recorded next to its wall time (stea
 configuration whose step raises (strict determinism meeting a kernel without a deterministic version) is
 reported with its error and the others are still measured.
 
-A configuration is applied with :func:`yolo_det.state.apply` (restored after each block), the backward
-toggle with :class:`~yolo_det.backward.ToggleScaler`, and anything that changes the model itself through
+A configuration is applied with :func:`yolo_det.core.state.apply` (restored after each block), the backward
+toggle with :class:`~yolo_det.core.backward.ToggleScaler`, and anything that changes the model itself through
 scopes registered with :func:`register_scope`. The built-in scope applies the layer swaps
-(:mod:`yolo_det.swaps`; the audit that chooses them runs once per model and policy, outside the timed
-steps) and functional interception (:mod:`yolo_det.intercept`).
+(:mod:`yolo_det.fixes.swaps`; the audit that chooses them runs once per model and policy, outside the timed
+steps) and functional interception (:mod:`yolo_det.fixes.intercept`).
 
 Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` over each timed block (reset before it). On Linux
 CPUs the process's peak resident set size (``VmHWM``) over one extra, untimed step per configuration, after
@@ -46,11 +46,11 @@ from typing import Any
 
 import torch
 
-from . import state as _state
-from .backward import ToggleScaler
-from .errors import ConfigError
-from .profiles import PhaseSettings, Profile, load_profile
-from .runtime import new_figure, quiet_ultralytics, run_folder, save_figure, unwrap_model
+from ...core import state as _state
+from ...core.backward import ToggleScaler
+from ...core.errors import ConfigError
+from ...core.profiles import PhaseSettings, Profile, load_profile
+from ..runtime import new_figure, quiet_ultralytics, run_folder, save_figure, unwrap_model
 
 __all__ = [
     "BASES",
@@ -85,7 +85,7 @@ class Isolation:
     """One setting measured on its own: ``base`` against ``base`` with ``changes``.
 
     Attributes:
-        setting: The :class:`~yolo_det.profiles.PhaseSettings` field.
+        setting: The :class:`~yolo_det.core.profiles.PhaseSettings` field.
         base: A key of :data:`BASES`.
         changes: The fields changed from the base.
         devices: Device types where the setting can change anything (None: all).
@@ -151,8 +151,8 @@ def _model_scope(model: torch.nn.Module, settings: PhaseSettings) -> AbstractCon
     """The built-in scope: ``settings.swaps`` on ``model`` and ``settings.intercept``, undone on exit."""
     if settings.swaps == "none" and not settings.intercept:
         return None
-    from .intercept import interception
-    from .swaps import SWAPS, swap_modules, unswap_modules
+    from ...fixes.intercept import interception
+    from ...fixes.swaps import SWAPS, swap_modules, unswap_modules
 
     stack = ExitStack()
     if settings.swaps != "none":
@@ -407,7 +407,7 @@ def parse_profiles(profiles: str | Sequence[str | Profile]) -> list[Profile]:
 
 
 def check_args(args: Mapping[str, Any], steps: int, warmup: int, block: int) -> None:
-    """Check the bench's own arguments (one-line :class:`~yolo_det.errors.ConfigError` on bad input)."""
+    """Check the bench's own arguments (one-line :class:`~yolo_det.core.errors.ConfigError` on bad input)."""
     for name, value, low in (("--steps", steps, 1), ("--warmup", warmup, 0), ("--block", block, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
@@ -515,7 +515,7 @@ class _Runner:
                     isolations.append((iso, "", None, f"not applicable on {self.device.type}"))
                 elif iso.needs_scope is not None and iso.needs_scope not in handled:
                     isolations.append((iso, "", None, "not measured: no implementation registered "
-                                                      "(yolo_det.bench.register_scope)"))
+                                                      "(yolo_det.tools.bench.register_scope)"))
                 else:
                     base = config(f"base:{iso.base}", BASES[iso.base])
                     toggled = config(f"toggle:{iso.setting}", BASES[iso.base].replace(**iso.changes))

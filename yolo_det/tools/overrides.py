@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from .errors import ConfigError, ModelError, did_you_mean
+from ..core.errors import ConfigError, ModelError, did_you_mean
 
 __all__ = ["check_ultralytics_args", "parse_overrides", "resolve_data", "resolve_model"]
 
@@ -95,7 +95,7 @@ def resolve_model(model: str) -> str:
     Raises:
         ModelError: The YAML does not exist, or the checkpoint is not on disk (yolo-det never downloads weights).
     """
-    from .models import resolve_model_yaml
+    from ..analysis.models import resolve_model_yaml
 
     path = Path(model).expanduser()
     if path.suffix in {".yaml", ".yml"}:
@@ -103,7 +103,7 @@ def resolve_model(model: str) -> str:
             raise ModelError(f"model YAML '{model}' not found; give a path or an Ultralytics name such as yolov8n.yaml")
         return model
     if path.is_file():
-        from .record import load_checkpoint_state
+        from ..core.record import load_checkpoint_state
 
         load_checkpoint_state(path)  # a one-line error now, rather than a traceback from deep inside Ultralytics
         return str(path)

@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from .errors import PatchError, ProfileError
-from .fileio import atomic_write_text
-from .profiles import load_profile
+from ..core.errors import PatchError, ProfileError
+from ..core.fileio import atomic_write_text
+from ..core.profiles import load_profile
 
 __all__ = [
     "BACKUP_SUFFIX",

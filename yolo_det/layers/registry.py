@@ -7,8 +7,8 @@ Ultralytics' ``parse_model`` resolves a layer's module name as ``nn.X`` (``torch
 does nothing); :func:`registered` does it for a block and then restores the namespace exactly, names
 that existed before included::
 
-    from yolo_det.registry import registered
-    from yolo_det.zoo import ZOO_MODULES
+    from yolo_det.layers.registry import registered
+    from yolo_det.analysis.zoo import ZOO_MODULES
 
     with registered(ZOO_MODULES):
         model = YOLO("data/models/cbam-max.yaml")
@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
-from .errors import ConfigError
+from ..core.errors import ConfigError
 
 __all__ = ["register_ultralytics_modules", "registered", "registered_names", "unregister_ultralytics_modules"]
 

@@ -1,15 +1,15 @@
 """Distributed training: every rank gets the profile, its own seed, and a place in the run record.
 
 Under ``torch.distributed`` each rank is its own process, so each must apply the profile, seed its RNGs
-with its rank seed (:func:`yolo_det.seeding.rank_seed`), give its ``DistributedSampler`` the shared
+with its rank seed (:func:`yolo_det.core.seeding.rank_seed`), give its ``DistributedSampler`` the shared
 data seed, and run backward through the toggle when the profile asks. The integrations do this on
 every rank; :func:`rank_session` does it for a hand-written loop::
 
-    session = yolo_det.distributed.rank_session("repro", seed=0)     # after init_process_group
+    session = yolo_det.session.session.distributed.rank_session("repro", seed=0)     # after init_process_group
     with session.run(), session.phase_scope("train"):
         yolo_det.seed_dataloader(loader, session.seed, rank=session.rank)
         ...
-        ranks = yolo_det.distributed.gather_states(session)        # a collective: call on all ranks
+        ranks = yolo_det.session.session.distributed.gather_states(session)        # a collective: call on all ranks
 
 :func:`gather_states` collects, on every rank, what each rank observed (flags, seeds, world size), so
 rank 0 can write one record covering all ranks and check that no rank ran without the profile.
@@ -22,9 +22,9 @@ from typing import Any
 
 import torch.distributed as dist
 
-from .profiles import Profile
+from ..core.profiles import Profile
 from .session import DeterminismSession
-from .state import snapshot
+from ..core.state import snapshot
 
 __all__ = ["gather_states", "rank_info", "rank_session", "ranks_consistent"]
 
@@ -37,7 +37,7 @@ def rank_info() -> tuple[int, int]:
 
 
 def rank_session(profile: Profile | str, *, seed: int = 0) -> DeterminismSession:
-    """A :class:`~yolo_det.session.DeterminismSession` for this rank (rank and world size filled in)."""
+    """A :class:`~yolo_det.session.session.DeterminismSession` for this rank (rank and world size filled in)."""
     rank, world_size = rank_info()
     return DeterminismSession(profile, seed=seed, rank=rank, world_size=world_size)
 

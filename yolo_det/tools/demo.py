@@ -3,7 +3,7 @@
 The demo dataset is tiny on purpose: 48 training and 16 validation images of 96x96 pixels with
 coloured circles, squares and triangles on noisy backgrounds (three classes), so a YOLO model trains
 on it on a CPU in seconds. The images are a pure function of the seed; a source checkout ships them
-in ``data/demo`` (regenerate with ``python -m yolo_det.demo``), and an installed package generates
+in ``data/demo`` (regenerate with ``python -m yolo_det.tools.demo``), and an installed package generates
 them once into ``~/.cache/yolo-det/demo``.
 
 Ultralytics (when plotting labels) and YOLOv5 (in ``check_dataset``) download ``Arial.ttf`` into their
@@ -28,9 +28,9 @@ CLASSES = ("circle", "square", "triangle")
 IMGSZ = 96
 N_TRAIN = 48
 N_VAL = 16
-_REPO_DATA = Path(__file__).resolve().parent.parent / "data"
+_REPO_DATA = Path(__file__).resolve().parents[2] / "data"
 _YAML = """# yolo-det demo dataset: {n_train} train / {n_val} val images of {imgsz}x{imgsz} synthetic shapes.
-# Regenerate with `python -m yolo_det.demo`. Paths are relative to this file's folder.
+# Regenerate with `python -m yolo_det.tools.demo`. Paths are relative to this file's folder.
 train: {folder}/images/train
 val: {folder}/images/val
 names:
@@ -178,8 +178,8 @@ def _font_folders() -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m yolo_det.demo [--out DIR]``: write the demo dataset."""
-    parser = argparse.ArgumentParser(prog="python -m yolo_det.demo", description="Write the yolo-det demo dataset.")
+    """``python -m yolo_det.tools.demo [--out DIR]``: write the demo dataset."""
+    parser = argparse.ArgumentParser(prog="python -m yolo_det.tools.demo", description="Write the yolo-det demo dataset.")
     parser.add_argument("--out", type=Path, default=_REPO_DATA / "demo", help="dataset folder (default: data/demo)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

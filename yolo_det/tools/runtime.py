@@ -21,8 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
-from .fileio import atomic_write_bytes
+from ..core.errors import ConfigError
+from ..core.fileio import atomic_write_bytes
 
 __all__ = ["check_output_path", "new_figure", "quiet_ultralytics", "run_folder", "save_figure", "unwrap_model"]
 

@@ -160,7 +160,7 @@ def _set_tf32(allow: bool) -> None:
 def apply(settings: PhaseSettings) -> DeterminismState:
     """Apply ``settings`` to the process and return the state it replaced (pass it to :func:`restore`).
 
-    The seed and layer swaps are not applied here (see :mod:`yolo_det.seeding` and the session); this sets
+    The seed and layer swaps are not applied here (see :mod:`yolo_det.core.seeding` and the session); this sets
     the switches only. On error the previous state is restored before the error propagates.
     """
     before = snapshot(settings.env.keys())

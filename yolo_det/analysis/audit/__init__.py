@@ -5,7 +5,7 @@ no memory, no arithmetic) with deterministic algorithms set as the profile sets 
 torch takes the code paths it takes on a GPU, the Python-level ones in ``F.interpolate``/``F.pad`` included.
 Every aten op of the forward and of the backward, and every autograd node, is attributed to the module
 that produced it (module path, class, and for Ultralytics models the YAML layer index and line), then
-matched against the knowledge table (:mod:`yolo_det.optable`) for the running torch version, or for any
+matched against the knowledge table (:mod:`yolo_det.analysis.optable`) for the running torch version, or for any
 version given with ``torch_version=``::
 
     report = yolo_det.audit("data/models/cbam-max.yaml", imgsz=64)
@@ -40,15 +40,15 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .errors import ConfigError, ModelError, YoloDetError
-from .loader import LoadedModel, load_model
-from .optable import OpEntry, OpTable, decomposable_op, function_name, load_table, op_arguments, parse_version
-from .optable import torch_version as _running_torch
-from .profiles import PhaseSettings, Profile, load_profile
+from ...core.errors import ConfigError, ModelError, YoloDetError
+from ..loader import LoadedModel, load_model
+from ..optable import OpEntry, OpTable, decomposable_op, function_name, load_table, op_arguments, parse_version
+from ..optable import torch_version as _running_torch
+from ...core.profiles import PhaseSettings, Profile, load_profile
 
 __all__ = ["AuditReport", "Finding", "audit"]
 
-_META = "yolo_det.audit"
+_META = "yolo_det.analysis.audit"
 _KNOWN_NAMESPACES = frozenset({"aten", "prim", "prims", "torchvision", "_c10d_functional", "c10d", "profiler",
                                "_quantized", "quantized", "rngprims", "higher_order", "debugprims"})
 _ALERT = " does not have a deterministic implementation"
@@ -68,7 +68,7 @@ class Finding:
         entry: The table entry id (``observed`` for a real-device alert the table did not predict).
         kernel: The kernel name as torch prints it.
         pass_: ``forward`` or ``backward``.
-        effect: ``alert``, ``warn_only``, ``silent`` or ``review`` (see :mod:`yolo_det.optable`).
+        effect: ``alert``, ``warn_only``, ``silent`` or ``review`` (see :mod:`yolo_det.analysis.optable`).
         layer: The Ultralytics layer index (``.i``) of the top-level layer holding the module, if any.
         layer_class: Class name of that top-level layer (e.g. ``CBAMMax``, ``RTDETRDecoder``).
         yaml_line: The line of that layer in the model YAML, when the model came from one.
@@ -905,8 +905,8 @@ def _load(model: Any) -> LoadedModel:
     if isinstance(model, (str, Path)) and Path(str(model)).suffix.lower() in (".yaml", ".yml"):
         from ultralytics.nn import tasks
 
-        from .registry import registered
-        from .zoo import ZOO_MODULES
+        from ...layers.registry import registered
+        from ..zoo import ZOO_MODULES
 
         missing = {k: v for k, v in ZOO_MODULES.items() if k not in vars(tasks)}
         with registered(missing):
@@ -929,11 +929,11 @@ def audit(
 
     Args:
         model: A model YAML (path or Ultralytics name, e.g. ``yolov8n.yaml``; the test blocks of
-            :mod:`yolo_det.zoo` are known), a checkpoint path, a factory ``package.module:function``, an
+            :mod:`yolo_det.analysis.zoo` are known), a checkpoint path, a factory ``package.module:function``, an
             ``nn.Module`` or an ``ultralytics.YOLO``.
         imgsz: Square input size of the trace (a multiple of the model's stride).
         batch: Batch size of the trace.
-        profile: The profile (name, file or :class:`~yolo_det.profiles.Profile`) whose train phase decides
+        profile: The profile (name, file or :class:`~yolo_det.core.profiles.Profile`) whose train phase decides
             the deterministic flag at forward time and the "under profile" column.
         device: ``fake`` (the default: fake CUDA, any machine) or ``cuda``/``cuda:N`` to also run the real kernels
             under strict mode as a second opinion.
