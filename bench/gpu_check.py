@@ -64,7 +64,7 @@ def amp_check_skipped() -> Iterator[None]:
 
 
 def _verify_args(model: str, device: str) -> dict[str, Any]:
-    from yolo_det.commands.train import prepare
+    from yolo_det.tools.prepare import prepare
 
     _, args = prepare("repro", [f"model={model}", "imgsz=128", "batch=16", "nbs=16", "epochs=3", f"device={device}",
                                 "workers=2", "plots=False", "val=False"])
@@ -118,7 +118,7 @@ def check_strict_plain(model: str, device: str) -> dict[str, Any]:
 def check_bench(steps: int, device: str, imgsz: int) -> dict[str, Any]:
     """``bench`` for the three profiles on the stock model."""
     from yolo_det.tools.bench import bench
-    from yolo_det.commands.train import prepare
+    from yolo_det.tools.prepare import prepare
 
     _, args = prepare("repro", [f"model={STOCK_MODEL}", f"imgsz={imgsz}", "batch=16", f"device={device}", "workers=2"])
     report = bench("repro,balanced,fast", args, steps=steps, warmup=5, block=5)

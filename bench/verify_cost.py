@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_args(argv)
 
-    from yolo_det.commands.train import prepare
+    from yolo_det.tools.prepare import prepare
     from yolo_det.tools.verify import record_runs, verify
 
     profile, ul_args = prepare(args.profile, list(args.overrides))

@@ -46,7 +46,7 @@ def demo_data() -> str:
 @pytest.fixture(scope="session", autouse=True)
 def _offline_font():
     """Ultralytics plots labels with Arial.ttf; make sure a local copy exists so no test downloads it."""
-    from yolo_det.tools.demo import ensure_local_font
+    from yolo_det.integrations.fonts import ensure_local_font
 
     ensure_local_font()
     yield

@@ -12,7 +12,7 @@ import torch
 from yolo_det.tools import bench as bench_module
 from yolo_det.tools.bench import ISOLATIONS, _Memory, bench, register_scope, unregister_scope
 from yolo_det.cli import main
-from yolo_det.commands.train import prepare
+from yolo_det.tools.prepare import prepare
 from yolo_det.tools.runtime import PNG_SIGNATURE
 from yolo_det.core.state import snapshot
 

@@ -434,7 +434,7 @@ if sys.argv[1] != "plain":
     kwargs["det_profile"] = sys.argv[1]
 else:  # unpatched YOLOv5 would download Arial.ttf: put one where it looks, as an offline user must
     import os
-    from yolo_det.tools.demo import ensure_local_font
+    from yolo_det.integrations.fonts import ensure_local_font
     ensure_local_font([os.environ["YOLOV5_CONFIG_DIR"]])
 try:
     with emulate_cuda_alerts():

@@ -13,7 +13,7 @@ from yolo_det import attach
 from yolo_det.analysis.emulator import emulate_cuda_alerts
 from yolo_det.core.record import RECORD_NAME
 from yolo_det.layers.registry import registered
-from yolo_det.fixes.swaps import registered_layers
+from yolo_det.layers.registry import registered_layers
 from yolo_det.analysis.zoo import ZOO_MODULES
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,8 @@ from torch import nn
 from yolo_det import layers
 from yolo_det.core.errors import ConfigError, YoloDetError
 from yolo_det.layers.registry import registered
-from yolo_det.fixes.swaps import SWAPS, register_swap, registered_layers, swap_modules, swapped, unswap_modules
+from yolo_det.fixes.swaps import SWAPS, register_swap, swap_modules, swapped, unswap_modules
+from yolo_det.layers.registry import registered_layers
 from yolo_det.analysis.zoo import ZOO_MODULES, CBAMMax
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,7 +14,7 @@ import torch
 import yolo_det.commands.verify as verify_command
 from yolo_det.tools import verify as verify_module
 from yolo_det.cli import main
-from yolo_det.commands.train import prepare
+from yolo_det.tools.prepare import prepare
 from yolo_det.tools.runtime import PNG_SIGNATURE
 from yolo_det.core.state import snapshot
 from yolo_det.tools.verify import MicroBatch, RunRecord, StepRecord, compare_runs, plot_losses, verify

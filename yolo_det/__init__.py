@@ -28,7 +28,8 @@ from .core.record import checkpoint_digest, environment, state_dict_digest
 from .core.seeding import data_seed, rank_seed, seed_dataloader, seed_everything, seed_worker
 from .session.session import DeterminismSession
 from .core.state import DeterminismState, apply, phase_scope, restore, snapshot
-from .fixes.swaps import register_layers, registered_layers, swap_modules, unswap_modules
+from .fixes.swaps import swap_modules, unswap_modules
+from .layers.registry import register_layers, registered_layers
 from .fixes.yaml_rewrite import rewrite_yaml
 
 __version__ = "0.1.0"

@@ -18,8 +18,7 @@ __all__ = ["model_names", "resolve_model_yaml"]
 def model_names() -> Iterator[None]:
     """Make yolo-det's layer names and the example blocks of :mod:`yolo_det.analysis.zoo` resolvable in model YAMLs
     for the block (the commands build models from ``data/models/*.yaml`` and rewritten YAMLs this way)."""
-    from ..layers.registry import registered
-    from ..fixes.swaps import registered_layers
+    from ..layers.registry import registered, registered_layers
     from .zoo import ZOO_MODULES
 
     with registered_layers(), registered(ZOO_MODULES):

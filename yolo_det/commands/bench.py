@@ -25,8 +25,8 @@ import sys
 
 from ..tools.bench import DEFAULT_PROFILES, bench, check_args, parse_profiles, plot_bench
 from ..analysis.models import model_names
-from ..tools.runtime import check_output_path
-from .train import prepare
+from ..core.fileio import check_output_path
+from ..tools.prepare import prepare
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -25,9 +25,9 @@ import json
 
 from ..analysis.models import model_names
 from ..tools.overrides import parse_overrides
-from ..tools.runtime import check_output_path
+from ..core.fileio import check_output_path
 from ..tools.verify import DEFAULT_KEEP_MIB, check_args, plot_losses, progress_to_stderr, verify
-from .train import prepare
+from ..tools.prepare import prepare
 
 USER_DATA_EPOCHS = 1
 

@@ -1,4 +1,4 @@
-"""Atomic file writes.
+"""Atomic file writes, and checking an output path before any work starts.
 
 A file yolo-det writes is first written to a temporary file in the same folder, flushed to disk and
 then renamed over the target, so a reader never sees half a file and a crash never leaves one.
@@ -11,6 +11,8 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from .errors import ConfigError
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int | None = None) -> Path:
@@ -49,3 +51,26 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, *, mode: int | No
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
     """Write ``obj`` as indented, key-sorted JSON to ``path`` atomically and return the path."""
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def check_output_path(path: str | os.PathLike[str] | None, *, suffix: str | tuple[str, ...],
+                      what: str) -> Path | None:
+    """Check an output file path before any work starts; return it as a Path (or None).
+
+    Raises:
+        ConfigError: The suffix is wrong or the folder does not exist or is not writable.
+    """
+    if path is None:
+        return None
+    p = Path(path).expanduser()
+    suffixes = (suffix,) if isinstance(suffix, str) else suffix
+    if p.suffix.lower() not in suffixes:
+        raise ConfigError(f"{what} '{p}' must end with {' or '.join(suffixes)}")
+    folder = p.parent if str(p.parent) else Path(".")
+    if not folder.is_dir():
+        raise ConfigError(f"cannot write {what} '{p}': folder '{folder}' does not exist")
+    if not os.access(folder, os.W_OK):
+        raise ConfigError(f"cannot write {what} '{p}': folder '{folder}' is not writable")
+    if p.is_dir():
+        raise ConfigError(f"cannot write {what} '{p}': it is a folder")
+    return p

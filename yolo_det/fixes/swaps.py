@@ -18,7 +18,7 @@ Which instances to swap (``policy``):
 A swapped module pickles as its PyTorch class, so a checkpoint saved from a swapped model loads where
 yolo-det is not installed. ``copy.deepcopy`` keeps the swap.
 
-:func:`register_layers` makes the yolo-det class names resolvable in Ultralytics model YAMLs (see
+:func:`yolo_det.layers.registry.register_layers` makes the yolo-det class names resolvable in Ultralytics model YAMLs (see
 :mod:`yolo_det.fixes.yaml_rewrite`).
 """
 
@@ -33,40 +33,18 @@ from typing import Any
 
 from torch import nn
 
-from .. import layers
+from ..layers.table import SWAPS
 from ..core.errors import ConfigError, YoloDetError
 
 __all__ = [
     "SWAPS",
     "SwapRecord",
-    "register_layers",
     "remedy",
     "register_swap",
-    "registered_layers",
     "swap_modules",
     "swapped",
     "unswap_modules",
 ]
-
-#: PyTorch class -> yolo-det class (a subclass that only overrides ``forward``).
-SWAPS: dict[type[nn.Module], type[nn.Module]] = {
-    nn.AdaptiveAvgPool1d: layers.DetAdaptiveAvgPool1d,
-    nn.AdaptiveAvgPool2d: layers.DetAdaptiveAvgPool2d,
-    nn.AdaptiveAvgPool3d: layers.DetAdaptiveAvgPool3d,
-    nn.AdaptiveMaxPool1d: layers.DetAdaptiveMaxPool1d,
-    nn.AdaptiveMaxPool2d: layers.DetAdaptiveMaxPool2d,
-    nn.Upsample: layers.DetUpsample,
-    nn.UpsamplingBilinear2d: layers.DetUpsamplingBilinear2d,
-    nn.ReflectionPad1d: layers.DetReflectionPad1d,
-    nn.ReflectionPad2d: layers.DetReflectionPad2d,
-    nn.ReflectionPad3d: layers.DetReflectionPad3d,
-    nn.ReplicationPad1d: layers.DetReplicationPad1d,
-    nn.ReplicationPad2d: layers.DetReplicationPad2d,
-    nn.ReplicationPad3d: layers.DetReplicationPad3d,
-    nn.CrossEntropyLoss: layers.DetCrossEntropyLoss,
-    nn.NLLLoss: layers.DetNLLLoss,
-}
-
 
 def _inverse() -> dict[type[nn.Module], type[nn.Module]]:
     return {target: source for source, target in SWAPS.items()}
@@ -244,27 +222,3 @@ def _mark(target: type[nn.Module], source: type[nn.Module]) -> None:
 
 for _source, _target in SWAPS.items():
     _mark(_target, _source)
-
-
-def _layer_names() -> dict[str, type[nn.Module]]:
-    return {target.__name__: target for target in SWAPS.values()}
-
-
-def register_layers() -> None:
-    """Make yolo-det's layer names (``DetAdaptiveMaxPool2d``, ``DetUpsample``, ...) resolvable in model YAMLs.
-
-    Idempotent. The names stay registered for the life of the process (a model YAML may be built at any
-    time); :func:`registered_layers` registers them for a block only.
-    """
-    from ..layers.registry import register_ultralytics_modules
-
-    register_ultralytics_modules(_layer_names())
-
-
-@contextmanager
-def registered_layers() -> Iterator[None]:
-    """Register yolo-det's layer names for the block and restore Ultralytics' namespace afterwards."""
-    from ..layers.registry import registered
-
-    with registered(_layer_names()):
-        yield

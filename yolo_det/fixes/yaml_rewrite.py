@@ -8,7 +8,7 @@ followed by a reverse gives the original text. Which layers need it is decided a
 yolo-det: by tracing the built model on fake CUDA (:func:`yolo_det.analysis.audit.audit`) for the running torch
 version (``policy="auto"``), or for every layer that has an equivalent (``policy="all"``).
 
-The yolo-det names resolve in Ultralytics' ``parse_model`` once :func:`yolo_det.fixes.swaps.register_layers`
+The yolo-det names resolve in Ultralytics' ``parse_model`` once :func:`yolo_det.layers.registry.register_layers`
 ran (``yolo-det train`` and :func:`yolo_det.attach` do it). A layer whose non-determinism is inside a
 block (the max pool of a CBAM block, the ``grid_sample`` of RT-DETR's decoder) has no name to change in
 the YAML: the report lists it, and the profile's module swaps and functional interception handle it
@@ -28,11 +28,11 @@ import torch
 
 from ..core.errors import ConfigError, ModelError, YoloDetError
 from ..core.fileio import atomic_write_text
-from ..tools.runtime import check_output_path
+from ..core.fileio import check_output_path
 
 __all__ = ["YAML_NAMES", "Change", "RewriteResult", "rewrite_yaml", "rewrite_yaml_text"]
 
-#: YAML module name -> yolo-det name that Ultralytics resolves after :func:`yolo_det.fixes.swaps.register_layers`.
+#: YAML module name -> yolo-det name that Ultralytics resolves after :func:`yolo_det.layers.registry.register_layers`.
 YAML_NAMES: dict[str, str] = {
     "nn.AdaptiveAvgPool1d": "DetAdaptiveAvgPool1d",
     "nn.AdaptiveAvgPool2d": "DetAdaptiveAvgPool2d",
@@ -193,8 +193,7 @@ def _build(text: str, origin: str) -> Any:
     """Build the model the YAML describes (yolo-det layer names registered); return the DetectionModel."""
     import yaml as pyyaml
 
-    from ..layers.registry import registered
-    from .swaps import registered_layers
+    from ..layers.registry import registered, registered_layers
     from ..analysis.zoo import ZOO_MODULES
 
     try:

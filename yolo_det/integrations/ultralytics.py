@@ -36,7 +36,8 @@ from ..core.record import checkpoint_digest, environment, state_dict_digest, wri
 from ..core.seeding import seed_dataloader
 from ..session.session import DeterminismSession
 from ..core.state import snapshot
-from ..fixes.swaps import SWAPS, registered_layers, unswap_modules
+from ..fixes.swaps import SWAPS, unswap_modules
+from ..layers.registry import registered_layers
 
 __all__ = ["UltralyticsPlugin", "attach", "detach", "trainer_class"]
 

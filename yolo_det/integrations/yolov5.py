@@ -282,7 +282,7 @@ def _describe_model(model: Any) -> dict[str, Any] | None:
 
 def _provide_font(script: Callable[..., Any] | None) -> list[Path]:
     """Put a local ``Arial.ttf`` where YOLOv5's ``check_font`` looks, so no run downloads it."""
-    from ..tools.demo import ensure_local_font
+    from .fonts import ensure_local_font
 
     folders: list[Path] = []
     # YOLOv5's settings folder is utils.general.CONFIG_DIR of the tree being run (repository or PyPI layout);

@@ -27,7 +27,14 @@ from typing import Any
 
 from ..core.errors import ConfigError
 
-__all__ = ["register_ultralytics_modules", "registered", "registered_names", "unregister_ultralytics_modules"]
+__all__ = [
+    "register_layers",
+    "register_ultralytics_modules",
+    "registered",
+    "registered_layers",
+    "registered_names",
+    "unregister_ultralytics_modules",
+]
 
 _lock = threading.RLock()
 _MISSING = object()
@@ -129,3 +136,25 @@ def registered(mapping: Mapping[str, Any]) -> Iterator[None]:
                     _added.pop(name, None)
                 else:
                     _added[name] = added_before[name]
+
+
+def _layer_names() -> dict[str, Any]:
+    from .table import SWAPS
+
+    return {target.__name__: target for target in SWAPS.values()}
+
+
+def register_layers() -> None:
+    """Make yolo-det's layer names (``DetAdaptiveMaxPool2d``, ``DetUpsample``, ...) resolvable in model YAMLs.
+
+    Idempotent. The names stay registered for the life of the process (a model YAML may be built at any
+    time); :func:`registered_layers` registers them for a block only.
+    """
+    register_ultralytics_modules(_layer_names())
+
+
+@contextmanager
+def registered_layers() -> Iterator[None]:
+    """Register yolo-det's layer names for the block and restore Ultralytics' namespace afterwards."""
+    with registered(_layer_names()):
+        yield

@@ -1,4 +1,4 @@
-"""The demo dataset and the offline helpers (local font) that let a run work without internet.
+"""The demo dataset: a run that works without internet or data of one's own.
 
 The demo dataset is tiny on purpose: 48 training and 16 validation images of 96x96 pixels with
 coloured circles, squares and triangles on noisy backgrounds (three classes), so a YOLO model trains
@@ -6,9 +6,8 @@ on it on a CPU in seconds. The images are a pure function of the seed; a source 
 in ``data/demo`` (regenerate with ``python -m yolo_det.tools.demo``), and an installed package generates
 them once into ``~/.cache/yolo-det/demo``.
 
-Ultralytics (when plotting labels) and YOLOv5 (in ``check_dataset``) download ``Arial.ttf`` into their
-settings folder unless a file of that name is already there. :func:`ensure_local_font` puts the
-DejaVu Sans font that matplotlib ships under that name, so no run needs to download a font.
+The local font that keeps Ultralytics and YOLOv5 from downloading one is in
+:mod:`yolo_det.integrations.fonts`.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-__all__ = ["CLASSES", "demo_data_yaml", "ensure_local_font", "generate", "iter_samples", "main", "make_image"]
+__all__ = ["CLASSES", "demo_data_yaml", "generate", "iter_samples", "main", "make_image"]
 
 CLASSES = ("circle", "square", "triangle")
 IMGSZ = 96
@@ -123,58 +122,6 @@ def demo_data_yaml() -> Path:
         generate(cache / "demo")
         _write_bytes(marker, b"")
     return yaml_path
-
-
-def _font_source() -> Path | None:
-    try:
-        import matplotlib
-    except ImportError:  # pragma: no cover - matplotlib is an Ultralytics dependency
-        return None
-    path = Path(matplotlib.__file__).parent / "mpl-data" / "fonts" / "ttf" / "DejaVuSans.ttf"
-    return path if path.is_file() else None
-
-
-def ensure_local_font(folders: Iterable[str | os.PathLike[str]] | None = None, name: str = "Arial.ttf") -> list[Path]:
-    """Make sure ``name`` exists in each folder where Ultralytics or YOLOv5 would download it.
-
-    A font already there is left alone. By default the folders are Ultralytics' settings folder and
-    YOLOv5's (both honour their ``*_CONFIG_DIR`` variables).
-
-    Returns:
-        The font paths that exist afterwards.
-    """
-    if folders is None:
-        folders = _font_folders()
-    source = _font_source()
-    found = []
-    for folder in folders:
-        target = Path(folder) / name
-        if not target.exists() and source is not None:
-            try:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                _write_bytes(target, source.read_bytes())
-            except OSError:
-                continue
-        if target.exists():
-            found.append(target)
-    return found
-
-
-def _font_folders() -> list[Path]:
-    folders = []
-    try:
-        from ultralytics.utils import USER_CONFIG_DIR
-
-        folders.append(Path(USER_CONFIG_DIR))
-    except ImportError:  # pragma: no cover - ultralytics is a dependency
-        pass
-    yolov5_dir = os.environ.get("YOLOV5_CONFIG_DIR")
-    if yolov5_dir:
-        folders.append(Path(yolov5_dir))
-    else:
-        base = Path.home() / ".config"
-        folders.append((base if base.is_dir() else Path(tempfile.gettempdir())) / "Ultralytics")
-    return list(dict.fromkeys(folders))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,10 +21,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import ConfigError
 from ..core.fileio import atomic_write_bytes
 
-__all__ = ["check_output_path", "new_figure", "quiet_ultralytics", "run_folder", "save_figure", "unwrap_model"]
+__all__ = ["new_figure", "quiet_ultralytics", "run_folder", "save_figure", "unwrap_model"]
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -66,29 +65,6 @@ def unwrap_model(model: Any) -> Any:
         if inner is None or inner is model:
             return model
         model = inner
-
-
-def check_output_path(path: str | os.PathLike[str] | None, *, suffix: str | tuple[str, ...],
-                      what: str) -> Path | None:
-    """Check an output file path before any work starts; return it as a Path (or None).
-
-    Raises:
-        ConfigError: The suffix is wrong or the folder does not exist or is not writable.
-    """
-    if path is None:
-        return None
-    p = Path(path).expanduser()
-    suffixes = (suffix,) if isinstance(suffix, str) else suffix
-    if p.suffix.lower() not in suffixes:
-        raise ConfigError(f"{what} '{p}' must end with {' or '.join(suffixes)}")
-    folder = p.parent if str(p.parent) else Path(".")
-    if not folder.is_dir():
-        raise ConfigError(f"cannot write {what} '{p}': folder '{folder}' does not exist")
-    if not os.access(folder, os.W_OK):
-        raise ConfigError(f"cannot write {what} '{p}': folder '{folder}' is not writable")
-    if p.is_dir():
-        raise ConfigError(f"cannot write {what} '{p}': it is a folder")
-    return p
 
 
 def new_figure(width: float = 8.0, height: float = 4.5) -> Any:

@@ -434,7 +434,7 @@ def bench(
 
     Args:
         profiles: Profile names or files (a comma-separated string or a sequence), or Profiles.
-        args: Ultralytics train arguments, ``model`` included (see :func:`yolo_det.commands.train.prepare`).
+        args: Ultralytics train arguments, ``model`` included (see :func:`yolo_det.tools.prepare.prepare`).
             ``plots`` and ``val`` default to False here. Without ``project`` the run folder is temporary.
         steps: Measured steps per configuration.
         warmup: Untimed steps per configuration before its first measurement.

@@ -775,7 +775,7 @@ def verify(
     Args:
         profile: A built-in name, a profile file path, or a :class:`~yolo_det.core.profiles.Profile`.
         args: Ultralytics train arguments (``model`` included), as ``yolo-det train`` would pass them (see
-            :func:`yolo_det.commands.train.prepare`). Without ``project`` the runs go to a temporary folder
+            :func:`yolo_det.tools.prepare.prepare`). Without ``project`` the runs go to a temporary folder
             that is removed afterwards.
         runs: How many trainings (>= 2); run 1 is the reference.
         steps: Stop every run after this many optimizer steps (None: the epochs decide).
@@ -818,7 +818,7 @@ def record_runs(
     """
     from ultralytics import YOLO
 
-    from ..demo import ensure_local_font
+    from ...integrations.fonts import ensure_local_font
     from ...integrations.ultralytics import attach
 
     resolved = load_profile(profile)
