@@ -31,6 +31,7 @@ from .fileio import atomic_write_json
 
 __all__ = [
     "RECORD_NAME",
+    "build_record",
     "checkpoint_digest",
     "environment",
     "load_checkpoint_state",
@@ -161,3 +162,38 @@ def write_record(directory: str | os.PathLike[str], record: Mapping[str, Any]) -
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     return atomic_write_json(directory / RECORD_NAME, {"schema": RECORD_SCHEMA, **record})
+
+
+def build_record(session: Any, *, framework: str, status: str, state_at_train_start: Mapping[str, Any] | None,
+                 weights: Mapping[str, Any], run: Mapping[str, Any], seeds: Mapping[str, Any] | None = None,
+                 **extra: Any) -> dict[str, Any]:
+    """The content of ``determinism.json``: one schema for every integration.
+
+    Args:
+        session: The run's ``DeterminismSession`` (profile, seeds, baseline, warnings, swaps, events).
+        framework: ``ultralytics`` or ``yolov5``.
+        status: ``completed`` or ``failed``.
+        state_at_train_start: The process state when training started (``DeterminismState.to_dict()``).
+        weights: What is known of the weights (``file``, ``sha256``, ...).
+        run: The framework's run arguments worth keeping.
+        seeds: The seeds to record (default: ``session.seeds()``).
+        **extra: Framework-specific keys, added after the shared ones.
+    """
+    record: dict[str, Any] = {
+        "status": status,
+        "framework": framework,
+        "profile": session.profile.to_dict(),
+        "seeds": dict(session.seeds() if seeds is None else seeds),
+        "environment": environment(),
+        "state_before": session.baseline.to_dict() if session.baseline else None,
+        "state_at_train_start": state_at_train_start,
+        "backward_toggles": session.backward_toggles(),
+        "swaps": session.swaps(),
+        "routed_calls": session.routed_calls(),
+        "nondeterminism_warnings": session.warnings.entries(),
+        "weights": dict(weights),
+        "run": dict(run),
+        "phase_events": [e for e in session.events if e["event"] in {"enter", "exit"}],
+    }
+    record.update(extra)
+    return record

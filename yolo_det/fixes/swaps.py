@@ -6,7 +6,8 @@ the instance's class in place: device, dtype, parameters, buffers, training mode
 Ultralytics' ``.i .f .type .np`` all stay exactly as they were, and :func:`unswap_modules` is the
 exact inverse. Weights load unchanged in either direction.
 
-Which instances to swap (``policy``):
+Which instances to swap is decided before, by :func:`yolo_det.analysis.swap_plan.decide_swaps`
+(``swap_modules`` takes the decided set, or a policy name that it decides first):
 
 - ``auto``: those the audit (:func:`yolo_det.analysis.audit.audit`, a fake-CUDA trace of the model) finds
   reaching a non-deterministic CUDA kernel on the running torch version; an ``AdaptiveAvgPool2d(1)``
@@ -25,14 +26,14 @@ yolo-det is not installed. ``copy.deepcopy`` keeps the swap.
 from __future__ import annotations
 
 import copyreg
-import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
 
+from ..analysis.swap_plan import decide_swaps
 from ..layers.table import SWAPS
 from ..core.errors import ConfigError, YoloDetError
 
@@ -40,6 +41,7 @@ __all__ = [
     "SWAPS",
     "SwapRecord",
     "remedy",
+    "restore",
     "register_swap",
     "swap_modules",
     "swapped",
@@ -86,68 +88,62 @@ class SwapRecord:
         return {"path": self.path, "source": self.source, "target": self.target, "reason": self.reason}
 
 
-def _check_policy(policy: str) -> None:
-    if policy not in ("none", "auto", "all"):
-        raise ConfigError(f"swap policy must be none, auto or all, got {policy!r}")
-
-
-def _auto_targets(model: nn.Module, *, imgsz: int, torch_version: str | None) -> dict[str, str]:
-    """Module path -> kernel, for the modules the audit finds reaching a non-deterministic kernel."""
-    from ..analysis.audit import audit
-    from .intercept import suspended
-
-    stride = 32
-    try:
-        stride = int(max(model.stride)) if hasattr(model, "stride") else 32
-    except (TypeError, ValueError):
-        pass
-    size = max(stride, (int(imgsz) // stride) * stride)
-    with suspended():  # trace the model as it is, not as interception would run it
-        report = audit(model, imgsz=size, batch=2, torch_version=torch_version)
-    return {f.module: f.kernel for f in report.findings if f.breaks_determinism}
-
-
-def swap_modules(model: nn.Module, policy: str = "auto", *, imgsz: int = 64,
+def swap_modules(model: nn.Module, modules: Mapping[str, str] | Iterable[str] | str = "auto", *, imgsz: int = 64,
                  torch_version: str | None = None) -> list[SwapRecord]:
-    """Swap ``model``'s non-deterministic layers for deterministic equivalents, in place.
+    """Swap the given modules of ``model`` for their deterministic equivalents, in place.
 
     Args:
         model: Any ``nn.Module`` (an Ultralytics ``DetectionModel``, a YOLOv5 ``Model``, ...).
-        policy: ``auto``, ``all`` or ``none`` (see the module docstring).
-        imgsz: Input size of the audit trace that decides ``auto`` (a multiple of the model's stride).
+        modules: The decided set: module paths (or path -> reason, as
+            :func:`yolo_det.analysis.swap_plan.decide_swaps` returns). A policy name (``auto``, ``all``,
+            ``none``; see the module docstring) is decided first, with the model traced as it is (outside
+            any interception).
+        imgsz: Input size of the audit trace when ``modules`` is ``auto``.
         torch_version: Decide ``auto`` for this torch version instead of the running one.
 
     Returns:
         One record per swapped module (empty when nothing needed a swap).
+
+    Raises:
+        ConfigError: An unknown policy, or a path that is not a module with a registered equivalent.
     """
-    _check_policy(policy)
-    if policy == "none":
-        return []
-    if not isinstance(model, nn.Module):
+    if isinstance(modules, str):
+        from .intercept import suspended
+
+        with suspended():  # trace the model as it is, not as interception would run it
+            modules = decide_swaps(model, modules, imgsz=imgsz, torch_version=torch_version)
+    elif not isinstance(model, nn.Module):
         raise YoloDetError(f"swap_modules() needs an nn.Module, got {type(model).__name__}")
-    wanted: dict[str, str] | None = None
-    fallback = "policy all"
-    if policy == "auto":
-        try:
-            wanted = _auto_targets(model, imgsz=imgsz, torch_version=torch_version)
-        except YoloDetError as e:  # a model the trace cannot run: every layer with an equivalent is swapped
-            warnings.warn(f"yolo-det could not trace the model to choose swaps ({e}); swapping every layer that "
-                          "has a deterministic equivalent", stacklevel=2)
-            fallback = "policy all (the trace failed)"
+    reasons = dict(modules) if isinstance(modules, Mapping) else dict.fromkeys(modules, "requested")
+    if not reasons:
+        return []
+    named = dict(model.named_modules())
     todo: list[tuple[str, nn.Module, type[nn.Module], str]] = []
-    for path, module in model.named_modules():
-        target = SWAPS.get(type(module))
+    for path, reason in reasons.items():
+        module = named.get(path)
+        target = SWAPS.get(type(module)) if module is not None else None
         if target is None:
-            continue
-        if wanted is None:
-            todo.append((path, module, target, fallback))
-        elif path in wanted:
-            todo.append((path, module, target, wanted[path]))
+            raise ConfigError(f"cannot swap '{path}': not a module of the model with a deterministic equivalent")
+        todo.append((path, module, target, reason))  # type: ignore[arg-type]
     records = []
     for path, module, target, reason in todo:  # collect first, then change: the walk never sees a half-swap
         records.append(SwapRecord(path, type(module).__name__, target.__name__, reason))
         module.__class__ = target
     return records
+
+
+def restore(model: nn.Module, records: Iterable[SwapRecord]) -> None:
+    """Undo the swaps (or unswaps) in ``records``: each recorded module gets its class from before back.
+
+    Modules no longer there, or whose class changed since, are left alone.
+    """
+    modules = dict(model.named_modules())
+    classes = {cls.__name__: cls for pair in SWAPS.items() for cls in pair}
+    for r in reversed(list(records)):
+        m = modules.get(r.path)
+        before = classes.get(r.source)
+        if m is not None and before is not None and type(m).__name__ == r.target:
+            m.__class__ = before
 
 
 def remedy(finding: Any) -> str | None:
@@ -185,12 +181,7 @@ def swapped(model: nn.Module, policy: str = "auto", **kwargs: Any) -> Iterator[l
     try:
         yield records
     finally:
-        modules = dict(model.named_modules())
-        inverse = _inverse()
-        for r in records:
-            m = modules.get(r.path)
-            if m is not None and type(m) in inverse:
-                m.__class__ = inverse[type(m)]
+        restore(model, records)
 
 
 # ---------------------------------------------------------------------------------------------------------

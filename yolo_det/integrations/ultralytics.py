@@ -28,15 +28,14 @@ from typing import Any
 
 import torch
 
-from ..core.backward import ToggleScaler
 from ..session.distributed import gather_states, rank_info, ranks_consistent
 from ..core.errors import YoloDetError
 from ..core.profiles import Profile, load_profile
-from ..core.record import checkpoint_digest, environment, state_dict_digest, write_record
+from ..core.record import build_record, checkpoint_digest, state_dict_digest, write_record
 from ..core.seeding import seed_dataloader
 from ..session.session import DeterminismSession
 from ..core.state import snapshot
-from ..fixes.swaps import SWAPS, unswap_modules
+from ..fixes.swaps import restore, unswap_modules
 from ..layers.registry import registered_layers
 
 __all__ = ["UltralyticsPlugin", "attach", "detach", "trainer_class"]
@@ -97,8 +96,6 @@ class UltralyticsPlugin:
         self._owner: str | None = None  # who began the session: guard, trainer, trainer-class or "<phase>:<id>"
         self._observed: dict[str, Any] | None = None
         self._ranks: list[dict[str, Any]] = []
-        self._wrapped_scaler: Any = None
-        self._trainer: Any = None
         self._entered: set[int] = set()
         self._names: Any = None
 
@@ -140,19 +137,15 @@ class UltralyticsPlugin:
 
     def end_run(self) -> None:
         """Restore the baseline and forget the session. Idempotent."""
+        session, self.session, self._owner = self.session, None, None
+        names, self._names = self._names, None
+        self._entered.clear()
         try:
-            self._unwrap_scaler()
+            if session is not None:
+                session.end()
         finally:
-            session, self.session, self._owner = self.session, None, None
-            names, self._names = self._names, None
-            self._entered.clear()
-            self._trainer = None
-            try:
-                if session is not None:
-                    session.end()
-            finally:
-                if names is not None:
-                    names.__exit__(None, None, None)
+            if names is not None:
+                names.__exit__(None, None, None)
 
     @contextmanager
     def guard(self, phase: str | None = None) -> Iterator[DeterminismSession]:
@@ -203,7 +196,6 @@ class UltralyticsPlugin:
             rank, world_size = rank_info()
             session.rank = rank
             session.world_size = max(int(getattr(trainer, "world_size", 1) or 1), world_size, 1)
-            self._trainer = trainer
             session.enter("train")
         return session
 
@@ -232,10 +224,7 @@ class UltralyticsPlugin:
             imgsz = getattr(trainer.args, "imgsz", 64)
             session.prepare_model(model, imgsz=int(max(imgsz) if isinstance(imgsz, (list, tuple)) else imgsz))
             trainer._yolo_det_swapped = True
-        scaler = getattr(trainer, "scaler", None)
-        if settings.backward == "disable" and scaler is not None and not isinstance(scaler, ToggleScaler):
-            self._wrapped_scaler = scaler
-            trainer.scaler = ToggleScaler(scaler)
+        session.wrap_scaler(trainer)  # backward: disable -> a ToggleScaler until the train phase ends
 
     @_callback
     def on_train_start(self, trainer: Any) -> None:
@@ -281,12 +270,6 @@ class UltralyticsPlugin:
     def _written_for(self, trainer: Any) -> bool:
         return getattr(trainer, "_yolo_det_record_written", False)
 
-    def _unwrap_scaler(self) -> None:
-        trainer, scaler = self._trainer, self._wrapped_scaler
-        self._wrapped_scaler = None
-        if trainer is not None and scaler is not None and isinstance(getattr(trainer, "scaler", None), ToggleScaler):
-            trainer.scaler = scaler
-
     def _write(self, trainer: Any, *, status: str) -> None:
         if not self.record or self.session is None:
             return
@@ -302,26 +285,17 @@ class UltralyticsPlugin:
         ema = getattr(getattr(trainer, "ema", None), "ema", None)
         if isinstance(ema, torch.nn.Module):
             weights["ema_fp32_sha256"] = state_dict_digest(ema)
-        session = self.session
         args = getattr(trainer, "args", None)
-        record = {
-            "status": status,
-            "framework": "ultralytics",
-            "profile": self.profile.to_dict(),
-            "seeds": session.seeds(),
-            "environment": environment(),
-            "state_before": session.baseline.to_dict() if session.baseline else None,
-            "state_at_train_start": self._observed,
-            "ranks": self._ranks,
-            "rank_problems": ranks_consistent(self._ranks) if self._ranks else [],
-            "backward_toggles": session.backward_toggles(),
-            "swaps": session.swaps(),
-            "routed_calls": session.routed_calls(),
-            "nondeterminism_warnings": session.warnings.entries(),
-            "weights": weights,
-            "run": {k: getattr(args, k, None) for k in _RUN_ARGS} | {"save_dir": str(save_dir)},
-            "phase_events": [e for e in session.events if e["event"] in {"enter", "exit"}],
-        }
+        record = build_record(
+            self.session,
+            framework="ultralytics",
+            status=status,
+            state_at_train_start=self._observed,
+            weights=weights,
+            run={k: getattr(args, k, None) for k in _RUN_ARGS} | {"save_dir": str(save_dir)},
+            ranks=self._ranks,
+            rank_problems=ranks_consistent(self._ranks) if self._ranks else [],
+        )
         self.record_path = write_record(save_dir, record)
         trainer._yolo_det_record_written = True
 
@@ -385,11 +359,7 @@ def _export_standard(plugin: UltralyticsPlugin, method: Callable[..., Any], owne
             return method(*args, **kwargs)
     finally:
         if records:
-            modules = dict(net.named_modules())
-            names = {t.__name__: t for t in SWAPS.values()}
-            for r in records:
-                if r.path in modules and r.source in names:
-                    modules[r.path].__class__ = names[r.source]
+            restore(net, records)
 
 
 def _guarded_stream(plugin: UltralyticsPlugin, gen: Iterator[Any]) -> Iterator[Any]:

@@ -41,11 +41,9 @@ from typing import Any, TypeVar
 
 import torch
 
-from ..core.backward import backward_scope
 from ..core.errors import ConfigError, ProfileError, YoloDetError
 from ..core.profiles import Profile, load_profile
-from ..core.record import checkpoint_digest, environment, write_record
-from ..core.seeding import seed_everything
+from ..core.record import build_record, checkpoint_digest, write_record
 from ..session.session import DeterminismSession
 from ..core.state import snapshot
 
@@ -167,9 +165,8 @@ class YOLOv5Run:
 
     def seed(self) -> int:
         """Seed python, numpy and torch with this rank's seed (what ``init_seeds`` does under a profile)."""
-        rng_seed = int(self.session.seeds()["rng_seed"])
-        seed_everything(rng_seed)
-        return rng_seed
+        seed = self.session.reseed()
+        return int(self.session.seeds()["rng_seed"] if seed is None else seed)
 
     def prepare_model(self, model: _M) -> _M:
         """Take the model right after YOLOv5 built it and moved it to its device; return the model to train.
@@ -187,12 +184,11 @@ class YOLOv5Run:
 
     def backward(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """``tensor.backward(*args, **kwargs)`` under the phase in force (see :func:`backward`)."""
-        settings = self.profile.phase(self.session.phase or "train")
         if self.state_at_train_start is None:
             self.state_at_train_start = snapshot().to_dict()
         if tensor.requires_grad:
             tensor.register_hook(self._observe_backward)
-        with backward_scope(settings.backward == "disable"):
+        with self.session.backward_scope():
             if self.state_during_backward is None:
                 self.state_during_backward = snapshot().to_dict()
             tensor.backward(*args, **kwargs)
@@ -233,27 +229,20 @@ class YOLOv5Run:
         seeds.pop("data_seed", None)
         seeds.pop("sampler_seed", None)
         seeds["data_order"] = "YOLOv5's dataloader seeding (unchanged by yolo-det)"
-        record: dict[str, Any] = {
-            "status": "completed" if error is None else "failed",
-            "framework": "yolov5",
-            "profile": self.profile.to_dict(),
-            "seeds": seeds,
-            "environment": environment(),
-            "state_before": session.baseline.to_dict() if session.baseline else None,
-            "state_at_train_start": self.state_at_train_start,
-            "state_during_backward": self.state_during_backward,
-            "backward": {"calls": self.backward_calls, "modes_seen": list(self.backward_modes),
-                         "disabled": self.profile.train.backward == "disable"},
-            "backward_toggles": session.backward_toggles(),
-            "swaps": session.swaps(),
-            "routed_calls": session.routed_calls(),
-            "nondeterminism_warnings": session.warnings.entries(),
-            "weights": weights,
-            "model": _describe_model(self.model),
-            "fonts": [str(f) for f in self.fonts],
-            "run": run,
-            "phase_events": [e for e in session.events if e["event"] in {"enter", "exit"}],
-        }
+        record = build_record(
+            session,
+            framework="yolov5",
+            status="completed" if error is None else "failed",
+            state_at_train_start=self.state_at_train_start,
+            weights=weights,
+            run=run,
+            seeds=seeds,
+            state_during_backward=self.state_during_backward,
+            backward={"calls": self.backward_calls, "modes_seen": list(self.backward_modes),
+                      "disabled": self.profile.train.backward == "disable"},
+            model=_describe_model(self.model),
+            fonts=[str(f) for f in self.fonts],
+        )
         if error is not None:
             record["error"] = f"{type(error).__name__}: {' '.join(str(error).split())}"[:500]
         return record

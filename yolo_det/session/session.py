@@ -5,34 +5,53 @@ from their hooks. ``begin()`` snapshots the user's state (the *baseline*); ``ent
 phase's settings on top of whatever is in force and ``exit()`` puts that back; ``end()`` unwinds every
 phase and restores the baseline exactly. Phases nest: validation inside training enters ``val`` on
 top of ``train`` and returns to ``train`` afterwards.
+
+The session is the only place a phase is applied and undone: every concern (flags and environment,
+seeds, the backward toggle, swaps, interception) is an extension of :mod:`yolo_det.session.extensions`
+with ``apply``/``undo``. Integrations only say *when* a phase begins and ends, and hand over the model
+(:meth:`DeterminismSession.prepare_model`) and the scaler (:meth:`DeterminismSession.wrap_scaler`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
+
+import torch
 
 from ..core import backward as _backward
 from ..core import state as _state
 from ..core.errors import YoloDetError
-from ..fixes.intercept import interception, routed_calls
 from ..core.profiles import PHASES, PhaseSettings, Profile, load_profile
-from ..core.seeding import data_seed, rank_seed, seed_everything
-from ..fixes.swaps import SwapRecord, swap_modules
+from ..core.seeding import data_seed, rank_seed
 from ..core.warnlog import WarningLog
+from ..fixes.intercept import routed_calls
+from ..fixes.swaps import SwapRecord
+from .extensions import ContextExtension, Extension, PhaseContext, Seeds, Swaps, default_extensions
 
 __all__ = ["DeterminismSession"]
 
 
 @dataclass
 class _Frame:
-    phase: str
-    settings: PhaseSettings
-    before: _state.DeterminismState
-    contexts: list[AbstractContextManager[Any]] = field(default_factory=list)
+    phase: str | None  # None: the session's own frame (what is handed over outside any phase)
+    settings: PhaseSettings | None
+    undo: list[tuple[Extension, Any]] = field(default_factory=list)
+
+    def unwind(self) -> None:
+        """Undo every applied extension, newest first; keep going after a failure and raise the first."""
+        error: BaseException | None = None
+        while self.undo:
+            ext, token = self.undo.pop()
+            try:
+                ext.undo(token)
+            except BaseException as e:
+                error = error or e
+        if error is not None:
+            raise error
 
 
 class DeterminismSession:
@@ -40,12 +59,14 @@ class DeterminismSession:
 
     Args:
         profile: A :class:`~yolo_det.core.profiles.Profile`, a built-in name or a profile file path.
-        seed: The run's seed (Ultralytics ``seed=``, YOLOv5 ``--seed``); a phase's own ``seed`` wins.
+        seed: The run's seed (Ultralytics ``seed=``, YOLOv5 ``--seed``); a phase's own ``seed`` wins. None
+            leaves the random generators alone (unless a phase sets a seed).
         rank: This process's global rank (0 for a single process).
         world_size: Number of processes in the run.
     """
 
-    def __init__(self, profile: Profile | str, *, seed: int = 0, rank: int = 0, world_size: int = 1) -> None:
+    def __init__(self, profile: Profile | str, *, seed: int | None = 0, rank: int = 0, world_size: int = 1,
+                 extensions: list[Extension] | None = None) -> None:
         self.profile = load_profile(profile)
         self.seed = seed
         self.rank = max(rank, 0)
@@ -55,8 +76,9 @@ class DeterminismSession:
         self.events: list[dict[str, Any]] = []
         self._stack: list[_Frame] = []
         self._toggles_at_begin = 0
-        self._extensions: list[Any] = []
-        self._swapped: list[tuple[Any, list[Any]]] = []
+        #: Applied in order when a phase is entered, undone in reverse when it is left.
+        self.extensions: list[Extension] = default_extensions() if extensions is None else list(extensions)
+        self._own = _Frame(None, None)  # what is handed over outside any phase; undone by end()
         self._routed_at_begin: dict[str, int] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------------
@@ -75,13 +97,12 @@ class DeterminismSession:
         """The stack of phases in force, outermost first."""
         return tuple(f.phase for f in self._stack)
 
-    def add_extension(self, factory: Any) -> None:
-        """Add ``factory(phase, settings, session) -> context manager | None``, entered with every phase.
-
-        Extensions carry the phase-scoped behaviour that is not a process flag (functional interception,
-        for instance); they are exited in reverse order when the phase is left, on error too.
+    def add_extension(self, factory: Extension | Callable[[str, PhaseSettings, Any], Any]) -> None:
+        """Add an :class:`~yolo_det.session.extensions.Extension`, or a
+        ``factory(phase, settings, session) -> context manager | None``, applied with every phase after the
+        built-in ones; they are undone in reverse order when the phase is left, on error too.
         """
-        self._extensions.append(factory)
+        self.extensions.append(factory if isinstance(factory, Extension) else ContextExtension(factory))
 
     def begin(self) -> None:
         """Snapshot the baseline state and start recording warnings. Idempotent."""
@@ -105,7 +126,7 @@ class DeterminismSession:
             except BaseException as e:  # keep unwinding; report the first failure afterwards
                 errors.append(e)
         try:
-            self.restore_models()
+            self._own.unwind()
         except BaseException as e:
             errors.append(e)
         try:
@@ -138,22 +159,14 @@ class DeterminismSession:
         settings = self.profile.phase(phase)
         if self.baseline is None:
             self.begin()
-        before = _state.apply(settings)
-        frame = _Frame(phase, settings, before)
+        frame = _Frame(phase, settings)
         self._stack.append(frame)
+        ctx = PhaseContext(self, phase, settings)
         try:
-            seed = settings.seed if settings.seed is not None else (self.seed if phase == "train" else None)
-            if seed is not None:
-                seed_everything(rank_seed(seed, self.rank) if phase == "train" else seed)
-            if settings.intercept:
-                cm = interception()
-                cm.__enter__()
-                frame.contexts.append(cm)
-            for factory in self._extensions:
-                cm = factory(phase, settings, self)
-                if cm is not None:
-                    cm.__enter__()
-                    frame.contexts.append(cm)
+            for ext in self.extensions:
+                token = ext.apply(ctx)
+                if token is not None:
+                    frame.undo.append((ext, token))
         except BaseException:
             self._pop()
             raise
@@ -185,47 +198,103 @@ class DeterminismSession:
     def _pop(self) -> None:
         frame = self._stack.pop()
         try:
-            while frame.contexts:
-                frame.contexts.pop().__exit__(None, None, None)
+            frame.unwind()
         finally:
-            _state.restore(frame.before)
             self._event("exit", frame.phase)
 
     def _event(self, kind: str, phase: str | None = None) -> None:
         self.events.append({"event": kind, "phase": phase, "time": time.time()})
 
-    # -- models ---------------------------------------------------------------------------------------
-    def prepare_model(self, model: Any, *, phase: str = "train", imgsz: int = 64) -> list[SwapRecord]:
-        """Swap ``model``'s layers as ``phase``'s ``swaps`` policy says; :meth:`end` swaps them back.
+    def reseed(self) -> int | None:
+        """Seed again as entering the phase in force did (for frameworks that seed after the phase began).
+
+        Returns:
+            The seed used, or None when the phase leaves the generators alone.
+        """
+        phase = self.phase or "train"
+        ctx = PhaseContext(self, phase, self.profile.phase(phase))
+        seed = None
+        for ext in self.extensions:
+            if isinstance(ext, Seeds):
+                seed = ext.seed_for(ctx)
+                ext.apply(ctx)
+        return seed
+
+    # -- handing over -------------------------------------------------------------------------------------
+    def hand_over(self, what: str, obj: Any, *, phase: str | None = None, **options: Any) -> list[Any]:
+        """Apply ``phase``'s settings (default: the phase in force, else ``train``) to an object of the run.
+
+        Each extension decides whether ``what`` concerns it (``"model"``: swaps; ``"scaler"``: the
+        backward toggle, ``obj`` holding the scaler as ``.scaler``). What is applied is undone when that
+        phase is left, or by :meth:`end` when the phase is not in force.
+
+        Returns:
+            The tokens of the extensions that changed something.
+        """
+        phase = phase or self.phase or "train"
+        settings = self.profile.phase(phase)
+        frame = next((f for f in reversed(self._stack) if f.phase == phase), self._own)
+        ctx = PhaseContext(self, phase, settings)
+        tokens = []
+        for ext in self.extensions:
+            token = ext.hand_over(ctx, what, obj, **options)
+            if token is not None:
+                frame.undo.append((ext, token))
+                tokens.append(token)
+        return tokens
+
+    def prepare_model(self, model: Any, *, phase: str = "train", imgsz: int = 64,
+                      decided: dict[str, str] | None = None) -> list[SwapRecord]:
+        """Swap ``model``'s layers as ``phase``'s ``swaps`` policy says; undone with the phase or by :meth:`end`.
 
         Args:
             model: The ``nn.Module`` that will run (for Ultralytics, the trainer's model, not its EMA).
             phase: Whose ``swaps`` policy applies.
             imgsz: Input size for the audit trace that decides the ``auto`` policy.
+            decided: A decision already taken (module path -> reason): skips the audit.
 
         Returns:
             The swaps made.
         """
-        records = swap_modules(model, self.profile.phase(phase).swaps, imgsz=imgsz)
-        if records:
-            self._swapped.append((model, records))
+        tokens = self.hand_over("model", model, phase=phase, imgsz=imgsz, decided=decided)
         self._event("swap", phase)
-        return records
+        return [r for token in tokens if isinstance(token, tuple) and len(token) == 2
+                and isinstance(token[1], list) for r in token[1] if isinstance(r, SwapRecord)]
+
+    def wrap_scaler(self, holder: Any, *, phase: str | None = None) -> bool:
+        """Hand over the object holding the training loop's scaler (``holder.scaler``).
+
+        Under ``backward: disable`` the scaler is wrapped in a :class:`~yolo_det.core.backward.ToggleScaler`
+        until the phase is left. Returns whether it was wrapped.
+        """
+        return bool(self.hand_over("scaler", holder, phase=phase))
+
+    @contextmanager
+    def backward_scope(self) -> Iterator[None]:
+        """Determinism off for the block when the phase in force says ``backward: disable``."""
+        settings = self.profile.phase(self.phase or "train")
+        with _backward.backward_scope(settings.backward == "disable"):
+            yield
+
+    def backward(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """``tensor.backward(*args, **kwargs)`` under the phase in force's ``backward`` setting."""
+        with self.backward_scope():
+            tensor.backward(*args, **kwargs)
 
     def restore_models(self) -> None:
-        """Put every module swapped by :meth:`prepare_model` back to its PyTorch class."""
-        while self._swapped:
-            model, records = self._swapped.pop()
-            modules = dict(model.named_modules())
-            for r in records:
-                m = modules.get(r.path)
-                native = getattr(type(m), "_yolo_det_native", None)
-                if m is not None and native is not None and type(m).__name__ == r.target:
-                    m.__class__ = native
+        """Put every module swapped outside a phase back to its PyTorch class (:meth:`end` does it too)."""
+        keep = [(ext, token) for ext, token in self._own.undo if not isinstance(ext, Swaps)]
+        swapped = _Frame(None, None, [(ext, token) for ext, token in self._own.undo if isinstance(ext, Swaps)])
+        self._own.undo = keep
+        for frame in self._stack:
+            swapped.undo.extend((ext, token) for ext, token in frame.undo if isinstance(ext, Swaps))
+            frame.undo = [(ext, token) for ext, token in frame.undo if not isinstance(ext, Swaps)]
+        swapped.unwind()
 
     def swaps(self) -> list[dict[str, str]]:
         """The swaps in force, as plain data."""
-        return [r.to_dict() for _, records in self._swapped for r in records]
+        return [r.to_dict() for frame in (self._own, *self._stack) for ext, token in frame.undo
+                if isinstance(ext, Swaps) for r in token[1]]
 
     def routed_calls(self) -> dict[str, int]:
         """Functional calls routed to deterministic implementations since :meth:`begin`."""
@@ -235,7 +304,7 @@ class DeterminismSession:
     # -- reporting ------------------------------------------------------------------------------------
     def seeds(self) -> dict[str, Any]:
         """The seeds of this run: the user seed, this rank's RNG and data seeds, and every rank's RNG seed."""
-        train_seed = self.profile.train.seed if self.profile.train.seed is not None else self.seed
+        train_seed = self.profile.train.seed if self.profile.train.seed is not None else (self.seed or 0)
         return {
             "seed": train_seed,
             "rank": self.rank,

@@ -12,11 +12,10 @@ device the process CPU time of each step is recorded next to its wall time (stea
 configuration whose step raises (strict determinism meeting a kernel without a deterministic version) is
 reported with its error and the others are still measured.
 
-A configuration is applied with :func:`yolo_det.core.state.apply` (restored after each block), the backward
-toggle with :class:`~yolo_det.core.backward.ToggleScaler`, and anything that changes the model itself through
-scopes registered with :func:`register_scope`. The built-in scope applies the layer swaps
-(:mod:`yolo_det.fixes.swaps`; the audit that chooses them runs once per model and policy, outside the timed
-steps) and functional interception (:mod:`yolo_det.fixes.intercept`).
+A configuration is applied through a :class:`~yolo_det.session.session.DeterminismSession` (undone after
+each block): flags, the backward toggle on the trainer's scaler, the layer swaps on its model (the audit that
+decides them runs once per model and policy, outside the timed steps) and functional interception. Scopes
+registered with :func:`register_scope` take part as session extensions.
 
 Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` over each timed block (reset before it). On Linux
 CPUs the process's peak resident set size (``VmHWM``) over one extra, untimed step per configuration, after
@@ -32,6 +31,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import math
 import os
 import platform
@@ -49,7 +49,10 @@ import torch
 from ...core import state as _state
 from ...core.backward import ToggleScaler
 from ...core.errors import ConfigError
+from ...analysis.swap_plan import decide_swaps
 from ...core.profiles import PhaseSettings, Profile, load_profile
+from ...fixes.intercept import suspended
+from ...session.session import DeterminismSession
 from ..runtime import new_figure, quiet_ultralytics, run_folder, save_figure, unwrap_model
 
 __all__ = [
@@ -144,34 +147,18 @@ def unregister_scope(factory: ScopeFactory) -> None:
     _SCOPES[:] = [(f, h) for f, h in _SCOPES if f is not factory]
 
 
-_SWAP_PLANS: dict[tuple[int, str], list[Any]] = {}
+#: Settings the session applies itself (no registered scope needed to measure them).
+_BUILT_IN = frozenset({"swaps", "intercept"})
 
 
-def _model_scope(model: torch.nn.Module, settings: PhaseSettings) -> AbstractContextManager[Any] | None:
-    """The built-in scope: ``settings.swaps`` on ``model`` and ``settings.intercept``, undone on exit."""
-    if settings.swaps == "none" and not settings.intercept:
-        return None
-    from ...fixes.intercept import interception
-    from ...fixes.swaps import SWAPS, swap_modules, unswap_modules
-
-    stack = ExitStack()
-    if settings.swaps != "none":
-        key = (id(model), settings.swaps)
-        if key not in _SWAP_PLANS:
-            _SWAP_PLANS[key] = swap_modules(model, settings.swaps)
-        else:
-            modules = dict(model.named_modules())
-            targets = {t.__name__: t for t in SWAPS.values()}
-            for record in _SWAP_PLANS[key]:
-                modules[record.path].__class__ = targets[record.target]
-        stack.callback(unswap_modules, model)
-    if settings.intercept:
-        stack.enter_context(interception())
-    return stack
+def _scope_extension(factory: ScopeFactory, model: torch.nn.Module, phase: str, settings: PhaseSettings,
+                     session: Any) -> AbstractContextManager[Any] | None:
+    """A registered scope as a session extension."""
+    return factory(model, settings)
 
 
 def _handled() -> frozenset[str]:
-    out: set[str] = set()
+    out: set[str] = set(_BUILT_IN)
     for _, handles in _SCOPES:
         out |= handles
     return frozenset(out)
@@ -496,6 +483,7 @@ class _Runner:
         self.memory = _Memory(self.device)
         self.sync: Callable[[], None] | None = (lambda: torch.cuda.synchronize(self.device)) \
             if self.device.type == "cuda" else None
+        self._swap_plans: dict[tuple[int, str], dict[str, str]] = {}
 
     # -- configurations -----------------------------------------------------------------------------
     def _configs(self) -> tuple[dict[str, _Config], list[tuple[Profile, str]], list[tuple[Isolation, str, str | None, str]]]:
@@ -619,18 +607,23 @@ class _Runner:
                           f"{n} steps x 5, median"}
 
     def _apply(self, stack: ExitStack, settings: PhaseSettings) -> None:
+        """Apply ``settings`` through a session (undone when ``stack`` closes): flags, the backward toggle on
+        the trainer's scaler, swaps on its model (decided once per setting), interception, registered scopes."""
         t = self.trainer
-        before = _state.apply(settings)
-        stack.callback(_state.restore, before)
-        if settings.backward == "disable":
-            original = t.scaler
-            t.scaler = ToggleScaler(original)
-            stack.callback(setattr, t, "scaler", original)
         model = unwrap_model(t.model)
+        session = DeterminismSession(Profile("bench", "", settings, settings, settings), seed=None)
         for factory, _ in list(_SCOPES):
-            cm = factory(model, settings)
-            if cm is not None:
-                stack.enter_context(cm)
+            session.add_extension(functools.partial(_scope_extension, factory, model))
+        session.begin()
+        stack.callback(session.end)
+        session.enter("train")
+        session.wrap_scaler(t)
+        if settings.swaps != "none":
+            key = (id(model), settings.swaps)
+            if key not in self._swap_plans:
+                with suspended():
+                    self._swap_plans[key] = decide_swaps(model, settings.swaps)
+            session.prepare_model(model, decided=self._swap_plans[key])
 
     def _measured_block(self, cfg: _Config, step: Callable[[dict[str, Any]], None], pool: list[dict[str, Any]],
                         n: int) -> None:
@@ -772,4 +765,3 @@ class _Runner:
         return BenchReport(rows=rows, settings=setting_rows, overhead=overhead, info=info)
 
 
-register_scope(_model_scope, handles={"swaps", "intercept"})
