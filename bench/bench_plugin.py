@@ -76,8 +76,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("bench/results/plugin.json"))
     args = parser.parse_args()
 
-    from yolo_det.integrations.fonts import ensure_local_font
     from yolo_det.core.fileio import atomic_write_json
+    from yolo_det.integrations.fonts import ensure_local_font
 
     ensure_local_font()
     configs = ("ultralytics", "plugin", "repro")

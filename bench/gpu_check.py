@@ -216,8 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
 
-    from yolo_det.core.fileio import atomic_write_json
     from yolo_det.analysis.models import model_names
+    from yolo_det.core.fileio import atomic_write_json
 
     with model_names():  # the attention model's blocks resolve in its YAML
         results = run_checks(args)

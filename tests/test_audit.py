@@ -21,14 +21,14 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 from yolo_det import AuditReport, audit
 from yolo_det.analysis.audit import _real_trace
-from yolo_det.cli import main
 from yolo_det.analysis.emulator import emulate_cuda_alerts
-from yolo_det.core.errors import ConfigError, ModelError, ProfileError
 from yolo_det.analysis.loader import load_model
 from yolo_det.analysis.models import resolve_model_yaml
 from yolo_det.analysis.optable import load_table
-from yolo_det.layers.registry import registered
 from yolo_det.analysis.zoo import ZOO_MODULES
+from yolo_det.cli import main
+from yolo_det.core.errors import ConfigError, ModelError, ProfileError
+from yolo_det.layers.registry import registered
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "data" / "models"

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from yolo_det.cli import main
+from yolo_det.core.state import snapshot
 from yolo_det.tools import bench as bench_module
 from yolo_det.tools.bench import ISOLATIONS, _Memory, bench, register_scope, unregister_scope
-from yolo_det.cli import main
 from yolo_det.tools.prepare import prepare
 from yolo_det.tools.runtime import PNG_SIGNATURE
-from yolo_det.core.state import snapshot
 
 TINY = ["imgsz=64", "batch=8", "workers=0"]
 FAST = ["--steps", "2", "--warmup", "1", "--block", "1"]

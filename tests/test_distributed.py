@@ -31,9 +31,9 @@ def _worker(rank: int, init_file: str, out_dir: str, mode: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD,
                             timeout=timedelta(seconds=60))
-    from yolo_det.session.session.distributed import gather_states, rank_session
     from yolo_det.core.record import state_dict_digest
     from yolo_det.core.state import snapshot
+    from yolo_det.session.session.distributed import gather_states, rank_session
 
     baseline = snapshot()
     result: dict = {"rank": rank}
@@ -68,9 +68,9 @@ def _train(rank: int, session, mode: str, *, use_profile: bool) -> dict:
     from ultralytics.utils import DEFAULT_CFG
 
     from yolo_det.core.backward import ToggleScaler
-    from yolo_det.tools.demo import demo_data_yaml
-    from yolo_det.session.session.distributed import gather_states
     from yolo_det.core.seeding import seed_dataloader
+    from yolo_det.session.session.distributed import gather_states
+    from yolo_det.tools.demo import demo_data_yaml
 
     if mode == "no-seed" and rank == 1:  # what a rank that skipped its seeding would do
         random.seed()

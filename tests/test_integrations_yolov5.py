@@ -23,13 +23,13 @@ import pytest
 import torch
 import yaml
 
-from yolo_det.core import state as _state
 from yolo_det.cli import main
-from yolo_det.tools.demo import demo_data_yaml
+from yolo_det.core import state as _state
 from yolo_det.core.errors import ConfigError, ProfileError, YoloDetError
-from yolo_det.integrations import yolov5 as ydet
 from yolo_det.core.record import RECORD_NAME, checkpoint_digest
 from yolo_det.core.seeding import rank_seed
+from yolo_det.integrations import yolov5 as ydet
+from yolo_det.tools.demo import demo_data_yaml
 from yolov5_helpers import copy_yolov5
 
 REPO = Path(__file__).resolve().parent.parent

@@ -11,7 +11,6 @@ import pytest
 import torch
 import torchvision  # noqa: F401 - registers torchvision:: ops
 
-from yolo_det.core.errors import ConfigError
 from yolo_det.analysis.optable import (
     BEHAVIOUR,
     OpEntry,
@@ -22,6 +21,7 @@ from yolo_det.analysis.optable import (
     parse_version,
     version_in,
 )
+from yolo_det.core.errors import ConfigError
 
 TABLE = load_table()
 RUNNING = torch.__version__

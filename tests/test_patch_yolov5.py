@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from yolo_det.integrations import patch_yolov5 as pv
 from yolo_det.cli import main
+from yolo_det.integrations import patch_yolov5 as pv
 from yolov5_helpers import copy_yolov5
 
 REPO = Path(__file__).resolve().parent.parent

@@ -11,10 +11,9 @@ import torch
 
 from yolo_det import attach
 from yolo_det.analysis.emulator import emulate_cuda_alerts
-from yolo_det.core.record import RECORD_NAME
-from yolo_det.layers.registry import registered
-from yolo_det.layers.registry import registered_layers
 from yolo_det.analysis.zoo import ZOO_MODULES
+from yolo_det.core.record import RECORD_NAME
+from yolo_det.layers.registry import registered, registered_layers
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,8 @@ import torch
 from yolo_det.core.errors import YoloDetError
 from yolo_det.core.profiles import load_profile
 from yolo_det.core.seeding import rank_seed
-from yolo_det.session.session import DeterminismSession
 from yolo_det.core.state import snapshot
+from yolo_det.session.session import DeterminismSession
 
 
 def test_nested_phases_return_to_the_outer_phase_and_end_restores_baseline():

@@ -14,11 +14,10 @@ import torch
 from torch import nn
 
 from yolo_det import layers
-from yolo_det.core.errors import ConfigError, YoloDetError
-from yolo_det.layers.registry import registered
-from yolo_det.fixes.swaps import SWAPS, register_swap, swap_modules, swapped, unswap_modules
-from yolo_det.layers.registry import registered_layers
 from yolo_det.analysis.zoo import ZOO_MODULES, CBAMMax
+from yolo_det.core.errors import ConfigError, YoloDetError
+from yolo_det.fixes.swaps import SWAPS, register_swap, swap_modules, swapped, unswap_modules
+from yolo_det.layers.registry import registered, registered_layers
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 import yolo_det.commands.verify as verify_command
-from yolo_det.tools import verify as verify_module
 from yolo_det.cli import main
+from yolo_det.core.state import snapshot
+from yolo_det.tools import verify as verify_module
 from yolo_det.tools.prepare import prepare
 from yolo_det.tools.runtime import PNG_SIGNATURE
-from yolo_det.core.state import snapshot
 from yolo_det.tools.verify import MicroBatch, RunRecord, StepRecord, compare_runs, plot_losses, verify
 
 TINY = ["imgsz=64", "batch=8", "workers=0", "plots=False", "val=False"]

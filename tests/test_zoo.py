@@ -11,13 +11,13 @@ import torch
 import torch.nn.functional as F
 
 import yolo_det
-from yolo_det.integrations.fonts import ensure_local_font
-from yolo_det.tools.demo import demo_data_yaml
 from yolo_det.analysis.emulator import alert_message, emulate_cuda_alerts
-from yolo_det.core.errors import ConfigError
 from yolo_det.analysis.loader import load_model
-from yolo_det.layers.registry import registered
 from yolo_det.analysis.zoo import ZOO_MODULES, CBAMMax, CoordAtt, GridSampleUpsample
+from yolo_det.core.errors import ConfigError
+from yolo_det.integrations.fonts import ensure_local_font
+from yolo_det.layers.registry import registered
+from yolo_det.tools.demo import demo_data_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "data" / "models"

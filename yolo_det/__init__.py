@@ -22,19 +22,19 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .analysis.audit import AuditReport, Finding, audit
     from .core.backward import ToggleScaler, backward_scope, toggled_backward
     from .core.errors import ConfigError, ModelError, PatchError, ProfileError, YoloDetError
     from .core.profiles import PhaseSettings, Profile, list_profiles, load_profile
     from .core.record import checkpoint_digest, environment, state_dict_digest
     from .core.seeding import data_seed, rank_seed, seed_dataloader, seed_everything, seed_worker
     from .core.state import DeterminismState, apply, phase_scope, restore, snapshot
-    from .layers.registry import register_layers, registered_layers
-    from .analysis.audit import AuditReport, Finding, audit
     from .fixes.intercept import interception
     from .fixes.swaps import swap_modules, unswap_modules
     from .fixes.yaml_rewrite import rewrite_yaml
-    from .session.session import DeterminismSession
     from .integrations.ultralytics import UltralyticsPlugin, attach, detach, trainer_class
+    from .layers.registry import register_layers, registered_layers
+    from .session.session import DeterminismSession
 
 __version__ = "0.1.0"
 

@@ -41,6 +41,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
+from ..core.constants import ALERT
 from .optable import OpEntry, OpTable, decomposable_op, function_name, load_table, op_arguments, parse_version
 from .optable import torch_version as _running_torch
 
@@ -130,10 +131,10 @@ def _calibrate(table: OpTable) -> dict[str, str]:
                 torch.use_deterministic_algorithms(False)
         for mode in ("strict", "warn"):
             text = found.get(mode, "")
-            if text.startswith(_CALIBRATION_KERNEL + " does not have a deterministic implementation"):
+            if text.startswith(_CALIBRATION_KERNEL + ALERT):
                 _templates[mode] = "{kernel}" + text[len(_CALIBRATION_KERNEL):]
             else:
-                _templates[mode] = table.messages.get(mode, "{kernel} does not have a deterministic implementation")
+                _templates[mode] = table.messages.get(mode, "{kernel}" + ALERT)
         return dict(_templates)
 
 

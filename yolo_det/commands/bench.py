@@ -23,9 +23,9 @@ import argparse
 import json
 import sys
 
-from ..tools.bench import DEFAULT_PROFILES, bench, check_args, parse_profiles, plot_bench
 from ..analysis.models import model_names
 from ..core.fileio import check_output_path
+from ..tools.bench import DEFAULT_PROFILES, bench, check_args, parse_profiles, plot_bench
 from ..tools.prepare import prepare
 
 

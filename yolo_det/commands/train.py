@@ -24,6 +24,7 @@ from typing import Any
 
 from ..tools.prepare import prepare
 
+
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``train`` arguments."""
     parser.add_argument("--profile", default="repro", metavar="NAME|FILE",
@@ -35,9 +36,9 @@ def train(profile: Any, args: dict[str, Any]) -> Any:
     """Train with Ultralytics under ``profile``; return the plugin (``record_path``, ``weights_digest``)."""
     from ultralytics import YOLO
 
+    from ..analysis.models import model_names
     from ..integrations.fonts import ensure_local_font
     from ..integrations.ultralytics import attach
-    from ..analysis.models import model_names
 
     ensure_local_font()
     train_args = dict(args)

@@ -24,10 +24,10 @@ import argparse
 import json
 
 from ..analysis.models import model_names
-from ..tools.overrides import parse_overrides
 from ..core.fileio import check_output_path
-from ..tools.verify import DEFAULT_KEEP_MIB, check_args, plot_losses, progress_to_stderr, verify
+from ..tools.overrides import parse_overrides
 from ..tools.prepare import prepare
+from ..tools.verify import DEFAULT_KEEP_MIB, check_args, plot_losses, progress_to_stderr, verify
 
 USER_DATA_EPOCHS = 1
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .constants import RECORDED_ENV
 from .errors import ModelError
 from .fileio import atomic_write_json
 
@@ -41,24 +42,6 @@ __all__ = [
 
 RECORD_NAME = "determinism.json"
 RECORD_SCHEMA = 1
-
-_ENV_VARS = (
-    "CUBLAS_WORKSPACE_CONFIG",
-    "PYTHONHASHSEED",
-    "CUDA_VISIBLE_DEVICES",
-    "CUDA_LAUNCH_BLOCKING",
-    "NCCL_ALGO",
-    "NCCL_PROTO",
-    "NCCL_P2P_DISABLE",
-    "NCCL_IB_DISABLE",
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "TORCH_DETERMINISTIC",
-    "WORLD_SIZE",
-    "RANK",
-    "LOCAL_RANK",
-)
-
 
 def _version(dist: str) -> str | None:
     try:
@@ -90,7 +73,7 @@ def environment() -> dict[str, Any]:
         "yolov5": _version("yolov5"),
         "yolo_det": _version("yolo-det"),
         "torch_threads": torch.get_num_threads(),
-        "env": {k: os.environ.get(k) for k in _ENV_VARS},
+        "env": {k: os.environ.get(k) for k in RECORDED_ENV},
         "argv": list(sys.argv),
     }
 

@@ -22,17 +22,11 @@ from typing import Any
 
 import torch
 
+from .constants import TRACKED_ENV
 from .profiles import PhaseSettings
 
 __all__ = ["TRACKED_ENV", "DeterminismState", "apply", "phase_scope", "restore", "snapshot"]
 
-#: Environment variables that decide determinism; always part of a snapshot.
-TRACKED_ENV: tuple[str, ...] = (
-    "CUBLAS_WORKSPACE_CONFIG",
-    "PYTHONHASHSEED",
-    "NCCL_ALGO",
-    "NCCL_PROTO",
-)
 
 
 def _try(getter: Any) -> Any:

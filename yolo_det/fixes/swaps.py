@@ -34,8 +34,8 @@ from typing import Any
 from torch import nn
 
 from ..analysis.swap_plan import decide_swaps
-from ..layers.table import SWAPS
 from ..core.errors import ConfigError, YoloDetError
+from ..layers.table import SWAPS
 
 __all__ = [
     "SWAPS",

@@ -27,8 +27,7 @@ from typing import Any
 import torch
 
 from ..core.errors import ConfigError, ModelError, YoloDetError
-from ..core.fileio import atomic_write_text
-from ..core.fileio import check_output_path
+from ..core.fileio import atomic_write_text, check_output_path
 
 __all__ = ["YAML_NAMES", "Change", "RewriteResult", "rewrite_yaml", "rewrite_yaml_text"]
 
@@ -193,8 +192,8 @@ def _build(text: str, origin: str) -> Any:
     """Build the model the YAML describes (yolo-det layer names registered); return the DetectionModel."""
     import yaml as pyyaml
 
-    from ..layers.registry import registered, registered_layers
     from ..analysis.zoo import ZOO_MODULES
+    from ..layers.registry import registered, registered_layers
 
     try:
         cfg = pyyaml.safe_load(text)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,15 +27,16 @@ from typing import Any
 
 import torch
 
-from ..session.distributed import gather_states, rank_info, ranks_consistent
+from ..core.constants import global_rank
 from ..core.errors import YoloDetError
 from ..core.profiles import Profile, load_profile
 from ..core.record import build_record, checkpoint_digest, state_dict_digest, write_record
 from ..core.seeding import seed_dataloader
-from ..session.session import DeterminismSession
 from ..core.state import snapshot
 from ..fixes.swaps import restore, unswap_modules
 from ..layers.registry import registered_layers
+from ..session.distributed import gather_states, rank_info, ranks_consistent
+from ..session.session import DeterminismSession
 
 __all__ = ["UltralyticsPlugin", "attach", "detach", "trainer_class"]
 
@@ -62,7 +62,7 @@ _RUN_ARGS = ("task", "model", "data", "epochs", "imgsz", "batch", "device", "see
 
 
 def _rank() -> int:
-    return int(os.environ.get("RANK", -1))
+    return global_rank(-1)
 
 
 def _is_plugin_callback(fn: Any) -> bool:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import contextvars
 import functools
-import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -41,11 +40,12 @@ from typing import Any, TypeVar
 
 import torch
 
+from ..core.constants import global_rank, world_size
 from ..core.errors import ConfigError, ProfileError, YoloDetError
 from ..core.profiles import Profile, load_profile
 from ..core.record import build_record, checkpoint_digest, write_record
-from ..session.session import DeterminismSession
 from ..core.state import snapshot
+from ..session.session import DeterminismSession
 
 __all__ = [
     "OPTION",
@@ -78,13 +78,6 @@ _RUN_ARGS = ("weights", "cfg", "model", "data", "hyp", "epochs", "batch_size", "
 def current_run() -> YOLOv5Run | None:
     """The YOLOv5 training run in progress in this context, or None."""
     return _CURRENT.get()
-
-
-def _env_int(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -125,7 +118,7 @@ class YOLOv5Run:
         self.opt = opt
         self.script = script
         self.record = record
-        self.rank = _env_int("RANK", -1)
+        self.rank = global_rank(-1)
         seed = getattr(opt, "seed", 0)
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ConfigError(f"--seed must be a non-negative integer under {OPTION}, got {seed!r}")
@@ -133,7 +126,7 @@ class YOLOv5Run:
             self.profile,
             seed=seed,
             rank=max(self.rank, 0),
-            world_size=_env_int("WORLD_SIZE", 1),
+            world_size=world_size(),
         )
         self.model: Any = None
         self.record_path: Path | None = None

@@ -17,14 +17,14 @@ rank 0 can write one record covering all ranks and check that no rank ran withou
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch.distributed as dist
 
+from ..core.constants import global_rank, world_size
 from ..core.profiles import Profile
-from .session import DeterminismSession
 from ..core.state import snapshot
+from .session import DeterminismSession
 
 __all__ = ["gather_states", "rank_info", "rank_session", "ranks_consistent"]
 
@@ -33,7 +33,7 @@ def rank_info() -> tuple[int, int]:
     """``(rank, world_size)`` from an initialized process group, else from ``RANK``/``WORLD_SIZE``, else (0, 1)."""
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
-    return max(int(os.environ.get("RANK", 0) or 0), 0), max(int(os.environ.get("WORLD_SIZE", 1) or 1), 1)
+    return max(global_rank(0), 0), world_size()
 
 
 def rank_session(profile: Profile | str, *, seed: int = 0) -> DeterminismSession:

@@ -40,18 +40,19 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ...core.constants import ALERT
 from ...core.errors import ConfigError, ModelError, YoloDetError
+from ...core.profiles import PhaseSettings, Profile, load_profile
 from ..loader import LoadedModel, load_model
 from ..optable import OpEntry, OpTable, decomposable_op, function_name, load_table, op_arguments, parse_version
 from ..optable import torch_version as _running_torch
-from ...core.profiles import PhaseSettings, Profile, load_profile
 
 __all__ = ["AuditReport", "Finding", "audit"]
 
 _META = "yolo_det.analysis.audit"
 _KNOWN_NAMESPACES = frozenset({"aten", "prim", "prims", "torchvision", "_c10d_functional", "c10d", "profiler",
                                "_quantized", "quantized", "rngprims", "higher_order", "debugprims"})
-_ALERT = " does not have a deterministic implementation"
+_ALERT = ALERT
 _MISSING = object()
 _MODES = ("strict", "warn", "off")
 

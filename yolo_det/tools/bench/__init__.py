@@ -46,10 +46,10 @@ from typing import Any
 
 import torch
 
+from ...analysis.swap_plan import decide_swaps
 from ...core import state as _state
 from ...core.backward import ToggleScaler
 from ...core.errors import ConfigError
-from ...analysis.swap_plan import decide_swaps
 from ...core.profiles import PhaseSettings, Profile, load_profile
 from ...fixes.intercept import suspended
 from ...session.session import DeterminismSession

@@ -44,10 +44,11 @@ from typing import Any
 import torch
 
 from ...core import state as _state
+from ...core.constants import ALERT
 from ...core.errors import ConfigError
-from ..fingerprint import combine, tensor_digests
 from ...core.profiles import Profile, load_profile
 from ...core.record import state_dict_digest
+from ..fingerprint import combine, tensor_digests
 from ..runtime import new_figure, quiet_ultralytics, run_folder, save_figure, unwrap_model
 
 __all__ = [
@@ -74,7 +75,7 @@ RESERVED = {
 _MISSING = object()
 _MAX_INFLIGHT = 2  # CPU steps whose gradient copies may wait for their digests at once
 #: What torch says when strict deterministic mode meets a kernel without a deterministic implementation.
-NONDETERMINISTIC_KERNEL = "does not have a deterministic implementation"
+NONDETERMINISTIC_KERNEL = ALERT.strip()
 
 
 @dataclass
