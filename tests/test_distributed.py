@@ -33,7 +33,7 @@ def _worker(rank: int, init_file: str, out_dir: str, mode: str) -> None:
                             timeout=timedelta(seconds=60))
     from yolo_det.core.record import state_dict_digest
     from yolo_det.core.state import snapshot
-    from yolo_det.session.session.distributed import gather_states, rank_session
+    from yolo_det.session.distributed import gather_states, rank_session
 
     baseline = snapshot()
     result: dict = {"rank": rank}
@@ -69,7 +69,7 @@ def _train(rank: int, session, mode: str, *, use_profile: bool) -> dict:
 
     from yolo_det.core.backward import ToggleScaler
     from yolo_det.core.seeding import seed_dataloader
-    from yolo_det.session.session.distributed import gather_states
+    from yolo_det.session.distributed import gather_states
     from yolo_det.tools.demo import demo_data_yaml
 
     if mode == "no-seed" and rank == 1:  # what a rank that skipped its seeding would do
@@ -138,7 +138,7 @@ def launch(tmp_path: Path, mode: str, tag: str) -> list[dict]:
 
 
 def test_two_ranks_twice_give_identical_weights_and_every_rank_runs_the_profile(tmp_path):
-    from yolo_det.session.session.distributed import ranks_consistent
+    from yolo_det.session.distributed import ranks_consistent
 
     runs = [launch(tmp_path, "normal", f"run{i}") for i in range(2)]
     for ranks in runs:

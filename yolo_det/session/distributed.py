@@ -5,11 +5,11 @@ with its rank seed (:func:`yolo_det.core.seeding.rank_seed`), give its ``Distrib
 data seed, and run backward through the toggle when the profile asks. The integrations do this on
 every rank; :func:`rank_session` does it for a hand-written loop::
 
-    session = yolo_det.session.session.distributed.rank_session("repro", seed=0)     # after init_process_group
+    session = yolo_det.session.distributed.rank_session("repro", seed=0)     # after init_process_group
     with session.run(), session.phase_scope("train"):
         yolo_det.seed_dataloader(loader, session.seed, rank=session.rank)
         ...
-        ranks = yolo_det.session.session.distributed.gather_states(session)        # a collective: call on all ranks
+        ranks = yolo_det.session.distributed.gather_states(session)        # a collective: call on all ranks
 
 :func:`gather_states` collects, on every rank, what each rank observed (flags, seeds, world size), so
 rank 0 can write one record covering all ranks and check that no rank ran without the profile.
