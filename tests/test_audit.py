@@ -20,7 +20,7 @@ from torch.overrides import _get_current_function_mode_stack
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 from yolo_det import AuditReport, audit
-from yolo_det.analysis.audit import _real_trace
+from yolo_det.analysis.audit.trace import _real_trace
 from yolo_det.analysis.emulator import emulate_cuda_alerts
 from yolo_det.analysis.loader import load_model
 from yolo_det.analysis.models import resolve_model_yaml
@@ -291,7 +291,7 @@ def test_effects_decide_ok() -> None:
 def test_loss_pass_reports_the_losss_own_ops() -> None:
     from ultralytics.cfg import get_cfg
 
-    from yolo_det.analysis.audit import _load
+    from yolo_det.analysis.audit.entry import _load
 
     loaded = _load("yolov8n-seg.yaml")
     loaded.model.args = get_cfg(overrides={"mask_ratio": 1})  # full-size masks: the loss resizes the prototypes
@@ -464,7 +464,7 @@ def test_cli_cuda_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize("name", ["attention-mix", "gridsample-up", "bicubic-up"])
 def test_real_pass_agrees_with_the_trace_on_the_emulated_cpu(name: str) -> None:
     # The real-device pass, run on the CPU under the emulator, sees exactly what the fake-CUDA trace predicts.
-    from yolo_det.analysis.audit import _load
+    from yolo_det.analysis.audit.entry import _load
 
     loaded = _load(str(MODELS / f"{name}.yaml"))
     predicted = {(f.kernel, f.module) for f in audit(loaded, imgsz=64).findings}
