@@ -29,4 +29,4 @@ from __future__ import annotations
 from .entry import audit
 from .report import AuditReport, Finding
 
-__all__ = ['AuditReport', 'Finding', 'audit']
+__all__ = ["AuditReport", "Finding", "audit"]

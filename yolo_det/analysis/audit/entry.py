@@ -17,7 +17,7 @@ from .match import _match, _merge_observed
 from .report import AuditReport
 from .trace import _fake_trace, _loss_trace, _real_trace
 
-__all__ = ['audit']
+__all__ = ["audit"]
 
 def _check_size(imgsz: Any, batch: Any, stride: int | None) -> int:
     if isinstance(imgsz, bool) or not isinstance(imgsz, int) or imgsz < 1:

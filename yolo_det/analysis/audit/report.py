@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ['AuditReport', 'Finding']
+__all__ = ["AuditReport", "Finding"]
 
 _MODES = ("strict", "warn", "off")
 

@@ -35,4 +35,16 @@ from .report import BenchReport, plot_bench
 from .runner import bench, check_args, parse_profiles
 from .scopes import register_scope, unregister_scope
 
-__all__ = ['BASES', 'DEFAULT_PROFILES', 'ISOLATIONS', 'BenchReport', 'Isolation', 'bench', 'check_args', 'parse_profiles', 'plot_bench', 'register_scope', 'unregister_scope']
+__all__ = [
+    "BASES",
+    "BenchReport",
+    "DEFAULT_PROFILES",
+    "ISOLATIONS",
+    "Isolation",
+    "bench",
+    "check_args",
+    "parse_profiles",
+    "plot_bench",
+    "register_scope",
+    "unregister_scope",
+]

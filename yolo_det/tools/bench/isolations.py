@@ -8,7 +8,7 @@ from typing import Any
 
 from ...core.profiles import PhaseSettings
 
-__all__ = ['BASES', 'DEFAULT_PROFILES', 'ISOLATIONS', 'Isolation']
+__all__ = ["BASES", "DEFAULT_PROFILES", "ISOLATIONS", "Isolation"]
 
 SCHEMA = "yolo-det/bench/1"
 POOL_BATCHES = 4  # input batches loaded once and cycled through by every configuration

@@ -12,7 +12,7 @@ from ...core.profiles import PhaseSettings
 from ..runtime import new_figure, save_figure
 from .isolations import SCHEMA
 
-__all__ = ['BenchReport', 'plot_bench']
+__all__ = ["BenchReport", "plot_bench"]
 
 @dataclass
 class _Config:

@@ -27,7 +27,7 @@ from .memory import _Memory
 from .report import BenchReport, _Config
 from .scopes import _SCOPES, _handled, _scope_extension
 
-__all__ = ['bench', 'check_args', 'parse_profiles']
+__all__ = ["bench", "check_args", "parse_profiles"]
 
 class _Done(Exception):
     """Ends the Ultralytics training once the bench has run inside its setup callback."""

@@ -10,7 +10,7 @@ import torch
 
 from ...core.profiles import PhaseSettings
 
-__all__ = ['register_scope', 'unregister_scope']
+__all__ = ["register_scope", "unregister_scope"]
 
 ScopeFactory = Callable[[torch.nn.Module, PhaseSettings], "AbstractContextManager[Any] | None"]
 _SCOPES: list[tuple[ScopeFactory, frozenset[str]]] = []
