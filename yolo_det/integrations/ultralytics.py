@@ -31,7 +31,6 @@ from ..core.constants import global_rank
 from ..core.errors import YoloDetError
 from ..core.profiles import Profile, load_profile
 from ..core.record import build_record, checkpoint_digest, state_dict_digest, write_record
-from ..core.seeding import seed_dataloader
 from ..core.state import snapshot
 from ..fixes.swaps import restore, unswap_modules
 from ..layers.registry import registered_layers
@@ -217,7 +216,7 @@ class UltralyticsPlugin:
         """Seed the data order, and wrap the scaler when the train phase disables determinism in backward."""
         session = self._ensure_train(trainer)
         settings = self.profile.train
-        seed_dataloader(getattr(trainer, "train_loader", None), session.seeds()["seed"], rank=session.rank)
+        session.hand_over("loader", getattr(trainer, "train_loader", None))
         model = getattr(trainer, "model", None)
         model = getattr(model, "module", model)  # DistributedDataParallel
         if settings.swaps != "none" and isinstance(model, torch.nn.Module) and not self._swapped_for(trainer):

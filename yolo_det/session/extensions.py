@@ -4,7 +4,7 @@
 a phase is entered, and undoes them in reverse order when it is left, on error too:
 
 - :class:`FlagsAndEnv`: torch flags and environment variables (:mod:`yolo_det.core.state`);
-- :class:`Seeds`: seeding at the start of a phase;
+- :class:`Seeds`: seeding at the start of a phase, and the data order of a handed-over loader;
 - :class:`BackwardToggle`: deterministic algorithms off while the backward pass runs, for a scaler handed
   over to the session (:class:`~yolo_det.core.backward.ToggleScaler`) and for ``session.backward(loss)``;
 - :class:`Swaps`: the phase's ``swaps`` policy on a model handed over to the session (the decision is
@@ -27,7 +27,7 @@ from ..analysis.swap_plan import decide_swaps
 from ..core import state as _state
 from ..core.backward import ToggleScaler
 from ..core.profiles import PhaseSettings
-from ..core.seeding import rank_seed, seed_everything
+from ..core.seeding import rank_seed, seed_dataloader, seed_everything
 from ..fixes import swaps as _swaps
 from ..fixes.intercept import interception, suspended
 
@@ -90,7 +90,9 @@ class Seeds(Extension):
     """Seed python, numpy and torch when a phase starts: the phase's own ``seed``, else (train) the run's.
 
     Training seeds with this rank's seed (:func:`~yolo_det.core.seeding.rank_seed`). A session whose
-    ``seed`` is None leaves the random generators alone unless the phase sets a seed. Nothing to undo.
+    ``seed`` is None leaves the random generators alone unless the phase sets a seed. A data loader handed
+    over (``what="loader"``) gets its shuffle order and worker seeds from the run's seed
+    (:func:`~yolo_det.core.seeding.seed_dataloader`). Nothing to undo.
     """
 
     name = "seeds"
@@ -99,6 +101,11 @@ class Seeds(Extension):
         seed = self.seed_for(ctx)
         if seed is not None:
             seed_everything(seed)
+        return None
+
+    def hand_over(self, ctx: PhaseContext, what: str, obj: Any, **options: Any) -> Any:
+        if what == "loader":
+            seed_dataloader(obj, ctx.session.seeds()["seed"], rank=ctx.session.rank)
         return None
 
     @staticmethod
