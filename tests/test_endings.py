@@ -25,12 +25,12 @@ import torch
 from statecheck import assert_same_state, global_state
 from yolo_det import attach
 from yolo_det.cli import main
-from yolo_det.exclusive import ConcurrentSessionError
-from yolo_det.record import RECORD_NAME, checkpoint_digest
-from yolo_det.runlock import LOCK_NAME, RunFolderBusy, acquire
-from yolo_det.session import DeterminismSession
-from yolo_det.signals import Terminated, terminate_as_interrupt
-from yolo_det.state import snapshot
+from yolo_det.core.record import RECORD_NAME, checkpoint_digest
+from yolo_det.core.runlock import LOCK_NAME, RunFolderBusy, acquire
+from yolo_det.core.signals import Terminated, terminate_as_interrupt
+from yolo_det.core.state import snapshot
+from yolo_det.session.exclusive import ConcurrentSessionError
+from yolo_det.session.session import DeterminismSession
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = {"epochs": 1, "imgsz": 64, "batch": 16, "device": "cpu", "workers": 0, "plots": False, "exist_ok": True}
@@ -294,7 +294,7 @@ def test_restore_survives_a_broken_torch_dynamo(monkeypatch):
 
 
 def test_a_restore_step_that_fails_is_a_note_on_the_original_error(monkeypatch):
-    from yolo_det import state as det_state
+    from yolo_det.core import state as det_state
 
     base = snapshot()
     session = DeterminismSession("repro")
@@ -319,7 +319,7 @@ def test_a_restore_step_that_fails_is_a_note_on_the_original_error(monkeypatch):
 @contextlib.contextmanager
 def held_elsewhere(folder: Path):
     """Another process holding ``folder``'s run lock; SIGKILLed afterwards (no clean-up at all)."""
-    code = ("import sys, time; from yolo_det.runlock import acquire; acquire(sys.argv[1]); "
+    code = ("import sys, time; from yolo_det.core.runlock import acquire; acquire(sys.argv[1]); "
             "print('locked', flush=True); time.sleep(120)")
     holder = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE, text=True, env=_env())
     try:

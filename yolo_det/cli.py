@@ -3,8 +3,10 @@
 ``main(argv) -> int`` runs in process (tests call it directly). A known error (bad profile, bad
 ``key=value``, missing file, ...) prints one line on stderr and returns 2; set ``YOLO_DET_DEBUG=1`` to
 see the traceback instead. Ctrl-C (SIGINT) prints one line and returns 130; SIGTERM, handled like
-Ctrl-C while a command runs, prints one line and returns 143. Each command lives in the module that owns its logic and contributes a
-``configure(parser)`` and a ``run(args) -> int``; this module only dispatches.
+Ctrl-C while a command runs, prints one line and returns 143. Each command is a module of
+:mod:`yolo_det.commands` with a ``configure(parser)`` and a ``run(args) -> int``; this module only
+dispatches, and imports a command's module only when that command runs (``--help``, ``--version`` and
+``profiles`` start without torch).
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ import os
 import sys
 import textwrap
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
-from .errors import ConfigError, YoloDetError
+from .core.errors import ConfigError, YoloDetError
 
 __all__ = ["main"]
 
@@ -59,8 +61,11 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(f"{self.prog}: {message} (see '{self.prog} --help')")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every command's sub-parser."""
+def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The top-level parser; the sub-parsers of ``commands`` (default: all) are fully configured.
+
+    The other commands are listed with their one-line help only, so their modules are not imported.
+    """
     from . import __version__
 
     parser = _Parser(
@@ -72,7 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"yolo-det {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    wanted = set(COMMANDS if commands is None else commands)
     for name, (module, help_text) in COMMANDS.items():
+        if name not in wanted:
+            sub.add_parser(name, help=help_text, add_help=False)
+            continue
         mod = importlib.import_module(module)
         doc = textwrap.dedent(mod.__doc__ or help_text)
         p = sub.add_parser(name, help=help_text, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -86,11 +95,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = False
     try:
         debug = os.environ.get("YOLO_DET_DEBUG", "") not in {"", "0", "false", "False"}
-        from .signals import terminate_as_interrupt
+        from .core.signals import terminate_as_interrupt
 
         with terminate_as_interrupt():  # SIGTERM ends a command like Ctrl-C: clean-up, record, exit 143
-            parser = build_parser()
-            args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+            tokens = list(sys.argv[1:] if argv is None else argv)
+            parser = build_parser(_command_of(tokens))
+            args = parser.parse_args(tokens)
             if getattr(args, "_run", None) is None:
                 parser.print_help()
                 return 2
@@ -100,12 +110,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"yolo-det: error: {_one_line(e)}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM while a command runs (yolo_det.signals.Terminated)
-        from .signals import Terminated, exit_code
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM while a command runs (yolo_det.core.signals.Terminated)
+        from .core.signals import Terminated, exit_code
 
         what = f"terminated ({e.signal_name})" if isinstance(e, Terminated) else "interrupted"
         print(f"yolo-det: {what}", file=sys.stderr)
         return exit_code(e)
+
+
+def _command_of(tokens: Sequence[str]) -> list[str]:
+    """The command named in ``tokens`` (the first token that is not an option), as a list of zero or one."""
+    for token in tokens:
+        if not token.startswith("-"):
+            return [token] if token in COMMANDS else []
+    return []
 
 
 def _one_line(e: BaseException) -> str:

@@ -15,18 +15,17 @@ Phase boundaries: ``train`` from ``on_pretrain_routine_start`` (right after ``in
 between ``on_predict_start``/``on_predict_end`` and ``on_export_start``/``on_export_end``; a streaming
 ``predict`` is suspended each time it yields an item (the caller's loop body runs under the caller's state).
 
-Endings (see :mod:`yolo_det.endings`): every training writes ``determinism.json`` however it ends
+Endings (see :mod:`yolo_det.core.endings`): every training writes ``determinism.json`` however it ends
 (``completed``, ``failed``, ``interrupted``, ``terminated``), with every weights file digested from disk;
-SIGTERM is handled like Ctrl-C for the duration of ``model.train()`` (:mod:`yolo_det.signals`); the run
-folder is locked against other live runs (:mod:`yolo_det.runlock`); one session per process
-(:mod:`yolo_det.exclusive`).
+SIGTERM is handled like Ctrl-C for the duration of ``model.train()`` (:mod:`yolo_det.core.signals`); the
+run folder is locked against other live runs (:mod:`yolo_det.core.runlock`); one session per process
+(:mod:`yolo_det.session.exclusive`).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -36,18 +35,18 @@ from typing import Any
 
 import torch
 
-from .. import runlock
-from ..backward import ToggleScaler
-from ..distributed import gather_states, rank_info, ranks_consistent
-from ..endings import describe_ending, one_line, weights_files, weights_stats
-from ..errors import YoloDetError
-from ..profiles import Profile, load_profile
-from ..record import RECORD_NAME, environment, state_dict_digest, write_record
-from ..seeding import seed_dataloader
-from ..session import DeterminismSession, note_restore_failure
-from ..signals import terminate_as_interrupt
-from ..state import snapshot
-from ..swaps import SWAPS, registered_layers, unswap_modules
+from ..core import runlock
+from ..core.constants import global_rank
+from ..core.endings import describe_ending, one_line, weights_files, weights_stats
+from ..core.errors import YoloDetError
+from ..core.profiles import Profile, load_profile
+from ..core.record import RECORD_NAME, build_record, state_dict_digest, write_record
+from ..core.signals import terminate_as_interrupt
+from ..core.state import snapshot
+from ..fixes.swaps import restore, unswap_modules
+from ..layers.registry import registered_layers
+from ..session.distributed import gather_states, rank_info, ranks_consistent
+from ..session.session import DeterminismSession, note_restore_failure
 
 __all__ = ["UltralyticsPlugin", "attach", "detach", "trainer_class"]
 
@@ -73,7 +72,7 @@ _RUN_ARGS = ("task", "model", "data", "epochs", "imgsz", "batch", "device", "see
 
 
 def _rank() -> int:
-    return int(os.environ.get("RANK", -1))
+    return global_rank(-1)
 
 
 def _is_plugin_callback(fn: Any) -> bool:
@@ -89,7 +88,7 @@ class UltralyticsPlugin:
     """Applies a profile's phases to Ultralytics runs and writes ``determinism.json``.
 
     Args:
-        profile: A :class:`~yolo_det.profiles.Profile`, a built-in name or a profile file path.
+        profile: A :class:`~yolo_det.core.profiles.Profile`, a built-in name or a profile file path.
         record: Write ``determinism.json`` into the training run directory.
 
     Attributes:
@@ -114,10 +113,9 @@ class UltralyticsPlugin:
         self._owner: str | None = None  # who began the session: guard, trainer, trainer-class or "<phase>:<id>"
         self._observed: dict[str, Any] | None = None
         self._ranks: list[dict[str, Any]] = []
-        self._wrapped_scaler: Any = None
-        self._trainer: Any = None
         self._entered: set[int] = set()
         self._names: Any = None
+        self._trainer: Any = None  # the trainer of the run in progress (for a record of an early ending)
 
     # A pickled plugin (Ultralytics' DDP launcher pickles the callbacks) starts fresh in the worker.
     def __getstate__(self) -> dict[str, Any]:
@@ -162,10 +160,6 @@ class UltralyticsPlugin:
         run) a failure here is attached to it as a note and warned about, never raised in its place.
         """
         failures: list[BaseException] = []
-        try:
-            self._unwrap_scaler()
-        except BaseException as e:
-            failures.append(e)
         session, self.session, self._owner = self.session, None, None
         names, self._names = self._names, None
         locks, self._locks = self._locks, []
@@ -293,17 +287,14 @@ class UltralyticsPlugin:
         """Seed the data order, and wrap the scaler when the train phase disables determinism in backward."""
         session = self._ensure_train(trainer)
         settings = self.profile.train
-        seed_dataloader(getattr(trainer, "train_loader", None), session.seeds()["seed"], rank=session.rank)
+        session.hand_over("loader", getattr(trainer, "train_loader", None))
         model = getattr(trainer, "model", None)
         model = getattr(model, "module", model)  # DistributedDataParallel
         if settings.swaps != "none" and isinstance(model, torch.nn.Module) and not self._swapped_for(trainer):
             imgsz = getattr(trainer.args, "imgsz", 64)
             session.prepare_model(model, imgsz=int(max(imgsz) if isinstance(imgsz, (list, tuple)) else imgsz))
             trainer._yolo_det_swapped = True
-        scaler = getattr(trainer, "scaler", None)
-        if settings.backward == "disable" and scaler is not None and not isinstance(scaler, ToggleScaler):
-            self._wrapped_scaler = scaler
-            trainer.scaler = ToggleScaler(scaler)
+        session.wrap_scaler(trainer)  # backward: disable -> a ToggleScaler until the train phase ends
 
     @_callback
     def on_train_start(self, trainer: Any) -> None:
@@ -380,12 +371,6 @@ class UltralyticsPlugin:
     def _written_for(self, trainer: Any) -> bool:
         return getattr(trainer, "_yolo_det_record_written", False)
 
-    def _unwrap_scaler(self) -> None:
-        trainer, scaler = self._trainer, self._wrapped_scaler
-        self._wrapped_scaler = None
-        if trainer is not None and scaler is not None and isinstance(getattr(trainer, "scaler", None), ToggleScaler):
-            trainer.scaler = scaler
-
     def _write(self, trainer: Any, error: BaseException | None) -> None:
         """Write ``determinism.json`` for a run that ended with ``error`` (None: completed)."""
         if not self.record or self.session is None:
@@ -406,26 +391,19 @@ class UltralyticsPlugin:
             ema = getattr(getattr(trainer, "ema", None), "ema", None)
             if isinstance(ema, torch.nn.Module):  # the final EMA in float32 (the file holds it in float16)
                 weights["ema_fp32_sha256"] = state_dict_digest(ema)
-        session = self.session
         args = getattr(trainer, "args", None)
-        record = {
-            **describe_ending(error),
-            "framework": "ultralytics",
-            "profile": self.profile.to_dict(),
-            "seeds": session.seeds(),
-            "environment": environment(),
-            "state_before": session.baseline.to_dict() if session.baseline else None,
-            "state_at_train_start": self._observed,
-            "ranks": self._ranks,
-            "rank_problems": ranks_consistent(self._ranks) if self._ranks else [],
-            "backward_toggles": session.backward_toggles(),
-            "swaps": session.swaps(),
-            "routed_calls": session.routed_calls(),
-            "nondeterminism_warnings": session.warnings.entries(),
-            "weights": weights,
-            "run": {k: getattr(args, k, None) for k in _RUN_ARGS} | {"save_dir": str(save_dir)},
-            "phase_events": [e for e in session.events if e["event"] in {"enter", "exit"}],
-        }
+        ending = describe_ending(error)
+        record = build_record(
+            self.session,
+            framework="ultralytics",
+            status=ending.pop("status"),
+            state_at_train_start=self._observed,
+            weights=weights,
+            run={k: getattr(args, k, None) for k in _RUN_ARGS} | {"save_dir": str(save_dir)},
+            ranks=self._ranks,
+            rank_problems=ranks_consistent(self._ranks) if self._ranks else [],
+            **ending,
+        )
         self.record_path = write_record(save_dir, record)
         trainer._yolo_det_record_written = True
 
@@ -497,11 +475,7 @@ def _export_standard(plugin: UltralyticsPlugin, method: Callable[..., Any], owne
             return method(*args, **kwargs)
     finally:
         if records:
-            modules = dict(net.named_modules())
-            names = {t.__name__: t for t in SWAPS.values()}
-            for r in records:
-                if r.path in modules and r.source in names:
-                    modules[r.path].__class__ = names[r.source]
+            restore(net, records)
 
 
 def _lock_fixed_folder(model: Any, kwargs: dict[str, Any]) -> runlock.RunLock | None:
@@ -573,7 +547,7 @@ def attach(model: Any, profile: Profile | str = "repro", *, record: bool = True)
 
     Args:
         model: An ``ultralytics.YOLO`` (or any ``ultralytics.engine.model.Model``).
-        profile: A built-in name, a profile file path, or a :class:`~yolo_det.profiles.Profile`.
+        profile: A built-in name, a profile file path, or a :class:`~yolo_det.core.profiles.Profile`.
         record: Write ``determinism.json`` into each training run directory.
 
     Returns:
@@ -609,7 +583,7 @@ def trainer_class(profile: Profile | str = "repro", base: type | None = None, *,
     """Return a trainer class that trains under ``profile``: ``model.train(trainer=trainer_class("repro"))``.
 
     Args:
-        profile: A built-in name, a profile file path, or a :class:`~yolo_det.profiles.Profile`.
+        profile: A built-in name, a profile file path, or a :class:`~yolo_det.core.profiles.Profile`.
         base: The trainer to extend (any ``ultralytics.engine.trainer.BaseTrainer`` subclass); by default
             ``ultralytics.models.yolo.detect.DetectionTrainer``.
         record: Write ``determinism.json`` into the run directory.

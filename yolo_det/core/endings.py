@@ -1,0 +1,113 @@
+"""How a run ended, and which weights files it left on disk, for ``determinism.json``.
+
+Four endings: ``completed``; ``failed`` (an exception: its type and a one-line message);
+``interrupted`` (SIGINT, Ctrl-C: :class:`KeyboardInterrupt`); ``terminated`` (a signal yolo-det
+handles like Ctrl-C, SIGTERM: :class:`~yolo_det.core.signals.Terminated`).
+
+Every weights file in the run's ``weights`` folder (``last.pt``, ``best.pt``, ``epochN.pt``) is listed
+with the digest of the file as it is on disk (read back with :func:`~yolo_det.record.checkpoint_digest`,
+the digest ``yolo-det digest`` prints), never of a model in memory: after an interruption the
+in-memory EMA has moved on from the last file written. A file that cannot be read back (cut short by
+the interruption) is listed with its error instead of a digest. Files that were already there before
+the run started and that it did not rewrite are marked ``"written_by_this_run": false`` and are not
+read at all (they are not this run's output, and reading a checkpoint unpickles it).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .signals import Terminated
+
+__all__ = ["describe_ending", "one_line", "weights_files", "weights_stats"]
+
+_MESSAGE_LIMIT = 500
+
+
+def one_line(exc: BaseException) -> str:
+    """``str(exc)`` on one line, at most 500 characters."""
+    return " ".join(str(exc).split())[:_MESSAGE_LIMIT]
+
+
+def describe_ending(exc: BaseException | None) -> dict[str, Any]:
+    """The ``status`` of a run that ended with ``exc`` (None: it completed), with the error or signal.
+
+    Returns:
+        ``{"status": ...}`` plus ``"signal"`` for ``terminated`` and ``"error": {"type", "message"}``
+        for ``failed``.
+    """
+    if exc is None:
+        return {"status": "completed"}
+    if isinstance(exc, Terminated):
+        return {"status": "terminated", "signal": exc.signal_name, "signal_number": exc.signum}
+    if isinstance(exc, KeyboardInterrupt):
+        return {"status": "interrupted", "signal": "SIGINT"}
+    return {"status": "failed", "error": {"type": type(exc).__name__, "message": one_line(exc)}}
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def weights_stats(weights_dir: str | os.PathLike[str]) -> dict[str, tuple[int, int, int, int]]:
+    """``{file name: identity}`` of the ``*.pt`` files in ``weights_dir`` now (taken when a run starts)."""
+    folder = Path(weights_dir)
+    out: dict[str, tuple[int, int, int, int]] = {}
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return out
+    for p in entries:
+        try:
+            if p.suffix == ".pt" and p.is_file():
+                out[p.name] = _stat_key(p.stat())
+        except OSError:
+            continue
+    return out
+
+
+def _sort_key(p: Path) -> tuple[int, int, str]:
+    order = {"last.pt": 0, "best.pt": 1}
+    if p.name in order:
+        return (order[p.name], 0, p.name)
+    digits = "".join(c for c in p.stem if c.isdigit())
+    return (2, int(digits) if digits else -1, p.name)
+
+
+def weights_files(weights_dir: str | os.PathLike[str],
+                  before: Mapping[str, tuple[int, int, int, int]] | None = None) -> list[dict[str, Any]]:
+    """Every ``*.pt`` file in ``weights_dir`` with its weights digest read back from the file.
+
+    Args:
+        weights_dir: The run's ``weights`` folder.
+        before: :func:`weights_stats` taken when the run started; files it lists unchanged are marked
+            ``"written_by_this_run": false`` and get no digest (``"sha256": null``), since they are not
+            read.
+
+    Returns:
+        ``[{"file", "bytes", "sha256", "written_by_this_run"}]`` (``"error"`` instead of a digest for a
+        file that cannot be read back): ``last.pt``, ``best.pt``, then epoch files in epoch order.
+    """
+    from .record import checkpoint_digest
+
+    folder = Path(weights_dir)
+    try:
+        paths = sorted((p for p in folder.iterdir() if p.suffix == ".pt" and p.is_file()), key=_sort_key)
+    except OSError:
+        return []
+    out: list[dict[str, Any]] = []
+    for p in paths:
+        entry: dict[str, Any] = {"file": str(p)}
+        try:
+            st = p.stat()
+            entry["bytes"] = st.st_size
+            entry["written_by_this_run"] = ours = before is None or before.get(p.name) != _stat_key(st)
+            entry["sha256"] = checkpoint_digest(p) if ours else None
+        except Exception as e:  # noqa: BLE001 - a file cut short is reported, not fatal
+            entry["sha256"] = None
+            entry["error"] = f"{type(e).__name__}: {one_line(e)}"
+        out.append(entry)
+    return out
