@@ -111,8 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"yolo-det: error: {_one_line(e)}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM while a command runs (yolo_det.core.signals.Terminated)
-        from .core.signals import Terminated, exit_code
+        from .core.signals import Terminated, exit_code, forget_handled_interrupt
 
+        forget_handled_interrupt()
         what = f"terminated ({e.signal_name})" if isinstance(e, Terminated) else "interrupted"
         print(f"yolo-det: {what}", file=sys.stderr)
         return exit_code(e)

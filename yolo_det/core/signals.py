@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-__all__ = ["Terminated", "exit_code", "terminate_as_interrupt"]
+__all__ = ["Terminated", "exit_code", "forget_handled_interrupt", "terminate_as_interrupt"]
 
 _installed = False
 
@@ -79,3 +79,22 @@ def terminate_as_interrupt() -> Iterator[bool]:
     finally:
         _installed = False
         signal.signal(signal.SIGTERM, previous)
+
+
+def forget_handled_interrupt() -> None:
+    """Tell CPython that the KeyboardInterrupt just handled was handled.
+
+    CPython (3.8 to 3.11 at least) sets an internal flag when a KeyboardInterrupt leaves code run from a
+    string by ``exec`` (``dataclasses`` builds its methods that way, so an interrupt during an import can
+    land there), and keeps it even when the interrupt is caught further up; ``python -m`` then ends the
+    process by killing it with SIGINT instead of exiting with the code the program returned. The command
+    line calls this after it has handled an interrupt, so its exit code is the one it chose. Does
+    nothing where the flag cannot be found.
+    """
+    try:
+        import ctypes
+
+        flag = ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt")
+    except Exception:  # noqa: BLE001 - another interpreter or version: nothing to forget
+        return
+    flag.value = 0
