@@ -254,6 +254,7 @@ def test_in_process_signal_restores_state_and_records(sig, exc, status, tmp_path
         assert f["written_by_this_run"] and f["sha256"] == checkpoint_digest(f["file"])
 
 
+@pytest.mark.slow
 def test_failed_run_names_the_error(tmp_path, demo_data):
     from ultralytics import YOLO
 
