@@ -30,6 +30,7 @@ from typing import Any, Literal, get_args
 
 import yaml
 
+from . import safe_yaml
 from .errors import ConfigError, did_you_mean
 
 __all__ = [
@@ -384,7 +385,7 @@ class OpTable:
 
 def _lines_of_entries(text: str) -> list[int]:
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = safe_yaml.compose(text)
     except yaml.YAMLError:
         return []
     if not isinstance(node, yaml.MappingNode):
@@ -479,7 +480,7 @@ def parse_table(text: str, source: str = "<table>") -> OpTable:
         ConfigError: The YAML is malformed or an entry is invalid (the message names the file and line).
     """
     try:
-        data = yaml.safe_load(text)
+        data = safe_yaml.load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""

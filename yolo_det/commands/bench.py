@@ -26,7 +26,8 @@ import sys
 from ..bench import DEFAULT_PROFILES, bench, check_args, parse_profiles, plot_bench
 from ..models import model_names
 from ..runtime import check_output_path
-from .train import prepare
+from ..safeload import trusted_checkpoints
+from .train import add_trust_flag, prepare
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -42,13 +43,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--plot", default=None, metavar="PATH", help="write a bar chart to this PNG")
     parser.add_argument("--verbose", action="store_true", help="show Ultralytics' log (on stderr)")
+    add_trust_flag(parser)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Ultralytics train arguments")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det bench``."""
     profiles = parse_profiles(args.profiles)
-    _, ul_args = prepare(profiles[0], list(args.overrides))
+    with trusted_checkpoints(args.trust_checkpoint):
+        _, ul_args = prepare(profiles[0], list(args.overrides))
     check_args(ul_args, args.steps, args.warmup, args.block)
     plot_path = check_output_path(args.plot, suffix=".png", what="--plot")
     with model_names():

@@ -24,7 +24,10 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..overrides import check_ultralytics_args, parse_overrides, resolve_data, resolve_model
+from ..pickle_scan import TRUST_FLAG
+from ..prechecks import check_train_args
 from ..profiles import load_profile
+from ..safeload import trusted_checkpoints
 
 DEMO_DEFAULTS: dict[str, Any] = {
     "model": "yolov8n.yaml",
@@ -44,7 +47,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``train`` arguments."""
     parser.add_argument("--profile", default="repro", metavar="NAME|FILE",
                         help="built-in profile (repro, balanced, fast) or a profile YAML file (default: repro)")
+    add_trust_flag(parser)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Ultralytics train arguments")
+
+
+def add_trust_flag(parser: argparse.ArgumentParser) -> None:
+    """Add ``--trust-checkpoint`` (skip the scan of a ``model=FILE.pt`` checkpoint's pickle)."""
+    parser.add_argument(TRUST_FLAG, action="store_true",
+                        help="hand model=FILE.pt to Ultralytics even when its pickle names functions no checkpoint "
+                             "needs (only for files you trust: loading runs them)")
 
 
 def prepare(profile: str, tokens: list[str]) -> tuple[Any, dict[str, Any]]:
@@ -68,6 +79,7 @@ def prepare(profile: str, tokens: list[str]) -> tuple[Any, dict[str, Any]]:
         raise ConfigError(f"model= must be a model YAML or a checkpoint path, got {args['model']!r}")
     args["model"] = resolve_model(args["model"])
     args = check_ultralytics_args(args, reserved=RESERVED)
+    args = check_train_args(args)
     return resolved, args
 
 
@@ -90,7 +102,8 @@ def train(profile: Any, args: dict[str, Any]) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det train``."""
-    profile, ul_args = prepare(args.profile, list(args.overrides))
+    with trusted_checkpoints(args.trust_checkpoint):
+        profile, ul_args = prepare(args.profile, list(args.overrides))
     plugin = train(profile, ul_args)
     if plugin.record_path is not None:
         print(f"determinism record: {plugin.record_path}")

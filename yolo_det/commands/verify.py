@@ -26,8 +26,9 @@ import json
 from ..models import model_names
 from ..overrides import parse_overrides
 from ..runtime import check_output_path
+from ..safeload import trusted_checkpoints
 from ..verify import DEFAULT_KEEP_MIB, check_args, plot_losses, progress_to_stderr, verify
-from .train import prepare
+from .train import add_trust_flag, prepare
 
 USER_DATA_EPOCHS = 1
 
@@ -45,13 +46,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--plot", default=None, metavar="PATH", help="write the runs' loss curves to this PNG")
     parser.add_argument("--verbose", action="store_true", help="show Ultralytics' training log (on stderr)")
+    add_trust_flag(parser)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Ultralytics train arguments")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det verify``: exit 0 when the runs are bitwise identical, 1 when not."""
     tokens = list(args.overrides)
-    profile, ul_args = prepare(args.profile, tokens)
+    with trusted_checkpoints(args.trust_checkpoint):
+        profile, ul_args = prepare(args.profile, tokens)
     user = parse_overrides(tokens)
     if user.get("data") is not None and "epochs" not in user:
         ul_args["epochs"] = USER_DATA_EPOCHS
