@@ -12,9 +12,11 @@ execution, files, processes, the network, importing) is refused.
 
 from __future__ import annotations
 
+import _compat_pickle
 import io
 import os
 import pickletools
+import re
 import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -69,8 +71,13 @@ _FORBIDDEN_NAMES = frozenset({
 })
 
 
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
 def is_forbidden(module: str, name: str) -> bool:
     """Whether loading a pickle that names ``module.name`` could run code no checkpoint needs."""
+    if not _DOTTED.fullmatch(module) or not _DOTTED.fullmatch(name):
+        return True  # not a name Python could import (or one computed at load time: "?")
     top = module.split(".", 1)[0]
     if top in {"builtins", "__builtin__", "__builtins__"}:
         return module not in {"builtins", "__builtin__"} or name not in _ALLOWED_BUILTINS
@@ -268,6 +275,13 @@ class ScanResult:
     forbidden: list[str]
 
 
+def _python3_name(module: str, name: str) -> tuple[str, str]:
+    """The name Python 3's unpickler imports for a (possibly Python 2) name, as ``fix_imports`` maps it."""
+    if (module, name) in _compat_pickle.NAME_MAPPING:
+        return _compat_pickle.NAME_MAPPING[(module, name)]
+    return _compat_pickle.IMPORT_MAPPING.get(module, module), name
+
+
 def _scan_pickle(path: Path, data: bytes) -> ScanResult:
     try:
         refs = pickle_globals(data)
@@ -275,14 +289,13 @@ def _scan_pickle(path: Path, data: bytes) -> ScanResult:
         raise _not_a_checkpoint(path, f"data.pkl is not a valid pickle: {' '.join(str(e).split())[:120]}") from None
     names: list[str] = []
     forbidden: list[str] = []
-    for module, qual in refs:
-        if module == "__builtin__":  # protocol 2 pickles name Python 2's module
-            module = "builtins"
+    for raw_module, raw_qual in refs:
+        module, qual = _python3_name(raw_module, raw_qual)
         full = f"{module}.{qual}"
         if full in names:
             continue
         names.append(full)
-        if module == "?" or is_forbidden(module, qual):
+        if module == "?" or is_forbidden(module, qual) or is_forbidden(raw_module, raw_qual):
             forbidden.append("a name computed at load time" if module == "?" else full)
     return ScanResult(path=path, globals=names, forbidden=forbidden)
 
