@@ -161,6 +161,21 @@ def expanded_size(root: yaml.Node, limit: int = MAX_NODES, max_depth: int = MAX_
     return visit(root, 1)[0]
 
 
+#: Largest integer a document may hold, in bits (a seed, a size or a count is far smaller; a bigger one only
+#: makes ``str()`` of it fail, as Python refuses to print an integer of more than 4300 digits).
+MAX_INT_BITS = 1024
+
+
+def _bounded_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    value = yaml.SafeLoader.construct_yaml_int(loader, node)
+    if abs(value).bit_length() > MAX_INT_BITS:
+        raise YamlLimitError(f"an integer of more than {MAX_INT_BITS} bits", node.start_mark)
+    return value
+
+
+BoundedLoader.add_constructor("tag:yaml.org,2002:int", _bounded_int)
+
+
 class _NumbersLoader(BoundedLoader):
     """BoundedLoader that also reads exponent-only floats (``1e-3``) as numbers."""
 
