@@ -24,7 +24,7 @@ import yaml
 from . import safe_yaml
 from .errors import ModelError, did_you_mean
 from .model_yaml import check_activation
-from .models import resolve_model_yaml
+from .models import model_names, resolve_model_yaml
 
 __all__ = ["LoadedModel", "layer_lines", "load_model", "check_yaml_modules"]
 
@@ -290,21 +290,22 @@ def _rebuild_checkpoint(path: Path, source: str) -> LoadedModel:
                          f"unpickle checkpoints by default; {trust_hint()}")
     cfg, weights = found
     origin = f"{path} (its stored model YAML)"
-    try:
-        check_yaml_modules(cfg, "", origin, vars(tasks))
-        check_activation(cfg, origin)
-    except ModelError as e:
-        raise ModelError(f"{' '.join(str(e).split())}; to load the pickled model instead, {trust_hint()}") from None
-    channels = cfg.get("channels", cfg.get("ch", 3))
-    channels = channels if isinstance(channels, int) and not isinstance(channels, bool) and 0 < channels <= 64 else 3
-    try:
-        with _quiet_ultralytics():
-            model = _model_class(cfg)(copy.deepcopy(cfg), ch=channels, verbose=False)
-            model.load_state_dict(weights, strict=True)
-    except Exception as e:  # noqa: BLE001 - parse_model and load_state_dict raise anything for a foreign YAML
-        msg = " ".join(str(e).split())[:200] or type(e).__name__
-        raise ModelError(f"cannot rebuild the model of checkpoint '{path}' from its stored YAML ({type(e).__name__}: "
-                         f"{msg}); {trust_hint()}") from None
+    with model_names():  # yolo-det's layer names and example blocks, as `yolo-det train` resolves them
+        try:
+            check_yaml_modules(cfg, "", origin, vars(tasks))
+            check_activation(cfg, origin)
+        except ModelError as e:
+            raise ModelError(f"{' '.join(str(e).split())}; to load the pickled model instead, {trust_hint()}") from None
+        channels = cfg.get("channels", cfg.get("ch", 3))
+        channels = channels if isinstance(channels, int) and not isinstance(channels, bool) and 0 < channels <= 64 else 3
+        try:
+            with _quiet_ultralytics():
+                model = _model_class(cfg)(copy.deepcopy(cfg), ch=channels, verbose=False)
+                model.load_state_dict(weights, strict=True)
+        except Exception as e:  # noqa: BLE001 - parse_model and load_state_dict raise anything for a foreign YAML
+            msg = " ".join(str(e).split())[:200] or type(e).__name__
+            raise ModelError(f"cannot rebuild the model of checkpoint '{path}' from its stored YAML "
+                             f"({type(e).__name__}: {msg}); {trust_hint()}") from None
     return _from_module(model.float(), source, "checkpoint")
 
 
