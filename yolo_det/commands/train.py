@@ -1,11 +1,21 @@
 """Train an Ultralytics model under a determinism profile.
 
-usage: yolo-det train [--profile NAME|FILE] [key=value ...]
+usage: yolo-det train [--profile NAME|FILE] [--trust-checkpoint] [key=value ...]
 
 Every key=value is an Ultralytics train argument (model=, data=, epochs=, imgsz=, batch=, device=,
 seed=, project=, name=, ...), parsed with YAML rules (never eval). Without data= the bundled demo
 dataset is used with small defaults (model=yolov8n.yaml epochs=3 imgsz=96 batch=16 device=cpu), so
 `yolo-det train --profile repro` trains in well under a minute on a CPU.
+
+Before anything is built or written, the values are judged as Ultralytics would judge them: seed= in
+[0, 2**32), device= CUDA only where there is one, optimizer= one Ultralytics builds, the model YAML's
+module names, the data YAML's train/val images present (yolo-det never downloads a dataset), project= a
+writable folder, name= a folder name. lr0=1e-3 is a number, as in Ultralytics' own command line.
+
+model=FILE.pt: the checkpoint's pickle is scanned without unpickling it, and one that names what no
+checkpoint needs (builtins.exec, os.system, subprocess, ...) is refused; --trust-checkpoint hands it to
+Ultralytics anyway. Ultralytics' own loader then reads it (and honours ULTRALYTICS_SAFE_LOAD=1). A model
+YAML is your own model: Ultralytics builds it, evaluating its 'activation:' as it always does.
 
 The run directory gets determinism.json (profile, seeds, versions, flags, warnings, weights digest);
 its path and the weights digest are printed at the end.
