@@ -307,3 +307,32 @@ def test_inert_reader_rejects_malformed_tensors(tmp_path: Path) -> None:
     with pytest.raises(ModelError) as e:
         safeload.checkpoint_state_dict(path)
     assert "truncated" in str(e.value)
+
+
+def test_shared_modules_and_yaml_cannot_explode(tmp_path: Path) -> None:
+    """A pickle shares objects by reference: 40 levels of a module listed twice by its parent would be 2**40
+    state-dict entries, a stored YAML of rows shared the same way 2**40 rows. Both are refused quickly."""
+    import time
+
+    leaf = nn.Linear(1, 1)
+    node: nn.Module = leaf
+    for _ in range(40):
+        parent = nn.Module()
+        parent.add_module("a", node)
+        parent.add_module("b", node)
+        node = parent
+    row: list = [-1, 1, "Conv", [8]]
+    for _ in range(40):
+        row = [row, row]
+    node.yaml = {"backbone": row, "head": []}
+    path = tmp_path / "shared.pt"
+    torch.save({"model": node}, path)
+    start = time.process_time()
+    with pytest.raises(ModelError, match="more than 100000 modules"):
+        safeload.checkpoint_state_dict(path)
+    assert safeload.checkpoint_model_yaml(path) is None  # not plain data within bounds: no YAML to rebuild from
+    node.yaml = {"backbone": [[-1, 1, "Conv", [8]]], "head": []}
+    torch.save({"model": node}, path)
+    with pytest.raises(ModelError, match="more than 100000 modules"):
+        safeload.checkpoint_model_yaml(path)
+    assert time.process_time() - start < 5

@@ -292,13 +292,16 @@ def is_module_like(obj: Any) -> bool:
     return _module_dict(obj) is not None
 
 
-def module_state_dict(obj: Any, *, max_depth: int = 200) -> dict[str, torch.Tensor]:
+def module_state_dict(obj: Any, *, max_depth: int = 200, max_modules: int = 100_000) -> dict[str, torch.Tensor]:
     """The state dict of a pickled ``nn.Module`` placeholder, keyed as ``nn.Module.state_dict`` keys it.
 
     Raises:
-        ModelError: ``obj`` is not a pickled module, or its modules nest deeper than ``max_depth``.
+        ModelError: ``obj`` is not a pickled module, or its modules nest deeper than ``max_depth`` or
+            number more than ``max_modules`` (a module shared by many parents counts once per parent,
+            as ``state_dict`` lists it).
     """
     out: dict[str, torch.Tensor] = {}
+    visits = [0]
 
     def walk(node: Any, prefix: str, depth: int) -> None:
         state = _module_dict(node)
@@ -306,6 +309,9 @@ def module_state_dict(obj: Any, *, max_depth: int = 200) -> dict[str, torch.Tens
             return
         if depth > max_depth:
             raise ModelError(f"the checkpoint's modules nest more than {max_depth} deep")
+        visits[0] += 1
+        if visits[0] > max_modules:
+            raise ModelError(f"the checkpoint's model lists more than {max_modules} modules")
         params = state.get("_parameters")
         if isinstance(params, Mapping):
             for name, value in params.items():
@@ -358,15 +364,19 @@ def checkpoint_state_dict(path: str | os.PathLike[str]) -> dict[str, torch.Tenso
     raise ModelError(f"'{path}' holds no model weights (expected a checkpoint with 'model' or 'ema', or a state dict)")
 
 
-def _plain(value: Any, depth: int = 0) -> bool:
-    if depth > 50:
+def _plain(value: Any, budget: list[int], depth: int = 0) -> bool:
+    """Whether ``value`` is plain YAML data: at most 50 deep and ``budget[0]`` values (shared ones counted each time)."""
+    budget[0] -= 1
+    if depth > 50 or budget[0] < 0:
         return False
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if value is None or isinstance(value, (bool, int, float)):
         return True
+    if isinstance(value, str):
+        return len(value) <= 10_000
     if isinstance(value, (list, tuple)):
-        return all(_plain(v, depth + 1) for v in value)
+        return all(_plain(v, budget, depth + 1) for v in value)
     if isinstance(value, dict):
-        return all(isinstance(k, str) and _plain(v, depth + 1) for k, v in value.items())
+        return all(isinstance(k, str) and _plain(v, budget, depth + 1) for k, v in value.items())
     return False
 
 
@@ -383,7 +393,7 @@ def checkpoint_model_yaml(path: str | os.PathLike[str]) -> tuple[dict[str, Any],
     if model is None:
         return None
     cfg = (_module_dict(model) or {}).get("yaml")
-    if not isinstance(cfg, dict) or not _plain(cfg):
+    if not isinstance(cfg, dict) or not _plain(cfg, [100_000]):
         return None
     return dict(cfg), module_state_dict(model)
 
