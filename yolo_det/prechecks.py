@@ -220,11 +220,16 @@ def check_model_yaml(model: str) -> None:
         check_yaml_modules(cfg, text, str(path), vars(tasks))
 
 
-def check_train_args(args: dict[str, Any]) -> dict[str, Any]:
-    """Run every pre-check on resolved train arguments (see the module docstring); return them normalised."""
+def check_train_args(args: dict[str, Any], *, device: bool = True) -> dict[str, Any]:
+    """Run every pre-check on resolved train arguments (see the module docstring); return them normalised.
+
+    Args:
+        args: The arguments.
+        device: Also check ``device=`` (a command with its own rules on devices checks it after them).
+    """
     if "seed" in args:
         check_seed(args["seed"])
-    if "device" in args:
+    if device and "device" in args:
         check_device(args["device"])
     if args.get("optimizer") is not None:
         check_optimizer(args["optimizer"])

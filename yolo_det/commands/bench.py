@@ -25,6 +25,7 @@ import sys
 
 from ..bench import DEFAULT_PROFILES, bench, check_args, parse_profiles, plot_bench
 from ..models import model_names
+from ..prechecks import check_device
 from ..runtime import check_output_path
 from ..safeload import trusted_checkpoints
 from .train import add_trust_flag, prepare
@@ -51,8 +52,9 @@ def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det bench``."""
     profiles = parse_profiles(args.profiles)
     with trusted_checkpoints(args.trust_checkpoint):
-        _, ul_args = prepare(profiles[0], list(args.overrides))
+        _, ul_args = prepare(profiles[0], list(args.overrides), check_device=False)
     check_args(ul_args, args.steps, args.warmup, args.block)
+    check_device(ul_args.get("device"))
     plot_path = check_output_path(args.plot, suffix=".png", what="--plot")
     with model_names():
         report = bench(profiles, ul_args, steps=args.steps, warmup=args.warmup, block=args.block,

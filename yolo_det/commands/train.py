@@ -68,10 +68,11 @@ def add_trust_flag(parser: argparse.ArgumentParser) -> None:
                              "needs (only for files you trust: loading runs them)")
 
 
-def prepare(profile: str, tokens: list[str]) -> tuple[Any, dict[str, Any]]:
+def prepare(profile: str, tokens: list[str], *, check_device: bool = True) -> tuple[Any, dict[str, Any]]:
     """Validate the profile and the overrides; return ``(profile, ultralytics_args)`` or raise a one-line error.
 
-    Nothing is written and no model is built.
+    Nothing is written and no model is built. ``check_device=False`` leaves ``device=`` to the caller (verify
+    and bench first apply their one-device rule, then :func:`yolo_det.prechecks.check_device`).
     """
     resolved = load_profile(profile)
     args = parse_overrides(tokens)
@@ -89,7 +90,7 @@ def prepare(profile: str, tokens: list[str]) -> tuple[Any, dict[str, Any]]:
         raise ConfigError(f"model= must be a model YAML or a checkpoint path, got {args['model']!r}")
     args["model"] = resolve_model(args["model"])
     args = check_ultralytics_args(args, reserved=RESERVED)
-    args = check_train_args(args)
+    args = check_train_args(args, device=check_device)
     return resolved, args
 
 

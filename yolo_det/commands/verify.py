@@ -25,6 +25,7 @@ import json
 
 from ..models import model_names
 from ..overrides import parse_overrides
+from ..prechecks import check_device
 from ..runtime import check_output_path
 from ..safeload import trusted_checkpoints
 from ..verify import DEFAULT_KEEP_MIB, check_args, plot_losses, progress_to_stderr, verify
@@ -54,12 +55,13 @@ def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det verify``: exit 0 when the runs are bitwise identical, 1 when not."""
     tokens = list(args.overrides)
     with trusted_checkpoints(args.trust_checkpoint):
-        profile, ul_args = prepare(args.profile, tokens)
+        profile, ul_args = prepare(args.profile, tokens, check_device=False)
     user = parse_overrides(tokens)
     if user.get("data") is not None and "epochs" not in user:
         ul_args["epochs"] = USER_DATA_EPOCHS
     plot_path = check_output_path(args.plot, suffix=".png", what="--plot")
     check_args(ul_args, args.runs, args.steps, args.keep_mib)
+    check_device(ul_args.get("device"))
     with model_names():
         report = verify(profile, ul_args, runs=args.runs, steps=args.steps, keep_mib=args.keep_mib,
                         verbose=args.verbose, progress=progress_to_stderr)
