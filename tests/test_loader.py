@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from yolo_det.errors import ModelError
-from yolo_det.loader import layer_lines, load_model
+from yolo_det.analysis.loader import layer_lines, load_model
+from yolo_det.core.errors import ModelError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,7 +34,7 @@ def test_rtdetr_gets_its_own_model_class() -> None:
 
 
 def test_module_and_state_dict_checkpoints(tmp_path: Path) -> None:
-    from yolo_det.safeload import trusted_checkpoints
+    from yolo_det.core.safeload import trusted_checkpoints
 
     module = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU())
     torch.save(module, tmp_path / "m.pt")

@@ -9,10 +9,10 @@ import pytest
 import torch
 import yaml
 
-from yolo_det import prechecks
 from yolo_det.cli import main
-from yolo_det.commands.train import prepare
-from yolo_det.errors import ConfigError
+from yolo_det.core.errors import ConfigError
+from yolo_det.tools import prechecks
+from yolo_det.tools.prepare import prepare
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2**32 - 1])
@@ -122,7 +122,7 @@ def test_data_images(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_train_model_yaml_with_an_unknown_module(tmp_path: Path) -> None:
-    from yolo_det.errors import ModelError
+    from yolo_det.core.errors import ModelError
 
     text = (Path(__file__).resolve().parents[1] / "data" / "models" / "bicubic-up.yaml").read_text()
     (tmp_path / "ok.yaml").write_text(text)

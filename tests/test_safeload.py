@@ -16,12 +16,12 @@ import pytest
 import torch
 from torch import nn
 
-from yolo_det import safeload
 from yolo_det.cli import main
-from yolo_det.errors import ModelError
-from yolo_det.pickle_scan import TRUST_FLAG, check_checkpoint, is_forbidden, pickle_globals, scan_checkpoint
-from yolo_det.record import checkpoint_digest, state_dict_digest
-from yolo_det.registry import registered
+from yolo_det.core import safeload
+from yolo_det.core.errors import ModelError
+from yolo_det.core.pickle_scan import TRUST_FLAG, check_checkpoint, is_forbidden, pickle_globals, scan_checkpoint
+from yolo_det.core.record import checkpoint_digest, state_dict_digest
+from yolo_det.layers.registry import registered
 
 SMALL = {"epochs": 1, "imgsz": 64, "batch": 16, "device": "cpu", "workers": 0, "plots": False, "exist_ok": True,
          "val": False}
@@ -97,7 +97,7 @@ def test_scan_finds_every_global_at_every_protocol(protocol: int) -> None:
 
 def scan_names(data: bytes) -> list[tuple[str, str]]:
     """The names as Python 3 imports them (protocol 0-2 pickles write Python 2 names: subprocess -> commands)."""
-    from yolo_det.pickle_scan import _python3_name
+    from yolo_det.core.pickle_scan import _python3_name
 
     return [_python3_name(m, n) for m, n in pickle_globals(data)]
 
@@ -196,7 +196,7 @@ def test_train_with_ultralytics_safe_load_in_a_fresh_process(evil: tuple[Path, P
 
 def test_train_precheck_never_unpickles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The pre-check of model=FILE.pt reads opcodes only: neither torch's nor yolo-det's unpickler runs."""
-    from yolo_det.commands.train import prepare
+    from yolo_det.tools.prepare import prepare
 
     path = tmp_path / "clean.pt"
     torch.save({"model": None, "ema": nn.Sequential(nn.Conv2d(3, 4, 1))}, path)
@@ -229,7 +229,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Two tiny trainings: yolov8n, and a model with UserBlock (defined in this file) in its backbone."""
     from ultralytics import YOLO
 
-    from yolo_det.demo import demo_data_yaml
+    from yolo_det.tools.demo import demo_data_yaml
 
     root = tmp_path_factory.mktemp("trained")
     data = str(demo_data_yaml())
@@ -284,7 +284,7 @@ def test_audit_of_a_checkpoint_with_the_users_block_asks_for_the_flag(trained: d
 
 
 def test_train_accepts_a_real_checkpoint_with_the_users_block(trained: dict[str, Path]) -> None:
-    from yolo_det.commands.train import prepare
+    from yolo_det.tools.prepare import prepare
 
     _, args = prepare("repro", [f"model={trained['custom']}"])
     assert args["model"] == str(trained["custom"])

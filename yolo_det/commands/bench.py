@@ -23,12 +23,13 @@ import argparse
 import json
 import sys
 
-from ..bench import DEFAULT_PROFILES, bench, check_args, parse_profiles, plot_bench
-from ..models import model_names
-from ..prechecks import check_device
-from ..runtime import check_output_path
-from ..safeload import trusted_checkpoints
-from .train import add_trust_flag, prepare
+from ..analysis.models import model_names
+from ..core.fileio import check_output_path
+from ..core.safeload import trusted_checkpoints
+from ..tools.bench import DEFAULT_PROFILES, bench, check_args, parse_profiles, plot_bench
+from ..tools.prechecks import check_device
+from ..tools.prepare import prepare
+from .train import add_trust_flag
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -2,7 +2,7 @@
 
 usage: yolo-det digest CHECKPOINT [CHECKPOINT ...] [--trust-checkpoint]
 
-The digest covers the model's state dict in a defined order and dtype (see yolo_det.record), so two
+The digest covers the model's state dict in a defined order and dtype (see yolo_det.core.record), so two
 checkpoints with equal weights have equal digests even when their metadata (dates, paths) differ.
 
 A checkpoint is read without importing or calling anything it names (a model made of your own block
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..pickle_scan import TRUST_FLAG, check_checkpoint
-from ..record import checkpoint_digest
+from ..core.pickle_scan import TRUST_FLAG, check_checkpoint
+from ..core.record import checkpoint_digest
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -32,25 +32,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..errors import ConfigError
-from ..overrides import check_ultralytics_args, parse_overrides, resolve_data, resolve_model
-from ..pickle_scan import TRUST_FLAG
-from ..prechecks import check_train_args
-from ..profiles import load_profile
-from ..safeload import trusted_checkpoints
-
-DEMO_DEFAULTS: dict[str, Any] = {
-    "model": "yolov8n.yaml",
-    "epochs": 3,
-    "imgsz": 96,
-    "batch": 16,
-    "device": "cpu",
-    "workers": 0,
-}
-RESERVED = {
-    "deterministic": "the profile decides determinism (choose it with --profile)",
-    "mode": "this command always trains",
-}
+from ..core.pickle_scan import TRUST_FLAG
+from ..core.safeload import trusted_checkpoints
+from ..tools.prepare import prepare
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -68,39 +52,13 @@ def add_trust_flag(parser: argparse.ArgumentParser) -> None:
                              "needs (only for files you trust: loading runs them)")
 
 
-def prepare(profile: str, tokens: list[str], *, check_device: bool = True) -> tuple[Any, dict[str, Any]]:
-    """Validate the profile and the overrides; return ``(profile, ultralytics_args)`` or raise a one-line error.
-
-    Nothing is written and no model is built. ``check_device=False`` leaves ``device=`` to the caller (verify
-    and bench first apply their one-device rule, then :func:`yolo_det.prechecks.check_device`).
-    """
-    resolved = load_profile(profile)
-    args = parse_overrides(tokens)
-    if args.get("data") is None:
-        from ..demo import demo_data_yaml
-
-        args.pop("data", None)
-        args = {**DEMO_DEFAULTS, **args, "data": str(demo_data_yaml())}
-    else:
-        if not isinstance(args["data"], str):
-            raise ConfigError(f"data= must be a path, got {args['data']!r}")
-        args["data"] = resolve_data(args["data"])
-    args.setdefault("model", DEMO_DEFAULTS["model"])
-    if not isinstance(args["model"], str):
-        raise ConfigError(f"model= must be a model YAML or a checkpoint path, got {args['model']!r}")
-    args["model"] = resolve_model(args["model"])
-    args = check_ultralytics_args(args, reserved=RESERVED)
-    args = check_train_args(args, device=check_device)
-    return resolved, args
-
-
 def train(profile: Any, args: dict[str, Any]) -> Any:
     """Train with Ultralytics under ``profile``; return the plugin (``record_path``, ``weights_digest``)."""
     from ultralytics import YOLO
 
-    from ..demo import ensure_local_font
+    from ..analysis.models import model_names
+    from ..integrations.fonts import ensure_local_font
     from ..integrations.ultralytics import attach
-    from ..models import model_names
 
     ensure_local_font()
     train_args = dict(args)

@@ -23,13 +23,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..models import model_names
-from ..overrides import parse_overrides
-from ..prechecks import check_device
-from ..runtime import check_output_path
-from ..safeload import trusted_checkpoints
-from ..verify import DEFAULT_KEEP_MIB, check_args, plot_losses, progress_to_stderr, verify
-from .train import add_trust_flag, prepare
+from ..analysis.models import model_names
+from ..core.fileio import check_output_path
+from ..core.safeload import trusted_checkpoints
+from ..tools.overrides import parse_overrides
+from ..tools.prechecks import check_device
+from ..tools.prepare import prepare
+from ..tools.verify import check_args, plot_losses, progress_to_stderr, verify
+from ..tools.verify.records import DEFAULT_KEEP_MIB
+from .train import add_trust_flag
 
 USER_DATA_EPOCHS = 1
 
