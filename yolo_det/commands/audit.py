@@ -44,8 +44,7 @@ import json
 import sys
 
 from ..core.errors import ConfigError
-from ..core.pickle_scan import TRUST_FLAG
-from ..core.safeload import trusted_checkpoints
+from ..core.pickle_scan import TRUST_FLAG, trusted_checkpoints
 
 
 def _positive_int(text: str) -> int:

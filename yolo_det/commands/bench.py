@@ -25,7 +25,7 @@ import sys
 
 from ..analysis.models import model_names
 from ..core.fileio import check_output_path
-from ..core.safeload import trusted_checkpoints
+from ..core.pickle_scan import trusted_checkpoints
 from ..tools.bench import DEFAULT_PROFILES, bench, check_args, parse_profiles, plot_bench
 from ..tools.prechecks import check_device
 from ..tools.prepare import prepare

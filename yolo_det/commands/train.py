@@ -32,8 +32,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..core.pickle_scan import TRUST_FLAG
-from ..core.safeload import trusted_checkpoints
+from ..core.pickle_scan import TRUST_FLAG, trusted_checkpoints
 from ..tools.prepare import prepare
 
 

@@ -25,7 +25,7 @@ import json
 
 from ..analysis.models import model_names
 from ..core.fileio import check_output_path
-from ..core.safeload import trusted_checkpoints
+from ..core.pickle_scan import trusted_checkpoints
 from ..tools.overrides import parse_overrides
 from ..tools.prechecks import check_device
 from ..tools.prepare import prepare

@@ -13,12 +13,14 @@ execution, files, processes, the network, importing) is refused.
 from __future__ import annotations
 
 import _compat_pickle
+import contextlib
+import contextvars
 import io
 import os
 import pickletools
 import re
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,10 +35,31 @@ __all__ = [
     "open_checkpoint",
     "pickle_globals",
     "scan_checkpoint",
+    "trust_checkpoints",
+    "trusted_checkpoints",
 ]
 
 #: The command-line flag that skips the scan and lets torch unpickle the file as it is.
 TRUST_FLAG = "--trust-checkpoint"
+
+_TRUST: contextvars.ContextVar[bool] = contextvars.ContextVar("yolo_det_trust_checkpoints", default=False)
+
+
+@contextlib.contextmanager
+def trusted_checkpoints(trust: bool = True) -> Iterator[None]:
+    """While active, commands may hand checkpoints over unscanned, or unpickle them (the user's opt-in,
+    ``--trust-checkpoint``)."""
+    token = _TRUST.set(bool(trust))
+    try:
+        yield
+    finally:
+        _TRUST.reset(token)
+
+
+def trust_checkpoints() -> bool:
+    """Whether the user opted in to unpickling checkpoints (``--trust-checkpoint``)."""
+    return _TRUST.get()
+
 
 #: Largest ``data.pkl`` read (an Ultralytics model pickles to well under 10 MiB).
 MAX_PICKLE_BYTES = 256 * 2**20

@@ -17,17 +17,15 @@ model YAML), the user opts in with ``--trust-checkpoint`` (see :func:`trusted_ch
 from __future__ import annotations
 
 import collections
-import contextlib
-import contextvars
 import os
 import pickle
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from .errors import ModelError
-from .pickle_scan import TRUST_FLAG, CheckpointArchive, open_checkpoint
+from .pickle_scan import TRUST_FLAG, CheckpointArchive, open_checkpoint, trust_checkpoints, trusted_checkpoints
 
 __all__ = [
     "Inert",
@@ -39,24 +37,6 @@ __all__ = [
     "trust_checkpoints",
     "trusted_checkpoints",
 ]
-
-_TRUST: contextvars.ContextVar[bool] = contextvars.ContextVar("yolo_det_trust_checkpoints", default=False)
-
-
-@contextlib.contextmanager
-def trusted_checkpoints(trust: bool = True) -> Iterator[None]:
-    """While active, commands may unpickle checkpoints with torch's full unpickler (the user's opt-in)."""
-    token = _TRUST.set(bool(trust))
-    try:
-        yield
-    finally:
-        _TRUST.reset(token)
-
-
-def trust_checkpoints() -> bool:
-    """Whether the user opted in to unpickling checkpoints (``--trust-checkpoint``)."""
-    return _TRUST.get()
-
 
 class Inert:
     """An object a checkpoint named but which was not imported: it keeps what the pickle gave it, nothing more."""
