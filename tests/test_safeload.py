@@ -164,6 +164,13 @@ def evil(tmp_path: Path) -> tuple[Path, Path]:
     return path, marker
 
 
+def test_the_hostile_checkpoint_is_real(evil: tuple[Path, Path]) -> None:
+    """Negative control: torch's full unpickler does run the file's code (so the tests below can fail)."""
+    path, marker = evil
+    torch.load(path, map_location="cpu", weights_only=False)
+    assert marker.read_text() == "ran"
+
+
 @pytest.mark.parametrize("safe_load_env", [None, "1"])
 @pytest.mark.parametrize("argv", [["digest"], ["audit", "--imgsz", "64"], ["train", "model="], ["verify", "model="],
                                   ["bench", "model="]], ids=["digest", "audit", "train", "verify", "bench"])
