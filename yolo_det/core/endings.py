@@ -5,12 +5,12 @@ Four endings: ``completed``; ``failed`` (an exception: its type and a one-line m
 handles like Ctrl-C, SIGTERM: :class:`~yolo_det.core.signals.Terminated`).
 
 Every weights file in the run's ``weights`` folder (``last.pt``, ``best.pt``, ``epochN.pt``) is listed
-with the digest of the file as it is on disk (read back with :func:`~yolo_det.record.checkpoint_digest`,
-the digest ``yolo-det digest`` prints), never of a model in memory: after an interruption the
+with the digest of the file as it is on disk (read back with :func:`~yolo_det.core.record.checkpoint_digest`,
+the digest ``yolo-det digest`` prints, which reads tensors only and runs nothing the file names), never
+of a model in memory: after an interruption the
 in-memory EMA has moved on from the last file written. A file that cannot be read back (cut short by
 the interruption) is listed with its error instead of a digest. Files that were already there before
-the run started and that it did not rewrite are marked ``"written_by_this_run": false`` and are not
-read at all (they are not this run's output, and reading a checkpoint unpickles it).
+the run started and that it did not rewrite are marked ``"written_by_this_run": false``.
 """
 
 from __future__ import annotations
@@ -84,8 +84,7 @@ def weights_files(weights_dir: str | os.PathLike[str],
     Args:
         weights_dir: The run's ``weights`` folder.
         before: :func:`weights_stats` taken when the run started; files it lists unchanged are marked
-            ``"written_by_this_run": false`` and get no digest (``"sha256": null``), since they are not
-            read.
+            ``"written_by_this_run": false``.
 
     Returns:
         ``[{"file", "bytes", "sha256", "written_by_this_run"}]`` (``"error"`` instead of a digest for a
@@ -104,8 +103,8 @@ def weights_files(weights_dir: str | os.PathLike[str],
         try:
             st = p.stat()
             entry["bytes"] = st.st_size
-            entry["written_by_this_run"] = ours = before is None or before.get(p.name) != _stat_key(st)
-            entry["sha256"] = checkpoint_digest(p) if ours else None
+            entry["written_by_this_run"] = before is None or before.get(p.name) != _stat_key(st)
+            entry["sha256"] = checkpoint_digest(p)
         except Exception as e:  # noqa: BLE001 - a file cut short is reported, not fatal
             entry["sha256"] = None
             entry["error"] = f"{type(e).__name__}: {one_line(e)}"
