@@ -140,37 +140,69 @@ def _first_window(win: Windows, in_size: int) -> tuple[int, ...]:
     return tuple(first)
 
 
-def _window_mean_adjoint(g: Tensor, dim: int, win: Windows, in_size: int) -> Tensor:
-    """The adjoint of the window mean along ``dim``: ``out[p] = sum over windows j holding p of
-    g[j] / len(j)``. Every position takes its first window's value with one ``index_select`` (a gather:
-    each output element is written once); positions shared with later windows then get those added,
-    one slice add per overlapping window, in window order. No scatter, deterministic everywhere."""
+def _window_spread(g: Tensor, dim: int, win: Windows, in_size: int, out: Tensor | None = None) -> Tensor:
+    """``out[p] = sum over windows j holding p of g[j]`` along ``dim`` (the window sum's adjoint).
+
+    Every position takes its first window's value with one ``index_select`` (a gather: each output
+    element is written once); positions shared with later windows then get those added, one slice
+    add per overlapping window, in window order. No scatter, deterministic everywhere."""
     starts, ends = win
-    shape = [1] * g.dim()
-    shape[dim] = len(starts)
-    lengths = torch.tensor([e - s for s, e in zip(starts, ends)], dtype=g.dtype, device=g.device).view(shape)
-    scaled = g / lengths
     first = torch.tensor(_first_window(win, in_size), dtype=torch.int64, device=g.device)
-    out = scaled.index_select(dim, first)
+    out = g.index_select(dim, first) if out is None else torch.index_select(g, dim, first, out=out)
     for j in range(1, len(starts)):
         lo, hi = starts[j], min(ends[j], ends[j - 1])
         if hi > lo:
-            out.narrow(dim, lo, hi - lo).add_(scaled.narrow(dim, j, 1))
+            out.narrow(dim, lo, hi - lo).add_(g.narrow(dim, j, 1))
     return out
 
 
+def _inverse_counts(wins: Sequence[Windows], like: Tensor) -> Tensor:
+    """``1 / (window size)`` of every output (the product over the axes), shaped for broadcasting."""
+    n = len(wins)
+    inv = torch.ones((), dtype=torch.float64)
+    for a, (starts, ends) in enumerate(wins):
+        shape = [1] * n
+        shape[a] = len(starts)
+        inv = inv * torch.tensor([float(e - s) for s, e in zip(starts, ends)], dtype=torch.float64).view(shape)
+    return (1.0 / inv).to(dtype=like.dtype, device=like.device)
+
+
+#: Output elements per chunk below which the backward does not split the batch.
+_CHUNK_MIN = 1 << 18
+#: The most chunks the backward splits the batch into.
+_CHUNK_MAX = 16
+
+
 class DetAdaptiveAvgPoolGrad(torch.autograd.Function):
-    """The input gradient of adaptive average pooling over the last ``n`` axes, one axis at a time
-    (:func:`_window_mean_adjoint`, the output's axes first, while the tensor is small). Its own
-    backward (the pooling's double backward) is the pooling itself."""
+    """The input gradient of adaptive average pooling over the last ``n`` axes.
+
+    Each output gradient is divided by its window size once, then spread back one axis at a time
+    (:func:`_window_spread`, the output's axes first, while the tensor is small), in chunks along the
+    first axis so that the intermediate results exist for one chunk at a time and the last axis writes
+    straight into the gradient. Its own backward (the pooling's double backward) is the pooling.
+    """
 
     @staticmethod
     def forward(ctx: Any, g: Tensor, wins: tuple[Windows, ...], sizes: tuple[int, ...]) -> Tensor:  # type: ignore[override]
         ctx.outs = [len(w[0]) for w in wins]
         n = len(wins)
-        out = g
-        for a in reversed(range(n)):
-            out = _window_mean_adjoint(out, g.dim() - n + a, wins[a], sizes[a])
+        first = g.dim() - n
+        scaled = g * _inverse_counts(wins, g)
+        shape = list(g.shape[:first]) + list(sizes)
+        out = g.new_empty(shape)
+        total = out.numel()
+        if first == 0 or g.shape[0] <= 1 or total <= _CHUNK_MIN:
+            ranges = [(0, g.shape[0])] if first > 0 else [(0, 0)]
+        else:
+            chunks = min(_CHUNK_MAX, g.shape[0], -(-total // _CHUNK_MIN))
+            step = -(-g.shape[0] // chunks)
+            ranges = [(a, min(step, g.shape[0] - a)) for a in range(0, g.shape[0], step)]
+        for a, b in ranges:
+            part = scaled if first == 0 else scaled.narrow(0, a, b)
+            target = out if first == 0 else out.narrow(0, a, b)
+            for axis in reversed(range(1, n)):
+                part = _window_spread(part, first + axis, wins[axis], sizes[axis])
+            _window_spread(part, first, wins[0], sizes[0], out=target)
         return out
 
     @staticmethod
