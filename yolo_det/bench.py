@@ -262,6 +262,7 @@ class _Config:
     peak_delta: int | None = None
     notes: list[str] = field(default_factory=list)
     error: str | None = None
+    kernels: list[dict[str, Any]] | None = None
 
     def median(self) -> float:
         return statistics.median(self.times) if self.times else math.nan
@@ -470,6 +471,7 @@ def bench(
     isolate: bool = True,
     verbose: bool = False,
     progress: Callable[[str], None] | None = None,
+    kernel_steps: int = 0,
 ) -> BenchReport:
     """Measure each profile's training step on the model and device of ``args`` in one process.
 
@@ -483,6 +485,9 @@ def bench(
         isolate: Also measure each setting toggled on its own (see :data:`ISOLATIONS`).
         verbose: Show Ultralytics' own log (on stderr).
         progress: Called with a line of text as the bench advances.
+        kernel_steps: On CUDA, after the measurement, run this many extra steps of each profile under
+            ``torch.profiler`` and report its GPU kernels (``rows[i]["kernels"]``: name, calls and self
+            device time per step, largest first); 0 (default) or a CPU device: not profiled.
 
     Returns:
         The report (``rows`` has one entry per profile, in the order given).
@@ -499,7 +504,7 @@ def bench(
     def run_bench(trainer: Any) -> None:
         try:
             result["report"] = _Runner(trainer, loaded, steps=steps, warmup=warmup, block=block, isolate=isolate,
-                                       progress=progress, model_name=str(model_src)).run()
+                                       progress=progress, model_name=str(model_src), kernel_steps=kernel_steps).run()
         finally:
             for loader in (getattr(trainer, "train_loader", None), getattr(trainer, "test_loader", None)):
                 if hasattr(loader, "close"):
@@ -538,8 +543,9 @@ class _Runner:
     """The timed loop inside a set-up trainer."""
 
     def __init__(self, trainer: Any, profiles: list[Profile], *, steps: int, warmup: int, block: int, isolate: bool,
-                 progress: Callable[[str], None] | None, model_name: str) -> None:
+                 progress: Callable[[str], None] | None, model_name: str, kernel_steps: int = 0) -> None:
         self.trainer = trainer
+        self.kernel_steps = kernel_steps
         self.profiles = profiles
         self.steps, self.warmup, self.block = steps, warmup, block
         self.isolate = isolate
@@ -705,6 +711,25 @@ class _Runner:
             self._block(step, pool, 1, None)
             self._record_memory(cfg)
 
+    def _profile_kernels(self, cfg: _Config, step: Callable[[dict[str, Any]], None], pool: list[dict[str, Any]],
+                         top: int = 60) -> None:
+        """Run ``kernel_steps`` steps of ``cfg`` under ``torch.profiler``; keep its largest GPU kernels."""
+        from torch.profiler import ProfilerActivity, profile
+
+        n = self.kernel_steps
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            self._block(step, pool, n, None)
+        kernels = []
+        for e in prof.key_averages():
+            if str(getattr(e, "device_type", "")).split(".")[-1] != "CUDA":
+                continue
+            self_us = getattr(e, "self_device_time_total", None)
+            if self_us is None:  # older torch
+                self_us = getattr(e, "self_cuda_time_total", 0.0)
+            kernels.append({"name": e.key, "calls_per_step": e.count / n, "self_us_per_step": float(self_us) / n})
+        kernels.sort(key=lambda k: -k["self_us_per_step"])
+        cfg.kernels = kernels[:top]
+
     def _record_memory(self, cfg: _Config) -> None:
         mem = self.memory.end()
         if mem is not None:
@@ -752,6 +777,9 @@ class _Runner:
                     if n > 0 and cfg.error is None:
                         self._guarded(cfg, lambda cfg, n=n: self._measured_block(cfg, step, pool, n), saved)
                 self.progress(f"bench: round {r + 1}/{rounds} done")
+            if self.kernel_steps > 0 and self.device.type == "cuda":
+                for _, key in profile_keys:
+                    self._guarded(configs[key], lambda cfg: self._profile_kernels(cfg, step, pool), saved)
         finally:
             self._load_state(saved)
         timed = [configs[k].median() for _, k in profile_keys if configs[k].error is None and configs[k].times]
@@ -774,6 +802,7 @@ class _Runner:
                 "step_ms_q1": q1 * 1e3 if ok else None,
                 "step_ms_q3": q3 * 1e3 if ok else None,
                 "step_cpu_ms": c.cpu_median() * 1e3 if ok and c.cpu_median() is not None else None,
+                "step_times_ms": [t * 1e3 for t in c.times] if ok else [],
                 "images_per_s": batch_size / med if ok and med > 0 else None,
                 "peak_memory_bytes": c.peak if ok else None,
                 "peak_memory_over_start_bytes": c.peak_delta if ok else None,
@@ -784,6 +813,7 @@ class _Runner:
                 "error": c.error,
                 "settings": {k: v for k, v in c.settings.to_dict().items() if k not in {"seed"}},
                 "notes": list(c.notes),
+                "kernels": c.kernels,
             })
         setting_rows = []
         for iso, base_key, toggled_key, status in isolations:
