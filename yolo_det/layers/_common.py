@@ -6,6 +6,10 @@
   and backward are therefore gathers (``index_select``) and element-wise products only: no scatter,
   no atomics, no matrix multiply (so TF32 settings cannot change the result), deterministic on every
   device whether or not ``torch.use_deterministic_algorithms`` is on, and twice differentiable.
+* :func:`apply_axis_maps` applies several such maps (one per axis) as one autograd node,
+  :class:`DetSeparableMap`, in chunks along a leading axis: the intermediate results and tap scratch
+  buffers exist for one chunk at a time and the last map writes into the result, so a resize keeps
+  about the memory the native kernel keeps (its output), forward and backward.
 * :class:`WindowSum` (through :func:`apply_window_mean`) is the same kind of pair for averages over
   contiguous windows, computed with one slice sum per window and, backward, one slice add per window.
 * :func:`outside_modes` runs code (the probes and table builders) outside any torch-function mode (the

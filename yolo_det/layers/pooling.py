@@ -1,28 +1,34 @@
 """Deterministic adaptive average and max pooling (drop-ins for ``nn.AdaptiveAvgPool*d``/``MaxPool*d``).
 
-PyTorch's CUDA backward kernels of adaptive pooling accumulate with atomics (``adaptive_avg_pool2d``
-for any output other than 1x1, ``adaptive_max_pool2d`` for every output size). These versions compute
-the same function with kernels whose backward is deterministic:
+PyTorch's CUDA *backward* kernels of adaptive pooling accumulate with atomics (``adaptive_avg_pool2d``
+for any output other than 1x1, ``adaptive_max_pool2d`` for every output size); their forward kernels
+are deterministic (one thread computes one output from its window). These versions keep a native
+forward and replace every backward with one that uses no atomics:
 
-* **Average.** Adaptive pooling is separable: window ``i`` along an axis of length ``L`` pooled to
-  ``O`` is ``[floor(i*L/O), ceil((i+1)*L/O))``. Global pooling is a ``mean`` (what ATen does for 1x1
-  itself); when ``O`` divides ``L`` on both axes the windows are those of ``avg_pool2d`` with
-  ``kernel = stride = L/O``; otherwise each axis whose windows do not tile it is reduced by a
-  window mean (:func:`~yolo_det.layers._common.apply_window_mean`: one slice sum per window forward,
-  one slice add per window backward).
-* **Max.** When the windows tile the plane (global pooling, or ``O`` dividing ``L`` on both axes)
-  the op is ``max_pool2d`` with ``kernel = stride = L/O``: same windows, same scan order, same NaN
-  rule and indices, and a gather-style CUDA backward. Otherwise a small autograd function takes the
-  NaN-propagating ``amax`` over each column window (on slices: no copy of the input), then, on those
-  small row maxima, the maximum over each row window with the position of the first maximum (last
-  NaN), and from one gathered window row per output the column; that is the element ATen's kernels
-  select (first maximum in row-major order, or last NaN). The backward routes each gradient there
-  with ``index_put_(accumulate=True)`` (sorted, deterministic on CUDA with or without the flag).
-  Ties therefore send the gradient to the first maximum, like the CUDA kernel, not split among
-  them like ``amax``'s own backward; ``return_indices`` gives ATen's flat indices.
+* **Windows that tile the input** (global pooling, or ``O`` dividing ``L`` on every axis): ``mean``,
+  ``avg_pool2d`` and ``max_pool2d`` with ``kernel = stride = L/O``: the same windows, scan order, NaN
+  rule and indices, and backward kernels that gather (deterministic).
+* **General windows** (window ``i`` of an axis of length ``L`` pooled to ``O`` is
+  ``[floor(i*L/O), ceil((i+1)*L/O))``; neighbouring windows may share positions): a custom autograd
+  function runs ATen's own ``adaptive_{avg,max}_pool`` forward (so values, ties and NaN handling are
+  PyTorch's bit for bit, ``return_indices`` included) and saves only what the native op saves:
 
-Summation order differs from the native kernels (separable means), so float32 results agree to a
-few ulps, float64 to ~1e-16. float16/bfloat16 inputs are averaged in float32 and cast back.
+  - *average*: nothing. Backward (:class:`DetAdaptiveAvgPoolGrad`): each output gradient divided by its
+    window size, then spread back one axis at a time, output axes first (the tensor is small there):
+    every input position takes the value of the first window holding it with one ``index_select``,
+    positions shared with the next window get that window's value added with one slice add per window.
+    Gathers and slice adds only; done in batch chunks so no full-size intermediate exists.
+  - *max*: the ``int64`` indices. Backward (:class:`DetMaxPoolRouteGrad`): on the CPU ``scatter_add_``
+    in output order (deterministic there, and PyTorch's own summation order). On CUDA and other devices
+    no accumulation kernel runs at all: overlapping windows can select the same element only when they
+    are at most ``reach`` windows apart (1 unless the output is larger than the input), so for every
+    output the gradients of the outputs within reach that selected the same element are added first, in
+    increasing output order (every member of a group adds the same terms in the same order: bit-identical
+    totals), and a plain ``scatter_`` writes them; duplicates write the same bits, so the write order
+    cannot change the result. Ties therefore send the gradient to the element ATen selects (first maximum
+    in row-major order, last NaN), like the CUDA kernel. Its double backward is a gather.
+
+float16/bfloat16 inputs are pooled in float32 and cast back.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ length 2 with scale 1, where every mode is the identity) and the non-zero weight
 are kept as a few taps. Border clamping, cubic ``A = -0.75``, antialias filters and the
 ``scale_factor`` semantics (``1/scale_factor`` is used when a scale is given and not recomputed) are
 therefore PyTorch's by construction. The maps are cached per configuration and applied one axis at a
-time with :func:`~yolo_det.layers._common.apply_axis_map`: gathers and multiply-adds, forward and
+time with :func:`~yolo_det.layers._common.apply_axis_maps` (one autograd node, batch chunks): gathers and multiply-adds, forward and
 backward (the transposed map), no atomics, no matrix multiply (TF32 settings have no effect).
 
 ``area`` is adaptive average pooling (as in PyTorch) and uses :mod:`yolo_det.layers.pooling`.
