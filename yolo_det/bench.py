@@ -379,7 +379,7 @@ def plot_bench(report: BenchReport, path: str | Path) -> Path:
         bars = ax.bar(names, vals, color=[colors[j % len(colors)] for j in range(len(names))],
                       yerr=None if err is None else [err[0], err[1]], capsize=4 if err else 0)
         for j, (bar, v) in enumerate(zip(bars, values)):
-            text = "n/a" if v is None else f"{v:.3g}"
+            text = "n/a" if v is None else (f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}")
             if k == 0:
                 word = rows[j].get("time_ratio_verdict")
                 text += {"reference": "\nfastest", "within noise": "\nwithin noise", "slower": "\nslower",
