@@ -94,7 +94,7 @@ def kernel_changes(rows: list[dict[str, Any]], reference: str = REFERENCE, top: 
 
 def summarize_bench(data: dict[str, Any], reference: str = REFERENCE) -> dict[str, Any]:
     """The protocol's view of one ``bench`` report: ratios to ``reference`` and per-setting costs."""
-    from yolo_det.bench_stats import ratio_interval, verdict
+    from yolo_det.tools.bench.stats import ratio_interval, verdict
 
     rows = data["rows"]
     ref = next((r for r in rows if r["profile"] == reference and r.get("step_ms") is not None), None)
@@ -148,9 +148,9 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     """Run the protocol; return the results document."""
     import torch
 
-    from yolo_det.bench import bench
-    from yolo_det.commands.train import prepare
-    from yolo_det.record import environment
+    from yolo_det.core.record import environment
+    from yolo_det.tools.bench import bench
+    from yolo_det.tools.prepare import prepare
 
     cuda = torch.cuda.is_available() and args.device != "cpu" and not args.ci
     form = dict(GPU_FORM if cuda else CI_FORM)
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
 
-    from yolo_det.fileio import atomic_write_json
+    from yolo_det.core.fileio import atomic_write_json
 
     doc = run_protocol(args)
     doc["summary"] = summarize(doc)

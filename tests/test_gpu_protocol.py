@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from yolo_det.bench_stats import iqr, ratio_interval, verdict
+from yolo_det.tools.bench.stats import iqr, ratio_interval, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "bench" / "gpu_protocol.py"
