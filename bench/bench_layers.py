@@ -295,7 +295,9 @@ def main() -> int:
                         help="seconds of blocked_autorange per implementation and round")
     parser.add_argument("--check", action="store_true", help="exit 1 when a time or memory target is missed")
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--quick", action="store_true", help="quarter spatial sizes (a smoke run)")
+    parser.add_argument("--quick", action="store_true",
+                        help="quarter spatial sizes: a smoke run (the targets are judged at the default shapes; "
+                             "tiny tensors stay below the layers' chunking thresholds)")
     parser.add_argument("--only", default=None, help="regular expression on 'group layer' to select cases")
     parser.add_argument("--threads", type=int, default=1,
                         help="intra-op threads for the timed runs (torch.utils.benchmark's num_threads; default 1)")

@@ -389,13 +389,16 @@ class DetAdaptiveMaxPool(torch.autograd.Function):
     def forward(ctx: Any, x: Tensor, hwin: Windows, wwin: Windows):  # type: ignore[override]
         out, index = torch._C._nn.adaptive_max_pool2d(x, [len(hwin[0]), len(wwin[0])])
         ctx.mark_non_differentiable(index)
+        ctx.set_materialize_grads(False)  # no zero-filled gradient for the indices (an int64 output-size tensor)
         ctx.save_for_backward(index)
         ctx.shape = x.shape
         ctx.reach = (_reach(hwin), _reach(wwin))
         return out, index
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor, _grad_index: Tensor):  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor | None, _grad_index: Tensor | None):  # type: ignore[override]
+        if grad is None:
+            return None, None, None
         (index,) = ctx.saved_tensors
         return _max_input_grad(grad, index, ctx.shape, ctx.reach), None, None
 
