@@ -31,6 +31,7 @@ import torch
 from ..backward import ToggleScaler
 from ..distributed import gather_states, rank_info, ranks_consistent
 from ..errors import YoloDetError
+from ..identity import run_identity
 from ..profiles import Profile, load_profile
 from ..record import checkpoint_digest, environment, state_dict_digest, write_record
 from ..seeding import seed_dataloader
@@ -224,6 +225,8 @@ class UltralyticsPlugin:
         """Seed the data order, and wrap the scaler when the train phase disables determinism in backward."""
         session = self._ensure_train(trainer)
         settings = self.profile.train
+        if self.record and _rank() in {-1, 0}:
+            trainer._yolo_det_identity = run_identity(trainer)  # data, start model, arguments (before any swap)
         seed_dataloader(getattr(trainer, "train_loader", None), session.seeds()["seed"], rank=session.rank)
         model = getattr(trainer, "model", None)
         model = getattr(model, "module", model)  # DistributedDataParallel
@@ -320,6 +323,7 @@ class UltralyticsPlugin:
             "weights": weights,
             "run": {k: getattr(args, k, None) for k in _RUN_ARGS} | {"save_dir": str(save_dir)},
             "phase_events": [e for e in session.events if e["event"] in {"enter", "exit"}],
+            **getattr(trainer, "_yolo_det_identity", {}),
         }
         self.record_path = write_record(save_dir, record)
         trainer._yolo_det_record_written = True
