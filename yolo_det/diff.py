@@ -35,6 +35,7 @@ from .record import RECORD_NAME, RECORD_SCHEMA
 __all__ = ["DIFF_SCHEMA", "GROUPS", "Difference", "DiffReport", "diff_paths", "diff_records", "load_record"]
 
 DIFF_SCHEMA = "yolo-det/diff/1"
+VERIFY_SAVED_SCHEMA = "yolo-det/verify-fingerprints"  # files of `yolo-det verify --save` (yolo_det.crossverify)
 #: Groups in the order of how likely a difference in them changes the bits; ``other`` never does.
 GROUPS: dict[str, str] = {
     "data": "data",
@@ -245,10 +246,8 @@ def load_record(source: str | Path) -> tuple[dict[str, Any], str]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ConfigError(f"'{path}' is not a JSON record ({type(e).__name__}); pass a {RECORD_NAME} file") from None
-    if isinstance(data, dict) and str(data.get("schema", "")).startswith("yolo-det/verify-fingerprints"):
-        from .crossverify import read_saved
-
-        data = read_saved(data, path).record
+    if isinstance(data, dict) and data.get("schema") == VERIFY_SAVED_SCHEMA:  # its record part (the run's own)
+        data = data.get("record")
     if not isinstance(data, dict) or not isinstance(data.get("environment"), dict) or "profile" not in data:
         raise ConfigError(f"'{path}' is not a yolo-det {RECORD_NAME} (no environment or profile entry)")
     schema = data.get("schema", 1)
@@ -399,10 +398,23 @@ def _profile(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> Non
             c.add("profile", f"{phase}.{key}", xa.get(key, _MISSING), xb.get(key, _MISSING),
                   changes_bits=phase == "train",
                   note=None if phase == "train" else f"the {phase} phase does not change the trained weights")
-    sa, sb = ra.get("state_at_train_start") or {}, rb.get("state_at_train_start") or {}
+    sa, sb = _flat(ra.get("state_at_train_start") or {}), _flat(rb.get("state_at_train_start") or {})
     if sa and sb:
+        seed_differs = _canon(_get(ra, "seeds", "seed")) != _canon(_get(rb, "seeds", "seed"))
         for key in sorted(set(sa) | set(sb)):
-            c.add("profile", f"flag at train start: {key}", sa.get(key, _MISSING), sb.get(key, _MISSING))
+            derived = seed_differs and key.endswith("PYTHONHASHSEED")
+            c.add("profile", f"flag at train start: {key}", sa.get(key, _MISSING), sb.get(key, _MISSING),
+                  changes_bits=not derived, note="derived from the seed" if derived else None)
+
+
+def _flat(state: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in state.items():
+        if isinstance(value, Mapping):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def _arguments(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
@@ -440,8 +452,11 @@ def _environment(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) ->
     for key in ("torch_threads", "torch_interop_threads", "cpu_count"):
         env("threads", key)
     va, vb = ea.get("env") or {}, eb.get("env") or {}
+    seed_differs = _canon(_get(ra, "seeds", "seed")) != _canon(_get(rb, "seeds", "seed"))
     for key in sorted(set(va) | set(vb)):
-        c.add("env", key, va.get(key, _MISSING), vb.get(key, _MISSING))
+        derived = seed_differs and key == "PYTHONHASHSEED"  # the profile sets it from the seed
+        c.add("env", key, va.get(key, _MISSING), vb.get(key, _MISSING), changes_bits=not derived,
+              note="derived from the seed" if derived else None)
     env("other", "platform", changes_bits=False, note="the CPU, versions and threads above are what matter")
     env("other", "argv", name="command line", changes_bits=False)
 

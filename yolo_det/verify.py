@@ -29,6 +29,7 @@ digests of separate ``yolo-det train`` runs for that.
 
 from __future__ import annotations
 
+import json
 import math
 import struct
 import sys
@@ -45,7 +46,7 @@ import torch
 
 from . import state as _state
 from .errors import ConfigError
-from .fingerprint import combine, tensor_digests
+from .fingerprint import combine, device_digests, tensor_digests
 from .profiles import Profile, load_profile
 from .record import state_dict_digest
 from .runtime import new_figure, quiet_ultralytics, run_folder, save_figure, unwrap_model
@@ -107,6 +108,7 @@ class StepRecord:
         grads: Digest of each parameter's gradient (order of :attr:`RunRecord.param_names`; ``"none"``
             when a parameter had no gradient).
         scale: The AMP grad-scaler scale (1.0 without AMP); gradients are recorded scaled.
+        weights: Digest of the trainable parameters right after the step (recorded in portable mode only).
     """
 
     step: int
@@ -114,6 +116,7 @@ class StepRecord:
     batches: list[MicroBatch]
     grads: list[str]
     scale: float = 1.0
+    weights: str | None = None
 
     @property
     def loss(self) -> float | None:
@@ -140,6 +143,10 @@ class RunRecord:
         final_state: The reference's final model state (CPU copy), compared with the later runs'.
         kept_until: The last step whose gradient values the reference kept.
         optimizer_steps: Optimizer steps the run made (counted even when nothing is recorded).
+        data_root: The dataset root (image files are named relative to it across machines).
+        record: The run's ``determinism.json`` content, when the plugin wrote one.
+        portable: Digests were computed with :func:`~yolo_det.fingerprint.device_digests` on every device, so
+            they compare across devices, processes and machines.
     """
 
     index: int
@@ -154,6 +161,9 @@ class RunRecord:
     final_diff: list[tuple[str, float]] = field(default_factory=list)
     kept_until: int = 0
     optimizer_steps: int = 0
+    data_root: str = ""
+    record: dict[str, Any] | None = None
+    portable: bool = False
 
     def losses(self) -> list[float | None]:
         """The loss per step (see :attr:`StepRecord.loss`)."""
@@ -241,8 +251,13 @@ class _Recorder:
     """Ultralytics callbacks that record one run (see the module docstring)."""
 
     def __init__(self, record: RunRecord, *, reference: RunRecord | None, steps: int | None, keep_bytes: int,
-                 enabled: bool = True) -> None:
+                 enabled: bool = True, portable: bool = False) -> None:
         self.record = record
+        self.portable = portable
+        record.portable = portable
+        # portable: one integer-sum digest on every device (CPU and GPU digests compare), weights every step
+        self.digests: Callable[[Sequence[torch.Tensor]], list[str]] = device_digests if portable else tensor_digests
+        self._weight_futures: deque[tuple[StepRecord, Future[list[str]]]] = deque()
         self.reference = reference
         self.steps = steps
         self.keep_bytes = keep_bytes
@@ -274,6 +289,8 @@ class _Recorder:
         model = unwrap_model(trainer.model)
         self._params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.record.param_names = [n for n, _ in self._params]
+        data = getattr(trainer, "data", None)
+        self.record.data_root = str(data.get("path") or "") if isinstance(data, Mapping) else ""
         for name in ("preprocess_batch", "optimizer_step"):
             self._saved[name] = trainer.__dict__.get(name, _MISSING)
         original_pre = trainer.preprocess_batch
@@ -287,6 +304,8 @@ class _Recorder:
         def optimizer_step() -> None:
             self._before_step(trainer)
             original_step()
+            if self.portable:
+                self._after_step()
             self.count += 1
             if self.steps is not None and self.count >= self.steps:
                 trainer.stop = True
@@ -296,6 +315,7 @@ class _Recorder:
 
     def teardown(self, trainer: Any) -> None:
         self._inflight.clear()  # after a failure, digests still pending are of no use
+        self._weight_futures.clear()
         self._drain()
         for name, value in self._saved.items():
             if value is _MISSING:
@@ -312,7 +332,7 @@ class _Recorder:
             return
         tensors = [batch[k] for k in sorted(batch) if isinstance(batch[k], torch.Tensor)]
         files = batch.get("im_file", ())
-        mb = MicroBatch(index=index, epoch=int(getattr(trainer, "epoch", 0)), data=combine(tensor_digests(tensors)),
+        mb = MicroBatch(index=index, epoch=int(getattr(trainer, "epoch", 0)), data=combine(self.digests(tensors)),
                         files=tuple(str(f) for f in files) if isinstance(files, (list, tuple)) else ())
         self._pending.append(mb)
         self._current = mb
@@ -365,14 +385,29 @@ class _Recorder:
             copies = {n: _host_copy(g) for n, g in present.items()}
             if keep:
                 self.record.kept[step.step] = copies
-            future = self._executor().submit(tensor_digests, list(copies.values()))
+            future = self._executor().submit(self.digests, list(copies.values()))
             self._inflight.append((step, names, copies, future))
             while len(self._inflight) > _MAX_INFLIGHT:
                 self._resolve_oldest()
             return
-        self._finish(step, names, present, tensor_digests(list(present.values())), copied=False)
+        self._finish(step, names, present, self.digests(list(present.values())), copied=False)
         if keep:
             self.record.kept[step.step] = {n: _host_copy(g) for n, g in present.items()}
+
+    def _after_step(self) -> None:
+        """Portable mode: digest the trainable parameters just updated (on a CPU: a copy, hashed on the worker)."""
+        if not self.enabled or not self.record.steps:
+            return
+        step = self.record.steps[-1]
+        params = [p.detach() for _, p in self._params]
+        if params and all(p.device.type == "cpu" for p in params):
+            copies = [_host_copy(p) for p in params]
+            self._weight_futures.append((step, self._executor().submit(self.digests, copies)))
+            while len(self._weight_futures) > _MAX_INFLIGHT:
+                done, future = self._weight_futures.popleft()
+                done.weights = combine(future.result())
+            return
+        step.weights = combine(self.digests(params))
 
     def _finish(self, step: StepRecord, names: list[str], values: Mapping[str, torch.Tensor], digests: list[str],
                 *, copied: bool) -> None:
@@ -402,6 +437,9 @@ class _Recorder:
         try:
             while self._inflight:
                 self._resolve_oldest()
+            while self._weight_futures:
+                step, future = self._weight_futures.popleft()
+                step.weights = combine(future.result())
         finally:
             if self._pool is not None:
                 self._pool.shutdown(wait=True)
@@ -417,6 +455,12 @@ class _Recorder:
         self.record.save_dir = str(getattr(trainer, "save_dir", ""))
         if not self.enabled:
             return
+        record_file = Path(self.record.save_dir) / "determinism.json"  # the plugin's on_train_end ran first
+        if self.record.save_dir and record_file.is_file():
+            try:
+                self.record.record = json.loads(record_file.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                self.record.record = None
         state = {k: v.detach() for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
         if self.reference is None:
             self.record.final_state = {k: _host_copy(v) for k, v in state.items()}
@@ -744,9 +788,10 @@ def plot_losses(report: VerifyReport, path: str | Path) -> Path:
 # running
 
 
-def check_args(args: Mapping[str, Any], runs: int, steps: int | None, keep_mib: float) -> None:
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
-        raise ConfigError(f"--runs must be an integer >= 2, got {runs!r}")
+def check_args(args: Mapping[str, Any], runs: int, steps: int | None, keep_mib: float, *, min_runs: int = 2) -> None:
+    """Check verify's arguments before anything runs (one-line :class:`ConfigError` otherwise)."""
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < min_runs:
+        raise ConfigError(f"--runs must be an integer >= {min_runs}, got {runs!r}")
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise ConfigError(f"--steps must be a positive integer, got {steps!r}")
     if not (isinstance(keep_mib, (int, float)) and keep_mib >= 0):
@@ -769,6 +814,7 @@ def verify(
     callbacks: Mapping[str, Sequence[Callable[[Any], None]]] | None = None,
     verbose: bool = False,
     progress: Callable[[str], None] | None = None,
+    portable: bool = False,
 ) -> VerifyReport:
     """Train ``runs`` times with the same arguments under ``profile`` and compare the runs step by step.
 
@@ -784,6 +830,8 @@ def verify(
         callbacks: Extra Ultralytics callbacks ``{event: [fn]}`` added to every run (after yolo-det's).
         verbose: Show Ultralytics' own log (it goes to stderr either way).
         progress: Called with a line of text as each run ends.
+        portable: Record digests that compare across devices and machines, and the weights after every step
+            (what ``--save``/``--against`` need; see :mod:`yolo_det.crossverify`).
 
     Returns:
         The report; ``report.identical`` says whether the runs match bit for bit.
@@ -792,7 +840,7 @@ def verify(
     check_args(args, runs, steps, keep_mib)
     started = time.perf_counter()
     records = record_runs(resolved, args, runs=runs, steps=steps, keep_mib=keep_mib, callbacks=callbacks,
-                          verbose=verbose, progress=progress)
+                          verbose=verbose, progress=progress, portable=portable)
     divergences = [d for r in records[1:] if (d := compare_runs(records[0], r)) is not None]
     return VerifyReport(profile=resolved.name, args=dict(args), runs=records, divergences=divergences,
                         steps_requested=steps, seconds=time.perf_counter() - started,
@@ -810,11 +858,13 @@ def record_runs(
     verbose: bool = False,
     progress: Callable[[str], None] | None = None,
     record: bool = True,
+    portable: bool = False,
 ) -> list[RunRecord]:
     """Train ``runs`` times as :func:`verify` does and return what each run recorded (no comparison).
 
     ``record=False`` trains the same way (same stopping rule) without recording anything: one such run is
-    the baseline the cost of verification is measured against (``bench/verify_cost.py``).
+    the baseline the cost of verification is measured against (``bench/verify_cost.py``). ``portable=True``
+    records digests that compare across devices and machines (see :func:`verify`).
     """
     from ultralytics import YOLO
 
@@ -836,7 +886,7 @@ def record_runs(
         for index in range(1, runs + 1):
             rec = RunRecord(index=index)
             recorder = _Recorder(rec, reference=records[0] if records else None, steps=steps,
-                                 keep_bytes=int(keep_mib * 2**20), enabled=record)
+                                 keep_bytes=int(keep_mib * 2**20), enabled=record, portable=portable)
             model = YOLO(model_src)
             attach(model, resolved)
             for event, fn in recorder.callbacks.items():
