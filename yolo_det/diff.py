@@ -329,9 +329,9 @@ def _data(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
         c.add("data", "data fingerprint version", fa.get("version"), fb.get("version"),
               note="fingerprints of different versions cannot be compared")
         return
+    c.add("data", "data= (path)", _args(ra).get("data", _MISSING), _args(rb).get("data", _MISSING),
+          changes_bits=False, note="the fingerprint decides")
     if fa.get("sha256") == fb.get("sha256"):
-        c.add("data", "data= (path)", _args(ra).get("data", _MISSING), _args(rb).get("data", _MISSING),
-              changes_bits=False, note="same data by fingerprint")
         return
     sa, sb = fa.get("splits") or {}, fb.get("splits") or {}
     for split in sorted(set(sa) | set(sb), key=lambda s: (s != "train", s)):
@@ -351,7 +351,7 @@ def _data(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
             c.add("data", f"data: {split} labels", f"{_short_hash(xa.get('labels_sha256'))} ({xa.get('missing_labels', 0)} missing)",
                   f"{_short_hash(xb.get('labels_sha256'))} ({xb.get('missing_labels', 0)} missing)")
     c.add("data", "data: class names", _short_hash(fa.get("names_sha256")), _short_hash(fb.get("names_sha256")))
-    if not any(d.group == "data" for d in c.items):  # totals differ for a reason the parts above do not show
+    if not any(d.group == "data" and d.changes_bits for d in c.items):  # a reason the parts above do not show
         c.add("data", "data", _short_hash(fa.get("sha256")), _short_hash(fb.get("sha256")))
 
 
