@@ -29,7 +29,7 @@ from typing import Any
 
 from .diff import VERIFY_SAVED_SCHEMA, DiffReport, diff_records
 from .errors import ConfigError
-from .fileio import atomic_write_json
+from .fileio import atomic_write_text
 from .verify import Divergence, MicroBatch, RunRecord, StepRecord, compare_runs
 
 __all__ = ["SAVED_SCHEMA", "SAVED_VERSION", "AgainstReport", "Saved", "compare_against", "load_saved", "read_saved",
@@ -123,7 +123,7 @@ def save_run(path: str | os.PathLike[str], run: RunRecord, *, profile: str, args
         "run": _run_to_dict(run),
         "record": run.record or {},
     }
-    return atomic_write_json(path, data)
+    return atomic_write_text(path, json.dumps(data, sort_keys=True, separators=(",", ":"), default=str) + "\n")
 
 
 def _fail(path: Any, what: str) -> ConfigError:

@@ -2,9 +2,10 @@
 
 ``determinism.json`` is written into the run directory. It holds what a reader needs to repeat or
 audit the run: the profile and its resolved settings per phase, the seeds, the versions of python,
-torch, CUDA, cuDNN, Ultralytics and yolo-det, the GPU, the environment variables that matter, the
-flags observed when training started, every non-determinism warning seen, and a SHA-256 digest of
-the final weights.
+torch, CUDA, cuDNN, Ultralytics and yolo-det, the GPU, the CPU model and thread counts, the environment
+variables that matter, the flags observed when training started, every non-determinism warning seen,
+and a SHA-256 digest of the final weights; the integrations add the dataset and model fingerprints and
+every Ultralytics argument (see :mod:`yolo_det.identity`).
 
 The weights digest is defined so that equal weights give equal digests whatever the file's metadata:
 the state dict's entries are hashed in sorted key order, each as its key, dtype class and shape

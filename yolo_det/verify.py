@@ -22,6 +22,11 @@ parameter whose gradient differs most and by how much. Hooks: the recorder wraps
 ``preprocess_batch`` and ``optimizer_step`` on the instance (from ``on_pretrain_routine_end``) and puts them
 back at ``teardown``; ``steps=K`` sets ``trainer.stop`` after the K-th optimizer step.
 
+``portable=True`` (``--save``/``--against``, see :mod:`yolo_det.crossverify`) computes every digest with the
+device-independent integer sums of :func:`~yolo_det.fingerprint.device_digests`, also on a CPU, digests the
+trainable parameters after every step, and keeps the run's ``determinism.json``, so a run can be compared with
+one made in another process or on another machine.
+
 In-process runs share one process, so non-determinism that only shows across processes (cuDNN's
 autotuning cache under ``cudnn_benchmark``, hash seeds) can stay hidden; compare ``determinism.json``
 digests of separate ``yolo-det train`` runs for that.
