@@ -30,6 +30,7 @@ bench: install-test
 	$(PYTHON) bench/bench_audit.py
 	$(PYTHON) bench/verify_cost.py
 	$(PYTHON) bench/bench_layers.py
+	$(PYTHON) bench/bench_datafp.py
 	yolo-det bench --profiles repro,balanced,fast --plot bench/results/bench.png
 
 clean:
