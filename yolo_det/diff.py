@@ -251,7 +251,9 @@ def load_record(source: str | Path) -> tuple[dict[str, Any], str]:
     if not isinstance(data, dict) or not isinstance(data.get("environment"), dict) or "profile" not in data:
         raise ConfigError(f"'{path}' is not a yolo-det {RECORD_NAME} (no environment or profile entry)")
     schema = data.get("schema", 1)
-    if not isinstance(schema, int) or schema > RECORD_SCHEMA:
+    if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
+        raise ConfigError(f"'{path}' has an invalid record schema {schema!r}; pass a {RECORD_NAME} written by yolo-det")
+    if schema > RECORD_SCHEMA:
         raise ConfigError(f"'{path}' has record schema {schema!r}, newer than this yolo-det reads ({RECORD_SCHEMA}); "
                           "upgrade yolo-det to compare it")
     return data, str(path)
