@@ -59,6 +59,8 @@ def test_saved_file_is_small_versioned_and_holds_fingerprints_only(saved):
     assert len(step["grads"]) == len(data["run"]["param_names"]) > 100
     assert all(isinstance(g, str) and len(g) == 32 for g in step["grads"]) and len(step["weights"]) == 32
     assert all(not f.startswith("/") for b in step["batches"] for f in b["files"])  # relative to the dataset root
+    assert all(len(b["raw"]) == 32 and b["raw"] != b["data"] for b in step["batches"])
+    assert data["run"]["device_type"] == "cpu"
     assert data["record"]["data"]["splits"]["train"]["images"] == 48
     assert saved.stat().st_size < 100_000
     assert not list(saved.parent.glob(".*.tmp"))
@@ -128,10 +130,12 @@ def test_unknown_future_version_and_broken_files_exit_2_before_training(tmp_path
 # comparison on hand-made records (fast)
 
 
-def make_run(steps: int = 3, *, root: str = "/data/set") -> RunRecord:
-    rec = RunRecord(index=1, param_names=["a", "b", "c"], loss_names=["box"], portable=True, data_root=root)
+def make_run(steps: int = 3, *, root: str = "/data/set", device: str = "cpu") -> RunRecord:
+    rec = RunRecord(index=1, param_names=["a", "b", "c"], loss_names=["box"], portable=True, data_root=root,
+                    device_type=device)
     for s in range(1, steps + 1):
-        mb = MicroBatch(index=s - 1, epoch=0, data=f"d{s}", files=(f"{root}/images/{s}.png",), loss=(1.0 / s,))
+        mb = MicroBatch(index=s - 1, epoch=0, data=f"d{s}-{device}", files=(f"{root}/images/{s}.png",), loss=(1.0 / s,),
+                        raw=f"raw{s}")
         rec.steps.append(StepRecord(step=s, epoch=0, batches=[mb], grads=[f"g{s}{k}" for k in "abc"], weights=f"w{s}"))
     rec.weights = {"model": "m"}
     return rec
@@ -140,7 +144,7 @@ def make_run(steps: int = 3, *, root: str = "/data/set") -> RunRecord:
 def as_saved(run: RunRecord) -> Any:
     from yolo_det.crossverify import _run_to_dict
 
-    return read_saved({"schema": "yolo-det/verify-fingerprints", "version": 1, "digest": "device-sum/1",
+    return read_saved({"schema": "yolo-det/verify-fingerprints", "version": 1, "digest": "fingerprint/1",
                        "run": _run_to_dict(run), "record": {}}, "saved.json")
 
 
@@ -148,6 +152,25 @@ def test_same_records_on_two_machines_compare_equal():
     report = compare_against(as_saved(make_run(root="/home/a/data")), make_run(root="/mnt/b/data"))
     assert report.identical and report.steps == [3, 3]
     assert "not compared" in report.notes[0]
+    here = make_run(root="/mnt/b/data")
+    here.steps[0].batches[0].files = ("/mnt/b/data/images/other.png",)
+    here.steps[0].batches[0].data = "another image"
+    d = compare_against(as_saved(make_run(root="/home/a/data")), here).divergence
+    assert d is not None and (d.step, d.kind) == (1, "data") and d.files == [["images/1.png"], ["images/other.png"]]
+
+
+def test_a_cpu_run_against_a_gpu_run_compares_loader_batches_and_losses_only():
+    gpu, cpu = make_run(device="cuda"), make_run(device="cpu")
+    for s in cpu.steps:
+        s.grads = ["x"] * 3
+    report = compare_against(as_saved(gpu), cpu)
+    assert report.identical and report.across_devices and "gradients and weights not compared" in report.verdict
+    cpu.steps[1].batches[0].loss = (0.25000001,)
+    d = compare_against(as_saved(gpu), cpu).divergence
+    assert d is not None and (d.step, d.kind) == (2, "loss")
+    cpu.steps[0].batches[0].raw = "augmented differently"
+    d = compare_against(as_saved(gpu), cpu).divergence
+    assert d is not None and (d.step, d.kind) == (1, "data")
 
 
 def test_weights_after_a_step_differ_while_its_gradients_match():

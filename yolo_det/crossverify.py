@@ -1,14 +1,19 @@
 """Verification across processes and machines: save one run's per-step fingerprints, compare a later run with them.
 
 ``yolo-det verify --save FILE`` writes what one training recorded (see :mod:`yolo_det.verify`), in a
-portable form: per optimizer step the digest of each input batch, its image files (relative to the
-dataset root), the loss components, a digest per parameter gradient, the AMP scale and a digest of the
-parameters after the step; at the end the weights digests; and the run's ``determinism.json`` (profile,
-seeds, versions, hardware, dataset and model fingerprints). Digests are the integer-sum digests of
-:func:`yolo_det.fingerprint.device_digests` on every device, so a CPU run and a GPU run, or two
-machines, produce comparable digests (equal bits, equal digests). The file holds fingerprints, never
-tensors: a few kilobytes per step for a small YOLO model. It is JSON with a schema name and a version;
-a version newer than this yolo-det reads is refused with one line. It is written atomically.
+portable form: per optimizer step the digests of each input batch (as the data loader gave it, and as
+preprocessed for the model), its image files (relative to the dataset root), the loss components, a
+digest per parameter gradient, the AMP scale and a digest of the parameters after the step; at the end
+the weights digests; and the run's ``determinism.json`` (profile, seeds, versions, hardware, dataset and
+model fingerprints). The file holds fingerprints, never tensors: a few kilobytes per step for a small
+YOLO model. It is JSON with a schema name and a version; a version newer than this yolo-det reads is
+refused with one line. It is written atomically.
+
+Digests are those of :mod:`yolo_det.fingerprint`: SHA-256 of the bytes for CPU tensors, integer sums
+computed on the device for accelerator tensors. Equal bits give equal digests between two runs that
+trained on the same device type, on any machine. Between a CPU run and a GPU run only the loader's
+batches (CPU tensors in both), the image files and the loss values compare; the gradients of such runs
+are not compared (they are not expected to agree: PyTorch promises nothing across devices).
 
 ``yolo-det verify --against FILE`` trains once here, the same way, and reports the first step where
 this run and the saved one differ, and what differed first: the data order, the data content, the
@@ -37,7 +42,7 @@ __all__ = ["SAVED_SCHEMA", "SAVED_VERSION", "AgainstReport", "Saved", "compare_a
 
 SAVED_SCHEMA = VERIFY_SAVED_SCHEMA
 SAVED_VERSION = 1
-DIGEST = "device-sum/1"  # yolo_det.fingerprint.device_digests
+DIGEST = "fingerprint/1"  # yolo_det.fingerprint: SHA-256 on the CPU, integer sums on a device
 
 
 def _relative(files: Sequence[str], root: str) -> list[str]:
@@ -86,6 +91,7 @@ def _run_to_dict(run: RunRecord) -> dict[str, Any]:
         "loss_names": run.loss_names,
         "weights": run.weights,
         "optimizer_steps": run.optimizer_steps,
+        "device_type": run.device_type,
         "steps": [
             {
                 "step": s.step,
@@ -93,7 +99,7 @@ def _run_to_dict(run: RunRecord) -> dict[str, Any]:
                 "scale": s.scale,
                 "weights": s.weights,
                 "grads": s.grads,
-                "batches": [{"index": b.index, "epoch": b.epoch, "data": b.data,
+                "batches": [{"index": b.index, "epoch": b.epoch, "data": b.data, "raw": b.raw,
                              "files": _relative(b.files, run.data_root),
                              "loss": list(b.loss) if b.loss is not None else None} for b in s.batches],
             }
@@ -138,7 +144,9 @@ def _step_from(data: Any, path: Any) -> StepRecord:
         if not isinstance(b, Mapping) or not isinstance(b.get("data"), str):
             raise _fail(path, "a batch lacks its data digest")
         loss = b.get("loss")
+        raw = b.get("raw")
         batches.append(MicroBatch(index=int(b.get("index", 0)), epoch=int(b.get("epoch", 0)), data=b["data"],
+                                  raw=raw if isinstance(raw, str) else None,
                                   files=tuple(str(f) for f in b.get("files") or ()),
                                   loss=tuple(float(x) for x in loss) if isinstance(loss, list) else None))
     return StepRecord(step=int(data.get("step", 0)), epoch=int(data.get("epoch", 0)), batches=batches,
@@ -173,7 +181,8 @@ def read_saved(data: Any, path: str | os.PathLike[str] = "<data>") -> Saved:
     run = RunRecord(index=1, param_names=[str(n) for n in run_data["param_names"]],
                     loss_names=[str(n) for n in run_data.get("loss_names") or []], steps=steps,
                     weights={str(k): str(v) for k, v in (run_data.get("weights") or {}).items()},
-                    optimizer_steps=int(run_data.get("optimizer_steps") or len(steps)), portable=True)
+                    optimizer_steps=int(run_data.get("optimizer_steps") or len(steps)), portable=True,
+                    device_type=str(run_data.get("device_type") or ""))
     record = data.get("record") if isinstance(data.get("record"), dict) else {}
     steps_requested = data.get("steps_requested")
     return Saved(path=str(path), version=version, run=run, record=record, profile=str(data.get("profile", "")),
@@ -218,6 +227,7 @@ class AgainstReport:
     steps: list[int] = field(default_factory=list)
     weights: list[dict[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    across_devices: bool = False
 
     @property
     def identical(self) -> bool:
@@ -227,9 +237,12 @@ class AgainstReport:
     @property
     def verdict(self) -> str:
         """One line for people."""
+        n = self.steps[0] if self.steps else 0
+        if self.divergence is None and self.across_devices:
+            return (f"the loader's batches, image files and losses match the saved run at all {n} steps "
+                    "(gradients and weights not compared across device types)")
         if self.divergence is None:
-            return (f"bitwise identical to the saved run: data, loss, gradients and weights match at all "
-                    f"{self.steps[0] if self.steps else 0} steps")
+            return f"bitwise identical to the saved run: data, loss, gradients and weights match at all {n} steps"
         d = self.divergence
         where = f"step {d.step}" + (f" (epoch {d.epoch + 1})" if d.epoch is not None else "")
         return f"differs from the saved run at {where}: {d.kind}"
@@ -289,14 +302,23 @@ def _show(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _portable_copy(run: RunRecord) -> RunRecord:
-    """``run`` with its image files named relative to the dataset root, as in a saved file."""
-    steps = [StepRecord(step=s.step, epoch=s.epoch, grads=s.grads, scale=s.scale, weights=s.weights,
-                        batches=[MicroBatch(index=b.index, epoch=b.epoch, data=b.data, loss=b.loss,
-                                            files=tuple(_relative(b.files, run.data_root))) for b in s.batches])
+def _comparable(run: RunRecord, *, index: int, across_devices: bool) -> RunRecord:
+    """``run`` with its image files named relative to the dataset root, as in a saved file; across device
+    types, the data digests are those of the loader's (CPU) batches and the gradients and weights are blanked."""
+    root = run.data_root if index == 2 else ""  # a saved run's files are already relative
+
+    def batch(b: MicroBatch) -> MicroBatch:
+        data = (b.raw or "not recorded") if across_devices else b.data
+        files = tuple(_relative(b.files, root)) if root else b.files
+        return MicroBatch(index=b.index, epoch=b.epoch, data=data, loss=b.loss, files=files, raw=b.raw)
+
+    steps = [StepRecord(step=s.step, epoch=s.epoch, scale=s.scale,
+                        grads=["not compared"] * len(s.grads) if across_devices else s.grads,
+                        weights=None if across_devices else s.weights, batches=[batch(b) for b in s.batches])
              for s in run.steps]
-    return RunRecord(index=2, param_names=run.param_names, loss_names=run.loss_names, steps=steps,
-                     weights=dict(run.weights), optimizer_steps=run.optimizer_steps, portable=run.portable)
+    return RunRecord(index=index, param_names=run.param_names, loss_names=run.loss_names, steps=steps,
+                     weights={} if across_devices else dict(run.weights), optimizer_steps=run.optimizer_steps,
+                     portable=run.portable, device_type=run.device_type)
 
 
 def compare_against(saved: Saved, run: RunRecord) -> AgainstReport:
@@ -307,9 +329,16 @@ def compare_against(saved: Saved, run: RunRecord) -> AgainstReport:
     """
     if not run.portable:
         raise ConfigError("this run was not recorded with portable digests; record it with verify(..., portable=True)")
-    ref, cur = saved.run, _portable_copy(run)
+    across = bool(saved.run.device_type and run.device_type and saved.run.device_type != run.device_type)
+    ref = _comparable(saved.run, index=1, across_devices=across)
+    cur = _comparable(run, index=2, across_devices=across)
     report = AgainstReport(saved=saved.path, divergence=None, steps=[len(ref.steps), len(cur.steps)],
-                           weights=[dict(ref.weights), dict(cur.weights)])
+                           weights=[dict(saved.run.weights), dict(run.weights)])
+    report.across_devices = across
+    if across:
+        report.notes.append(f"the saved run trained on {saved.run.device_type}, this one on {run.device_type}: the "
+                            "loader's batches, image files and losses are compared; gradients and weights are not "
+                            "(their digests are computed differently, and the values are not expected to agree)")
     if saved.record and run.record:
         report.environment = diff_records(saved.record, run.record, a=f"saved ({saved.path})", b="here")
     else:

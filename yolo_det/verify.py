@@ -22,10 +22,11 @@ parameter whose gradient differs most and by how much. Hooks: the recorder wraps
 ``preprocess_batch`` and ``optimizer_step`` on the instance (from ``on_pretrain_routine_end``) and puts them
 back at ``teardown``; ``steps=K`` sets ``trainer.stop`` after the K-th optimizer step.
 
-``portable=True`` (``--save``/``--against``, see :mod:`yolo_det.crossverify`) computes every digest with the
-device-independent integer sums of :func:`~yolo_det.fingerprint.device_digests`, also on a CPU, digests the
-trainable parameters after every step, and keeps the run's ``determinism.json``, so a run can be compared with
-one made in another process or on another machine.
+``portable=True`` (``--save``/``--against``, see :mod:`yolo_det.crossverify`) also records, per micro-batch,
+a digest of the batch as the data loader gave it (before ``preprocess_batch`` moves it to the device: CPU
+tensors, so the digest is the same whatever device trains), a digest of the trainable parameters after every
+step, the device type the gradients lived on, and the run's ``determinism.json``, so a run can be compared
+with one made in another process or on another machine.
 
 In-process runs share one process, so non-determinism that only shows across processes (cuDNN's
 autotuning cache under ``cudnn_benchmark``, hash seeds) can stay hidden; compare ``determinism.json``
@@ -51,7 +52,7 @@ import torch
 
 from . import state as _state
 from .errors import ConfigError
-from .fingerprint import combine, device_digests, tensor_digests
+from .fingerprint import combine, tensor_digests
 from .profiles import Profile, load_profile
 from .record import state_dict_digest
 from .runtime import new_figure, quiet_ultralytics, run_folder, save_figure, unwrap_model
@@ -93,6 +94,7 @@ class MicroBatch:
         data: Digest of the preprocessed batch (every tensor: images, classes, boxes, indices).
         files: The batch's image files, in order (empty when the dataset gives none).
         loss: Loss components after the forward pass (``None`` until known).
+        raw: Portable mode: digest of the batch before ``preprocess_batch`` (as the data loader gave it).
     """
 
     index: int
@@ -100,6 +102,7 @@ class MicroBatch:
     data: str
     files: tuple[str, ...] = ()
     loss: tuple[float, ...] | None = None
+    raw: str | None = None
 
 
 @dataclass
@@ -150,8 +153,9 @@ class RunRecord:
         optimizer_steps: Optimizer steps the run made (counted even when nothing is recorded).
         data_root: The dataset root (image files are named relative to it across machines).
         record: The run's ``determinism.json`` content, when the plugin wrote one.
-        portable: Digests were computed with :func:`~yolo_det.fingerprint.device_digests` on every device, so
-            they compare across devices, processes and machines.
+        portable: Recorded for a comparison across processes or machines (raw batch and per-step weights digests).
+        device_type: Where the gradients lived (``cpu``, ``cuda``, ...): digests of tensors on different device
+            types are computed differently (see :mod:`yolo_det.fingerprint`) and do not compare.
     """
 
     index: int
@@ -169,6 +173,7 @@ class RunRecord:
     data_root: str = ""
     record: dict[str, Any] | None = None
     portable: bool = False
+    device_type: str = ""
 
     def losses(self) -> list[float | None]:
         """The loss per step (see :attr:`StepRecord.loss`)."""
@@ -260,8 +265,7 @@ class _Recorder:
         self.record = record
         self.portable = portable
         record.portable = portable
-        # portable: one integer-sum digest on every device (CPU and GPU digests compare), weights every step
-        self.digests: Callable[[Sequence[torch.Tensor]], list[str]] = device_digests if portable else tensor_digests
+        self.digests: Callable[[Sequence[torch.Tensor]], list[str]] = tensor_digests
         self._weight_futures: deque[tuple[StepRecord, Future[list[str]]]] = deque()
         self.reference = reference
         self.steps = steps
@@ -294,6 +298,7 @@ class _Recorder:
         model = unwrap_model(trainer.model)
         self._params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.record.param_names = [n for n, _ in self._params]
+        self.record.device_type = self._params[0][1].device.type if self._params else ""
         data = getattr(trainer, "data", None)
         self.record.data_root = str(data.get("path") or "") if isinstance(data, Mapping) else ""
         for name in ("preprocess_batch", "optimizer_step"):
@@ -302,8 +307,11 @@ class _Recorder:
         original_step = trainer.optimizer_step
 
         def preprocess_batch(batch: dict[str, Any]) -> dict[str, Any]:
+            raw = self._raw_digest(batch) if self.portable and self.enabled else None
             out = original_pre(batch)
             self._on_batch(trainer, out)
+            if self._current is not None:
+                self._current.raw = raw
             return out
 
         def optimizer_step() -> None:
@@ -331,6 +339,10 @@ class _Recorder:
         self._trainer = None
 
     # -- per micro-batch ----------------------------------------------------------------------------
+    def _raw_digest(self, batch: Mapping[str, Any]) -> str:
+        """Digest of the batch as the loader gave it (CPU tensors: the same on any training device)."""
+        return combine(self.digests([batch[k] for k in sorted(batch) if isinstance(batch[k], torch.Tensor)]))
+
     def _on_batch(self, trainer: Any, batch: Mapping[str, Any]) -> None:
         index, self.iteration = self.iteration, self.iteration + 1
         if not self.enabled:
@@ -835,8 +847,8 @@ def verify(
         callbacks: Extra Ultralytics callbacks ``{event: [fn]}`` added to every run (after yolo-det's).
         verbose: Show Ultralytics' own log (it goes to stderr either way).
         progress: Called with a line of text as each run ends.
-        portable: Record digests that compare across devices and machines, and the weights after every step
-            (what ``--save``/``--against`` need; see :mod:`yolo_det.crossverify`).
+        portable: Also record what a comparison across processes and machines needs (the raw batch and the
+            weights after every step; see :mod:`yolo_det.crossverify`).
 
     Returns:
         The report; ``report.identical`` says whether the runs match bit for bit.
@@ -869,7 +881,7 @@ def record_runs(
 
     ``record=False`` trains the same way (same stopping rule) without recording anything: one such run is
     the baseline the cost of verification is measured against (``bench/verify_cost.py``). ``portable=True``
-    records digests that compare across devices and machines (see :func:`verify`).
+    also records what ``--save``/``--against`` need (see :func:`verify`).
     """
     from ultralytics import YOLO
 
