@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .datafp import is_inside
 from .diff import VERIFY_SAVED_SCHEMA, DiffReport, diff_records
 from .errors import ConfigError
 from .fileio import atomic_write_text
@@ -51,7 +52,7 @@ def _relative(files: Sequence[str], root: str) -> list[str]:
     r = os.path.abspath(root) if root else ""
     for f in files:
         a = os.path.abspath(f)
-        if r and os.path.commonpath([r, a]) == r:
+        if r and is_inside(a, r):
             out.append(Path(os.path.relpath(a, r)).as_posix())
         else:
             out.append(str(f))

@@ -35,7 +35,8 @@ from typing import Any
 
 from .fileio import atomic_write_text
 
-__all__ = ["FINGERPRINT_VERSION", "DigestCache", "cache_dir", "dataset_fingerprint", "file_sha256", "split_fingerprint"]
+__all__ = ["FINGERPRINT_VERSION", "DigestCache", "cache_dir", "dataset_fingerprint", "file_sha256", "is_inside",
+           "split_fingerprint"]
 
 FINGERPRINT_VERSION = 1
 CACHE_VERSION = 1
@@ -132,11 +133,22 @@ def _relative_names(files: Sequence[str], root: Path | None) -> list[str]:
     base: str | None = None
     if root is not None:
         r = os.path.abspath(root)
-        if all(os.path.commonpath([r, f]) == r for f in absolute):
+        if all(is_inside(f, r) for f in absolute):
             base = r
     if base is None:
-        base = os.path.commonpath([os.path.dirname(f) for f in absolute])
+        try:
+            base = os.path.commonpath([os.path.dirname(f) for f in absolute])
+        except ValueError:  # Windows: files on different drives have no common folder
+            return [Path(f).as_posix() for f in absolute]
     return [Path(os.path.relpath(f, base)).as_posix() for f in absolute]
+
+
+def is_inside(path: str, folder: str) -> bool:
+    """Whether the absolute ``path`` lies inside the absolute ``folder`` (False across Windows drives)."""
+    try:
+        return os.path.commonpath([folder, path]) == folder
+    except ValueError:  # different drives
+        return False
 
 
 def _yolo_label_path(image: str) -> str:
