@@ -35,7 +35,8 @@ TARGET = 0.02
 
 
 def _train(tokens: list[str], project: str, name: str) -> tuple[float, dict]:
-    from yolo_det.commands.train import prepare, train
+    from yolo_det.commands.train import train
+    from yolo_det.tools.prepare import prepare
 
     profile, args = prepare("repro", [*tokens, f"project={project}", f"name={name}", "exist_ok=True"])
     started = time.perf_counter()
@@ -46,7 +47,7 @@ def _train(tokens: list[str], project: str, name: str) -> tuple[float, dict]:
 
 
 def _alone(repeats: int) -> dict[str, float]:
-    from yolo_det.datafp import dataset_fingerprint
+    from yolo_det.core.datafp import dataset_fingerprint
 
     demo = ROOT / "data" / "demo"
     splits = {s: sorted(str(p) for p in (demo / "images" / s).glob("*.png")) for s in ("train", "val")}

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from yolo_det.cli import main
-from yolo_det.crossverify import SAVED_VERSION, compare_against, read_saved
-from yolo_det.errors import ConfigError
-from yolo_det.verify import MicroBatch, RunRecord, StepRecord
+from yolo_det.core.errors import ConfigError
+from yolo_det.tools.verify import MicroBatch, RunRecord, StepRecord
+from yolo_det.tools.verify.crossverify import SAVED_VERSION, compare_against, read_saved
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["imgsz=64", "batch=8", "nbs=8", "workers=0", "plots=False", "val=False", "epochs=1"]
@@ -142,7 +142,7 @@ def make_run(steps: int = 3, *, root: str = "/data/set", device: str = "cpu") ->
 
 
 def as_saved(run: RunRecord) -> Any:
-    from yolo_det.crossverify import _run_to_dict
+    from yolo_det.tools.verify.crossverify import _run_to_dict
 
     return read_saved({"schema": "yolo-det/verify-fingerprints", "version": 1, "digest": "fingerprint/1",
                        "run": _run_to_dict(run), "record": {}}, "saved.json")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from yolo_det.datafp import DigestCache, cache_dir, dataset_fingerprint, split_fingerprint
+from yolo_det.core.datafp import DigestCache, cache_dir, dataset_fingerprint, split_fingerprint
 
 DEMO = Path(__file__).resolve().parent.parent / "data" / "demo"
 

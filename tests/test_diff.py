@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from yolo_det.cli import main
-from yolo_det.diff import GROUPS, diff_records, load_record
+from yolo_det.tools.diff import GROUPS, diff_records, load_record
 
 ROOT = Path(__file__).resolve().parent.parent
 # One optimizer step on 12 demo images at 64 px: enough to give every run its own weights digest.

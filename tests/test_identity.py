@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from yolo_det.identity import model_fingerprint, run_identity
-from yolo_det.record import state_dict_digest
+from yolo_det.core.record import state_dict_digest
+from yolo_det.integrations.identity import model_fingerprint, run_identity
 
 DEMO = Path(__file__).resolve().parent.parent / "data" / "demo"
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..diff import diff_paths
+from ..tools.diff import diff_paths
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

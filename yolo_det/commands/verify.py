@@ -34,21 +34,14 @@ import argparse
 import json
 import time
 
-from ..crossverify import compare_against, load_saved, save_run
-from ..models import model_names
-from ..overrides import parse_overrides
-from ..runtime import check_output_path
-from ..verify import (
-    DEFAULT_KEEP_MIB,
-    VerifyReport,
-    _device_name,
-    check_args,
-    plot_losses,
-    progress_to_stderr,
-    record_runs,
-    verify,
-)
-from .train import prepare
+from ..analysis.models import model_names
+from ..core.fileio import check_output_path
+from ..tools.overrides import parse_overrides
+from ..tools.prepare import prepare
+from ..tools.verify import VerifyReport, check_args, plot_losses, progress_to_stderr, record_runs, verify
+from ..tools.verify.crossverify import compare_against, load_saved, save_run
+from ..tools.verify.records import DEFAULT_KEEP_MIB
+from ..tools.verify.run import _device_name
 
 USER_DATA_EPOCHS = 1
 
