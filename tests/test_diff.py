@@ -161,7 +161,7 @@ def test_records_of_older_versions_diff_gracefully(runs, capsys, tmp_path):
         del old["environment"][key]
     code, out, _ = diff(capsys, write(tmp_path / "old.json", old), runs.train("seed0-again"))
     assert code == 0, out
-    assert "record A has no data fingerprint (written by an older yolo-det)" in out
+    assert "record A has no data fingerprint (written by an older yolo-det" in out
     assert "cpu_model: A (not recorded)" in out
     old["seeds"]["seed"] = 5
     code, out, _ = diff(capsys, write(tmp_path / "old5.json", old), runs.base())
@@ -219,3 +219,17 @@ def test_a_verify_save_file_is_read_for_its_record(tmp_path):
     saved = write(tmp_path / "s.json", {"schema": "yolo-det/verify-fingerprints", "version": 1, "record": rec})
     loaded, _ = load_record(saved)
     assert loaded == rec
+
+
+def test_yolov5_records_without_fingerprints_compare_by_their_arguments():
+    def rec(weights: str, digest: str) -> dict[str, Any]:
+        return {"schema": 1, "framework": "yolov5", "status": "completed", "profile": {"name": "repro"},
+                "seeds": {"seed": 0}, "environment": {"torch": "2.4.0"}, "weights": {"sha256": digest},
+                "model": {"class": "models.yolo.Model", "parameters": 7000000, "device": "cuda:0"},
+                "run": {"weights": weights, "cfg": "", "data": "coco128.yaml", "epochs": 3, "save_dir": "x"}}
+
+    same = diff_records(rec("a.pt", "d"), rec("a.pt", "d"))
+    assert same.exit_code == 0 and any("YOLOv5 integration" in n for n in same.notes)
+    other = diff_records(rec("a.pt", "d"), rec("b.pt", "e"))
+    assert [d.name for d in other.causes] == ["model (path; no fingerprint)"]
+    assert other.causes[0].a == {"cfg": "", "weights": "a.pt"} and other.exit_code == 1

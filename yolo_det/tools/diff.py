@@ -288,9 +288,12 @@ def _canon(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
+_MARKERS = {"data": "splits", "model": "kind"}  # a key only the fingerprint has (YOLOv5 records hold another "model")
+
+
 def _fingerprint(record: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
     value = record.get(key)
-    if isinstance(value, Mapping) and "error" not in value and value:
+    if isinstance(value, Mapping) and "error" not in value and _MARKERS[key] in value:
         return value
     return None
 
@@ -299,7 +302,7 @@ def _why_missing(record: Mapping[str, Any], key: str, label: str) -> str:
     value = record.get(key)
     if isinstance(value, Mapping) and "error" in value:
         return f"record {label} has no {key} fingerprint ({value['error']})"
-    return f"record {label} has no {key} fingerprint (written by an older yolo-det)"
+    return f"record {label} has no {key} fingerprint (written by an older yolo-det, or by the YOLOv5 integration)"
 
 
 def _short_hash(h: Any) -> Any:
@@ -363,7 +366,12 @@ def _model(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
         for rec, label, fp in ((ra, "A", ma), (rb, "B", mb)):
             if fp is None:
                 c.notes.append(_why_missing(rec, "model", label) + ": the model is compared by the model= path only")
-        c.add("model", "model= (path; no fingerprint)", _args(ra).get("model", _MISSING), _args(rb).get("model", _MISSING))
+        def source(r: Mapping[str, Any]) -> Any:  # Ultralytics: model=; YOLOv5: --cfg and --weights
+            args = _args(r)
+            found = {k: args[k] for k in ("model", "cfg", "weights") if k in args}
+            return found or _MISSING
+
+        c.add("model", "model (path; no fingerprint)", source(ra), source(rb))
         return
     c.add("model", "model: start", ma.get("kind"), mb.get("kind"))
     c.add("model", "model: architecture", _short_hash(ma.get("architecture_sha256", _MISSING)),
@@ -428,7 +436,9 @@ def _arguments(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> N
         keys = set(aa) & set(ab)
     else:
         keys = set(aa) | set(ab)
-    for key in sorted(keys - OUTPUT_ARGS - {"seed", "data", "model"}):
+    # seed, data and model have their own groups; YOLOv5's --cfg/--weights are its model; Ultralytics' cfg=
+    # file only fills in other arguments, which are compared themselves
+    for key in sorted(keys - OUTPUT_ARGS - {"seed", "data", "model", "cfg", "weights"}):
         c.add("args", f"{key}=", aa.get(key, _MISSING), ab.get(key, _MISSING))
     for key in sorted(keys & OUTPUT_ARGS):
         c.add("other", f"{key}=", aa.get(key, _MISSING), ab.get(key, _MISSING), changes_bits=False,
