@@ -232,4 +232,4 @@ def test_yolov5_records_without_fingerprints_compare_by_their_arguments():
     assert same.exit_code == 0 and any("YOLOv5 integration" in n for n in same.notes)
     other = diff_records(rec("a.pt", "d"), rec("b.pt", "e"))
     assert [d.name for d in other.causes] == ["model (path; no fingerprint)"]
-    assert other.causes[0].a == {"cfg": "", "weights": "a.pt"} and other.exit_code == 1
+    assert other.causes[0].a == {"weights": "a.pt"} and other.exit_code == 1

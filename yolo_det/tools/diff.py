@@ -368,7 +368,7 @@ def _model(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
                 c.notes.append(_why_missing(rec, "model", label) + ": the model is compared by the model= path only")
         def source(r: Mapping[str, Any]) -> Any:  # Ultralytics: model=; YOLOv5: --cfg and --weights
             args = _args(r)
-            found = {k: args[k] for k in ("model", "cfg", "weights") if k in args}
+            found = {k: args[k] for k in ("model", "cfg", "weights") if args.get(k) not in (None, "")}
             return found or _MISSING
 
         c.add("model", "model (path; no fingerprint)", source(ra), source(rb))
