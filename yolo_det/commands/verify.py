@@ -36,12 +36,15 @@ import time
 
 from ..analysis.models import model_names
 from ..core.fileio import check_output_path
+from ..core.pickle_scan import trusted_checkpoints
 from ..tools.overrides import parse_overrides
+from ..tools.prechecks import check_device
 from ..tools.prepare import prepare
 from ..tools.verify import VerifyReport, check_args, plot_losses, progress_to_stderr, record_runs, verify
 from ..tools.verify.crossverify import compare_against, load_saved, save_run
 from ..tools.verify.records import DEFAULT_KEEP_MIB
 from ..tools.verify.run import _device_name
+from .train import add_trust_flag
 
 USER_DATA_EPOCHS = 1
 
@@ -64,13 +67,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--against", default=None, metavar="FILE",
                         help="compare run 1 with the fingerprints a --save run wrote (another process or machine)")
     parser.add_argument("--verbose", action="store_true", help="show Ultralytics' training log (on stderr)")
+    add_trust_flag(parser)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Ultralytics train arguments")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det verify``: exit 0 when the runs (and the saved run) are bitwise identical, 1 when not."""
     tokens = list(args.overrides)
-    profile, ul_args = prepare(args.profile, tokens)
+    with trusted_checkpoints(args.trust_checkpoint):
+        profile, ul_args = prepare(args.profile, tokens, check_device=False)
     user = parse_overrides(tokens)
     if user.get("data") is not None and "epochs" not in user:
         ul_args["epochs"] = USER_DATA_EPOCHS
@@ -81,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     runs = args.runs if args.runs is not None else (1 if portable else 2)
     steps = args.steps if args.steps is not None or saved is None else saved.steps_requested
     check_args(ul_args, runs, steps, args.keep_mib, min_runs=1 if portable else 2)
+    check_device(ul_args.get("device"))
     report: VerifyReport | None = None
     with model_names():
         if runs >= 2:
