@@ -1,6 +1,7 @@
 """Say which layer of a model will break strict determinism on CUDA, on any machine.
 
-usage: yolo-det audit MODEL [MODEL ...] [--imgsz N] [--batch N] [--profile NAME|FILE] [--json] [--device fake|cuda] [--loss]
+usage: yolo-det audit MODEL [MODEL ...] [--imgsz N] [--batch N] [--profile NAME|FILE] [--json] [--device fake|cuda]
+                      [--loss] [--trust-checkpoint]
 
 MODEL is a model YAML (a path, or an Ultralytics name such as yolov8n.yaml), a checkpoint (.pt), or a
 factory package.module:function returning an nn.Module. The forward and backward run on a fake CUDA
@@ -14,6 +15,12 @@ warn_only / off, under the chosen profile, and the fix (a deterministic swap whe
 Several models are audited in one process (the imports and the fake-tensor set-up are paid once): the
 reports are printed one after the other (--json: a list of reports, in the order given), and nothing is
 printed unless every model could be audited.
+
+A checkpoint is not unpickled: its model is rebuilt from the model YAML Ultralytics stores in it (with its
+weights), so nothing in the file runs, and a file whose pickle names what no checkpoint needs (os.system,
+builtins.exec, ...) is refused. A model YAML's 'activation:' must be a torch.nn activation call with literal
+arguments (nn.SiLU(), nn.LeakyReLU(0.1)): Ultralytics eval()s it. --trust-checkpoint unpickles the checkpoint
+with torch instead (needed when it stores no YAML, or names your own block classes): only for files you trust.
 
 exit status: 0 the model(s) train under strict determinism, 1 one of them does not, 2 bad input.
 
@@ -42,6 +49,7 @@ import json
 import sys
 
 from ..core.errors import ConfigError
+from ..core.pickle_scan import TRUST_FLAG, trusted_checkpoints
 
 
 def _positive_int(text: str) -> int:
@@ -75,6 +83,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="write a rewritten copy of the model YAML with deterministic layers (needs -o)")
     parser.add_argument("-o", "--output", metavar="OUT.yaml", help="where --fix writes (must not exist)")
     parser.add_argument("--force", action="store_true", help="with --fix: replace OUT.yaml if it exists")
+    parser.add_argument(TRUST_FLAG, action="store_true",
+                        help="unpickle a .pt with torch (runs code the file names: only for files you trust)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,8 +102,9 @@ def run(args: argparse.Namespace) -> int:
         args.model = models[0]
         return _fix(args)
     # every model is audited before anything is printed: a bad one is a one-line error with no partial output
-    reports = [audit(model, imgsz=args.imgsz, batch=args.batch, profile=args.profile, device=args.device,
-                     torch_version=args.torch_version, table=args.table, loss=args.loss) for model in models]
+    with trusted_checkpoints(args.trust_checkpoint):
+        reports = [audit(model, imgsz=args.imgsz, batch=args.batch, profile=args.profile, device=args.device,
+                         torch_version=args.torch_version, table=args.table, loss=args.loss) for model in models]
     if args.json:
         data = reports[0].to_dict() if len(reports) == 1 else [r.to_dict() for r in reports]
         json.dump(data, sys.stdout, indent=2)
