@@ -10,9 +10,8 @@ rejected rather than fetched.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import io
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from typing import Any
 import yaml
 
 from ..core.errors import ModelError, did_you_mean
+from ..core.quiet import quiet_ultralytics
 from .models import resolve_model_yaml
 
 __all__ = ["LoadedModel", "layer_lines", "load_model", "check_yaml_modules"]
@@ -161,31 +161,14 @@ def _model_class(cfg: Mapping[str, Any]) -> Any:
     return getattr(tasks, name)
 
 
-@contextlib.contextmanager
-def _quiet_ultralytics() -> Any:
-    """Silence Ultralytics' logger while building (restored afterwards)."""
-    try:
-        from ultralytics.utils import LOGGER
-    except ImportError:  # pragma: no cover
-        yield
-        return
-    level = LOGGER.level
-    LOGGER.setLevel(40)
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            yield
-    finally:
-        LOGGER.setLevel(level)
-
-
 def _ultralytics_info(model: Any) -> tuple[int, int | None]:
     channels = 3
     yaml_cfg = getattr(model, "yaml", None)
     if isinstance(yaml_cfg, dict):
         channels = int(yaml_cfg.get("channels", yaml_cfg.get("ch", 3)) or 3)
-    stride = getattr(model, "stride", None)
+    stride: Any = getattr(model, "stride", None)
     try:
-        s = int(max(stride)) if stride is not None else None  # type: ignore[arg-type]
+        s = int(max(stride)) if stride is not None else None
     except (TypeError, ValueError):
         s = None
     return channels, (s if s and s > 0 else None)
@@ -216,9 +199,10 @@ def _from_module(model: Any, source: str, kind: str) -> LoadedModel:
     if not isinstance(model, torch.nn.Module):
         raise ModelError(f"{source}: expected a torch.nn.Module (or an ultralytics YOLO), got {type(model).__name__}")
     loaded = LoadedModel(model=model, source=source, kind=kind)
-    if hasattr(model, "yaml") and isinstance(getattr(model, "yaml", None), dict):
+    yaml_cfg = getattr(model, "yaml", None)
+    if isinstance(yaml_cfg, dict):
         loaded.channels, loaded.stride = _ultralytics_info(model)
-        yaml_file = model.yaml.get("yaml_file")
+        yaml_file = yaml_cfg.get("yaml_file")
         if yaml_file:
             path = resolve_model_yaml(yaml_file)
             if path is not None:
@@ -247,7 +231,7 @@ def _load_yaml(spec: str) -> LoadedModel:
     p = Path(spec)
     cfg_source = str(path) if p.is_file() else spec  # Ultralytics names carry the scale (yolov8n -> n)
     try:
-        with _quiet_ultralytics():
+        with quiet_ultralytics(level=logging.ERROR, drop_stdout=True):
             cfg = tasks.yaml_model_load(cfg_source)
             cls = _model_class(cfg)
             model = cls(cfg, verbose=False)
@@ -265,7 +249,7 @@ def _load_checkpoint(path: Path, source: str) -> LoadedModel:
     import torch
 
     try:
-        with _quiet_ultralytics():
+        with quiet_ultralytics(level=logging.ERROR, drop_stdout=True):
             ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # noqa: BLE001 - pickle errors come in many types
         msg = " ".join(str(e).split()) or type(e).__name__

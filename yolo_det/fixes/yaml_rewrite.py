@@ -130,6 +130,12 @@ class _Slot:
     args: Any
 
 
+def _position(node: Any, index: int) -> tuple[int, int]:
+    """0-based line and column of item ``index`` of a sequence loaded by ruamel's round-trip loader."""
+    line, col = node.lc.item(index)
+    return int(line), int(col)
+
+
 def _slots(text: str, origin: str) -> Iterator[_Slot]:
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
@@ -150,7 +156,7 @@ def _slots(text: str, origin: str) -> Iterator[_Slot]:
             if not isinstance(row, list) or len(row) < 3 or not isinstance(row[2], str):
                 raise ModelError(f"{origin}:{_row_line(row, data[section])}: layer {index} is not "
                                  "[from, repeats, module, args]")
-            line, col = row.lc.item(2)
+            line, col = _position(row, 2)
             token = _token_at(lines[line], col, row[2])
             if token is None:
                 raise ModelError(f"{origin}:{line + 1}: could not find the module name '{row[2]}' of layer {index}")
@@ -192,8 +198,7 @@ def _build(text: str, origin: str) -> Any:
     """Build the model the YAML describes (yolo-det layer names registered); return the DetectionModel."""
     import yaml as pyyaml
 
-    from ..analysis.zoo import ZOO_MODULES
-    from ..layers.registry import registered, registered_layers
+    from ..analysis.models import model_names
 
     try:
         cfg = pyyaml.safe_load(text)
@@ -201,7 +206,7 @@ def _build(text: str, origin: str) -> Any:
         raise ModelError(f"{origin}: malformed YAML: {getattr(e, 'problem', None) or e}") from None
     task = _guess_task(cfg)
     try:
-        with registered_layers(), registered(ZOO_MODULES):
+        with model_names():
             from ultralytics.nn import tasks
 
             cls = {"detect": tasks.DetectionModel, "segment": tasks.SegmentationModel, "pose": tasks.PoseModel,

@@ -38,13 +38,9 @@ def _load(model: Any) -> LoadedModel:
     if isinstance(model, LoadedModel):
         return model
     if isinstance(model, (str, Path)) and Path(str(model)).suffix.lower() in (".yaml", ".yml"):
-        from ultralytics.nn import tasks
+        from ..models import model_names
 
-        from ...layers.registry import registered
-        from ..zoo import ZOO_MODULES
-
-        missing = {k: v for k, v in ZOO_MODULES.items() if k not in vars(tasks)}
-        with registered(missing):
+        with model_names():
             return load_model(model)
     return load_model(model)
 

@@ -130,9 +130,9 @@ def parse_table(text: str, source: str = "<table>") -> OpTable:
     entries: list[OpEntry] = []
     seen: set[str] = set()
     for i, raw in enumerate(data["entries"]):
-        line = lines[i] if i < len(lines) else None
-        where = f"{source}:{line}" if line else f"{source} (entry {i + 1})"
-        entry = _parse_entry(raw, where, line)
+        line_no = lines[i] if i < len(lines) else None
+        where = f"{source}:{line_no}" if line_no else f"{source} (entry {i + 1})"
+        entry = _parse_entry(raw, where, line_no)
         if entry.id in seen:
             raise ConfigError(f"{where}: duplicate entry id '{entry.id}'")
         seen.add(entry.id)
