@@ -195,7 +195,7 @@ def _mark(target: type[nn.Module], source: type[nn.Module]) -> None:
         rv = super(target, self).__reduce_ex__(protocol)
         state = rv[2] if isinstance(rv, tuple) and len(rv) > 2 else self.__getstate__()
         # copyreg._reconstructor is the standard library's: loading needs torch, not yolo-det
-        return (copyreg._reconstructor, (source, object, None), state)
+        return (copyreg._reconstructor, (source, object, None), state)  # type: ignore[attr-defined]  # not in the stubs
 
     def __deepcopy__(self: nn.Module, memo: dict[int, Any]) -> nn.Module:  # noqa: N807
         import copy
@@ -206,7 +206,7 @@ def _mark(target: type[nn.Module], source: type[nn.Module]) -> None:
             new.__dict__[key] = copy.deepcopy(value, memo)
         return new
 
-    target.__reduce_ex__ = __reduce_ex__  # type: ignore[method-assign]
+    target.__reduce_ex__ = __reduce_ex__  # type: ignore[method-assign,assignment]
     target.__deepcopy__ = __deepcopy__  # type: ignore[attr-defined]
     target._yolo_det_native = source  # type: ignore[attr-defined]
 

@@ -357,7 +357,7 @@ def _export_standard(plugin: UltralyticsPlugin, method: Callable[..., Any], owne
         with plugin.guard():
             return method(*args, **kwargs)
     finally:
-        if records:
+        if records and isinstance(net, torch.nn.Module):
             restore(net, records)
 
 

@@ -395,13 +395,13 @@ class DetAxisMap(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, dim: int, fwd: Any, bwd: Any) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: Tensor, dim: int, fwd: Any, bwd: Any) -> Tensor:
         ctx.dim = dim
         ctx.taps = (fwd, bwd)
         return fwd.apply(x, dim)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None]:
         fwd, bwd = ctx.taps
         if not ctx.needs_input_grad[0]:
             return None, None, None, None

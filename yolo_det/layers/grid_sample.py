@@ -132,7 +132,7 @@ class DetGridSample(torch.autograd.Function):
     """Bilinear grid sampling with a deterministic backward (see the module docstring)."""
 
     @staticmethod
-    def forward(ctx: Any, input: Tensor, grid: Tensor, padding_mode: str, align_corners: bool,  # type: ignore[override]
+    def forward(ctx: Any, input: Tensor, grid: Tensor, padding_mode: str, align_corners: bool,
                 rows_backward: bool) -> Tensor:
         n, c, h, w = input.shape
         ho, wo = grid.shape[1], grid.shape[2]
@@ -151,7 +151,7 @@ class DetGridSample(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None, None]:
         (input,) = ctx.saved_tensors
         taps: _Taps = ctx.taps
         n, c, h, w = ctx.shape
@@ -176,11 +176,11 @@ class DetGridSample(torch.autograd.Function):
             gix = torch.zeros_like(taps.mx)
             giy = torch.zeros_like(taps.my)
             k = 0
-            buf = None
+            taken: Tensor | None = None
             for r in (0, 1):
                 for s in (0, 1):
-                    buf = _gather(flat, taps.index[k], buf)
-                    v = buf.mul_(g).sum(1)
+                    taken = _gather(flat, taps.index[k], taken)
+                    v = taken.mul_(g).sum(1)
                     v = torch.where(taps.valid[k], v, torch.zeros_like(v))
                     # d(dx[s])/dix = -1 for the west column, +1 for the east; likewise for rows
                     gix = gix + v * taps.dy[r] if s else gix - v * taps.dy[r]

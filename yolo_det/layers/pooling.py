@@ -286,7 +286,7 @@ class DetAdaptiveMaxPool(torch.autograd.Function):
     element ATen's kernels select (first maximum in row-major order, last NaN)."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, hwin: Windows, wwin: Windows):  # type: ignore[override]
+    def forward(ctx: Any, x: Tensor, hwin: Windows, wwin: Windows) -> tuple[Tensor, Tensor]:
         out, index = _max_with_index(x, hwin, wwin)
         ctx.mark_non_differentiable(index)
         ctx.save_for_backward(index)
@@ -294,7 +294,7 @@ class DetAdaptiveMaxPool(torch.autograd.Function):
         return out, index
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor, _grad_index: Tensor):  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor, _grad_index: Tensor) -> tuple[Tensor, None, None]:
         (index,) = ctx.saved_tensors
         return _max_input_grad(grad, index, ctx.shape), None, None
 
@@ -304,10 +304,10 @@ def _adaptive_max2d(x: Tensor, outs: Sequence[int], return_indices: bool) -> Ten
     if all(s % o == 0 for s, o in zip(sizes, outs)):
         # windows tile the plane: exactly max_pool2d's (same scan order, NaN rule and indices)
         k = (sizes[0] // outs[0], sizes[1] // outs[1])
-        result = F.max_pool2d(x, kernel_size=k, stride=k, return_indices=return_indices)
         if return_indices:
-            return match_memory_format(result[0], x), match_memory_format(result[1], x)
-        return match_memory_format(result, x)
+            out, index = F.max_pool2d(x, kernel_size=k, stride=k, return_indices=True)
+            return match_memory_format(out, x), match_memory_format(index, x)
+        return match_memory_format(F.max_pool2d(x, kernel_size=k, stride=k), x)
     out, index = DetAdaptiveMaxPool.apply(x, _windows(sizes[0], outs[0]), _windows(sizes[1], outs[1]))
     if return_indices:
         return match_memory_format(out, x), match_memory_format(index, x)
@@ -332,8 +332,16 @@ def adaptive_max_pool2d(input: Tensor, output_size: SizeArg,
     """
     outs = _plan(input, output_size, 2)
     if outs is None:
-        return F.adaptive_max_pool2d(input, output_size, return_indices)  # type: ignore[arg-type]
+        return _torch_adaptive_max(F.adaptive_max_pool2d, input, output_size, return_indices)
     return _adaptive_max2d(input, outs, return_indices)
+
+
+def _torch_adaptive_max(native: Any, input: Tensor, output_size: SizeArg,
+                        return_indices: bool) -> Tensor | tuple[Tensor, Tensor]:
+    """PyTorch's own adaptive max pooling: the arguments as given, so that PyTorch accepts or rejects them itself
+    (its stubs leave out ``None`` entries in ``output_size``, which it accepts)."""
+    result: Tensor | tuple[Tensor, Tensor] = native(input, output_size, return_indices)
+    return result
 
 
 def adaptive_max_pool1d(input: Tensor, output_size: SizeArg,
@@ -350,12 +358,12 @@ def adaptive_max_pool1d(input: Tensor, output_size: SizeArg,
     """
     outs = _plan(input, output_size, 1)
     if outs is None:
-        return F.adaptive_max_pool1d(input, output_size, return_indices)  # type: ignore[arg-type]
+        return _torch_adaptive_max(F.adaptive_max_pool1d, input, output_size, return_indices)
     result = _adaptive_max2d(input.unsqueeze(-2), [1, outs[0]], return_indices)
-    if return_indices:
+    if isinstance(result, tuple):
         out, ind = result
         return out.squeeze(-2), ind.squeeze(-2)
-    return result.squeeze(-2)  # type: ignore[union-attr]
+    return result.squeeze(-2)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -387,12 +395,12 @@ class DetAdaptiveAvgPool3d(nn.AdaptiveAvgPool3d):
 class DetAdaptiveMaxPool1d(nn.AdaptiveMaxPool1d):
     """Deterministic drop-in for :class:`torch.nn.AdaptiveMaxPool1d` (same arguments, repr, state)."""
 
-    def forward(self, input: Tensor):  # type: ignore[override]
+    def forward(self, input: Tensor) -> Tensor | tuple[Tensor, Tensor]:
         return adaptive_max_pool1d(input, self.output_size, self.return_indices)
 
 
 class DetAdaptiveMaxPool2d(nn.AdaptiveMaxPool2d):
     """Deterministic drop-in for :class:`torch.nn.AdaptiveMaxPool2d` (same arguments, repr, state)."""
 
-    def forward(self, input: Tensor):  # type: ignore[override]
+    def forward(self, input: Tensor) -> Tensor | tuple[Tensor, Tensor]:
         return adaptive_max_pool2d(input, self.output_size, self.return_indices)

@@ -186,7 +186,7 @@ class DetUpsample(nn.Upsample):
     """Deterministic drop-in for :class:`torch.nn.Upsample` (same arguments, attributes, repr, state)."""
 
     def forward(self, input: Tensor) -> Tensor:
-        return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,  # type: ignore[arg-type]
+        return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,
                            recompute_scale_factor=self.recompute_scale_factor)
 
 
@@ -194,5 +194,5 @@ class DetUpsamplingBilinear2d(nn.UpsamplingBilinear2d):
     """Deterministic drop-in for :class:`torch.nn.UpsamplingBilinear2d` (bilinear, ``align_corners=True``)."""
 
     def forward(self, input: Tensor) -> Tensor:
-        return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,  # type: ignore[arg-type]
+        return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,
                            recompute_scale_factor=self.recompute_scale_factor)

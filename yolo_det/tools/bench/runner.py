@@ -19,9 +19,10 @@ from ...core import state as _state
 from ...core.backward import ToggleScaler
 from ...core.errors import ConfigError
 from ...core.profiles import PhaseSettings, Profile, load_profile
+from ...core.quiet import quiet_ultralytics
 from ...fixes.intercept import suspended
 from ...session.session import DeterminismSession
-from ..runtime import quiet_ultralytics, run_folder, unwrap_model
+from ..runtime import run_folder, unwrap_model
 from .isolations import BASES, ISOLATIONS, POOL_BATCHES, RESERVED, Isolation, _fmt_value
 from .memory import _Memory
 from .report import BenchReport, _Config
@@ -100,8 +101,9 @@ def bench(
                                        progress=progress, model_name=str(model_src)).run()
         finally:
             for loader in (getattr(trainer, "train_loader", None), getattr(trainer, "test_loader", None)):
-                if hasattr(loader, "close"):
-                    loader.close()
+                close = getattr(loader, "close", None)
+                if callable(close):
+                    close()
         raise _Done
 
     before = _state.snapshot()
@@ -342,13 +344,13 @@ class _Runner:
                     cfg = configs[key]
                     n = min(self.block, self.steps - len(cfg.times))
                     if n > 0 and cfg.error is None:
-                        self._guarded(cfg, lambda cfg, n=n: self._measured_block(cfg, step, pool, n), saved)
+                        self._guarded(cfg, functools.partial(self._measured_block, step=step, pool=pool, n=n), saved)
                 self.progress(f"bench: round {r + 1}/{rounds} done")
         finally:
             self._load_state(saved)
         timed = [configs[k].median() for _, k in profile_keys if configs[k].error is None]
         fastest = min(timed) if timed else math.nan
-        peaks = [configs[k].peak for _, k in profile_keys if configs[k].peak is not None]
+        peaks = [peak for _, k in profile_keys if (peak := configs[k].peak) is not None]
         smallest = min(peaks) if peaks else None
         rows = []
         for p, key in profile_keys:
@@ -363,7 +365,7 @@ class _Runner:
                 "step_ms": med * 1e3 if ok else None,
                 "step_ms_q1": q1 * 1e3 if ok else None,
                 "step_ms_q3": q3 * 1e3 if ok else None,
-                "step_cpu_ms": c.cpu_median() * 1e3 if ok and c.cpu_median() is not None else None,
+                "step_cpu_ms": cpu * 1e3 if ok and (cpu := c.cpu_median()) is not None else None,
                 "images_per_s": batch_size / med if ok and med > 0 else None,
                 "peak_memory_bytes": c.peak if ok else None,
                 "peak_memory_over_start_bytes": c.peak_delta if ok else None,
