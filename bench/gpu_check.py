@@ -169,7 +169,7 @@ def run_checks(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"gpu_check: {title} ...", file=sys.stderr, flush=True)
                 try:
                     result = fn()
-                except Exception as e:  # noqa: BLE001 - a failing step is a result, the next steps still run
+                except Exception as e:  # a failing step is a result, the next steps still run
                     result = {"status": "error", "message": f"{type(e).__name__}: {' '.join(str(e).split())[:400]}",
                               "traceback": traceback.format_exc(limit=8)}
             checks.append({"name": name, "title": title, **result, "seconds": round(time.perf_counter() - t0, 2)})

@@ -48,7 +48,7 @@ def _worker(rank: int, init_file: str, out_dir: str, mode: str) -> None:
         model = result.pop("model")
         result["digest"] = state_dict_digest(model)  # parameters and BatchNorm statistics of this rank
         result["param_digest"] = state_dict_digest(dict(model.named_parameters()))
-    except Exception as e:  # noqa: BLE001 - reported to the test through the result file
+    except Exception as e:  # reported to the test through the result file
         result["error"] = f"{type(e).__name__}: {e}"
     finally:
         result["restored"] = snapshot() == baseline
@@ -130,7 +130,7 @@ def launch(tmp_path: Path, mode: str, tag: str) -> list[dict]:
         mp.start_processes(_worker, args=(str(init_file), str(out_dir), mode), nprocs=WORLD, join=True,
                            start_method="fork")
         error = None
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         error = str(e)
     results = [json.loads((out_dir / f"rank{r}.json").read_text()) for r in range(WORLD)
                if (out_dir / f"rank{r}.json").exists()]

@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_layer_lines() -> None:
-    text = "nc: 3\nbackbone:\n  # c\n  - [-1, 1, Conv, [16, 3, 2]]\n  - [-1, 1, Conv, [32, 3, 2]]\nhead:\n\n  - [-1, 1, nn.Upsample, [None, 2]]\n"
+    text = ("nc: 3\nbackbone:\n  # c\n  - [-1, 1, Conv, [16, 3, 2]]\n  - [-1, 1, Conv, [32, 3, 2]]\nhead:\n\n"
+            "  - [-1, 1, nn.Upsample, [None, 2]]\n")
     assert layer_lines(text) == {0: 4, 1: 5, 2: 8}
     assert layer_lines("not: [valid") == {}
 

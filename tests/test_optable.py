@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-import torchvision  # noqa: F401 - registers torchvision:: ops
+import torchvision  # registers torchvision:: ops
 
 from yolo_det.analysis.optable import (
     BEHAVIOUR,

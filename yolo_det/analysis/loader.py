@@ -118,7 +118,8 @@ def check_yaml_modules(data: Mapping[str, Any], text: str, origin: str, namespac
         if name.startswith("nn."):
             if not isinstance(getattr(torch.nn, name[3:], None), type):
                 nn_names = [f"nn.{n}" for n in dir(torch.nn) if isinstance(getattr(torch.nn, n), type)]
-                raise ModelError(f"{where}: unknown module '{name}' in layer {i}: torch.nn has no '{name[3:]}'.{did_you_mean(name, nn_names)}")
+                raise ModelError(f"{where}: unknown module '{name}' in layer {i}: torch.nn has no '{name[3:]}'."
+                                 f"{did_you_mean(name, nn_names)}")
         elif name.startswith("torchvision.ops."):
             import torchvision
 
@@ -155,7 +156,7 @@ def _model_class(cfg: Mapping[str, Any]) -> Any:
     if name is None:
         try:
             task = tasks.guess_model_task(dict(cfg))
-        except Exception:  # noqa: BLE001 - Ultralytics raises a SyntaxError-like error for unknown heads
+        except Exception:  # Ultralytics raises a SyntaxError-like error for unknown heads
             task = "detect"
         name = _TASK_CLASSES.get(task, "DetectionModel")
     return getattr(tasks, name)
@@ -237,7 +238,7 @@ def _load_yaml(spec: str) -> LoadedModel:
             model = cls(cfg, verbose=False)
     except ModelError:
         raise
-    except Exception as e:  # noqa: BLE001 - parse_model raises anything for a wrong row
+    except Exception as e:  # parse_model raises anything for a wrong row
         msg = " ".join(str(e).split()) or type(e).__name__
         raise ModelError(f"{path}: the model does not build: {type(e).__name__}: {msg}") from None
     channels, stride = _ultralytics_info(model)
@@ -251,7 +252,7 @@ def _load_checkpoint(path: Path, source: str) -> LoadedModel:
     try:
         with quiet_ultralytics(level=logging.ERROR, drop_stdout=True):
             ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:  # noqa: BLE001 - pickle errors come in many types
+    except Exception as e:  # pickle errors come in many types
         msg = " ".join(str(e).split()) or type(e).__name__
         raise ModelError(f"cannot load checkpoint '{path}': {type(e).__name__}: {msg}") from None
     model = ckpt
@@ -278,7 +279,7 @@ def _load_factory(spec: str) -> LoadedModel:
         raise ModelError(f"'{module_name}' has no callable '{func_name}'.{did_you_mean(func_name, names)}")
     try:
         model = func()
-    except Exception as e:  # noqa: BLE001 - user code
+    except Exception as e:  # user code
         msg = " ".join(str(e).split()) or type(e).__name__
         raise ModelError(f"factory '{spec}' failed: {type(e).__name__}: {msg}") from None
     return _from_module(model, spec, "factory")
@@ -300,7 +301,8 @@ def load_model(spec: Any) -> LoadedModel:
     if isinstance(spec, torch.nn.Module) or _is_ultralytics_wrapper(spec):
         return _from_module(spec, type(spec).__name__, "module")
     if not isinstance(spec, (str, Path)):
-        raise ModelError(f"a model must be a YAML, a checkpoint, a factory 'package.module:function' or a module, got {type(spec).__name__}")
+        raise ModelError("a model must be a YAML, a checkpoint, a factory 'package.module:function' or a module, "
+                         f"got {type(spec).__name__}")
     text = str(spec)
     path = Path(text).expanduser()
     if path.suffix.lower() in _YAML_SUFFIXES:
@@ -311,4 +313,5 @@ def load_model(spec: Any) -> LoadedModel:
         return _load_factory(text)
     if path.suffix.lower() in _CKPT_SUFFIXES:
         raise ModelError(f"checkpoint '{text}' not found (yolo-det does not download weights); give a local file or a model YAML")
-    raise ModelError(f"model '{text}' not found: give a model YAML (path or Ultralytics name), a checkpoint file or a factory package.module:function")
+    raise ModelError(f"model '{text}' not found: give a model YAML (path or Ultralytics name), a checkpoint file or a "
+                     "factory package.module:function")

@@ -51,7 +51,7 @@ def resolve_model_yaml(model: str | Path) -> Path | None:
     for candidate in (path.name, unified):
         try:
             found = check_yaml(candidate, hard=False)
-        except Exception:  # noqa: BLE001 - check_yaml raises on ambiguous matches
+        except Exception:  # check_yaml raises on ambiguous matches
             found = None
         if found:
             return Path(found).resolve()

@@ -297,7 +297,8 @@ def _load(profile: str | os.PathLike[str] | Profile, *, chain: tuple[str, ...], 
             f"profile YAML file.{did_you_mean(text_name, BUILTIN_PROFILES)}"
         )
     if not path.is_file():
-        raise ProfileError(f"profile file '{path}' does not exist; give a built-in name ({', '.join(BUILTIN_PROFILES)}) or an existing YAML file")
+        raise ProfileError(f"profile file '{path}' does not exist; give a built-in name "
+                           f"({', '.join(BUILTIN_PROFILES)}) or an existing YAML file")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:

@@ -191,13 +191,13 @@ def swapped(model: nn.Module, policy: str = "auto", **kwargs: Any) -> Iterator[l
 def _mark(target: type[nn.Module], source: type[nn.Module]) -> None:
     """Make ``target`` instances pickle as ``source`` and keep their class under deepcopy."""
 
-    def __reduce_ex__(self: nn.Module, protocol: Any) -> Any:  # noqa: N807
+    def __reduce_ex__(self: nn.Module, protocol: Any) -> Any:
         rv = super(target, self).__reduce_ex__(protocol)
         state = rv[2] if isinstance(rv, tuple) and len(rv) > 2 else self.__getstate__()
         # copyreg._reconstructor is the standard library's: loading needs torch, not yolo-det
         return (copyreg._reconstructor, (source, object, None), state)  # type: ignore[attr-defined]  # not in the stubs
 
-    def __deepcopy__(self: nn.Module, memo: dict[int, Any]) -> nn.Module:  # noqa: N807
+    def __deepcopy__(self: nn.Module, memo: dict[int, Any]) -> nn.Module:
         import copy
 
         new = target.__new__(target)

@@ -219,7 +219,7 @@ def _build(text: str, origin: str) -> Any:
         raise ModelError(f"{origin}: unknown module {e} in the model YAML; is it registered?") from None
     except YoloDetError:
         raise
-    except Exception as e:  # noqa: BLE001 - any build failure is "a YAML that does not build"
+    except Exception as e:  # any build failure is "a YAML that does not build"
         raise ModelError(f"{origin}: the model YAML does not build: {type(e).__name__}: "
                          f"{' '.join(str(e).split())[:300]}") from None
 
@@ -229,7 +229,7 @@ def _guess_task(cfg: Any) -> str:
         from ultralytics.nn.tasks import guess_model_task
 
         return guess_model_task(cfg)
-    except Exception:  # noqa: BLE001 - fall back to detection
+    except Exception:  # fall back to detection
         return "detect"
 
 

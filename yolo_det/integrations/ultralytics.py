@@ -257,7 +257,7 @@ class UltralyticsPlugin:
                     and not self._written_for(trainer):
                 try:
                     self._write(trainer, status="failed")
-                except Exception as e:  # noqa: BLE001 - never mask the error that ended the run
+                except Exception as e:  # never mask the error that ended the run
                     warnings.warn(f"yolo-det could not write determinism.json for the failed run: {e}", stacklevel=2)
         finally:
             self.end_run()

@@ -256,7 +256,7 @@ class _Trace:
                         else:
                             outs = node(*grad_in)
                         self.counts["backward_nodes"] += 1
-                    except Exception as e:  # noqa: BLE001 - a node without a fake kernel: match it by name
+                    except Exception as e:  # a node without a fake kernel: match it by name
                         failed[f"{type(node).__name__} ({type(e).__name__})"] += 1
                         meta = self.node_meta or {}
                         self.occurrences.append(_Occurrence("node_name", type(node).__name__, "", "backward",
@@ -367,7 +367,7 @@ def _fake_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, 
             with dispatch, fmode:
                 out = torch.func.functional_call(model, params, (x,), strict=False)
                 root = _loss_root(out)
-        except Exception as e:  # noqa: BLE001 - the model's own forward failed
+        except Exception as e:  # the model's own forward failed
             msg = " ".join(str(e).split()) or type(e).__name__
             raise ModelError(f"the model's forward failed on a {tuple(x.shape)} input: {type(e).__name__}: {msg[:300]}") from None
         if root is None or root.grad_fn is None:
@@ -412,7 +412,7 @@ def _real_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, 
                     trace.pass_ = "forward"
             if device.startswith("cuda"):
                 torch.cuda.synchronize(device)
-    except Exception as e:  # noqa: BLE001 - the model's own code on the device
+    except Exception as e:  # the model's own code on the device
         msg = " ".join(str(e).split()) or type(e).__name__
         raise ModelError(f"the real pass on {device} failed: {type(e).__name__}: {msg[:300]}") from None
     finally:
@@ -519,7 +519,7 @@ def _loss_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, 
                     trace.pass_ = "forward"
     except YoloDetError:
         raise
-    except Exception as e:  # noqa: BLE001 - the model's own loss on a synthetic batch
+    except Exception as e:  # the model's own loss on a synthetic batch
         msg = " ".join(str(e).split()) or type(e).__name__
         raise ModelError(f"the loss pass failed on a synthetic batch: {type(e).__name__}: {msg[:300]}") from None
     return trace
