@@ -210,9 +210,15 @@ def test_exits_cleanly_and_nests() -> None:
 
 def test_no_effect_outside_the_block() -> None:
     _mode("strict")
-    with emulate_cuda_alerts():
+    x = _x()
+    with emulate_cuda_alerts() as log:
         pass
-    F.adaptive_max_pool2d(_x(), 1).sum().backward()  # plain CPU: deterministic kernel, no alert
+    assert not _get_current_dispatch_mode_stack() and not _get_current_function_mode_stack()
+    F.adaptive_max_pool2d(x, 1).sum().backward()  # plain CPU: deterministic kernel, no alert
+    assert x.grad is not None and not log.events
+    # the same op inside a block does alert: what made the difference is the block
+    with emulate_cuda_alerts(), pytest.raises(RuntimeError, match="adaptive_max_pool2d_backward_cuda"):
+        F.adaptive_max_pool2d(_x(), 1).sum().backward()
 
 
 @pytest.mark.gpu
