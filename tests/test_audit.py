@@ -19,6 +19,7 @@ from torch import nn
 from torch.overrides import _get_current_function_mode_stack
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
+from helpers import MODELS, ROOT
 from yolo_det import AuditReport, audit
 from yolo_det.analysis.audit.trace import _real_trace
 from yolo_det.analysis.emulator import emulate_cuda_alerts
@@ -29,9 +30,6 @@ from yolo_det.analysis.zoo import ZOO_MODULES
 from yolo_det.cli import main
 from yolo_det.core.errors import ConfigError, ModelError, ProfileError
 from yolo_det.layers.registry import registered
-
-ROOT = Path(__file__).resolve().parent.parent
-MODELS = ROOT / "data" / "models"
 
 
 @pytest.fixture(autouse=True)

@@ -8,10 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import MODELS
 from yolo_det.cli import main
-
-ROOT = Path(__file__).resolve().parent.parent
-MODELS = ROOT / "data" / "models"
 
 # (id, argv with {d} for the scratch folder, a fragment the one-line error must contain)
 CASES = [

@@ -20,6 +20,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from helpers import ROOT
+
 pytestmark = pytest.mark.slow
 
 WORLD = 2
@@ -216,7 +218,7 @@ def test_ultralytics_ddp_payload_applies_the_profile_on_a_worker_rank(tmp_path):
     script.write_text(CHILD)
     env = {**os.environ, "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "YOLO_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, str(script), str(payload)], capture_output=True, text=True, env=env,
-                          cwd=Path(__file__).resolve().parent.parent, timeout=300)
+                          cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["plugins"] == 1

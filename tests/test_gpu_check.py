@@ -6,12 +6,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers import ROOT
+
 SCRIPT = ROOT / "bench" / "gpu_check.py"
 
 

@@ -12,8 +12,6 @@ from torch import nn
 from yolo_det.analysis.loader import layer_lines, load_model
 from yolo_det.core.errors import ModelError
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def test_layer_lines() -> None:
     text = ("nc: 3\nbackbone:\n  # c\n  - [-1, 1, Conv, [16, 3, 2]]\n  - [-1, 1, Conv, [32, 3, 2]]\nhead:\n\n"

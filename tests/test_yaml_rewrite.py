@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import MODELS
 from yolo_det.cli import main
 from yolo_det.core.errors import ConfigError, ModelError
 from yolo_det.fixes.yaml_rewrite import rewrite_yaml, rewrite_yaml_text
@@ -73,7 +74,7 @@ def test_older_torch_and_policy_all_rewrite_more():
 
 
 def test_blocks_with_internal_findings_are_listed_not_renamed():
-    text = (Path(__file__).resolve().parent.parent / "data" / "models" / "cbam-max.yaml").read_text()
+    text = (MODELS / "cbam-max.yaml").read_text()
     result = rewrite_yaml_text(text)
     assert result.changes == [] and result.text == text
     assert [(b["layer"], b["module"]) for b in result.inside_blocks] == [(10, "model.10.max_pool")]
