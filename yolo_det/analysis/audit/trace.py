@@ -168,8 +168,8 @@ class _Trace:
         entries = self.table.lookup(schema, func._overloadname)
         if any(e.args for e in entries):
             bound = op_arguments(func, args, kwargs)
-        self.occurrences.append(_Occurrence("op", schema, func._overloadname, self.pass_, module, node, call, native, det,
-                                            bound))
+        self.occurrences.append(_Occurrence("op", schema, func._overloadname, self.pass_, module, node, call, native,
+                                            det, bound))
 
     # -- the hooks' handlers (analysis.tracing) ---------------------------------------------------------
     def call_function(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -342,6 +342,16 @@ def _loss_root(out: Any) -> Any:
     return total
 
 
+def _real_backward(trace: _Trace, root: torch.Tensor) -> None:
+    """Run autograd's backward from ``root`` for real, recording its ops with the running node's metadata."""
+    trace.pass_ = "backward"
+    try:
+        with DispatchHook(trace.dispatch), DispatchHook(trace.expose_node):
+            root.backward()
+    finally:
+        trace.pass_ = "forward"
+
+
 def _fake_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, forward_det: bool) -> _Trace:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -369,7 +379,8 @@ def _fake_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, 
                 root = _loss_root(out)
         except Exception as e:  # the model's own forward failed
             msg = " ".join(str(e).split()) or type(e).__name__
-            raise ModelError(f"the model's forward failed on a {tuple(x.shape)} input: {type(e).__name__}: {msg[:300]}") from None
+            raise ModelError(f"the model's forward failed on a {tuple(x.shape)} input: {type(e).__name__}: "
+                             f"{msg[:300]}") from None
         if root is None or root.grad_fn is None:
             trace.notes.append("no output requires grad: only the forward was traced")
         else:
@@ -404,12 +415,7 @@ def _real_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, 
                 out = model(x)
                 root = _loss_root(out)
             if root is not None:
-                trace.pass_ = "backward"
-                try:
-                    with DispatchHook(trace.dispatch), DispatchHook(trace.expose_node):
-                        root.backward()
-                finally:
-                    trace.pass_ = "forward"
+                _real_backward(trace, root)
             if device.startswith("cuda"):
                 torch.cuda.synchronize(device)
     except Exception as e:  # the model's own code on the device
@@ -511,12 +517,7 @@ def _loss_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, 
             trace.classes["(loss)"] = type(getattr(work, "criterion", None)).__name__
             root = _loss_root(loss[0] if isinstance(loss, (tuple, list)) else loss)
             if root is not None:
-                trace.pass_ = "backward"
-                try:
-                    with DispatchHook(trace.dispatch), DispatchHook(trace.expose_node):
-                        root.backward()
-                finally:
-                    trace.pass_ = "forward"
+                _real_backward(trace, root)
     except YoloDetError:
         raise
     except Exception as e:  # the model's own loss on a synthetic batch
