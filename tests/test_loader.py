@@ -49,9 +49,12 @@ def test_module_and_state_dict_checkpoints(tmp_path: Path) -> None:
     ("- 1\n- 2\n", r"must be a mapping"),
     ("nc: 1\nbackbone: []\n", r"needs a 'head' list"),
     ("nc: 1\nbackbone:\n  - [-1, 1, Conv]\nhead: []\n", r"t\.yaml:3: layer 0 must be \[from, repeats, module, args\]"),
-    ("nc: 1\nbackbone:\n  - [-1, 1, nn.Conv9d, [1]]\nhead: []\n", r"t\.yaml:3: unknown module 'nn\.Conv9d'.*torch\.nn has no"),
-    ("nc: 1\nbackbone:\n  - [-1, 1, Cnv, [8, 3]]\nhead: []\n", r"t\.yaml:3: unknown module 'Cnv' in layer 0.*Did you mean 'Conv'\?"),
-    ("nc: 1\nbackbone:\n  - [-1, 1, Conv, [8, 3, 2]]\nhead:\n  - [[-1, 7], 1, Concat, [1]]\n", r"the model does not build"),
+    ("nc: 1\nbackbone:\n  - [-1, 1, nn.Conv9d, [1]]\nhead: []\n",
+     r"t\.yaml:3: unknown module 'nn\.Conv9d'.*torch\.nn has no"),
+    ("nc: 1\nbackbone:\n  - [-1, 1, Cnv, [8, 3]]\nhead: []\n",
+     r"t\.yaml:3: unknown module 'Cnv' in layer 0.*Did you mean 'Conv'\?"),
+    ("nc: 1\nbackbone:\n  - [-1, 1, Conv, [8, 3, 2]]\nhead:\n  - [[-1, 7], 1, Concat, [1]]\n",
+     r"the model does not build"),
 ])
 def test_bad_yamls(tmp_path: Path, text: str, pattern: str) -> None:
     path = tmp_path / "t.yaml"

@@ -131,4 +131,5 @@ def test_warn_only_training_warns_and_completes(name: str, tmp_path: Path) -> No
     record = json.loads(Path(plugin.record_path).read_text(encoding="utf-8"))
     assert record["status"] == "completed"
     messages = [w["message"] for w in record["nondeterminism_warnings"]]
-    assert any(m.startswith(alert_message(FIRST_KERNEL[name], warn_only=True).split(" (Triggered")[0]) for m in messages)
+    assert any(m.startswith(alert_message(FIRST_KERNEL[name],
+                                          warn_only=True).split(" (Triggered")[0]) for m in messages)

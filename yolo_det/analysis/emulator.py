@@ -235,7 +235,8 @@ def _cuda_takes_cudnn_grid_sampler(args: tuple[Any, ...], kwargs: Mapping[str, A
     x, grid = bound.get("input"), bound.get("grid")
     if not isinstance(x, torch.Tensor) or not isinstance(grid, torch.Tensor):
         return False
-    return (x.dim() == 4 and bound.get("mode", "bilinear") == "bilinear" and bound.get("padding_mode", "zeros") == "zeros"
+    return (x.dim() == 4 and bound.get("mode", "bilinear") == "bilinear"
+            and bound.get("padding_mode", "zeros") == "zeros"
             and bool(bound.get("align_corners")) and x.dtype in _CUDNN_DTYPES and grid.dtype in _CUDNN_DTYPES
             and x.shape[1] <= 1024 and torch.backends.cudnn.enabled)
 

@@ -70,7 +70,8 @@ class LoadedModel:
 
 
 def layer_lines(text: str) -> dict[int, int]:
-    """``{layer index: 1-based line}`` of the ``backbone`` + ``head`` rows of a model YAML (as ``parse_model`` counts)."""
+    """``{layer index: 1-based line}`` of the ``backbone`` + ``head`` rows of a model YAML (counted as
+    ``parse_model`` counts them)."""
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError:
@@ -128,7 +129,8 @@ def check_yaml_modules(data: Mapping[str, Any], text: str, origin: str, namespac
         elif name not in namespace:
             raise ModelError(
                 f"{where}: unknown module '{name}' in layer {i}; Ultralytics knows nn.X, torchvision.ops.X and its own "
-                f"modules (register others with yolo_det.layers.registry.register_ultralytics_modules).{did_you_mean(name, known)}"
+                "modules (register others with "
+                f"yolo_det.layers.registry.register_ultralytics_modules).{did_you_mean(name, known)}"
             )
 
 
@@ -142,9 +144,11 @@ def _read_yaml(path: Path) -> tuple[str, dict[str, Any]]:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
-        raise ModelError(f"{path}{line}: malformed YAML: {getattr(e, 'problem', None) or str(e).splitlines()[0]}") from None
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ModelError(f"{path}{line}: malformed YAML: {problem}") from None
     if not isinstance(data, dict):
-        raise ModelError(f"{path}: a model YAML must be a mapping with 'backbone' and 'head', got {type(data).__name__}")
+        raise ModelError(f"{path}: a model YAML must be a mapping with 'backbone' and 'head', got "
+                         f"{type(data).__name__}")
     return text, data
 
 
@@ -259,7 +263,8 @@ def _load_checkpoint(path: Path, source: str) -> LoadedModel:
     if isinstance(ckpt, dict):
         model = ckpt.get("ema") if ckpt.get("ema") is not None else ckpt.get("model")
         if model is None:
-            raise ModelError(f"checkpoint '{path}' holds no model ('ema' or 'model' key); a state_dict alone cannot be audited")
+            raise ModelError(f"checkpoint '{path}' holds no model ('ema' or 'model' key); a state_dict alone cannot be "
+                             "audited")
     if not isinstance(model, torch.nn.Module):
         raise ModelError(f"checkpoint '{path}' holds a {type(model).__name__}, not a torch.nn.Module")
     model = model.float()
@@ -312,6 +317,7 @@ def load_model(spec: Any) -> LoadedModel:
     if _FACTORY.match(text):
         return _load_factory(text)
     if path.suffix.lower() in _CKPT_SUFFIXES:
-        raise ModelError(f"checkpoint '{text}' not found (yolo-det does not download weights); give a local file or a model YAML")
+        raise ModelError(f"checkpoint '{text}' not found (yolo-det does not download weights); give a local file or a "
+                         "model YAML")
     raise ModelError(f"model '{text}' not found: give a model YAML (path or Ultralytics name), a checkpoint file or a "
                      "factory package.module:function")

@@ -209,7 +209,8 @@ class Profile:
     def phase(self, phase: str) -> PhaseSettings:
         """Return the settings of ``phase`` (``train``, ``val`` or ``deploy``)."""
         if phase not in PHASES:
-            raise ProfileError(f"unknown phase '{phase}'; choose from {', '.join(PHASES)}.{did_you_mean(phase, PHASES)}")
+            raise ProfileError(f"unknown phase '{phase}'; choose from "
+                               f"{', '.join(PHASES)}.{did_you_mean(phase, PHASES)}")
         return getattr(self, phase)
 
     def to_dict(self) -> dict[str, Any]:
@@ -350,7 +351,8 @@ def load_profile(profile: str | os.PathLike[str] | Profile) -> Profile:
     return _load(profile, chain=())
 
 
-def _load(profile: str | os.PathLike[str] | Profile, *, chain: tuple[str, ...], base_dir: Path | None = None) -> Profile:
+def _load(profile: str | os.PathLike[str] | Profile, *, chain: tuple[str, ...],
+          base_dir: Path | None = None) -> Profile:
     if isinstance(profile, Profile):
         return profile
     if not isinstance(profile, (str, os.PathLike)):
@@ -394,7 +396,8 @@ def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | N
     if data is None:
         raise ProfileError(f"{origin}: the profile file is empty; see `yolo-det profiles show repro` for the format")
     if not isinstance(data, dict):
-        raise ProfileError(f"{origin}:1: a profile must be a mapping with keys {', '.join(_TOP_KEYS)}, got {_type_name(data)}")
+        raise ProfileError(f"{origin}:1: a profile must be a mapping with keys {', '.join(_TOP_KEYS)}, got "
+                           f"{_type_name(data)}")
     for key in data:
         if key not in _TOP_KEYS:
             raise ProfileError(
@@ -405,7 +408,8 @@ def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | N
     extends = data.get("extends")
     if extends is not None:
         if not isinstance(extends, str):
-            raise ProfileError(f"{_where(origin, lines, 'extends')}: 'extends' must be a profile name or path, got {extends!r}")
+            raise ProfileError(f"{_where(origin, lines, 'extends')}: 'extends' must be a profile name or path, got "
+                               f"{extends!r}")
         try:
             base = _load(extends, chain=(*chain, origin), base_dir=base_dir)
         except ProfileError as e:
@@ -422,7 +426,8 @@ def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | N
         if values is None:
             continue
         if not isinstance(values, dict):
-            raise ProfileError(f"{_where(origin, lines, section)}: '{section}' must be a mapping of settings, got {_type_name(values)}")
+            raise ProfileError(f"{_where(origin, lines, section)}: '{section}' must be a mapping of settings, got "
+                               f"{_type_name(values)}")
         for key, value in values.items():
             where = _where(origin, lines, section, str(key))
             checked = _check_value(str(key), value, where=f"{where}: in '{section}'")
@@ -436,7 +441,8 @@ def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | N
         raise ProfileError(f"{_where(origin, lines, 'name')}: 'name' must be a non-empty string, got {name!r}")
     desc = data.get("description", description)
     if not isinstance(desc, str):
-        raise ProfileError(f"{_where(origin, lines, 'description')}: 'description' must be a string, got {_type_name(desc)}")
+        raise ProfileError(f"{_where(origin, lines, 'description')}: 'description' must be a string, got "
+                           f"{_type_name(desc)}")
     return Profile(
         name=name,
         description=" ".join(desc.split()),

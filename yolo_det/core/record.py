@@ -120,7 +120,8 @@ def load_checkpoint_state(path: str | os.PathLike[str]) -> dict[str, torch.Tenso
     try:
         obj = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # any unpickling failure means "not a checkpoint"
-        raise ModelError(f"'{path}' is not a PyTorch checkpoint: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+        raise ModelError(f"'{path}' is not a PyTorch checkpoint: {type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''}") from None
     if isinstance(obj, dict):
         for key in ("ema", "model"):
             candidate = obj.get(key)

@@ -19,8 +19,8 @@ Which instances to swap is decided before, by :func:`yolo_det.analysis.swap_plan
 A swapped module pickles as its PyTorch class, so a checkpoint saved from a swapped model loads where
 yolo-det is not installed. ``copy.deepcopy`` keeps the swap.
 
-:func:`yolo_det.layers.registry.register_layers` makes the yolo-det class names resolvable in Ultralytics model YAMLs (see
-:mod:`yolo_det.fixes.yaml_rewrite`).
+:func:`yolo_det.layers.registry.register_layers` makes the yolo-det class names resolvable in Ultralytics
+model YAMLs (see :mod:`yolo_det.fixes.yaml_rewrite`).
 """
 
 from __future__ import annotations

@@ -116,7 +116,8 @@ _BACKWARD = Edit(
     "backward", "scaler.scale(loss).backward()",
     re.compile(r"(?P<indent>[ \t]+)scaler\.scale\((?P<loss>\w+)\)\.backward\(\)[ \t]*$"), "replace",
     "{indent}ydet.backward(scaler.scale({loss}))  " + MARKER,
-    re.compile(r"(?P<indent>[ \t]+)ydet\.backward\(scaler\.scale\((?P<loss>\w+)\)\)  " + re.escape(MARKER) + r"[ \t]*$"),
+    re.compile(r"(?P<indent>[ \t]+)ydet\.backward\(scaler\.scale\((?P<loss>\w+)\)\)  "
+               + re.escape(MARKER) + r"[ \t]*$"),
     "{indent}scaler.scale({loss}).backward()",
 )
 _MODEL_DETECT = _insert("prepare_model", "amp = check_amp(model)", r"(?P<indent>[ \t]+)amp = check_amp\(model\)",

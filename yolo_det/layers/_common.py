@@ -145,7 +145,8 @@ def _native_autocast_dtype(key: str, probe: Callable[[str], Tensor], device_type
     return result
 
 
-def amp_plan(key: str, probe: Callable[[str], Tensor], inputs: Sequence[Tensor]) -> tuple[torch.dtype, torch.dtype, bool]:
+def amp_plan(key: str, probe: Callable[[str], Tensor],
+             inputs: Sequence[Tensor]) -> tuple[torch.dtype, torch.dtype, bool]:
     """Decide the compute dtype and output dtype of a layer for its floating inputs.
 
     Args:

@@ -210,7 +210,8 @@ def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mod
     if mode != "bilinear" or input.dim() != 4:
         raise YoloDetError(
             f"yolo-det's deterministic grid_sample supports mode='bilinear' on 4-D input only, got mode={mode!r} on "
-            f"{input.dim()}-D input; use torch.nn.functional.grid_sample and leave this layer out of strict determinism")
+            f"{input.dim()}-D input; use torch.nn.functional.grid_sample and leave this layer out of strict "
+            "determinism")
     if padding_mode not in _PADDING_MODES:
         return _native.grid_sample(input, grid, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
     if (grid.dim() != 4 or grid.shape[-1] != 2 or grid.shape[0] != input.shape[0] or input.dtype != grid.dtype

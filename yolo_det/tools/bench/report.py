@@ -64,8 +64,8 @@ class BenchReport:
         """The terminal table."""
         i = self.info
         lines = [
-            f"yolo-det bench: {i['model']} on {i['device']} ({i['device_name']}), imgsz {i['imgsz']}, batch {i['batch']}, "
-            f"amp {i['amp']}",
+            f"yolo-det bench: {i['model']} on {i['device']} ({i['device_name']}), imgsz {i['imgsz']}, "
+            f"batch {i['batch']}, amp {i['amp']}",
             f"{i['steps']} measured steps per configuration after {i['warmup']} warm-up steps, interleaved in blocks "
             f"of {i['block']}; data loading not timed",
             "",
@@ -84,8 +84,8 @@ class BenchReport:
             lines.append(f"{r['profile']:<12}{r['step_ms']:>10.1f}{iqr:>16}{cpu:>9}{r['images_per_s']:>11.1f}{mem:>11}"
                          f"{step_mem:>10}{r['time_ratio']:>7.2f}x{mratio:>8}")
         lines.append("CPU ms: process CPU time per step (CPU devices; robust to a busy machine); step mem: peak above "
-                     "the level at the start of a block; time, memory: ratio to the fastest profile and to the smallest "
-                     "peak")
+                     "the level at the start of a block; time, memory: ratio to the fastest profile and to the "
+                     "smallest peak")
         for r in self.rows:
             for note in r["notes"]:
                 lines.append(f"  {r['profile']}: {note}")

@@ -140,7 +140,9 @@ class _Runner:
         self._swap_plans: dict[tuple[int, str], dict[str, str]] = {}
 
     # -- configurations -----------------------------------------------------------------------------
-    def _configs(self) -> tuple[dict[str, _Config], list[tuple[Profile, str]], list[tuple[Isolation, str, str | None, str]]]:
+    def _configs(
+        self,
+    ) -> tuple[dict[str, _Config], list[tuple[Profile, str]], list[tuple[Isolation, str, str | None, str]]]:
         by_settings: dict[PhaseSettings, _Config] = {}
 
         def config(key: str, settings: PhaseSettings) -> str:
