@@ -122,9 +122,9 @@ def swap_modules(model: nn.Module, modules: Mapping[str, str] | Iterable[str] | 
     for path, reason in reasons.items():
         module = named.get(path)
         target = SWAPS.get(type(module)) if module is not None else None
-        if target is None:
+        if module is None or target is None:
             raise ConfigError(f"cannot swap '{path}': not a module of the model with a deterministic equivalent")
-        todo.append((path, module, target, reason))  # type: ignore[arg-type]
+        todo.append((path, module, target, reason))
     records = []
     for path, module, target, reason in todo:  # collect first, then change: the walk never sees a half-swap
         records.append(SwapRecord(path, type(module).__name__, target.__name__, reason))

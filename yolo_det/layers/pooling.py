@@ -28,7 +28,7 @@ few ulps, float64 to ~1e-16. float16/bfloat16 inputs are averaged in float32 and
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Optional, Union
 
 import torch
@@ -132,11 +132,11 @@ def _avg(y: Tensor, outs: Sequence[int]) -> Tensor:
     return y if changed else y.clone()
 
 
-def _adaptive_avg(x: Tensor, outs: list[int], key: str, native: object) -> Tensor:
+def _adaptive_avg(x: Tensor, outs: list[int], key: str, native: Callable[..., Tensor]) -> Tensor:
     n = len(outs)
 
     def probe(device: str) -> Tensor:
-        return native(torch.zeros((1, 1) + (4,) * n, dtype=x.dtype, device=device), [3] * n)  # type: ignore[operator]
+        return native(torch.zeros((1, 1) + (4,) * n, dtype=x.dtype, device=device), [3] * n)
 
     compute, out_dtype, active = amp_plan(key, probe, [x])
     with autocast_off(x.device.type, active):
