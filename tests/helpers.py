@@ -8,3 +8,5 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 #: The example model YAMLs of data/models.
 MODELS = ROOT / "data" / "models"
+#: The bundled demo dataset.
+DEMO = ROOT / "data" / "demo"
