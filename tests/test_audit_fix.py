@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
+from helpers import MODELS
 from yolo_det.cli import main
 from yolo_det.fixes.swaps import remedy
-
-MODELS = Path(__file__).resolve().parent.parent / "data" / "models"
 
 
 def test_fix_rewrites_nameable_layers_and_explains_the_rest(tmp_path, capsys):

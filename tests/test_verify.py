@@ -281,7 +281,8 @@ class UnseededShuffle:
 def test_demo_with_repro_is_bitwise_identical(tmp_path, capsys):
     before = snapshot()
     plot = tmp_path / "curves.png"
-    code = main(["verify", "--profile", "repro", "--steps", "3", "--plot", str(plot), *TINY, f"project={tmp_path / 'runs'}"])
+    code = main(["verify", "--profile", "repro", "--steps", "3", "--plot", str(plot), *TINY,
+                 f"project={tmp_path / 'runs'}"])
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "bitwise identical" in out and "NOT reproducible" not in out
@@ -314,8 +315,8 @@ def test_gradient_noise_is_caught_at_its_step_and_parameter(tmp_path):
 @pytest.mark.slow
 def test_strict_mode_crash_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
     def crash(trainer: Any) -> None:
-        raise RuntimeError("adaptive_max_pool2d_backward_cuda does not have a deterministic implementation, but you set "
-                           "'torch.use_deterministic_algorithms(True)'")
+        raise RuntimeError("adaptive_max_pool2d_backward_cuda does not have a deterministic implementation, but you "
+                           "set 'torch.use_deterministic_algorithms(True)'")
 
     def verify_with_crash(*args: Any, **kwargs: Any) -> Any:
         return verify(*args, callbacks={"on_train_batch_start": [crash]}, **kwargs)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import MODELS
 from yolo_det.cli import main
 from yolo_det.core.errors import ConfigError, ModelError
 from yolo_det.fixes.yaml_rewrite import rewrite_yaml, rewrite_yaml_text
@@ -56,7 +57,8 @@ def test_rewrite_changes_only_the_needed_names_and_reverse_restores_the_text():
     before, after = MODEL.splitlines(), result.text.splitlines()
     changed = [i for i, (a, b) in enumerate(zip(before, after)) if a != b]
     assert changed == [result.changes[0].line - 1] and len(before) == len(after)
-    assert after[changed[0]] == '  - [-1, 1, DetUpsample, [None, 2, "bicubic"]]   # 9  bicubic: no deterministic CUDA backward'
+    assert after[changed[0]] == ('  - [-1, 1, DetUpsample, [None, 2, "bicubic"]]   '
+                                 "# 9  bicubic: no deterministic CUDA backward")
     assert result.layers == 22 and result.params > 0
     back = rewrite_yaml_text(result.text, reverse=True, origin="m.yaml")
     assert back.text == MODEL
@@ -73,7 +75,7 @@ def test_older_torch_and_policy_all_rewrite_more():
 
 
 def test_blocks_with_internal_findings_are_listed_not_renamed():
-    text = (Path(__file__).resolve().parent.parent / "data" / "models" / "cbam-max.yaml").read_text()
+    text = (MODELS / "cbam-max.yaml").read_text()
     result = rewrite_yaml_text(text)
     assert result.changes == [] and result.text == text
     assert [(b["layer"], b["module"]) for b in result.inside_blocks] == [(10, "model.10.max_pool")]

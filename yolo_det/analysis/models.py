@@ -17,11 +17,20 @@ __all__ = ["model_names", "resolve_model_yaml"]
 @contextmanager
 def model_names() -> Iterator[None]:
     """Make yolo-det's layer names and the example blocks of :mod:`yolo_det.analysis.zoo` resolvable in model YAMLs
-    for the block (the commands build models from ``data/models/*.yaml`` and rewritten YAMLs this way)."""
+    for the block, then restore Ultralytics' namespace exactly.
+
+    The one way yolo-det registers names: the commands, the audit and the YAML rewriter build models from
+    ``data/models/*.yaml`` and rewritten YAMLs inside this block. A zoo name the process already binds to
+    another object (the user's own ``CBAMMax``) is left as it is: the user's name wins.
+    """
+    from ultralytics.nn import tasks
+
     from ..layers.registry import registered, registered_layers
     from .zoo import ZOO_MODULES
 
-    with registered_layers(), registered(ZOO_MODULES):
+    bound = vars(tasks)
+    unbound = {name: cls for name, cls in ZOO_MODULES.items() if bound.get(name, cls) is cls}
+    with registered_layers(), registered(unbound):
         yield
 
 
@@ -42,7 +51,7 @@ def resolve_model_yaml(model: str | Path) -> Path | None:
     for candidate in (path.name, unified):
         try:
             found = check_yaml(candidate, hard=False)
-        except Exception:  # noqa: BLE001 - check_yaml raises on ambiguous matches
+        except Exception:  # check_yaml raises on ambiguous matches
             found = None
         if found:
             return Path(found).resolve()

@@ -12,8 +12,8 @@ deterministic backward:
 
 All three keep their input channel count, as Ultralytics' ``parse_model`` assumes for modules it does not
 know, and take the channels as their first YAML argument. :data:`ZOO_MODULES` maps their YAML names to
-the classes; ``yolo_det.layers.registry.registered(ZOO_MODULES)`` makes the example model YAMLs in
-``data/models`` buildable.
+the classes; :func:`yolo_det.analysis.models.model_names` (the one place yolo-det registers model-YAML
+names) makes the example model YAMLs in ``data/models`` buildable.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from torch import nn
 
 from ..core.errors import ConfigError
 
-__all__ = ["ZOO_MODULES", "CBAMMax", "CoordAtt", "GridSampleUpsample", "register"]
+__all__ = ["ZOO_MODULES", "CBAMMax", "CoordAtt", "GridSampleUpsample"]
 
 
 def _check_channels(name: str, c1: int) -> int:
@@ -115,7 +115,8 @@ class GridSampleUpsample(nn.Module):
         self.groups = groups if c1 % groups == 0 else 1
         self.offset = nn.Conv2d(c1, 2 * self.groups * scale * scale, 1)
         nn.init.normal_(self.offset.weight, std=1e-3)
-        nn.init.zeros_(self.offset.bias)
+        if self.offset.bias is not None:
+            nn.init.zeros_(self.offset.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Upsample ``x`` by ``scale``."""
@@ -141,9 +142,3 @@ ZOO_MODULES: dict[str, type[nn.Module]] = {
     "GridSampleUpsample": GridSampleUpsample,
 }
 
-
-def register() -> None:
-    """Make the zoo blocks nameable in Ultralytics model YAMLs for the rest of the process (idempotent)."""
-    from ..layers.registry import register_ultralytics_modules
-
-    register_ultralytics_modules(ZOO_MODULES)

@@ -69,14 +69,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "several are audited in one process")
     parser.add_argument("--imgsz", type=_positive_int, default=640, metavar="N",
                         help="square input size, a multiple of the model stride (default: 640)")
-    parser.add_argument("--batch", type=_positive_int, default=2, metavar="N", help="batch size of the trace (default: 2)")
+    parser.add_argument("--batch", type=_positive_int, default=2, metavar="N",
+                        help="batch size of the trace (default: 2)")
     parser.add_argument("--profile", default="repro", metavar="NAME|FILE",
                         help="profile whose train phase sets the flag at forward time (default: repro)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--device", default="fake", metavar="fake|cuda[:N]",
                         help="fake (default, any machine) or cuda to also run the real kernels under strict mode")
     parser.add_argument("--torch-version", default=None, metavar="X.Y", help="read the table for another torch version")
-    parser.add_argument("--table", default=None, metavar="FILE", help="a table of non-deterministic kernels (default: built-in)")
+    parser.add_argument("--table", default=None, metavar="FILE",
+                        help="a table of non-deterministic kernels (default: built-in)")
     parser.add_argument("--loss", action="store_true",
                         help="also run one real CPU training step with the model's loss on a synthetic batch (slower)")
     parser.add_argument("--fix", action="store_true",

@@ -36,7 +36,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``bench`` arguments."""
     parser.add_argument("--profiles", default=",".join(DEFAULT_PROFILES), metavar="P1,P2,...",
                         help=f"profiles to compare, names or YAML files (default: {','.join(DEFAULT_PROFILES)})")
-    parser.add_argument("--steps", type=int, default=20, metavar="K", help="measured steps per configuration (default: 20)")
+    parser.add_argument("--steps", type=int, default=20, metavar="K",
+                        help="measured steps per configuration (default: 20)")
     parser.add_argument("--warmup", type=int, default=3, metavar="W",
                         help="untimed steps per configuration before measuring (default: 3)")
     parser.add_argument("--block", type=int, default=5, metavar="B",

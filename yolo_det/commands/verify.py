@@ -120,8 +120,8 @@ def run(args: argparse.Namespace) -> int:
             print(report.summary())
         else:
             r = records[0]
-            print(f"yolo-det verify: profile {profile.name}, 1 run of {len(r.steps)} optimizer steps in {r.seconds:.1f} s, "
-                  f"device {device}, weights {r.weights.get('model', '?')[:16]}")
+            print(f"yolo-det verify: profile {profile.name}, 1 run of {len(r.steps)} optimizer steps in "
+                  f"{r.seconds:.1f} s, device {device}, weights {r.weights.get('model', '?')[:16]}")
         if save_path is not None:
             print(f"fingerprints saved: {save_path}")
         if against is not None:

@@ -130,6 +130,12 @@ class _Slot:
     args: Any
 
 
+def _position(node: Any, index: int) -> tuple[int, int]:
+    """0-based line and column of item ``index`` of a sequence loaded by ruamel's round-trip loader."""
+    line, col = node.lc.item(index)
+    return int(line), int(col)
+
+
 def _slots(text: str, origin: str) -> Iterator[_Slot]:
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
@@ -140,7 +146,8 @@ def _slots(text: str, origin: str) -> Iterator[_Slot]:
         safe_yaml.prescan(text)  # bounded: nesting, alias expansion, cycles (before ruamel sees the text)
     except safe_yaml.YamlLimitError as e:
         mark = e.problem_mark
-        raise ModelError(f"{origin}{f':{mark.line + 1}' if mark is not None else ''}: malformed YAML: {e.problem}") from None
+        where = f"{origin}:{mark.line + 1}" if mark is not None else origin
+        raise ModelError(f"{where}: malformed YAML: {e.problem}") from None
     yaml = YAML(typ="rt")
     try:
         data = yaml.load(StringIO(text))
@@ -157,7 +164,7 @@ def _slots(text: str, origin: str) -> Iterator[_Slot]:
             if not isinstance(row, list) or len(row) < 3 or not isinstance(row[2], str):
                 raise ModelError(f"{origin}:{_row_line(row, data[section])}: layer {index} is not "
                                  "[from, repeats, module, args]")
-            line, col = row.lc.item(2)
+            line, col = _position(row, 2)
             token = _token_at(lines[line], col, row[2])
             if token is None:
                 raise ModelError(f"{origin}:{line + 1}: could not find the module name '{row[2]}' of layer {index}")
@@ -200,9 +207,8 @@ def _build(text: str, origin: str) -> Any:
     import yaml as pyyaml
 
     from ..analysis.model_yaml import check_activation
-    from ..analysis.zoo import ZOO_MODULES
+    from ..analysis.models import model_names
     from ..core.safe_yaml import load
-    from ..layers.registry import registered, registered_layers
 
     try:
         cfg = load(text)
@@ -212,7 +218,7 @@ def _build(text: str, origin: str) -> Any:
         check_activation(cfg, origin)
     task = _guess_task(cfg)
     try:
-        with registered_layers(), registered(ZOO_MODULES):
+        with model_names():
             from ultralytics.nn import tasks
 
             cls = {"detect": tasks.DetectionModel, "segment": tasks.SegmentationModel, "pose": tasks.PoseModel,
@@ -225,7 +231,7 @@ def _build(text: str, origin: str) -> Any:
         raise ModelError(f"{origin}: unknown module {e} in the model YAML; is it registered?") from None
     except YoloDetError:
         raise
-    except Exception as e:  # noqa: BLE001 - any build failure is "a YAML that does not build"
+    except Exception as e:  # any build failure is "a YAML that does not build"
         raise ModelError(f"{origin}: the model YAML does not build: {type(e).__name__}: "
                          f"{' '.join(str(e).split())[:300]}") from None
 
@@ -235,7 +241,7 @@ def _guess_task(cfg: Any) -> str:
         from ultralytics.nn.tasks import guess_model_task
 
         return guess_model_task(cfg)
-    except Exception:  # noqa: BLE001 - fall back to detection
+    except Exception:  # fall back to detection
         return "detect"
 
 

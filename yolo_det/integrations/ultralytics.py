@@ -260,7 +260,7 @@ class UltralyticsPlugin:
                     and not self._written_for(trainer):
                 try:
                     self._write(trainer, status="failed")
-                except Exception as e:  # noqa: BLE001 - never mask the error that ended the run
+                except Exception as e:  # never mask the error that ended the run
                     warnings.warn(f"yolo-det could not write determinism.json for the failed run: {e}", stacklevel=2)
         finally:
             self.end_run()
@@ -361,7 +361,7 @@ def _export_standard(plugin: UltralyticsPlugin, method: Callable[..., Any], owne
         with plugin.guard():
             return method(*args, **kwargs)
     finally:
-        if records:
+        if records and isinstance(net, torch.nn.Module):
             restore(net, records)
 
 

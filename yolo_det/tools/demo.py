@@ -72,7 +72,8 @@ def make_image(rng: np.random.Generator) -> tuple[np.ndarray, list[str]]:
     return img, lines
 
 
-def iter_samples(*, n_train: int = N_TRAIN, n_val: int = N_VAL, seed: int = 0) -> Iterable[tuple[str, str, np.ndarray, list[str]]]:
+def iter_samples(*, n_train: int = N_TRAIN, n_val: int = N_VAL,
+                 seed: int = 0) -> Iterable[tuple[str, str, np.ndarray, list[str]]]:
     """Yield ``(split, stem, image, label_lines)`` for every sample of the dataset."""
     rng = np.random.default_rng(seed)
     for split, n in (("train", n_train), ("val", n_val)):
@@ -126,7 +127,8 @@ def demo_data_yaml() -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m yolo_det.tools.demo [--out DIR]``: write the demo dataset."""
-    parser = argparse.ArgumentParser(prog="python -m yolo_det.tools.demo", description="Write the yolo-det demo dataset.")
+    parser = argparse.ArgumentParser(prog="python -m yolo_det.tools.demo",
+                                     description="Write the yolo-det demo dataset.")
     parser.add_argument("--out", type=Path, default=_REPO_DATA / "demo", help="dataset folder (default: data/demo)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

@@ -142,7 +142,7 @@ def resolve_data(data: str) -> str:
 
         try:
             found = check_yaml(data, hard=False)
-        except Exception:  # noqa: BLE001 - check_yaml may try the network for URLs
+        except Exception:  # check_yaml may try the network for URLs
             found = None
         if found:
             from .prechecks import check_data

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.errors import ConfigError
-from ..core.profiles import load_profile
+from ..core.profiles import Profile, load_profile
 from ..core.safe_yaml import short
 from .overrides import check_ultralytics_args, parse_overrides, resolve_data, resolve_model
 from .prechecks import check_train_args
@@ -30,7 +30,8 @@ RESERVED = {
 }
 
 
-def prepare(profile: str, tokens: list[str], *, check_device: bool = True) -> tuple[Any, dict[str, Any]]:
+def prepare(profile: str | Profile, tokens: list[str], *,
+            check_device: bool = True) -> tuple[Profile, dict[str, Any]]:
     """Validate the profile and the overrides; return ``(profile, ultralytics_args)`` or raise a one-line error.
 
     Nothing is written and no model is built. ``check_device=False`` leaves ``device=`` to the caller (verify

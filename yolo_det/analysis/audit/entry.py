@@ -38,13 +38,9 @@ def _load(model: Any) -> LoadedModel:
     if isinstance(model, LoadedModel):
         return model
     if isinstance(model, (str, Path)) and Path(str(model)).suffix.lower() in (".yaml", ".yml"):
-        from ultralytics.nn import tasks
+        from ..models import model_names
 
-        from ...layers.registry import registered
-        from ..zoo import ZOO_MODULES
-
-        missing = {k: v for k, v in ZOO_MODULES.items() if k not in vars(tasks)}
-        with registered(missing):
+        with model_names():
             return load_model(model)
     return load_model(model)
 
@@ -97,7 +93,8 @@ def audit(
     if not isinstance(device, str) or not (device == "fake" or device == "cuda" or device.startswith("cuda:")):
         raise ConfigError(f"device must be 'fake' or 'cuda[:N]', got {device!r}")
     if device != "fake" and not torch.cuda.is_available():
-        raise ConfigError(f"device '{device}' needs a CUDA GPU and none is available; the default fake-CUDA trace needs none")
+        raise ConfigError(f"device '{device}' needs a CUDA GPU and none is available; the default fake-CUDA trace "
+                          "needs none")
     loaded = _load(model)
     _check_size(imgsz, batch, loaded.stride)
     trace = _fake_trace(loaded, tbl, imgsz=imgsz, batch=batch, forward_det=settings.deterministic)
@@ -117,5 +114,6 @@ def audit(
         profile=prof.name, imgsz=imgsz, batch=batch, device=device_label,
         yaml_path=str(loaded.yaml_path) if loaded.yaml_path else None, notes=notes,
         stats={"ops": trace.counts["ops"], "autograd_nodes": trace.counts["nodes"],
-               "backward_nodes_run": trace.counts["backward_nodes"], "seconds": round(time.perf_counter() - started, 3)},
+               "backward_nodes_run": trace.counts["backward_nodes"],
+               "seconds": round(time.perf_counter() - started, 3)},
     )

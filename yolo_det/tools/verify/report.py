@@ -106,14 +106,16 @@ class VerifyReport:
             what = "weight" if d.kind == "weights" else "gradient"
             size = f"max |difference| {d.max_abs_diff:.3g}" if d.max_abs_diff is not None else "difference not measured"
             scale = f" (largest |value| {d.reference_abs_max:.3g})" if d.reference_abs_max is not None else ""
-            count = f"; {d.parameters_differing} of {d.parameters_total} parameters differ" if d.parameters_total else ""
+            count = (f"; {d.parameters_differing} of {d.parameters_total} parameters differ"
+                     if d.parameters_total else "")
             lines.append(f"  largest {what} difference: {d.parameter}: {size}{scale}{count}")
         if d.note:
             lines.append(f"  note: {d.note}")
         for r in self.runs[1:]:
             if r.final_diff:
                 k, v = r.final_diff[0]
-                lines.append(f"  final weights of run {r.index}: {len(r.final_diff)} tensors differ, largest {k} by {v:.3g}")
+                lines.append(f"  final weights of run {r.index}: {len(r.final_diff)} tensors differ, largest {k} by "
+                             f"{v:.3g}")
         return "\n".join(lines)
 
 
@@ -196,7 +198,9 @@ def loss_figure(report: VerifyReport) -> Any:
         for ax in (top, bottom):
             ax.axvline(first.step, color="red", linewidth=1.5)
             ax.axvspan(first.step, right, color="red", alpha=0.07)
-        label = f"first divergence: step {first.step} ({first.kind})" + (f"\n{first.parameter}" if first.parameter else "")
+        label = f"first divergence: step {first.step} ({first.kind})"
+        if first.parameter:
+            label += f"\n{first.parameter}"
         top.annotate(label, xy=(first.step, 0.95), xycoords=("data", "axes fraction"), va="top", ha="left",
                      fontsize=8, color="red", xytext=(4, 0), textcoords="offset points")
         bottom.set_ylabel("|loss - loss of run 1| / |loss of run 1|")
