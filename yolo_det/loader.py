@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from .errors import ModelError, did_you_mean
-from .models import resolve_model_yaml
+from .models import is_example, resolve_model_yaml
 
 __all__ = ["LoadedModel", "layer_lines", "load_model", "check_yaml_modules"]
 
@@ -127,7 +127,7 @@ def check_yaml_modules(data: Mapping[str, Any], text: str, origin: str, namespac
         elif name not in namespace:
             raise ModelError(
                 f"{where}: unknown module '{name}' in layer {i}; Ultralytics knows nn.X, torchvision.ops.X and its own "
-                f"modules (register others with yolo_det.registry.register_ultralytics_modules).{did_you_mean(name, known)}"
+                f"modules; for your own, import the module that defines it (--import MODULE, or modules=[...] in Python).{did_you_mean(name, known)}"
             )
 
 
@@ -245,7 +245,7 @@ def _load_yaml(spec: str) -> LoadedModel:
     text, data = _read_yaml(path)
     check_yaml_modules(data, text, str(path), vars(tasks))
     p = Path(spec)
-    cfg_source = str(path) if p.is_file() else spec  # Ultralytics names carry the scale (yolov8n -> n)
+    cfg_source = str(path) if p.is_file() or is_example(path) else spec  # Ultralytics names carry the scale (yolov8n -> n)
     try:
         with _quiet_ultralytics():
             cfg = tasks.yaml_model_load(cfg_source)

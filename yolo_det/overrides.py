@@ -17,7 +17,7 @@ import yaml
 
 from .errors import ConfigError, ModelError, did_you_mean
 
-__all__ = ["check_ultralytics_args", "parse_overrides", "resolve_data", "resolve_model"]
+__all__ = ["check_ultralytics_args", "model_task", "parse_overrides", "resolve_data", "resolve_model"]
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -95,13 +95,15 @@ def resolve_model(model: str) -> str:
     Raises:
         ModelError: The YAML does not exist, or the checkpoint is not on disk (yolo-det never downloads weights).
     """
-    from .models import resolve_model_yaml
+    from .models import is_example, resolve_model_yaml
 
     path = Path(model).expanduser()
     if path.suffix in {".yaml", ".yml"}:
-        if resolve_model_yaml(model) is None:
-            raise ModelError(f"model YAML '{model}' not found; give a path or an Ultralytics name such as yolov8n.yaml")
-        return model
+        found = resolve_model_yaml(model)
+        if found is None:
+            raise ModelError(f"model YAML '{model}' not found; give a path, an Ultralytics name such as yolov8n.yaml "
+                             "or a yolo-det example such as cbam-max.yaml")
+        return str(found) if is_example(found) else model  # Ultralytics finds its own names (and their scale)
     if path.is_file():
         from .record import load_checkpoint_state
 
@@ -114,13 +116,14 @@ def resolve_model(model: str) -> str:
 
 
 def resolve_data(data: str) -> str:
-    """Return the absolute path of a data YAML, or the name if Ultralytics ships it.
+    """Return the absolute path of a data YAML or a dataset folder (classification), or the name if Ultralytics
+    ships it.
 
     Raises:
-        ConfigError: Neither a file nor a dataset name Ultralytics knows.
+        ConfigError: Neither a file, a folder nor a dataset name Ultralytics knows.
     """
     path = Path(data).expanduser()
-    if path.is_file():
+    if path.is_file() or path.is_dir():
         return str(path.resolve())
     if path.suffix in {".yaml", ".yml"} and not path.parent.parts:
         from ultralytics.utils.checks import check_yaml
@@ -131,4 +134,26 @@ def resolve_data(data: str) -> str:
             found = None
         if found:
             return data
-    raise ConfigError(f"data '{data}' does not exist; pass the path of a dataset YAML (data=path/to/data.yaml)")
+    raise ConfigError(f"data '{data}' does not exist; pass the path of a dataset YAML (data=path/to/data.yaml) or, "
+                      "for classification, of a folder with train/ and val/ (data=path/to/images)")
+
+
+def model_task(model: str, task: Any = None) -> str | None:
+    """The Ultralytics task of ``model`` (``detect``, ``segment``, ``pose``, ``obb``, ``classify``), or None when
+    it cannot be told without loading a checkpoint. An explicit ``task=`` wins."""
+    if isinstance(task, str) and task:
+        return task
+    from .models import resolve_model_yaml
+
+    if Path(model).suffix not in {".yaml", ".yml"}:
+        return None
+    path = resolve_model_yaml(model)
+    if path is None:
+        return None
+    try:
+        cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+        from ultralytics.nn.tasks import guess_model_task
+
+        return str(guess_model_task(cfg)) if isinstance(cfg, dict) else None
+    except Exception:  # noqa: BLE001 - a YAML that does not parse fails later with its own message
+        return None

@@ -253,12 +253,13 @@ def _layer_names() -> dict[str, type[nn.Module]]:
 def register_layers() -> None:
     """Make yolo-det's layer names (``DetAdaptiveMaxPool2d``, ``DetUpsample``, ...) resolvable in model YAMLs.
 
-    Idempotent. The names stay registered for the life of the process (a model YAML may be built at any
-    time); :func:`registered_layers` registers them for a block only.
+    Idempotent. A name the process already binds to something else (the user's own class) is left alone.
+    The names stay registered for the life of the process (a model YAML may be built at any time);
+    :func:`registered_layers` registers them for a block only.
     """
     from .registry import register_ultralytics_modules
 
-    register_ultralytics_modules(_layer_names())
+    register_ultralytics_modules(_layer_names(), existing="keep")
 
 
 @contextmanager

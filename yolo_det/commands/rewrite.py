@@ -24,6 +24,7 @@ import argparse
 import json
 
 from ..yaml_rewrite import rewrite_yaml
+from . import add_import_option
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -39,13 +40,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "equivalent (default: auto)")
     parser.add_argument("--force", action="store_true", help="replace OUT.yaml if it exists")
     parser.add_argument("--imgsz", type=int, default=64, help="input size of the trace that decides 'auto'")
+    add_import_option(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det rewrite``."""
     result = rewrite_yaml(args.model, args.output, in_place=args.in_place, check=args.check, force=args.force,
-                          reverse=args.reverse, policy=args.policy, imgsz=args.imgsz)
+                          reverse=args.reverse, policy=args.policy, imgsz=args.imgsz,
+                          modules=args.imports)
     if args.json:
         print(json.dumps({"input": args.model, "output": None if args.check else (args.output or args.model),
                           **result.to_dict()}, indent=2))

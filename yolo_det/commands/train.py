@@ -1,11 +1,17 @@
 """Train an Ultralytics model under a determinism profile.
 
-usage: yolo-det train [--profile NAME|FILE] [key=value ...]
+usage: yolo-det train [--profile NAME|FILE] [--import MODULE] [key=value ...]
 
 Every key=value is an Ultralytics train argument (model=, data=, epochs=, imgsz=, batch=, device=,
 seed=, project=, name=, ...), parsed with YAML rules (never eval). Without data= the bundled demo
 dataset is used with small defaults (model=yolov8n.yaml epochs=3 imgsz=96 batch=16 device=cpu), so
-`yolo-det train --profile repro` trains in well under a minute on a CPU.
+`yolo-det train --profile repro` trains in well under a minute on a CPU (the demo data is for detection:
+other tasks need data=).
+
+Every Ultralytics task trains: detect, segment, pose, obb (data= a dataset YAML) and classify (data= a
+folder with train/ and val/ holding one sub-folder per class), each with the trainer of its task.
+--import MODULE (repeatable) imports your own blocks first: every nn.Module subclass the module defines is
+nameable in the model YAML. Names your process already binds are never replaced.
 
 The run directory gets determinism.json (profile, seeds, versions, flags, warnings, weights digest);
 its path and the weights digest are printed at the end.
@@ -15,6 +21,8 @@ examples:
   yolo-det train --profile repro seed=1 project=runs/repro name=a
   yolo-det train --profile balanced model=yolo11n.yaml data=coco8.yaml epochs=100 device=0
   yolo-det train --profile my-profile.yaml model=custom-cbam.yaml data=data.yaml
+  yolo-det train --import mypkg.blocks model=my-model.yaml data=data.yaml
+  yolo-det train model=yolov8n-cls.yaml data=path/to/images imgsz=64
 """
 
 from __future__ import annotations
@@ -23,7 +31,8 @@ import argparse
 from typing import Any
 
 from ..errors import ConfigError
-from ..overrides import check_ultralytics_args, parse_overrides, resolve_data, resolve_model
+from . import add_import_option
+from ..overrides import check_ultralytics_args, model_task, parse_overrides, resolve_data, resolve_model
 from ..profiles import load_profile
 
 DEMO_DEFAULTS: dict[str, Any] = {
@@ -44,6 +53,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``train`` arguments."""
     parser.add_argument("--profile", default="repro", metavar="NAME|FILE",
                         help="built-in profile (repro, balanced, fast) or a profile YAML file (default: repro)")
+    add_import_option(parser)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Ultralytics train arguments")
 
 
@@ -54,25 +64,35 @@ def prepare(profile: str, tokens: list[str]) -> tuple[Any, dict[str, Any]]:
     """
     resolved = load_profile(profile)
     args = parse_overrides(tokens)
-    if args.get("data") is None:
+    demo = args.get("data") is None
+    if demo:
         from ..demo import demo_data_yaml
 
         args.pop("data", None)
-        args = {**DEMO_DEFAULTS, **args, "data": str(demo_data_yaml())}
-    else:
-        if not isinstance(args["data"], str):
-            raise ConfigError(f"data= must be a path, got {args['data']!r}")
-        args["data"] = resolve_data(args["data"])
+        args = {**DEMO_DEFAULTS, **args}
+    elif not isinstance(args["data"], str):
+        raise ConfigError(f"data= must be a path, got {args['data']!r}")
     args.setdefault("model", DEMO_DEFAULTS["model"])
     if not isinstance(args["model"], str):
         raise ConfigError(f"model= must be a model YAML or a checkpoint path, got {args['model']!r}")
     args["model"] = resolve_model(args["model"])
+    if demo:
+        task = model_task(args["model"], args.get("task"))
+        if task not in (None, "detect"):
+            raise ConfigError(f"the bundled demo data is for detection and '{args['model']}' is a {task} model; "
+                              f"pass data= ({'a folder with train/ and val/ class folders' if task == 'classify' else 'a dataset YAML'})")
+        args["data"] = str(demo_data_yaml())
+    else:
+        args["data"] = resolve_data(args["data"])
     args = check_ultralytics_args(args, reserved=RESERVED)
     return resolved, args
 
 
-def train(profile: Any, args: dict[str, Any]) -> Any:
-    """Train with Ultralytics under ``profile``; return the plugin (``record_path``, ``weights_digest``)."""
+def train(profile: Any, args: dict[str, Any], modules: list[str] | None = None) -> Any:
+    """Train with Ultralytics under ``profile``; return the plugin (``record_path``, ``weights_digest``).
+
+    ``modules`` (``--import``) are imported first and their classes are nameable in the model YAML.
+    """
     from ultralytics import YOLO
 
     from ..demo import ensure_local_font
@@ -81,7 +101,7 @@ def train(profile: Any, args: dict[str, Any]) -> Any:
 
     ensure_local_font()
     train_args = dict(args)
-    with model_names():  # rewritten YAMLs and the example blocks of data/models/*.yaml build
+    with model_names(modules):  # the user's blocks, rewritten YAMLs and the example blocks build
         model = YOLO(train_args.pop("model"))
         plugin = attach(model, profile)
         model.train(**train_args)
@@ -90,8 +110,11 @@ def train(profile: Any, args: dict[str, Any]) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det train``."""
-    profile, ul_args = prepare(args.profile, list(args.overrides))
-    plugin = train(profile, ul_args)
+    from ..models import model_names
+
+    with model_names(args.imports):  # import first: a module that does not import is an error before any work
+        profile, ul_args = prepare(args.profile, list(args.overrides))
+        plugin = train(profile, ul_args)
     if plugin.record_path is not None:
         print(f"determinism record: {plugin.record_path}")
     if plugin.weights_digest is not None:

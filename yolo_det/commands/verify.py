@@ -1,6 +1,7 @@
 """Train the same configuration several times and check that the runs are bitwise identical.
 
-usage: yolo-det verify [--profile NAME|FILE] [--runs N] [--steps K] [--json] [--plot PATH] [key=value ...]
+usage: yolo-det verify [--profile NAME|FILE] [--runs N] [--steps K] [--import MODULE] [--json] [--plot PATH]
+                       [key=value ...]
 
 Each run trains a fresh model exactly as `yolo-det train` does (same key=value arguments, same demo
 defaults without data=). Per optimizer step the input batch, the loss components and every gradient are
@@ -9,6 +10,8 @@ fingerprinted; at the end the weights. The runs are compared step by step: eithe
 gradients, weights), the parameter with the largest difference and its size. Bad input exits 2.
 
 Without --steps the runs last the epochs given (demo: 3; other data: epochs=1 unless you pass epochs=).
+With --steps K the runs stop after K optimizer steps, or earlier when their epochs end first: the report
+says so and how many epochs would reach K. --import MODULE: as in `yolo-det train`.
 Without project= the runs go to a temporary folder that is removed afterwards.
 
 examples:
@@ -24,6 +27,7 @@ import argparse
 import json
 
 from ..models import model_names
+from . import add_import_option
 from ..overrides import parse_overrides
 from ..runtime import check_output_path
 from ..verify import DEFAULT_KEEP_MIB, check_args, plot_losses, progress_to_stderr, verify
@@ -42,6 +46,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-mib", type=float, default=DEFAULT_KEEP_MIB, metavar="MIB",
                         help="memory for the gradient values of run 1's first steps, used to measure a difference "
                              f"(default: {DEFAULT_KEEP_MIB})")
+    add_import_option(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--plot", default=None, metavar="PATH", help="write the runs' loss curves to this PNG")
     parser.add_argument("--verbose", action="store_true", help="show Ultralytics' training log (on stderr)")
@@ -51,13 +56,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det verify``: exit 0 when the runs are bitwise identical, 1 when not."""
     tokens = list(args.overrides)
-    profile, ul_args = prepare(args.profile, tokens)
-    user = parse_overrides(tokens)
-    if user.get("data") is not None and "epochs" not in user:
-        ul_args["epochs"] = USER_DATA_EPOCHS
-    plot_path = check_output_path(args.plot, suffix=".png", what="--plot")
-    check_args(ul_args, args.runs, args.steps, args.keep_mib)
-    with model_names():
+    with model_names(args.imports):
+        profile, ul_args = prepare(args.profile, tokens)
+        user = parse_overrides(tokens)
+        if user.get("data") is not None and "epochs" not in user:
+            ul_args["epochs"] = USER_DATA_EPOCHS
+        plot_path = check_output_path(args.plot, suffix=".png", what="--plot")
+        check_args(ul_args, args.runs, args.steps, args.keep_mib)
         report = verify(profile, ul_args, runs=args.runs, steps=args.steps, keep_mib=args.keep_mib,
                         verbose=args.verbose, progress=progress_to_stderr)
     if plot_path is not None:
