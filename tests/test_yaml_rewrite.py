@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 import pytest
+import torch
 
 from yolo_det.cli import main
 from yolo_det.errors import ConfigError, ModelError
@@ -72,7 +73,30 @@ def test_older_torch_and_policy_all_rewrite_more():
     assert rewrite_yaml_text(every.text, reverse=True).text == MODEL
 
 
-def test_blocks_with_internal_findings_are_listed_not_renamed():
+class _UsersCBAM(torch.nn.Module):
+    """The user's own CBAMMax, with a max pool inside (the YAML cannot name it)."""
+
+    def __init__(self, c1: int, *args: object) -> None:
+        super().__init__()
+        self.max_pool = torch.nn.AdaptiveMaxPool2d(1)
+        self.fc = torch.nn.Conv2d(c1, c1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(self.fc(self.max_pool(x)))
+
+
+def test_example_blocks_become_their_deterministic_variants_and_back():
+    text = (Path(__file__).resolve().parent.parent / "data" / "models" / "cbam-max.yaml").read_text()
+    result = rewrite_yaml_text(text)
+    assert [(c.layer, c.old, c.new) for c in result.changes] == [(10, "CBAMMax", "DetCBAMMax")]
+    assert "adaptive_max_pool2d_backward_cuda" in result.changes[0].reason and result.inside_blocks == []
+    assert rewrite_yaml_text(result.text, reverse=True).text == text
+
+
+def test_the_users_blocks_are_listed_never_renamed(monkeypatch):
+    from ultralytics.nn import tasks
+
+    monkeypatch.setitem(vars(tasks), "CBAMMax", _UsersCBAM)
     text = (Path(__file__).resolve().parent.parent / "data" / "models" / "cbam-max.yaml").read_text()
     result = rewrite_yaml_text(text)
     assert result.changes == [] and result.text == text
