@@ -25,8 +25,8 @@ import sys
 
 from ..bench import DEFAULT_PROFILES, bench, check_args, parse_profiles, plot_bench
 from ..models import model_names
-from . import add_import_option
 from ..runtime import check_output_path
+from . import add_import_option
 from .train import prepare
 
 

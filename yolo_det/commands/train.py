@@ -31,9 +31,9 @@ import argparse
 from typing import Any
 
 from ..errors import ConfigError
-from . import add_import_option
 from ..overrides import check_ultralytics_args, model_task, parse_overrides, resolve_data, resolve_model
 from ..profiles import load_profile
+from . import add_import_option
 
 DEMO_DEFAULTS: dict[str, Any] = {
     "model": "yolov8n.yaml",

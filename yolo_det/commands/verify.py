@@ -27,10 +27,10 @@ import argparse
 import json
 
 from ..models import model_names
-from . import add_import_option
 from ..overrides import parse_overrides
 from ..runtime import check_output_path
 from ..verify import DEFAULT_KEEP_MIB, check_args, plot_losses, progress_to_stderr, verify
+from . import add_import_option
 from .train import prepare
 
 USER_DATA_EPOCHS = 1
