@@ -13,7 +13,8 @@ state afterwards, errors included. Quick start::
 
 For hand-written loops: ``yolo_det.DeterminismSession``, ``yolo_det.phase_scope`` and
 ``yolo_det.backward_scope``. Before renting a GPU: ``yolo_det.audit("my-model.yaml")`` names the layers
-that will break strict determinism on CUDA, and the fix.
+that will break strict determinism on CUDA, and the fix. A model YAML that names your own blocks builds
+inside ``with yolo_det.custom_modules("mypkg.blocks"):`` (or ``yolo_det.audit(..., modules=["mypkg.blocks"])``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .backward import ToggleScaler, backward_scope, toggled_backward
 from .errors import ConfigError, ModelError, PatchError, ProfileError, YoloDetError
 from .integrations.ultralytics import UltralyticsPlugin, attach, detach, trainer_class
 from .intercept import interception
+from .names import custom_modules
 from .profiles import PhaseSettings, Profile, list_profiles, load_profile
 from .record import checkpoint_digest, environment, state_dict_digest
 from .seeding import data_seed, rank_seed, seed_dataloader, seed_everything, seed_worker
@@ -53,6 +55,7 @@ __all__ = [
     "audit",
     "backward_scope",
     "checkpoint_digest",
+    "custom_modules",
     "data_seed",
     "detach",
     "environment",

@@ -30,14 +30,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Union
+from typing import Any, Union, cast
 
 from .errors import ConfigError
 
 __all__ = ["ModuleSpec", "custom_modules", "import_user_module", "module_classes"]
 
 #: What :func:`custom_modules` accepts for one module.
-ModuleSpec = Union[str, "os.PathLike[str]", ModuleType, Mapping[str, Any]]
+ModuleSpec = Union[str, os.PathLike[str], ModuleType, Mapping[str, Any]]
 
 
 def _one_line(e: BaseException) -> str:
@@ -161,7 +161,7 @@ def custom_modules(*modules: ModuleSpec | Iterable[ModuleSpec] | None) -> Iterat
         if isinstance(item, (str, os.PathLike, ModuleType, Mapping)):
             flat.append(item)
         else:
-            flat.extend(x for x in item if x is not None)
+            flat.extend(x for x in cast(Iterable[ModuleSpec], item) if x is not None)
     added: dict[str, Any] = {}
     with ExitStack() as stack:
         stack.enter_context(_sys_path(os.getcwd()))  # a user module may import its siblings later
