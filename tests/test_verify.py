@@ -149,7 +149,7 @@ def test_summary_says_when_fewer_steps_ran_than_asked():
                                         steps_requested=20, seconds=1.0)
     note = report.steps_note
     assert note is not None and "asked for 20 optimizer steps, the runs made 3" in note
-    assert "epochs=(3) ran out" in note and "pass epochs=20" in note
+    assert "epochs ran out (epochs=3)" in note and "pass epochs=20" in note
     assert f"note: {note}" in report.summary() and report.to_dict()["steps_note"] == note
     enough = verify_module.VerifyReport(profile="repro", args={"epochs": 3}, runs=runs, divergences=[],
                                         steps_requested=3, seconds=1.0)

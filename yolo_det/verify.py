@@ -623,7 +623,7 @@ class VerifyReport:
             need = math.ceil(self.steps_requested / per_epoch)
             hint = f"pass epochs={need} (about {per_epoch:.3g} optimizer steps per epoch) to reach {self.steps_requested}"
             return (f"asked for {self.steps_requested} optimizer steps, the runs made {made}: training ended "
-                    f"when its epochs=({epochs}) ran out; {hint}, or lower --steps")
+                    f"when its epochs ran out (epochs={epochs}); {hint}, or lower --steps")
         return (f"asked for {self.steps_requested} optimizer steps, the runs made {made}: training ended first "
                 "(the epochs ran out or the trainer stopped); raise epochs= or lower --steps")
 

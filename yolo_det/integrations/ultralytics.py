@@ -452,8 +452,13 @@ def _task_trainer(task: str) -> type:
     import importlib
 
     if task not in TASK_TRAINERS:
-        raise YoloDetError(f"no Ultralytics trainer for task '{task}'; choose from {', '.join(TASK_TRAINERS)} "
-                           "or pass base= (a BaseTrainer subclass)")
+        try:  # a task of a newer Ultralytics (its YOLO class maps every task to its trainer)
+            from ultralytics import YOLO
+
+            return YOLO.task_map.fget(None)[task]["trainer"]  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - any failure means the task is unknown here
+            raise YoloDetError(f"no Ultralytics trainer for task '{task}'; choose from {', '.join(TASK_TRAINERS)} "
+                               "or pass base= (a BaseTrainer subclass)") from None
     module, name = TASK_TRAINERS[task]
     return getattr(importlib.import_module(module), name)
 
