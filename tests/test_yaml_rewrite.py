@@ -113,6 +113,7 @@ def test_file_rewrite_check_and_in_place(tmp_path, capsys):
     assert main(["rewrite", str(src), "-o", str(out)]) == 0
     assert sha(src) == digest and "DetUpsample" in out.read_text()
     assert main(["rewrite", str(out), "--check"]) == 0  # nothing left to rewrite
+    assert main(["audit", str(out), "--imgsz", "64"]) == 0  # the rewritten YAML builds and audits clean
     assert main(["rewrite", str(out), "--reverse", "--in-place"]) == 0
     assert out.read_text() == MODEL
     capsys.readouterr()
@@ -165,3 +166,19 @@ def test_api_errors_are_typed(tmp_path):
     src.write_text(MODEL)
     with pytest.raises(ConfigError, match="not a .yaml file"):
         rewrite_yaml(src, tmp_path / "o.yaml")
+
+
+@pytest.mark.parametrize("name", ["bicubic-up", "cbam-max", "coordatt", "gridsample-up", "attention-mix"])
+def test_every_rewritten_example_builds_and_audits_clean(name, tmp_path, capsys):
+    """`rewrite` by example name (no path), then `audit` and `yolo_det.audit()` of what it wrote: exit 0 / ok."""
+    import json
+
+    import yolo_det
+
+    out = tmp_path / f"{name}-det.yaml"
+    assert main(["rewrite", f"{name}.yaml", "-o", str(out), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["changed"] and result["inside_blocks"] == []  # everything was fixed in the YAML
+    assert main(["audit", str(out), "--imgsz", "64"]) == 0
+    if name == "cbam-max":  # the Python entry point builds the rewritten YAML too
+        assert yolo_det.audit(str(out), imgsz=64).ok
