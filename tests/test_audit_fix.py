@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from yolo_det.cli import main
-from yolo_det.swaps import remedy
+from yolo_det.fixes.swaps import remedy
 
 MODELS = Path(__file__).resolve().parent.parent / "data" / "models"
 

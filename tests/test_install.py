@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from yolo_det import demo
-from yolo_det.fileio import atomic_write_text, new_file_mode
+from yolo_det.core.fileio import atomic_write_text, new_file_mode
+from yolo_det.tools import demo
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,7 +69,7 @@ def test_an_installed_package_writes_demo_data_into_the_user_cache(tmp_path, mon
 
 
 def test_examples_are_package_files_and_resolve_by_name(tmp_path, monkeypatch):
-    from yolo_det.models import EXAMPLES, example_names, resolve_model_yaml
+    from yolo_det.analysis.models import EXAMPLES, example_names, resolve_model_yaml
 
     assert EXAMPLES.parent.parent == ROOT / "yolo_det" and "cbam-max.yaml" in example_names()
     monkeypatch.chdir(tmp_path)

@@ -57,7 +57,7 @@ def test_demo_data_is_refused_for_a_model_of_another_task(capsys):
 
 
 def test_classify_data_may_be_a_folder(tmp_path):
-    from yolo_det.commands.train import prepare
+    from yolo_det.tools.prepare import prepare
 
     folder = make_dataset(tmp_path / "cls", "classify")
     _, args = prepare("repro", ["model=yolov8n-cls.yaml", f"data={folder}", "epochs=1"])

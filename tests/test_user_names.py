@@ -14,12 +14,12 @@ import torch
 from torch import nn
 from ultralytics.nn import tasks
 
+from yolo_det.analysis.models import EXAMPLES
+from yolo_det.analysis.names import custom_modules, module_classes
+from yolo_det.analysis.zoo import ZOO_MODULES
 from yolo_det.cli import main
-from yolo_det.errors import ConfigError
-from yolo_det.models import EXAMPLES
-from yolo_det.names import custom_modules, module_classes
-from yolo_det.registry import registered
-from yolo_det.zoo import ZOO_MODULES
+from yolo_det.core.errors import ConfigError
+from yolo_det.layers.registry import registered
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["epochs=1", "imgsz=64", "batch=8", "nbs=8", "fraction=0.25", "plots=false", "workers=0"]

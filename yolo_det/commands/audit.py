@@ -40,7 +40,7 @@ import argparse
 import json
 import sys
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from . import add_import_option
 
 
@@ -78,7 +78,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det audit``; return 0 (deterministic), 1 (not) or raise a one-line error (exit 2)."""
-    from ..audit import audit
+    from ..analysis.audit import audit
 
     if args.device != "fake" and not (args.device == "cuda" or args.device.startswith("cuda:")):
         raise ConfigError(f"--device must be fake or cuda[:N], got {args.device!r}")
@@ -98,10 +98,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _fix(args: argparse.Namespace) -> int:
     """``audit --fix``: rewrite the YAML and say how every other finding is handled."""
-    from ..audit import audit
-    from ..models import resolve_model_yaml
-    from ..swaps import remedy
-    from ..yaml_rewrite import rewrite_yaml
+    from ..analysis.audit import audit
+    from ..analysis.models import resolve_model_yaml
+    from ..fixes.swaps import remedy
+    from ..fixes.yaml_rewrite import rewrite_yaml
 
     if not args.output:
         raise ConfigError("--fix needs -o OUT.yaml (the input is never changed)")
@@ -109,7 +109,7 @@ def _fix(args: argparse.Namespace) -> int:
     if yaml_path is None:
         raise ConfigError(f"--fix rewrites model YAMLs and '{args.model}' is not one; for a checkpoint or module, "
                           "train under the repro profile (its swaps and interception fix the layers in place)")
-    from ..names import custom_modules
+    from ..analysis.names import custom_modules
 
     with custom_modules(args.imports):
         report = audit(args.model, imgsz=args.imgsz, batch=args.batch, profile=args.profile,

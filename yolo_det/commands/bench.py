@@ -23,11 +23,11 @@ import argparse
 import json
 import sys
 
-from ..bench import DEFAULT_PROFILES, bench, check_args, parse_profiles, plot_bench
-from ..models import model_names
-from ..runtime import check_output_path
+from ..analysis.models import model_names
+from ..core.fileio import check_output_path
+from ..tools.bench import DEFAULT_PROFILES, bench, check_args, parse_profiles, plot_bench
+from ..tools.prepare import prepare
 from . import add_import_option
-from .train import prepare
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..yaml_rewrite import rewrite_yaml
+from ..fixes.yaml_rewrite import rewrite_yaml
 from . import add_import_option
 
 

@@ -30,23 +30,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..errors import ConfigError
-from ..overrides import check_ultralytics_args, model_task, parse_overrides, resolve_data, resolve_model
-from ..profiles import load_profile
+from ..tools.prepare import prepare
 from . import add_import_option
-
-DEMO_DEFAULTS: dict[str, Any] = {
-    "model": "yolov8n.yaml",
-    "epochs": 3,
-    "imgsz": 96,
-    "batch": 16,
-    "device": "cpu",
-    "workers": 0,
-}
-RESERVED = {
-    "deterministic": "the profile decides determinism (choose it with --profile)",
-    "mode": "this command always trains",
-}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -57,37 +42,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Ultralytics train arguments")
 
 
-def prepare(profile: str, tokens: list[str]) -> tuple[Any, dict[str, Any]]:
-    """Validate the profile and the overrides; return ``(profile, ultralytics_args)`` or raise a one-line error.
-
-    Nothing is written and no model is built.
-    """
-    resolved = load_profile(profile)
-    args = parse_overrides(tokens)
-    demo = args.get("data") is None
-    if demo:
-        from ..demo import demo_data_yaml
-
-        args.pop("data", None)
-        args = {**DEMO_DEFAULTS, **args}
-    elif not isinstance(args["data"], str):
-        raise ConfigError(f"data= must be a path, got {args['data']!r}")
-    args.setdefault("model", DEMO_DEFAULTS["model"])
-    if not isinstance(args["model"], str):
-        raise ConfigError(f"model= must be a model YAML or a checkpoint path, got {args['model']!r}")
-    args["model"] = resolve_model(args["model"])
-    if demo:
-        task = model_task(args["model"], args.get("task"))
-        if task not in (None, "detect"):
-            raise ConfigError(f"the bundled demo data is for detection and '{args['model']}' is a {task} model; "
-                              f"pass data= ({'a folder with train/ and val/ class folders' if task == 'classify' else 'a dataset YAML'})")
-        args["data"] = str(demo_data_yaml())
-    else:
-        args["data"] = resolve_data(args["data"])
-    args = check_ultralytics_args(args, reserved=RESERVED)
-    return resolved, args
-
-
 def train(profile: Any, args: dict[str, Any], modules: list[str] | None = None) -> Any:
     """Train with Ultralytics under ``profile``; return the plugin (``record_path``, ``weights_digest``).
 
@@ -95,9 +49,9 @@ def train(profile: Any, args: dict[str, Any], modules: list[str] | None = None) 
     """
     from ultralytics import YOLO
 
-    from ..demo import ensure_local_font
+    from ..analysis.models import model_names
+    from ..integrations.fonts import ensure_local_font
     from ..integrations.ultralytics import attach
-    from ..models import model_names
 
     ensure_local_font()
     train_args = dict(args)
@@ -110,7 +64,7 @@ def train(profile: Any, args: dict[str, Any], modules: list[str] | None = None) 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det train``."""
-    from ..models import model_names
+    from ..analysis.models import model_names
 
     with model_names(args.imports):  # import first: a module that does not import is an error before any work
         profile, ul_args = prepare(args.profile, list(args.overrides))

@@ -26,12 +26,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..models import model_names
-from ..overrides import parse_overrides
-from ..runtime import check_output_path
-from ..verify import DEFAULT_KEEP_MIB, check_args, plot_losses, progress_to_stderr, verify
+from ..analysis.models import model_names
+from ..core.fileio import check_output_path
+from ..tools.overrides import parse_overrides
+from ..tools.prepare import prepare
+from ..tools.verify import check_args, plot_losses, progress_to_stderr, verify
+from ..tools.verify.records import DEFAULT_KEEP_MIB
 from . import add_import_option
-from .train import prepare
 
 USER_DATA_EPOCHS = 1
 

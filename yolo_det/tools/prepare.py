@@ -1,0 +1,62 @@
+"""Turn a profile name and ``key=value`` tokens into a profile and checked Ultralytics train arguments.
+
+Used by the ``train``, ``verify`` and ``bench`` commands and by the benchmark scripts. Without ``data=``
+the bundled demo dataset is used with small defaults (:data:`DEMO_DEFAULTS`); it is for detection, so a model
+of another task needs ``data=`` (a dataset YAML, or a folder for classification).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..analysis.models import model_task
+from ..core.errors import ConfigError
+from ..core.profiles import load_profile
+from .overrides import check_ultralytics_args, parse_overrides, resolve_data, resolve_model
+
+__all__ = ["DEMO_DEFAULTS", "RESERVED", "prepare"]
+
+DEMO_DEFAULTS: dict[str, Any] = {
+    "model": "yolov8n.yaml",
+    "epochs": 3,
+    "imgsz": 96,
+    "batch": 16,
+    "device": "cpu",
+    "workers": 0,
+}
+RESERVED = {
+    "deterministic": "the profile decides determinism (choose it with --profile)",
+    "mode": "this command always trains",
+}
+
+
+def prepare(profile: str, tokens: list[str]) -> tuple[Any, dict[str, Any]]:
+    """Validate the profile and the overrides; return ``(profile, ultralytics_args)`` or raise a one-line error.
+
+    Nothing is written and no model is built.
+    """
+    resolved = load_profile(profile)
+    args = parse_overrides(tokens)
+    demo = args.get("data") is None
+    if demo:
+        from .demo import demo_data_yaml
+
+        args.pop("data", None)
+        args = {**DEMO_DEFAULTS, **args}
+    elif not isinstance(args["data"], str):
+        raise ConfigError(f"data= must be a path, got {args['data']!r}")
+    args.setdefault("model", DEMO_DEFAULTS["model"])
+    if not isinstance(args["model"], str):
+        raise ConfigError(f"model= must be a model YAML or a checkpoint path, got {args['model']!r}")
+    args["model"] = resolve_model(args["model"])
+    if demo:
+        task = model_task(args["model"], args.get("task"))
+        if task not in (None, "detect"):
+            what = "a folder with train/ and val/ class folders" if task == "classify" else "a dataset YAML"
+            raise ConfigError(f"the bundled demo data is for detection and '{args['model']}' is a {task} model; "
+                              f"pass data= ({what})")
+        args["data"] = str(demo_data_yaml())
+    else:
+        args["data"] = resolve_data(args["data"])
+    args = check_ultralytics_args(args, reserved=RESERVED)
+    return resolved, args
