@@ -175,7 +175,7 @@ class DetGridSampleUpsample(GridSampleUpsample):
     """:class:`GridSampleUpsample` sampling with yolo-det's deterministic ``grid_sample``: the same function."""
 
     def _sample(self, x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
-        from .layers import grid_sample
+        from ..layers import grid_sample
 
         return grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
 
