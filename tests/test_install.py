@@ -119,7 +119,7 @@ def test_wheel_install_trains_from_an_empty_folder(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     probe = subprocess.run(
-        [str(python), "-c", "import yolo_det; from yolo_det.models import resolve_model_yaml as r; "
+        [str(python), "-c", "import yolo_det; from yolo_det.analysis.models import resolve_model_yaml as r; "
                             "print('PATHS', yolo_det.__file__, r('cbam-max.yaml'))"],
         check=True, env=env, cwd=empty, capture_output=True, text=True).stdout.split("PATHS ")[-1].split()
     assert probe[0].startswith(purelib) and probe[1].startswith(purelib)  # the wheel's files, not the checkout's
