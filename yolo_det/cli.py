@@ -117,8 +117,12 @@ def _command_of(tokens: Sequence[str]) -> list[str]:
     return []
 
 
+_MAX_MESSAGE = 2000
+
+
 def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split())
+    text = " ".join(str(e).split())
+    return text if len(text) <= _MAX_MESSAGE else text[:_MAX_MESSAGE] + " ..."  # a value from a file is never shown whole
 
 
 def run_cli() -> NoReturn:

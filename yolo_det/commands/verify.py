@@ -28,11 +28,14 @@ import json
 
 from ..analysis.models import model_names
 from ..core.fileio import check_output_path
+from ..core.pickle_scan import trusted_checkpoints
 from ..tools.overrides import parse_overrides
+from ..tools.prechecks import check_device
 from ..tools.prepare import prepare
 from ..tools.verify import check_args, plot_losses, progress_to_stderr, verify
 from ..tools.verify.records import DEFAULT_KEEP_MIB
 from . import add_import_option
+from .train import add_trust_flag
 
 USER_DATA_EPOCHS = 1
 
@@ -51,6 +54,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--plot", default=None, metavar="PATH", help="write the runs' loss curves to this PNG")
     parser.add_argument("--verbose", action="store_true", help="show Ultralytics' training log (on stderr)")
+    add_trust_flag(parser)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Ultralytics train arguments")
 
 
@@ -58,12 +62,14 @@ def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det verify``: exit 0 when the runs are bitwise identical, 1 when not."""
     tokens = list(args.overrides)
     with model_names(args.imports):
-        profile, ul_args = prepare(args.profile, tokens)
+        with trusted_checkpoints(args.trust_checkpoint):
+            profile, ul_args = prepare(args.profile, tokens, check_device=False)
         user = parse_overrides(tokens)
         if user.get("data") is not None and "epochs" not in user:
             ul_args["epochs"] = USER_DATA_EPOCHS
         plot_path = check_output_path(args.plot, suffix=".png", what="--plot")
         check_args(ul_args, args.runs, args.steps, args.keep_mib)
+        check_device(ul_args.get("device"))
         report = verify(profile, ul_args, runs=args.runs, steps=args.steps, keep_mib=args.keep_mib,
                         verbose=args.verbose, progress=progress_to_stderr)
     if plot_path is not None:

@@ -27,7 +27,6 @@ import numpy as np
 import torch
 
 from .constants import RECORDED_ENV
-from .errors import ModelError
 from .fileio import atomic_write_json
 
 __all__ = [
@@ -106,33 +105,19 @@ def state_dict_digest(state: Mapping[str, Any] | torch.nn.Module) -> str:
 
 
 def load_checkpoint_state(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
-    """Return the model state dict stored in a checkpoint file.
+    """Return the model state dict stored in a checkpoint file, read without running anything it names.
 
     Accepts an Ultralytics or YOLOv5 checkpoint (a dict with ``model``/``ema`` holding a module), a
-    plain state dict, or a pickled module.
+    plain state dict, or a pickled module. The file is read by :func:`yolo_det.core.safeload.checkpoint_state_dict`:
+    no class or function the pickle names is imported or called, so a model made of the user's own block
+    classes reads as well as an Ultralytics one.
 
     Raises:
-        ModelError: The file is missing or holds no model weights.
+        ModelError: The file is missing, is not a ``torch.save`` archive, or holds no model weights.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise ModelError(f"checkpoint '{path}' does not exist")
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:  # noqa: BLE001 - any unpickling failure means "not a checkpoint"
-        raise ModelError(f"'{path}' is not a PyTorch checkpoint: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
-    if isinstance(obj, dict):
-        for key in ("ema", "model"):
-            candidate = obj.get(key)
-            if isinstance(candidate, torch.nn.Module):
-                return candidate.state_dict()
-        if "state_dict" in obj and isinstance(obj["state_dict"], Mapping):
-            obj = obj["state_dict"]
-        if obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
-            return dict(obj)
-    if isinstance(obj, torch.nn.Module):
-        return obj.state_dict()
-    raise ModelError(f"'{path}' holds no model weights (expected a checkpoint with 'model' or 'ema', or a state dict)")
+    from .safeload import checkpoint_state_dict
+
+    return checkpoint_state_dict(path)
 
 
 def checkpoint_digest(path: str | os.PathLike[str]) -> str:

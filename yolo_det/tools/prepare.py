@@ -12,7 +12,9 @@ from typing import Any
 from ..analysis.models import model_task
 from ..core.errors import ConfigError
 from ..core.profiles import load_profile
+from ..core.safe_yaml import short
 from .overrides import check_ultralytics_args, parse_overrides, resolve_data, resolve_model
+from .prechecks import check_train_args
 
 __all__ = ["DEMO_DEFAULTS", "RESERVED", "prepare"]
 
@@ -30,10 +32,11 @@ RESERVED = {
 }
 
 
-def prepare(profile: str, tokens: list[str]) -> tuple[Any, dict[str, Any]]:
+def prepare(profile: str, tokens: list[str], *, check_device: bool = True) -> tuple[Any, dict[str, Any]]:
     """Validate the profile and the overrides; return ``(profile, ultralytics_args)`` or raise a one-line error.
 
-    Nothing is written and no model is built.
+    Nothing is written and no model is built. ``check_device=False`` leaves ``device=`` to the caller (verify
+    and bench first apply their one-device rule, then :func:`yolo_det.tools.prechecks.check_device`).
     """
     resolved = load_profile(profile)
     args = parse_overrides(tokens)
@@ -44,10 +47,10 @@ def prepare(profile: str, tokens: list[str]) -> tuple[Any, dict[str, Any]]:
         args.pop("data", None)
         args = {**DEMO_DEFAULTS, **args}
     elif not isinstance(args["data"], str):
-        raise ConfigError(f"data= must be a path, got {args['data']!r}")
+        raise ConfigError(f"data= must be a path, got {short(args['data'])}")
     args.setdefault("model", DEMO_DEFAULTS["model"])
     if not isinstance(args["model"], str):
-        raise ConfigError(f"model= must be a model YAML or a checkpoint path, got {args['model']!r}")
+        raise ConfigError(f"model= must be a model YAML or a checkpoint path, got {short(args['model'])}")
     args["model"] = resolve_model(args["model"])
     if demo:
         task = model_task(args["model"], args.get("task"))
@@ -59,4 +62,5 @@ def prepare(profile: str, tokens: list[str]) -> tuple[Any, dict[str, Any]]:
     else:
         args["data"] = resolve_data(args["data"])
     args = check_ultralytics_args(args, reserved=RESERVED)
+    args = check_train_args(args, device=check_device)
     return resolved, args
