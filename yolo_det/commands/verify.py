@@ -1,13 +1,20 @@
 """Train the same configuration several times and check that the runs are bitwise identical.
 
 usage: yolo-det verify [--profile NAME|FILE] [--runs N] [--steps K] [--import MODULE] [--json] [--plot PATH]
-                       [key=value ...]
+                       [--save FILE] [--against FILE] [key=value ...]
 
 Each run trains a fresh model exactly as `yolo-det train` does (same key=value arguments, same demo
 defaults without data=). Per optimizer step the input batch, the loss components and every gradient are
 fingerprinted; at the end the weights. The runs are compared step by step: either "bitwise identical"
 (exit 0) or the first divergence (exit 1): the step, what differed first (data order or content, loss,
 gradients, weights), the parameter with the largest difference and its size. Bad input exits 2.
+
+Across processes and machines: --save FILE writes one run's per-step fingerprints (batch, loss, gradient
+per parameter, weights after each step) with its environment to a small versioned JSON file; --against
+FILE trains once here and compares with it: the first diverging step and what diverged (data order,
+data content, loss, gradients naming the parameters, weights), then the environment differences (as
+`yolo-det diff` lists them). With --save or --against one run is trained unless --runs says more, and
+--steps defaults to the saved run's. Pass the same key=value arguments on both sides.
 
 Without --steps the runs last the epochs given (demo: 3; other data: epochs=1 unless you pass epochs=).
 With --steps K the runs stop after K optimizer steps, or earlier when their epochs end first: the report
@@ -19,12 +26,15 @@ examples:
   yolo-det verify --profile fast --steps 5 --plot loss.png
   yolo-det verify --profile repro --runs 3 --steps 20 model=my-model.yaml data=my.yaml imgsz=320 device=0
   yolo-det verify --profile balanced --json > verify.json
+  yolo-det verify --profile repro --steps 10 --save gpu-a.json device=0      # on machine A
+  yolo-det verify --profile repro --against gpu-a.json device=0              # on machine B
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 
 from ..analysis.models import model_names
 from ..core.fileio import check_output_path
@@ -32,8 +42,10 @@ from ..core.pickle_scan import trusted_checkpoints
 from ..tools.overrides import parse_overrides
 from ..tools.prechecks import check_device
 from ..tools.prepare import prepare
-from ..tools.verify import check_args, plot_losses, progress_to_stderr, verify
+from ..tools.verify import VerifyReport, check_args, plot_losses, progress_to_stderr, record_runs, verify
+from ..tools.verify.crossverify import compare_against, load_saved, save_run
 from ..tools.verify.records import DEFAULT_KEEP_MIB
+from ..tools.verify.run import _device_name
 from . import add_import_option
 from .train import add_trust_flag
 
@@ -44,7 +56,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``verify`` arguments."""
     parser.add_argument("--profile", default="repro", metavar="NAME|FILE",
                         help="built-in profile (repro, balanced, fast) or a profile YAML file (default: repro)")
-    parser.add_argument("--runs", type=int, default=2, metavar="N", help="number of trainings to compare (default: 2)")
+    parser.add_argument("--runs", type=int, default=None, metavar="N",
+                        help="number of trainings to compare (default: 2; 1 with --save or --against)")
     parser.add_argument("--steps", type=int, default=None, metavar="K",
                         help="stop each run after K optimizer steps (default: the epochs decide)")
     parser.add_argument("--keep-mib", type=float, default=DEFAULT_KEEP_MIB, metavar="MIB",
@@ -53,31 +66,73 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_import_option(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--plot", default=None, metavar="PATH", help="write the runs' loss curves to this PNG")
+    parser.add_argument("--save", default=None, metavar="FILE",
+                        help="write run 1's per-step fingerprints and environment to this JSON file")
+    parser.add_argument("--against", default=None, metavar="FILE",
+                        help="compare run 1 with the fingerprints a --save run wrote (another process or machine)")
     parser.add_argument("--verbose", action="store_true", help="show Ultralytics' training log (on stderr)")
     add_trust_flag(parser)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Ultralytics train arguments")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``yolo-det verify``: exit 0 when the runs are bitwise identical, 1 when not."""
+    """Run ``yolo-det verify``: exit 0 when the runs (and the saved run) are bitwise identical, 1 when not."""
     tokens = list(args.overrides)
-    with model_names(args.imports):
+    with model_names(args.imports):  # the user's modules are imported first: a bad one fails before any work
         with trusted_checkpoints(args.trust_checkpoint):
             profile, ul_args = prepare(args.profile, tokens, check_device=False)
         user = parse_overrides(tokens)
         if user.get("data") is not None and "epochs" not in user:
             ul_args["epochs"] = USER_DATA_EPOCHS
         plot_path = check_output_path(args.plot, suffix=".png", what="--plot")
-        check_args(ul_args, args.runs, args.steps, args.keep_mib)
+        save_path = check_output_path(args.save, suffix=".json", what="--save")
+        saved = load_saved(args.against) if args.against is not None else None
+        portable = save_path is not None or saved is not None
+        runs = args.runs if args.runs is not None else (1 if portable else 2)
+        steps = args.steps if args.steps is not None or saved is None else saved.steps_requested
+        check_args(ul_args, runs, steps, args.keep_mib, min_runs=1 if portable else 2)
         check_device(ul_args.get("device"))
-        report = verify(profile, ul_args, runs=args.runs, steps=args.steps, keep_mib=args.keep_mib,
-                        verbose=args.verbose, progress=progress_to_stderr)
+        report: VerifyReport | None = None
+        if runs >= 2:
+            report = verify(profile, ul_args, runs=runs, steps=steps, keep_mib=args.keep_mib, verbose=args.verbose,
+                            progress=progress_to_stderr, portable=portable)
+            records, shown = report.runs, report
+        else:
+            started = time.perf_counter()
+            records = record_runs(profile, ul_args, runs=1, steps=steps, keep_mib=args.keep_mib, verbose=args.verbose,
+                                  progress=progress_to_stderr, portable=True)
+            shown = VerifyReport(profile=profile.name, args=dict(ul_args), runs=records, divergences=[],
+                                 steps_requested=steps, seconds=time.perf_counter() - started,
+                                 device=_device_name(ul_args.get("device")))
+    device = _device_name(ul_args.get("device"))
+    if save_path is not None:
+        save_run(save_path, records[0], profile=profile.name, args=ul_args, steps_requested=steps, device=device)
+    against = compare_against(saved, records[0]) if saved is not None else None
     if plot_path is not None:
-        report.plot = str(plot_losses(report, plot_path))
+        shown.plot = str(plot_losses(shown, plot_path))
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        out = shown.to_dict()
+        if report is None:
+            out.pop("identical", None)
+            out["verdict"] = "one run recorded"
+        if portable:
+            out["saved"] = str(save_path) if save_path is not None else None
+            out["against"] = against.to_dict() if against is not None else None
+        print(json.dumps(out, indent=2, default=str))
     else:
-        print(report.summary())
-        if report.plot:
-            print(f"loss curves: {report.plot}")
-    return 0 if report.identical else 1
+        if report is not None:
+            print(report.summary())
+        else:
+            r = records[0]
+            print(f"yolo-det verify: profile {profile.name}, 1 run of {len(r.steps)} optimizer steps in {r.seconds:.1f} s, "
+                  f"device {device}, weights {r.weights.get('model', '?')[:16]}")
+            if shown.steps_note:
+                print(f"note: {shown.steps_note}")
+        if save_path is not None:
+            print(f"fingerprints saved: {save_path}")
+        if against is not None:
+            print(against.summary())
+        if shown.plot:
+            print(f"loss curves: {shown.plot}")
+    ok = (report is None or report.identical) and (against is None or against.identical)
+    return 0 if ok else 1

@@ -2,9 +2,10 @@
 
 ``determinism.json`` is written into the run directory. It holds what a reader needs to repeat or
 audit the run: the profile and its resolved settings per phase, the seeds, the versions of python,
-torch, CUDA, cuDNN, Ultralytics and yolo-det, the GPU, the environment variables that matter, the
-flags observed when training started, every non-determinism warning seen, and a SHA-256 digest of
-the final weights.
+torch, CUDA, cuDNN, Ultralytics and yolo-det, the GPU, the CPU model and thread counts, the environment
+variables that matter, the flags observed when training started, every non-determinism warning seen,
+and a SHA-256 digest of the final weights; the integrations add the dataset and model fingerprints and
+every Ultralytics argument (see :mod:`yolo_det.integrations.identity`).
 
 The weights digest is defined so that equal weights give equal digests whatever the file's metadata:
 the state dict's entries are hashed in sorted key order, each as its key, dtype class and shape
@@ -33,6 +34,7 @@ __all__ = [
     "RECORD_NAME",
     "build_record",
     "checkpoint_digest",
+    "cpu_model",
     "environment",
     "load_checkpoint_state",
     "state_dict_digest",
@@ -49,6 +51,27 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def _call(obj: Any, name: str) -> Any:
+    fn = getattr(obj, name, None)
+    try:
+        return fn() if callable(fn) else None
+    except Exception:  # noqa: BLE001 - an optional detail of the environment
+        return None
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name: ``/proc/cpuinfo`` on Linux, else what ``platform`` knows (None when nothing)."""
+    try:
+        if sys.platform.startswith("linux"):
+            for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+                key, _, value = line.partition(":")
+                if key.strip() in {"model name", "Hardware", "cpu model"} and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or None
+
+
 def environment() -> dict[str, Any]:
     """A fingerprint of the software and hardware this process runs on."""
     cuda = torch.cuda.is_available()
@@ -60,6 +83,8 @@ def environment() -> dict[str, Any]:
         "machine": platform.machine(),
         "processor": platform.processor() or None,
         "cpu_count": os.cpu_count(),
+        "cpu_model": cpu_model(),
+        "cpu_capability": _call(getattr(torch.backends, "cpu", None), "get_cpu_capability"),
         "torch": torch.__version__,
         "torch_git_version": getattr(torch.version, "git_version", None),
         "cuda": torch.version.cuda,
@@ -71,7 +96,10 @@ def environment() -> dict[str, Any]:
         "ultralytics": _version("ultralytics"),
         "yolov5": _version("yolov5"),
         "yolo_det": _version("yolo-det"),
+        "opencv": _version("opencv-python") or _version("opencv-python-headless"),
+        "pillow": _version("pillow"),
         "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
         "env": {k: os.environ.get(k) for k in RECORDED_ENV},
         "argv": list(sys.argv),
     }
