@@ -413,6 +413,31 @@ def test_cli_exit_codes_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert data["findings"][0]["layer"] == 10 and data["findings"][0]["kernel"] == "adaptive_max_pool2d_backward_cuda"
 
 
+def test_cli_audits_several_models_in_one_process(capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    cbam = "data/models/cbam-max.yaml"
+    assert main(["audit", "yolov8n.yaml", cbam, "--imgsz", "64"]) == 1  # the worst verdict decides
+    out = capsys.readouterr().out
+    first, second = out.index("== yolov8n.yaml (1/2) =="), out.index(f"== {cbam} (2/2) ==")
+    assert first < out.index("trains under strict determinism") < second
+    assert "adaptive_max_pool2d_backward_cuda" in out[second:] and "adaptive_max_pool2d" not in out[:second]
+    assert main(["audit", "yolov8n.yaml", "yolov8n.yaml", "--imgsz", "64", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert isinstance(data, list) and len(data) == 2 and all(r["findings"] == [] for r in data)
+    assert data[0]["model"] == data[1]["model"]
+
+
+def test_cli_several_models_one_bad_prints_nothing(capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    assert main(["audit", "yolov8n.yaml", "missing-model.yaml", "--imgsz", "64"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "missing-model.yaml" in err
+    assert main(["audit", "yolov8n.yaml", "data/models/cbam-max.yaml", "--fix", "-o", "x.yaml"]) == 2
+    assert "one model" in capsys.readouterr().err
+
+
 def _bad_yamls(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     malformed = tmp_path / "malformed.yaml"
     malformed.write_text("nc: 3\nbackbone:\n  - [-1, 1, Conv, [16, 3, 2]\nhead: []\n", encoding="utf-8")

@@ -170,5 +170,6 @@ def test_a_profile_that_raises_is_reported_and_the_others_still_measured(tmp_pat
     assert fast["error"] is None and fast["steps"] == 2 and fast["time_ratio"] == 1.0 and report.fastest == "fast"
     rows = {s["setting"]: s for s in report.settings}
     assert rows["fill_uninitialized_memory"]["status"].startswith("error:")  # its base is strict
-    assert rows["allow_tf32"]["status"] == "measured"  # its base is everything off
+    assert rows["deterministic_algorithms"]["status"].startswith("error:")  # strict, toggled from everything off
+    assert rows["allow_tf32"]["status"] == "not applicable on cpu"  # TF32 exists on CUDA only
     assert "raised:" in report.table()

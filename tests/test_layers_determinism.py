@@ -29,8 +29,11 @@ import yolo_det.layers as L
 
 FORBIDDEN_NODE = re.compile(r"^(Adaptive(Avg|Max)Pool\dDBackward|Upsample\w*Backward|GridSampler\dDBackward|"
                             r"ReflectionPad\dDBackward|ReplicationPad\dDBackward|NllLoss2DBackward)")
-OUR_NODES = {"DetAxisMapBackward", "DetAdaptiveMaxPoolBackward", "DetPadBackward", "DetGridSampleBackward"}
-FORBIDDEN_OP = re.compile(r"^(_?adaptive_(avg|max)_pool\dd(_backward)?|upsample_\w+_backward|_upsample_\w+_backward|"
+OUR_NODES = {"DetAxisMapBackward", "DetSeparableMapBackward", "DetAdaptiveMaxPoolBackward", "DetAdaptiveAvgPoolBackward",
+             "DetPadBackward", "DetGridSampleBackward"}
+# The adaptive pooling *forward* kernels are deterministic on CUDA (one thread per output, no atomics): the
+# layers use them and replace only the backward, so only the backward kernels are forbidden here.
+FORBIDDEN_OP = re.compile(r"^(_?adaptive_(avg|max)_pool\dd_backward|upsample_\w+_backward|_upsample_\w+_backward|"
                           r"grid_sampler_\dd_backward|reflection_pad\dd_backward|replication_pad\dd_backward|"
                           r"nll_loss2d_\w+|scatter_add_?|index_add_?)$")
 

@@ -1,6 +1,6 @@
 """Say which layer of a model will break strict determinism on CUDA, on any machine.
 
-usage: yolo-det audit MODEL [--imgsz N] [--batch N] [--profile NAME|FILE] [--import MODULE] [--json]
+usage: yolo-det audit MODEL [MODEL ...] [--imgsz N] [--batch N] [--profile NAME|FILE] [--import MODULE] [--json]
                       [--device fake|cuda] [--loss] [--fix -o OUT.yaml] [--trust-checkpoint]
 
 MODEL is a model YAML (a path, an Ultralytics name such as yolov8n.yaml, or a yolo-det example such as
@@ -14,13 +14,17 @@ yolo-det's table of non-deterministic CUDA kernels for the installed torch (or -
 Each finding gives the layer index, YAML line, module, class, kernel, pass, what happens under strict /
 warn_only / off, under the chosen profile, and the fix (a deterministic swap when one exists).
 
+Several models are audited in one process (the imports and the fake-tensor set-up are paid once): the
+reports are printed one after the other (--json: a list of reports, in the order given), and nothing is
+printed unless every model could be audited.
+
 A checkpoint is not unpickled: its model is rebuilt from the model YAML Ultralytics stores in it (with its
 weights), so nothing in the file runs, and a file whose pickle names what no checkpoint needs (os.system,
 builtins.exec, ...) is refused. A model YAML's 'activation:' must be a torch.nn activation call with literal
 arguments (nn.SiLU(), nn.LeakyReLU(0.1)): Ultralytics eval()s it. --trust-checkpoint unpickles the checkpoint
 with torch instead (needed when it stores no YAML, or names your own block classes): only for files you trust.
 
-exit status: 0 the model trains under strict determinism, 1 it does not, 2 bad input.
+exit status: 0 the model(s) train under strict determinism, 1 one of them does not, 2 bad input.
 
 --fix -o OUT.yaml (model YAMLs): write a copy of the YAML whose non-deterministic layers are yolo-det's
 deterministic ones (see `yolo-det rewrite`), audit the copy, and say for each finding whether it is fixed
@@ -30,6 +34,7 @@ status is that of auditing the copy: 0 when it is clean, 1 when some finding rem
 
 examples:
   yolo-det audit yolov8n.yaml
+  yolo-det audit yolov8n.yaml yolo11n.yaml rtdetr-l.yaml --imgsz 320  # several models, one process
   yolo-det audit cbam-max.yaml --imgsz 64                   # an example shipped with yolo-det
   yolo-det audit --import mypkg.blocks my-model.yaml --imgsz 64
   yolo-det audit runs/detect/train/weights/last.pt --json > audit.json
@@ -63,7 +68,9 @@ def _positive_int(text: str) -> int:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``audit`` arguments."""
-    parser.add_argument("model", metavar="MODEL", help="model YAML (path or Ultralytics name), checkpoint, or package.module:function")
+    parser.add_argument("model", metavar="MODEL", nargs="+",
+                        help="model YAML (path or Ultralytics name), checkpoint, or package.module:function; "
+                             "several are audited in one process")
     parser.add_argument("--imgsz", type=_positive_int, default=640, metavar="N",
                         help="square input size, a multiple of the model stride (default: 640)")
     parser.add_argument("--batch", type=_positive_int, default=2, metavar="N", help="batch size of the trace (default: 2)")
@@ -93,17 +100,27 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--device must be fake or cuda[:N], got {args.device!r}")
     if args.output and not args.fix:
         raise ConfigError("-o is the output of --fix; add --fix (or use 'yolo-det rewrite')")
+    models = list(args.model) if isinstance(args.model, (list, tuple)) else [args.model]
     if args.fix:
+        if len(models) != 1:
+            raise ConfigError(f"--fix rewrites one model YAML, got {len(models)} models; run it once per model")
+        args.model = models[0]
         return _fix(args)
+    # every model is audited before anything is printed: a bad one is a one-line error with no partial output
     with trusted_checkpoints(args.trust_checkpoint):
-        report = audit(args.model, imgsz=args.imgsz, batch=args.batch, profile=args.profile, device=args.device,
-                       torch_version=args.torch_version, table=args.table, loss=args.loss, modules=args.imports)
+        reports = [audit(model, imgsz=args.imgsz, batch=args.batch, profile=args.profile, device=args.device,
+                         torch_version=args.torch_version, table=args.table, loss=args.loss, modules=args.imports)
+                   for model in models]
     if args.json:
-        json.dump(report.to_dict(), sys.stdout, indent=2)
+        data = reports[0].to_dict() if len(reports) == 1 else [r.to_dict() for r in reports]
+        json.dump(data, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(report.format_table())
-    return report.exit_code
+        for k, report in enumerate(reports):
+            if len(reports) > 1:
+                print(("\n" if k else "") + f"== {models[k]} ({k + 1}/{len(reports)}) ==")
+            print(report.format_table())
+    return max(r.exit_code for r in reports)
 
 
 def _fix(args: argparse.Namespace) -> int:
