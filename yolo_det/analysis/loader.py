@@ -24,7 +24,7 @@ from ..core import safe_yaml
 from ..core.errors import ModelError, did_you_mean
 from ..core.quiet import quiet_ultralytics
 from .model_yaml import check_activation
-from .models import model_names, resolve_model_yaml
+from .models import is_example, model_names, resolve_model_yaml
 
 __all__ = ["LoadedModel", "layer_lines", "load_model", "check_yaml_modules"]
 
@@ -132,8 +132,8 @@ def check_yaml_modules(data: Mapping[str, Any], text: str, origin: str, namespac
         elif name not in namespace:
             raise ModelError(
                 f"{where}: unknown module '{name}' in layer {i}; Ultralytics knows nn.X, torchvision.ops.X and its own "
-                "modules (register others with "
-                f"yolo_det.layers.registry.register_ultralytics_modules).{did_you_mean(name, known)}"
+                "modules; for your own, import the module that defines it (--import MODULE, or modules=[...] in "
+                f"Python).{did_you_mean(name, known)}"
             )
 
 
@@ -238,7 +238,8 @@ def _load_yaml(spec: str) -> LoadedModel:
     check_yaml_modules(data, text, str(path), vars(tasks))
     check_activation(data, str(path))
     p = Path(spec)
-    cfg_source = str(path) if p.is_file() else spec  # Ultralytics names carry the scale (yolov8n -> n)
+    # Ultralytics names carry the scale (yolov8n -> n)
+    cfg_source = str(path) if p.is_file() or is_example(path) else spec
     try:
         with quiet_ultralytics(level=logging.ERROR, drop_stdout=True):
             cfg = tasks.yaml_model_load(cfg_source)

@@ -34,15 +34,13 @@ def _check_size(imgsz: Any, batch: Any, stride: int | None) -> int:
     return imgsz
 
 
-def _load(model: Any) -> LoadedModel:
+def _load(model: Any, modules: Any = None) -> LoadedModel:
     if isinstance(model, LoadedModel):
         return model
-    if isinstance(model, (str, Path)) and Path(str(model)).suffix.lower() in (".yaml", ".yml"):
-        from ..models import model_names
+    from ..names import custom_modules
 
-        with model_names():
-            return load_model(model)
-    return load_model(model)
+    with custom_modules(list(modules or [])):  # the user's blocks, yolo-det's layer names and the example blocks
+        return load_model(model)
 
 
 def audit(
@@ -55,12 +53,14 @@ def audit(
     torch_version: str | None = None,
     table: str | Path | OpTable | None = None,
     loss: bool = False,
+    modules: Any = None,
 ) -> AuditReport:
     """Find the layers of ``model`` that will not train under strict determinism on CUDA.
 
     Args:
-        model: A model YAML (path or Ultralytics name, e.g. ``yolov8n.yaml``; the test blocks of
-            :mod:`yolo_det.analysis.zoo` are known), a checkpoint path, a factory ``package.module:function``, an
+        model: A model YAML (path, Ultralytics name such as ``yolov8n.yaml``, or yolo-det example such as
+            ``cbam-max.yaml``; rewritten YAMLs' ``Det*`` names and the blocks of :mod:`yolo_det.analysis.zoo` are
+            known), a checkpoint path, a factory ``package.module:function``, an
             ``nn.Module`` or an ``ultralytics.YOLO``.
         imgsz: Square input size of the trace (a multiple of the model's stride).
         batch: Batch size of the trace.
@@ -74,6 +74,10 @@ def audit(
         loss: Also run one real training step of an Ultralytics model on the CPU (forward, the model's own loss
             on a synthetic batch, backward) and report what the loss itself reaches (module ``(loss)``). The loss
             branches on its data, which a fake trace cannot follow; use a small ``imgsz``.
+        modules: The user's modules whose classes a model YAML names: module names (``"mypkg.blocks"``), ``.py``
+            paths, module objects or ``{name: class}`` mappings (the CLI's ``--import``); see
+            :func:`yolo_det.analysis.names.custom_modules`. yolo-det's layer names (``DetUpsample``, ...) and
+            example blocks always resolve; a name the process already binds is never replaced.
 
     Returns:
         The report: ``.findings``, ``.ok``, ``.to_dict()``, ``.format_table()``.
@@ -95,7 +99,7 @@ def audit(
     if device != "fake" and not torch.cuda.is_available():
         raise ConfigError(f"device '{device}' needs a CUDA GPU and none is available; the default fake-CUDA trace "
                           "needs none")
-    loaded = _load(model)
+    loaded = _load(model, modules)
     _check_size(imgsz, batch, loaded.stride)
     trace = _fake_trace(loaded, tbl, imgsz=imgsz, batch=batch, forward_det=settings.deterministic)
     findings = _match(trace, tbl, version, loaded, settings)

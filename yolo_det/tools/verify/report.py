@@ -42,6 +42,25 @@ class VerifyReport:
         return not self.divergences
 
     @property
+    def steps_note(self) -> str | None:
+        """Why the runs made fewer optimizer steps than ``--steps`` asked for, or None when they made them all."""
+        if self.steps_requested is None or not self.runs:
+            return None
+        made = min(len(r.steps) for r in self.runs)
+        if made >= self.steps_requested:
+            return None
+        epochs = self.args.get("epochs")
+        if isinstance(epochs, int) and not isinstance(epochs, bool) and epochs > 0 and made > 0:
+            per_epoch = made / epochs
+            need = math.ceil(self.steps_requested / per_epoch)
+            hint = (f"pass epochs={need} (about {per_epoch:.3g} optimizer steps per epoch) "
+                    f"to reach {self.steps_requested}")
+            return (f"asked for {self.steps_requested} optimizer steps, the runs made {made}: training ended "
+                    f"when its epochs ran out (epochs={epochs}); {hint}, or lower --steps")
+        return (f"asked for {self.steps_requested} optimizer steps, the runs made {made}: training ended first "
+                "(the epochs ran out or the trainer stopped); raise epochs= or lower --steps")
+
+    @property
     def first(self) -> Divergence | None:
         """The earliest divergence over all runs (lowest step, then lowest run)."""
         return min(self.divergences, key=lambda d: (d.step, d.run)) if self.divergences else None
@@ -58,6 +77,7 @@ class VerifyReport:
             "runs": len(self.runs),
             "steps_requested": self.steps_requested,
             "steps": [len(r.steps) for r in self.runs],
+            "steps_note": self.steps_note,
             "seconds": round(self.seconds, 3),
             "run_seconds": [round(r.seconds, 3) for r in self.runs],
             "args": {k: v for k, v in self.args.items() if k not in {"project", "name"}},
@@ -87,6 +107,8 @@ class VerifyReport:
         for r in self.runs:
             lines.append(f"  run {r.index}: {len(r.steps)} steps in {r.seconds:.1f} s, "
                          f"weights {r.weights.get('model', '?')[:16]}")
+        if self.steps_note:
+            lines.append(f"note: {self.steps_note}")
         if self.identical:
             lines.append(f"bitwise identical: input batches, losses and gradients at every step and the final "
                          f"weights of all {len(self.runs)} runs match")
