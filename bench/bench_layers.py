@@ -46,8 +46,8 @@ from torch.utils.benchmark import Measurement, Timer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import yolo_det.layers as L  # noqa: E402
-from yolo_det.core.fileio import atomic_write_json  # noqa: E402
+import yolo_det.layers as L
+from yolo_det.core.fileio import atomic_write_json
 
 try:
     from torch._decomp.decompositions import _replication_pad, _upsample_linear_vec

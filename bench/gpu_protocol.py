@@ -125,16 +125,19 @@ def _markdown(result: dict[str, Any]) -> str:
         if p.get("step_ms") is None:
             lines.append(f"| {p['profile']} | raised: {p['error']} | | | | |")
             continue
-        ci = "-" if p.get("ratio_low") is None else f"{p['ratio_to_reference']:.3f} ({p['ratio_low']:.3f}-{p['ratio_high']:.3f})"
-        lines.append(f"| {p['profile']} | {p['step_ms']:.1f} ms | {p['iqr_ms'][0]:.1f}-{p['iqr_ms'][1]:.1f} ms | {ci} | "
+        ci = "-"
+        if p.get("ratio_low") is not None:
+            ci = f"{p['ratio_to_reference']:.3f} ({p['ratio_low']:.3f}-{p['ratio_high']:.3f})"
+        iqr = f"{p['iqr_ms'][0]:.1f}-{p['iqr_ms'][1]:.1f} ms"
+        lines.append(f"| {p['profile']} | {p['step_ms']:.1f} ms | {iqr} | {ci} | "
                      f"{p.get('verdict') or '-'} | {p['images_per_s']:.1f} |")
     lines += ["", "| setting (toggled alone) | cost | 95% CI | verdict |", "|---|---:|---:|---|"]
     for s in result["summary"]["settings"]:
         if s["status"] != "measured":
             lines.append(f"| {s['label']} | {s['status']} | | |")
             continue
-        lines.append(f"| {s['label']} | {s['cost_pct']:+.1f}% | {s['cost_pct_low']:+.1f}% .. {s['cost_pct_high']:+.1f}% | "
-                     f"{s['verdict']} |")
+        interval = f"{s['cost_pct_low']:+.1f}% .. {s['cost_pct_high']:+.1f}%"
+        lines.append(f"| {s['label']} | {s['cost_pct']:+.1f}% | {interval} | {s['verdict']} |")
     changes = result["summary"]["kernel_changes"]
     if changes:
         for profile, items in changes.items():
@@ -186,7 +189,7 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
                 entry: dict[str, Any] = {"model": model, "imgsz": form["imgsz"], "batch": form["batch"],
                                          "device": data["device"], "device_name": data["device_name"],
                                          "status": "measured", "bench": data, "summary": summarize_bench(data)}
-            except Exception as e:  # noqa: BLE001 - a failing model is a result; the next one still runs
+            except Exception as e:
                 entry = {"model": model, "imgsz": form["imgsz"], "batch": form["batch"], "device": device,
                          "status": "error", "message": f"{type(e).__name__}: {' '.join(str(e).split())[:400]}",
                          "traceback": traceback.format_exc(limit=8)}

@@ -15,7 +15,8 @@ SCRIPT = ROOT / "bench" / "bench_layers.py"
 def test_quick_run_reports_time_and_memory_ratios_with_targets(tmp_path):
     out = tmp_path / "layers.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--rounds", "2", "--min-time", "0.01", "--batch", "2",
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick",
+                           "--rounds", "2", "--min-time", "0.01", "--batch", "2",
                            "--only", r"AdaptiveMaxPool2d\(3\)|bilinear x2$", "--out", str(out)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]

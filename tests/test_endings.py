@@ -114,7 +114,8 @@ def test_cli_stopped_after_first_checkpoint(sig, status, code, line, tmp_path):
             assert second.stderr.strip().splitlines() == [second.stderr.strip()]
             assert f"in use by another yolo-det run (pid {proc.pid}" in second.stderr
             after = {p: p.stat().st_mtime_ns for p in run.rglob("*")}
-            changed = {p for p in before.keys() & after.keys() if before[p] != after[p]} | (after.keys() ^ before.keys())
+            changed = {p for p in before.keys() & after.keys() if before[p] != after[p]}
+            changed |= after.keys() ^ before.keys()
             assert all(p.parent.name == "weights" or p.name == "results.csv" for p in changed), changed  # run A's own
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=300)

@@ -144,6 +144,20 @@ def test_plot_marks_the_divergence(tmp_path):
     assert not report.identical and "NOT reproducible" in report.summary() and "step 2" in report.summary()
 
 
+def test_summary_says_when_fewer_steps_ran_than_asked():
+    runs = [make_run(1, steps=3), make_run(2, steps=3)]
+    report = verify_module.VerifyReport(profile="repro", args={"epochs": 3}, runs=runs, divergences=[],
+                                        steps_requested=20, seconds=1.0)
+    note = report.steps_note
+    assert note is not None and "asked for 20 optimizer steps, the runs made 3" in note
+    assert "epochs ran out (epochs=3)" in note and "pass epochs=20" in note
+    assert f"note: {note}" in report.summary() and report.to_dict()["steps_note"] == note
+    enough = verify_module.VerifyReport(profile="repro", args={"epochs": 3}, runs=runs, divergences=[],
+                                        steps_requested=3, seconds=1.0)
+    assert enough.steps_note is None and "note:" not in enough.summary()
+    unknown = verify_module.VerifyReport(profile="repro", args={}, runs=runs, divergences=[], steps_requested=5,
+                                         seconds=1.0)
+    assert "raise epochs=" in (unknown.steps_note or "")
 def _texts(fig) -> str:
     return "\n".join(t.get_text() for ax in fig.axes for t in ax.texts + [ax.title]) + "\n".join(
         t.get_text() for t in fig.texts)
@@ -281,7 +295,8 @@ class UnseededShuffle:
 def test_demo_with_repro_is_bitwise_identical(tmp_path, capsys):
     before = snapshot()
     plot = tmp_path / "curves.png"
-    code = main(["verify", "--profile", "repro", "--steps", "3", "--plot", str(plot), *TINY, f"project={tmp_path / 'runs'}"])
+    code = main(["verify", "--profile", "repro", "--steps", "3", "--plot", str(plot), *TINY,
+                 f"project={tmp_path / 'runs'}"])
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "bitwise identical" in out and "NOT reproducible" not in out
@@ -314,8 +329,8 @@ def test_gradient_noise_is_caught_at_its_step_and_parameter(tmp_path):
 @pytest.mark.slow
 def test_strict_mode_crash_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
     def crash(trainer: Any) -> None:
-        raise RuntimeError("adaptive_max_pool2d_backward_cuda does not have a deterministic implementation, but you set "
-                           "'torch.use_deterministic_algorithms(True)'")
+        raise RuntimeError("adaptive_max_pool2d_backward_cuda does not have a deterministic implementation, but you "
+                           "set 'torch.use_deterministic_algorithms(True)'")
 
     def verify_with_crash(*args: Any, **kwargs: Any) -> Any:
         return verify(*args, callbacks={"on_train_batch_start": [crash]}, **kwargs)

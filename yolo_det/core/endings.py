@@ -105,7 +105,7 @@ def weights_files(weights_dir: str | os.PathLike[str],
             entry["bytes"] = st.st_size
             entry["written_by_this_run"] = before is None or before.get(p.name) != _stat_key(st)
             entry["sha256"] = checkpoint_digest(p)
-        except Exception as e:  # noqa: BLE001 - a file cut short is reported, not fatal
+        except Exception as e:  # a file cut short is reported, not fatal
             entry["sha256"] = None
             entry["error"] = f"{type(e).__name__}: {one_line(e)}"
         out.append(entry)

@@ -84,7 +84,7 @@ def _holder(path: Path) -> str:
         info = json.loads(path.read_text(encoding="utf-8"))
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(info["started"])))
         return f"pid {int(info['pid'])} on {info['host']}, started {started}"
-    except Exception:  # noqa: BLE001 - the description is best effort
+    except Exception:  # the description is best effort
         return "another process"
 
 

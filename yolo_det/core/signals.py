@@ -95,6 +95,6 @@ def forget_handled_interrupt() -> None:
         import ctypes
 
         flag = ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt")
-    except Exception:  # noqa: BLE001 - another interpreter or version: nothing to forget
+    except Exception:  # another interpreter or version: nothing to forget
         return
     flag.value = 0

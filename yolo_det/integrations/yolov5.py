@@ -210,7 +210,7 @@ class YOLOv5Run:
             return
         try:
             self.record_path = write_record(save_dir, self.to_record(error))
-        except Exception as e:  # noqa: BLE001 - never fail a finished training, nor mask the error ending one
+        except Exception as e:  # never fail a finished training, nor mask the error ending one
             warnings.warn(f"yolo-det: could not write {RECORD_NAME} in '{save_dir}': {type(e).__name__}: "
                           f"{one_line(e)}", UserWarning, stacklevel=3)
 

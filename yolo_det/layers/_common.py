@@ -150,7 +150,8 @@ def _native_autocast_dtype(key: str, probe: Callable[[str], Tensor], device_type
     return result
 
 
-def amp_plan(key: str, probe: Callable[[str], Tensor], inputs: Sequence[Tensor]) -> tuple[torch.dtype, torch.dtype, bool]:
+def amp_plan(key: str, probe: Callable[[str], Tensor],
+             inputs: Sequence[Tensor]) -> tuple[torch.dtype, torch.dtype, bool]:
     """Decide the compute dtype and output dtype of a layer for its floating inputs.
 
     Args:
@@ -401,13 +402,13 @@ class DetAxisMap(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, dim: int, fwd: Any, bwd: Any) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: Tensor, dim: int, fwd: Any, bwd: Any) -> Tensor:
         ctx.dim = dim
         ctx.taps = (fwd, bwd)
         return fwd.apply(x, dim)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None]:
         fwd, bwd = ctx.taps
         if not ctx.needs_input_grad[0]:
             return None, None, None, None
@@ -442,7 +443,7 @@ def _apply_maps(x: Tensor, dims: Sequence[int], maps: Sequence[Any], out_shape: 
     chunks = 1
     if cdim is not None and total > _CHUNK_MIN:
         chunks = min(_CHUNK_MAX, x.shape[cdim], -(-total // _CHUNK_MIN))
-    if chunks <= 1:
+    if cdim is None or chunks <= 1:
         y = x
         for d, m in zip(dims[:-1], maps[:-1]):
             y = m.apply(y, d)
@@ -467,7 +468,7 @@ class DetSeparableMap(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, dims: tuple[int, ...], fwd: tuple[Any, ...],  # type: ignore[override]
+    def forward(ctx: Any, x: Tensor, dims: tuple[int, ...], fwd: tuple[Any, ...],
                 bwd: tuple[Any, ...]) -> Tensor:
         ctx.dims = dims
         ctx.maps = (fwd, bwd)
@@ -478,7 +479,7 @@ class DetSeparableMap(torch.autograd.Function):
         return _apply_maps(x, dims, fwd, shape)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None]:
         if not ctx.needs_input_grad[0]:
             return None, None, None, None
         fwd, bwd = ctx.maps

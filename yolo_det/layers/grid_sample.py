@@ -153,7 +153,7 @@ class DetGridSample(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, input: Tensor, grid: Tensor, padding_mode: str, align_corners: bool,  # type: ignore[override]
+    def forward(ctx: Any, input: Tensor, grid: Tensor, padding_mode: str, align_corners: bool,
                 rows_backward: bool) -> Tensor:
         n, c, h, w = input.shape
         ho, wo = grid.shape[1], grid.shape[2]
@@ -175,14 +175,15 @@ class DetGridSample(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None, None]:
         input, grid = ctx.saved_tensors
         n, c, h, w = input.shape
         g = grad.reshape(n, c, -1)
         p = g.shape[2]
         need_input, need_grid = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         flat = input.reshape(n, c, h * w)
-        grad_input = grad_grid = None
+        grad_input: Tensor | None = None
+        grad_grid: Tensor | None = None
         if need_input:
             if ctx.rows_backward:  # rows of C values, accumulated with index_put_(accumulate=True): sorted
                 acc = torch.zeros(n * h * w, c, dtype=g.dtype, device=g.device)
@@ -209,18 +210,19 @@ class DetGridSample(torch.autograd.Function):
                 fc = flat.narrow(0, a, b)
                 gix = torch.zeros_like(taps.mx)
                 giy = torch.zeros_like(taps.my)
-                buf = None
+                taken: Tensor | None = None
                 k = 0
                 for r in (0, 1):
                     for s in (0, 1):
                         # sum over channels of input(corner) * grad
-                        buf = _gather(fc, taps.index[k], buf)
-                        v = buf.mul_(gc).sum(1)
+                        taken = _gather(fc, taps.index[k], taken)
+                        v = taken.mul_(gc).sum(1)
                         v = torch.where(taps.valid[k], v, torch.zeros_like(v))
                         # d(dx[s])/dix = -1 for the west column, +1 for the east; likewise for rows
                         gix = gix + v * taps.dy[r] if s else gix - v * taps.dy[r]
                         giy = giy + v * taps.dx[s] if r else giy - v * taps.dx[s]
                         k += 1
+                assert grad_grid is not None
                 grad_grid.narrow(0, a, b).copy_(torch.stack((gix * taps.mx, giy * taps.my), -1))
         if need_input:
             grad_input = acc.view(n, h, w, c).permute(0, 3, 1, 2) if ctx.rows_backward else acc.view(n, c, h, w)
@@ -249,7 +251,8 @@ def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mod
     if mode != "bilinear" or input.dim() != 4:
         raise YoloDetError(
             f"yolo-det's deterministic grid_sample supports mode='bilinear' on 4-D input only, got mode={mode!r} on "
-            f"{input.dim()}-D input; use torch.nn.functional.grid_sample and leave this layer out of strict determinism")
+            f"{input.dim()}-D input; use torch.nn.functional.grid_sample and leave this layer out of strict "
+            "determinism")
     if padding_mode not in _PADDING_MODES:
         return _native.grid_sample(input, grid, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
     if (grid.dim() != 4 or grid.shape[-1] != 2 or grid.shape[0] != input.shape[0] or input.dtype != grid.dtype

@@ -34,7 +34,7 @@ float16/bfloat16 inputs are pooled in float32 and cast back.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Optional, Union
 
 import torch
@@ -189,7 +189,7 @@ class DetAdaptiveAvgPoolGrad(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, g: Tensor, wins: tuple[Windows, ...], sizes: tuple[int, ...]) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, g: Tensor, wins: tuple[Windows, ...], sizes: tuple[int, ...]) -> Tensor:
         ctx.outs = [len(w[0]) for w in wins]
         n = len(wins)
         first = g.dim() - n
@@ -212,7 +212,7 @@ class DetAdaptiveAvgPoolGrad(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx: Any, gg: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, gg: Tensor) -> tuple[Tensor, None, None]:
         return _NATIVE_AVG[len(ctx.outs)](gg, ctx.outs), None, None
 
 
@@ -225,22 +225,22 @@ class DetAdaptiveAvgPool(torch.autograd.Function):
     nothing but the sizes (the native op keeps no tensor either)."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, wins: tuple[Windows, ...]) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: Tensor, wins: tuple[Windows, ...]) -> Tensor:
         n = len(wins)
         ctx.wins = wins
         ctx.sizes = tuple(int(s) for s in x.shape[-n:])
         return _NATIVE_AVG[n](x, [len(w[0]) for w in wins])
 
     @staticmethod
-    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, None]:
         return DetAdaptiveAvgPoolGrad.apply(g, ctx.wins, ctx.sizes), None
 
 
-def _adaptive_avg(x: Tensor, outs: list[int], key: str, native: object) -> Tensor:
+def _adaptive_avg(x: Tensor, outs: list[int], key: str, native: Callable[..., Tensor]) -> Tensor:
     n = len(outs)
 
     def probe(device: str) -> Tensor:
-        return native(torch.zeros((1, 1) + (4,) * n, dtype=x.dtype, device=device), [3] * n)  # type: ignore[operator]
+        return native(torch.zeros((1, 1) + (4,) * n, dtype=x.dtype, device=device), [3] * n)
 
     compute, out_dtype, active = amp_plan(key, probe, [x])
     with autocast_off(x.device.type, active):
@@ -349,7 +349,7 @@ class DetMaxPoolRouteGrad(torch.autograd.Function):
     backward (double backward of the pooling) is a gather."""
 
     @staticmethod
-    def forward(ctx: Any, grad: Tensor, index: Tensor, shape: torch.Size,  # type: ignore[override]
+    def forward(ctx: Any, grad: Tensor, index: Tensor, shape: torch.Size,
                 reach: tuple[int, int], combine: bool) -> Tensor:
         ctx.save_for_backward(index)
         lead = grad.numel() // max(1, index.shape[-2] * index.shape[-1]) if grad.numel() else 0
@@ -364,7 +364,7 @@ class DetMaxPoolRouteGrad(torch.autograd.Function):
         return out.view(shape)
 
     @staticmethod
-    def backward(ctx: Any, gg: Tensor) -> tuple[Tensor, None, None, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, gg: Tensor) -> tuple[Tensor, None, None, None, None]:
         (index,) = ctx.saved_tensors
         lead = index.numel() // max(1, index.shape[-2] * index.shape[-1]) if index.numel() else 0
         picked = gg.reshape(lead, -1).gather(1, index.reshape(lead, -1))
@@ -386,7 +386,7 @@ class DetAdaptiveMaxPool(torch.autograd.Function):
     indices (as the native op does)."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, hwin: Windows, wwin: Windows):  # type: ignore[override]
+    def forward(ctx: Any, x: Tensor, hwin: Windows, wwin: Windows):
         out, index = torch._C._nn.adaptive_max_pool2d(x, [len(hwin[0]), len(wwin[0])])
         ctx.mark_non_differentiable(index)
         ctx.set_materialize_grads(False)  # no zero-filled gradient for the indices (an int64 output-size tensor)
@@ -396,7 +396,7 @@ class DetAdaptiveMaxPool(torch.autograd.Function):
         return out, index
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor | None, _grad_index: Tensor | None):  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor | None, _grad_index: Tensor | None):
         if grad is None:
             return None, None, None
         (index,) = ctx.saved_tensors
@@ -408,10 +408,10 @@ def _adaptive_max2d(x: Tensor, outs: Sequence[int], return_indices: bool) -> Ten
     if all(s % o == 0 for s, o in zip(sizes, outs)):
         # windows tile the plane: exactly max_pool2d's (same scan order, NaN rule and indices)
         k = (sizes[0] // outs[0], sizes[1] // outs[1])
-        result = F.max_pool2d(x, kernel_size=k, stride=k, return_indices=return_indices)
         if return_indices:
-            return match_memory_format(result[0], x), match_memory_format(result[1], x)
-        return match_memory_format(result, x)
+            out, index = F.max_pool2d(x, kernel_size=k, stride=k, return_indices=True)
+            return match_memory_format(out, x), match_memory_format(index, x)
+        return match_memory_format(F.max_pool2d(x, kernel_size=k, stride=k), x)
     out, index = DetAdaptiveMaxPool.apply(x, _windows(sizes[0], outs[0]), _windows(sizes[1], outs[1]))
     if return_indices:
         return match_memory_format(out, x), match_memory_format(index, x)
@@ -436,8 +436,16 @@ def adaptive_max_pool2d(input: Tensor, output_size: SizeArg,
     """
     outs = _plan(input, output_size, 2)
     if outs is None:
-        return F.adaptive_max_pool2d(input, output_size, return_indices)  # type: ignore[arg-type]
+        return _torch_adaptive_max(F.adaptive_max_pool2d, input, output_size, return_indices)
     return _adaptive_max2d(input, outs, return_indices)
+
+
+def _torch_adaptive_max(native: Any, input: Tensor, output_size: SizeArg,
+                        return_indices: bool) -> Tensor | tuple[Tensor, Tensor]:
+    """PyTorch's own adaptive max pooling: the arguments as given, so that PyTorch accepts or rejects them itself
+    (its stubs leave out ``None`` entries in ``output_size``, which it accepts)."""
+    result: Tensor | tuple[Tensor, Tensor] = native(input, output_size, return_indices)
+    return result
 
 
 def adaptive_max_pool1d(input: Tensor, output_size: SizeArg,
@@ -454,12 +462,12 @@ def adaptive_max_pool1d(input: Tensor, output_size: SizeArg,
     """
     outs = _plan(input, output_size, 1)
     if outs is None:
-        return F.adaptive_max_pool1d(input, output_size, return_indices)  # type: ignore[arg-type]
+        return _torch_adaptive_max(F.adaptive_max_pool1d, input, output_size, return_indices)
     result = _adaptive_max2d(input.unsqueeze(-2), [1, outs[0]], return_indices)
-    if return_indices:
+    if isinstance(result, tuple):
         out, ind = result
         return out.squeeze(-2), ind.squeeze(-2)
-    return result.squeeze(-2)  # type: ignore[union-attr]
+    return result.squeeze(-2)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -491,12 +499,12 @@ class DetAdaptiveAvgPool3d(nn.AdaptiveAvgPool3d):
 class DetAdaptiveMaxPool1d(nn.AdaptiveMaxPool1d):
     """Deterministic drop-in for :class:`torch.nn.AdaptiveMaxPool1d` (same arguments, repr, state)."""
 
-    def forward(self, input: Tensor):  # type: ignore[override]
+    def forward(self, input: Tensor) -> Tensor | tuple[Tensor, Tensor]:
         return adaptive_max_pool1d(input, self.output_size, self.return_indices)
 
 
 class DetAdaptiveMaxPool2d(nn.AdaptiveMaxPool2d):
     """Deterministic drop-in for :class:`torch.nn.AdaptiveMaxPool2d` (same arguments, repr, state)."""
 
-    def forward(self, input: Tensor):  # type: ignore[override]
+    def forward(self, input: Tensor) -> Tensor | tuple[Tensor, Tensor]:
         return adaptive_max_pool2d(input, self.output_size, self.return_indices)

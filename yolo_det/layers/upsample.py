@@ -10,8 +10,9 @@ length 2 with scale 1, where every mode is the identity) and the non-zero weight
 are kept as a few taps. Border clamping, cubic ``A = -0.75``, antialias filters and the
 ``scale_factor`` semantics (``1/scale_factor`` is used when a scale is given and not recomputed) are
 therefore PyTorch's by construction. The maps are cached per configuration and applied one axis at a
-time with :func:`~yolo_det.layers._common.apply_axis_maps` (one autograd node, batch chunks): gathers and multiply-adds, forward and
-backward (the transposed map), no atomics, no matrix multiply (TF32 settings have no effect).
+time with :func:`~yolo_det.layers._common.apply_axis_maps` (one autograd node, batch chunks):
+gathers and multiply-adds, forward and backward (the transposed map), no atomics, no matrix multiply
+(TF32 settings have no effect).
 
 ``area`` is adaptive average pooling (as in PyTorch) and uses :mod:`yolo_det.layers.pooling`.
 ``nearest`` and ``nearest-exact`` are already deterministic and pass through to PyTorch.
@@ -180,7 +181,7 @@ class DetUpsample(nn.Upsample):
     """Deterministic drop-in for :class:`torch.nn.Upsample` (same arguments, attributes, repr, state)."""
 
     def forward(self, input: Tensor) -> Tensor:
-        return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,  # type: ignore[arg-type]
+        return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,
                            recompute_scale_factor=self.recompute_scale_factor)
 
 
@@ -188,5 +189,5 @@ class DetUpsamplingBilinear2d(nn.UpsamplingBilinear2d):
     """Deterministic drop-in for :class:`torch.nn.UpsamplingBilinear2d` (bilinear, ``align_corners=True``)."""
 
     def forward(self, input: Tensor) -> Tensor:
-        return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,  # type: ignore[arg-type]
+        return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,
                            recompute_scale_factor=self.recompute_scale_factor)

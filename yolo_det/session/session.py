@@ -43,13 +43,14 @@ def note_restore_failure(error: BaseException, failure: BaseException) -> None:
     """
     if failure is error:
         return
-    text = f"yolo-det: restoring the state after {type(error).__name__} also failed: {type(failure).__name__}: {failure}"
+    text = (f"yolo-det: restoring the state after {type(error).__name__} also failed: "
+            f"{type(failure).__name__}: {failure}")
     error.add_note(text)
     try:
         import warnings
 
         warnings.warn(" ".join(text.split()), RuntimeWarning, stacklevel=3)
-    except Exception:  # noqa: BLE001 - a warning filter set to "error" must not replace the error either
+    except Exception:  # a warning filter set to "error" must not replace the error either
         pass
 
 
@@ -118,7 +119,7 @@ class DeterminismSession:
     @property
     def phases(self) -> tuple[str, ...]:
         """The stack of phases in force, outermost first."""
-        return tuple(f.phase for f in self._stack)
+        return tuple(f.phase for f in self._stack if f.phase is not None)
 
     def add_extension(self, factory: Extension | Callable[[str, PhaseSettings, Any], Any]) -> None:
         """Add an :class:`~yolo_det.session.extensions.Extension`, or a

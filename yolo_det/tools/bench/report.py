@@ -64,8 +64,8 @@ class BenchReport:
         """The terminal table."""
         i = self.info
         lines = [
-            f"yolo-det bench: {i['model']} on {i['device']} ({i['device_name']}), imgsz {i['imgsz']}, batch {i['batch']}, "
-            f"amp {i['amp']}",
+            f"yolo-det bench: {i['model']} on {i['device']} ({i['device_name']}), imgsz {i['imgsz']}, "
+            f"batch {i['batch']}, amp {i['amp']}",
             f"{i['steps']} measured steps per configuration after {i['warmup']} warm-up steps, interleaved in blocks "
             f"of {i['block']}; data loading not timed",
             "",

@@ -19,9 +19,10 @@ from ...core import state as _state
 from ...core.backward import ToggleScaler
 from ...core.errors import ConfigError
 from ...core.profiles import PhaseSettings, Profile, load_profile
+from ...core.quiet import quiet_ultralytics
 from ...fixes.intercept import suspended
 from ...session.session import DeterminismSession
-from ..runtime import quiet_ultralytics, run_folder, unwrap_model
+from ..runtime import run_folder, unwrap_model
 from .isolations import BASES, ISOLATIONS, POOL_BATCHES, RESERVED, Isolation, _fmt_value
 from .memory import _Memory
 from .report import BenchReport, _Config
@@ -105,8 +106,9 @@ def bench(
                                        progress=progress, model_name=str(model_src), kernel_steps=kernel_steps).run()
         finally:
             for loader in (getattr(trainer, "train_loader", None), getattr(trainer, "test_loader", None)):
-                if hasattr(loader, "close"):
-                    loader.close()
+                close = getattr(loader, "close", None)
+                if callable(close):
+                    close()
         raise _Done
 
     before = _state.snapshot()
@@ -156,7 +158,9 @@ class _Runner:
         self._swap_plans: dict[tuple[int, str], dict[str, str]] = {}
 
     # -- configurations -----------------------------------------------------------------------------
-    def _configs(self) -> tuple[dict[str, _Config], list[tuple[Profile, str]], list[tuple[Isolation, str, str | None, str]]]:
+    def _configs(
+        self,
+    ) -> tuple[dict[str, _Config], list[tuple[Profile, str]], list[tuple[Isolation, str, str | None, str]]]:
         by_settings: dict[PhaseSettings, _Config] = {}
 
         def config(key: str, settings: PhaseSettings) -> str:
@@ -329,7 +333,7 @@ class _Runner:
                 continue
             self_us = getattr(e, "self_device_time_total", None)
             if self_us is None:  # older torch
-                self_us = getattr(e, "self_cuda_time_total", 0.0)
+                self_us = getattr(e, "self_cuda_time_total", None) or 0.0
             kernels.append({"name": e.key, "calls_per_step": e.count / n, "self_us_per_step": float(self_us) / n})
         kernels.sort(key=lambda k: -k["self_us_per_step"])
         cfg.kernels = kernels[:top]
@@ -379,7 +383,7 @@ class _Runner:
                     cfg = configs[key]
                     n = min(self.block, self.steps - len(cfg.times))
                     if n > 0 and cfg.error is None:
-                        self._guarded(cfg, lambda cfg, n=n: self._measured_block(cfg, step, pool, n), saved)
+                        self._guarded(cfg, functools.partial(self._measured_block, step=step, pool=pool, n=n), saved)
                 self.progress(f"bench: round {r + 1}/{rounds} done")
             if self.kernel_steps > 0 and self.device.type == "cuda":
                 for _, key in profile_keys:
@@ -390,7 +394,7 @@ class _Runner:
         fastest = min(timed) if timed else math.nan
         fastest_cfg = next((configs[k] for _, k in profile_keys if configs[k].error is None and configs[k].times
                             and configs[k].median() == fastest), None)
-        peaks = [configs[k].peak for _, k in profile_keys if configs[k].peak is not None]
+        peaks = [peak for _, k in profile_keys if (peak := configs[k].peak) is not None]
         smallest = min(peaks) if peaks else None
         rows = []
         for p, key in profile_keys:
@@ -405,7 +409,7 @@ class _Runner:
                 "step_ms": med * 1e3 if ok else None,
                 "step_ms_q1": q1 * 1e3 if ok else None,
                 "step_ms_q3": q3 * 1e3 if ok else None,
-                "step_cpu_ms": c.cpu_median() * 1e3 if ok and c.cpu_median() is not None else None,
+                "step_cpu_ms": cpu * 1e3 if ok and (cpu := c.cpu_median()) is not None else None,
                 "step_times_ms": [t * 1e3 for t in c.times] if ok else [],
                 "images_per_s": batch_size / med if ok and med > 0 else None,
                 "peak_memory_bytes": c.peak if ok else None,
@@ -439,8 +443,7 @@ class _Runner:
                     interval = _interval_fields("cost", tg, b)
                     row.update(base_ms=bm * 1e3, toggled_ms=tm * 1e3, cost_ratio=tm / bm,
                                cost_pct=100.0 * (tm / bm - 1.0), verdict=interval["cost_verdict"],
-                               cost_pct_low=None if interval["cost_low"] is None else 100.0 * (interval["cost_low"] - 1),
-                               cost_pct_high=None if interval["cost_high"] is None else 100.0 * (interval["cost_high"] - 1),
+                               cost_pct_low=_pct(interval["cost_low"]), cost_pct_high=_pct(interval["cost_high"]),
                                memory_delta_bytes=(tg.peak - b.peak) if tg.peak is not None and b.peak is not None
                                else None)
             setting_rows.append(row)
@@ -464,3 +467,8 @@ class _Runner:
             "cpu_count": os.cpu_count(),
         }
         return BenchReport(rows=rows, settings=setting_rows, overhead=overhead, info=info)
+
+
+def _pct(ratio: float | None) -> float | None:
+    """A time ratio as a cost in percent (``None`` stays ``None``)."""
+    return None if ratio is None else 100.0 * (ratio - 1)

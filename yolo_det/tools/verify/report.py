@@ -42,6 +42,25 @@ class VerifyReport:
         return not self.divergences
 
     @property
+    def steps_note(self) -> str | None:
+        """Why the runs made fewer optimizer steps than ``--steps`` asked for, or None when they made them all."""
+        if self.steps_requested is None or not self.runs:
+            return None
+        made = min(len(r.steps) for r in self.runs)
+        if made >= self.steps_requested:
+            return None
+        epochs = self.args.get("epochs")
+        if isinstance(epochs, int) and not isinstance(epochs, bool) and epochs > 0 and made > 0:
+            per_epoch = made / epochs
+            need = math.ceil(self.steps_requested / per_epoch)
+            hint = (f"pass epochs={need} (about {per_epoch:.3g} optimizer steps per epoch) "
+                    f"to reach {self.steps_requested}")
+            return (f"asked for {self.steps_requested} optimizer steps, the runs made {made}: training ended "
+                    f"when its epochs ran out (epochs={epochs}); {hint}, or lower --steps")
+        return (f"asked for {self.steps_requested} optimizer steps, the runs made {made}: training ended first "
+                "(the epochs ran out or the trainer stopped); raise epochs= or lower --steps")
+
+    @property
     def first(self) -> Divergence | None:
         """The earliest divergence over all runs (lowest step, then lowest run)."""
         return min(self.divergences, key=lambda d: (d.step, d.run)) if self.divergences else None
@@ -58,6 +77,7 @@ class VerifyReport:
             "runs": len(self.runs),
             "steps_requested": self.steps_requested,
             "steps": [len(r.steps) for r in self.runs],
+            "steps_note": self.steps_note,
             "seconds": round(self.seconds, 3),
             "run_seconds": [round(r.seconds, 3) for r in self.runs],
             "args": {k: v for k, v in self.args.items() if k not in {"project", "name"}},
@@ -87,6 +107,8 @@ class VerifyReport:
         for r in self.runs:
             lines.append(f"  run {r.index}: {len(r.steps)} steps in {r.seconds:.1f} s, "
                          f"weights {r.weights.get('model', '?')[:16]}")
+        if self.steps_note:
+            lines.append(f"note: {self.steps_note}")
         if self.identical:
             lines.append(f"bitwise identical: input batches, losses and gradients at every step and the final "
                          f"weights of all {len(self.runs)} runs match")
@@ -106,14 +128,16 @@ class VerifyReport:
             what = "weight" if d.kind == "weights" else "gradient"
             size = f"max |difference| {d.max_abs_diff:.3g}" if d.max_abs_diff is not None else "difference not measured"
             scale = f" (largest |value| {d.reference_abs_max:.3g})" if d.reference_abs_max is not None else ""
-            count = f"; {d.parameters_differing} of {d.parameters_total} parameters differ" if d.parameters_total else ""
+            count = (f"; {d.parameters_differing} of {d.parameters_total} parameters differ"
+                     if d.parameters_total else "")
             lines.append(f"  largest {what} difference: {d.parameter}: {size}{scale}{count}")
         if d.note:
             lines.append(f"  note: {d.note}")
         for r in self.runs[1:]:
             if r.final_diff:
                 k, v = r.final_diff[0]
-                lines.append(f"  final weights of run {r.index}: {len(r.final_diff)} tensors differ, largest {k} by {v:.3g}")
+                lines.append(f"  final weights of run {r.index}: {len(r.final_diff)} tensors differ, largest {k} by "
+                             f"{v:.3g}")
         return "\n".join(lines)
 
 
@@ -196,7 +220,9 @@ def loss_figure(report: VerifyReport) -> Any:
         for ax in (top, bottom):
             ax.axvline(first.step, color="red", linewidth=1.5)
             ax.axvspan(first.step, right, color="red", alpha=0.07)
-        label = f"first divergence: step {first.step} ({first.kind})" + (f"\n{first.parameter}" if first.parameter else "")
+        label = f"first divergence: step {first.step} ({first.kind})"
+        if first.parameter:
+            label += f"\n{first.parameter}"
         top.annotate(label, xy=(first.step, 0.95), xycoords=("data", "axes fraction"), va="top", ha="left",
                      fontsize=8, color="red", xytext=(4, 0), textcoords="offset points")
         bottom.set_ylabel("|loss - loss of run 1| / |loss of run 1|")
