@@ -10,8 +10,14 @@ dataset is used with small defaults (model=yolov8n.yaml epochs=3 imgsz=96 batch=
 The run directory gets determinism.json (profile, seeds, versions, flags, warnings, weights digest);
 its path and the weights digest are printed at the end.
 
+To continue an interrupted run, pass its checkpoint: `resume=True model=RUN/weights/last.pt` (or
+`resume=RUN/weights/last.pt`). The checkpoint's own arguments are used (no demo defaults); overrides
+that Ultralytics ignores on resume are listed. Under a deterministic profile the continuation is bit for
+bit the uninterrupted run (see the README's "Resume" section).
+
 examples:
   yolo-det train --profile repro
+  yolo-det train --profile repro resume=runs/detect/train/weights/last.pt
   yolo-det train --profile repro seed=1 project=runs/repro name=a
   yolo-det train --profile balanced model=yolo11n.yaml data=coco8.yaml epochs=100 device=0
   yolo-det train --profile my-profile.yaml model=custom-cbam.yaml data=data.yaml
@@ -25,6 +31,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..overrides import check_ultralytics_args, parse_overrides, resolve_data, resolve_model
 from ..profiles import load_profile
+from ..resume import is_resume, resume_arguments
 
 DEMO_DEFAULTS: dict[str, Any] = {
     "model": "yolov8n.yaml",
@@ -54,6 +61,8 @@ def prepare(profile: str, tokens: list[str]) -> tuple[Any, dict[str, Any]]:
     """
     resolved = load_profile(profile)
     args = parse_overrides(tokens)
+    if is_resume(args):
+        return resolved, _prepare_resume(args)
     if args.get("data") is None:
         from ..demo import demo_data_yaml
 
@@ -69,6 +78,20 @@ def prepare(profile: str, tokens: list[str]) -> tuple[Any, dict[str, Any]]:
     args["model"] = resolve_model(args["model"])
     args = check_ultralytics_args(args, reserved=RESERVED)
     return resolved, args
+
+
+def _prepare_resume(args: dict[str, Any]) -> dict[str, Any]:
+    """``resume=``: the checkpoint's own arguments, no demo defaults; warn about what resuming ignores."""
+    import sys
+
+    if isinstance(args.get("data"), str):
+        args["data"] = resolve_data(args["data"])
+    args, _, ignored = resume_arguments(args)
+    args = check_ultralytics_args(args, reserved=RESERVED)
+    if ignored:
+        print(f"yolo-det: resuming ignores {', '.join(f'{k}={args[k]}' for k in ignored)}: the checkpoint's "
+              "values are used (start a new run to change them)", file=sys.stderr)
+    return args
 
 
 def train(profile: Any, args: dict[str, Any]) -> Any:

@@ -37,6 +37,7 @@ from ..seeding import seed_dataloader
 from ..session import DeterminismSession
 from ..state import snapshot
 from ..swaps import SWAPS, registered_layers, unswap_modules
+from .ultralytics_resume import UltralyticsResume, previous_record
 
 __all__ = ["UltralyticsPlugin", "attach", "detach", "trainer_class"]
 
@@ -45,6 +46,9 @@ _EVENTS = (
     "on_pretrain_routine_end",
     "on_train_start",
     "on_train_epoch_start",
+    "on_train_batch_start",
+    "on_train_batch_end",
+    "on_train_epoch_end",
     "on_fit_epoch_end",
     "on_val_start",
     "on_val_end",
@@ -100,6 +104,8 @@ class UltralyticsPlugin:
         self._trainer: Any = None
         self._entered: set[int] = set()
         self._names: Any = None
+        self.resume: UltralyticsResume | None = None
+        self._previous: dict[str, Any] | None = None
 
     # A pickled plugin (Ultralytics' DDP launcher pickles the callbacks) starts fresh in the worker.
     def __getstate__(self) -> dict[str, Any]:
@@ -146,6 +152,9 @@ class UltralyticsPlugin:
             names, self._names = self._names, None
             self._entered.clear()
             self._trainer = None
+            if self.resume is not None:
+                self.resume.close()
+            self.resume, self._previous = None, None
             try:
                 if session is not None:
                     session.end()
@@ -235,6 +244,10 @@ class UltralyticsPlugin:
         if settings.backward == "disable" and scaler is not None and not isinstance(scaler, ToggleScaler):
             self._wrapped_scaler = scaler
             trainer.scaler = ToggleScaler(scaler)
+        self.resume = UltralyticsResume(int(session.seeds()["seed"]), rank=session.rank)
+        self.resume.prepare(trainer)
+        if self.resume.info is not None:
+            self._previous = previous_record(self.resume.info["checkpoint"])
 
     @_callback
     def on_train_start(self, trainer: Any) -> None:
@@ -251,13 +264,36 @@ class UltralyticsPlugin:
 
     @_callback
     def on_train_epoch_start(self, trainer: Any) -> None:
-        """Make sure training continues under the train phase."""
+        """Make sure training continues under the train phase; seed the epoch's data order (and restore
+        the saved state on the first epoch of a resumed run)."""
         self._back_to_train()
+        if self.resume is not None:
+            self.resume.on_train_epoch_start(trainer)
+
+    @_callback
+    def on_train_batch_start(self, trainer: Any) -> None:
+        """Count the iteration (resume bookkeeping)."""
+        if self.resume is not None:
+            self.resume.on_train_batch_start(trainer)
+
+    @_callback
+    def on_train_batch_end(self, trainer: Any) -> None:
+        """Note optimizer steps (resume bookkeeping)."""
+        if self.resume is not None:
+            self.resume.on_train_batch_end(trainer)
+
+    @_callback
+    def on_train_epoch_end(self, trainer: Any) -> None:
+        """Mark the epoch trained (its resume state is written after its checkpoint)."""
+        if self.resume is not None:
+            self.resume.on_train_epoch_end(trainer)
 
     @_callback
     def on_fit_epoch_end(self, trainer: Any) -> None:
-        """Make sure training continues under the train phase."""
+        """Make sure training continues under the train phase; write the resume state of the epoch."""
         self._back_to_train()
+        if self.resume is not None:
+            self.resume.on_fit_epoch_end(trainer)
 
     @_callback
     def teardown(self, trainer: Any) -> None:
@@ -267,7 +303,8 @@ class UltralyticsPlugin:
             if self.record and session is not None and "train" in session.phases and _rank() in {-1, 0} \
                     and not self._written_for(trainer):
                 try:
-                    self._write(trainer, status="failed")
+                    self._write(trainer, status="interrupted" if getattr(trainer, "_yolo_det_interrupted", False)
+                                else "failed")
                 except Exception as e:  # noqa: BLE001 - never mask the error that ended the run
                     warnings.warn(f"yolo-det could not write determinism.json for the failed run: {e}", stacklevel=2)
         finally:
@@ -294,7 +331,7 @@ class UltralyticsPlugin:
             return
         weights: dict[str, Any] = {}
         last = Path(getattr(trainer, "last", Path(save_dir) / "weights" / "last.pt"))
-        if status == "completed" and last.is_file():
+        if status in {"completed", "interrupted"} and last.is_file():
             weights["file"] = str(last)
             weights["sha256"] = checkpoint_digest(last)
             self.weights_digest = weights["sha256"]
@@ -321,6 +358,8 @@ class UltralyticsPlugin:
             "run": {k: getattr(args, k, None) for k in _RUN_ARGS} | {"save_dir": str(save_dir)},
             "phase_events": [e for e in session.events if e["event"] in {"enter", "exit"}],
         }
+        if self.resume is not None:
+            record.update(self.resume.record_fields(trainer, self.profile, self._previous))
         self.record_path = write_record(save_dir, record)
         trainer._yolo_det_record_written = True
 

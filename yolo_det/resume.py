@@ -1,0 +1,313 @@
+"""Resume state: what an interrupted training needs, beyond its checkpoint, to continue bit for bit.
+
+A training checkpoint (Ultralytics' ``last.pt``, YOLOv5's ``last.pt``) holds the epoch, the EMA and the
+optimizer, but rounded to float16, and no RNG or data-order state. A run resumed from it continues from
+different numbers than the run that was interrupted. yolo-det writes, at every checkpoint save, a *resume
+state* file next to the checkpoint (``weights/yolo-det-resume.last.pt``; ``...last.rank1.pt`` for rank 1
+under DDP) holding:
+
+- the RNG states: python ``random``, numpy's global RNG, torch CPU and every CUDA device;
+- the live model and the EMA in full precision, the optimizer state in full precision, the gradients
+  accumulated but not yet applied, and the step bookkeeping (last optimizer step, accumulation);
+- the AMP scaler, the epoch, the data-loader state (the shuffle generator, the mosaic flag);
+- the checkpoint it belongs to (``epoch`` and EMA ``updates``), so a stale file is never used.
+
+The file holds tensors and plain Python values only: it loads with ``torch.load(weights_only=True)``.
+The checkpoint itself is not changed, so it still loads in plain Ultralytics/YOLOv5 without yolo-det.
+
+Reading a checkpoint's arguments (what resuming will train on) uses :func:`read_checkpoint`, which never
+imports or runs code named in the file: every class the pickle refers to, other than PyTorch's tensor
+rebuilders and a few containers, is replaced by an inert placeholder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import pickle
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .errors import ModelError
+from .fileio import atomic_write_bytes
+
+__all__ = [
+    "FORMAT",
+    "CheckpointInfo",
+    "file_sha256",
+    "get_rng_state",
+    "is_resume",
+    "load_state",
+    "read_checkpoint",
+    "resume_arguments",
+    "save_state",
+    "set_rng_state",
+    "state_path",
+]
+
+#: Format tag stored in every resume-state file.
+FORMAT = "yolo-det/resume/1"
+_PREFIX = "yolo-det-resume"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# reading a checkpoint without running its code
+
+
+class _Inert:
+    """Stands for any object the pickle names: it accepts construction and state and does nothing."""
+
+    _yolo_det_name = "?"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._args = args
+
+    def __setstate__(self, state: Any) -> None:
+        self._state = state
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _Inert:
+        return type(self)(*args)
+
+    def __repr__(self) -> str:
+        return f"<{self._yolo_det_name}>"
+
+
+_SAFE_GLOBALS: dict[tuple[str, str], Any] = {
+    ("collections", "OrderedDict"): __import__("collections").OrderedDict,
+    ("torch._utils", "_rebuild_tensor_v2"): torch._utils._rebuild_tensor_v2,
+    ("torch._utils", "_rebuild_parameter"): torch._utils._rebuild_parameter,
+    ("torch", "Size"): torch.Size,
+    ("torch", "device"): torch.device,
+    ("builtins", "set"): set,
+    ("builtins", "frozenset"): frozenset,
+    ("builtins", "slice"): slice,
+}
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        found = _SAFE_GLOBALS.get((module, name))
+        if found is not None:
+            return found
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        return type(name, (_Inert,), {"_yolo_det_name": f"{module}.{name}"})
+
+
+class _RestrictedPickle:
+    """A ``pickle_module`` for ``torch.load`` whose unpickler resolves no foreign globals."""
+
+    Unpickler = _RestrictedUnpickler
+    load = staticmethod(lambda f, **kw: _RestrictedUnpickler(f, **kw).load())
+    __name__ = "yolo_det_restricted_pickle"
+
+
+@dataclass
+class CheckpointInfo:
+    """What :func:`read_checkpoint` found in a training checkpoint.
+
+    Attributes:
+        path: The checkpoint file.
+        epoch: The last completed epoch (0-based); -1 in a finished (stripped) checkpoint.
+        updates: The EMA update count (Ultralytics) or None.
+        train_args: The training arguments stored in it (``train_args`` of Ultralytics, ``opt`` of YOLOv5).
+        has_optimizer: Whether the optimizer state is still in it.
+        sha256: SHA-256 of the file's bytes.
+    """
+
+    path: Path
+    epoch: int
+    updates: int | None
+    train_args: dict[str, Any] = field(default_factory=dict)
+    has_optimizer: bool = False
+    sha256: str = ""
+
+    @property
+    def resumable(self) -> bool:
+        """Whether the framework would resume from it (an unfinished training: epoch >= 0 and an optimizer)."""
+        return self.epoch >= 0 and self.has_optimizer
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, _Inert):  # a pathlib.Path and the like: keep its text
+        args = getattr(value, "_args", ())
+        return "/".join(str(a) for a in args) if args and all(isinstance(a, str) for a in args) else repr(value)
+    return str(value)
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """SHA-256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_checkpoint(path: str | os.PathLike[str]) -> CheckpointInfo:
+    """Read the epoch, the arguments and the resumability of a training checkpoint, safely.
+
+    Nothing named in the file is imported or run (see the module docstring).
+
+    Raises:
+        ModelError: The file is missing or is not a training checkpoint.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"checkpoint '{path}' does not exist")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=False, pickle_module=_RestrictedPickle)
+    except Exception as e:  # noqa: BLE001 - any failure means "not a checkpoint we can read"
+        raise ModelError(f"'{path}' is not a PyTorch checkpoint ({type(e).__name__}); pass a training "
+                         f"checkpoint such as runs/detect/train/weights/last.pt") from None
+    if not isinstance(obj, Mapping) or "epoch" not in obj:
+        raise ModelError(f"'{path}' is not a training checkpoint (no 'epoch' in it); pass the last.pt of a run")
+    args = obj.get("train_args")
+    if args is None:
+        args = obj.get("opt")  # YOLOv5
+    if isinstance(args, _Inert):
+        state = getattr(args, "_state", None)
+        args = state if isinstance(state, Mapping) else {}
+    epoch = obj.get("epoch")
+    updates = obj.get("updates")
+    return CheckpointInfo(
+        path=path,
+        epoch=int(epoch) if isinstance(epoch, int) else -1,
+        updates=int(updates) if isinstance(updates, int) else None,
+        train_args=_plain(args) if isinstance(args, Mapping) else {},
+        has_optimizer=obj.get("optimizer") is not None,
+        sha256=file_sha256(path),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# RNG state
+
+
+def get_rng_state() -> dict[str, Any]:
+    """The state of python's ``random``, numpy's global RNG, torch's CPU RNG and every CUDA device's RNG."""
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)  # type: ignore[misc]
+    return {
+        "python": [version, list(internal), gauss],
+        "numpy": {"kind": str(kind), "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "torch": torch.get_rng_state(),
+        "cuda": [s.clone() for s in torch.cuda.get_rng_state_all()] if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    """Put back what :func:`get_rng_state` returned (CUDA devices beyond those saved are left alone)."""
+    version, internal, gauss = state["python"]
+    random.setstate((int(version), tuple(int(x) for x in internal), gauss))
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), int(n["pos"]), int(n["has_gauss"]),
+                         float(n["cached_gaussian"])))
+    torch.set_rng_state(state["torch"])
+    cuda = list(state.get("cuda") or [])
+    if cuda and torch.cuda.is_available():
+        for i, s in enumerate(cuda[: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(s, i)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the state file
+
+
+def state_path(checkpoint: str | os.PathLike[str], rank: int = 0) -> Path:
+    """Where the resume state of ``checkpoint`` lives for ``rank`` (0 for a single process).
+
+    The name never starts with ``last`` (Ultralytics' ``resume=True`` picks the newest ``last*.pt``).
+    """
+    checkpoint = Path(checkpoint)
+    suffix = f".rank{rank}" if rank > 0 else ""
+    return checkpoint.with_name(f"{_PREFIX}.{checkpoint.stem}{suffix}.pt")
+
+
+def save_state(path: str | os.PathLike[str], state: Mapping[str, Any]) -> Path:
+    """Write a resume state atomically (tensors and plain values only)."""
+    buffer = io.BytesIO()
+    torch.save({"format": FORMAT, **state}, buffer)
+    return atomic_write_bytes(path, buffer.getvalue())
+
+
+def load_state(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Load a resume state written by :func:`save_state` (``weights_only``: no code runs).
+
+    Raises:
+        ModelError: The file is not a yolo-det resume state.
+    """
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001
+        raise ModelError(f"'{path}' is not a yolo-det resume state ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise ModelError(f"'{path}' is not a yolo-det resume state of format {FORMAT}")
+    return state
+
+
+# ---------------------------------------------------------------------------------------------------------
+# command-line resume
+
+#: Arguments Ultralytics lets a resumed run change (``BaseTrainer.check_resume``, Ultralytics 8.4); it
+#: takes every other argument from the checkpoint, except ``data`` when given.
+RESUME_ALLOWED = frozenset({
+    "imgsz", "batch", "device", "close_mosaic", "augmentations", "save_period", "workers", "cache", "patience",
+    "time", "freeze", "val", "plots", "channels_last", "distill_model", "save_dir",
+})
+_RESUME_PASSED = frozenset({"model", "data", "mode", "resume", "pretrained"})
+
+
+def is_resume(args: Mapping[str, Any]) -> bool:
+    """Whether Ultralytics arguments ask to resume (``resume=True`` or ``resume=path``)."""
+    value = args.get("resume")
+    return value is True or (isinstance(value, str) and value.strip() not in {"", "False", "false"})
+
+
+def resume_arguments(args: Mapping[str, Any]) -> tuple[dict[str, Any], CheckpointInfo, list[str]]:
+    """The Ultralytics arguments of a resumed run, the checkpoint, and the overrides resuming ignores.
+
+    No demo default is added: the checkpoint's own arguments are used, as Ultralytics does, with only the
+    keys given by the user passed on. ``resume=path`` resumes ``path``; ``resume=True`` resumes ``model=``.
+
+    Raises:
+        ConfigError: No checkpoint named, or it cannot be resumed (a finished, stripped checkpoint).
+        ModelError: The checkpoint is missing or not a training checkpoint.
+    """
+    from .errors import ConfigError
+
+    out = dict(args)
+    resume = out.get("resume")
+    if isinstance(resume, str):
+        ckpt = resume
+    elif isinstance(out.get("model"), str):
+        ckpt = out["model"]
+    else:
+        raise ConfigError("resume=True needs the checkpoint: add model=path/to/weights/last.pt "
+                          "(or write resume=path/to/weights/last.pt)")
+    info = read_checkpoint(Path(ckpt).expanduser())
+    if not info.resumable:
+        raise ConfigError(f"'{ckpt}' cannot be resumed: its training finished (epoch {info.epoch}, optimizer "
+                          f"{'kept' if info.has_optimizer else 'stripped'}); start a new run with "
+                          f"model={ckpt} and your data=")
+    out["model"] = str(info.path)
+    if isinstance(resume, str):
+        out["resume"] = str(info.path)
+    ignored = [k for k, v in args.items()
+               if k not in RESUME_ALLOWED and k not in _RESUME_PASSED and v != info.train_args.get(k)]
+    return out, info, ignored
