@@ -47,6 +47,26 @@ def previous_record(checkpoint: str | Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _restore_buffer(dataset: Any, saved: list[int] | None) -> None:
+    """Put back the dataset's mosaic buffer: the recently loaded images that mosaic draws its partners from.
+
+    With ``workers=0`` it lives in the training process and carries over from epoch to epoch (with workers,
+    each epoch's workers start from an empty one). The images are loaded again, in the saved order, which
+    rebuilds the list exactly (``load_image`` appends what it loads).
+    """
+    buffer = getattr(dataset, "buffer", None)
+    if saved is None or not isinstance(buffer, list) or not callable(getattr(dataset, "load_image", None)):
+        return
+    ims = getattr(dataset, "ims", None)
+    if isinstance(ims, list) and getattr(dataset, "cache", None) != "ram":
+        for i in buffer:
+            ims[i] = None
+            dataset.im_hw0[i] = dataset.im_hw[i] = None
+    buffer.clear()
+    for i in saved:
+        dataset.load_image(i)
+
+
 def _float_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach() for k, v in module.state_dict().items() if isinstance(v, torch.Tensor)}
 
@@ -149,6 +169,8 @@ class UltralyticsResume:
         scaler = getattr(trainer, "scaler", None)
         if scaler is not None and state.get("scaler"):
             scaler.load_state_dict(state["scaler"])
+        _restore_buffer(getattr(getattr(trainer, "train_loader", None), "dataset", None),
+                        (state.get("data") or {}).get("buffer"))
         if state.get("accumulate") is not None:
             trainer.accumulate = int(state["accumulate"])
         self._last_step = int(state.get("last_opt_step", -1))
@@ -252,6 +274,8 @@ class UltralyticsResume:
             "data": {
                 "generator": generator.get_state() if isinstance(generator, torch.Generator) else None,
                 "mosaic": getattr(dataset, "mosaic", None),
+                "buffer": [int(i) for i in buffer] if isinstance(buffer := getattr(dataset, "buffer", None), list)
+                else None,
                 "batches_per_epoch": self._nb,
             },
         }
