@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from test_integrations_yolov5 import _offline_env, yolov5_copy  # noqa: F401 - the fixture is used by name
+
 from yolo_det.integrations.yolov5_resume import realign_loader
 from yolo_det.record import RECORD_NAME, checkpoint_digest
 from yolo_det.resume import state_path

@@ -17,7 +17,7 @@ Driven by :class:`~yolo_det.integrations.ultralytics.UltralyticsPlugin`'s callba
 
 from __future__ import annotations
 
-import warnings
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -142,10 +142,7 @@ class UltralyticsResume:
             self._pending = state
         else:
             info["problem"] = why
-            warnings.warn(NO_STATE_WARNING.format(ckpt=ckpt, why=why), stacklevel=2)
-            from ultralytics.utils import LOGGER
-
-            LOGGER.warning(NO_STATE_WARNING.format(ckpt=ckpt, why=why))
+            print(NO_STATE_WARNING.format(ckpt=ckpt, why=why), file=sys.stderr, flush=True)
         self.info = info
 
     def _restore(self, trainer: Any, state: dict[str, Any]) -> None:

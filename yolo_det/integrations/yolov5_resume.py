@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import sys
 import time
-import warnings
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -165,8 +164,7 @@ class YOLOv5Resume:
 
             info["problem"] = why
             message = NO_STATE_WARNING.format(ckpt=ckpt, why=why)
-            warnings.warn(message, stacklevel=3)
-            print(message, file=sys.stderr)
+            print(message, file=sys.stderr, flush=True)
             return default
         info.update(state_found=True, state_file=str(path))
         self._pending = state
