@@ -23,7 +23,6 @@ rebuilders and a few containers, is replaced by an inert placeholder.
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import pickle
 import random
@@ -36,7 +35,6 @@ import numpy as np
 import torch
 
 from .errors import ModelError
-from .fileio import atomic_write_bytes
 
 __all__ = [
     "FORMAT",
@@ -47,7 +45,9 @@ __all__ = [
     "load_state",
     "read_checkpoint",
     "resume_arguments",
+    "host_copy",
     "save_state",
+    "StateWriter",
     "set_rng_state",
     "state_path",
 ]
@@ -239,10 +239,125 @@ def state_path(checkpoint: str | os.PathLike[str], rank: int = 0) -> Path:
 
 
 def save_state(path: str | os.PathLike[str], state: Mapping[str, Any]) -> Path:
-    """Write a resume state atomically (tensors and plain values only)."""
-    buffer = io.BytesIO()
-    torch.save({"format": FORMAT, **state}, buffer)
-    return atomic_write_bytes(path, buffer.getvalue())
+    """Write a resume state atomically (tensors and plain values only).
+
+    It is serialised straight into a temporary file in the same folder, which then replaces ``path``: a
+    reader sees the old file or the new one, never half of one. There is no fsync (Ultralytics does not sync
+    its checkpoints either); a file torn by a power loss fails to load and is reported, never used.
+    """
+    import tempfile
+
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save({"format": FORMAT, **state}, f)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def host_copy(obj: Any) -> Any:
+    """``obj`` with every tensor in it (nested in dicts, lists, tuples) copied to the CPU, others as they are."""
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach()
+        if t.device.type == "cpu" and t.dtype in _NUMPY_COPY:
+            return torch.from_numpy(t.numpy().copy())  # one memcpy, no intra-op thread pool
+        return t.to("cpu", copy=True)
+    if isinstance(obj, Mapping):
+        return {k: host_copy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(host_copy(v) for v in obj) if isinstance(obj, list) else tuple(host_copy(v) for v in obj)
+    return obj
+
+
+_NUMPY_COPY = {torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8,
+               torch.uint8, torch.bool}
+
+
+class StateWriter:
+    """Writes resume states on a background thread.
+
+    :meth:`submit` hands over a state whose tensors may be live (the model's parameters, the optimizer's
+    moments). The thread first copies them (one memcpy each), then serialises the copy and writes it
+    atomically. The caller guarantees that nobody changes the live tensors until :meth:`wait_copied`
+    returns (the integrations call it in an optimizer step pre-hook, before the first update after a save),
+    so the training waits at most for the copy, which overlaps the first forward and backward passes.
+    :meth:`wait` blocks until every state submitted is on disk and raises the first write error;
+    :meth:`close` waits and stops the thread.
+    """
+
+    def __init__(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(max_workers=1,
+                                                                   thread_name_prefix="yolo-det-resume")
+        self._pending: list[Any] = []
+        self._copied: list[Any] = []
+        self.seconds_writing = 0.0
+        self.seconds_waited = 0.0
+
+    @property
+    def busy(self) -> bool:
+        """Whether a submitted state is not written yet."""
+        return any(not f.done() for f in self._pending)
+
+    def submit(self, path: str | os.PathLike[str], state: Mapping[str, Any]) -> None:
+        """Write ``state`` to ``path`` in the background (after any earlier state)."""
+        import threading
+
+        copied = threading.Event()
+        if self._pool is None:
+            self._write(path, state, copied)
+            return
+        self._copied.append(copied)
+        self._pending.append(self._pool.submit(self._write, path, state, copied))
+
+    def _write(self, path: str | os.PathLike[str], state: Mapping[str, Any], copied: Any) -> None:
+        import time
+
+        t0 = time.perf_counter()
+        try:
+            snapshot = host_copy(state)
+        finally:
+            copied.set()
+        save_state(path, snapshot)
+        self.seconds_writing += time.perf_counter() - t0
+
+    def wait_copied(self) -> None:
+        """Block until every submitted state has been copied (the live tensors may change after that)."""
+        import time
+
+        events, self._copied = self._copied, []
+        t0 = time.perf_counter()
+        for event in events:
+            event.wait()
+        if events:
+            self.seconds_waited += time.perf_counter() - t0
+
+    def wait(self) -> None:
+        """Block until every submitted state is written; raise the first error."""
+        import time
+
+        self.wait_copied()
+        pending, self._pending = self._pending, []
+        t0 = time.perf_counter()
+        for future in pending:
+            future.result()
+        if pending:
+            self.seconds_waited += time.perf_counter() - t0
+
+    def close(self) -> None:
+        """Wait for the writes, then stop the thread."""
+        try:
+            self.wait()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
 
 
 def load_state(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..resume import file_sha256, get_rng_state, load_state, save_state, set_rng_state, state_path
+from ..resume import StateWriter, file_sha256, get_rng_state, host_copy, load_state, set_rng_state, state_path
 from ..runtime import unwrap_model
 from ..seeding import epoch_data_seed
 
@@ -67,8 +67,15 @@ def _restore_buffer(dataset: Any, saved: list[int] | None) -> None:
         dataset.load_image(i)
 
 
-def _float_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach() for k, v in module.state_dict().items() if isinstance(v, torch.Tensor)}
+def _float_state(module: torch.nn.Module, *, copy_buffers: bool = False) -> dict[str, torch.Tensor]:
+    """The module's state dict; parameters live (an optimizer step changes them: the writer is waited for
+    first), buffers copied when ``copy_buffers`` (BatchNorm statistics change in every training forward)."""
+    params = {id(p) for p in module.parameters()}
+    out = {}
+    for k, v in module.state_dict(keep_vars=True).items():
+        if isinstance(v, torch.Tensor):
+            out[k] = v.detach() if id(v) in params or not copy_buffers else host_copy(v)
+    return out
 
 
 class UltralyticsResume:
@@ -81,7 +88,8 @@ class UltralyticsResume:
     Attributes:
         info: What the record says about resuming (None for a fresh run).
         states_written: Number of state files written.
-        seconds_saving: Time spent capturing and writing them.
+        seconds_saving: Time the training thread spent capturing them.
+        seconds_waiting: Time an optimizer step waited for a state's copy (the write runs on a thread).
     """
 
     def __init__(self, seed: int, rank: int = 0) -> None:
@@ -100,12 +108,27 @@ class UltralyticsResume:
         self._acc_true: int | None = None
         self._trained = False
         self._probe: torch.nn.Parameter | None = None
+        self._writer: StateWriter | None = None
+        self._barrier: Any = None
+        self.seconds_waiting = 0.0
+
+    def _before_step(self, *args: Any) -> None:
+        """Before the optimizer changes parameters and moments, the state referring to them must be written."""
+        if self._writer is not None and self._writer._copied:
+            import time
+
+            t0 = time.perf_counter()
+            self._writer.wait_copied()
+            self.seconds_waiting += time.perf_counter() - t0
 
     # -- resume ---------------------------------------------------------------------------------------
     def prepare(self, trainer: Any) -> None:
         """After Ultralytics' setup (``on_pretrain_routine_end``): find and check the state of a resumed run."""
         model = unwrap_model(trainer.model)
         self._probe = next((p for p in model.parameters() if p.requires_grad), None)
+        optimizer = getattr(trainer, "optimizer", None)
+        if optimizer is not None and hasattr(optimizer, "register_step_pre_hook"):
+            self._barrier = optimizer.register_step_pre_hook(self._before_step)
         if not getattr(trainer, "resume", False):
             return
         ckpt = Path(str(trainer.args.resume or trainer.args.model))
@@ -241,7 +264,9 @@ class UltralyticsResume:
         import time
 
         t0 = time.perf_counter()
-        save_state(state_path(last, self.rank), self.capture(trainer, epoch))
+        if self._writer is None:
+            self._writer = StateWriter()
+        self._writer.submit(state_path(last, self.rank), self.capture(trainer, epoch))
         self.states_written += 1
         self.seconds_saving += time.perf_counter() - t0
 
@@ -261,10 +286,10 @@ class UltralyticsResume:
             "world_size": max(int(getattr(trainer, "world_size", 1) or 1), 1),
             "seed": self.seed,
             "rng": get_rng_state(),
-            "model": _float_state(model),
+            "model": _float_state(model, copy_buffers=True),
             "ema": _float_state(ema.ema) if ema is not None else None,
             "optimizer": optimizer.state_dict() if optimizer is not None else None,
-            "grads": {n: p.grad.detach() for n, p in model.named_parameters() if p.grad is not None},
+            "grads": {n: host_copy(p.grad) for n, p in model.named_parameters() if p.grad is not None},
             "last_opt_step": self._last_step,
             "accumulate": getattr(trainer, "accumulate", None),
             "scaler": scaler.state_dict() if scaler is not None else None,
@@ -280,6 +305,12 @@ class UltralyticsResume:
     def record_fields(self, trainer: Any, profile: Any, previous: dict[str, Any] | None) -> dict[str, Any]:
         """What ``determinism.json`` says about resuming: ``resume`` (None for a fresh run), ``segments``
         (the records of the earlier parts, oldest first), ``resume_states_written`` and ``epochs_completed``."""
+        error = None
+        try:
+            self.flush()
+        except Exception as e:  # noqa: BLE001 - a failed state write is reported, never fatal
+            error = f"{type(e).__name__}: {e}"
+            print(f"yolo-det: could not write the resume state: {error}", file=sys.stderr, flush=True)
         segments: list[Any] = []
         if self.info is not None and previous is not None:
             segments = [*previous.get("segments", []), {k: v for k, v in previous.items() if k != "segments"}]
@@ -292,12 +323,31 @@ class UltralyticsResume:
             "segments": segments,
             "resume_states_written": self.states_written,
             "resume_state_seconds": round(self.seconds_saving, 4),
+            "resume_state_write_seconds": round(self.seconds_writing, 4),
+            "resume_state_wait_seconds": round(self.seconds_waiting, 4),
             "epochs_completed": int(getattr(trainer, "epoch", -1)) + 1,
+            **({"resume_state_error": error} if error else {}),
         }
 
+    @property
+    def seconds_writing(self) -> float:
+        """Time the background thread spent serialising and writing states."""
+        return self._writer.seconds_writing if self._writer is not None else 0.0
+
+    def flush(self) -> None:
+        """Wait until every state is on disk."""
+        if self._writer is not None:
+            self._writer.wait()
+
     def close(self) -> None:
-        """Remove the hook left when a run ends during the first resumed epoch."""
+        """Wait for the state writes; remove the hook left when a run ends during the first resumed epoch."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
         if self._gate is not None:
             self._gate.remove()
             self._gate = None
+        if self._barrier is not None:
+            self._barrier.remove()
+            self._barrier = None
         self._pending = None
