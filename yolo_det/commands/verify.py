@@ -34,7 +34,7 @@ from ..errors import ConfigError
 from ..models import model_names
 from ..overrides import parse_overrides
 from ..runtime import check_output_path
-from ..verify import DEFAULT_KEEP_MIB, check_args, plot_losses, progress_to_stderr, verify
+from ..verify import DEFAULT_KEEP_MIB, RESERVED, check_args, plot_losses, progress_to_stderr, verify
 from ..verify_resume import check_resume_at, verify_resume
 from .train import prepare
 
@@ -64,8 +64,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det verify``: exit 0 when the runs are bitwise identical, 1 when not."""
     tokens = list(args.overrides)
-    profile, ul_args = prepare(args.profile, tokens)
     user = parse_overrides(tokens)
+    if user.get("resume") not in (None, False):
+        raise ConfigError(f"'resume=' cannot be passed to verify: {RESERVED['resume']} (to check a resume, use "
+                          "--resume-at K)")
+    profile, ul_args = prepare(args.profile, tokens)
     if user.get("data") is not None and "epochs" not in user:
         ul_args["epochs"] = USER_DATA_EPOCHS
     plot_path = check_output_path(args.plot, suffix=".png", what="--plot")
