@@ -1,13 +1,24 @@
 # Two entry points (see README): `make demo` and `make test`. Each installs what it needs first.
+# PYTHON is the interpreter you start from. When it runs inside a virtualenv, that virtualenv is used;
+# otherwise the project's own virtualenv $(VENV) is created from it on first use (a system Python that is
+# "externally managed" (PEP 668) refuses plain pip installs).
 PYTHON ?= python3
-PIP ?= $(PYTHON) -m pip
+VENV ?= .venv
+PY := $(shell $(PYTHON) -c 'import sys; print(sys.executable if sys.prefix != sys.base_prefix else "")' 2>/dev/null)
+ifeq ($(strip $(PY)),)
+PY := $(VENV)/bin/python
+endif
+PIP ?= $(PY) -m pip
 PYTEST_ARGS ?= -n 2
 # Installed without their declared requirements (see requirements-yolov5.txt)
 YOLOV5_NODEPS ?= yolov5==7.0.14 roboflow==1.7.3
 
-.PHONY: install install-test demo test bench clean
+.PHONY: venv install install-test demo test bench clean
 
-install:
+venv:
+	@[ -x "$(PY)" ] || $(PYTHON) -m venv $(VENV)
+
+install: venv
 	$(PIP) install -q -r requirements-ci.txt
 	$(PIP) install -q -e .
 
@@ -17,20 +28,20 @@ install-test: install
 	$(PIP) install -q --no-deps $(YOLOV5_NODEPS)
 
 demo: install
-	yolo-det train --profile repro project=$(CURDIR)/runs/demo name=repro exist_ok=true
+	$(PY) -m yolo_det train --profile repro project=$(CURDIR)/runs/demo name=repro exist_ok=true
 	@# the audit exits 1 for this model on purpose (it names its non-deterministic layers); 2 would be an error
-	yolo-det audit data/models/attention-mix.yaml --imgsz 64; code=$$?; [ $$code -le 1 ]
+	$(PY) -m yolo_det audit data/models/attention-mix.yaml --imgsz 64; code=$$?; [ $$code -le 1 ]
 
 test: install-test
-	YOLO_DET_REQUIRE_YOLOV5=1 $(PYTHON) -m pytest $(PYTEST_ARGS)
+	YOLO_DET_REQUIRE_YOLOV5=1 $(PY) -m pytest $(PYTEST_ARGS)
 
 bench: install-test
-	$(PYTHON) bench/bench_plugin.py
-	$(PYTHON) bench/bench_intercept.py
-	$(PYTHON) bench/bench_audit.py
-	$(PYTHON) bench/verify_cost.py
-	$(PYTHON) bench/bench_layers.py
-	yolo-det bench --profiles repro,balanced,fast --plot bench/results/bench.png
+	$(PY) bench/bench_plugin.py
+	$(PY) bench/bench_intercept.py
+	$(PY) bench/bench_audit.py
+	$(PY) bench/verify_cost.py
+	$(PY) bench/bench_layers.py
+	$(PY) -m yolo_det bench --profiles repro,balanced,fast --plot bench/results/bench.png
 
 clean:
 	rm -rf runs build dist *.egg-info .pytest_cache .hypothesis

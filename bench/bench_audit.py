@@ -52,8 +52,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from yolo_det.audit import _load, audit
-    from yolo_det.fileio import atomic_write_json
+    from yolo_det.analysis.audit import audit
+    from yolo_det.analysis.audit.entry import _load
+    from yolo_det.core.fileio import atomic_write_json
 
     audit(_load("yolov8n.yaml"), imgsz=args.imgsz)  # one-time set-up of FakeTensorMode, not part of a model's time
     rows = []

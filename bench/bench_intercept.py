@@ -1,7 +1,7 @@
 """What functional interception adds to a YOLO training step.
 
 Runs forward + loss-free backward + SGD step of Ultralytics models on the CPU, alternating steps with and
-without :func:`yolo_det.intercept.interception` (same weights, same inputs, interleaved so machine noise hits
+without :func:`yolo_det.fixes.intercept.interception` (same weights, same inputs, interleaved so machine noise hits
 both alike), and reports the median step time of each and their ratio. ``yolov8n.yaml`` routes nothing
 (its nearest upsampling passes straight through the router): the ratio is the pure cost of interception.
 
@@ -49,8 +49,8 @@ def main() -> int:
     from ultralytics.nn.tasks import DetectionModel
 
     from yolo_det import environment
-    from yolo_det.fileio import atomic_write_json
-    from yolo_det.intercept import interception
+    from yolo_det.core.fileio import atomic_write_json
+    from yolo_det.fixes.intercept import interception
 
     rows = []
     for name in MODELS:

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yolo_det.layers as L  # noqa: E402
-from yolo_det.fileio import atomic_write_json  # noqa: E402
+from yolo_det.core.fileio import atomic_write_json  # noqa: E402
 
 try:
     from torch._decomp.decompositions import _replication_pad, _upsample_linear_vec

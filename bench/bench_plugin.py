@@ -48,7 +48,7 @@ def run_once(config: str, args: argparse.Namespace, workdir: Path, profile_path:
     from ultralytics import YOLO
 
     import yolo_det
-    from yolo_det.demo import demo_data_yaml
+    from yolo_det.tools.demo import demo_data_yaml
 
     times: list[tuple[float, float]] = []
     start: list[tuple[float, float]] = []
@@ -76,8 +76,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("bench/results/plugin.json"))
     args = parser.parse_args()
 
-    from yolo_det.demo import ensure_local_font
-    from yolo_det.fileio import atomic_write_json
+    from yolo_det.core.fileio import atomic_write_json
+    from yolo_det.integrations.fonts import ensure_local_font
 
     ensure_local_font()
     configs = ("ultralytics", "plugin", "repro")

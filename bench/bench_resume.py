@@ -33,9 +33,9 @@ def train(args: argparse.Namespace, *, with_state: bool) -> dict[str, Any]:
     from ultralytics import YOLO
 
     import yolo_det
+    from yolo_det.core.resume import save_state, state_path
     from yolo_det.integrations.ultralytics_resume import UltralyticsResume
-    from yolo_det.resume import save_state, state_path
-    from yolo_det.runtime import quiet_ultralytics
+    from yolo_det.tools.runtime import quiet_ultralytics
 
     epochs: list[float] = []
     blocking: list[float] = []
@@ -97,7 +97,8 @@ def main() -> int:
     parser.add_argument("--out", default="bench/results/resume.json")
     args = parser.parse_args()
 
-    from yolo_det.demo import demo_data_yaml, ensure_local_font
+    from yolo_det.integrations.fonts import ensure_local_font
+    from yolo_det.tools.demo import demo_data_yaml
 
     ensure_local_font()
     args.data = demo_data_yaml()

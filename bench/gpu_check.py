@@ -64,7 +64,7 @@ def amp_check_skipped() -> Iterator[None]:
 
 
 def _verify_args(model: str, device: str) -> dict[str, Any]:
-    from yolo_det.commands.train import prepare
+    from yolo_det.tools.prepare import prepare
 
     _, args = prepare("repro", [f"model={model}", "imgsz=128", "batch=16", "nbs=16", "epochs=3", f"device={device}",
                                 "workers=2", "plots=False", "val=False"])
@@ -73,7 +73,7 @@ def _verify_args(model: str, device: str) -> dict[str, Any]:
 
 def check_verify(model: str, steps: int, device: str) -> dict[str, Any]:
     """``verify`` with ``repro``: expect bitwise identical runs."""
-    from yolo_det.verify import verify
+    from yolo_det.tools.verify import verify
 
     report = verify("repro", _verify_args(model, device), runs=2, steps=steps)
     data = report.to_dict()
@@ -88,7 +88,7 @@ def check_strict_plain(model: str, device: str) -> dict[str, Any]:
     import torch
     from ultralytics import YOLO
 
-    from yolo_det.state import restore, snapshot
+    from yolo_det.core.state import restore, snapshot
 
     args = _verify_args(model, device)
     yolo = YOLO(args.pop("model"))
@@ -117,8 +117,8 @@ def check_strict_plain(model: str, device: str) -> dict[str, Any]:
 
 def check_bench(steps: int, device: str, imgsz: int) -> dict[str, Any]:
     """``bench`` for the three profiles on the stock model."""
-    from yolo_det.bench import bench
-    from yolo_det.commands.train import prepare
+    from yolo_det.tools.bench import bench
+    from yolo_det.tools.prepare import prepare
 
     _, args = prepare("repro", [f"model={STOCK_MODEL}", f"imgsz={imgsz}", "batch=16", f"device={device}", "workers=2"])
     report = bench("repro,balanced,fast", args, steps=steps, warmup=5, block=5)
@@ -135,7 +135,7 @@ def cuda_available() -> bool:
 
 def run_checks(args: argparse.Namespace) -> dict[str, Any]:
     """Run every check; return the results document."""
-    from yolo_det.record import environment
+    from yolo_det.core.record import environment
 
     cuda = cuda_available()
     active = cuda or args.device == "cpu"  # --device cpu: smoke-test this script on a CPU
@@ -216,8 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
 
-    from yolo_det.fileio import atomic_write_json
-    from yolo_det.models import model_names
+    from yolo_det.analysis.models import model_names
+    from yolo_det.core.fileio import atomic_write_json
 
     with model_names():  # the attention model's blocks resolve in its YAML
         results = run_checks(args)

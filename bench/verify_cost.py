@@ -4,7 +4,7 @@
 usage: python bench/verify_cost.py [--repeats R] [--steps K] [key=value ...]
 
 Target: verify with 2 runs costs at most 2.1x one run. "One run" is the same training (same profile,
-arguments and stopping rule) without any recording; "verify" is ``yolo_det.verify.verify`` with 2 runs
+arguments and stopping rule) without any recording; "verify" is ``yolo_det.tools.verify.verify`` with 2 runs
 (recording, comparison). Both run in this process, after one untimed warm-up run (lazy imports, the
 dataset's label cache); they alternate R times and the medians are compared. Also printed: the recording
 cost per optimizer step (recorded run minus plain run, divided by the steps).
@@ -38,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_args(argv)
 
-    from yolo_det.commands.train import prepare
-    from yolo_det.verify import record_runs, verify
+    from yolo_det.tools.prepare import prepare
+    from yolo_det.tools.verify import record_runs, verify
 
     profile, ul_args = prepare(args.profile, list(args.overrides))
     record_runs(profile, ul_args, runs=1, steps=args.steps, record=False)  # warm-up

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from yolo_det import state as det_state  # noqa: E402
+from yolo_det.core import state as det_state  # noqa: E402
 
 _ENV_KEYS = ("CUBLAS_WORKSPACE_CONFIG", "PYTHONHASHSEED", "NCCL_ALGO", "NCCL_PROTO", "OMP_NUM_THREADS")
 
@@ -38,7 +38,7 @@ def _isolate_global_state():
 @pytest.fixture
 def demo_data() -> str:
     """Path of the bundled demo data YAML."""
-    from yolo_det.demo import demo_data_yaml
+    from yolo_det.tools.demo import demo_data_yaml
 
     return str(demo_data_yaml())
 
@@ -46,7 +46,7 @@ def demo_data() -> str:
 @pytest.fixture(scope="session", autouse=True)
 def _offline_font():
     """Ultralytics plots labels with Arial.ttf; make sure a local copy exists so no test downloads it."""
-    from yolo_det.demo import ensure_local_font
+    from yolo_det.integrations.fonts import ensure_local_font
 
     ensure_local_font()
     yield

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from yolo_det.state import snapshot
+from yolo_det.core.state import snapshot
 
 _FUNCTIONAL = ("grid_sample", "interpolate", "upsample", "adaptive_avg_pool2d", "adaptive_max_pool2d",
                "adaptive_max_pool2d_with_indices", "adaptive_avg_pool1d", "adaptive_max_pool1d", "pad",

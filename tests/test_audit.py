@@ -20,15 +20,15 @@ from torch.overrides import _get_current_function_mode_stack
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 from yolo_det import AuditReport, audit
-from yolo_det.audit import _real_trace
+from yolo_det.analysis.audit.trace import _real_trace
+from yolo_det.analysis.emulator import emulate_cuda_alerts
+from yolo_det.analysis.loader import load_model
+from yolo_det.analysis.models import resolve_model_yaml
+from yolo_det.analysis.optable import load_table
+from yolo_det.analysis.zoo import ZOO_MODULES
 from yolo_det.cli import main
-from yolo_det.emulator import emulate_cuda_alerts
-from yolo_det.errors import ConfigError, ModelError, ProfileError
-from yolo_det.loader import load_model
-from yolo_det.models import resolve_model_yaml
-from yolo_det.optable import load_table
-from yolo_det.registry import registered
-from yolo_det.zoo import ZOO_MODULES
+from yolo_det.core.errors import ConfigError, ModelError, ProfileError
+from yolo_det.layers.registry import registered
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "data" / "models"
@@ -291,7 +291,7 @@ def test_effects_decide_ok() -> None:
 def test_loss_pass_reports_the_losss_own_ops() -> None:
     from ultralytics.cfg import get_cfg
 
-    from yolo_det.audit import _load
+    from yolo_det.analysis.audit.entry import _load
 
     loaded = _load("yolov8n-seg.yaml")
     loaded.model.args = get_cfg(overrides={"mask_ratio": 1})  # full-size masks: the loss resizes the prototypes
@@ -361,7 +361,7 @@ def test_auditing_twice_gives_the_same_report() -> None:
     ("missing.yaml", ModelError, "not found"),
     ("missing.pt", ModelError, "not found"),
     ("no_such_pkg_ydt.sub:make", ModelError, "cannot import"),
-    ("yolo_det.zoo:nothing_here", ModelError, "has no callable 'nothing_here'"),
+    ("yolo_det.analysis.zoo:nothing_here", ModelError, "has no callable 'nothing_here'"),
 ])
 def test_bad_model_specs(spec: str, error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=re.escape(message)):
@@ -464,7 +464,7 @@ def test_cli_cuda_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize("name", ["attention-mix", "gridsample-up", "bicubic-up"])
 def test_real_pass_agrees_with_the_trace_on_the_emulated_cpu(name: str) -> None:
     # The real-device pass, run on the CPU under the emulator, sees exactly what the fake-CUDA trace predicts.
-    from yolo_det.audit import _load
+    from yolo_det.analysis.audit.entry import _load
 
     loaded = _load(str(MODELS / f"{name}.yaml"))
     predicted = {(f.kernel, f.module) for f in audit(loaded, imgsz=64).findings}

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from yolo_det.cli import main
-from yolo_det.swaps import remedy
+from yolo_det.fixes.swaps import remedy
 
 MODELS = Path(__file__).resolve().parent.parent / "data" / "models"
 

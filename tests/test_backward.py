@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from yolo_det.backward import ToggleScaler, backward_scope, toggle_count, toggled_backward
+from yolo_det.core.backward import ToggleScaler, backward_scope, toggle_count, toggled_backward
 
 
 class FlagProbe(torch.autograd.Function):

@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from yolo_det import bench as bench_module
-from yolo_det.bench import ISOLATIONS, _Memory, bench, register_scope, unregister_scope
 from yolo_det.cli import main
-from yolo_det.commands.train import prepare
-from yolo_det.runtime import PNG_SIGNATURE
-from yolo_det.state import snapshot
+from yolo_det.core.state import snapshot
+from yolo_det.tools import bench as bench_module
+from yolo_det.tools.bench import ISOLATIONS, bench, register_scope, unregister_scope
+from yolo_det.tools.bench import scopes as bench_scopes
+from yolo_det.tools.bench.memory import _Memory
+from yolo_det.tools.prepare import prepare
+from yolo_det.tools.runtime import PNG_SIGNATURE
 
 TINY = ["imgsz=64", "batch=8", "workers=0"]
 FAST = ["--steps", "2", "--warmup", "1", "--block", "1"]
@@ -62,7 +64,7 @@ def test_cpu_memory_measure_sees_an_allocation():
 
 
 def test_isolations_name_real_settings_and_bases():
-    from yolo_det.profiles import PhaseSettings
+    from yolo_det.core.profiles import PhaseSettings
 
     fields = set(PhaseSettings().to_dict())
     for iso in ISOLATIONS:
@@ -135,7 +137,7 @@ def test_registered_scope_applies_swaps_around_every_block(tmp_path):
     assert repro["profile"] == "repro" and repro["notes"] == []
     table = report.table()
     assert "repro" in table and "fast" in table and "bench overhead" in table and "swaps=auto" in table
-    assert factory not in [f for f, _ in bench_module._SCOPES]
+    assert factory not in [f for f, _ in bench_scopes._SCOPES]
 
 
 @pytest.mark.slow

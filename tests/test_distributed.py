@@ -31,9 +31,9 @@ def _worker(rank: int, init_file: str, out_dir: str, mode: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD,
                             timeout=timedelta(seconds=60))
-    from yolo_det.distributed import gather_states, rank_session
-    from yolo_det.record import state_dict_digest
-    from yolo_det.state import snapshot
+    from yolo_det.core.record import state_dict_digest
+    from yolo_det.core.state import snapshot
+    from yolo_det.session.distributed import gather_states, rank_session
 
     baseline = snapshot()
     result: dict = {"rank": rank}
@@ -67,10 +67,10 @@ def _train(rank: int, session, mode: str, *, use_profile: bool) -> dict:
     from ultralytics.nn.tasks import DetectionModel
     from ultralytics.utils import DEFAULT_CFG
 
-    from yolo_det.backward import ToggleScaler
-    from yolo_det.demo import demo_data_yaml
-    from yolo_det.distributed import gather_states
-    from yolo_det.seeding import seed_dataloader
+    from yolo_det.core.backward import ToggleScaler
+    from yolo_det.core.seeding import seed_dataloader
+    from yolo_det.session.distributed import gather_states
+    from yolo_det.tools.demo import demo_data_yaml
 
     if mode == "no-seed" and rank == 1:  # what a rank that skipped its seeding would do
         random.seed()
@@ -113,7 +113,7 @@ def _train(rank: int, session, mode: str, *, use_profile: bool) -> dict:
 
 def _plain_session(rank: int):
     """A rank that never applied the profile still answers the gather (as 'none', with nothing in force)."""
-    from yolo_det.session import DeterminismSession
+    from yolo_det.session.session import DeterminismSession
 
     s = DeterminismSession("fast", seed=5, rank=rank, world_size=WORLD)
     s.profile = type(s.profile)(name="none", description="", train=s.profile.train, val=s.profile.val,
@@ -138,7 +138,7 @@ def launch(tmp_path: Path, mode: str, tag: str) -> list[dict]:
 
 
 def test_two_ranks_twice_give_identical_weights_and_every_rank_runs_the_profile(tmp_path):
-    from yolo_det.distributed import ranks_consistent
+    from yolo_det.session.distributed import ranks_consistent
 
     runs = [launch(tmp_path, "normal", f"run{i}") for i in range(2)]
     for ranks in runs:

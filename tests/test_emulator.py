@@ -12,9 +12,9 @@ from torch import nn
 from torch.overrides import _get_current_function_mode_stack
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
-from yolo_det.backward import backward_scope
-from yolo_det.emulator import alert_message, emulate_cuda_alerts
-from yolo_det.optable import load_table
+from yolo_det.analysis.emulator import alert_message, emulate_cuda_alerts
+from yolo_det.analysis.optable import load_table
+from yolo_det.core.backward import backward_scope
 
 STRICT_TAIL = ("does not have a deterministic implementation, but you set 'torch.use_deterministic_algorithms(True)'. "
                "You can turn off determinism just for this operation")

@@ -44,7 +44,7 @@ def trained(tmp_path_factory):
     """A trained checkpoint for the validation, prediction and export rows."""
     from ultralytics import YOLO
 
-    from yolo_det.demo import demo_data_yaml
+    from yolo_det.tools.demo import demo_data_yaml
 
     folder = tmp_path_factory.mktemp("trained")
     YOLO("yolov8n.yaml").train(data=str(demo_data_yaml()), project=str(folder), name="base", **SMALL)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from yolo_det import fingerprint
-from yolo_det.fingerprint import combine, device_digests, tensor_digest, tensor_digests
+from yolo_det.tools import fingerprint
+from yolo_det.tools.fingerprint import combine, device_digests, tensor_digest, tensor_digests
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.uint8, torch.bool]
 PATHS = {"cpu-sha256": tensor_digests, "device-sums": device_digests}

@@ -10,9 +10,9 @@ import torch
 
 from yolo_det import attach, detach, trainer_class
 from yolo_det.cli import main
+from yolo_det.core.record import RECORD_NAME, checkpoint_digest
+from yolo_det.core.state import snapshot
 from yolo_det.integrations.ultralytics import UltralyticsPlugin
-from yolo_det.record import RECORD_NAME, checkpoint_digest
-from yolo_det.state import snapshot
 
 pytestmark = pytest.mark.slow
 

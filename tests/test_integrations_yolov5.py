@@ -23,13 +23,13 @@ import pytest
 import torch
 import yaml
 
-from yolo_det import state as _state
 from yolo_det.cli import main
-from yolo_det.demo import demo_data_yaml
-from yolo_det.errors import ConfigError, ProfileError, YoloDetError
+from yolo_det.core import state as _state
+from yolo_det.core.errors import ConfigError, ProfileError, YoloDetError
+from yolo_det.core.record import RECORD_NAME, checkpoint_digest
+from yolo_det.core.seeding import rank_seed
 from yolo_det.integrations import yolov5 as ydet
-from yolo_det.record import RECORD_NAME, checkpoint_digest
-from yolo_det.seeding import rank_seed
+from yolo_det.tools.demo import demo_data_yaml
 from yolov5_helpers import copy_yolov5
 
 REPO = Path(__file__).resolve().parent.parent
@@ -353,7 +353,7 @@ def _offline_env(root: Path) -> dict[str, str]:
 _DRIVER = """
 import json, sys
 import torch
-from yolo_det.state import snapshot
+from yolo_det.core.state import snapshot
 
 torch.use_deterministic_algorithms(True, warn_only=True)  # the user's own setting, to be given back
 before = snapshot().to_dict()
@@ -422,8 +422,8 @@ _CBAM_DRIVER = """
 import json, sys
 import torch
 import yolov5.models.yolo as yolo
-from yolo_det.emulator import emulate_cuda_alerts
-from yolo_det.zoo import CBAMMax
+from yolo_det.analysis.emulator import emulate_cuda_alerts
+from yolo_det.analysis.zoo import CBAMMax
 
 yolo.CBAMMax = CBAMMax  # how a YOLOv5 fork adds a block: a name its parse_model can eval
 from yolov5 import train
@@ -434,7 +434,7 @@ if sys.argv[1] != "plain":
     kwargs["det_profile"] = sys.argv[1]
 else:  # unpatched YOLOv5 would download Arial.ttf: put one where it looks, as an offline user must
     import os
-    from yolo_det.demo import ensure_local_font
+    from yolo_det.integrations.fonts import ensure_local_font
     ensure_local_font([os.environ["YOLOV5_CONFIG_DIR"]])
 try:
     with emulate_cuda_alerts():

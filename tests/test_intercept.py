@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from yolo_det.emulator import emulate_cuda_alerts
-from yolo_det.intercept import ROUTED, interception, is_active, routed_calls, suspended
+from yolo_det.analysis.emulator import emulate_cuda_alerts
+from yolo_det.fixes.intercept import ROUTED, interception, is_active, routed_calls, suspended
 
 ORIGINALS = {name: getattr(F, name) for name in ROUTED}
 

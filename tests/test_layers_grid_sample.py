@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from layer_helpers import check_matches, float_dtypes, make_input, patterns, seeds
 
-from yolo_det.errors import YoloDetError
+from yolo_det.core.errors import YoloDetError
 from yolo_det.layers.grid_sample import DetGridSample, grid_sample
 
 

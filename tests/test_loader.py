@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from yolo_det.errors import ModelError
-from yolo_det.loader import layer_lines, load_model
+from yolo_det.analysis.loader import layer_lines, load_model
+from yolo_det.core.errors import ModelError
 
 ROOT = Path(__file__).resolve().parent.parent
 

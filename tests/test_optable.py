@@ -11,8 +11,7 @@ import pytest
 import torch
 import torchvision  # noqa: F401 - registers torchvision:: ops
 
-from yolo_det.errors import ConfigError
-from yolo_det.optable import (
+from yolo_det.analysis.optable import (
     BEHAVIOUR,
     OpEntry,
     decomposable_op,
@@ -22,6 +21,7 @@ from yolo_det.optable import (
     parse_version,
     version_in,
 )
+from yolo_det.core.errors import ConfigError
 
 TABLE = load_table()
 RUNNING = torch.__version__

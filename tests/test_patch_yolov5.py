@@ -1,4 +1,4 @@
-"""Tests of yolo_det.patch_yolov5 and `yolo-det patch-yolov5` on a copy of the installed yolov5 package,
+"""Tests of yolo_det.integrations.patch_yolov5 and `yolo-det patch-yolov5` on a copy of the installed yolov5 package,
 and of the diffs in patches/ against the edits the command makes."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from yolo_det import patch_yolov5 as pv
 from yolo_det.cli import main
+from yolo_det.integrations import patch_yolov5 as pv
 from yolov5_helpers import copy_yolov5
 
 REPO = Path(__file__).resolve().parent.parent

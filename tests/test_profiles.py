@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from yolo_det.errors import ProfileError
-from yolo_det.profiles import BUILTIN_PROFILES, PHASES, PhaseSettings, Profile, list_profiles, load_profile
+from yolo_det.core.errors import ProfileError
+from yolo_det.core.profiles import BUILTIN_PROFILES, PHASES, PhaseSettings, Profile, list_profiles, load_profile
 
 
 def write(tmp_path: Path, text: str, name: str = "p.yaml") -> Path:

@@ -8,8 +8,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from yolo_det.errors import ProfileError
-from yolo_det.profiles import PHASES, Profile, load_profile
+from yolo_det.core.errors import ProfileError
+from yolo_det.core.profiles import PHASES, Profile, load_profile
 
 KEYS = ["seed", "deterministic_algorithms", "cudnn_benchmark", "cudnn_deterministic", "allow_tf32",
         "fill_uninitialized_memory", "backward", "swaps", "intercept", "env", "cudnn_benchmrk", "sed"]

@@ -8,8 +8,8 @@ from collections import OrderedDict
 import pytest
 import torch
 
-from yolo_det.errors import ModelError
-from yolo_det.record import (
+from yolo_det.core.errors import ModelError
+from yolo_det.core.record import (
     RECORD_NAME,
     checkpoint_digest,
     environment,
@@ -81,3 +81,19 @@ def test_environment_and_record_file(tmp_path):
     data = json.loads(path.read_text())
     assert data["schema"] == 1 and data["status"] == "completed"
     assert not [p for p in path.parent.iterdir() if p.name != RECORD_NAME]  # no temporary left behind
+
+
+def test_one_record_builder_gives_the_shared_schema_and_framework_keys_after_it():
+    from yolo_det.core.record import build_record
+    from yolo_det.session.session import DeterminismSession
+
+    session = DeterminismSession("repro", seed=5)
+    with session.run(), session.phase_scope("train"):
+        record = build_record(session, framework="test", status="completed", state_at_train_start=None,
+                              weights={"sha256": "x"}, run={"epochs": 1}, extra_key=[1])
+    shared = ["status", "framework", "profile", "seeds", "environment", "state_before", "state_at_train_start",
+              "backward_toggles", "swaps", "routed_calls", "nondeterminism_warnings", "weights", "run", "phase_events"]
+    assert list(record) == [*shared, "extra_key"]
+    assert record["seeds"]["seed"] == 5 and record["profile"]["name"] == "repro"
+    assert [e["event"] for e in record["phase_events"]] == ["enter"]
+    json.dumps(record)  # plain data

@@ -6,8 +6,8 @@ import pytest
 from torch import nn
 from ultralytics.nn import tasks
 
-from yolo_det.errors import ConfigError
-from yolo_det.registry import (
+from yolo_det.core.errors import ConfigError
+from yolo_det.layers.registry import (
     register_ultralytics_modules,
     registered,
     registered_names,

@@ -10,11 +10,10 @@ import pytest
 import torch
 
 from yolo_det import attach
-from yolo_det.emulator import emulate_cuda_alerts
-from yolo_det.record import RECORD_NAME
-from yolo_det.registry import registered
-from yolo_det.swaps import registered_layers
-from yolo_det.zoo import ZOO_MODULES
+from yolo_det.analysis.emulator import emulate_cuda_alerts
+from yolo_det.analysis.zoo import ZOO_MODULES
+from yolo_det.core.record import RECORD_NAME
+from yolo_det.layers.registry import registered, registered_layers
 
 pytestmark = pytest.mark.slow
 
@@ -102,7 +101,7 @@ def test_onnx_export_of_a_model_built_with_yolo_det_layers(tmp_path, monkeypatch
     """A model from a rewritten YAML holds yolo-det layers; export goes through standard modules and back."""
     from ultralytics import YOLO
 
-    from yolo_det.yaml_rewrite import rewrite_yaml
+    from yolo_det.fixes.yaml_rewrite import rewrite_yaml
 
     monkeypatch.chdir(tmp_path)  # a model built from a YAML exports into the working folder
     rewrite_yaml(MODELS / "bicubic-up.yaml", tmp_path / "det.yaml")

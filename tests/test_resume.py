@@ -16,10 +16,10 @@ import torch
 import yaml
 
 from yolo_det.cli import main
-from yolo_det.commands.train import prepare
-from yolo_det.errors import ConfigError, ModelError
-from yolo_det.record import RECORD_NAME, checkpoint_digest
-from yolo_det.resume import get_rng_state, load_state, read_checkpoint, set_rng_state, state_path
+from yolo_det.core.errors import ConfigError, ModelError
+from yolo_det.core.record import RECORD_NAME, checkpoint_digest
+from yolo_det.core.resume import get_rng_state, load_state, read_checkpoint, set_rng_state, state_path
+from yolo_det.tools.prepare import prepare
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "data" / "models"
@@ -33,8 +33,8 @@ def _train_interrupted(tokens: list[str], after: int) -> Path:
     """Train as ``yolo-det train --profile repro TOKENS`` does, stopping cleanly once epoch ``after`` is saved."""
     from ultralytics import YOLO
 
+    from yolo_det.analysis.models import model_names
     from yolo_det.integrations.ultralytics import attach
-    from yolo_det.models import model_names
 
     profile, args = prepare("repro", tokens)
     args = dict(args)

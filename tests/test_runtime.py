@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from yolo_det.errors import ConfigError
-from yolo_det.runtime import PNG_SIGNATURE, check_output_path, new_figure, quiet_ultralytics, run_folder, save_figure
+from yolo_det.core.errors import ConfigError
+from yolo_det.core.fileio import check_output_path
+from yolo_det.tools.runtime import PNG_SIGNATURE, new_figure, quiet_ultralytics, run_folder, save_figure
 
 
 def test_quiet_ultralytics_moves_logs_to_stderr_and_puts_everything_back(capsys):

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from yolo_det.seeding import data_seed, rank_seed, seed_dataloader, seed_everything, seed_worker
+from yolo_det.core.seeding import data_seed, rank_seed, seed_dataloader, seed_everything, seed_worker
 
 
 def draws() -> tuple[float, float, float]:

@@ -8,11 +8,11 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from yolo_det.errors import YoloDetError
-from yolo_det.profiles import load_profile
-from yolo_det.seeding import rank_seed
-from yolo_det.session import DeterminismSession
-from yolo_det.state import snapshot
+from yolo_det.core.errors import YoloDetError
+from yolo_det.core.profiles import load_profile
+from yolo_det.core.seeding import rank_seed
+from yolo_det.core.state import snapshot
+from yolo_det.session.session import DeterminismSession
 
 
 def test_nested_phases_return_to_the_outer_phase_and_end_restores_baseline():
@@ -111,3 +111,58 @@ def test_failing_extension_leaves_no_trace():
     with pytest.raises(ValueError), session.run():
         session.enter("train")
     assert snapshot() == base and session.phase is None
+
+
+def test_every_concern_of_a_phase_is_an_extension_applied_in_order_and_undone_in_reverse():
+    from yolo_det.session.extensions import Extension, default_extensions
+
+    assert [e.name for e in default_extensions()] == ["flags", "seeds", "backward", "swaps", "intercept"]
+    calls = []
+
+    class Marker(Extension):
+        name = "marker"
+
+        def apply(self, ctx):
+            calls.append(("apply", ctx.phase, ctx.settings.deterministic_algorithms, snapshot().mode))
+            return ctx.phase
+
+        def undo(self, token):
+            calls.append(("undo", token, snapshot().mode))
+
+    base = snapshot()
+    session = DeterminismSession("repro")
+    session.add_extension(Marker())
+    with session.run(), session.phase_scope("train"):
+        pass
+    # the marker runs after the flags are applied and is undone before they are restored
+    assert calls == [("apply", "train", "strict", "strict"), ("undo", "train", "strict")]
+    assert snapshot() == base
+
+
+def test_a_handed_over_scaler_and_model_are_undone_with_the_phase():
+    from torch import nn
+
+    from yolo_det.core.backward import ToggleScaler
+
+    class Holder:
+        scaler = object()
+
+    original = Holder.scaler
+    holder = Holder()
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveMaxPool2d(1))
+    session = DeterminismSession("balanced")  # train: backward disable; swaps none
+    with session.run():
+        session.enter("train")
+        assert session.wrap_scaler(holder) and isinstance(holder.scaler, ToggleScaler)
+        assert not session.wrap_scaler(holder)  # already wrapped: nothing more
+        assert session.prepare_model(net) == [] and session.swaps() == []
+        session.exit("train")
+        assert holder.scaler is original
+    repro = DeterminismSession("repro")  # train: swaps auto, backward keep
+    with repro.run():
+        repro.enter("train")
+        assert not repro.wrap_scaler(holder) and holder.scaler is original
+        records = repro.prepare_model(net, imgsz=32)
+        assert [r.path for r in records] == ["1"] and type(net[1]).__name__ == "DetAdaptiveMaxPool2d"
+        assert repro.swaps() == [r.to_dict() for r in records]
+    assert type(net[1]) is nn.AdaptiveMaxPool2d and repro.swaps() == []

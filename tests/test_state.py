@@ -7,8 +7,8 @@ import os
 import pytest
 import torch
 
-from yolo_det.profiles import BUILTIN_PROFILES, PHASES, PhaseSettings, load_profile
-from yolo_det.state import apply, phase_scope, restore, snapshot
+from yolo_det.core.profiles import BUILTIN_PROFILES, PHASES, PhaseSettings, load_profile
+from yolo_det.core.state import apply, phase_scope, restore, snapshot
 
 
 @pytest.mark.parametrize("name", BUILTIN_PROFILES)

@@ -14,10 +14,10 @@ import torch
 from torch import nn
 
 from yolo_det import layers
-from yolo_det.errors import ConfigError, YoloDetError
-from yolo_det.registry import registered
-from yolo_det.swaps import SWAPS, register_swap, registered_layers, swap_modules, swapped, unswap_modules
-from yolo_det.zoo import ZOO_MODULES, CBAMMax
+from yolo_det.analysis.zoo import ZOO_MODULES, CBAMMax
+from yolo_det.core.errors import ConfigError, YoloDetError
+from yolo_det.fixes.swaps import SWAPS, register_swap, swap_modules, swapped, unswap_modules
+from yolo_det.layers.registry import registered, registered_layers
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -162,3 +162,35 @@ def test_layer_names_resolve_in_ultralytics_yaml_only_while_registered():
     with registered_layers(), registered(ZOO_MODULES):
         assert vars(tasks)["DetUpsample"] is layers.DetUpsample
     assert ("DetUpsample" in vars(tasks)) == had
+
+
+def test_the_decision_is_separate_and_swap_modules_swaps_exactly_the_decided_set():
+    from yolo_det.analysis.swap_plan import decide_swaps
+    from yolo_det.fixes.swaps import restore
+
+    net = Net()
+    decided = decide_swaps(net, "auto", imgsz=32)
+    assert set(decided) == {"gmax", "rows", "up", "pad"}
+    assert all(type(m).__module__.startswith("torch.") for m in net.children())  # deciding changed nothing
+    records = swap_modules(net, ["gmax", "pad"])
+    assert {r.path for r in records} == {"gmax", "pad"} and {r.reason for r in records} == {"requested"}
+    assert type(net.up) is nn.Upsample and type(net.gmax).__name__ == "DetAdaptiveMaxPool2d"
+    restore(net, records)
+    assert type(net.gmax) is nn.AdaptiveMaxPool2d and type(net.pad) is nn.ReflectionPad1d
+    with pytest.raises(ConfigError, match="cannot swap 'conv'"):
+        swap_modules(net, ["conv"])
+    with pytest.raises(ConfigError, match="cannot swap 'nope'"):
+        swap_modules(net, {"nope": "why"})
+    assert all(type(m).__module__.startswith("torch.") for m in net.children())  # a refused set swaps nothing
+
+
+def test_restore_also_undoes_an_unswap():
+    from yolo_det.fixes.swaps import restore
+
+    net = Net()
+    swap_modules(net, "all")
+    swapped_classes = {p: type(m) for p, m in net.named_modules()}
+    records = unswap_modules(net)
+    assert records and all(type(m).__module__.startswith("torch.") for m in net.children())
+    restore(net, records)
+    assert {p: type(m) for p, m in net.named_modules()} == swapped_classes

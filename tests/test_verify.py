@@ -12,12 +12,13 @@ import pytest
 import torch
 
 import yolo_det.commands.verify as verify_command
-from yolo_det import verify as verify_module
 from yolo_det.cli import main
-from yolo_det.commands.train import prepare
-from yolo_det.runtime import PNG_SIGNATURE
-from yolo_det.state import snapshot
-from yolo_det.verify import MicroBatch, RunRecord, StepRecord, compare_runs, plot_losses, verify
+from yolo_det.core.state import snapshot
+from yolo_det.tools import verify as verify_module
+from yolo_det.tools.prepare import prepare
+from yolo_det.tools.runtime import PNG_SIGNATURE
+from yolo_det.tools.verify import MicroBatch, RunRecord, StepRecord, compare_runs, plot_losses, verify
+from yolo_det.tools.verify import recorder as verify_recorder
 
 TINY = ["imgsz=64", "batch=8", "workers=0", "plots=False", "val=False"]
 
@@ -126,11 +127,11 @@ def test_different_step_counts_and_final_weights():
 def test_state_diff_compares_bits():
     a = {"w": torch.tensor([0.0, 1.0, float("nan")]), "n": torch.tensor([3])}
     b = {"w": torch.tensor([-0.0, 1.0, float("nan")]), "n": torch.tensor([3])}
-    diff = verify_module._state_diff(a, b)
+    diff = verify_recorder._state_diff(a, b)
     assert [k for k, _ in diff] == ["w"] and diff[0][1] == 0.0  # signed zero: different bits, no size
-    assert verify_module._state_diff(a, {k: v.clone() for k, v in a.items()}) == []
+    assert verify_recorder._state_diff(a, {k: v.clone() for k, v in a.items()}) == []
     c = {"w": torch.tensor([0.0, 1.5, float("nan")]), "n": torch.tensor([3])}
-    assert verify_module._state_diff(a, c) == [("w", 0.5)]
+    assert verify_recorder._state_diff(a, c) == [("w", 0.5)]
 
 
 def test_plot_marks_the_divergence(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 
-from yolo_det.warnlog import WarningLog
+from yolo_det.core.warnlog import WarningLog
 
 MSG = "adaptive_max_pool2d_backward_cuda does not have a deterministic implementation, but you set x"
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from yolo_det.cli import main
-from yolo_det.errors import ConfigError, ModelError
-from yolo_det.yaml_rewrite import rewrite_yaml, rewrite_yaml_text
+from yolo_det.core.errors import ConfigError, ModelError
+from yolo_det.fixes.yaml_rewrite import rewrite_yaml, rewrite_yaml_text
 
 MODEL = """\
 # A test detector whose neck has every kind of layer the rewriter knows.

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from yolo_det.errors import ConfigError, ModelError
-from yolo_det.yaml_rewrite import rewrite_yaml_text
+from yolo_det.core.errors import ConfigError, ModelError
+from yolo_det.fixes.yaml_rewrite import rewrite_yaml_text
 
 LAYERS = st.one_of(
     st.just(("Conv", "[16, 3, 1]")),

@@ -1,4 +1,4 @@
-"""The test blocks of yolo_det.zoo, the model YAMLs that use them, and what CUDA would do to their training."""
+"""The test blocks of yolo_det.analysis.zoo, the model YAMLs that use them, and what CUDA would do to their training."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ import torch
 import torch.nn.functional as F
 
 import yolo_det
-from yolo_det.demo import demo_data_yaml, ensure_local_font
-from yolo_det.emulator import alert_message, emulate_cuda_alerts
-from yolo_det.errors import ConfigError
-from yolo_det.loader import load_model
-from yolo_det.registry import registered
-from yolo_det.zoo import ZOO_MODULES, CBAMMax, CoordAtt, GridSampleUpsample
+from yolo_det.analysis.emulator import alert_message, emulate_cuda_alerts
+from yolo_det.analysis.loader import load_model
+from yolo_det.analysis.zoo import ZOO_MODULES, CBAMMax, CoordAtt, GridSampleUpsample
+from yolo_det.core.errors import ConfigError
+from yolo_det.integrations.fonts import ensure_local_font
+from yolo_det.layers.registry import registered
+from yolo_det.tools.demo import demo_data_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "data" / "models"

@@ -18,18 +18,23 @@ that will break strict determinism on CUDA, and the fix.
 
 from __future__ import annotations
 
-from .audit import AuditReport, Finding, audit
-from .backward import ToggleScaler, backward_scope, toggled_backward
-from .errors import ConfigError, ModelError, PatchError, ProfileError, YoloDetError
-from .integrations.ultralytics import UltralyticsPlugin, attach, detach, trainer_class
-from .intercept import interception
-from .profiles import PhaseSettings, Profile, list_profiles, load_profile
-from .record import checkpoint_digest, environment, state_dict_digest
-from .seeding import data_seed, rank_seed, seed_dataloader, seed_everything, seed_worker
-from .session import DeterminismSession
-from .state import DeterminismState, apply, phase_scope, restore, snapshot
-from .swaps import register_layers, registered_layers, swap_modules, unswap_modules
-from .yaml_rewrite import rewrite_yaml
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .analysis.audit import AuditReport, Finding, audit
+    from .core.backward import ToggleScaler, backward_scope, toggled_backward
+    from .core.errors import ConfigError, ModelError, PatchError, ProfileError, YoloDetError
+    from .core.profiles import PhaseSettings, Profile, list_profiles, load_profile
+    from .core.record import checkpoint_digest, environment, state_dict_digest
+    from .core.seeding import data_seed, rank_seed, seed_dataloader, seed_everything, seed_worker
+    from .core.state import DeterminismState, apply, phase_scope, restore, snapshot
+    from .fixes.intercept import interception
+    from .fixes.swaps import swap_modules, unswap_modules
+    from .fixes.yaml_rewrite import rewrite_yaml
+    from .integrations.ultralytics import UltralyticsPlugin, attach, detach, trainer_class
+    from .layers.registry import register_layers, registered_layers
+    from .session.session import DeterminismSession
 
 __version__ = "0.1.0"
 
@@ -75,3 +80,61 @@ __all__ = [
     "trainer_class",
     "unswap_modules",
 ]
+
+
+#: Public name -> the module that defines it. Imported on first use (PEP 562), so ``import yolo_det``
+#: and the command line's help start without importing torch.
+_PUBLIC: dict[str, str] = {
+    "ToggleScaler": "yolo_det.core.backward",
+    "backward_scope": "yolo_det.core.backward",
+    "toggled_backward": "yolo_det.core.backward",
+    "ConfigError": "yolo_det.core.errors",
+    "ModelError": "yolo_det.core.errors",
+    "PatchError": "yolo_det.core.errors",
+    "ProfileError": "yolo_det.core.errors",
+    "YoloDetError": "yolo_det.core.errors",
+    "PhaseSettings": "yolo_det.core.profiles",
+    "Profile": "yolo_det.core.profiles",
+    "list_profiles": "yolo_det.core.profiles",
+    "load_profile": "yolo_det.core.profiles",
+    "checkpoint_digest": "yolo_det.core.record",
+    "environment": "yolo_det.core.record",
+    "state_dict_digest": "yolo_det.core.record",
+    "data_seed": "yolo_det.core.seeding",
+    "rank_seed": "yolo_det.core.seeding",
+    "seed_dataloader": "yolo_det.core.seeding",
+    "seed_everything": "yolo_det.core.seeding",
+    "seed_worker": "yolo_det.core.seeding",
+    "DeterminismState": "yolo_det.core.state",
+    "apply": "yolo_det.core.state",
+    "phase_scope": "yolo_det.core.state",
+    "restore": "yolo_det.core.state",
+    "snapshot": "yolo_det.core.state",
+    "register_layers": "yolo_det.layers.registry",
+    "registered_layers": "yolo_det.layers.registry",
+    "AuditReport": "yolo_det.analysis.audit",
+    "Finding": "yolo_det.analysis.audit",
+    "audit": "yolo_det.analysis.audit",
+    "interception": "yolo_det.fixes.intercept",
+    "swap_modules": "yolo_det.fixes.swaps",
+    "unswap_modules": "yolo_det.fixes.swaps",
+    "rewrite_yaml": "yolo_det.fixes.yaml_rewrite",
+    "DeterminismSession": "yolo_det.session.session",
+    "UltralyticsPlugin": "yolo_det.integrations.ultralytics",
+    "attach": "yolo_det.integrations.ultralytics",
+    "detach": "yolo_det.integrations.ultralytics",
+    "trainer_class": "yolo_det.integrations.ultralytics",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'yolo_det' has no attribute '{name}'")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -2,8 +2,9 @@
 
 ``main(argv) -> int`` runs in process (tests call it directly). A known error (bad profile, bad
 ``key=value``, missing file, ...) prints one line on stderr and returns 2; set ``YOLO_DET_DEBUG=1`` to
-see the traceback instead. Each command lives in the module that owns its logic and contributes a
-``configure(parser)`` and a ``run(args) -> int``; this module only dispatches.
+see the traceback instead. Each command is a module of :mod:`yolo_det.commands` with a
+``configure(parser)`` and a ``run(args) -> int``; this module only dispatches, and imports a command's
+module only when that command runs (``--help``, ``--version`` and ``profiles`` start without torch).
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import os
 import sys
 import textwrap
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
-from .errors import ConfigError, YoloDetError
+from .core.errors import ConfigError, YoloDetError
 
 __all__ = ["main"]
 
@@ -58,8 +59,11 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(f"{self.prog}: {message} (see '{self.prog} --help')")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every command's sub-parser."""
+def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The top-level parser; the sub-parsers of ``commands`` (default: all) are fully configured.
+
+    The other commands are listed with their one-line help only, so their modules are not imported.
+    """
     from . import __version__
 
     parser = _Parser(
@@ -71,7 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"yolo-det {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    wanted = set(COMMANDS if commands is None else commands)
     for name, (module, help_text) in COMMANDS.items():
+        if name not in wanted:
+            sub.add_parser(name, help=help_text, add_help=False)
+            continue
         mod = importlib.import_module(module)
         doc = textwrap.dedent(mod.__doc__ or help_text)
         p = sub.add_parser(name, help=help_text, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -84,8 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``yolo-det`` command line with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
     debug = os.environ.get("YOLO_DET_DEBUG", "") not in {"", "0", "false", "False"}
     try:
-        parser = build_parser()
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        tokens = list(sys.argv[1:] if argv is None else argv)
+        parser = build_parser(_command_of(tokens))
+        args = parser.parse_args(tokens)
         if getattr(args, "_run", None) is None:
             parser.print_help()
             return 2
@@ -98,6 +107,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("yolo-det: interrupted", file=sys.stderr)
         return 130
+
+
+def _command_of(tokens: Sequence[str]) -> list[str]:
+    """The command named in ``tokens`` (the first token that is not an option), as a list of zero or one."""
+    for token in tokens:
+        if not token.startswith("-"):
+            return [token] if token in COMMANDS else []
+    return []
 
 
 def _one_line(e: BaseException) -> str:

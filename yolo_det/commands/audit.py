@@ -36,7 +36,7 @@ import argparse
 import json
 import sys
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 
 def _positive_int(text: str) -> int:
@@ -72,7 +72,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det audit``; return 0 (deterministic), 1 (not) or raise a one-line error (exit 2)."""
-    from ..audit import audit
+    from ..analysis.audit import audit
 
     if args.device != "fake" and not (args.device == "cuda" or args.device.startswith("cuda:")):
         raise ConfigError(f"--device must be fake or cuda[:N], got {args.device!r}")
@@ -92,10 +92,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _fix(args: argparse.Namespace) -> int:
     """``audit --fix``: rewrite the YAML and say how every other finding is handled."""
-    from ..audit import audit
-    from ..models import resolve_model_yaml
-    from ..swaps import remedy
-    from ..yaml_rewrite import rewrite_yaml
+    from ..analysis.audit import audit
+    from ..analysis.models import resolve_model_yaml
+    from ..fixes.swaps import remedy
+    from ..fixes.yaml_rewrite import rewrite_yaml
 
     if not args.output:
         raise ConfigError("--fix needs -o OUT.yaml (the input is never changed)")

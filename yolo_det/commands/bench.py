@@ -23,10 +23,10 @@ import argparse
 import json
 import sys
 
-from ..bench import DEFAULT_PROFILES, bench, check_args, parse_profiles, plot_bench
-from ..models import model_names
-from ..runtime import check_output_path
-from .train import prepare
+from ..analysis.models import model_names
+from ..core.fileio import check_output_path
+from ..tools.bench import DEFAULT_PROFILES, bench, check_args, parse_profiles, plot_bench
+from ..tools.prepare import prepare
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -2,7 +2,7 @@
 
 usage: yolo-det digest CHECKPOINT [CHECKPOINT ...]
 
-The digest covers the model's state dict in a defined order and dtype (see yolo_det.record), so two
+The digest covers the model's state dict in a defined order and dtype (see yolo_det.core.record), so two
 checkpoints with equal weights have equal digests even when their metadata (dates, paths) differ.
 
 example:
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..record import checkpoint_digest
+from ..core.record import checkpoint_digest
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..patch_yolov5 import BACKUP_SUFFIX, apply_plan, plan
+from ..integrations.patch_yolov5 import BACKUP_SUFFIX, apply_plan, plan
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

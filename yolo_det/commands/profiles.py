@@ -14,8 +14,8 @@ import argparse
 import json
 import textwrap
 
-from ..errors import ConfigError
-from ..profiles import BUILTIN_PROFILES, PHASES, load_profile
+from ..core.errors import ConfigError
+from ..core.profiles import BUILTIN_PROFILES, PHASES, load_profile
 
 _SUMMARY_KEYS = ("deterministic_algorithms", "backward", "cudnn_benchmark", "swaps")
 

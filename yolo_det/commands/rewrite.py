@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..yaml_rewrite import rewrite_yaml
+from ..fixes.yaml_rewrite import rewrite_yaml
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -30,13 +30,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..errors import ConfigError
-from ..models import model_names
-from ..overrides import parse_overrides
-from ..runtime import check_output_path
-from ..verify import DEFAULT_KEEP_MIB, RESERVED, check_args, plot_losses, progress_to_stderr, verify
-from ..verify_resume import check_resume_at, verify_resume
-from .train import prepare
+from ..analysis.models import model_names
+from ..core.errors import ConfigError
+from ..core.fileio import check_output_path
+from ..tools.overrides import parse_overrides
+from ..tools.prepare import prepare
+from ..tools.verify import check_args, plot_losses, progress_to_stderr, verify
+from ..tools.verify.records import DEFAULT_KEEP_MIB, RESERVED
+from ..tools.verify.resume import check_resume_at, verify_resume
 
 USER_DATA_EPOCHS = 1
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,15 +27,15 @@ from typing import Any
 
 import torch
 
-from ..backward import ToggleScaler
-from ..distributed import gather_states, rank_info, ranks_consistent
-from ..errors import YoloDetError
-from ..profiles import Profile, load_profile
-from ..record import checkpoint_digest, environment, state_dict_digest, write_record
-from ..seeding import seed_dataloader
-from ..session import DeterminismSession
-from ..state import snapshot
-from ..swaps import SWAPS, registered_layers, unswap_modules
+from ..core.constants import global_rank
+from ..core.errors import YoloDetError
+from ..core.profiles import Profile, load_profile
+from ..core.record import build_record, checkpoint_digest, state_dict_digest, write_record
+from ..core.state import snapshot
+from ..fixes.swaps import restore, unswap_modules
+from ..layers.registry import registered_layers
+from ..session.distributed import gather_states, rank_info, ranks_consistent
+from ..session.session import DeterminismSession
 from .ultralytics_resume import UltralyticsResume, previous_record
 
 __all__ = ["UltralyticsPlugin", "attach", "detach", "trainer_class"]
@@ -66,7 +65,7 @@ _RUN_ARGS = ("task", "model", "data", "epochs", "imgsz", "batch", "device", "see
 
 
 def _rank() -> int:
-    return int(os.environ.get("RANK", -1))
+    return global_rank(-1)
 
 
 def _is_plugin_callback(fn: Any) -> bool:
@@ -82,7 +81,7 @@ class UltralyticsPlugin:
     """Applies a profile's phases to Ultralytics runs and writes ``determinism.json``.
 
     Args:
-        profile: A :class:`~yolo_det.profiles.Profile`, a built-in name or a profile file path.
+        profile: A :class:`~yolo_det.core.profiles.Profile`, a built-in name or a profile file path.
         record: Write ``determinism.json`` into the training run directory.
 
     Attributes:
@@ -100,8 +99,6 @@ class UltralyticsPlugin:
         self._owner: str | None = None  # who began the session: guard, trainer, trainer-class or "<phase>:<id>"
         self._observed: dict[str, Any] | None = None
         self._ranks: list[dict[str, Any]] = []
-        self._wrapped_scaler: Any = None
-        self._trainer: Any = None
         self._entered: set[int] = set()
         self._names: Any = None
         self.resume: UltralyticsResume | None = None
@@ -145,22 +142,24 @@ class UltralyticsPlugin:
 
     def end_run(self) -> None:
         """Restore the baseline and forget the session. Idempotent."""
+        session, self.session, self._owner = self.session, None, None
+        names, self._names = self._names, None
+        self._entered.clear()
+        resume, self.resume, self._previous = self.resume, None, None
         try:
-            self._unwrap_scaler()
+            if resume is not None:
+                resume.close()
         finally:
-            session, self.session, self._owner = self.session, None, None
-            names, self._names = self._names, None
-            self._entered.clear()
-            self._trainer = None
-            if self.resume is not None:
-                self.resume.close()
-            self.resume, self._previous = None, None
-            try:
-                if session is not None:
-                    session.end()
-            finally:
-                if names is not None:
-                    names.__exit__(None, None, None)
+            self._end_session(session, names)
+
+    @staticmethod
+    def _end_session(session: DeterminismSession | None, names: Any) -> None:
+        try:
+            if session is not None:
+                session.end()
+        finally:
+            if names is not None:
+                names.__exit__(None, None, None)
 
     @contextmanager
     def guard(self, phase: str | None = None) -> Iterator[DeterminismSession]:
@@ -211,7 +210,6 @@ class UltralyticsPlugin:
             rank, world_size = rank_info()
             session.rank = rank
             session.world_size = max(int(getattr(trainer, "world_size", 1) or 1), world_size, 1)
-            self._trainer = trainer
             session.enter("train")
         return session
 
@@ -233,17 +231,14 @@ class UltralyticsPlugin:
         """Seed the data order, and wrap the scaler when the train phase disables determinism in backward."""
         session = self._ensure_train(trainer)
         settings = self.profile.train
-        seed_dataloader(getattr(trainer, "train_loader", None), session.seeds()["seed"], rank=session.rank)
+        session.hand_over("loader", getattr(trainer, "train_loader", None))
         model = getattr(trainer, "model", None)
         model = getattr(model, "module", model)  # DistributedDataParallel
         if settings.swaps != "none" and isinstance(model, torch.nn.Module) and not self._swapped_for(trainer):
             imgsz = getattr(trainer.args, "imgsz", 64)
             session.prepare_model(model, imgsz=int(max(imgsz) if isinstance(imgsz, (list, tuple)) else imgsz))
             trainer._yolo_det_swapped = True
-        scaler = getattr(trainer, "scaler", None)
-        if settings.backward == "disable" and scaler is not None and not isinstance(scaler, ToggleScaler):
-            self._wrapped_scaler = scaler
-            trainer.scaler = ToggleScaler(scaler)
+        session.wrap_scaler(trainer)  # backward: disable -> a ToggleScaler until the train phase ends
         self.resume = UltralyticsResume(int(session.seeds()["seed"]), rank=session.rank)
         self.resume.prepare(trainer)
         if self.resume.info is not None:
@@ -317,12 +312,6 @@ class UltralyticsPlugin:
     def _written_for(self, trainer: Any) -> bool:
         return getattr(trainer, "_yolo_det_record_written", False)
 
-    def _unwrap_scaler(self) -> None:
-        trainer, scaler = self._trainer, self._wrapped_scaler
-        self._wrapped_scaler = None
-        if trainer is not None and scaler is not None and isinstance(getattr(trainer, "scaler", None), ToggleScaler):
-            trainer.scaler = scaler
-
     def _write(self, trainer: Any, *, status: str) -> None:
         if not self.record or self.session is None:
             return
@@ -338,26 +327,17 @@ class UltralyticsPlugin:
         ema = getattr(getattr(trainer, "ema", None), "ema", None)
         if isinstance(ema, torch.nn.Module):
             weights["ema_fp32_sha256"] = state_dict_digest(ema)
-        session = self.session
         args = getattr(trainer, "args", None)
-        record = {
-            "status": status,
-            "framework": "ultralytics",
-            "profile": self.profile.to_dict(),
-            "seeds": session.seeds(),
-            "environment": environment(),
-            "state_before": session.baseline.to_dict() if session.baseline else None,
-            "state_at_train_start": self._observed,
-            "ranks": self._ranks,
-            "rank_problems": ranks_consistent(self._ranks) if self._ranks else [],
-            "backward_toggles": session.backward_toggles(),
-            "swaps": session.swaps(),
-            "routed_calls": session.routed_calls(),
-            "nondeterminism_warnings": session.warnings.entries(),
-            "weights": weights,
-            "run": {k: getattr(args, k, None) for k in _RUN_ARGS} | {"save_dir": str(save_dir)},
-            "phase_events": [e for e in session.events if e["event"] in {"enter", "exit"}],
-        }
+        record = build_record(
+            self.session,
+            framework="ultralytics",
+            status=status,
+            state_at_train_start=self._observed,
+            weights=weights,
+            run={k: getattr(args, k, None) for k in _RUN_ARGS} | {"save_dir": str(save_dir)},
+            ranks=self._ranks,
+            rank_problems=ranks_consistent(self._ranks) if self._ranks else [],
+        )
         if self.resume is not None:
             record.update(self.resume.record_fields(trainer, self.profile, self._previous))
         self.record_path = write_record(save_dir, record)
@@ -423,11 +403,7 @@ def _export_standard(plugin: UltralyticsPlugin, method: Callable[..., Any], owne
             return method(*args, **kwargs)
     finally:
         if records:
-            modules = dict(net.named_modules())
-            names = {t.__name__: t for t in SWAPS.values()}
-            for r in records:
-                if r.path in modules and r.source in names:
-                    modules[r.path].__class__ = names[r.source]
+            restore(net, records)
 
 
 def _guarded_stream(plugin: UltralyticsPlugin, gen: Iterator[Any]) -> Iterator[Any]:
@@ -444,7 +420,7 @@ def attach(model: Any, profile: Profile | str = "repro", *, record: bool = True)
 
     Args:
         model: An ``ultralytics.YOLO`` (or any ``ultralytics.engine.model.Model``).
-        profile: A built-in name, a profile file path, or a :class:`~yolo_det.profiles.Profile`.
+        profile: A built-in name, a profile file path, or a :class:`~yolo_det.core.profiles.Profile`.
         record: Write ``determinism.json`` into each training run directory.
 
     Returns:
@@ -480,7 +456,7 @@ def trainer_class(profile: Profile | str = "repro", base: type | None = None, *,
     """Return a trainer class that trains under ``profile``: ``model.train(trainer=trainer_class("repro"))``.
 
     Args:
-        profile: A built-in name, a profile file path, or a :class:`~yolo_det.profiles.Profile`.
+        profile: A built-in name, a profile file path, or a :class:`~yolo_det.core.profiles.Profile`.
         base: The trainer to extend (any ``ultralytics.engine.trainer.BaseTrainer`` subclass); by default
             ``ultralytics.models.yolo.detect.DetectionTrainer``.
         record: Write ``determinism.json`` into the run directory.

@@ -12,7 +12,7 @@ Driven by :class:`~yolo_det.integrations.ultralytics.UltralyticsPlugin`'s callba
   differs, the accumulation target is adjusted for the one comparison it feeds, so the optimizer steps at
   the same iterations as in the uninterrupted run).
 - ``on_fit_epoch_end``: after the checkpoint of the epoch is written, every rank writes its state
-  (:func:`yolo_det.resume.state_path`).
+  (:func:`yolo_det.core.resume.state_path`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ from typing import Any
 
 import torch
 
-from ..resume import StateWriter, file_sha256, get_rng_state, host_copy, load_state, set_rng_state, state_path
-from ..runtime import unwrap_model
-from ..seeding import epoch_data_seed
+from ..core.resume import StateWriter, file_sha256, get_rng_state, host_copy, load_state, set_rng_state, state_path
+from ..core.seeding import epoch_data_seed
 
 __all__ = ["NO_STATE_WARNING", "UltralyticsResume", "previous_record"]
 
@@ -33,11 +32,20 @@ NO_STATE_WARNING = ("yolo-det: no resume state for {ckpt} ({why}); the run conti
                     "the uninterrupted run would have")
 
 
+def unwrap_model(model: Any) -> Any:
+    """The module inside DDP/DataParallel/``torch.compile`` wrappers."""
+    while True:
+        inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
+        if inner is None or inner is model:
+            return model
+        model = inner
+
+
 def previous_record(checkpoint: str | Path) -> dict[str, Any] | None:
     """The ``determinism.json`` of the run that wrote ``checkpoint`` (``<run>/weights/last.pt``), if any."""
     import json
 
-    from ..record import RECORD_NAME
+    from ..core.record import RECORD_NAME
 
     path = Path(checkpoint).resolve().parent.parent / RECORD_NAME
     try:
@@ -141,7 +149,7 @@ class UltralyticsResume:
             info["checkpoint_sha256"] = None
         ema = getattr(getattr(trainer, "ema", None), "ema", None)
         if isinstance(ema, torch.nn.Module):
-            from ..record import state_dict_digest
+            from ..core.record import state_dict_digest
 
             info["checkpoint_weights_sha256"] = state_dict_digest(ema)
         path = state_path(ckpt, self.rank)
@@ -271,7 +279,7 @@ class UltralyticsResume:
         self.seconds_saving += time.perf_counter() - t0
 
     def capture(self, trainer: Any, epoch: int) -> dict[str, Any]:
-        """The state the rest of the run depends on (see :mod:`yolo_det.resume`)."""
+        """The state the rest of the run depends on (see :mod:`yolo_det.core.resume`)."""
         model = unwrap_model(trainer.model)
         ema = getattr(trainer, "ema", None)
         optimizer = getattr(trainer, "optimizer", None)

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import contextvars
 import functools
-import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -42,13 +41,12 @@ from typing import Any, TypeVar
 
 import torch
 
-from ..backward import backward_scope
-from ..errors import ConfigError, ProfileError, YoloDetError
-from ..profiles import Profile, load_profile
-from ..record import checkpoint_digest, environment, write_record
-from ..seeding import seed_everything
-from ..session import DeterminismSession
-from ..state import snapshot
+from ..core.constants import global_rank, world_size
+from ..core.errors import ConfigError, ProfileError, YoloDetError
+from ..core.profiles import Profile, load_profile
+from ..core.record import build_record, checkpoint_digest, write_record
+from ..core.state import snapshot
+from ..session.session import DeterminismSession
 from .yolov5_resume import YOLOv5Resume
 
 __all__ = [
@@ -85,13 +83,6 @@ def current_run() -> YOLOv5Run | None:
     return _CURRENT.get()
 
 
-def _env_int(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default
-
-
 # ---------------------------------------------------------------------------------------------------------
 # the run object
 
@@ -103,7 +94,7 @@ class YOLOv5Run:
     ``train()`` runs.
 
     Args:
-        profile: A :class:`~yolo_det.profiles.Profile`, a built-in name or a profile file path.
+        profile: A :class:`~yolo_det.core.profiles.Profile`, a built-in name or a profile file path.
         opt: YOLOv5's options namespace (``seed``, ``save_dir``, ...).
 
     Raises:
@@ -113,7 +104,7 @@ class YOLOv5Run:
         record: Write ``determinism.json`` into ``opt.save_dir``.
 
     Attributes:
-        session: The :class:`~yolo_det.session.DeterminismSession` driving the phases.
+        session: The :class:`~yolo_det.session.session.DeterminismSession` driving the phases.
         model: The model handed over by :func:`prepare_model` (None before).
         record_path: Path of ``determinism.json`` once written.
         backward_calls: Backward passes run through :func:`backward`.
@@ -130,7 +121,7 @@ class YOLOv5Run:
         self.opt = opt
         self.script = script
         self.record = record
-        self.rank = _env_int("RANK", -1)
+        self.rank = global_rank(-1)
         seed = getattr(opt, "seed", 0)
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ConfigError(f"--seed must be a non-negative integer under {OPTION}, got {seed!r}")
@@ -138,7 +129,7 @@ class YOLOv5Run:
             self.profile,
             seed=seed,
             rank=max(self.rank, 0),
-            world_size=_env_int("WORLD_SIZE", 1),
+            world_size=world_size(),
         )
         self.model: Any = None
         self.record_path: Path | None = None
@@ -176,9 +167,8 @@ class YOLOv5Run:
 
     def seed(self) -> int:
         """Seed python, numpy and torch with this rank's seed (what ``init_seeds`` does under a profile)."""
-        rng_seed = int(self.session.seeds()["rng_seed"])
-        seed_everything(rng_seed)
-        return rng_seed
+        seed = self.session.reseed()
+        return int(self.session.seeds()["rng_seed"] if seed is None else seed)
 
     def prepare_model(self, model: _M) -> _M:
         """Take the model right after YOLOv5 built it and moved it to its device; return the model to train.
@@ -196,12 +186,11 @@ class YOLOv5Run:
 
     def backward(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """``tensor.backward(*args, **kwargs)`` under the phase in force (see :func:`backward`)."""
-        settings = self.profile.phase(self.session.phase or "train")
         if self.state_at_train_start is None:
             self.state_at_train_start = snapshot().to_dict()
         if tensor.requires_grad:
             tensor.register_hook(self._observe_backward)
-        with backward_scope(settings.backward == "disable"):
+        with self.session.backward_scope():
             if self.state_during_backward is None:
                 self.state_during_backward = snapshot().to_dict()
             tensor.backward(*args, **kwargs)
@@ -239,27 +228,20 @@ class YOLOv5Run:
             run["script"] = getattr(getattr(self.script, "__code__", None), "co_filename", None)
         seeds = session.seeds()
         seeds["data_order"] = "yolo-det: the loader generator is seeded per epoch from --seed (seeding.epoch_data_seed)"
-        record: dict[str, Any] = {
-            "status": "completed" if error is None else "failed",
-            "framework": "yolov5",
-            "profile": self.profile.to_dict(),
-            "seeds": seeds,
-            "environment": environment(),
-            "state_before": session.baseline.to_dict() if session.baseline else None,
-            "state_at_train_start": self.state_at_train_start,
-            "state_during_backward": self.state_during_backward,
-            "backward": {"calls": self.backward_calls, "modes_seen": list(self.backward_modes),
-                         "disabled": self.profile.train.backward == "disable"},
-            "backward_toggles": session.backward_toggles(),
-            "swaps": session.swaps(),
-            "routed_calls": session.routed_calls(),
-            "nondeterminism_warnings": session.warnings.entries(),
-            "weights": weights,
-            "model": _describe_model(self.model),
-            "fonts": [str(f) for f in self.fonts],
-            "run": run,
-            "phase_events": [e for e in session.events if e["event"] in {"enter", "exit"}],
-        }
+        record = build_record(
+            session,
+            framework="yolov5",
+            status="completed" if error is None else "failed",
+            state_at_train_start=self.state_at_train_start,
+            weights=weights,
+            run=run,
+            seeds=seeds,
+            state_during_backward=self.state_during_backward,
+            backward={"calls": self.backward_calls, "modes_seen": list(self.backward_modes),
+                      "disabled": self.profile.train.backward == "disable"},
+            model=_describe_model(self.model),
+            fonts=[str(f) for f in self.fonts],
+        )
         resume = self.resume
         segments: list[Any] = []
         if resume.info is not None and self.previous is not None:
@@ -300,7 +282,7 @@ def _describe_model(model: Any) -> dict[str, Any] | None:
 
 def _provide_font(script: Callable[..., Any] | None) -> list[Path]:
     """Put a local ``Arial.ttf`` where YOLOv5's ``check_font`` looks, so no run downloads it."""
-    from ..demo import ensure_local_font
+    from .fonts import ensure_local_font
 
     folders: list[Path] = []
     # YOLOv5's settings folder is utils.general.CONFIG_DIR of the tree being run (repository or PyPI layout);
@@ -396,7 +378,7 @@ def init_seeds(yolov5_init_seeds: Callable[..., Any], seed: int = 0, determinist
         deterministic: YOLOv5's ``deterministic`` argument.
 
     Under a profile the train phase has set the determinism switches already; this seeds python, numpy and
-    torch with the run's per-rank seed (:func:`yolo_det.seeding.rank_seed` of ``opt.seed``) and leaves the
+    torch with the run's per-rank seed (:func:`yolo_det.core.seeding.rank_seed` of ``opt.seed``) and leaves the
     switches alone.
     """
     run = _CURRENT.get()

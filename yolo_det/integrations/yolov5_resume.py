@@ -7,7 +7,7 @@ place (``load_state_dict``, in-place copies). The one local that cannot be chang
 ``last_opt_step``, is set through the patched line ``last_opt_step = ydet.last_opt_step(-1)``.
 
 - ``on_train_epoch_start`` (every rank): the loader's generator is reseeded with
-  :func:`yolo_det.seeding.epoch_data_seed` of the user's ``--seed`` and its persistent iterator restarted,
+  :func:`yolo_det.core.seeding.epoch_data_seed` of the user's ``--seed`` and its persistent iterator restarted,
   so the data order and the worker seeds of an epoch depend on (seed, rank, epoch) only; a
   ``DistributedSampler`` gets the user's seed. On the first epoch of a resumed run, the saved state is
   restored here. Ranks > 0 write the state of the epoch that just ended here (YOLOv5 runs no callback on
@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..resume import file_sha256, get_rng_state, load_state, save_state, set_rng_state, state_path
-from ..runtime import unwrap_model
-from ..seeding import epoch_data_seed
+from ..core.resume import file_sha256, get_rng_state, load_state, save_state, set_rng_state, state_path
+from ..core.seeding import epoch_data_seed
+from .ultralytics_resume import unwrap_model
 
 __all__ = ["YOLOv5Resume"]
 
@@ -139,7 +139,7 @@ class YOLOv5Resume:
         except OSError:
             info["checkpoint_sha256"] = None
         if ema is not None:
-            from ..record import state_dict_digest
+            from ..core.record import state_dict_digest
 
             info["checkpoint_weights_sha256"] = state_dict_digest(ema.ema)
         path = state_path(ckpt, self.rank)

@@ -1,6 +1,6 @@
 """PyTorch's own functional ops, as torch defines them, for the layers' pass-through and probe calls.
 
-:mod:`yolo_det.intercept` replaces some ``torch.nn.functional`` attributes while a phase asks for
+:mod:`yolo_det.fixes.intercept` replaces some ``torch.nn.functional`` attributes while a phase asks for
 interception; the layers call the originals through this module so a pass-through never loops back
 into the interception. A function already replaced when this module is imported is unwrapped.
 """
@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 __all__ = ["NAMES", "original"]
 
-#: The ``torch.nn.functional`` functions :mod:`yolo_det.intercept` may replace.
+#: The ``torch.nn.functional`` functions :mod:`yolo_det.fixes.intercept` may replace.
 NAMES = ("adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
          "adaptive_max_pool2d", "interpolate", "upsample", "grid_sample", "pad", "cross_entropy", "nll_loss")
 

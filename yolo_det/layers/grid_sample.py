@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..errors import YoloDetError
+from ..core.errors import YoloDetError
 from . import _native
 from ._common import amp_plan, autocast_off
 

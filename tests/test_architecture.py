@@ -1,0 +1,174 @@
+"""The package's shape: layers import only downwards, no import cycles, and the CLI starts without torch.
+
+Imports are read with ``ast`` from every module of ``yolo_det`` (function-level and ``TYPE_CHECKING``
+imports included), so a cycle closed inside a function still counts.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import yolo_det
+
+PACKAGE = Path(yolo_det.__file__).resolve().parent
+
+#: Layers from the bottom up; a module may import its own layer and the ones below, never above.
+LAYERS = ["core", "layers", "analysis", "fixes", "session", "integrations", "tools", "commands"]
+TOP = len(LAYERS)  # yolo_det/__init__.py, cli.py, __main__.py
+
+
+def _modules() -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _is_package(name: str) -> bool:
+    return MODULES[name].name == "__init__.py"
+
+
+def _imports(name: str) -> set[str]:
+    """The yolo_det modules ``name`` imports anywhere in its file (package ``__init__`` parents excluded)."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"), filename=str(MODULES[name]))
+    package = name if _is_package(name) else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            # ``from pkg import sub`` imports the submodule; ``from pkg import name`` the package itself
+            subs = [f"{module}.{alias.name}" for alias in node.names if f"{module}.{alias.name}" in MODULES]
+            targets = subs if len(subs) == len(node.names) else [module, *subs]
+        else:
+            continue
+        for target in targets:
+            if target in MODULES:
+                found.add(target)
+    found.discard(name)
+    return found
+
+
+GRAPH = {name: _imports(name) for name in MODULES}
+
+
+def _layer(name: str) -> int:
+    parts = name.split(".")
+    if len(parts) > 1 and parts[1] in LAYERS:
+        return LAYERS.index(parts[1])
+    return TOP
+
+
+def test_every_module_is_in_a_layer_or_is_the_top_level() -> None:
+    top = sorted(n for n in MODULES if _layer(n) == TOP)
+    assert top == ["yolo_det", "yolo_det.__main__", "yolo_det.cli"]
+
+
+def test_lower_layers_never_import_higher_ones() -> None:
+    wrong = [
+        f"{src} ({LAYERS[_layer(src)] if _layer(src) < TOP else 'top'}) imports {dst} "
+        f"({LAYERS[_layer(dst)] if _layer(dst) < TOP else 'top'})"
+        for src, targets in GRAPH.items()
+        for dst in sorted(targets)
+        if _layer(dst) > _layer(src)
+    ]
+    assert wrong == []
+
+
+def test_no_import_cycles_function_level_imports_included() -> None:
+    # Edges into a package's own __init__ from its submodules are how packages re-export; a cycle through
+    # one would still show up, because the __init__'s own imports are edges too.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in GRAPH[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for name in MODULES:
+        if name not in index:
+            visit(name)
+    assert cycles == []
+
+
+def test_the_import_reader_sees_function_level_imports() -> None:
+    # guards the checks above against reading too little: cli imports its commands only inside functions
+    assert "yolo_det.core.errors" in GRAPH["yolo_det.cli"]
+    assert any(dst.startswith("yolo_det.analysis.audit") for dst in GRAPH["yolo_det.commands.audit"])
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["profiles"]])
+def test_cli_starts_without_importing_torch(argv: list[str]) -> None:
+    code = (
+        "import sys, runpy\n"
+        f"sys.argv = ['yolo-det', *{argv!r}]\n"
+        "try:\n"
+        "    runpy.run_module('yolo_det', run_name='__main__')\n"
+        "except SystemExit as e:\n"
+        "    assert e.code in (0, None), e.code\n"
+        "heavy = sorted(m for m in ('torch', 'ultralytics', 'numpy', 'cv2') if m in sys.modules)\n"
+        "print('HEAVY=' + ','.join(heavy))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "HEAVY="
+
+
+def test_importing_the_package_does_not_import_torch_but_the_public_api_resolves() -> None:
+    code = (
+        "import sys, yolo_det\n"
+        "assert 'torch' not in sys.modules, 'import yolo_det imported torch'\n"
+        "missing = [n for n in yolo_det.__all__ if getattr(yolo_det, n, None) is None]\n"
+        "assert not missing, missing\n"
+        "assert 'torch' in sys.modules\n"
+        "assert set(yolo_det.__all__) <= set(dir(yolo_det))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+
+
+def test_an_unknown_attribute_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no_such_name"):
+        yolo_det.no_such_name  # noqa: B018

@@ -1,0 +1,121 @@
+"""The audit entry point: load the model, trace it, match the trace, report."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...core.errors import ConfigError
+from ...core.profiles import Profile, load_profile
+from ..loader import LoadedModel, load_model
+from ..optable import OpTable, load_table, parse_version
+from ..optable import torch_version as _running_torch
+from .match import _match, _merge_observed
+from .report import AuditReport
+from .trace import _fake_trace, _loss_trace, _real_trace
+
+__all__ = ["audit"]
+
+def _check_size(imgsz: Any, batch: Any, stride: int | None) -> int:
+    if isinstance(imgsz, bool) or not isinstance(imgsz, int) or imgsz < 1:
+        raise ConfigError(f"imgsz must be a positive integer, got {imgsz!r}")
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ConfigError(f"batch must be a positive integer, got {batch!r}")
+    if stride:
+        if imgsz < stride or imgsz % stride:
+            lower = max(stride, imgsz // stride * stride)
+            upper = lower if lower > imgsz else lower + stride
+            options = sorted({lower, upper})
+            raise ConfigError(f"imgsz {imgsz} is not a multiple of the model's stride {stride}; use "
+                              f"{' or '.join(map(str, options))}")
+    return imgsz
+
+
+def _load(model: Any) -> LoadedModel:
+    if isinstance(model, LoadedModel):
+        return model
+    if isinstance(model, (str, Path)) and Path(str(model)).suffix.lower() in (".yaml", ".yml"):
+        from ultralytics.nn import tasks
+
+        from ...layers.registry import registered
+        from ..zoo import ZOO_MODULES
+
+        missing = {k: v for k, v in ZOO_MODULES.items() if k not in vars(tasks)}
+        with registered(missing):
+            return load_model(model)
+    return load_model(model)
+
+
+def audit(
+    model: Any,
+    *,
+    imgsz: int = 640,
+    batch: int = 2,
+    profile: str | Profile = "repro",
+    device: str = "fake",
+    torch_version: str | None = None,
+    table: str | Path | OpTable | None = None,
+    loss: bool = False,
+) -> AuditReport:
+    """Find the layers of ``model`` that will not train under strict determinism on CUDA.
+
+    Args:
+        model: A model YAML (path or Ultralytics name, e.g. ``yolov8n.yaml``; the test blocks of
+            :mod:`yolo_det.analysis.zoo` are known), a checkpoint path, a factory ``package.module:function``, an
+            ``nn.Module`` or an ``ultralytics.YOLO``.
+        imgsz: Square input size of the trace (a multiple of the model's stride).
+        batch: Batch size of the trace.
+        profile: The profile (name, file or :class:`~yolo_det.core.profiles.Profile`) whose train phase decides
+            the deterministic flag at forward time and the "under profile" column.
+        device: ``fake`` (the default: fake CUDA, any machine) or ``cuda``/``cuda:N`` to also run the real kernels
+            under strict mode as a second opinion.
+        torch_version: Read the table for this torch version instead of the running one ("what would happen on
+            torch 2.0?"). The trace itself always runs on the installed torch.
+        table: A table file of the same format as the built-in one (default: the built-in table).
+        loss: Also run one real training step of an Ultralytics model on the CPU (forward, the model's own loss
+            on a synthetic batch, backward) and report what the loss itself reaches (module ``(loss)``). The loss
+            branches on its data, which a fake trace cannot follow; use a small ``imgsz``.
+
+    Returns:
+        The report: ``.findings``, ``.ok``, ``.to_dict()``, ``.format_table()``.
+
+    Raises:
+        ModelError: The model cannot be loaded, built or run.
+        ConfigError: Bad ``imgsz``/``batch``/``device``/``torch_version``, or a bad table.
+        ProfileError: Bad profile.
+    """
+    started = time.perf_counter()
+    prof = load_profile(profile)
+    settings = prof.train
+    tbl = load_table(table)
+    running = _running_torch()
+    version = running if torch_version is None else str(torch_version)
+    parse_version(version)
+    if not isinstance(device, str) or not (device == "fake" or device == "cuda" or device.startswith("cuda:")):
+        raise ConfigError(f"device must be 'fake' or 'cuda[:N]', got {device!r}")
+    if device != "fake" and not torch.cuda.is_available():
+        raise ConfigError(f"device '{device}' needs a CUDA GPU and none is available; the default fake-CUDA trace needs none")
+    loaded = _load(model)
+    _check_size(imgsz, batch, loaded.stride)
+    trace = _fake_trace(loaded, tbl, imgsz=imgsz, batch=batch, forward_det=settings.deterministic)
+    findings = _match(trace, tbl, version, loaded, settings)
+    notes = list(trace.notes)
+    if loss:
+        loss_trace = _loss_trace(loaded, tbl, imgsz=imgsz, batch=batch, forward_det=settings.deterministic)
+        findings += [f for f in _match(loss_trace, tbl, version, loaded, settings) if f.module == "(loss)"]
+    device_label = "fake-cuda"
+    if device != "fake":
+        real = _real_trace(loaded, tbl, imgsz=imgsz, batch=batch, forward_det=True, device=device)
+        findings = _merge_observed(findings, real, tbl, loaded, settings)
+        notes += real.notes
+        device_label = f"fake-cuda+{device}"
+    return AuditReport(
+        model=loaded.source, findings=findings, torch_version=version, running_torch=running,
+        profile=prof.name, imgsz=imgsz, batch=batch, device=device_label,
+        yaml_path=str(loaded.yaml_path) if loaded.yaml_path else None, notes=notes,
+        stats={"ops": trace.counts["ops"], "autograd_nodes": trace.counts["nodes"],
+               "backward_nodes_run": trace.counts["backward_nodes"], "seconds": round(time.perf_counter() - started, 3)},
+    )

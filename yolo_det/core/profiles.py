@@ -1,0 +1,373 @@
+"""Determinism profiles: what each phase of a run (train, val, deploy) must set up.
+
+A :class:`Profile` holds one :class:`PhaseSettings` per phase. Profiles are data: the built-ins
+(``repro``, ``balanced``, ``fast``) are YAML files shipped in ``yolo_det/core/presets``, and a user's
+profile is a YAML file of the same shape, optionally ``extends:`` a built-in::
+
+    name: my-profile
+    description: repro, but cuDNN may autotune during training
+    extends: repro
+    defaults:            # applied to every phase
+      fill_uninitialized_memory: false
+    train:
+      cudnn_benchmark: true
+
+:func:`load_profile` takes a built-in name or a path and validates everything: an unknown key, a
+wrong type or a bad value raises :class:`~yolo_det.core.errors.ProfileError` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal, get_args
+
+import yaml
+
+from .errors import ProfileError, did_you_mean
+
+__all__ = [
+    "BUILTIN_PROFILES",
+    "PHASES",
+    "PhaseSettings",
+    "Profile",
+    "list_profiles",
+    "load_profile",
+]
+
+DeterministicAlgorithms = Literal["off", "warn", "strict"]
+BackwardMode = Literal["keep", "disable"]
+SwapPolicy = Literal["none", "auto", "all"]
+Phase = Literal["train", "val", "deploy"]
+
+PHASES: tuple[str, ...] = get_args(Phase)
+BUILTIN_PROFILES: tuple[str, ...] = ("balanced", "fast", "repro")
+_SEED_LIMIT = 2**32  # numpy's legacy seeding accepts [0, 2**32)
+
+
+@dataclass(frozen=True)
+class PhaseSettings:
+    """How the process is set up while one phase runs.
+
+    Attributes:
+        seed: Seed for python, numpy and torch RNGs when the phase starts. ``None`` means "the run's seed"
+            for training (Ultralytics' ``seed=``, YOLOv5's ``--seed``) and "do not reseed" for val/deploy.
+        deterministic_algorithms: ``torch.use_deterministic_algorithms``: ``off``, ``warn`` (warn_only=True:
+            offending CUDA kernels warn and stay non-deterministic) or ``strict`` (they raise).
+        cudnn_benchmark: ``torch.backends.cudnn.benchmark`` (autotuning; picks algorithms per run).
+        cudnn_deterministic: ``torch.backends.cudnn.deterministic``.
+        allow_tf32: TF32 for float32 matmuls and cuDNN convolutions (changes numerics, not determinism).
+        fill_uninitialized_memory: ``torch.utils.deterministic.fill_uninitialized_memory``: under
+            deterministic algorithms, fill new tensors with NaN so reads of uninitialized memory repeat.
+        backward: ``keep`` runs backward under the phase's settings; ``disable`` turns deterministic
+            algorithms off exactly while the backward pass runs. That lets layers without a deterministic
+            CUDA backward train under ``strict``, but it also turns off the deterministic paths of
+            ``index_put``/``scatter_add``/``gather`` backward, so backward is no longer bitwise reproducible.
+        swaps: Layer-swap policy: ``none``; ``auto`` (swap the layers whose CUDA kernel is non-deterministic
+            on the running torch for deterministic equivalents); ``all`` (swap every layer that has an
+            equivalent, whatever the torch version).
+        intercept: Route non-deterministic functional calls (``F.grid_sample``, ``F.adaptive_max_pool2d``,
+            ``F.interpolate``, ...) to deterministic implementations while the phase runs.
+        env: Environment variables set while the phase runs (``None`` unsets one), e.g.
+            ``CUBLAS_WORKSPACE_CONFIG`` or NCCL's ``NCCL_ALGO``.
+    """
+
+    seed: int | None = None
+    deterministic_algorithms: DeterministicAlgorithms = "strict"
+    cudnn_benchmark: bool = False
+    cudnn_deterministic: bool = True
+    allow_tf32: bool = False
+    fill_uninitialized_memory: bool = True
+    backward: BackwardMode = "keep"
+    swaps: SwapPolicy = "none"
+    intercept: bool = False
+    env: Mapping[str, str | None] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+
+    def __hash__(self) -> int:
+        return hash((*(getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "env"),
+                     tuple(sorted(self.env.items(), key=lambda kv: kv[0]))))
+
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        return (_phase_settings, (self.to_dict(),))
+
+    @property
+    def deterministic(self) -> bool:
+        """True when deterministic algorithms are on (``warn`` or ``strict``)."""
+        return self.deterministic_algorithms != "off"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as plain data (JSON/YAML-ready)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["env"] = dict(self.env)
+        return out
+
+    def replace(self, **changes: Any) -> PhaseSettings:
+        """Return a copy with ``changes`` applied (validated like a profile file)."""
+        data = self.to_dict()
+        for key, value in changes.items():
+            data[key] = _check_value(key, value, where="PhaseSettings.replace")
+        return PhaseSettings(**data)
+
+
+def _phase_settings(data: dict[str, Any]) -> PhaseSettings:
+    """Unpickle helper: PhaseSettings from its dict (a mappingproxy field does not pickle)."""
+    return PhaseSettings(**data)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A named set of phase settings.
+
+    Attributes:
+        name: The profile's name.
+        description: One paragraph on what the profile is for and what it gives up.
+        train: Settings while training (forward, backward, optimizer steps).
+        val: Settings while validating, inside training and in ``model.val()``.
+        deploy: Settings while predicting and exporting.
+        source: ``builtin:NAME`` or the path of the YAML file it was loaded from.
+    """
+
+    name: str
+    description: str
+    train: PhaseSettings
+    val: PhaseSettings
+    deploy: PhaseSettings
+    source: str = ""
+
+    def phase(self, phase: str) -> PhaseSettings:
+        """Return the settings of ``phase`` (``train``, ``val`` or ``deploy``)."""
+        if phase not in PHASES:
+            raise ProfileError(f"unknown phase '{phase}'; choose from {', '.join(PHASES)}.{did_you_mean(phase, PHASES)}")
+        return getattr(self, phase)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved profile as plain data (JSON/YAML-ready)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "source": self.source,
+            **{p: self.phase(p).to_dict() for p in PHASES},
+        }
+
+    def to_yaml(self) -> str:
+        """The resolved profile as a YAML document that :func:`load_profile` accepts."""
+        data = self.to_dict()
+        data.pop("source")
+        return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=100)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# validation
+
+_FIELDS = {f.name: f for f in dataclasses.fields(PhaseSettings)}
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "deterministic_algorithms": get_args(DeterministicAlgorithms),
+    "backward": get_args(BackwardMode),
+    "swaps": get_args(SwapPolicy),
+}
+_BOOLS = {"cudnn_benchmark", "cudnn_deterministic", "allow_tf32", "fill_uninitialized_memory", "intercept"}
+_TOP_KEYS = ("name", "description", "extends", "defaults", *PHASES)
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _check_value(key: str, value: Any, *, where: str) -> Any:
+    """Validate one phase setting and return it normalised; raise ProfileError with ``where`` as prefix."""
+    if key not in _FIELDS:
+        raise ProfileError(
+            f"{where}: unknown setting '{key}'; valid settings: {', '.join(_FIELDS)}.{did_you_mean(key, _FIELDS)}"
+        )
+    if key in _BOOLS:
+        if not isinstance(value, bool):
+            raise ProfileError(f"{where}: '{key}' must be true or false, got {_type_name(value)} {value!r}")
+        return value
+    if key in _CHOICES:
+        choices = _CHOICES[key]
+        if isinstance(value, bool) and key == "deterministic_algorithms":
+            value = "strict" if value else "off"  # YAML 'deterministic_algorithms: false' reads as a bool
+        if value not in choices:
+            raise ProfileError(
+                f"{where}: '{key}' must be one of {', '.join(choices)}, got {value!r}."
+                f"{did_you_mean(str(value), choices)}"
+            )
+        return value
+    if key == "seed":
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _SEED_LIMIT:
+            raise ProfileError(f"{where}: 'seed' must be null or an integer in [0, 2**32), got {value!r}")
+        return value
+    if key == "env":
+        if not isinstance(value, Mapping):
+            raise ProfileError(f"{where}: 'env' must be a mapping of variable name to string or null, got {value!r}")
+        env: dict[str, str | None] = {}
+        for name, val in value.items():
+            if not isinstance(name, str) or not name or "=" in name:
+                raise ProfileError(f"{where}: 'env' has an invalid variable name {name!r}")
+            if val is not None and not isinstance(val, (str, int, float)) or isinstance(val, bool):
+                raise ProfileError(f"{where}: 'env.{name}' must be a string or null, got {val!r}")
+            env[name] = None if val is None else str(val)
+        return env
+    raise AssertionError(f"unhandled setting {key}")  # pragma: no cover - _FIELDS and the branches agree
+
+
+class _Lines:
+    """Line numbers of the keys of a YAML document, found by composing its node tree."""
+
+    def __init__(self, text: str) -> None:
+        self._lines: dict[tuple[str, ...], int] = {}
+        try:
+            node = yaml.compose(text, Loader=yaml.SafeLoader)
+        except yaml.YAMLError:
+            node = None
+        if node is not None:
+            self._walk(node, ())
+
+    def _walk(self, node: yaml.Node, path: tuple[str, ...]) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                key = (*path, str(key_node.value))
+                self._lines[key] = key_node.start_mark.line + 1
+                self._walk(value_node, key)
+
+    def line(self, *path: str) -> int | None:
+        while path:
+            if path in self._lines:
+                return self._lines[path]
+            path = path[:-1]
+        return None
+
+
+def _where(origin: str, lines: _Lines, *path: str) -> str:
+    line = lines.line(*path)
+    return f"{origin}:{line}" if line else origin
+
+
+def _builtin_text(name: str) -> str:
+    return resources.files("yolo_det.core.presets").joinpath(f"{name}.yaml").read_text(encoding="utf-8")
+
+
+def list_profiles() -> dict[str, str]:
+    """Return ``{name: description}`` of the built-in profiles."""
+    return {name: load_profile(name).description for name in BUILTIN_PROFILES}
+
+
+def load_profile(profile: str | os.PathLike[str] | Profile) -> Profile:
+    """Load and validate a profile.
+
+    Args:
+        profile: A built-in name (``repro``, ``balanced``, ``fast``), the path of a profile YAML file,
+            or a :class:`Profile` (returned as is).
+
+    Returns:
+        The resolved profile.
+
+    Raises:
+        ProfileError: The name is unknown, the file is missing or malformed, or a setting is invalid.
+            The message names the file and line.
+    """
+    return _load(profile, chain=())
+
+
+def _load(profile: str | os.PathLike[str] | Profile, *, chain: tuple[str, ...], base_dir: Path | None = None) -> Profile:
+    if isinstance(profile, Profile):
+        return profile
+    if not isinstance(profile, (str, os.PathLike)):
+        raise ProfileError(f"a profile must be a name or a path, got {_type_name(profile)}")
+    text_name = os.fspath(profile)
+    if text_name in BUILTIN_PROFILES:
+        return _parse(_builtin_text(text_name), origin=f"builtin:{text_name}", chain=chain, base_dir=None)
+    path = Path(text_name).expanduser()
+    if base_dir is not None and not path.is_absolute():
+        path = base_dir / path
+    looks_like_path = path.suffix in {".yaml", ".yml"} or os.sep in text_name or "/" in text_name
+    if not looks_like_path:
+        raise ProfileError(
+            f"unknown profile '{text_name}'; choose from {', '.join(BUILTIN_PROFILES)} or give the path of a "
+            f"profile YAML file.{did_you_mean(text_name, BUILTIN_PROFILES)}"
+        )
+    if not path.is_file():
+        raise ProfileError(f"profile file '{path}' does not exist; give a built-in name ({', '.join(BUILTIN_PROFILES)}) or an existing YAML file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ProfileError(f"cannot read profile file '{path}': {e}") from None
+    return _parse(text, origin=str(path), chain=chain, base_dir=path.parent)
+
+
+def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | None) -> Profile:
+    if origin in chain:
+        raise ProfileError(f"{origin}: 'extends' forms a cycle: {' -> '.join((*chain, origin))}")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        context, context_mark = getattr(e, "context", None), getattr(e, "context_mark", None)
+        if context and context_mark is not None and (mark is None or context_mark.line != mark.line):
+            problem += f" ({context} at line {context_mark.line + 1})"
+        raise ProfileError(f"{origin}{line}: malformed YAML: {problem}") from None
+    lines = _Lines(text)
+    if data is None:
+        raise ProfileError(f"{origin}: the profile file is empty; see `yolo-det profiles show repro` for the format")
+    if not isinstance(data, dict):
+        raise ProfileError(f"{origin}:1: a profile must be a mapping with keys {', '.join(_TOP_KEYS)}, got {_type_name(data)}")
+    for key in data:
+        if key not in _TOP_KEYS:
+            raise ProfileError(
+                f"{_where(origin, lines, str(key))}: unknown key '{key}'; valid keys: {', '.join(_TOP_KEYS)}."
+                f"{did_you_mean(str(key), _TOP_KEYS)}"
+            )
+
+    extends = data.get("extends")
+    if extends is not None:
+        if not isinstance(extends, str):
+            raise ProfileError(f"{_where(origin, lines, 'extends')}: 'extends' must be a profile name or path, got {extends!r}")
+        try:
+            base = _load(extends, chain=(*chain, origin), base_dir=base_dir)
+        except ProfileError as e:
+            raise ProfileError(f"{_where(origin, lines, 'extends')}: in 'extends: {extends}': {e}") from None
+        phases = {p: base.phase(p).to_dict() for p in PHASES}
+        description = base.description
+    else:
+        phases = {p: PhaseSettings().to_dict() for p in PHASES}
+        description = ""
+
+    sections = [("defaults", PHASES)] + [(p, (p,)) for p in PHASES]
+    for section, targets in sections:
+        values = data.get(section)
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            raise ProfileError(f"{_where(origin, lines, section)}: '{section}' must be a mapping of settings, got {_type_name(values)}")
+        for key, value in values.items():
+            where = _where(origin, lines, section, str(key))
+            checked = _check_value(str(key), value, where=f"{where}: in '{section}'")
+            for target in targets:
+                phases[target][str(key)] = checked
+
+    name = data.get("name")
+    if name is None:
+        name = Path(origin).stem if not origin.startswith("builtin:") else origin.split(":", 1)[1]
+    if not isinstance(name, str) or not name.strip():
+        raise ProfileError(f"{_where(origin, lines, 'name')}: 'name' must be a non-empty string, got {name!r}")
+    desc = data.get("description", description)
+    if not isinstance(desc, str):
+        raise ProfileError(f"{_where(origin, lines, 'description')}: 'description' must be a string, got {_type_name(desc)}")
+    return Profile(
+        name=name,
+        description=" ".join(desc.split()),
+        source=origin,
+        **{p: PhaseSettings(**phases[p]) for p in PHASES},
+    )

@@ -1,0 +1,182 @@
+"""The run record: environment fingerprint, weights digest and ``determinism.json``.
+
+``determinism.json`` is written into the run directory. It holds what a reader needs to repeat or
+audit the run: the profile and its resolved settings per phase, the seeds, the versions of python,
+torch, CUDA, cuDNN, Ultralytics and yolo-det, the GPU, the environment variables that matter, the
+flags observed when training started, every non-determinism warning seen, and a SHA-256 digest of
+the final weights.
+
+The weights digest is defined so that equal weights give equal digests whatever the file's metadata:
+the state dict's entries are hashed in sorted key order, each as its key, dtype class and shape
+followed by its values; float16, bfloat16 and float32 values are hashed as little-endian float32
+(exact for all three), other dtypes as they are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import sys
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .constants import RECORDED_ENV
+from .errors import ModelError
+from .fileio import atomic_write_json
+
+__all__ = [
+    "RECORD_NAME",
+    "build_record",
+    "checkpoint_digest",
+    "environment",
+    "load_checkpoint_state",
+    "state_dict_digest",
+    "write_record",
+]
+
+RECORD_NAME = "determinism.json"
+RECORD_SCHEMA = 1
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def environment() -> dict[str, Any]:
+    """A fingerprint of the software and hardware this process runs on."""
+    cuda = torch.cuda.is_available()
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else []
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or None,
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_git_version": getattr(torch.version, "git_version", None),
+        "cuda": torch.version.cuda,
+        "cudnn": cudnn,
+        "cuda_available": cuda,
+        "gpus": gpus,
+        "numpy": np.__version__,
+        "torchvision": _version("torchvision"),
+        "ultralytics": _version("ultralytics"),
+        "yolov5": _version("yolov5"),
+        "yolo_det": _version("yolo-det"),
+        "torch_threads": torch.get_num_threads(),
+        "env": {k: os.environ.get(k) for k in RECORDED_ENV},
+        "argv": list(sys.argv),
+    }
+
+
+def _tensor_bytes(t: torch.Tensor) -> tuple[str, bytes]:
+    t = t.detach().to("cpu")
+    if t.is_floating_point() and t.dtype in (torch.float16, torch.bfloat16, torch.float32):
+        return "float", t.float().contiguous().numpy().astype("<f4", copy=False).tobytes()
+    if t.is_complex():
+        return str(t.dtype), t.contiguous().numpy().astype(t.numpy().dtype.newbyteorder("<"), copy=False).tobytes()
+    if t.dtype == torch.bool:
+        return "bool", t.contiguous().numpy().astype(np.uint8).tobytes()
+    arr = t.contiguous().numpy()
+    return str(t.dtype), arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+def state_dict_digest(state: Mapping[str, Any] | torch.nn.Module) -> str:
+    """SHA-256 hex digest of a state dict (or a module's), as defined in this module's docstring."""
+    if isinstance(state, torch.nn.Module):
+        state = state.state_dict()
+    h = hashlib.sha256()
+    for key in sorted(state):
+        value = state[key]
+        if not isinstance(value, torch.Tensor):
+            continue
+        kind, data = _tensor_bytes(value)
+        h.update(f"{key}\0{kind}\0{tuple(value.shape)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+def load_checkpoint_state(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
+    """Return the model state dict stored in a checkpoint file.
+
+    Accepts an Ultralytics or YOLOv5 checkpoint (a dict with ``model``/``ema`` holding a module), a
+    plain state dict, or a pickled module.
+
+    Raises:
+        ModelError: The file is missing or holds no model weights.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"checkpoint '{path}' does not exist")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # noqa: BLE001 - any unpickling failure means "not a checkpoint"
+        raise ModelError(f"'{path}' is not a PyTorch checkpoint: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+    if isinstance(obj, dict):
+        for key in ("ema", "model"):
+            candidate = obj.get(key)
+            if isinstance(candidate, torch.nn.Module):
+                return candidate.state_dict()
+        if "state_dict" in obj and isinstance(obj["state_dict"], Mapping):
+            obj = obj["state_dict"]
+        if obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+            return dict(obj)
+    if isinstance(obj, torch.nn.Module):
+        return obj.state_dict()
+    raise ModelError(f"'{path}' holds no model weights (expected a checkpoint with 'model' or 'ema', or a state dict)")
+
+
+def checkpoint_digest(path: str | os.PathLike[str]) -> str:
+    """SHA-256 digest of the weights in a checkpoint file (see :func:`state_dict_digest`)."""
+    return state_dict_digest(load_checkpoint_state(path))
+
+
+def write_record(directory: str | os.PathLike[str], record: Mapping[str, Any]) -> Path:
+    """Write ``record`` as ``determinism.json`` in ``directory`` (atomically) and return its path."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    return atomic_write_json(directory / RECORD_NAME, {"schema": RECORD_SCHEMA, **record})
+
+
+def build_record(session: Any, *, framework: str, status: str, state_at_train_start: Mapping[str, Any] | None,
+                 weights: Mapping[str, Any], run: Mapping[str, Any], seeds: Mapping[str, Any] | None = None,
+                 **extra: Any) -> dict[str, Any]:
+    """The content of ``determinism.json``: one schema for every integration.
+
+    Args:
+        session: The run's ``DeterminismSession`` (profile, seeds, baseline, warnings, swaps, events).
+        framework: ``ultralytics`` or ``yolov5``.
+        status: ``completed`` or ``failed``.
+        state_at_train_start: The process state when training started (``DeterminismState.to_dict()``).
+        weights: What is known of the weights (``file``, ``sha256``, ...).
+        run: The framework's run arguments worth keeping.
+        seeds: The seeds to record (default: ``session.seeds()``).
+        **extra: Framework-specific keys, added after the shared ones.
+    """
+    record: dict[str, Any] = {
+        "status": status,
+        "framework": framework,
+        "profile": session.profile.to_dict(),
+        "seeds": dict(session.seeds() if seeds is None else seeds),
+        "environment": environment(),
+        "state_before": session.baseline.to_dict() if session.baseline else None,
+        "state_at_train_start": state_at_train_start,
+        "backward_toggles": session.backward_toggles(),
+        "swaps": session.swaps(),
+        "routed_calls": session.routed_calls(),
+        "nondeterminism_warnings": session.warnings.entries(),
+        "weights": dict(weights),
+        "run": dict(run),
+        "phase_events": [e for e in session.events if e["event"] in {"enter", "exit"}],
+    }
+    record.update(extra)
+    return record

@@ -1,0 +1,1 @@
+"""Fixes: swapping a decided set of modules, intercepting functional calls, rewriting model YAMLs."""

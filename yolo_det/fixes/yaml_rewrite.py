@@ -1,0 +1,351 @@
+"""Rewrite a model YAML so its non-deterministic layers become yolo-det's deterministic ones, and back.
+
+``rewrite_yaml`` changes only the module name of the layers that need it (``nn.AdaptiveMaxPool2d`` ->
+``DetAdaptiveMaxPool2d``, ``nn.Upsample`` with a non-nearest mode -> ``DetUpsample``, ...). The edit is
+made in the text itself, at the position of that one token, so comments, key order, quoting and the
+layout of every other line stay byte for byte; ``reverse=True`` turns the names back, and a rewrite
+followed by a reverse gives the original text. Which layers need it is decided as everywhere in
+yolo-det: by tracing the built model on fake CUDA (:func:`yolo_det.analysis.audit.audit`) for the running torch
+version (``policy="auto"``), or for every layer that has an equivalent (``policy="all"``).
+
+The yolo-det names resolve in Ultralytics' ``parse_model`` once :func:`yolo_det.layers.registry.register_layers`
+ran (``yolo-det train`` and :func:`yolo_det.attach` do it). A layer whose non-determinism is inside a
+block (the max pool of a CBAM block, the ``grid_sample`` of RT-DETR's decoder) has no name to change in
+the YAML: the report lists it, and the profile's module swaps and functional interception handle it
+at training time.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..core.errors import ConfigError, ModelError, YoloDetError
+from ..core.fileio import atomic_write_text, check_output_path
+
+__all__ = ["YAML_NAMES", "Change", "RewriteResult", "rewrite_yaml", "rewrite_yaml_text"]
+
+#: YAML module name -> yolo-det name that Ultralytics resolves after :func:`yolo_det.layers.registry.register_layers`.
+YAML_NAMES: dict[str, str] = {
+    "nn.AdaptiveAvgPool1d": "DetAdaptiveAvgPool1d",
+    "nn.AdaptiveAvgPool2d": "DetAdaptiveAvgPool2d",
+    "nn.AdaptiveAvgPool3d": "DetAdaptiveAvgPool3d",
+    "nn.AdaptiveMaxPool1d": "DetAdaptiveMaxPool1d",
+    "nn.AdaptiveMaxPool2d": "DetAdaptiveMaxPool2d",
+    "nn.Upsample": "DetUpsample",
+    "nn.UpsamplingBilinear2d": "DetUpsamplingBilinear2d",
+    "nn.ReflectionPad1d": "DetReflectionPad1d",
+    "nn.ReflectionPad2d": "DetReflectionPad2d",
+    "nn.ReflectionPad3d": "DetReflectionPad3d",
+    "nn.ReplicationPad1d": "DetReplicationPad1d",
+    "nn.ReplicationPad2d": "DetReplicationPad2d",
+    "nn.ReplicationPad3d": "DetReplicationPad3d",
+}
+_REVERSE = {v: k for k, v in YAML_NAMES.items()}
+_SECTIONS = ("backbone", "head")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One rewritten layer.
+
+    Attributes:
+        layer: The layer index (Ultralytics ``.i``: backbone then head).
+        line: The 1-based line of the module name in the file.
+        old: The module name before.
+        new: The module name after.
+        reason: Why (the kernel it reaches, or "reverse").
+    """
+
+    layer: int
+    line: int
+    old: str
+    new: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data."""
+        return {"layer": self.layer, "line": self.line, "old": self.old, "new": self.new, "reason": self.reason}
+
+
+@dataclass
+class RewriteResult:
+    """What :func:`rewrite_yaml_text` did.
+
+    Attributes:
+        text: The rewritten text (the input text when nothing changed).
+        changes: The layers whose module name changed.
+        inside_blocks: Findings inside blocks, which the YAML cannot name (``layer``, ``module``, ``kernel``).
+        layers: Number of layers of the model.
+        params: Parameter count of the model built from the input (and from the output: they are equal).
+    """
+
+    text: str
+    changes: list[Change] = field(default_factory=list)
+    inside_blocks: list[dict[str, Any]] = field(default_factory=list)
+    layers: int = 0
+    params: int = 0
+
+    @property
+    def changed(self) -> bool:
+        """Whether the text changed."""
+        return bool(self.changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (for ``--json``)."""
+        return {"changed": self.changed, "changes": [c.to_dict() for c in self.changes],
+                "inside_blocks": self.inside_blocks, "layers": self.layers, "params": self.params}
+
+    def format(self, source: str = "") -> str:
+        """A readable report."""
+        lines = []
+        for c in self.changes:
+            lines.append(f"{source}:{c.line}: layer {c.layer}: {c.old} -> {c.new} ({c.reason})")
+        for b in self.inside_blocks:
+            lines.append(f"layer {b['layer']} ({b['layer_class']}): {b['module']} reaches {b['kernel']} inside the "
+                         "block; not nameable in the YAML: swapped at training time by the profile")
+        if not lines:
+            lines.append("nothing to rewrite")
+        lines.append(f"{len(self.changes)} layer(s) changed; {self.layers} layers, {self.params:,} parameters")
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# locating module names in the text
+
+
+@dataclass(frozen=True)
+class _Slot:
+    layer: int
+    name: str
+    line: int  # 0-based
+    col: int  # 0-based start of the token (quote included, if any)
+    length: int  # token length in the text
+    args: Any
+
+
+def _slots(text: str, origin: str) -> Iterator[_Slot]:
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    yaml = YAML(typ="rt")
+    try:
+        data = yaml.load(StringIO(text))
+    except YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{origin}:{mark.line + 1}" if mark is not None else origin
+        raise ModelError(f"{where}: malformed YAML: {getattr(e, 'problem', None) or e}") from None
+    if not isinstance(data, dict) or not all(isinstance(data.get(s), list) for s in _SECTIONS):
+        raise ModelError(f"{origin}: not an Ultralytics model YAML (expected 'backbone' and 'head' lists of layers)")
+    lines = text.splitlines(keepends=True)
+    index = 0
+    for section in _SECTIONS:
+        for row in data[section]:
+            if not isinstance(row, list) or len(row) < 3 or not isinstance(row[2], str):
+                raise ModelError(f"{origin}:{_row_line(row, data[section])}: layer {index} is not "
+                                 "[from, repeats, module, args]")
+            line, col = row.lc.item(2)
+            token = _token_at(lines[line], col, row[2])
+            if token is None:
+                raise ModelError(f"{origin}:{line + 1}: could not find the module name '{row[2]}' of layer {index}")
+            yield _Slot(index, row[2], line, col, token, row[3] if len(row) > 3 else [])
+            index += 1
+
+
+def _row_line(row: Any, seq: Any) -> int:
+    try:
+        return int(row.lc.line) + 1
+    except AttributeError:
+        return int(seq.lc.line) + 1
+
+
+def _token_at(line: str, col: int, name: str) -> int | None:
+    for quote in ("", '"', "'"):
+        token = f"{quote}{name}{quote}"
+        if line.startswith(token, col):
+            return len(token)
+    return None
+
+
+def _replace(text: str, slots: list[tuple[_Slot, str]]) -> str:
+    lines = text.splitlines(keepends=True)
+    # right to left within a line, so earlier columns stay valid
+    for slot, new in sorted(slots, key=lambda s: (s[0].line, -s[0].col)):
+        line = lines[slot.line]
+        old_token = line[slot.col:slot.col + slot.length]
+        quote = old_token[0] if old_token[0] in "\"'" else ""
+        lines[slot.line] = line[:slot.col] + f"{quote}{new}{quote}" + line[slot.col + slot.length:]
+    return "".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# deciding what to rewrite
+
+
+def _build(text: str, origin: str) -> Any:
+    """Build the model the YAML describes (yolo-det layer names registered); return the DetectionModel."""
+    import yaml as pyyaml
+
+    from ..analysis.zoo import ZOO_MODULES
+    from ..layers.registry import registered, registered_layers
+
+    try:
+        cfg = pyyaml.safe_load(text)
+    except pyyaml.YAMLError as e:
+        raise ModelError(f"{origin}: malformed YAML: {getattr(e, 'problem', None) or e}") from None
+    task = _guess_task(cfg)
+    try:
+        with registered_layers(), registered(ZOO_MODULES):
+            from ultralytics.nn import tasks
+
+            cls = {"detect": tasks.DetectionModel, "segment": tasks.SegmentationModel, "pose": tasks.PoseModel,
+                   "obb": tasks.OBBModel, "classify": tasks.ClassificationModel}.get(task, tasks.DetectionModel)
+            if "rtdetr" in str(cfg.get("head", "")).lower():
+                cls = tasks.RTDETRDetectionModel
+            cfg = dict(cfg, yaml_file=origin)
+            return cls(cfg, verbose=False)
+    except KeyError as e:
+        raise ModelError(f"{origin}: unknown module {e} in the model YAML; is it registered?") from None
+    except YoloDetError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any build failure is "a YAML that does not build"
+        raise ModelError(f"{origin}: the model YAML does not build: {type(e).__name__}: "
+                         f"{' '.join(str(e).split())[:300]}") from None
+
+
+def _guess_task(cfg: Any) -> str:
+    try:
+        from ultralytics.nn.tasks import guess_model_task
+
+        return guess_model_task(cfg)
+    except Exception:  # noqa: BLE001 - fall back to detection
+        return "detect"
+
+
+def _params(model: Any) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def rewrite_yaml_text(text: str, *, reverse: bool = False, policy: str = "auto", origin: str = "<yaml>",
+                      imgsz: int = 64, torch_version: str | None = None) -> RewriteResult:
+    """Rewrite a model YAML's text (see the module docstring). Nothing is written.
+
+    Args:
+        text: The YAML text.
+        reverse: Turn yolo-det names back into standard ones (for export or sharing).
+        policy: ``auto`` (only layers that reach a non-deterministic CUDA kernel on the running torch, or on
+            ``torch_version``) or ``all`` (every layer with a deterministic equivalent).
+        origin: Name used in messages (the file path).
+        imgsz: Input size of the trace that decides ``auto``.
+        torch_version: Decide for this torch version instead of the running one.
+
+    Returns:
+        The result; ``result.text`` is the new text.
+
+    Raises:
+        ModelError: Malformed YAML, not a model YAML, or a model that does not build.
+        ConfigError: Bad ``policy``.
+    """
+    if policy not in ("auto", "all"):
+        raise ConfigError(f"policy must be 'auto' or 'all', got {policy!r}")
+    slots = list(_slots(text, origin))
+    model = _build(text, origin)
+    result = RewriteResult(text=text, layers=len(slots), params=_params(model))
+    todo: list[tuple[_Slot, str]] = []
+    if reverse:
+        for slot in slots:
+            if slot.name in _REVERSE:
+                todo.append((slot, _REVERSE[slot.name]))
+                result.changes.append(Change(slot.layer, slot.line + 1, slot.name, _REVERSE[slot.name], "reverse"))
+    else:
+        reasons = _reasons(model, slots, policy=policy, imgsz=imgsz, torch_version=torch_version, origin=origin,
+                           result=result)
+        for slot in slots:
+            if slot.layer in reasons:
+                new = YAML_NAMES[slot.name]
+                todo.append((slot, new))
+                result.changes.append(Change(slot.layer, slot.line + 1, slot.name, new, reasons[slot.layer]))
+    if todo:
+        result.text = _replace(text, todo)
+        rebuilt = _build(result.text, origin)
+        if _params(rebuilt) != result.params or len(list(_slots(result.text, origin))) != result.layers:
+            raise YoloDetError(f"{origin}: the rewritten YAML builds a different model; nothing was written")
+    return result
+
+
+def _reasons(model: Any, slots: list[_Slot], *, policy: str, imgsz: int, torch_version: str | None, origin: str,
+             result: RewriteResult) -> dict[int, str]:
+    """Layer index -> reason, for the layers to rewrite."""
+    nameable = {s.layer: s for s in slots if s.name in YAML_NAMES}
+    if policy == "all":
+        return {i: "policy all" for i in nameable}
+    from ..analysis.audit import audit
+
+    stride_t = getattr(model, "stride", None)
+    stride = int(stride_t.max()) if isinstance(stride_t, torch.Tensor) and stride_t.numel() else 32
+    size = max(stride, (imgsz // stride) * stride)
+    try:
+        report = audit(model, imgsz=size, batch=2, torch_version=torch_version)
+    except YoloDetError as e:
+        raise ModelError(f"{origin}: {e}") from None
+    reasons: dict[int, str] = {}
+    for f in report.findings:
+        if not f.breaks_determinism or f.layer is None:
+            continue
+        top = f"model.{f.layer}"
+        if f.layer in nameable and f.module in (top, f"{top}.0") and f.module_class == nameable[f.layer].name[3:]:
+            reasons.setdefault(f.layer, f.kernel)
+        elif not any(b["layer"] == f.layer and b["module"] == f.module for b in result.inside_blocks):
+            result.inside_blocks.append({"layer": f.layer, "layer_class": f.layer_class, "module": f.module,
+                                         "kernel": f.kernel})
+    return reasons
+
+
+def rewrite_yaml(src: str | os.PathLike[str], dst: str | os.PathLike[str] | None = None, *, in_place: bool = False,
+                 check: bool = False, force: bool = False, **kwargs: Any) -> RewriteResult:
+    """Rewrite the model YAML file ``src`` into ``dst`` (atomically). See :func:`rewrite_yaml_text`.
+
+    Args:
+        src: The input YAML. It is never changed unless ``in_place``.
+        dst: The output path; must not exist unless ``force``.
+        in_place: Rewrite ``src`` itself (``dst`` must be None).
+        check: Write nothing; the result says whether a rewrite is needed.
+        force: Allow ``dst`` to exist.
+        **kwargs: ``reverse``, ``policy``, ``imgsz``, ``torch_version``.
+
+    Raises:
+        ConfigError: Conflicting or missing output arguments, an existing output, an unwritable output folder.
+        ModelError: See :func:`rewrite_yaml_text`.
+    """
+    src = Path(src)
+    if not src.is_file():
+        raise ConfigError(f"model YAML '{src}' does not exist")
+    if src.suffix not in {".yaml", ".yml"}:
+        raise ConfigError(f"'{src}' is not a .yaml file")
+    if in_place and dst is not None:
+        raise ConfigError("give either an output path (-o) or --in-place, not both")
+    if not check and not in_place and dst is None:
+        raise ConfigError("no output: give -o OUT.yaml, --in-place, or --check")
+    target = src if in_place else (Path(dst) if dst is not None else None)
+    if target is not None and not check:
+        if not in_place and target.resolve() == src.resolve():
+            raise ConfigError("the output is the input; pass --in-place to rewrite the input itself")
+        if not in_place and target.exists() and not force:
+            raise ConfigError(f"output '{target}' exists; choose another path or pass --force to replace it")
+        check_output_path(target, suffix=(".yaml", ".yml"), what="output")
+    try:
+        text = src.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read '{src}': {e}") from None
+    result = rewrite_yaml_text(text, origin=str(src), **kwargs)
+    if not check and target is not None and (result.changed or not in_place):
+        atomic_write_text(target, result.text)
+    return result
+
+

@@ -1,0 +1,1 @@
+"""Session: the one owner of applying a phase (flags, env, seeds, backward toggle, swaps, interception) and undoing it."""

@@ -1,0 +1,70 @@
+"""Turn a profile name and ``key=value`` tokens into a profile and checked Ultralytics train arguments.
+
+Used by the ``train``, ``verify`` and ``bench`` commands and by the benchmark scripts. Without ``data=``
+the bundled demo dataset is used with small defaults (:data:`DEMO_DEFAULTS`), except when resuming
+(``resume=True``/``resume=path``): then only the checkpoint's own arguments and the keys given are used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.errors import ConfigError
+from ..core.profiles import load_profile
+from ..core.resume import is_resume, resume_arguments
+from .overrides import check_ultralytics_args, parse_overrides, resolve_data, resolve_model
+
+__all__ = ["DEMO_DEFAULTS", "RESERVED", "prepare"]
+
+DEMO_DEFAULTS: dict[str, Any] = {
+    "model": "yolov8n.yaml",
+    "epochs": 3,
+    "imgsz": 96,
+    "batch": 16,
+    "device": "cpu",
+    "workers": 0,
+}
+RESERVED = {
+    "deterministic": "the profile decides determinism (choose it with --profile)",
+    "mode": "this command always trains",
+}
+
+
+def prepare(profile: str, tokens: list[str]) -> tuple[Any, dict[str, Any]]:
+    """Validate the profile and the overrides; return ``(profile, ultralytics_args)`` or raise a one-line error.
+
+    Nothing is written and no model is built.
+    """
+    resolved = load_profile(profile)
+    args = parse_overrides(tokens)
+    if is_resume(args):
+        return resolved, _prepare_resume(args)
+    if args.get("data") is None:
+        from .demo import demo_data_yaml
+
+        args.pop("data", None)
+        args = {**DEMO_DEFAULTS, **args, "data": str(demo_data_yaml())}
+    else:
+        if not isinstance(args["data"], str):
+            raise ConfigError(f"data= must be a path, got {args['data']!r}")
+        args["data"] = resolve_data(args["data"])
+    args.setdefault("model", DEMO_DEFAULTS["model"])
+    if not isinstance(args["model"], str):
+        raise ConfigError(f"model= must be a model YAML or a checkpoint path, got {args['model']!r}")
+    args["model"] = resolve_model(args["model"])
+    args = check_ultralytics_args(args, reserved=RESERVED)
+    return resolved, args
+
+
+def _prepare_resume(args: dict[str, Any]) -> dict[str, Any]:
+    """``resume=``: the checkpoint's own arguments, no demo defaults; warn about what resuming ignores."""
+    import sys
+
+    if isinstance(args.get("data"), str):
+        args["data"] = resolve_data(args["data"])
+    args, _, ignored = resume_arguments(args)
+    args = check_ultralytics_args(args, reserved=RESERVED)
+    if ignored:
+        print(f"yolo-det: resuming ignores {', '.join(f'{k}={args[k]}' for k in ignored)}: the checkpoint's "
+              "values are used (start a new run to change them)", file=sys.stderr)
+    return args

@@ -1,0 +1,152 @@
+"""Running verify: train several times under a profile, record, compare, report."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
+from typing import Any
+
+import torch
+
+from ...core import state as _state
+from ...core.errors import ConfigError
+from ...core.profiles import Profile, load_profile
+from ..runtime import quiet_ultralytics, run_folder
+from .compare import compare_runs
+from .recorder import _Recorder
+from .records import DEFAULT_KEEP_MIB, NONDETERMINISTIC_KERNEL, RESERVED, RunRecord
+from .report import VerifyReport
+
+__all__ = ["check_args", "progress_to_stderr", "record_runs", "verify"]
+
+def check_args(args: Mapping[str, Any], runs: int, steps: int | None, keep_mib: float) -> None:
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
+        raise ConfigError(f"--runs must be an integer >= 2, got {runs!r}")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ConfigError(f"--steps must be a positive integer, got {steps!r}")
+    if not (isinstance(keep_mib, (int, float)) and keep_mib >= 0):
+        raise ConfigError(f"--keep-mib must be >= 0, got {keep_mib!r}")
+    for key, why in RESERVED.items():
+        if args.get(key) not in (None, False, 0):
+            raise ConfigError(f"'{key}=' cannot be passed to verify: {why}")
+    device = args.get("device")
+    if isinstance(device, (list, tuple)) or (isinstance(device, str) and "," in device.strip(",")):
+        raise ConfigError(f"verify runs on one device; got device={device!r} (pass a single device, e.g. device=0)")
+
+
+def verify(
+    profile: Profile | str,
+    args: Mapping[str, Any],
+    *,
+    runs: int = 2,
+    steps: int | None = None,
+    keep_mib: float = DEFAULT_KEEP_MIB,
+    callbacks: Mapping[str, Sequence[Callable[[Any], None]]] | None = None,
+    verbose: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> VerifyReport:
+    """Train ``runs`` times with the same arguments under ``profile`` and compare the runs step by step.
+
+    Args:
+        profile: A built-in name, a profile file path, or a :class:`~yolo_det.core.profiles.Profile`.
+        args: Ultralytics train arguments (``model`` included), as ``yolo-det train`` would pass them (see
+            :func:`yolo_det.tools.prepare.prepare`). Without ``project`` the runs go to a temporary folder
+            that is removed afterwards.
+        runs: How many trainings (>= 2); run 1 is the reference.
+        steps: Stop every run after this many optimizer steps (None: the epochs decide).
+        keep_mib: Memory (MiB) the reference may use to keep gradient values of its first steps, which
+            measuring the size of a difference needs.
+        callbacks: Extra Ultralytics callbacks ``{event: [fn]}`` added to every run (after yolo-det's).
+        verbose: Show Ultralytics' own log (it goes to stderr either way).
+        progress: Called with a line of text as each run ends.
+
+    Returns:
+        The report; ``report.identical`` says whether the runs match bit for bit.
+    """
+    resolved = load_profile(profile)
+    check_args(args, runs, steps, keep_mib)
+    started = time.perf_counter()
+    records = record_runs(resolved, args, runs=runs, steps=steps, keep_mib=keep_mib, callbacks=callbacks,
+                          verbose=verbose, progress=progress)
+    divergences = [d for r in records[1:] if (d := compare_runs(records[0], r)) is not None]
+    return VerifyReport(profile=resolved.name, args=dict(args), runs=records, divergences=divergences,
+                        steps_requested=steps, seconds=time.perf_counter() - started,
+                        device=_device_name(args.get("device")))
+
+
+def record_runs(
+    profile: Profile | str,
+    args: Mapping[str, Any],
+    *,
+    runs: int,
+    steps: int | None = None,
+    keep_mib: float = DEFAULT_KEEP_MIB,
+    callbacks: Mapping[str, Sequence[Callable[[Any], None]]] | None = None,
+    verbose: bool = False,
+    progress: Callable[[str], None] | None = None,
+    record: bool = True,
+) -> list[RunRecord]:
+    """Train ``runs`` times as :func:`verify` does and return what each run recorded (no comparison).
+
+    ``record=False`` trains the same way (same stopping rule) without recording anything: one such run is
+    the baseline the cost of verification is measured against (``bench/verify_cost.py``).
+    """
+    from ultralytics import YOLO
+
+    from ...integrations.fonts import ensure_local_font
+    from ...integrations.ultralytics import attach
+
+    resolved = load_profile(profile)
+    train_args = dict(args)
+    model_src = train_args.pop("model")
+    base_name = str(train_args.pop("name", None) or "verify")
+    if train_args.get("plots", True):
+        ensure_local_font()
+    records: list[RunRecord] = []
+    before = _state.snapshot()  # ultralytics.YOLO() itself sets CUBLAS_WORKSPACE_CONFIG: put everything back after
+    with ExitStack() as stack:
+        stack.callback(_state.restore, before)
+        project = stack.enter_context(run_folder(train_args.pop("project", None)))
+        stack.enter_context(quiet_ultralytics(verbose))
+        for index in range(1, runs + 1):
+            rec = RunRecord(index=index)
+            recorder = _Recorder(rec, reference=records[0] if records else None, steps=steps,
+                                 keep_bytes=int(keep_mib * 2**20), enabled=record)
+            model = YOLO(model_src)
+            attach(model, resolved)
+            for event, fn in recorder.callbacks.items():
+                model.add_callback(event, fn)
+            for event, fns in (callbacks or {}).items():
+                for fn in fns:
+                    model.add_callback(event, fn)
+            t0 = time.perf_counter()
+            try:
+                model.train(**train_args, project=project, name=f"{base_name}-run{index}", exist_ok=True)
+            except RuntimeError as e:
+                if NONDETERMINISTIC_KERNEL not in str(e):
+                    raise
+                first = " ".join(str(e).split())[:300]
+                raise ConfigError(
+                    f"run {index} stopped: {first} -- the profile '{resolved.name}' forbids this kernel; use a profile "
+                    "that swaps the layer for a deterministic one, or one with 'backward: disable' (e.g. balanced)"
+                ) from None
+            rec.seconds = time.perf_counter() - t0
+            rec.optimizer_steps = recorder.count
+            records.append(rec)
+            if progress is not None:
+                progress(f"run {index}/{runs}: {recorder.count} optimizer steps in {rec.seconds:.1f} s")
+    return records
+
+
+def _device_name(device: Any) -> str:
+    if device in (None, ""):
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    text = str(device)
+    return f"cuda:{text}" if text.isdigit() else text
+
+
+def progress_to_stderr(line: str) -> None:
+    """A ``progress`` callback for :func:`verify` that prints to stderr."""
+    print(line, file=sys.stderr, flush=True)
