@@ -252,3 +252,25 @@ def test_verify_resume_at_bad_input(tokens: list[str], message: str, capsys: pyt
 def test_resume_errors_raise_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError):
         prepare("repro", ["resume=true"])
+
+
+def test_state_writer_writes_what_was_there_when_it_was_copied(tmp_path: Path) -> None:
+    from yolo_det.core.resume import StateWriter
+
+    live = torch.zeros(1000)
+    writer = StateWriter()
+    writer.submit(tmp_path / "s.pt", {"epoch": 1, "x": live, "nested": {"y": [live]}})
+    writer.wait_copied()  # what an optimizer step pre-hook does before changing parameters
+    live.add_(1)
+    writer.close()
+    state = load_state(tmp_path / "s.pt")
+    assert state["epoch"] == 1 and torch.equal(state["x"], torch.zeros(1000))
+    assert torch.equal(state["nested"]["y"][0], torch.zeros(1000))
+    assert not list(tmp_path.glob(".*tmp"))  # the temporary file was renamed into place
+
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    writer = StateWriter()
+    writer.submit(blocked / "s.pt", {"epoch": 1})
+    with pytest.raises(OSError):
+        writer.close()

@@ -248,6 +248,7 @@ def save_state(path: str | os.PathLike[str], state: Mapping[str, Any]) -> Path:
     import tempfile
 
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

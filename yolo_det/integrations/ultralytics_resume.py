@@ -351,7 +351,11 @@ class UltralyticsResume:
         """Wait for the state writes; remove the hook left when a run ends during the first resumed epoch."""
         writer, self._writer = self._writer, None
         if writer is not None:
-            writer.close()
+            try:
+                writer.close()
+            except Exception as e:  # noqa: BLE001 - a failed state write must not fail the run that wrote it
+                print(f"yolo-det: could not write the resume state (rank {self.rank}): {type(e).__name__}: {e}",
+                      file=sys.stderr, flush=True)
         if self._gate is not None:
             self._gate.remove()
             self._gate = None
