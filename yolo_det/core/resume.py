@@ -298,6 +298,7 @@ class StateWriter:
                                                                    thread_name_prefix="yolo-det-resume")
         self._pending: list[Any] = []
         self._copied: list[Any] = []
+        self._early: list[Any] = []
         self.seconds_writing = 0.0
         self.seconds_waited = 0.0
 
@@ -306,27 +307,42 @@ class StateWriter:
         """Whether a submitted state is not written yet."""
         return any(not f.done() for f in self._pending)
 
-    def submit(self, path: str | os.PathLike[str], state: Mapping[str, Any]) -> None:
-        """Write ``state`` to ``path`` in the background (after any earlier state)."""
+    def submit(self, path: str | os.PathLike[str], state: Mapping[str, Any], *, early: tuple[str, ...] = ()) -> None:
+        """Write ``state`` to ``path`` in the background (after any earlier state).
+
+        The entries named in ``early`` are copied first; :meth:`wait_early` waits for them only.
+        """
         import threading
 
-        copied = threading.Event()
+        first, copied = threading.Event(), threading.Event()
         if self._pool is None:
-            self._write(path, state, copied)
+            self._write(path, state, early, first, copied)
             return
+        self._early.append(first)
         self._copied.append(copied)
-        self._pending.append(self._pool.submit(self._write, path, state, copied))
+        self._pending.append(self._pool.submit(self._write, path, state, early, first, copied))
 
-    def _write(self, path: str | os.PathLike[str], state: Mapping[str, Any], copied: Any) -> None:
+    def _write(self, path: str | os.PathLike[str], state: Mapping[str, Any], early: tuple[str, ...], first: Any,
+               copied: Any) -> None:
         import time
 
         t0 = time.perf_counter()
         try:
-            snapshot = host_copy(state)
+            try:
+                snapshot = {k: host_copy(state[k]) for k in early if k in state}
+            finally:
+                first.set()
+            snapshot.update({k: host_copy(v) for k, v in state.items() if k not in snapshot})
         finally:
             copied.set()
-        save_state(path, snapshot)
+        save_state(path, {k: snapshot[k] for k in state})
         self.seconds_writing += time.perf_counter() - t0
+
+    def wait_early(self) -> None:
+        """Block until the ``early`` entries of every submitted state have been copied."""
+        events, self._early = self._early, []
+        for event in events:
+            event.wait()
 
     def wait_copied(self) -> None:
         """Block until every submitted state has been copied (the live tensors may change after that)."""

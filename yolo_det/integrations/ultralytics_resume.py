@@ -23,10 +23,12 @@ from typing import Any
 
 import torch
 
-from ..core.resume import StateWriter, file_sha256, get_rng_state, host_copy, load_state, set_rng_state, state_path
+from ..core.resume import StateWriter, file_sha256, get_rng_state, load_state, set_rng_state, state_path
 from ..core.seeding import epoch_data_seed
 
 __all__ = ["NO_STATE_WARNING", "UltralyticsResume", "previous_record"]
+
+_EARLY = ("model_buffers", "grads")
 
 NO_STATE_WARNING = ("yolo-det: no resume state for {ckpt} ({why}); the run continues, but not bit for bit as "
                     "the uninterrupted run would have")
@@ -75,14 +77,18 @@ def _restore_buffer(dataset: Any, saved: list[int] | None) -> None:
         dataset.load_image(i)
 
 
-def _float_state(module: torch.nn.Module, *, copy_buffers: bool = False) -> dict[str, torch.Tensor]:
-    """The module's state dict; parameters live (an optimizer step changes them: the writer is waited for
-    first), buffers copied when ``copy_buffers`` (BatchNorm statistics change in every training forward)."""
-    params = {id(p) for p in module.parameters()}
+def _float_state(module: torch.nn.Module, *, buffers: bool | None = None) -> dict[str, torch.Tensor]:
+    """The module's state dict (live tensors, the writer copies them); ``buffers`` True/False: only the
+    buffers/only the parameters."""
+    # keep_vars: the tensors themselves, no detach() here (under interception every torch call is dispatched
+    # through a mode); the writer thread detaches and copies them.
     out = {}
     for k, v in module.state_dict(keep_vars=True).items():
-        if isinstance(v, torch.Tensor):
-            out[k] = v.detach() if id(v) in params or not copy_buffers else host_copy(v)
+        if buffers is not None:
+            is_param = type(v) is torch.nn.Parameter or (type(v) is not torch.Tensor and isinstance(v, torch.nn.Parameter))
+            if is_param == buffers:
+                continue
+        out[k] = v
     return out
 
 
@@ -118,7 +124,17 @@ class UltralyticsResume:
         self._probe: torch.nn.Parameter | None = None
         self._writer: StateWriter | None = None
         self._barrier: Any = None
+        self._forward_barrier: Any = None
         self.seconds_waiting = 0.0
+
+    def _before_forward(self, *args: Any) -> None:
+        """Before a forward changes BatchNorm statistics (and its backward the gradients), they must be copied."""
+        if self._writer is not None and self._writer._early:
+            import time
+
+            t0 = time.perf_counter()
+            self._writer.wait_early()
+            self.seconds_waiting += time.perf_counter() - t0
 
     def _before_step(self, *args: Any) -> None:
         """Before the optimizer changes parameters and moments, the state referring to them must be written."""
@@ -137,6 +153,7 @@ class UltralyticsResume:
         optimizer = getattr(trainer, "optimizer", None)
         if optimizer is not None and hasattr(optimizer, "register_step_pre_hook"):
             self._barrier = optimizer.register_step_pre_hook(self._before_step)
+        self._forward_barrier = model.register_forward_pre_hook(self._before_forward)
         if not getattr(trainer, "resume", False):
             return
         ckpt = Path(str(trainer.args.resume or trainer.args.model))
@@ -178,7 +195,7 @@ class UltralyticsResume:
 
     def _restore(self, trainer: Any, state: dict[str, Any]) -> None:
         model = unwrap_model(trainer.model)
-        model.load_state_dict(state["model"])
+        model.load_state_dict({**state["model"], **(state.get("model_buffers") or {})})
         ema = getattr(trainer, "ema", None)
         if ema is not None and state.get("ema") is not None:
             ema.ema.load_state_dict(state["ema"])
@@ -274,7 +291,9 @@ class UltralyticsResume:
         t0 = time.perf_counter()
         if self._writer is None:
             self._writer = StateWriter()
-        self._writer.submit(state_path(last, self.rank), self.capture(trainer, epoch))
+        # BatchNorm buffers and pending gradients change in the next forward/backward, everything else in the
+        # next optimizer step: the writer copies them first, and the two hooks wait for what they need.
+        self._writer.submit(state_path(last, self.rank), self.capture(trainer, epoch), early=_EARLY)
         self.states_written += 1
         self.seconds_saving += time.perf_counter() - t0
 
@@ -294,10 +313,11 @@ class UltralyticsResume:
             "world_size": max(int(getattr(trainer, "world_size", 1) or 1), 1),
             "seed": self.seed,
             "rng": get_rng_state(),
-            "model": _float_state(model, copy_buffers=True),
+            "model": _float_state(model, buffers=False),
+            "model_buffers": _float_state(model, buffers=True),
             "ema": _float_state(ema.ema) if ema is not None else None,
             "optimizer": optimizer.state_dict() if optimizer is not None else None,
-            "grads": {n: host_copy(p.grad) for n, p in model.named_parameters() if p.grad is not None},
+            "grads": {n: p.grad for n, p in model.named_parameters() if p.grad is not None},
             "last_opt_step": self._last_step,
             "accumulate": getattr(trainer, "accumulate", None),
             "scaler": scaler.state_dict() if scaler is not None else None,
@@ -359,7 +379,8 @@ class UltralyticsResume:
         if self._gate is not None:
             self._gate.remove()
             self._gate = None
-        if self._barrier is not None:
-            self._barrier.remove()
-            self._barrier = None
+        for handle in (self._barrier, self._forward_barrier):
+            if handle is not None:
+                handle.remove()
+        self._barrier = self._forward_barrier = None
         self._pending = None
