@@ -41,6 +41,7 @@ bench: install-test
 	$(PY) bench/bench_audit.py
 	$(PY) bench/verify_cost.py
 	$(PY) bench/bench_layers.py
+	$(PY) bench/bench_datafp.py
 	$(PY) -m yolo_det bench --profiles repro,balanced,fast --plot bench/results/bench.png
 
 clean:

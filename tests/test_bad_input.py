@@ -44,7 +44,7 @@ CASES = [
     ("audit-unknown-module", ["audit", "{d}/unknown.yaml"], "C2ff"),
     ("audit-bad-imgsz", ["audit", "yolov8n.yaml", "--imgsz", "33"], "not a multiple of the model's stride"),
     ("audit-zero-imgsz", ["audit", "yolov8n.yaml", "--imgsz", "0"], "positive integer"),
-    ("audit-not-a-checkpoint", ["audit", "{d}/text.pt"], "cannot load checkpoint"),
+    ("audit-not-a-checkpoint", ["audit", "{d}/text.pt"], "is not a PyTorch checkpoint"),
     ("audit-bad-factory", ["audit", "nosuch.module:build"], "cannot import 'nosuch.module'"),
     ("audit-bad-device", ["audit", "yolov8n.yaml", "--device", "tpu"], "--device must be fake or cuda"),
     ("audit-bad-version", ["audit", "yolov8n.yaml", "--torch-version", "two"], "is not a torch version"),
@@ -69,10 +69,57 @@ CASES = [
     ("patch-missing-folder", ["patch-yolov5", "{d}/nowhere"], "is not a folder"),
     ("patch-not-yolov5", ["patch-yolov5", "{d}/empty-tree"], "is not a YOLOv5 tree"),
     ("patch-unknown-profile", ["patch-yolov5", "{d}/fake-yolov5", "--profile", "repo"], "Did you mean 'repro'?"),
+    # values Ultralytics would reject only after the run began (issue 12)
+    ("train-seed-out-of-range", ["train", "seed=1180591620717411303424"], "out of range"),
+    ("train-device-cuda-0", ["train", "device=cuda:0"], "no CUDA device here"),
+    ("train-device-0", ["train", "device=0"], "use device=cpu"),
+    ("train-optimizer-junk", ["train", "optimizer=junk"], "choose from"),
+    ("train-model-unknown-module", ["train", "model={d}/unknown.yaml"], "unknown module 'C2ff'"),
+    ("train-data-images-missing", ["train", "data={d}/no-images.yaml"], "do not exist"),
+    ("train-data-not-downloaded", ["train", "data=coco8.yaml"], "yolo-det does not download datasets"),
+    ("train-name-list", ["train", "name=[1,2]"], "is not a folder name"),
+    ("train-project-dev-null", ["train", "project=/dev/null"], "is not a folder"),
+    ("train-project-under-a-file", ["train", "project={d}/text.pt/runs"], "which is not a folder"),
+    ("train-profile-env-nul", ["train", "--profile", "{d}/nul-profile.yaml"], "NUL"),
+    ("train-override-alias-bomb", ["train", "epochs=" + "[&a [1,1,1,1,1,1,1,1,1,1], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a], "
+                                   "&c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b], &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c], "
+                                   "&e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d], [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]]"],
+     "aliases expand to more than"),
+    ("train-override-deep", ["train", "imgsz=" + "[" * 3000 + "]" * 3000], "nested more than"),
+    ("train-profile-alias-bomb", ["train", "--profile", "{d}/bomb-profile.yaml"], "aliases expand to more than"),
+    ("train-profile-deep", ["train", "--profile", "{d}/deep-profile.yaml"], "nested more than"),
+    ("train-profile-extends-cycle", ["train", "--profile", "{d}/p/up.yaml"], "forms a cycle"),
+    ("train-hostile-checkpoint", ["train", "model={d}/evil.pt"], "--trust-checkpoint"),
+    ("digest-hostile-checkpoint", ["digest", "{d}/evil.pt"], "--trust-checkpoint"),
+    ("audit-hostile-checkpoint", ["audit", "{d}/evil.pt"], "--trust-checkpoint"),
+    ("audit-state-dict-checkpoint", ["audit", "{d}/state-dict.pt"], "stores no model YAML"),
+    ("audit-activation-code", ["audit", "{d}/act-code.yaml", "--imgsz", "64"], "'activation:"),
+    ("rewrite-activation-code", ["rewrite", "{d}/act-code.yaml", "-o", "{d}/out.yaml"], "'activation:"),
+    ("audit-model-alias-bomb", ["audit", "{d}/bomb-model.yaml"], "aliases expand to more than"),
+    ("rewrite-model-alias-bomb", ["rewrite", "{d}/bomb-model.yaml", "-o", "{d}/out.yaml"], "aliases expand to more than"),
+    ("rewrite-model-deep", ["rewrite", "{d}/deep-model.yaml", "-o", "{d}/out.yaml"], "nested more than"),
+    ("patch-folder-links-outside", ["patch-yolov5", "{d}/linked-yolov5"], "outside the tree"),
     # the command line itself
     ("unknown-command", ["trian"], "invalid choice: 'trian'"),
     ("unknown-option", ["train", "--profil", "repro"], "unrecognized arguments"),
 ]
+
+
+# 10 ** 10 nodes from 400 bytes: every level is ten aliases of the one before
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{n}: &{n} [{', '.join(['*' + p] * 10)}]\n" for p, n in zip("abcdefghi", "bcdefghij"))
+
+
+class _Marker:
+    """Unpickling this runs code that creates ``path``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self):  # noqa: ANN204 - pickle protocol
+        import builtins
+
+        return (builtins.exec, (f"open({self.path!r}, 'w').close()",))
 
 
 def scratch(d: Path) -> None:
@@ -89,6 +136,26 @@ def scratch(d: Path) -> None:
     (d / "notmodel.yaml").write_text("names: [a, b]\n")
     (d / "keep.txt.yaml").write_text("keep me\n")
     (d / "empty-tree").mkdir()
+    (d / "no-images.yaml").write_text("path: .\ntrain: images/train\nval: images/val\nnames: [a]\n")
+    (d / "nul-profile.yaml").write_text('extends: repro\ntrain:\n  env:\n    CUBLAS_WORKSPACE_CONFIG: ":4096\\0:8"\n')
+    (d / "bomb-profile.yaml").write_text(BOMB + "train:\n  seed: *j\n")
+    (d / "deep-profile.yaml").write_text("train: " + "[" * 2000 + "]" * 2000 + "\n")
+    (d / "p").mkdir()
+    (d / "p" / "up.yaml").write_text("extends: ../p/up.yaml\n")
+    marker = d / "MARKER"  # created if anything unpickles evil.pt, or evaluates act-code.yaml's activation
+    torch.save({"model": None, "ema": torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1)), "x": _Marker(marker)},
+               d / "evil.pt")
+    torch.save(torch.nn.Conv2d(3, 4, 1).state_dict(), d / "state-dict.pt")
+    (d / "act-code.yaml").write_text(f"activation: open({str(marker)!r}, 'w').close() or nn.SiLU()\n" + model)
+    (d / "bomb-model.yaml").write_text(BOMB + model)
+    (d / "deep-model.yaml").write_text("extra: " + "[" * 2000 + "]" * 2000 + "\n" + model)
+    linked = d / "linked-yolov5"
+    for rel in ("train.py", "val.py", "utils/general.py", "models/yolo.py"):
+        (linked / rel).parent.mkdir(parents=True, exist_ok=True)
+        (linked / rel).write_text("# a file\n")
+    (d / "outside" / "segment").mkdir(parents=True)
+    (d / "outside" / "segment" / "train.py").write_text("# a file\n")
+    (linked / "segment").symlink_to(d / "outside" / "segment", target_is_directory=True)
     fake = d / "fake-yolov5"
     for rel in ("train.py", "val.py", "utils/general.py", "models/yolo.py"):
         (fake / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -114,6 +181,10 @@ def test_bad_input(name, argv, fragment, tmp_path, capsys, monkeypatch):
     scratch(d)
     monkeypatch.chdir(d)
     monkeypatch.delenv("YOLO_DET_DEBUG", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the device cases are judged as on a CPU machine
+    import ultralytics.utils
+
+    monkeypatch.setattr(ultralytics.utils, "DATASETS_DIR", d / "datasets")  # coco8 is not there, on any machine
     before = state_of(d)
     code = main([a.replace("{d}", str(d)) for a in argv])
     out, err = capsys.readouterr()
@@ -122,3 +193,25 @@ def test_bad_input(name, argv, fragment, tmp_path, capsys, monkeypatch):
     assert fragment in err, err
     assert "Traceback" not in err + out
     assert state_of(d) == before  # nothing created, nothing changed
+    assert not (d / "MARKER").exists()  # nothing from the files ran
+
+
+def test_every_case_answers_fast(tmp_path, capsys, monkeypatch):
+    """The hostile inputs (bombs, deep nesting, cycles) answer within a second each."""
+    import time
+
+    d = tmp_path / "work"
+    d.mkdir()
+    scratch(d)
+    monkeypatch.chdir(d)
+    for warm in (["train", "epoch=1"], ["audit", str(d / "missing.yaml")], ["rewrite", str(d / "notmodel.yaml")]):
+        main(warm)  # the imports happen once, before the clock starts
+    capsys.readouterr()
+    for name, argv, _ in CASES:
+        if not any(k in name for k in ("bomb", "deep", "cycle")):
+            continue
+        start = time.process_time()
+        code = main([a.replace("{d}", str(d)) for a in argv])
+        elapsed = time.process_time() - start
+        capsys.readouterr()
+        assert code == 2 and elapsed < 1.0, (name, elapsed)

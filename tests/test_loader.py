@@ -34,15 +34,23 @@ def test_rtdetr_gets_its_own_model_class() -> None:
 
 
 def test_module_and_state_dict_checkpoints(tmp_path: Path) -> None:
+    from yolo_det.core.safeload import trusted_checkpoints
+
     module = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU())
     torch.save(module, tmp_path / "m.pt")
-    loaded = load_model(tmp_path / "m.pt")
+    # a pickled module stores no model YAML: it is unpickled only when the user trusts the file
+    with pytest.raises(ModelError, match="stores no model YAML.*--trust-checkpoint"):
+        load_model(tmp_path / "m.pt")
+    with trusted_checkpoints():
+        loaded = load_model(tmp_path / "m.pt")
     assert loaded.kind == "checkpoint" and loaded.channels == 1 and loaded.stride is None
     torch.save(module.state_dict(), tmp_path / "sd.pt")
-    with pytest.raises(ModelError, match="holds no model"):
+    with trusted_checkpoints(), pytest.raises(ModelError, match="holds no model"):
+        load_model(tmp_path / "sd.pt")
+    with pytest.raises(ModelError, match="stores no model YAML"):
         load_model(tmp_path / "sd.pt")
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(ModelError, match="cannot load checkpoint"):
+    with pytest.raises(ModelError, match="is not a PyTorch checkpoint"):
         load_model(tmp_path / "junk.pt")
 
 

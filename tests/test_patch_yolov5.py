@@ -313,3 +313,110 @@ def test_patches_readme_names_every_diff() -> None:
     for diff in PATCHES.glob("*.diff"):
         assert diff.name in readme
     assert "git apply" in readme
+
+
+# ---------------------------------------------------------------------------------------------------------
+# links and interruptions: nothing written outside the tree, all or nothing
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    """Every entry under ``root`` (links not followed): a link as its target, a file as its digest."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        rel = str(p.relative_to(root))
+        if p.is_symlink():
+            out[rel] = "link:" + str(p.readlink())
+        elif p.is_file():
+            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def test_symlinked_folder_outside_the_tree_is_refused(tree: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    outside = tmp_path / "elsewhere"
+    (tree / "segment").rename(outside)
+    (tree / "segment").symlink_to(outside, target_is_directory=True)
+    before, before_outside = _snapshot(tree), _snapshot(outside)
+    rc, out, err = _cli(capsys, tree)
+    assert rc == 2 and err.count("\n") == 1 and "outside the tree" in err and "segment" in err, err
+    assert _snapshot(tree) == before and _snapshot(outside) == before_outside
+    rc, _, err = _cli(capsys, tree, "--check")
+    assert rc == 2 and "outside the tree" in err
+
+
+def test_symlinked_file_outside_the_tree_is_refused(tree: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    outside = tmp_path / "detect-elsewhere.py"
+    (tree / "detect.py").rename(outside)
+    (tree / "detect.py").symlink_to(outside)
+    text = outside.read_bytes()
+    before = _snapshot(tree)
+    rc, _, err = _cli(capsys, tree)
+    assert rc == 2 and err.count("\n") == 1 and "detect.py is a symbolic link" in err and "outside the tree" in err
+    assert _snapshot(tree) == before and outside.read_bytes() == text
+
+
+def test_symlinked_file_inside_the_tree_stays_a_link(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tree / "detect.py").rename(tree / "detect_impl.py")
+    (tree / "detect.py").symlink_to("detect_impl.py")
+    original = (tree / "detect_impl.py").read_bytes()
+    rc, _, err = _cli(capsys, tree)
+    assert rc == 0, err
+    assert (tree / "detect.py").is_symlink() and str((tree / "detect.py").readlink()) == "detect_impl.py"
+    assert "ydet" in (tree / "detect_impl.py").read_text()
+    assert (tree / ("detect.py" + pv.BACKUP_SUFFIX)).read_bytes() == original
+    rc, _, _ = _cli(capsys, tree, "--reverse")
+    assert rc == 0
+    assert (tree / "detect.py").is_symlink() and (tree / "detect_impl.py").read_bytes() == original
+
+
+def test_two_links_to_one_file_are_refused(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tree / "segment" / "val.py").unlink()
+    (tree / "segment" / "val.py").symlink_to("../val.py")
+    before = _snapshot(tree)
+    rc, _, err = _cli(capsys, tree)
+    assert rc == 2 and "are the same file" in err
+    assert _snapshot(tree) == before
+
+
+@pytest.mark.parametrize("stage", ["_write_temp", "_replace"])
+@pytest.mark.parametrize("nth", [1, 4, 9])
+@pytest.mark.parametrize("error", [KeyboardInterrupt, OSError, RuntimeError])
+def test_interruption_between_files_leaves_the_tree_as_it_was(tree: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              stage: str, nth: int, error: type) -> None:
+    """Ctrl-C (or any failure) while staging or while renaming the Nth file: the tree is exactly as before."""
+    result = pv.plan(tree)
+    assert len(result.changes) >= 5  # 2 writes (backup + file) per changed file: nth=9 is the 5th file's backup
+    before = _snapshot(tree)
+    real = getattr(pv, stage)
+    calls = []
+
+    def failing(*args: object) -> object:
+        calls.append(args)
+        if len(calls) == nth:
+            raise error(5, "injected") if error is OSError else error("injected")
+        return real(*args)
+
+    monkeypatch.setattr(pv, stage, failing)
+    with pytest.raises((KeyboardInterrupt, pv.PatchError, RuntimeError)):
+        pv.apply_plan(result)
+    assert len(calls) == nth
+    assert _snapshot(tree) == before  # no file changed, no backup or temporary file left
+
+
+def test_interruption_in_reverse_leaves_the_patch_in_place(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pv.apply_plan(pv.plan(tree))
+    patched = _snapshot(tree)
+    real = pv._replace
+    calls = []
+
+    def failing(tmp: Path, target: Path) -> None:
+        calls.append(target)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        real(tmp, target)
+
+    monkeypatch.setattr(pv, "_replace", failing)
+    with pytest.raises(KeyboardInterrupt):
+        pv.apply_plan(pv.plan(tree, reverse=True), backup=False)
+    assert _snapshot(tree) == patched

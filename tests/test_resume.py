@@ -240,7 +240,7 @@ def test_verify_resume_at(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 @pytest.mark.parametrize("tokens, message", [
     (["--resume-at", "3", "epochs=3"], "leaves nothing to resume"),
     (["--resume-at", "0", "epochs=3"], "--resume-at must be an epoch number"),
-    (["--resume-at", "1", "--steps", "2", "epochs=3"], "drop --runs and --steps"),
+    (["--resume-at", "1", "--steps", "2", "epochs=3"], "drop --runs, --steps, --save and --against"),
     (["--drop-resume-state", "epochs=3"], "--drop-resume-state goes with --resume-at"),
 ])
 def test_verify_resume_at_bad_input(tokens: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("yolo_det.commands.audit", "name the layers that break strict determinism on CUDA (no GPU needed)"),
     "rewrite": ("yolo_det.commands.rewrite", "swap a model YAML's non-deterministic layers for deterministic ones"),
     "verify": ("yolo_det.commands.verify", "train several times and check the runs are bitwise identical"),
+    "diff": ("yolo_det.commands.diff", "compare two runs' records and say why their weights differ"),
     "bench": ("yolo_det.commands.bench", "measure what each profile costs: step time, throughput, peak memory"),
     "patch-yolov5": ("yolo_det.commands.patch_yolov5", "patch a YOLOv5 clone so train.py takes --det-profile"),
 }
@@ -42,6 +43,7 @@ examples:
   yolo-det profiles show repro                         # resolved settings per phase
   yolo-det digest runs/detect/train/weights/last.pt   # weights digest
   yolo-det verify --profile repro --steps 5            # train twice, compare step by step
+  yolo-det diff runs/detect/train runs/detect/train2  # why do two runs differ?
   yolo-det bench --profiles repro,balanced,fast        # what each profile costs here
 
 Set YOLO_DET_DEBUG=1 to see tracebacks.
@@ -117,8 +119,12 @@ def _command_of(tokens: Sequence[str]) -> list[str]:
     return []
 
 
+_MAX_MESSAGE = 2000
+
+
 def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split())
+    text = " ".join(str(e).split())
+    return text if len(text) <= _MAX_MESSAGE else text[:_MAX_MESSAGE] + " ..."  # a value from a file is never shown whole
 
 
 def run_cli() -> NoReturn:

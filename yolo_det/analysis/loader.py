@@ -21,8 +21,10 @@ from typing import Any
 
 import yaml
 
+from ..core import safe_yaml
 from ..core.errors import ModelError, did_you_mean
-from .models import resolve_model_yaml
+from .model_yaml import check_activation
+from .models import model_names, resolve_model_yaml
 
 __all__ = ["LoadedModel", "layer_lines", "load_model", "check_yaml_modules"]
 
@@ -72,7 +74,7 @@ class LoadedModel:
 def layer_lines(text: str) -> dict[int, int]:
     """``{layer index: 1-based line}`` of the ``backbone`` + ``head`` rows of a model YAML (as ``parse_model`` counts)."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = safe_yaml.compose(text)
     except yaml.YAMLError:
         return {}
     if not isinstance(node, yaml.MappingNode):
@@ -111,10 +113,11 @@ def check_yaml_modules(data: Mapping[str, Any], text: str, origin: str, namespac
     for i, row in enumerate(data["backbone"] + data["head"]):
         where = f"{origin}:{rows_lines[i]}" if i < len(rows_lines) else f"{origin} (layer {i})"
         if not isinstance(row, list) or len(row) != 4:
-            raise ModelError(f"{where}: layer {i} must be [from, repeats, module, args], got {row!r}")
+            raise ModelError(f"{where}: layer {i} must be [from, repeats, module, args], got {safe_yaml.short(row)}")
         name = row[2]
         if not isinstance(name, str):
-            raise ModelError(f"{where}: layer {i} module must be a name, got {name!r}")
+            raise ModelError(f"{where}: layer {i} module must be a name, got {safe_yaml.short(name)}")
+        name = name[:200]
         if name.startswith("nn."):
             if not isinstance(getattr(torch.nn, name[3:], None), type):
                 nn_names = [f"nn.{n}" for n in dir(torch.nn) if isinstance(getattr(torch.nn, n), type)]
@@ -137,7 +140,7 @@ def _read_yaml(path: Path) -> tuple[str, dict[str, Any]]:
     except (OSError, UnicodeDecodeError) as e:
         raise ModelError(f"cannot read model YAML '{path}': {e}") from None
     try:
-        data = yaml.safe_load(text)
+        data = safe_yaml.load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -244,6 +247,7 @@ def _load_yaml(spec: str) -> LoadedModel:
         raise ModelError(f"model YAML '{spec}' not found: give a path or an Ultralytics name such as yolov8n.yaml")
     text, data = _read_yaml(path)
     check_yaml_modules(data, text, str(path), vars(tasks))
+    check_activation(data, str(path))
     p = Path(spec)
     cfg_source = str(path) if p.is_file() else spec  # Ultralytics names carry the scale (yolov8n -> n)
     try:
@@ -262,6 +266,50 @@ def _load_yaml(spec: str) -> LoadedModel:
 
 
 def _load_checkpoint(path: Path, source: str) -> LoadedModel:
+    """A checkpoint's model: rebuilt from the model YAML it stores (nothing in the file runs), or, with
+    ``--trust-checkpoint``, unpickled by torch."""
+    from ..core.pickle_scan import check_checkpoint
+    from ..core.safeload import trust_checkpoints
+
+    if trust_checkpoints():
+        return _unpickle_checkpoint(path, source)
+    check_checkpoint(path)
+    return _rebuild_checkpoint(path, source)
+
+
+def _rebuild_checkpoint(path: Path, source: str) -> LoadedModel:
+    import copy
+
+    from ultralytics.nn import tasks
+
+    from ..core.safeload import checkpoint_model_yaml, trust_hint
+
+    found = checkpoint_model_yaml(path)
+    if found is None:
+        raise ModelError(f"checkpoint '{path}' stores no model YAML to rebuild its model from, and yolo-det does not "
+                         f"unpickle checkpoints by default; {trust_hint()}")
+    cfg, weights = found
+    origin = f"{path} (its stored model YAML)"
+    with model_names():  # yolo-det's layer names and example blocks, as `yolo-det train` resolves them
+        try:
+            check_yaml_modules(cfg, "", origin, vars(tasks))
+            check_activation(cfg, origin)
+        except ModelError as e:
+            raise ModelError(f"{' '.join(str(e).split())}; to load the pickled model instead, {trust_hint()}") from None
+        channels = cfg.get("channels", cfg.get("ch", 3))
+        channels = channels if isinstance(channels, int) and not isinstance(channels, bool) and 0 < channels <= 64 else 3
+        try:
+            with _quiet_ultralytics():
+                model = _model_class(cfg)(copy.deepcopy(cfg), ch=channels, verbose=False)
+                model.load_state_dict(weights, strict=True)
+        except Exception as e:  # noqa: BLE001 - parse_model and load_state_dict raise anything for a foreign YAML
+            msg = " ".join(str(e).split())[:200] or type(e).__name__
+            raise ModelError(f"cannot rebuild the model of checkpoint '{path}' from its stored YAML "
+                             f"({type(e).__name__}: {msg}); {trust_hint()}") from None
+    return _from_module(model.float(), source, "checkpoint")
+
+
+def _unpickle_checkpoint(path: Path, source: str) -> LoadedModel:
     import torch
 
     try:

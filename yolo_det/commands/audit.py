@@ -1,6 +1,7 @@
 """Say which layer of a model will break strict determinism on CUDA, on any machine.
 
 usage: yolo-det audit MODEL [--imgsz N] [--batch N] [--profile NAME|FILE] [--json] [--device fake|cuda] [--loss]
+                      [--trust-checkpoint]
 
 MODEL is a model YAML (a path, or an Ultralytics name such as yolov8n.yaml), a checkpoint (.pt), or a
 factory package.module:function returning an nn.Module. The forward and backward run on a fake CUDA
@@ -10,6 +11,12 @@ yolo-det's table of non-deterministic CUDA kernels for the installed torch (or -
 
 Each finding gives the layer index, YAML line, module, class, kernel, pass, what happens under strict /
 warn_only / off, under the chosen profile, and the fix (a deterministic swap when one exists).
+
+A checkpoint is not unpickled: its model is rebuilt from the model YAML Ultralytics stores in it (with its
+weights), so nothing in the file runs, and a file whose pickle names what no checkpoint needs (os.system,
+builtins.exec, ...) is refused. A model YAML's 'activation:' must be a torch.nn activation call with literal
+arguments (nn.SiLU(), nn.LeakyReLU(0.1)): Ultralytics eval()s it. --trust-checkpoint unpickles the checkpoint
+with torch instead (needed when it stores no YAML, or names your own block classes): only for files you trust.
 
 exit status: 0 the model trains under strict determinism, 1 it does not, 2 bad input.
 
@@ -37,6 +44,7 @@ import json
 import sys
 
 from ..core.errors import ConfigError
+from ..core.pickle_scan import TRUST_FLAG, trusted_checkpoints
 
 
 def _positive_int(text: str) -> int:
@@ -68,6 +76,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="write a rewritten copy of the model YAML with deterministic layers (needs -o)")
     parser.add_argument("-o", "--output", metavar="OUT.yaml", help="where --fix writes (must not exist)")
     parser.add_argument("--force", action="store_true", help="with --fix: replace OUT.yaml if it exists")
+    parser.add_argument(TRUST_FLAG, action="store_true",
+                        help="unpickle a .pt with torch (runs code the file names: only for files you trust)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -80,8 +90,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("-o is the output of --fix; add --fix (or use 'yolo-det rewrite')")
     if args.fix:
         return _fix(args)
-    report = audit(args.model, imgsz=args.imgsz, batch=args.batch, profile=args.profile, device=args.device,
-                   torch_version=args.torch_version, table=args.table, loss=args.loss)
+    with trusted_checkpoints(args.trust_checkpoint):
+        report = audit(args.model, imgsz=args.imgsz, batch=args.batch, profile=args.profile, device=args.device,
+                       torch_version=args.torch_version, table=args.table, loss=args.loss)
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")

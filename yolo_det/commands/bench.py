@@ -25,8 +25,11 @@ import sys
 
 from ..analysis.models import model_names
 from ..core.fileio import check_output_path
+from ..core.pickle_scan import trusted_checkpoints
 from ..tools.bench import DEFAULT_PROFILES, bench, check_args, parse_profiles, plot_bench
+from ..tools.prechecks import check_device
 from ..tools.prepare import prepare
+from .train import add_trust_flag
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -42,14 +45,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--plot", default=None, metavar="PATH", help="write a bar chart to this PNG")
     parser.add_argument("--verbose", action="store_true", help="show Ultralytics' log (on stderr)")
+    add_trust_flag(parser)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Ultralytics train arguments")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det bench``."""
     profiles = parse_profiles(args.profiles)
-    _, ul_args = prepare(profiles[0], list(args.overrides))
+    with trusted_checkpoints(args.trust_checkpoint):
+        _, ul_args = prepare(profiles[0], list(args.overrides), check_device=False)
     check_args(ul_args, args.steps, args.warmup, args.block)
+    check_device(ul_args.get("device"))
     plot_path = check_output_path(args.plot, suffix=".png", what="--plot")
     with model_names():
         report = bench(profiles, ul_args, steps=args.steps, warmup=args.warmup, block=args.block,

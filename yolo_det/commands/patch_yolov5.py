@@ -6,7 +6,9 @@ DIR is a YOLOv5 clone (any tag from v7.0 to master) or the installed yolov5 pack
 a few lines of train.py, val.py, detect.py and export.py (and their segment/ and classify/ versions):
 each changed line ends with '# yolo-det' and calls yolo_det.integrations.yolov5. Without --det-profile
 the patched scripts behave exactly as before. Each changed file is first backed up as
-FILE.yolo-det.bak; running the command again changes nothing. A file whose anchor line is missing is
+FILE.yolo-det.bak; running the command again changes nothing. Nothing is written outside DIR's real
+path: a file or folder linking outside it is refused, a link inside it stays a link. The change is all
+or nothing: an error or Ctrl-C at any point leaves the tree as it was. A file whose anchor line is missing is
 left untouched and named with the line that was looked for (exit code 1).
 
 exit codes: 0 done (or, with --check, nothing to change); 1 with --check: the tree would change, or a

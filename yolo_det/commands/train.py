@@ -1,11 +1,21 @@
 """Train an Ultralytics model under a determinism profile.
 
-usage: yolo-det train [--profile NAME|FILE] [key=value ...]
+usage: yolo-det train [--profile NAME|FILE] [--trust-checkpoint] [key=value ...]
 
 Every key=value is an Ultralytics train argument (model=, data=, epochs=, imgsz=, batch=, device=,
 seed=, project=, name=, ...), parsed with YAML rules (never eval). Without data= the bundled demo
 dataset is used with small defaults (model=yolov8n.yaml epochs=3 imgsz=96 batch=16 device=cpu), so
 `yolo-det train --profile repro` trains in well under a minute on a CPU.
+
+Before anything is built or written, the values are judged as Ultralytics would judge them: seed= in
+[0, 2**32), device= CUDA only where there is one, optimizer= one Ultralytics builds, the model YAML's
+module names, the data YAML's train/val images present (yolo-det never downloads a dataset), project= a
+writable folder, name= a folder name. lr0=1e-3 is a number, as in Ultralytics' own command line.
+
+model=FILE.pt: the checkpoint's pickle is scanned without unpickling it, and one that names what no
+checkpoint needs (builtins.exec, os.system, subprocess, ...) is refused; --trust-checkpoint hands it to
+Ultralytics anyway. Ultralytics' own loader then reads it (and honours ULTRALYTICS_SAFE_LOAD=1). A model
+YAML is your own model: Ultralytics builds it, evaluating its 'activation:' as it always does.
 
 The run directory gets determinism.json (profile, seeds, versions, flags, warnings, weights digest);
 its path and the weights digest are printed at the end.
@@ -28,6 +38,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..core.pickle_scan import TRUST_FLAG, trusted_checkpoints
 from ..tools.prepare import prepare
 
 
@@ -35,7 +46,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``train`` arguments."""
     parser.add_argument("--profile", default="repro", metavar="NAME|FILE",
                         help="built-in profile (repro, balanced, fast) or a profile YAML file (default: repro)")
+    add_trust_flag(parser)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Ultralytics train arguments")
+
+
+def add_trust_flag(parser: argparse.ArgumentParser) -> None:
+    """Add ``--trust-checkpoint`` (skip the scan of a ``model=FILE.pt`` checkpoint's pickle)."""
+    parser.add_argument(TRUST_FLAG, action="store_true",
+                        help="hand model=FILE.pt to Ultralytics even when its pickle names functions no checkpoint "
+                             "needs (only for files you trust: loading runs them)")
 
 
 def train(profile: Any, args: dict[str, Any]) -> Any:
@@ -57,7 +76,8 @@ def train(profile: Any, args: dict[str, Any]) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det train``."""
-    profile, ul_args = prepare(args.profile, list(args.overrides))
+    with trusted_checkpoints(args.trust_checkpoint):
+        profile, ul_args = prepare(args.profile, list(args.overrides))
     plugin = train(profile, ul_args)
     if plugin.record_path is not None:
         print(f"determinism record: {plugin.record_path}")

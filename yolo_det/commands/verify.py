@@ -1,7 +1,7 @@
 """Train the same configuration several times and check that the runs are bitwise identical.
 
-usage: yolo-det verify [--profile NAME|FILE] [--runs N] [--steps K] [--resume-at K [--drop-resume-state]]
-                      [--json] [--plot PATH] [key=value ...]
+usage: yolo-det verify [--profile NAME|FILE] [--runs N] [--steps K] [--json] [--plot PATH]
+                       [--save FILE] [--against FILE] [--resume-at K [--drop-resume-state]] [key=value ...]
 
 Each run trains a fresh model exactly as `yolo-det train` does (same key=value arguments, same demo
 defaults without data=). Per optimizer step the input batch, the loss components and every gradient are
@@ -9,19 +9,28 @@ fingerprinted; at the end the weights. The runs are compared step by step: eithe
 (exit 0) or the first divergence (exit 1): the step, what differed first (data order or content, loss,
 gradients, weights), the parameter with the largest difference and its size. Bad input exits 2.
 
+Across processes and machines: --save FILE writes one run's per-step fingerprints (batch, loss, gradient
+per parameter, weights after each step) with its environment to a small versioned JSON file; --against
+FILE trains once here and compares with it: the first diverging step and what diverged (data order,
+data content, loss, gradients naming the parameters, weights), then the environment differences (as
+`yolo-det diff` lists them). With --save or --against one run is trained unless --runs says more, and
+--steps defaults to the saved run's. Pass the same key=value arguments on both sides.
+
+Without --steps the runs last the epochs given (demo: 3; other data: epochs=1 unless you pass epochs=).
+Without project= the runs go to a temporary folder that is removed afterwards.
+
 With --resume-at K, run 2 is stopped cleanly after epoch K (checkpoint written, as an interrupted job
 leaves it) and resumed from its last.pt as `yolo-det train resume=...` does; the report compares it with
 the straight run 1 in the same way. --drop-resume-state deletes yolo-det's resume state before
 resuming, which shows what a plain Ultralytics resume gives.
-
-Without --steps the runs last the epochs given (demo: 3; other data: epochs=1 unless you pass epochs=).
-Without project= the runs go to a temporary folder that is removed afterwards.
 
 examples:
   yolo-det verify --profile repro                          # the demo, twice: bitwise identical
   yolo-det verify --profile fast --steps 5 --plot loss.png
   yolo-det verify --profile repro --runs 3 --steps 20 model=my-model.yaml data=my.yaml imgsz=320 device=0
   yolo-det verify --profile balanced --json > verify.json
+  yolo-det verify --profile repro --steps 10 --save gpu-a.json device=0      # on machine A
+  yolo-det verify --profile repro --against gpu-a.json device=0              # on machine B
   yolo-det verify --profile repro --resume-at 2 epochs=4          # interrupted after epoch 2 and resumed
 """
 
@@ -29,15 +38,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
+from typing import Any
 
 from ..analysis.models import model_names
 from ..core.errors import ConfigError
 from ..core.fileio import check_output_path
+from ..core.pickle_scan import trusted_checkpoints
 from ..tools.overrides import parse_overrides
+from ..tools.prechecks import check_device
 from ..tools.prepare import prepare
-from ..tools.verify import check_args, plot_losses, progress_to_stderr, verify
+from ..tools.verify import VerifyReport, check_args, plot_losses, progress_to_stderr, record_runs, verify
+from ..tools.verify.crossverify import compare_against, load_saved, save_run
 from ..tools.verify.records import DEFAULT_KEEP_MIB, RESERVED
 from ..tools.verify.resume import check_resume_at, verify_resume
+from ..tools.verify.run import _device_name
+from .train import add_trust_flag
 
 USER_DATA_EPOCHS = 1
 
@@ -46,51 +62,110 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``verify`` arguments."""
     parser.add_argument("--profile", default="repro", metavar="NAME|FILE",
                         help="built-in profile (repro, balanced, fast) or a profile YAML file (default: repro)")
-    parser.add_argument("--runs", type=int, default=2, metavar="N", help="number of trainings to compare (default: 2)")
+    parser.add_argument("--runs", type=int, default=None, metavar="N",
+                        help="number of trainings to compare (default: 2; 1 with --save or --against)")
     parser.add_argument("--steps", type=int, default=None, metavar="K",
                         help="stop each run after K optimizer steps (default: the epochs decide)")
     parser.add_argument("--keep-mib", type=float, default=DEFAULT_KEEP_MIB, metavar="MIB",
                         help="memory for the gradient values of run 1's first steps, used to measure a difference "
                              f"(default: {DEFAULT_KEEP_MIB})")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--plot", default=None, metavar="PATH", help="write the runs' loss curves to this PNG")
+    parser.add_argument("--save", default=None, metavar="FILE",
+                        help="write run 1's per-step fingerprints and environment to this JSON file")
+    parser.add_argument("--against", default=None, metavar="FILE",
+                        help="compare run 1 with the fingerprints a --save run wrote (another process or machine)")
     parser.add_argument("--resume-at", type=int, default=None, metavar="K",
                         help="run 2 is interrupted after epoch K and resumed; compare it with a straight run")
     parser.add_argument("--drop-resume-state", action="store_true",
                         help="with --resume-at: delete yolo-det's resume state before resuming (a plain resume)")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--plot", default=None, metavar="PATH", help="write the runs' loss curves to this PNG")
     parser.add_argument("--verbose", action="store_true", help="show Ultralytics' training log (on stderr)")
+    add_trust_flag(parser)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Ultralytics train arguments")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``yolo-det verify``: exit 0 when the runs are bitwise identical, 1 when not."""
+    """Run ``yolo-det verify``: exit 0 when the runs (and the saved run) are bitwise identical, 1 when not."""
     tokens = list(args.overrides)
-    user = parse_overrides(tokens)
-    if user.get("resume") not in (None, False):
+    if parse_overrides(tokens).get("resume") not in (None, False):
         raise ConfigError(f"'resume=' cannot be passed to verify: {RESERVED['resume']} (to check a resume, use "
                           "--resume-at K)")
-    profile, ul_args = prepare(args.profile, tokens)
+    if args.drop_resume_state and args.resume_at is None:
+        raise ConfigError("--drop-resume-state goes with --resume-at K")
+    with trusted_checkpoints(args.trust_checkpoint):
+        profile, ul_args = prepare(args.profile, tokens, check_device=False)
+    user = parse_overrides(tokens)
     if user.get("data") is not None and "epochs" not in user:
         ul_args["epochs"] = USER_DATA_EPOCHS
     plot_path = check_output_path(args.plot, suffix=".png", what="--plot")
-    check_args(ul_args, args.runs, args.steps, args.keep_mib)
-    if args.resume_at is None:
-        if args.drop_resume_state:
-            raise ConfigError("--drop-resume-state goes with --resume-at K")
-        with model_names():
-            report = verify(profile, ul_args, runs=args.runs, steps=args.steps, keep_mib=args.keep_mib,
-                            verbose=args.verbose, progress=progress_to_stderr)
+    if args.resume_at is not None:
+        return _run_resume_at(args, profile, ul_args, plot_path)
+    save_path = check_output_path(args.save, suffix=".json", what="--save")
+    saved = load_saved(args.against) if args.against is not None else None
+    portable = save_path is not None or saved is not None
+    runs = args.runs if args.runs is not None else (1 if portable else 2)
+    steps = args.steps if args.steps is not None or saved is None else saved.steps_requested
+    check_args(ul_args, runs, steps, args.keep_mib, min_runs=1 if portable else 2)
+    check_device(ul_args.get("device"))
+    report: VerifyReport | None = None
+    with model_names():
+        if runs >= 2:
+            report = verify(profile, ul_args, runs=runs, steps=steps, keep_mib=args.keep_mib, verbose=args.verbose,
+                            progress=progress_to_stderr, portable=portable)
+            records, shown = report.runs, report
+        else:
+            started = time.perf_counter()
+            records = record_runs(profile, ul_args, runs=1, steps=steps, keep_mib=args.keep_mib, verbose=args.verbose,
+                                  progress=progress_to_stderr, portable=True)
+            shown = VerifyReport(profile=profile.name, args=dict(ul_args), runs=records, divergences=[],
+                                 steps_requested=steps, seconds=time.perf_counter() - started,
+                                 device=_device_name(ul_args.get("device")))
+    device = _device_name(ul_args.get("device"))
+    if save_path is not None:
+        save_run(save_path, records[0], profile=profile.name, args=ul_args, steps_requested=steps, device=device)
+    against = compare_against(saved, records[0]) if saved is not None else None
+    if plot_path is not None:
+        shown.plot = str(plot_losses(shown, plot_path))
+    if args.json:
+        out = shown.to_dict()
+        if report is None:
+            out.pop("identical", None)
+            out["verdict"] = "one run recorded"
+        if portable:
+            out["saved"] = str(save_path) if save_path is not None else None
+            out["against"] = against.to_dict() if against is not None else None
+        print(json.dumps(out, indent=2, default=str))
     else:
-        if args.runs != 2 or args.steps is not None:
-            raise ConfigError("--resume-at compares two runs over whole epochs; drop --runs and --steps")
-        check_resume_at(ul_args, args.resume_at)
-        with model_names():
-            report = verify_resume(profile, ul_args, resume_at=args.resume_at, drop_state=args.drop_resume_state,
-                                   keep_mib=args.keep_mib, verbose=args.verbose, progress=progress_to_stderr)
+        if report is not None:
+            print(report.summary())
+        else:
+            r = records[0]
+            print(f"yolo-det verify: profile {profile.name}, 1 run of {len(r.steps)} optimizer steps in {r.seconds:.1f} s, "
+                  f"device {device}, weights {r.weights.get('model', '?')[:16]}")
+        if save_path is not None:
+            print(f"fingerprints saved: {save_path}")
+        if against is not None:
+            print(against.summary())
+        if shown.plot:
+            print(f"loss curves: {shown.plot}")
+    ok = (report is None or report.identical) and (against is None or against.identical)
+    return 0 if ok else 1
+
+
+def _run_resume_at(args: argparse.Namespace, profile: Any, ul_args: dict[str, Any], plot_path: Any) -> int:
+    """``--resume-at K``: a straight run against one interrupted after epoch K and resumed."""
+    if args.runs not in (None, 2) or args.steps is not None or args.save or args.against:
+        raise ConfigError("--resume-at compares two runs over whole epochs; drop --runs, --steps, --save and --against")
+    check_args(ul_args, 2, None, args.keep_mib)
+    check_resume_at(ul_args, args.resume_at)
+    check_device(ul_args.get("device"))
+    with model_names():
+        report = verify_resume(profile, ul_args, resume_at=args.resume_at, drop_state=args.drop_resume_state,
+                               keep_mib=args.keep_mib, verbose=args.verbose, progress=progress_to_stderr)
     if plot_path is not None:
         report.plot = str(plot_losses(report, plot_path))
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json.dumps(report.to_dict(), indent=2, default=str))
     else:
         print(report.summary())
         if report.plot:

@@ -29,7 +29,9 @@ from typing import Any, Literal, get_args
 
 import yaml
 
+from . import safe_yaml
 from .errors import ProfileError, did_you_mean
+from .safe_yaml import short
 
 __all__ = [
     "BUILTIN_PROFILES",
@@ -185,11 +187,12 @@ def _check_value(key: str, value: Any, *, where: str) -> Any:
     """Validate one phase setting and return it normalised; raise ProfileError with ``where`` as prefix."""
     if key not in _FIELDS:
         raise ProfileError(
-            f"{where}: unknown setting '{key}'; valid settings: {', '.join(_FIELDS)}.{did_you_mean(key, _FIELDS)}"
+            f"{where}: unknown setting '{key[:100]}'; valid settings: {', '.join(_FIELDS)}."
+            f"{did_you_mean(key[:100], _FIELDS)}"
         )
     if key in _BOOLS:
         if not isinstance(value, bool):
-            raise ProfileError(f"{where}: '{key}' must be true or false, got {_type_name(value)} {value!r}")
+            raise ProfileError(f"{where}: '{key}' must be true or false, got {_type_name(value)} {short(value)}")
         return value
     if key in _CHOICES:
         choices = _CHOICES[key]
@@ -197,25 +200,28 @@ def _check_value(key: str, value: Any, *, where: str) -> Any:
             value = "strict" if value else "off"  # YAML 'deterministic_algorithms: false' reads as a bool
         if value not in choices:
             raise ProfileError(
-                f"{where}: '{key}' must be one of {', '.join(choices)}, got {value!r}."
-                f"{did_you_mean(str(value), choices)}"
+                f"{where}: '{key}' must be one of {', '.join(choices)}, got {short(value)}."
+                f"{did_you_mean(str(value)[:100], choices) if isinstance(value, str) else ''}"
             )
         return value
     if key == "seed":
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _SEED_LIMIT:
-            raise ProfileError(f"{where}: 'seed' must be null or an integer in [0, 2**32), got {value!r}")
+            raise ProfileError(f"{where}: 'seed' must be null or an integer in [0, 2**32), got {short(value)}")
         return value
     if key == "env":
         if not isinstance(value, Mapping):
-            raise ProfileError(f"{where}: 'env' must be a mapping of variable name to string or null, got {value!r}")
+            raise ProfileError(f"{where}: 'env' must be a mapping of variable name to string or null, got {short(value)}")
         env: dict[str, str | None] = {}
         for name, val in value.items():
-            if not isinstance(name, str) or not name or "=" in name:
-                raise ProfileError(f"{where}: 'env' has an invalid variable name {name!r}")
+            if not isinstance(name, str) or not name or "=" in name or "\0" in name:
+                raise ProfileError(f"{where}: 'env' has an invalid variable name {short(name)}")
             if val is not None and not isinstance(val, (str, int, float)) or isinstance(val, bool):
-                raise ProfileError(f"{where}: 'env.{name}' must be a string or null, got {val!r}")
+                raise ProfileError(f"{where}: 'env.{name[:100]}' must be a string or null, got {short(val)}")
+            if isinstance(val, str) and "\0" in val:
+                raise ProfileError(f"{where}: 'env.{name[:100]}' contains a NUL character, which no environment "
+                                   "variable can hold; remove it")
             env[name] = None if val is None else str(val)
         return env
     raise AssertionError(f"unhandled setting {key}")  # pragma: no cover - _FIELDS and the branches agree
@@ -227,18 +233,19 @@ class _Lines:
     def __init__(self, text: str) -> None:
         self._lines: dict[tuple[str, ...], int] = {}
         try:
-            node = yaml.compose(text, Loader=yaml.SafeLoader)
+            node = safe_yaml.compose(text)
         except yaml.YAMLError:
             node = None
         if node is not None:
-            self._walk(node, ())
+            self._walk(node, (), set())
 
-    def _walk(self, node: yaml.Node, path: tuple[str, ...]) -> None:
-        if isinstance(node, yaml.MappingNode):
+    def _walk(self, node: yaml.Node, path: tuple[str, ...], seen: set[int]) -> None:
+        if isinstance(node, yaml.MappingNode) and id(node) not in seen and len(path) < 3:
+            seen.add(id(node))  # an aliased mapping is walked once
             for key_node, value_node in node.value:
-                key = (*path, str(key_node.value))
+                key = (*path, str(key_node.value)[:100])
                 self._lines[key] = key_node.start_mark.line + 1
-                self._walk(value_node, key)
+                self._walk(value_node, key, seen)
 
     def line(self, *path: str) -> int | None:
         while path:
@@ -286,7 +293,8 @@ def _load(profile: str | os.PathLike[str] | Profile, *, chain: tuple[str, ...], 
         raise ProfileError(f"a profile must be a name or a path, got {_type_name(profile)}")
     text_name = os.fspath(profile)
     if text_name in BUILTIN_PROFILES:
-        return _parse(_builtin_text(text_name), origin=f"builtin:{text_name}", chain=chain, base_dir=None)
+        return _parse(_builtin_text(text_name), origin=f"builtin:{text_name}", chain=chain, base_dir=None,
+                      ident=f"builtin:{text_name}")
     path = Path(text_name).expanduser()
     if base_dir is not None and not path.is_absolute():
         path = base_dir / path
@@ -302,14 +310,17 @@ def _load(profile: str | os.PathLike[str] | Profile, *, chain: tuple[str, ...], 
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ProfileError(f"cannot read profile file '{path}': {e}") from None
-    return _parse(text, origin=str(path), chain=chain, base_dir=path.parent)
+    return _parse(text, origin=str(path), chain=chain, base_dir=path.parent, ident=os.path.realpath(path))
 
 
-def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | None) -> Profile:
-    if origin in chain:
-        raise ProfileError(f"{origin}: 'extends' forms a cycle: {' -> '.join((*chain, origin))}")
+def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | None, ident: str) -> Profile:
+    # ``chain`` holds the real paths of the files being loaded, so ``extends: ../p/up.yaml`` is a cycle too
+    if ident in chain:
+        raise ProfileError(f"{origin}: 'extends' forms a cycle: {' -> '.join((*chain, ident))}")
+    if len(chain) >= 32:
+        raise ProfileError(f"{origin}: 'extends' chains more than 32 profiles")
     try:
-        data = yaml.safe_load(text)
+        data = safe_yaml.load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -326,16 +337,17 @@ def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | N
     for key in data:
         if key not in _TOP_KEYS:
             raise ProfileError(
-                f"{_where(origin, lines, str(key))}: unknown key '{key}'; valid keys: {', '.join(_TOP_KEYS)}."
-                f"{did_you_mean(str(key), _TOP_KEYS)}"
+                f"{_where(origin, lines, str(key)[:100])}: unknown key '{str(key)[:100]}'; valid keys: "
+                f"{', '.join(_TOP_KEYS)}.{did_you_mean(str(key)[:100], _TOP_KEYS)}"
             )
 
     extends = data.get("extends")
     if extends is not None:
         if not isinstance(extends, str):
-            raise ProfileError(f"{_where(origin, lines, 'extends')}: 'extends' must be a profile name or path, got {extends!r}")
+            raise ProfileError(f"{_where(origin, lines, 'extends')}: 'extends' must be a profile name or path, "
+                               f"got {short(extends)}")
         try:
-            base = _load(extends, chain=(*chain, origin), base_dir=base_dir)
+            base = _load(extends, chain=(*chain, ident), base_dir=base_dir)
         except ProfileError as e:
             raise ProfileError(f"{_where(origin, lines, 'extends')}: in 'extends: {extends}': {e}") from None
         phases = {p: base.phase(p).to_dict() for p in PHASES}
@@ -361,7 +373,7 @@ def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | N
     if name is None:
         name = Path(origin).stem if not origin.startswith("builtin:") else origin.split(":", 1)[1]
     if not isinstance(name, str) or not name.strip():
-        raise ProfileError(f"{_where(origin, lines, 'name')}: 'name' must be a non-empty string, got {name!r}")
+        raise ProfileError(f"{_where(origin, lines, 'name')}: 'name' must be a non-empty string, got {short(name)}")
     desc = data.get("description", description)
     if not isinstance(desc, str):
         raise ProfileError(f"{_where(origin, lines, 'description')}: 'description' must be a string, got {_type_name(desc)}")

@@ -2,9 +2,10 @@
 
 ``determinism.json`` is written into the run directory. It holds what a reader needs to repeat or
 audit the run: the profile and its resolved settings per phase, the seeds, the versions of python,
-torch, CUDA, cuDNN, Ultralytics and yolo-det, the GPU, the environment variables that matter, the
-flags observed when training started, every non-determinism warning seen, and a SHA-256 digest of
-the final weights.
+torch, CUDA, cuDNN, Ultralytics and yolo-det, the GPU, the CPU model and thread counts, the environment
+variables that matter, the flags observed when training started, every non-determinism warning seen,
+and a SHA-256 digest of the final weights; the integrations add the dataset and model fingerprints and
+every Ultralytics argument (see :mod:`yolo_det.integrations.identity`).
 
 The weights digest is defined so that equal weights give equal digests whatever the file's metadata:
 the state dict's entries are hashed in sorted key order, each as its key, dtype class and shape
@@ -27,13 +28,13 @@ import numpy as np
 import torch
 
 from .constants import RECORDED_ENV
-from .errors import ModelError
 from .fileio import atomic_write_json
 
 __all__ = [
     "RECORD_NAME",
     "build_record",
     "checkpoint_digest",
+    "cpu_model",
     "environment",
     "load_checkpoint_state",
     "state_dict_digest",
@@ -50,6 +51,27 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def _call(obj: Any, name: str) -> Any:
+    fn = getattr(obj, name, None)
+    try:
+        return fn() if callable(fn) else None
+    except Exception:  # noqa: BLE001 - an optional detail of the environment
+        return None
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name: ``/proc/cpuinfo`` on Linux, else what ``platform`` knows (None when nothing)."""
+    try:
+        if sys.platform.startswith("linux"):
+            for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+                key, _, value = line.partition(":")
+                if key.strip() in {"model name", "Hardware", "cpu model"} and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or None
+
+
 def environment() -> dict[str, Any]:
     """A fingerprint of the software and hardware this process runs on."""
     cuda = torch.cuda.is_available()
@@ -61,6 +83,8 @@ def environment() -> dict[str, Any]:
         "machine": platform.machine(),
         "processor": platform.processor() or None,
         "cpu_count": os.cpu_count(),
+        "cpu_model": cpu_model(),
+        "cpu_capability": _call(getattr(torch.backends, "cpu", None), "get_cpu_capability"),
         "torch": torch.__version__,
         "torch_git_version": getattr(torch.version, "git_version", None),
         "cuda": torch.version.cuda,
@@ -72,7 +96,10 @@ def environment() -> dict[str, Any]:
         "ultralytics": _version("ultralytics"),
         "yolov5": _version("yolov5"),
         "yolo_det": _version("yolo-det"),
+        "opencv": _version("opencv-python") or _version("opencv-python-headless"),
+        "pillow": _version("pillow"),
         "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
         "env": {k: os.environ.get(k) for k in RECORDED_ENV},
         "argv": list(sys.argv),
     }
@@ -106,33 +133,19 @@ def state_dict_digest(state: Mapping[str, Any] | torch.nn.Module) -> str:
 
 
 def load_checkpoint_state(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
-    """Return the model state dict stored in a checkpoint file.
+    """Return the model state dict stored in a checkpoint file, read without running anything it names.
 
     Accepts an Ultralytics or YOLOv5 checkpoint (a dict with ``model``/``ema`` holding a module), a
-    plain state dict, or a pickled module.
+    plain state dict, or a pickled module. The file is read by :func:`yolo_det.core.safeload.checkpoint_state_dict`:
+    no class or function the pickle names is imported or called, so a model made of the user's own block
+    classes reads as well as an Ultralytics one.
 
     Raises:
-        ModelError: The file is missing or holds no model weights.
+        ModelError: The file is missing, is not a ``torch.save`` archive, or holds no model weights.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise ModelError(f"checkpoint '{path}' does not exist")
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:  # noqa: BLE001 - any unpickling failure means "not a checkpoint"
-        raise ModelError(f"'{path}' is not a PyTorch checkpoint: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
-    if isinstance(obj, dict):
-        for key in ("ema", "model"):
-            candidate = obj.get(key)
-            if isinstance(candidate, torch.nn.Module):
-                return candidate.state_dict()
-        if "state_dict" in obj and isinstance(obj["state_dict"], Mapping):
-            obj = obj["state_dict"]
-        if obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
-            return dict(obj)
-    if isinstance(obj, torch.nn.Module):
-        return obj.state_dict()
-    raise ModelError(f"'{path}' holds no model weights (expected a checkpoint with 'model' or 'ema', or a state dict)")
+    from .safeload import checkpoint_state_dict
+
+    return checkpoint_state_dict(path)
 
 
 def checkpoint_digest(path: str | os.PathLike[str]) -> str:

@@ -16,15 +16,14 @@ The file holds tensors and plain Python values only: it loads with ``torch.load(
 The checkpoint itself is not changed, so it still loads in plain Ultralytics/YOLOv5 without yolo-det.
 
 Reading a checkpoint's arguments (what resuming will train on) uses :func:`read_checkpoint`, which never
-imports or runs code named in the file: every class the pickle refers to, other than PyTorch's tensor
-rebuilders and a few containers, is replaced by an inert placeholder.
+imports or runs code named in the file (it reads it with :func:`yolo_det.core.safeload.read_checkpoint`:
+every class the pickle names is an inert placeholder).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import pickle
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,6 +34,8 @@ import numpy as np
 import torch
 
 from .errors import ModelError
+from .safeload import Inert
+from .safeload import read_checkpoint as safe_read
 
 __all__ = [
     "FORMAT",
@@ -59,54 +60,6 @@ _PREFIX = "yolo-det-resume"
 
 # ---------------------------------------------------------------------------------------------------------
 # reading a checkpoint without running its code
-
-
-class _Inert:
-    """Stands for any object the pickle names: it accepts construction and state and does nothing."""
-
-    _yolo_det_name = "?"
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._args = args
-
-    def __setstate__(self, state: Any) -> None:
-        self._state = state
-
-    def __call__(self, *args: Any, **kwargs: Any) -> _Inert:
-        return type(self)(*args)
-
-    def __repr__(self) -> str:
-        return f"<{self._yolo_det_name}>"
-
-
-_SAFE_GLOBALS: dict[tuple[str, str], Any] = {
-    ("collections", "OrderedDict"): __import__("collections").OrderedDict,
-    ("torch._utils", "_rebuild_tensor_v2"): torch._utils._rebuild_tensor_v2,
-    ("torch._utils", "_rebuild_parameter"): torch._utils._rebuild_parameter,
-    ("torch", "Size"): torch.Size,
-    ("torch", "device"): torch.device,
-    ("builtins", "set"): set,
-    ("builtins", "frozenset"): frozenset,
-    ("builtins", "slice"): slice,
-}
-
-
-class _RestrictedUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        found = _SAFE_GLOBALS.get((module, name))
-        if found is not None:
-            return found
-        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
-            return getattr(torch, name)
-        return type(name, (_Inert,), {"_yolo_det_name": f"{module}.{name}"})
-
-
-class _RestrictedPickle:
-    """A ``pickle_module`` for ``torch.load`` whose unpickler resolves no foreign globals."""
-
-    Unpickler = _RestrictedUnpickler
-    load = staticmethod(lambda f, **kw: _RestrictedUnpickler(f, **kw).load())
-    __name__ = "yolo_det_restricted_pickle"
 
 
 @dataclass
@@ -142,8 +95,8 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, _Inert):  # a pathlib.Path and the like: keep its text
-        args = getattr(value, "_args", ())
+    if isinstance(value, Inert):  # a pathlib.Path and the like: keep its text
+        args = value.__dict__.get("inert_args", ())
         return "/".join(str(a) for a in args) if args and all(isinstance(a, str) for a in args) else repr(value)
     return str(value)
 
@@ -168,18 +121,14 @@ def read_checkpoint(path: str | os.PathLike[str]) -> CheckpointInfo:
     path = Path(path)
     if not path.is_file():
         raise ModelError(f"checkpoint '{path}' does not exist")
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=False, pickle_module=_RestrictedPickle)
-    except Exception as e:  # noqa: BLE001 - any failure means "not a checkpoint we can read"
-        raise ModelError(f"'{path}' is not a PyTorch checkpoint ({type(e).__name__}); pass a training "
-                         f"checkpoint such as runs/detect/train/weights/last.pt") from None
+    obj = safe_read(path)  # imports and calls nothing the file names
     if not isinstance(obj, Mapping) or "epoch" not in obj:
         raise ModelError(f"'{path}' is not a training checkpoint (no 'epoch' in it); pass the last.pt of a run")
     args = obj.get("train_args")
     if args is None:
         args = obj.get("opt")  # YOLOv5
-    if isinstance(args, _Inert):
-        state = getattr(args, "_state", None)
+    if isinstance(args, Inert):
+        state = args.state
         args = state if isinstance(state, Mapping) else {}
     epoch = obj.get("epoch")
     updates = obj.get("updates")

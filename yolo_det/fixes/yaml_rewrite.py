@@ -134,6 +134,13 @@ def _slots(text: str, origin: str) -> Iterator[_Slot]:
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
 
+    from ..core import safe_yaml
+
+    try:
+        safe_yaml.prescan(text)  # bounded: nesting, alias expansion, cycles (before ruamel sees the text)
+    except safe_yaml.YamlLimitError as e:
+        mark = e.problem_mark
+        raise ModelError(f"{origin}{f':{mark.line + 1}' if mark is not None else ''}: malformed YAML: {e.problem}") from None
     yaml = YAML(typ="rt")
     try:
         data = yaml.load(StringIO(text))
@@ -192,13 +199,17 @@ def _build(text: str, origin: str) -> Any:
     """Build the model the YAML describes (yolo-det layer names registered); return the DetectionModel."""
     import yaml as pyyaml
 
+    from ..analysis.model_yaml import check_activation
     from ..analysis.zoo import ZOO_MODULES
+    from ..core.safe_yaml import load
     from ..layers.registry import registered, registered_layers
 
     try:
-        cfg = pyyaml.safe_load(text)
+        cfg = load(text)
     except pyyaml.YAMLError as e:
         raise ModelError(f"{origin}: malformed YAML: {getattr(e, 'problem', None) or e}") from None
+    if isinstance(cfg, dict):
+        check_activation(cfg, origin)
     task = _guess_task(cfg)
     try:
         with registered_layers(), registered(ZOO_MODULES):

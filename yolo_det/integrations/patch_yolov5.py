@@ -27,6 +27,13 @@ Patching is idempotent: a file is first brought back to its unpatched text (ever
 reverted) and the edits applied to that, so a second run finds nothing to change. A file where an anchor
 is missing or ambiguous is left untouched and reported with the line that was looked for. Files are
 written atomically, each after a backup of its previous text (``<file>.yolo-det.bak``).
+
+Nothing is written outside the tree: the tree is its real path, and a file (or a folder above it) that is
+a symbolic link resolving outside the tree is refused before anything is written. A symbolic link inside
+the tree stays a link: the file it points to is patched (two links to one file are refused). The whole
+operation is atomic: every new text and backup is first written to a temporary file next to its target,
+then all are renamed into place; any exception or interruption (Ctrl-C) before the last rename removes the
+temporary files and puts back every file already renamed, so the tree is as it was.
 """
 
 from __future__ import annotations
@@ -287,6 +294,8 @@ def find_tree(directory: str | os.PathLike[str]) -> Path:
         PatchError: ``directory`` does not exist or is not a YOLOv5 tree.
     """
     root = Path(directory).expanduser()
+    if root.is_dir():
+        root = Path(os.path.realpath(root))  # the tree is where the folder really is
     if not root.is_dir():
         raise PatchError(f"'{directory}' is not a folder; give the folder of a YOLOv5 clone (the one with train.py)")
     missing = [name for name in _REQUIRED if not (root / name).is_file()]
@@ -305,12 +314,14 @@ class FilePlan:
         old: The file's current text (None when the file is absent from this tree).
         new: The text it gets (None when absent or not recognised).
         error: Why the file is left untouched (not recognised), or None.
+        target: The real path written (the file a symbolic link inside the tree points to).
     """
 
     path: str
     old: str | None
     new: str | None = None
     error: str | None = None
+    target: Path | None = None
 
     @property
     def changes(self) -> bool:
@@ -373,11 +384,25 @@ def _read(path: Path, rel: str) -> str:
         raise PatchError(f"cannot read {path}: {e.strerror or e}") from None
 
 
+def _inside(root: Path, rel: str) -> Path:
+    """The real path of ``root / rel``, refusing one that leaves the tree (through a symbolic link)."""
+    path = root / rel
+    real = Path(os.path.realpath(path))
+    if real != root and root not in real.parents:
+        link = next((p for p in [*reversed(path.relative_to(root).parents), path.relative_to(root)]
+                     if p != Path(".") and (root / p).is_symlink()), Path(rel))
+        raise PatchError(f"{root / link} is a symbolic link to {os.path.realpath(root / link)}, outside the tree; "
+                         "yolo-det writes nothing outside the folder it patches: replace the link by a copy "
+                         "(or patch the tree it points to)")
+    return real
+
+
 def plan(directory: str | os.PathLike[str], *, reverse: bool = False, default_profile: str | None = None) -> PatchPlan:
     """Work out, without writing anything, what patching (or ``reverse``) does to the tree at ``directory``.
 
     Raises:
-        PatchError: Not a YOLOv5 tree, a file cannot be read, or the profile is unknown.
+        PatchError: Not a YOLOv5 tree, a file cannot be read, a file or folder links outside the tree, two
+            files are links to one, or the profile is unknown.
     """
     if default_profile is not None:
         try:
@@ -386,28 +411,43 @@ def plan(directory: str | os.PathLike[str], *, reverse: bool = False, default_pr
             raise PatchError(f"--profile: {' '.join(str(e).split())}") from None
     root = find_tree(directory)
     result = PatchPlan(root=root, reverse=reverse)
+    targets: dict[Path, str] = {}
     for rel, edits in FILES.items():
         path = root / rel
         if not path.is_file():
             continue
+        target = _inside(root, rel)
+        _inside(root, rel + BACKUP_SUFFIX)
+        if (root / (rel + BACKUP_SUFFIX)).is_symlink():
+            raise PatchError(f"the backup {root / (rel + BACKUP_SUFFIX)} is a symbolic link; remove it and run again")
+        if target in targets:
+            raise PatchError(f"{path} and {root / targets[target]} are the same file ({target}); the patch edits "
+                             "each differently: replace the link by a copy")
+        targets[target] = rel
         text = None
         try:
             text = _read(path, rel)
             new = revert_text(text, edits, path=rel) if reverse else \
                 patch_text(text, edits, path=rel, default_profile=default_profile)
-            result.files.append(FilePlan(rel, text, new))
+            result.files.append(FilePlan(rel, text, new, target=target))
         except NotRecognised as e:
-            result.files.append(FilePlan(rel, text, None, e.detail))
+            result.files.append(FilePlan(rel, text, None, e.detail, target=target))
     return result
+
+
+def _target(root: Path, f: FilePlan) -> Path:
+    return f.target if f.target is not None else _inside(root, f.path)
 
 
 def _check_writable(root: Path, files: Sequence[FilePlan], backup: bool) -> None:
     for f in files:
-        path = root / f.path
+        path = _target(root, f)
         mode = path.stat().st_mode
         if not os.access(path, os.W_OK) or not mode & stat.S_IWUSR:
-            raise PatchError(f"{path} is read-only; make the YOLOv5 tree writable (or patch a copy) and run again")
-    for folder in sorted({(root / f.path).parent for f in files}):
+            raise PatchError(f"{root / f.path} is read-only; make the YOLOv5 tree writable (or patch a copy) and run "
+                             "again")
+    folders = {_target(root, f).parent for f in files} | {(root / f.path).parent for f in files}
+    for folder in sorted(folders):
         try:
             fd, probe = tempfile.mkstemp(dir=folder, prefix=".yolo-det-probe.")
         except OSError as e:
@@ -422,33 +462,82 @@ def _check_writable(root: Path, files: Sequence[FilePlan], backup: bool) -> None
                 raise PatchError(f"cannot overwrite the backup {target}; remove it and run again")
 
 
-def apply_plan(result: PatchPlan, *, backup: bool = True) -> list[Path]:
-    """Write the plan's changes: for each file, a backup of its current text, then the new text (atomically).
+def _write_temp(target: Path, text: str) -> Path:
+    """Write ``text`` to a new temporary file next to ``target`` (flushed, with ``target``'s mode); return it."""
+    try:
+        mode = target.stat().st_mode & 0o777
+    except FileNotFoundError:
+        mode = 0o644
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
 
-    Every file is checked for writability first, so a read-only tree changes nothing; if a write still
-    fails, the files already written are put back.
+
+def _replace(tmp: Path, target: Path) -> None:
+    """Rename a staged file over its target."""
+    os.replace(tmp, target)
+
+
+def _previous(path: Path) -> str | None:
+    if path.is_symlink() or not path.is_file():
+        return None
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def apply_plan(result: PatchPlan, *, backup: bool = True) -> list[Path]:
+    """Write the plan's changes, all or nothing: for each file a backup of its current text and the new text.
+
+    Every file is checked for writability first, so a read-only tree changes nothing. Then every backup and
+    new text is written to a temporary file next to its target, and only when all are written are they
+    renamed into place. If anything fails or is interrupted (``KeyboardInterrupt`` included), the temporary
+    files are removed and the files already renamed are put back, and the exception is raised again
+    (an ``OSError`` as a :class:`PatchError`).
 
     Returns:
         The paths written (backups excluded).
 
     Raises:
-        PatchError: The tree is not writable.
+        PatchError: The tree is not writable, or a write failed (the tree is left as it was).
     """
+    root = result.root
     files = result.changes
-    _check_writable(result.root, files, backup)
-    written: list[tuple[Path, str]] = []
+    _check_writable(root, files, backup)
+    staged: list[tuple[Path, Path, str | None]] = []  # (temporary file, target, previous text or None)
+    done: list[tuple[Path, str | None]] = []
     try:
         for f in files:
-            path, old, new = result.root / f.path, f.old or "", f.new or ""
             if backup:
-                atomic_write_text(result.root / (f.path + BACKUP_SUFFIX), old)
-            atomic_write_text(path, new)
-            written.append((path, old))
-    except OSError as e:
-        for path, old in reversed(written):
+                bak = root / (f.path + BACKUP_SUFFIX)
+                staged.append((_write_temp(bak, f.old or ""), bak, _previous(bak)))
+            target = _target(root, f)
+            staged.append((_write_temp(target, f.new or ""), target, f.old or ""))
+        for tmp, target, previous in staged:
+            _replace(tmp, target)
+            done.append((target, previous))
+    except BaseException as e:
+        for tmp, _, _ in staged:
+            tmp.unlink(missing_ok=True)
+        for target, previous in reversed(done):
             try:
-                atomic_write_text(path, old)
+                if previous is None:
+                    target.unlink(missing_ok=True)
+                else:
+                    atomic_write_text(target, previous)
             except OSError:
                 pass
-        raise PatchError(f"writing the YOLOv5 tree failed ({e}); the files written so far were restored") from None
-    return [p for p, _ in written]
+        if isinstance(e, OSError):
+            raise PatchError(f"writing the YOLOv5 tree failed ({e}); nothing was changed") from None
+        raise
+    return [root / f.path for f in files]

@@ -36,6 +36,7 @@ from ..fixes.swaps import restore, unswap_modules
 from ..layers.registry import registered_layers
 from ..session.distributed import gather_states, rank_info, ranks_consistent
 from ..session.session import DeterminismSession
+from .identity import run_identity
 from .ultralytics_resume import UltralyticsResume, previous_record
 
 __all__ = ["UltralyticsPlugin", "attach", "detach", "trainer_class"]
@@ -231,6 +232,8 @@ class UltralyticsPlugin:
         """Seed the data order, and wrap the scaler when the train phase disables determinism in backward."""
         session = self._ensure_train(trainer)
         settings = self.profile.train
+        if self.record and _rank() in {-1, 0}:
+            trainer._yolo_det_identity = run_identity(trainer)  # data, start model, arguments (before any swap)
         session.hand_over("loader", getattr(trainer, "train_loader", None))
         model = getattr(trainer, "model", None)
         model = getattr(model, "module", model)  # DistributedDataParallel
@@ -337,6 +340,7 @@ class UltralyticsPlugin:
             run={k: getattr(args, k, None) for k in _RUN_ARGS} | {"save_dir": str(save_dir)},
             ranks=self._ranks,
             rank_problems=ranks_consistent(self._ranks) if self._ranks else [],
+            **getattr(trainer, "_yolo_det_identity", {}),
         )
         if self.resume is not None:
             record.update(self.resume.record_fields(trainer, self.profile, self._previous))

@@ -1,7 +1,9 @@
 """``key=value`` arguments passed through to Ultralytics, parsed safely and checked before any run starts.
 
-Values are parsed with ``yaml.safe_load`` (never ``eval``): ``epochs=3`` is an int, ``amp=false`` a
-bool, ``imgsz=[96,128]`` a list, ``name=exp`` a string; ``none``/``None``/``null`` is None. Keys are
+Values are parsed as bounded YAML (:mod:`yolo_det.core.safe_yaml`, never ``eval``): ``epochs=3`` is an int,
+``amp=false`` a bool, ``lr0=1e-3`` a float (as Ultralytics' own command line reads it; YAML 1.1 alone would
+read a string), ``imgsz=[96,128]`` a list, ``name=exp`` a string; ``none``/``None``/``null`` is None.
+Alias bombs and deep nesting are refused in one line. Keys are
 checked against Ultralytics' configuration (unknown keys get a close-match hint) and values against
 its type rules, so a typo fails in a second with one line instead of after the model is built.
 """
@@ -15,7 +17,9 @@ from typing import Any
 
 import yaml
 
+from ..core import safe_yaml
 from ..core.errors import ConfigError, ModelError, did_you_mean
+from ..core.safe_yaml import short
 
 __all__ = ["check_ultralytics_args", "parse_overrides", "resolve_data", "resolve_model"]
 
@@ -31,11 +35,11 @@ def parse_overrides(tokens: Iterable[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for token in tokens:
         if "=" not in token:
-            raise ConfigError(f"expected key=value, got '{token}' (for example epochs=3)")
+            raise ConfigError(f"expected key=value, got {short(token)} (for example epochs=3)")
         key, _, raw = token.partition("=")
         key = key.strip()
         if not _KEY.match(key):
-            raise ConfigError(f"invalid key '{key}' in '{token}'; keys are names like epochs or imgsz")
+            raise ConfigError(f"invalid key {short(key)} in {short(token)}; keys are names like epochs or imgsz")
         if raw.strip() == "":
             raise ConfigError(f"'{key}=' has no value; write {key}=VALUE")
         if key in out:
@@ -44,10 +48,10 @@ def parse_overrides(tokens: Iterable[str]) -> dict[str, Any]:
             out[key] = None
             continue
         try:
-            value = yaml.safe_load(raw)
+            value = safe_yaml.load(raw, numbers=True)
         except yaml.YAMLError as e:
             problem = getattr(e, "problem", None) or "not valid YAML"
-            raise ConfigError(f"cannot parse the value of '{key}': {raw!r} ({problem})") from None
+            raise ConfigError(f"cannot parse the value of '{key}': {short(raw)} ({problem})") from None
         if isinstance(value, (dict,)) or value is None and raw.strip():
             value = raw  # 'a: b' style strings stay strings
         out[key] = value
@@ -77,7 +81,8 @@ def check_ultralytics_args(args: Mapping[str, Any], *, reserved: Mapping[str, st
     try:
         check_cfg(checked, hard=True)
     except (TypeError, ValueError) as e:
-        raise ConfigError(" ".join(str(e).split())) from None
+        message = " ".join(str(e).split())
+        raise ConfigError(message if len(message) <= 300 else message[:300] + " ...") from None
     if "imgsz" in checked:
         _check_imgsz(checked["imgsz"])
     return checked
@@ -101,11 +106,18 @@ def resolve_model(model: str) -> str:
     if path.suffix in {".yaml", ".yml"}:
         if resolve_model_yaml(model) is None:
             raise ModelError(f"model YAML '{model}' not found; give a path or an Ultralytics name such as yolov8n.yaml")
+        from .prechecks import check_model_yaml
+
+        check_model_yaml(model)  # bounded YAML, every module name known: one line now, not a traceback later
         return model
     if path.is_file():
-        from ..core.record import load_checkpoint_state
+        from ..core.pickle_scan import check_checkpoint
+        from ..core.safeload import trust_checkpoints
 
-        load_checkpoint_state(path)  # a one-line error now, rather than a traceback from deep inside Ultralytics
+        if not trust_checkpoints():
+            # Read the pickle's opcodes, not the pickle: nothing is unpickled before Ultralytics' own loader
+            # (which honours ULTRALYTICS_SAFE_LOAD) does; a file naming os.system & co. is refused here.
+            check_checkpoint(path)
         return str(path)
     raise ModelError(
         f"model '{model}' is not a local file; yolo-det does not download weights: pass a model YAML "
@@ -121,6 +133,9 @@ def resolve_data(data: str) -> str:
     """
     path = Path(data).expanduser()
     if path.is_file():
+        from .prechecks import check_data
+
+        check_data(str(path))
         return str(path.resolve())
     if path.suffix in {".yaml", ".yml"} and not path.parent.parts:
         from ultralytics.utils.checks import check_yaml
@@ -130,5 +145,8 @@ def resolve_data(data: str) -> str:
         except Exception:  # noqa: BLE001 - check_yaml may try the network for URLs
             found = None
         if found:
+            from .prechecks import check_data
+
+            check_data(data)
             return data
     raise ConfigError(f"data '{data}' does not exist; pass the path of a dataset YAML (data=path/to/data.yaml)")

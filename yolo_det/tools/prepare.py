@@ -12,7 +12,9 @@ from typing import Any
 from ..core.errors import ConfigError
 from ..core.profiles import load_profile
 from ..core.resume import is_resume, resume_arguments
+from ..core.safe_yaml import short
 from .overrides import check_ultralytics_args, parse_overrides, resolve_data, resolve_model
+from .prechecks import check_train_args
 
 __all__ = ["DEMO_DEFAULTS", "RESERVED", "prepare"]
 
@@ -30,10 +32,11 @@ RESERVED = {
 }
 
 
-def prepare(profile: str, tokens: list[str]) -> tuple[Any, dict[str, Any]]:
+def prepare(profile: str, tokens: list[str], *, check_device: bool = True) -> tuple[Any, dict[str, Any]]:
     """Validate the profile and the overrides; return ``(profile, ultralytics_args)`` or raise a one-line error.
 
-    Nothing is written and no model is built.
+    Nothing is written and no model is built. ``check_device=False`` leaves ``device=`` to the caller (verify
+    and bench first apply their one-device rule, then :func:`yolo_det.tools.prechecks.check_device`).
     """
     resolved = load_profile(profile)
     args = parse_overrides(tokens)
@@ -46,13 +49,14 @@ def prepare(profile: str, tokens: list[str]) -> tuple[Any, dict[str, Any]]:
         args = {**DEMO_DEFAULTS, **args, "data": str(demo_data_yaml())}
     else:
         if not isinstance(args["data"], str):
-            raise ConfigError(f"data= must be a path, got {args['data']!r}")
+            raise ConfigError(f"data= must be a path, got {short(args['data'])}")
         args["data"] = resolve_data(args["data"])
     args.setdefault("model", DEMO_DEFAULTS["model"])
     if not isinstance(args["model"], str):
-        raise ConfigError(f"model= must be a model YAML or a checkpoint path, got {args['model']!r}")
+        raise ConfigError(f"model= must be a model YAML or a checkpoint path, got {short(args['model'])}")
     args["model"] = resolve_model(args["model"])
     args = check_ultralytics_args(args, reserved=RESERVED)
+    args = check_train_args(args, device=check_device)
     return resolved, args
 
 
@@ -63,6 +67,7 @@ def _prepare_resume(args: dict[str, Any]) -> dict[str, Any]:
     if isinstance(args.get("data"), str):
         args["data"] = resolve_data(args["data"])
     args, _, ignored = resume_arguments(args)
+    args["model"] = resolve_model(args["model"])  # the checkpoint scan a new run's model= gets
     args = check_ultralytics_args(args, reserved=RESERVED)
     if ignored:
         print(f"yolo-det: resuming ignores {', '.join(f'{k}={args[k]}' for k in ignored)}: the checkpoint's "

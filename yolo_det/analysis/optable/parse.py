@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from ...core import safe_yaml
 from ...core.errors import ConfigError, did_you_mean
 from .model import Fix, OpEntry, OpTable, VersionRange
 from .schema import _DEFAULT, _ENTRY_KEYS, _NODE_KINDS, _OP_NAME, _PASSES, _REQUIRED, _TOP_KEYS, _WHENS, EFFECTS
@@ -18,7 +19,7 @@ __all__ = ["load_table", "parse_table"]
 
 def _lines_of_entries(text: str) -> list[int]:
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = safe_yaml.compose(text)
     except yaml.YAMLError:
         return []
     if not isinstance(node, yaml.MappingNode):
@@ -113,7 +114,7 @@ def parse_table(text: str, source: str = "<table>") -> OpTable:
         ConfigError: The YAML is malformed or an entry is invalid (the message names the file and line).
     """
     try:
-        data = yaml.safe_load(text)
+        data = safe_yaml.load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""

@@ -22,9 +22,15 @@ parameter whose gradient differs most and by how much. Hooks: the recorder wraps
 ``preprocess_batch`` and ``optimizer_step`` on the instance (from ``on_pretrain_routine_end``) and puts them
 back at ``teardown``; ``steps=K`` sets ``trainer.stop`` after the K-th optimizer step.
 
+``portable=True`` (``--save``/``--against``, see :mod:`yolo_det.tools.verify.crossverify`) also records, per
+micro-batch, a digest of the batch as the data loader gave it (before ``preprocess_batch`` moves it to the
+device: CPU tensors, so the digest is the same whatever device trains), a digest of the trainable parameters
+after every step, the device type the gradients lived on, and the run's ``determinism.json``, so a run can be
+compared with one made in another process or on another machine.
+
 In-process runs share one process, so non-determinism that only shows across processes (cuDNN's
-autotuning cache under ``cudnn_benchmark``, hash seeds) can stay hidden; compare ``determinism.json``
-digests of separate ``yolo-det train`` runs for that.
+autotuning cache under ``cudnn_benchmark``, hash seeds) can stay hidden; compare separate ``yolo-det train``
+runs with ``yolo-det diff``, or use ``--save``/``--against``, for that.
 """
 
 

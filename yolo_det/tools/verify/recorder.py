@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,8 +22,11 @@ class _Recorder:
     """Ultralytics callbacks that record one run (see the module docstring)."""
 
     def __init__(self, record: RunRecord, *, reference: RunRecord | None, steps: int | None, keep_bytes: int,
-                 enabled: bool = True) -> None:
+                 enabled: bool = True, portable: bool = False) -> None:
         self.record = record
+        self.portable = portable
+        record.portable = portable
+        self._weight_futures: deque[tuple[StepRecord, Future[list[str]]]] = deque()
         self.reference = reference
         self.steps = steps
         self.keep_bytes = keep_bytes
@@ -53,19 +58,27 @@ class _Recorder:
         model = unwrap_model(trainer.model)
         self._params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.record.param_names = [n for n, _ in self._params]
+        self.record.device_type = self._params[0][1].device.type if self._params else ""
+        data = getattr(trainer, "data", None)
+        self.record.data_root = str(data.get("path") or "") if isinstance(data, Mapping) else ""
         for name in ("preprocess_batch", "optimizer_step"):
             self._saved[name] = trainer.__dict__.get(name, _MISSING)
         original_pre = trainer.preprocess_batch
         original_step = trainer.optimizer_step
 
         def preprocess_batch(batch: dict[str, Any]) -> dict[str, Any]:
+            raw = self._raw_digest(batch) if self.portable and self.enabled else None
             out = original_pre(batch)
             self._on_batch(trainer, out)
+            if self._current is not None:
+                self._current.raw = raw
             return out
 
         def optimizer_step() -> None:
             self._before_step(trainer)
             original_step()
+            if self.portable:
+                self._after_step()
             self.count += 1
             if self.steps is not None and self.count >= self.steps:
                 trainer.stop = True
@@ -75,6 +88,7 @@ class _Recorder:
 
     def teardown(self, trainer: Any) -> None:
         self._inflight.clear()  # after a failure, digests still pending are of no use
+        self._weight_futures.clear()
         self._drain()
         for name, value in self._saved.items():
             if value is _MISSING:
@@ -85,6 +99,10 @@ class _Recorder:
         self._trainer = None
 
     # -- per micro-batch ----------------------------------------------------------------------------
+    def _raw_digest(self, batch: Mapping[str, Any]) -> str:
+        """Digest of the batch as the loader gave it (CPU tensors: the same on any training device)."""
+        return combine(tensor_digests([batch[k] for k in sorted(batch) if isinstance(batch[k], torch.Tensor)]))
+
     def _on_batch(self, trainer: Any, batch: Mapping[str, Any]) -> None:
         index, self.iteration = self.iteration, self.iteration + 1
         if not self.enabled:
@@ -167,6 +185,21 @@ class _Recorder:
             self.record.kept[step.step] = {n: (v if copied else _host_copy(v)) for n, v in values.items()
                                            if by_name[n] != theirs.get(n)}
 
+    def _after_step(self) -> None:
+        """Portable mode: digest the trainable parameters just updated (on a CPU: a copy, hashed on the worker)."""
+        if not self.enabled or not self.record.steps:
+            return
+        step = self.record.steps[-1]
+        params = [p.detach() for _, p in self._params]
+        if params and all(p.device.type == "cpu" for p in params):
+            copies = [_host_copy(p) for p in params]
+            self._weight_futures.append((step, self._executor().submit(tensor_digests, copies)))
+            while len(self._weight_futures) > _MAX_INFLIGHT:
+                done, future = self._weight_futures.popleft()
+                done.weights = combine(future.result())
+            return
+        step.weights = combine(tensor_digests(params))
+
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="yolo-det-digest")
@@ -181,6 +214,9 @@ class _Recorder:
         try:
             while self._inflight:
                 self._resolve_oldest()
+            while self._weight_futures:
+                step, future = self._weight_futures.popleft()
+                step.weights = combine(future.result())
         finally:
             if self._pool is not None:
                 self._pool.shutdown(wait=True)
@@ -196,6 +232,12 @@ class _Recorder:
         self.record.save_dir = str(getattr(trainer, "save_dir", ""))
         if not self.enabled:
             return
+        record_file = Path(self.record.save_dir) / "determinism.json"  # the plugin's on_train_end ran first
+        if self.portable and self.record.save_dir and record_file.is_file():
+            try:
+                self.record.record = json.loads(record_file.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                self.record.record = None
         state = {k: v.detach() for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
         if self.reference is None:
             self.record.final_state = {k: _host_copy(v) for k, v in state.items()}

@@ -36,6 +36,7 @@ class MicroBatch:
         data: Digest of the preprocessed batch (every tensor: images, classes, boxes, indices).
         files: The batch's image files, in order (empty when the dataset gives none).
         loss: Loss components after the forward pass (``None`` until known).
+        raw: Portable mode: digest of the batch before ``preprocess_batch`` (as the data loader gave it).
     """
 
     index: int
@@ -43,6 +44,7 @@ class MicroBatch:
     data: str
     files: tuple[str, ...] = ()
     loss: tuple[float, ...] | None = None
+    raw: str | None = None
 
 
 @dataclass
@@ -56,6 +58,7 @@ class StepRecord:
         grads: Digest of each parameter's gradient (order of :attr:`RunRecord.param_names`; ``"none"``
             when a parameter had no gradient).
         scale: The AMP grad-scaler scale (1.0 without AMP); gradients are recorded scaled.
+        weights: Digest of the trainable parameters right after the step (recorded in portable mode only).
     """
 
     step: int
@@ -63,6 +66,7 @@ class StepRecord:
     batches: list[MicroBatch]
     grads: list[str]
     scale: float = 1.0
+    weights: str | None = None
 
     @property
     def loss(self) -> float | None:
@@ -89,6 +93,11 @@ class RunRecord:
         final_state: The reference's final model state (CPU copy), compared with the later runs'.
         kept_until: The last step whose gradient values the reference kept.
         optimizer_steps: Optimizer steps the run made (counted even when nothing is recorded).
+        data_root: The dataset root (image files are named relative to it across machines).
+        record: The run's ``determinism.json`` content, when the plugin wrote one.
+        portable: Recorded for a comparison across processes or machines (raw batch and per-step weights digests).
+        device_type: Where the gradients lived (``cpu``, ``cuda``, ...): digests of tensors on different device
+            types are computed differently (see :mod:`yolo_det.tools.fingerprint`) and do not compare.
     """
 
     index: int
@@ -103,6 +112,10 @@ class RunRecord:
     final_diff: list[tuple[str, float]] = field(default_factory=list)
     kept_until: int = 0
     optimizer_steps: int = 0
+    data_root: str = ""
+    record: dict[str, Any] | None = None
+    portable: bool = False
+    device_type: str = ""
 
     def losses(self) -> list[float | None]:
         """The loss per step (see :attr:`StepRecord.loss`)."""

@@ -21,9 +21,10 @@ from .report import VerifyReport
 
 __all__ = ["check_args", "progress_to_stderr", "record_runs", "verify"]
 
-def check_args(args: Mapping[str, Any], runs: int, steps: int | None, keep_mib: float) -> None:
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
-        raise ConfigError(f"--runs must be an integer >= 2, got {runs!r}")
+def check_args(args: Mapping[str, Any], runs: int, steps: int | None, keep_mib: float, *, min_runs: int = 2) -> None:
+    """Check verify's arguments before anything runs (one-line :class:`ConfigError` otherwise)."""
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < min_runs:
+        raise ConfigError(f"--runs must be an integer >= {min_runs}, got {runs!r}")
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise ConfigError(f"--steps must be a positive integer, got {steps!r}")
     if not (isinstance(keep_mib, (int, float)) and keep_mib >= 0):
@@ -46,6 +47,7 @@ def verify(
     callbacks: Mapping[str, Sequence[Callable[[Any], None]]] | None = None,
     verbose: bool = False,
     progress: Callable[[str], None] | None = None,
+    portable: bool = False,
 ) -> VerifyReport:
     """Train ``runs`` times with the same arguments under ``profile`` and compare the runs step by step.
 
@@ -61,6 +63,8 @@ def verify(
         callbacks: Extra Ultralytics callbacks ``{event: [fn]}`` added to every run (after yolo-det's).
         verbose: Show Ultralytics' own log (it goes to stderr either way).
         progress: Called with a line of text as each run ends.
+        portable: Also record what a comparison across processes and machines needs (the raw batch, the
+            weights after every step, the run's record; see :mod:`yolo_det.tools.verify.crossverify`).
 
     Returns:
         The report; ``report.identical`` says whether the runs match bit for bit.
@@ -69,7 +73,7 @@ def verify(
     check_args(args, runs, steps, keep_mib)
     started = time.perf_counter()
     records = record_runs(resolved, args, runs=runs, steps=steps, keep_mib=keep_mib, callbacks=callbacks,
-                          verbose=verbose, progress=progress)
+                          verbose=verbose, progress=progress, portable=portable)
     divergences = [d for r in records[1:] if (d := compare_runs(records[0], r)) is not None]
     return VerifyReport(profile=resolved.name, args=dict(args), runs=records, divergences=divergences,
                         steps_requested=steps, seconds=time.perf_counter() - started,
@@ -87,11 +91,13 @@ def record_runs(
     verbose: bool = False,
     progress: Callable[[str], None] | None = None,
     record: bool = True,
+    portable: bool = False,
 ) -> list[RunRecord]:
     """Train ``runs`` times as :func:`verify` does and return what each run recorded (no comparison).
 
     ``record=False`` trains the same way (same stopping rule) without recording anything: one such run is
-    the baseline the cost of verification is measured against (``bench/verify_cost.py``).
+    the baseline the cost of verification is measured against (``bench/verify_cost.py``). ``portable=True``
+    also records what ``--save``/``--against`` need (see :func:`verify`).
     """
     from ultralytics import YOLO
 
@@ -113,7 +119,7 @@ def record_runs(
         for index in range(1, runs + 1):
             rec = RunRecord(index=index)
             recorder = _Recorder(rec, reference=records[0] if records else None, steps=steps,
-                                 keep_bytes=int(keep_mib * 2**20), enabled=record)
+                                 keep_bytes=int(keep_mib * 2**20), enabled=record, portable=portable)
             model = YOLO(model_src)
             attach(model, resolved)
             for event, fn in recorder.callbacks.items():

@@ -1,0 +1,130 @@
+"""Dataset fingerprints: what they cover, that they move with the data and not with its location, and the cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from yolo_det.core.datafp import DigestCache, cache_dir, dataset_fingerprint, split_fingerprint
+
+DEMO = Path(__file__).resolve().parent.parent / "data" / "demo"
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("YOLO_DET_CACHE", str(tmp_path / "cache"))
+
+
+def copy_demo(dst: Path, n: int = 6) -> Path:
+    """A small YOLO dataset: the first n demo train images and their labels."""
+    for sub in ("images", "labels"):
+        (dst / sub / "train").mkdir(parents=True)
+    for img in sorted((DEMO / "images" / "train").glob("*.png"))[:n]:
+        shutil.copy2(img, dst / "images" / "train" / img.name)
+        shutil.copy2(DEMO / "labels" / "train" / f"{img.stem}.txt", dst / "labels" / "train" / f"{img.stem}.txt")
+    return dst
+
+
+def images(root: Path) -> list[str]:
+    return sorted(str(p) for p in (root / "images" / "train").glob("*.png"))
+
+
+def fp(root: Path) -> dict:
+    return dataset_fingerprint({"train": images(root)}, root=root, names={0: "a", 1: "b", 2: "c"})
+
+
+def test_same_data_elsewhere_gives_the_same_fingerprint(tmp_path):
+    a, b = copy_demo(tmp_path / "a"), copy_demo(tmp_path / "b")
+    fa, fb = fp(a), fp(b)
+    assert fa["sha256"] == fb["sha256"] and fa["splits"] == fb["splits"]
+    assert fa["splits"]["train"]["images"] == 6 and fa["splits"]["train"]["missing_labels"] == 0
+
+
+def test_one_changed_label_changes_only_the_labels(tmp_path):
+    a, b = copy_demo(tmp_path / "a"), copy_demo(tmp_path / "b")
+    label = sorted((b / "labels" / "train").glob("*.txt"))[2]
+    lines = label.read_text().splitlines()
+    lines[0] = ("1" if lines[0][0] != "1" else "2") + lines[0][1:]
+    label.write_text("\n".join(lines) + "\n")
+    sa, sb = fp(a)["splits"]["train"], fp(b)["splits"]["train"]
+    assert sa["labels_sha256"] != sb["labels_sha256"]
+    assert sa["list_sha256"] == sb["list_sha256"] and sa["images_sha256"] == sb["images_sha256"]
+
+
+def test_image_bytes_list_names_and_missing_labels_are_covered(tmp_path):
+    a = copy_demo(tmp_path / "a")
+    base = fp(a)
+    img = Path(images(a)[0])
+    data = bytearray(img.read_bytes())
+    data[-1] ^= 1
+    img.write_bytes(bytes(data))
+    changed = fp(a)["splits"]["train"]
+    assert changed["images_sha256"] != base["splits"]["train"]["images_sha256"]
+    assert changed["list_sha256"] == base["splits"]["train"]["list_sha256"]
+    moved = Path(images(a)[1])
+    moved.rename(a / "images" / "train" / "renamed.png")
+    (a / "labels" / "train" / f"{moved.stem}.txt").rename(a / "labels" / "train" / "renamed.txt")
+    assert fp(a)["splits"]["train"]["list_sha256"] != changed["list_sha256"]
+    (a / "labels" / "train" / Path(images(a)[2]).with_suffix(".txt").name).unlink()
+    assert fp(a)["splits"]["train"]["missing_labels"] == 1
+    other_names = dataset_fingerprint({"train": images(a)}, root=a, names={0: "x"})
+    assert other_names["names_sha256"] != fp(a)["names_sha256"]
+
+
+def test_image_digests_are_cached_by_size_and_mtime(tmp_path):
+    a = copy_demo(tmp_path / "a")
+    cold = fp(a)
+    assert (cold["hashed"], cold["cached"]) == (6, 0)
+    files = list((cache_dir() / "datafp").glob("*.json"))
+    assert len(files) == 1 and cache_dir() == tmp_path / "cache"
+    entries = json.loads(files[0].read_text())["entries"]
+    assert len(entries) == 6
+    warm = fp(a)
+    assert (warm["hashed"], warm["cached"]) == (0, 6) and warm["sha256"] == cold["sha256"]
+    # same size, new time: hashed again; the cache never hides a change
+    img = Path(images(a)[0])
+    data = bytearray(img.read_bytes())
+    data[-1] ^= 1
+    img.write_bytes(bytes(data))
+    st = img.stat()
+    os.utime(img, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    again = fp(a)
+    assert again["hashed"] == 1 and again["sha256"] != cold["sha256"]
+
+
+def test_a_corrupt_or_unwritable_cache_only_costs_time(tmp_path, monkeypatch):
+    a = copy_demo(tmp_path / "a")
+    first = fp(a)
+    for f in (cache_dir() / "datafp").glob("*.json"):
+        f.write_text("{not json")
+    assert fp(a)["sha256"] == first["sha256"]
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setenv("YOLO_DET_CACHE", str(blocker / "sub"))  # a folder that cannot be made
+    result = fp(a)
+    assert result["sha256"] == first["sha256"] and result["hashed"] == 6
+
+
+def test_classification_splits_hash_the_class_of_each_image(tmp_path):
+    a = copy_demo(tmp_path / "a")
+    files = images(a)
+    one = split_fingerprint(files, root=a, classes=[0, 1, 0, 1, 0, 1], cache=DigestCache(None))
+    two = split_fingerprint(files, root=a, classes=[0, 1, 0, 1, 0, 0], cache=DigestCache(None))
+    assert one["labels_sha256"] != two["labels_sha256"] and one["images_sha256"] == two["images_sha256"]
+    assert one["missing_labels"] == 0
+
+
+def test_default_cache_dir_follows_the_platform_rules(monkeypatch, tmp_path):
+    monkeypatch.delenv("YOLO_DET_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("LOCALAPPDATA", str(tmp_path / "local"))
+    expected = {"win32": tmp_path / "local" / "yolo-det" / "Cache",
+                "darwin": Path.home() / "Library" / "Caches" / "yolo-det"}.get(sys.platform, tmp_path / "xdg" / "yolo-det")
+    assert cache_dir() == expected
+    monkeypatch.setenv("YOLO_DET_CACHE", str(tmp_path / "mine"))
+    assert cache_dir() == tmp_path / "mine"

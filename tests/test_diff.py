@@ -1,0 +1,235 @@
+"""yolo-det diff: real runs that differ in one thing are told apart by that thing; identical runs say so."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from yolo_det.cli import main
+from yolo_det.tools.diff import GROUPS, diff_records, load_record
+
+ROOT = Path(__file__).resolve().parent.parent
+# One optimizer step on 12 demo images at 64 px: enough to give every run its own weights digest.
+TINY = ["epochs=1", "imgsz=64", "batch=8", "fraction=0.25", "workers=0", "device=cpu", "plots=False", "val=False"]
+
+
+class Runs:
+    """Trains the runs the tests ask for, once each, in one folder shared by the module."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.done: dict[str, Path] = {}
+
+    def train(self, name: str, *extra: str) -> Path:
+        if name not in self.done:
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv("YOLO_DET_CACHE", str(self.root / "cache"))
+                code = main(["train", "--profile", "repro", *TINY, f"project={self.root / 'runs'}", f"name={name}",
+                             "exist_ok=True", *extra])
+            assert code == 0
+            self.done[name] = self.root / "runs" / name
+        return self.done[name]
+
+    def base(self) -> Path:
+        return self.train("seed0")
+
+    def edited_data(self) -> Path:
+        """The demo data copied, with the class of one object in one training label changed."""
+        folder = self.root / "data-edited"
+        if not folder.exists():
+            shutil.copytree(ROOT / "data" / "demo", folder / "demo")
+            text = (ROOT / "data" / "demo.yaml").read_text()
+            (folder / "demo.yaml").write_text(text)
+            label = folder / "demo" / "labels" / "train" / "train_000.txt"  # within fraction=0.25 (sorted names)
+            lines = label.read_text().splitlines()
+            lines[0] = ("1" if lines[0][0] != "1" else "2") + lines[0][1:]
+            label.write_text("\n".join(lines) + "\n")
+        return folder / "demo.yaml"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Runs:
+    return Runs(tmp_path_factory.mktemp("diff"))
+
+
+def diff(capsys, a: Any, b: Any, *flags: str) -> tuple[int, str, str]:
+    capsys.readouterr()  # drop what training printed
+    code = main(["diff", str(a), str(b), *flags])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def record(path: Path) -> dict[str, Any]:
+    return json.loads((path / "determinism.json").read_text())
+
+
+def write(path: Path, rec: dict[str, Any]) -> Path:
+    path.write_text(json.dumps(rec))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------------
+# real runs
+
+
+@pytest.mark.slow
+def test_two_identical_runs_exit_0(runs, capsys):
+    a, b = runs.base(), runs.train("seed0-again")
+    rec = record(a)
+    assert rec["data"]["splits"]["train"]["images"] == 12 and rec["model"]["kind"] == "yaml"
+    assert rec["ultralytics_args"]["imgsz"] == 64 and rec["environment"]["cpu_model"]
+    assert "torch_threads" in rec["environment"]
+    code, out, err = diff(capsys, a, b)
+    assert code == 0, out + err
+    assert out.strip().splitlines()[-1] == "verdict: these runs should be bitwise identical and are"
+    assert "(equal)" in out
+
+
+@pytest.mark.slow
+def test_seed_0_vs_seed_1_names_the_seed(runs, capsys):
+    code, out, _ = diff(capsys, runs.base(), runs.train("seed1", "seed=1"), "--json")
+    data = json.loads(out)
+    assert code == 1 and data["exit_code"] == 1 and data["kind"] == "expected"
+    causes = [d for d in data["differences"] if d["changes_bits"]]
+    assert causes[0]["name"] == "seed" and (causes[0]["a"], causes[0]["b"]) == (0, 1)
+    assert data["verdict"].startswith("expected to differ because: seed (0 vs 1)")
+    # consequences of the seed are shown, but not as causes
+    init = next(d for d in data["differences"] if d["name"] == "model: initial weights")
+    assert init["changes_bits"] is False and "seed" in init["note"]
+
+
+@pytest.mark.slow
+def test_a_record_edited_to_another_torch_names_torch(runs, capsys, tmp_path):
+    a = runs.base()
+    rec = record(runs.train("seed0-again"))
+    rec["environment"]["torch"] = "1.13.1"
+    code, out, _ = diff(capsys, a, write(tmp_path / "other-torch.json", rec))
+    assert code == 1
+    assert "torch: A " in out and "| B 1.13.1" in out
+    assert "verdict: configured differently (torch (" in out  # and yet the (recorded) weights are equal
+
+
+@pytest.mark.slow
+def test_datasets_differing_in_one_label_name_the_data(runs, capsys):
+    edited = runs.train("edited-label", f"data={runs.edited_data()}")
+    code, out, _ = diff(capsys, runs.base(), edited, "--json")
+    data = json.loads(out)
+    assert code == 1 and data["kind"] == "expected"
+    causes = [d["name"] for d in data["differences"] if d["changes_bits"]]
+    assert causes == ["data: train labels"]  # the copy lives elsewhere: same list, same images
+    assert data["verdict"].startswith("expected to differ because: data: train labels")
+    path = next(d for d in data["differences"] if d["name"] == "data= (path)")
+    assert path["changes_bits"] is False
+
+
+@pytest.mark.slow
+def test_checkpoint_starts_with_different_weights_name_the_model(runs, capsys):
+    one = runs.base() / "weights" / "last.pt"
+    two = runs.train("seed1", "seed=1") / "weights" / "last.pt"
+    a = runs.train("from-ckpt-1", f"model={one}")
+    b = runs.train("from-ckpt-2", f"model={two}")
+    assert record(a)["model"]["kind"] == "checkpoint"
+    code, out, _ = diff(capsys, a, b, "--json")
+    data = json.loads(out)
+    causes = [d for d in data["differences"] if d["changes_bits"]]
+    assert code == 1 and causes[0]["group"] == "model" and causes[0]["name"] == "model: checkpoint weights"
+    assert [d["group"] for d in causes] == ["model"]
+    assert "model: checkpoint weights" in data["verdict"]
+
+
+@pytest.mark.slow
+def test_same_configuration_different_weights_blames_non_determinism(runs, capsys, tmp_path):
+    rec = record(runs.base())
+    rec["weights"]["sha256"] = "0" * 64
+    code, out, _ = diff(capsys, runs.base(), write(tmp_path / "b.json", rec))
+    assert code == 1
+    assert ("verdict: these runs should be bitwise identical but their weights differ: non-determinism not covered "
+            "by the profile (see warnings") in out
+
+
+@pytest.mark.slow
+def test_records_of_older_versions_diff_gracefully(runs, capsys, tmp_path):
+    old = record(runs.base())
+    for key in ("data", "model", "ultralytics_args"):
+        del old[key]
+    for key in ("cpu_model", "cpu_capability", "torch_interop_threads", "opencv", "pillow"):
+        del old["environment"][key]
+    code, out, _ = diff(capsys, write(tmp_path / "old.json", old), runs.train("seed0-again"))
+    assert code == 0, out
+    assert "record A has no data fingerprint (written by an older yolo-det" in out
+    assert "cpu_model: A (not recorded)" in out
+    old["seeds"]["seed"] = 5
+    code, out, _ = diff(capsys, write(tmp_path / "old5.json", old), runs.base())
+    assert code == 1 and "verdict: configured differently (seed (5 vs 0)), yet their weights are identical" in out
+
+
+@pytest.mark.slow
+def test_gpu_differences_do_not_count_for_cpu_runs_and_groups_are_ordered(runs):
+    ra = record(runs.base())
+    rb = copy.deepcopy(ra)
+    rb["environment"]["gpus"] = ["NVIDIA H100"]
+    rb["environment"]["torch_threads"] = 64
+    rb["environment"]["numpy"] = "0.0"
+    rb["seeds"]["seed"] = 3
+    rb["profile"]["val"]["deterministic_algorithms"] = "off"
+    report = diff_records(ra, rb)
+    gpu = next(d for d in report.differences if d.name == "gpus")
+    assert gpu.changes_bits is False and "CPU" in gpu.note
+    val = next(d for d in report.differences if d.name == "val.deterministic_algorithms")
+    assert val.changes_bits is False
+    order = list(GROUPS)
+    positions = [order.index(d.group) for d in report.differences]
+    assert positions == sorted(positions)
+    assert [d.name for d in report.causes] == ["seed", "numpy", "torch_threads"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# bad input
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
+    good = {"schema": 1, "profile": {}, "environment": {}}
+    cases = {
+        "missing": tmp_path / "nope",
+        "folder": tmp_path,
+        "not-json": tmp_path / "x.json",
+        "not-a-record": tmp_path / "list.json",
+        "future": tmp_path / "future.json",
+    }
+    cases["not-json"].write_text("{oops")
+    cases["not-a-record"].write_text("[1, 2]")
+    cases["future"].write_text(json.dumps({**good, "schema": 99}))
+    ok = write(tmp_path / "ok.json", good)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for name, path in cases.items():
+        code, out, err = diff(capsys, ok, path)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, name
+        assert err.startswith("yolo-det: error: "), name
+    assert "newer than this yolo-det reads" in diff(capsys, cases["future"], ok)[2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_verify_save_file_is_read_for_its_record(tmp_path):
+    rec = {"schema": 1, "profile": {"name": "repro"}, "environment": {"torch": "2.0"}}
+    saved = write(tmp_path / "s.json", {"schema": "yolo-det/verify-fingerprints", "version": 1, "record": rec})
+    loaded, _ = load_record(saved)
+    assert loaded == rec
+
+
+def test_yolov5_records_without_fingerprints_compare_by_their_arguments():
+    def rec(weights: str, digest: str) -> dict[str, Any]:
+        return {"schema": 1, "framework": "yolov5", "status": "completed", "profile": {"name": "repro"},
+                "seeds": {"seed": 0}, "environment": {"torch": "2.4.0"}, "weights": {"sha256": digest},
+                "model": {"class": "models.yolo.Model", "parameters": 7000000, "device": "cuda:0"},
+                "run": {"weights": weights, "cfg": "", "data": "coco128.yaml", "epochs": 3, "save_dir": "x"}}
+
+    same = diff_records(rec("a.pt", "d"), rec("a.pt", "d"))
+    assert same.exit_code == 0 and any("YOLOv5 integration" in n for n in same.notes)
+    other = diff_records(rec("a.pt", "d"), rec("b.pt", "e"))
+    assert [d.name for d in other.causes] == ["model (path; no fingerprint)"]
+    assert other.causes[0].a == {"weights": "a.pt"} and other.exit_code == 1

@@ -1,0 +1,42 @@
+"""Compare two runs and say why their weights differ (or confirm that they do not).
+
+usage: yolo-det diff A B [--json]
+
+A and B are run folders (holding determinism.json), determinism.json files, or files written by
+`yolo-det verify --save`. Every difference is listed with both values, grouped and ordered by how
+likely it changes the bits: data (dataset fingerprint), model (architecture, starting weights), seeds,
+profile settings per phase, Ultralytics arguments, versions (torch, CUDA, cuDNN, numpy, Ultralytics,
+...), GPU model, CPU, thread counts, environment variables, layer swaps, non-determinism warnings seen.
+The last line is the verdict.
+
+Exit 0 when the runs are configured the same and their weights digests are equal, 1 otherwise,
+2 on bad input.
+
+examples:
+  yolo-det diff runs/detect/train runs/detect/train2
+  yolo-det diff machine1/determinism.json machine2/determinism.json --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..tools.diff import diff_paths
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``diff`` arguments."""
+    parser.add_argument("a", metavar="A", help="run folder, determinism.json, or a verify --save file")
+    parser.add_argument("b", metavar="B", help="run folder, determinism.json, or a verify --save file")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``yolo-det diff``: exit 0 when configured the same with equal weights digests, else 1."""
+    report = diff_paths([args.a, args.b])
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, default=str))
+    else:
+        print(report.summary())
+    return report.exit_code

@@ -1,0 +1,137 @@
+"""What a training run was made from: its data, its starting model and its Ultralytics arguments.
+
+:func:`run_identity` is taken when the trainer has built its data loaders and its model, before the first
+step (``on_pretrain_routine_end``), and goes into ``determinism.json`` as three entries:
+
+- ``data``: the dataset fingerprint of :mod:`yolo_det.core.datafp` over the datasets the trainer built
+  (``train`` and the validation split);
+- ``model``: ``source`` (the ``model=`` argument), ``kind`` (``yaml``, ``checkpoint`` or ``other``),
+  ``yaml_sha256`` (SHA-256 of the model YAML's text, for a YAML start), ``architecture_sha256`` (SHA-256 of
+  the model's parsed architecture dict as canonical JSON, any start) and ``start_weights_sha256`` (the
+  weights digest of :mod:`yolo_det.core.record` over the weights the first step starts from: the checkpoint's
+  for a ``.pt`` start, the seeded initialisation for a YAML start). Nothing is loaded from disk for it:
+  the digest is taken from the model the trainer already built, so no checkpoint is unpickled again;
+- ``ultralytics_args``: every Ultralytics argument of the run, as plain JSON values.
+
+Taking the identity never fails a run: a part that cannot be computed holds ``{"error": "..."}`` instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..core.datafp import dataset_fingerprint
+from ..core.record import state_dict_digest
+
+__all__ = ["model_fingerprint", "plain_args", "run_identity", "trainer_data_fingerprint"]
+
+
+def _error(e: BaseException) -> dict[str, str]:
+    first = str(e).splitlines()[0] if str(e) else ""
+    return {"error": f"{type(e).__name__}: {first}"[:300]}
+
+
+def _plain(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return repr(value) if not hasattr(value, "__fspath__") else str(value)
+
+
+def plain_args(args: Any) -> dict[str, Any]:
+    """An Ultralytics ``IterableSimpleNamespace`` (or any namespace or mapping) as plain JSON values."""
+    items = args.items() if isinstance(args, Mapping) else vars(args).items()
+    return {str(k): _plain(v) for k, v in sorted(items)}
+
+
+def _unwrap(model: Any) -> Any:
+    """The module inside DDP/DataParallel/``torch.compile`` wrappers."""
+    while True:
+        inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
+        if inner is None or inner is model:
+            return model
+        model = inner
+
+
+def model_fingerprint(model: Any, source: Any) -> dict[str, Any]:
+    """The fingerprint of the model a training starts from (see the module docstring).
+
+    Args:
+        model: The built model (an ``nn.Module``, possibly wrapped in DDP or ``torch.compile``).
+        source: What ``model=`` named: a YAML name or path, or a checkpoint path.
+    """
+    import torch
+
+    src = str(source) if source is not None else None
+    suffix = Path(src).suffix.lower() if src else ""
+    kind = "yaml" if suffix in {".yaml", ".yml"} else "checkpoint" if suffix in {".pt", ".pth"} else "other"
+    out: dict[str, Any] = {"source": src, "kind": kind}
+    if kind == "yaml" and src:
+        from ..analysis.models import resolve_model_yaml
+
+        path = resolve_model_yaml(src)
+        out["yaml_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest() if path is not None else None
+    net = _unwrap(model)
+    arch = getattr(net, "yaml", None)
+    if isinstance(arch, Mapping):
+        text = json.dumps(_plain(arch), sort_keys=True)
+        out["architecture_sha256"] = hashlib.sha256(text.encode()).hexdigest()
+    if isinstance(net, torch.nn.Module):
+        out["start_weights_sha256"] = state_dict_digest(net)
+        out["parameters"] = int(sum(p.numel() for p in net.parameters()))
+    return out
+
+
+def _split_spec(dataset: Any) -> dict[str, Any] | None:
+    files = getattr(dataset, "im_files", None)
+    if isinstance(files, (list, tuple)):
+        return {"images": list(files)}
+    samples = getattr(dataset, "samples", None)  # Ultralytics classification: [file, class index, ...]
+    if isinstance(samples, (list, tuple)) and all(isinstance(s, (list, tuple)) and len(s) >= 2 for s in samples):
+        return {"images": [str(s[0]) for s in samples], "classes": [int(s[1]) for s in samples]}
+    return None
+
+
+def trainer_data_fingerprint(trainer: Any) -> dict[str, Any]:
+    """The dataset fingerprint of an Ultralytics trainer's training and validation datasets."""
+    data = getattr(trainer, "data", None) or {}
+    splits: dict[str, Any] = {}
+    val_split = str(getattr(getattr(trainer, "args", None), "split", None) or "val")
+    for name, loader in (("train", getattr(trainer, "train_loader", None)),
+                         (val_split, getattr(trainer, "test_loader", None))):
+        spec = _split_spec(getattr(loader, "dataset", None))
+        if spec is not None:
+            splits[name] = spec
+    if not splits:
+        return {"error": "the trainer's datasets list no image files"}
+    root = data.get("path") if isinstance(data, Mapping) else None
+    names = data.get("names") if isinstance(data, Mapping) else None
+    return dataset_fingerprint(splits, root=root, names=names)
+
+
+def run_identity(trainer: Any) -> dict[str, Any]:
+    """``{"data", "model", "ultralytics_args"}`` of an Ultralytics trainer (see the module docstring)."""
+    out: dict[str, Any] = {}
+    args = getattr(trainer, "args", None)
+    try:
+        out["data"] = trainer_data_fingerprint(trainer)
+    except Exception as e:  # noqa: BLE001 - a fingerprint never fails the run
+        out["data"] = _error(e)
+    try:
+        out["model"] = model_fingerprint(getattr(trainer, "model", None), getattr(args, "model", None))
+    except Exception as e:  # noqa: BLE001
+        out["model"] = _error(e)
+    try:
+        out["ultralytics_args"] = plain_args(args) if args is not None else {}
+    except Exception as e:  # noqa: BLE001
+        out["ultralytics_args"] = _error(e)
+    return out

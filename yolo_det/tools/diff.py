@@ -1,0 +1,524 @@
+"""Compare two runs' ``determinism.json`` records: every difference, the most likely cause first, and a verdict.
+
+:func:`diff_records` lists each difference between two records with both values, grouped and ordered by
+how likely it is to change the bits of the trained weights:
+
+1. data (the dataset fingerprint of :mod:`yolo_det.core.datafp`, per split: image list, image contents, labels),
+2. model (architecture, YAML text, the weights the first step starts from),
+3. seeds, 4. profile settings per phase and the flags observed at train start, 5. Ultralytics arguments,
+6. versions (torch, CUDA, cuDNN, numpy, Ultralytics, OpenCV, ...), 7. GPU model, 8. CPU model and
+instruction set, 9. thread counts, 10. environment variables, 11. layer swaps,
+12. non-determinism warnings seen (a symptom, not a cause), and last what cannot change the bits
+(paths, the command line, the platform string).
+
+Each difference says whether it can change the trained weights (``changes_bits``): a GPU difference
+cannot when both runs trained on the CPU; the validation and deploy phases do not change ``last.pt``;
+a YAML start's initial weights follow from the seed and the torch version when those differ.
+
+The verdict is one line: "these runs should be bitwise identical and are"; "these runs should be
+bitwise identical but their weights differ: non-determinism not covered by the profile (see warnings)";
+or "expected to differ because: ..." naming the most likely causes. Records written by older versions,
+without fingerprints, are compared on what they hold (data and model by path) with a note saying so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import ConfigError
+from ..core.record import RECORD_NAME, RECORD_SCHEMA
+
+__all__ = ["DIFF_SCHEMA", "GROUPS", "Difference", "DiffReport", "diff_paths", "diff_records", "load_record"]
+
+DIFF_SCHEMA = "yolo-det/diff/1"
+VERIFY_SAVED_SCHEMA = "yolo-det/verify-fingerprints"  # files of `yolo-det verify --save` (yolo_det.tools.verify.crossverify)
+#: Groups in the order of how likely a difference in them changes the bits; ``other`` never does.
+GROUPS: dict[str, str] = {
+    "data": "data",
+    "model": "model",
+    "seed": "seeds",
+    "profile": "profile settings",
+    "args": "Ultralytics arguments",
+    "versions": "versions",
+    "gpu": "GPU",
+    "cpu": "CPU",
+    "threads": "threads",
+    "env": "environment variables",
+    "swaps": "layer swaps",
+    "warnings": "non-determinism warnings seen",
+    "other": "other",
+}
+#: Ultralytics arguments that only name or decorate outputs (never change the trained weights).
+OUTPUT_ARGS = frozenset({
+    "project", "name", "save_dir", "exist_ok", "verbose", "plots", "save", "save_period", "save_json", "save_txt",
+    "save_conf", "save_crop", "save_frames", "show", "show_labels", "show_conf", "show_boxes", "line_width",
+    "visualize", "vid_stride", "stream_buffer", "embed", "source", "format", "keras", "optimize", "int8",
+    "dynamic", "simplify", "opset", "workspace", "nms", "mode",
+})
+_VERSION_KEYS = ("torch", "torch_git_version", "cuda", "cudnn", "numpy", "ultralytics", "yolov5", "torchvision",
+                 "opencv", "pillow", "python", "yolo_det")
+_SEED_KEYS = ("seed", "data_seed", "sampler_seed", "rng_seed", "rank_rng_seeds", "world_size", "data_order")
+_MISSING = "(not recorded)"
+
+
+@dataclass
+class Difference:
+    """One difference between two records.
+
+    Attributes:
+        group: One of :data:`GROUPS`.
+        name: What differs, e.g. ``seed``, ``torch``, ``data: train labels``, ``imgsz=``.
+        a, b: The two values (``"(not recorded)"`` when a record lacks it).
+        changes_bits: Whether this difference can change the trained weights.
+        note: Why it cannot, or what the values mean, when that needs saying.
+    """
+
+    group: str
+    name: str
+    a: Any
+    b: Any
+    changes_bits: bool = True
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON."""
+        return {"group": self.group, "name": self.name, "a": self.a, "b": self.b, "changes_bits": self.changes_bits,
+                "note": self.note}
+
+
+@dataclass
+class DiffReport:
+    """The outcome of :func:`diff_records`.
+
+    Attributes:
+        a, b: Where the records came from.
+        differences: Every difference, ordered by group (see :data:`GROUPS`).
+        weights: ``{"a": digest, "b": digest}`` of the final weights (None when a record has none).
+        ema: The same for the EMA weights.
+        notes: What could not be compared, and why.
+        status: ``{"a": ..., "b": ...}`` of the runs (``completed`` or ``failed``).
+    """
+
+    a: str
+    b: str
+    differences: list[Difference] = field(default_factory=list)
+    weights: dict[str, str | None] = field(default_factory=dict)
+    ema: dict[str, str | None] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    status: dict[str, Any] = field(default_factory=dict)
+    warnings: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def causes(self) -> list[Difference]:
+        """The differences that can change the trained weights, most likely first."""
+        return [d for d in self.differences if d.changes_bits]
+
+    @property
+    def same_configuration(self) -> bool:
+        """True when no difference can change the trained weights."""
+        return not self.causes
+
+    @property
+    def weights_equal(self) -> bool | None:
+        """Whether the final weights digests are equal (None when a record has none)."""
+        a, b = self.weights.get("a"), self.weights.get("b")
+        if not a or not b:
+            return None
+        ema_a, ema_b = self.ema.get("a"), self.ema.get("b")
+        return a == b and (not ema_a or not ema_b or ema_a == ema_b)
+
+    @property
+    def kind(self) -> str:
+        """``identical``, ``nondeterministic``, ``expected``, ``configured-differently`` or ``incomparable``."""
+        equal = self.weights_equal
+        if self.causes:
+            return "configured-differently" if equal else "expected"
+        if equal is None:
+            return "incomparable"
+        return "identical" if equal else "nondeterministic"
+
+    @property
+    def exit_code(self) -> int:
+        """0 when the runs are configured the same and their weights digests are equal, else 1."""
+        return 0 if self.kind == "identical" else 1
+
+    @property
+    def verdict(self) -> str:
+        """One line for people."""
+        kind = self.kind
+        if kind == "identical":
+            return "these runs should be bitwise identical and are"
+        if kind == "nondeterministic":
+            seen = sum(self.warnings.values())
+            hint = f"{seen} warning(s) recorded" if seen else "no warning was recorded"
+            return ("these runs should be bitwise identical but their weights differ: non-determinism not covered "
+                    f"by the profile (see warnings: {hint})")
+        if kind == "incomparable":
+            missing = [k.upper() for k in ("a", "b") if not self.weights.get(k)]
+            why = ", ".join(f"run {k} ({self.status.get(k.lower(), 'unknown')})" for k in missing)
+            return f"these runs are configured the same, but the weights cannot be compared: no weights digest for {why}"
+        reasons = "; ".join(_short(d) for d in self.causes[:3])
+        more = f"; and {len(self.causes) - 3} more" if len(self.causes) > 3 else ""
+        if kind == "configured-differently":
+            return f"configured differently ({reasons}{more}), yet their weights are identical"
+        return f"expected to differ because: {reasons}{more}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data (schema ``yolo-det/diff/1``)."""
+        return {
+            "schema": DIFF_SCHEMA,
+            "a": self.a,
+            "b": self.b,
+            "verdict": self.verdict,
+            "kind": self.kind,
+            "same_configuration": self.same_configuration,
+            "weights_equal": self.weights_equal,
+            "weights": self.weights,
+            "ema": self.ema,
+            "status": self.status,
+            "differences": [d.to_dict() for d in self.differences],
+            "notes": self.notes,
+            "exit_code": self.exit_code,
+        }
+
+    def summary(self) -> str:
+        """Lines for the terminal: the records, the weights, the differences by group, the verdict."""
+        lines = [f"A: {self.a}", f"B: {self.b}"]
+        wa, wb = self.weights.get("a"), self.weights.get("b")
+        state = {True: "equal", False: "DIFFERENT", None: "not comparable"}[self.weights_equal]
+        lines.append(f"weights: A {(wa or 'none')[:16]}  B {(wb or 'none')[:16]}  ({state})")
+        for title, items in (("differences that can change the weights, most likely first:", self.causes),
+                             ("differences that do not change the weights:",
+                              [d for d in self.differences if not d.changes_bits])):
+            if not items:
+                continue
+            lines.append(title)
+            group = None
+            for d in items:
+                if d.group != group:
+                    group = d.group
+                    lines.append(f"  {GROUPS[group]}")
+                note = f"  ({d.note})" if d.note else ""
+                lines.append(f"    {d.name}: A {_show(d.a)} | B {_show(d.b)}{note}")
+        if not self.differences:
+            lines.append("no differences in configuration, software or hardware")
+        lines.extend(f"note: {n}" for n in self.notes)
+        lines.append(f"verdict: {self.verdict}")
+        return "\n".join(lines)
+
+
+def _show(value: Any, limit: int = 100) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _short(d: Difference) -> str:
+    return f"{d.name} ({_show(d.a, 40)} vs {_show(d.b, 40)})"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# loading
+
+
+def load_record(source: str | Path) -> tuple[dict[str, Any], str]:
+    """Read a run's record: a run folder (its ``determinism.json``), a ``determinism.json`` file, or a file
+    written by ``yolo-det verify --save`` (its environment part).
+
+    Returns:
+        ``(record, path it was read from)``.
+
+    Raises:
+        ConfigError: The path does not exist, is not JSON, is not a yolo-det record, or was written by a
+            newer yolo-det.
+    """
+    path = Path(source).expanduser()
+    if path.is_dir():
+        if not (path / RECORD_NAME).is_file():
+            raise ConfigError(f"'{path}' is a folder without {RECORD_NAME}; pass a yolo-det run folder or a {RECORD_NAME} file")
+        path = path / RECORD_NAME
+    if not path.is_file():
+        raise ConfigError(f"'{path}' does not exist; pass a yolo-det run folder or a {RECORD_NAME} file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ConfigError(f"'{path}' is not a JSON record ({type(e).__name__}); pass a {RECORD_NAME} file") from None
+    if isinstance(data, dict) and data.get("schema") == VERIFY_SAVED_SCHEMA:  # its record part (the run's own)
+        data = data.get("record")
+    if not isinstance(data, dict) or not isinstance(data.get("environment"), dict) or "profile" not in data:
+        raise ConfigError(f"'{path}' is not a yolo-det {RECORD_NAME} (no environment or profile entry)")
+    schema = data.get("schema", 1)
+    if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
+        raise ConfigError(f"'{path}' has an invalid record schema {schema!r}; pass a {RECORD_NAME} written by yolo-det")
+    if schema > RECORD_SCHEMA:
+        raise ConfigError(f"'{path}' has record schema {schema!r}, newer than this yolo-det reads ({RECORD_SCHEMA}); "
+                          "upgrade yolo-det to compare it")
+    return data, str(path)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# comparing
+
+
+def _get(record: Mapping[str, Any], *keys: str) -> Any:
+    value: Any = record
+    for k in keys:
+        if not isinstance(value, Mapping) or k not in value:
+            return _MISSING
+        value = value[k]
+    return value
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.items: list[Difference] = []
+        self.notes: list[str] = []
+
+    def add(self, group: str, name: str, a: Any, b: Any, *, changes_bits: bool = True, note: str | None = None) -> bool:
+        if _canon(a) == _canon(b):
+            return False
+        self.items.append(Difference(group, name, a, b, changes_bits, note))
+        return True
+
+
+def _canon(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+_MARKERS = {"data": "splits", "model": "kind"}  # a key only the fingerprint has (YOLOv5 records hold another "model")
+
+
+def _fingerprint(record: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+    value = record.get(key)
+    if isinstance(value, Mapping) and "error" not in value and _MARKERS[key] in value:
+        return value
+    return None
+
+
+def _why_missing(record: Mapping[str, Any], key: str, label: str) -> str:
+    value = record.get(key)
+    if isinstance(value, Mapping) and "error" in value:
+        return f"record {label} has no {key} fingerprint ({value['error']})"
+    return f"record {label} has no {key} fingerprint (written by an older yolo-det, or by the YOLOv5 integration)"
+
+
+def _short_hash(h: Any) -> Any:
+    return h[:12] if isinstance(h, str) else h
+
+
+def _args(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    args = record.get("ultralytics_args")
+    if isinstance(args, Mapping) and "error" not in args:
+        return args
+    run = record.get("run")
+    return run if isinstance(run, Mapping) else {}
+
+
+def _trained_on_cpu(record: Mapping[str, Any]) -> bool:
+    device = _args(record).get("device")
+    return str(device).strip().lower() in {"cpu", "mps"} or (device in (None, "") and not _get(record, "environment", "cuda_available"))
+
+
+def _data(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
+    fa, fb = _fingerprint(ra, "data"), _fingerprint(rb, "data")
+    if fa is None or fb is None:
+        for rec, label, fp in ((ra, "A", fa), (rb, "B", fb)):
+            if fp is None:
+                c.notes.append(_why_missing(rec, "data", label) + ": the data are compared by the data= path only")
+        c.add("data", "data= (path; no fingerprint)", _args(ra).get("data", _MISSING), _args(rb).get("data", _MISSING))
+        return
+    if fa.get("version") != fb.get("version"):
+        c.add("data", "data fingerprint version", fa.get("version"), fb.get("version"),
+              note="fingerprints of different versions cannot be compared")
+        return
+    c.add("data", "data= (path)", _args(ra).get("data", _MISSING), _args(rb).get("data", _MISSING),
+          changes_bits=False, note="the fingerprint decides")
+    if fa.get("sha256") == fb.get("sha256"):
+        return
+    sa, sb = fa.get("splits") or {}, fb.get("splits") or {}
+    for split in sorted(set(sa) | set(sb), key=lambda s: (s != "train", s)):
+        xa, xb = sa.get(split), sb.get(split)
+        if xa is None or xb is None:
+            c.add("data", f"data: {split} split", "present" if xa else "absent", "present" if xb else "absent")
+            continue
+        if xa.get("sha256") == xb.get("sha256"):
+            continue
+        if xa.get("list_sha256") != xb.get("list_sha256"):
+            c.add("data", f"data: {split} image list", f"{xa.get('images')} images, {_short_hash(xa.get('list_sha256'))}",
+                  f"{xb.get('images')} images, {_short_hash(xb.get('list_sha256'))}")
+        if xa.get("images_sha256") != xb.get("images_sha256") and xa.get("list_sha256") == xb.get("list_sha256"):
+            c.add("data", f"data: {split} image contents", _short_hash(xa.get("images_sha256")),
+                  _short_hash(xb.get("images_sha256")), note="same file names, different bytes")
+        if xa.get("labels_sha256") != xb.get("labels_sha256"):
+            c.add("data", f"data: {split} labels", f"{_short_hash(xa.get('labels_sha256'))} ({xa.get('missing_labels', 0)} missing)",
+                  f"{_short_hash(xb.get('labels_sha256'))} ({xb.get('missing_labels', 0)} missing)")
+    c.add("data", "data: class names", _short_hash(fa.get("names_sha256")), _short_hash(fb.get("names_sha256")))
+    if not any(d.group == "data" and d.changes_bits for d in c.items):  # a reason the parts above do not show
+        c.add("data", "data", _short_hash(fa.get("sha256")), _short_hash(fb.get("sha256")))
+
+
+def _model(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
+    ma, mb = _fingerprint(ra, "model"), _fingerprint(rb, "model")
+    if ma is None or mb is None:
+        for rec, label, fp in ((ra, "A", ma), (rb, "B", mb)):
+            if fp is None:
+                c.notes.append(_why_missing(rec, "model", label) + ": the model is compared by the model= path only")
+        def source(r: Mapping[str, Any]) -> Any:  # Ultralytics: model=; YOLOv5: --cfg and --weights
+            args = _args(r)
+            found = {k: args[k] for k in ("model", "cfg", "weights") if args.get(k) not in (None, "")}
+            return found or _MISSING
+
+        c.add("model", "model (path; no fingerprint)", source(ra), source(rb))
+        return
+    c.add("model", "model: start", ma.get("kind"), mb.get("kind"))
+    c.add("model", "model: architecture", _short_hash(ma.get("architecture_sha256", _MISSING)),
+          _short_hash(mb.get("architecture_sha256", _MISSING)))
+    if ma.get("kind") == mb.get("kind") == "yaml":
+        c.add("model", "model: YAML text", _short_hash(ma.get("yaml_sha256")), _short_hash(mb.get("yaml_sha256")))
+    wa, wb = ma.get("start_weights_sha256", _MISSING), mb.get("start_weights_sha256", _MISSING)
+    if wa != wb:
+        if ma.get("kind") == mb.get("kind") == "checkpoint":
+            c.add("model", "model: checkpoint weights", _short_hash(wa), _short_hash(wb))
+        else:
+            explained = [k for k in ("seed",) if _canon(_get(ra, "seeds", k)) != _canon(_get(rb, "seeds", k))]
+            explained += [k for k in ("torch",) if _get(ra, "environment", k) != _get(rb, "environment", k)]
+            c.add("model", "model: initial weights", _short_hash(wa), _short_hash(wb), changes_bits=not explained,
+                  note=f"a YAML start: follows from the {' and '.join(explained)}" if explained else None)
+    c.add("model", "model= (path)", ma.get("source"), mb.get("source"), changes_bits=False,
+          note="the fingerprints above decide")
+
+
+def _seeds(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
+    seed_differs = c.add("seed", "seed", _get(ra, "seeds", "seed"), _get(rb, "seeds", "seed"))
+    for key in _SEED_KEYS[1:]:
+        c.add("seed", f"seed: {key}", _get(ra, "seeds", key), _get(rb, "seeds", key), changes_bits=not seed_differs,
+              note="derived from the seed" if seed_differs else None)
+
+
+def _profile(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
+    pa, pb = ra.get("profile") or {}, rb.get("profile") or {}
+    c.add("profile", "profile name", _get(pa, "name"), _get(pb, "name"), changes_bits=False,
+          note="the settings decide")
+    for phase in ("train", "val", "deploy"):
+        xa, xb = pa.get(phase) or {}, pb.get(phase) or {}
+        for key in sorted(set(xa) | set(xb)):
+            c.add("profile", f"{phase}.{key}", xa.get(key, _MISSING), xb.get(key, _MISSING),
+                  changes_bits=phase == "train",
+                  note=None if phase == "train" else f"the {phase} phase does not change the trained weights")
+    sa, sb = _flat(ra.get("state_at_train_start") or {}), _flat(rb.get("state_at_train_start") or {})
+    if sa and sb:
+        seed_differs = _canon(_get(ra, "seeds", "seed")) != _canon(_get(rb, "seeds", "seed"))
+        for key in sorted(set(sa) | set(sb)):
+            derived = seed_differs and key.endswith("PYTHONHASHSEED")
+            c.add("profile", f"flag at train start: {key}", sa.get(key, _MISSING), sb.get(key, _MISSING),
+                  changes_bits=not derived, note="derived from the seed" if derived else None)
+
+
+def _flat(state: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in state.items():
+        if isinstance(value, Mapping):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _arguments(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
+    c.add("args", "framework", ra.get("framework", _MISSING), rb.get("framework", _MISSING))
+    aa, ab = _args(ra), _args(rb)
+    if ("ultralytics_args" in ra) != ("ultralytics_args" in rb):
+        c.notes.append("only one record lists every Ultralytics argument (the other is from an older yolo-det): "
+                       "arguments are compared where both have them")
+        keys = set(aa) & set(ab)
+    else:
+        keys = set(aa) | set(ab)
+    # seed, data and model have their own groups; YOLOv5's --cfg/--weights are its model; Ultralytics' cfg=
+    # file only fills in other arguments, which are compared themselves
+    for key in sorted(keys - OUTPUT_ARGS - {"seed", "data", "model", "cfg", "weights"}):
+        c.add("args", f"{key}=", aa.get(key, _MISSING), ab.get(key, _MISSING))
+    for key in sorted(keys & OUTPUT_ARGS):
+        c.add("other", f"{key}=", aa.get(key, _MISSING), ab.get(key, _MISSING), changes_bits=False,
+              note="names or decorates outputs only")
+
+
+def _environment(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
+    ea, eb = ra.get("environment") or {}, rb.get("environment") or {}
+
+    def env(group: str, key: str, *, name: str | None = None, changes_bits: bool = True, note: str | None = None) -> None:
+        a, b = ea.get(key, _MISSING), eb.get(key, _MISSING)
+        if _MISSING in (a, b) and a != b:
+            note = "not recorded by the older record"
+        c.add(group, name or key, a, b, changes_bits=changes_bits and _MISSING not in (a, b), note=note)
+
+    for key in _VERSION_KEYS:
+        env("versions", key)
+    on_cpu = _trained_on_cpu(ra) and _trained_on_cpu(rb)
+    for key in ("gpus", "cuda_available"):
+        env("gpu", key, changes_bits=not on_cpu, note="both runs trained on the CPU" if on_cpu else None)
+    for key in ("cpu_model", "cpu_capability", "machine", "processor"):
+        env("cpu", key)
+    for key in ("torch_threads", "torch_interop_threads", "cpu_count"):
+        env("threads", key)
+    va, vb = ea.get("env") or {}, eb.get("env") or {}
+    seed_differs = _canon(_get(ra, "seeds", "seed")) != _canon(_get(rb, "seeds", "seed"))
+    for key in sorted(set(va) | set(vb)):
+        derived = seed_differs and key == "PYTHONHASHSEED"  # the profile sets it from the seed
+        c.add("env", key, va.get(key, _MISSING), vb.get(key, _MISSING), changes_bits=not derived,
+              note="derived from the seed" if derived else None)
+    env("other", "platform", changes_bits=False, note="the CPU, versions and threads above are what matter")
+    env("other", "argv", name="command line", changes_bits=False)
+
+
+def _swaps_and_warnings(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
+    def swaps(r: Mapping[str, Any]) -> list[str]:
+        return sorted(_canon(s) for s in r.get("swaps") or [])
+
+    c.add("swaps", "layer swaps", [json.loads(s) for s in swaps(ra)], [json.loads(s) for s in swaps(rb)])
+    c.add("swaps", "routed calls", ra.get("routed_calls", _MISSING), rb.get("routed_calls", _MISSING),
+          changes_bits=False, note="a consequence of the profile and model")
+
+    def messages(r: Mapping[str, Any]) -> list[str]:
+        return sorted({str(w.get("message", w)).splitlines()[0][:200] if isinstance(w, Mapping) else str(w)
+                       for w in r.get("nondeterminism_warnings") or []})
+
+    c.add("warnings", "non-determinism warnings", messages(ra), messages(rb), changes_bits=False,
+          note="a symptom: a non-deterministic kernel ran")
+
+
+def diff_records(record_a: Mapping[str, Any], record_b: Mapping[str, Any], *, a: str = "A", b: str = "B") -> DiffReport:
+    """Compare two records (see the module docstring).
+
+    Args:
+        record_a, record_b: Parsed ``determinism.json`` contents.
+        a, b: Names for the two (their paths), shown in the report.
+    """
+    c = _Collector()
+    _data(c, record_a, record_b)
+    _model(c, record_a, record_b)
+    _seeds(c, record_a, record_b)
+    _profile(c, record_a, record_b)
+    _arguments(c, record_a, record_b)
+    _environment(c, record_a, record_b)
+    _swaps_and_warnings(c, record_a, record_b)
+    order = {g: i for i, g in enumerate(GROUPS)}
+    items = sorted(c.items, key=lambda d: order[d.group])  # stable: the order of addition within a group
+    report = DiffReport(a=a, b=b, differences=items, notes=c.notes)
+    for key, rec in (("a", record_a), ("b", record_b)):
+        weights = rec.get("weights") if isinstance(rec.get("weights"), Mapping) else {}
+        report.weights[key] = weights.get("sha256")
+        report.ema[key] = weights.get("ema_fp32_sha256")
+        report.status[key] = rec.get("status", _MISSING)
+        report.warnings[key] = len(rec.get("nondeterminism_warnings") or [])
+    return report
+
+
+def diff_paths(paths: Sequence[str | Path]) -> DiffReport:
+    """Load two records (run folders or files) and compare them."""
+    if len(paths) != 2:
+        raise ConfigError(f"diff compares two runs, got {len(paths)}")
+    (ra, pa), (rb, pb) = load_record(paths[0]), load_record(paths[1])
+    return diff_records(ra, rb, a=pa, b=pb)
