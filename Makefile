@@ -13,7 +13,7 @@ PYTEST_ARGS ?= -n 2
 # Installed without their declared requirements (see requirements-yolov5.txt)
 YOLOV5_NODEPS ?= yolov5==7.0.14 roboflow==1.7.3
 
-.PHONY: venv install install-test demo test bench clean
+.PHONY: venv install install-test demo lint test bench clean
 
 venv:
 	@[ -x "$(PY)" ] || $(PYTHON) -m venv $(VENV)
@@ -32,7 +32,12 @@ demo: install
 	@# the audit exits 1 for this model on purpose (it names its non-deterministic layers); 2 would be an error
 	$(PY) -m yolo_det audit data/models/attention-mix.yaml --imgsz 64; code=$$?; [ $$code -le 1 ]
 
-test: install-test
+# ruff (config: ruff.toml) and mypy (config: [tool.mypy] in pyproject.toml); `make test` runs them first
+lint: install-test
+	$(PY) -m ruff check yolo_det tests bench
+	$(PY) -m mypy yolo_det
+
+test: lint
 	YOLO_DET_REQUIRE_YOLOV5=1 $(PY) -m pytest $(PYTEST_ARGS)
 
 bench: install-test

@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         row = {
             "model": model, "params_m": round(params / 1e6, 1), "ops": report.stats["ops"],
             "nodes": report.stats["autograd_nodes"], "findings": len(report.findings),
-            "load_s": statistics.median(loads), "trace_s": statistics.median(traces), "total_s": statistics.median(totals),
+            "load_s": statistics.median(loads), "trace_s": statistics.median(traces),
+            "total_s": statistics.median(totals),
             "cold_s": None if args.no_cold else _cold(model, args.imgsz),
         }
         row["vs_target"] = row["total_s"] / TARGET_S

@@ -98,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     for label, r in runs.items():
-        print(f"{label:4s} cache: fingerprint {r['fingerprint_s'] * 1e3:.1f} ms ({r['hashed']} hashed, {r['cached']} cached) "
-              f"/ training {r['training_s']:.1f} s = {r['ratio']:.3%} (target < {TARGET:.0%})")
+        print(f"{label:4s} cache: fingerprint {r['fingerprint_s'] * 1e3:.1f} ms ({r['hashed']} hashed, "
+              f"{r['cached']} cached) / training {r['training_s']:.1f} s = {r['ratio']:.3%} (target < {TARGET:.0%})")
     print(f"alone ({alone['images']} images, median of {args.repeats}): cold {alone['cold_s'] * 1e3:.1f} ms, "
           f"warm {alone['warm_s'] * 1e3:.1f} ms")
     print(f"written: {args.out}")

@@ -1,7 +1,7 @@
 """Speed and peak memory of yolo-det's deterministic layers against PyTorch, on the CPU.
 
 For each layer, at YOLO neck shapes (batch 16, 64-256 channels, 20x20 to 160x160), one forward plus
-backward is timed for up to three implementations:
+backward is measured for up to three implementations:
 
 - ``native``: the PyTorch op (its CUDA backward is the non-deterministic one);
 - ``torch-det``: PyTorch's own deterministic fallback where it has one (the index-based decompositions
@@ -9,18 +9,23 @@ backward is timed for up to three implementations:
   CUDA: ``torch._decomp.decompositions._upsample_linear_vec`` and ``_replication_pad``);
 - ``yolo-det``: the layer from :mod:`yolo_det.layers`.
 
-Timing: every implementation is warmed up once, then the implementations run in turn, round after
-round (the order alternates), so machine noise hits them alike; the table shows the median of the
-rounds. Peak memory: one extra, profiled run per implementation; PyTorch's profiler records every
-CPU-allocator allocation and free, and the peak is the largest amount held above what was allocated
-before the forward (so it counts the output, everything saved for the backward, temporaries and the
-gradient, and not the input). Prints a markdown table and writes JSON.
+Timing: ``torch.utils.benchmark.Timer`` (thread count fixed, one thread by default) with
+``blocked_autorange``; the implementations are measured in turn, round after round (the order
+alternates), so machine noise hits them alike. Per implementation the report gives the median and
+the interquartile range (IQR) of all its blocks; the time ratio is the median of the per-round ratios
+(each round's two medians come from adjacent measurements), with the IQR of those ratios. Peak memory:
+one extra, profiled run per implementation; PyTorch's profiler records every CPU-allocator
+allocation and free, and the peak is the largest amount held above what was allocated before the
+forward (so it counts the output, everything saved for the backward, temporaries and the gradient,
+not the input).
 
-Targets (CPU): pooling and padding within 1.3x of native, upsampling at least as fast as PyTorch's
-deterministic decomposition, grid_sample within 3x of native.
+Targets (CPU): time: pooling and padding within 1.3x of native, upsampling at least as fast as
+PyTorch's deterministic decomposition, grid_sample within 3x of native; memory: every layer within
+1.25x of native peak memory. Prints a markdown table and writes JSON; ``--check`` exits 1 when a
+target is missed.
 
-Usage: python bench/bench_layers.py [--rounds 5] [--threads N] [--quick] [--only REGEX]
-                                   [--out bench/results/layers.json]
+Usage: python bench/bench_layers.py [--rounds 5] [--min-time 0.2] [--threads 1] [--quick]
+                                   [--only REGEX] [--check] [--out bench/results/layers.json]
 """
 
 from __future__ import annotations
@@ -31,18 +36,18 @@ import platform
 import re
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.utils.benchmark import Measurement, Timer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import yolo_det.layers as L  # noqa: E402
-from yolo_det.core.fileio import atomic_write_json  # noqa: E402
+import yolo_det.layers as L
+from yolo_det.core.fileio import atomic_write_json
 
 try:
     from torch._decomp.decompositions import _replication_pad, _upsample_linear_vec
@@ -55,6 +60,8 @@ Fn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 #: Ratio targets: group -> (reference implementation, largest allowed yolo-det / reference time).
 TARGETS = {"pooling": ("native", 1.3), "padding": ("native", 1.3), "upsample": ("torch-det", 1.0),
            "grid_sample": ("native", 3.0)}
+#: Largest allowed yolo-det / native peak memory of forward + backward, for every layer.
+MEMORY_TARGET = 1.25
 
 
 @dataclass
@@ -67,7 +74,7 @@ class Case:
     impls: dict[str, Fn]
     extra: Callable[[tuple[int, ...]], torch.Tensor] | None = None  # second input (grid, target)
     extra_grad: bool = False
-    times: dict[str, list[float]] = field(default_factory=dict)
+    rounds: dict[str, list[Measurement]] = field(default_factory=dict)
     peak: dict[str, float | None] = field(default_factory=dict)
 
 
@@ -95,11 +102,15 @@ def build_cases(batch: int, scale: int) -> list[Case]:
     for c, hw in [(256, 20), (128, 40), (64, 80)]:
         cases.append(Case("pooling", "AdaptiveMaxPool2d(3)", s(c, hw), {
             "native": lambda x, _: F.adaptive_max_pool2d(x, 3), "yolo-det": lambda x, _: L.adaptive_max_pool2d(x, 3)}))
+    for c, hw in [(256, 20), (128, 40)]:
+        cases.append(Case("pooling", "AdaptiveMaxPool2d((5,7))", s(c, hw), {
+            "native": lambda x, _: F.adaptive_max_pool2d(x, (5, 7)),
+            "yolo-det": lambda x, _: L.adaptive_max_pool2d(x, (5, 7))}))
     for c, hw in [(128, 40), (64, 80)]:
         cases.append(Case("pooling", "AdaptiveAvgPool2d((None,1))", s(c, hw), {
             "native": lambda x, _: F.adaptive_avg_pool2d(x, (None, 1)),
             "yolo-det": lambda x, _: L.adaptive_avg_pool2d(x, (None, 1))}))
-    for c, hw in [(128, 40), (64, 80)]:
+    for c, hw in [(256, 20), (128, 40), (64, 80)]:
         cases.append(Case("pooling", "AdaptiveAvgPool2d(6)", s(c, hw), {
             "native": lambda x, _: F.adaptive_avg_pool2d(x, 6), "yolo-det": lambda x, _: L.adaptive_avg_pool2d(x, 6)}))
     for c, hw in [(128, 40), (64, 80)]:
@@ -186,26 +197,46 @@ def _peak_bytes(fn: Fn, x: torch.Tensor, extra: torch.Tensor | None) -> float | 
     return float(peak)
 
 
-def run(cases: list[Case], rounds: int) -> None:
+def _measure(fn: Fn, x: torch.Tensor, extra: torch.Tensor | None, threads: int, min_time: float,
+             label: str) -> Measurement:
+    timer = Timer(stmt="step(fn, x, extra)", globals={"step": _step, "fn": fn, "x": x, "extra": extra},
+                  num_threads=threads, label=label)
+    return timer.blocked_autorange(min_run_time=min_time)
+
+
+def run(cases: list[Case], rounds: int, threads: int, min_time: float) -> None:
     for case in cases:
         x, extra = _inputs(case)
         names = list(case.impls)
         for name in names:  # warm-up (and build yolo-det's cached tables)
             _step(case.impls[name], x, extra)
-        case.times = {n: [] for n in names}
+        case.rounds = {n: [] for n in names}
         for r in range(rounds):
             for name in names if r % 2 == 0 else reversed(names):
-                start = time.perf_counter()
-                _step(case.impls[name], x, extra)
-                case.times[name].append(time.perf_counter() - start)
+                case.rounds[name].append(_measure(case.impls[name], x, extra, threads, min_time, case.name))
         case.peak = {n: _peak_bytes(case.impls[n], x, extra) for n in names}
-        print(f"  {case.group:11s} {case.name:32s} {str(case.shape):22s} " +
-              "  ".join(f"{n} {statistics.median(t) * 1e3:8.1f} ms" for n, t in case.times.items()), flush=True)
+        summary = "  ".join(f"{n} {stats['median_ms']:8.2f} ms (IQR {stats['iqr_ms']:.2f})"
+                            for n in names for stats in [_stats(case, n)])
+        print(f"  {case.group:11s} {case.name:32s} {str(case.shape):22s} {summary}", flush=True)
 
 
-def _ms(case: Case, impl: str) -> float | None:
-    t = case.times.get(impl)
-    return statistics.median(t) * 1e3 if t else None
+def _stats(case: Case, impl: str) -> dict[str, float]:
+    """Median and IQR (ms) over all blocks of all rounds of one implementation."""
+    merged = Measurement.merge(case.rounds[impl])[0]
+    return {"median_ms": merged.median * 1e3, "iqr_ms": merged.iqr * 1e3, "blocks": len(merged.times)}
+
+
+def _ratio(case: Case, impl: str, ref: str) -> dict[str, float] | None:
+    """Median and IQR of the per-round ratios ``impl / ref`` (adjacent measurements)."""
+    if impl not in case.rounds or ref not in case.rounds:
+        return None
+    ratios = sorted(a.median / b.median for a, b in zip(case.rounds[impl], case.rounds[ref]))
+    if len(ratios) >= 4:
+        q = statistics.quantiles(ratios, n=4)
+        iqr = q[2] - q[0]
+    else:
+        iqr = ratios[-1] - ratios[0]
+    return {"median": statistics.median(ratios), "iqr": iqr, "min": ratios[0], "max": ratios[-1]}
 
 
 def _fmt(v: float | None, spec: str = ".1f") -> str:
@@ -214,57 +245,93 @@ def _fmt(v: float | None, spec: str = ".1f") -> str:
 
 def report(cases: list[Case]) -> list[dict]:
     rows = []
-    print("\n| layer | input | native ms | torch-det ms | yolo-det ms | yolo/native | yolo/torch-det | "
-          "peak MB native | peak MB torch-det | peak MB yolo-det | target |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("\n| layer | input | native ms (IQR) | torch-det ms | yolo-det ms (IQR) | time ratio (IQR) | time target | "
+          "peak MB native | peak MB yolo-det | memory ratio | memory target |")
+    print("|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|")
     for case in cases:
-        nat, tdet, ours = _ms(case, "native"), _ms(case, "torch-det"), _ms(case, "yolo-det")
-        mb = {k: (None if v is None else v / 2**20) for k, v in case.peak.items()}
+        stats = {n: _stats(case, n) for n in case.impls}
         target = TARGETS.get(case.group)
-        verdict = "-"
+        ratio_native = _ratio(case, "yolo-det", "native")
+        ratio_tdet = _ratio(case, "yolo-det", "torch-det")
+        time_ok = None
+        time_ratio = None
         if target:
-            ref = {"native": nat, "torch-det": tdet}[target[0]]
-            if ref is not None and ours is not None:
-                verdict = f"{'met' if ours / ref <= target[1] else 'MISSED'} (<= {target[1]}x {target[0]})"
-        row = {"group": case.group, "layer": case.name, "shape": list(case.shape), "median_ms": {
-            k: _ms(case, k) for k in case.impls}, "times_ms": {k: [t * 1e3 for t in v] for k, v in case.times.items()},
-            "peak_mb": mb, "ratio_native": None if not (nat and ours) else ours / nat,
-            "ratio_torch_det": None if not (tdet and ours) else ours / tdet, "target": verdict}
+            time_ratio = ratio_native if target[0] == "native" else ratio_tdet
+            if time_ratio is not None:
+                time_ok = time_ratio["median"] <= target[1]
+        mb = {k: (None if v is None else v / 2**20) for k, v in case.peak.items()}
+        mem_ratio = None
+        if mb.get("native") and mb.get("yolo-det") is not None:
+            mem_ratio = mb["yolo-det"] / mb["native"]
+        mem_ok = None if mem_ratio is None else mem_ratio <= MEMORY_TARGET
+        row = {"group": case.group, "layer": case.name, "shape": list(case.shape), "stats": stats,
+               "ratio_native": ratio_native, "ratio_torch_det": ratio_tdet,
+               "time_target": None if not target else {"reference": target[0], "max_ratio": target[1], "met": time_ok},
+               "peak_mb": mb, "memory_ratio": mem_ratio,
+               "memory_target": {"reference": "native", "max_ratio": MEMORY_TARGET, "met": mem_ok}}
         rows.append(row)
-        print(f"| {case.name} | {'x'.join(map(str, case.shape))} | {_fmt(nat)} | {_fmt(tdet)} | {_fmt(ours)} | "
-              f"{_fmt(row['ratio_native'], '.2f')} | {_fmt(row['ratio_torch_det'], '.2f')} | "
-              f"{_fmt(mb.get('native'))} | {_fmt(mb.get('torch-det'))} | {_fmt(mb.get('yolo-det'))} | {verdict} |")
+
+        def ms(name: str, stats: dict[str, dict[str, float]] = stats) -> str:
+            st = stats.get(name)
+            return "-" if st is None else f"{st['median_ms']:.2f} ({st['iqr_ms']:.2f})"
+
+        shown = time_ratio if time_ratio is not None else ratio_native
+        ratio_text = "-" if shown is None else f"{shown['median']:.2f} ({shown['iqr']:.2f})"
+        if target and time_ratio is not None:
+            ref = "" if target[0] == "native" else " of torch-det"
+            ratio_text = f"{time_ratio['median']:.2f}{ref} ({time_ratio['iqr']:.2f})"
+        time_text = "-" if time_ok is None else f"{'met' if time_ok else 'MISSED'} (<= {target[1]}x {target[0]})"
+        mem_text = "-" if mem_ok is None else f"{'met' if mem_ok else 'MISSED'} (<= {MEMORY_TARGET}x)"
+        print(f"| {case.name} | {'x'.join(map(str, case.shape))} | {ms('native')} | "
+              f"{ms('torch-det').split(' ')[0]} | {ms('yolo-det')} | {ratio_text} | {time_text} | "
+              f"{_fmt(mb.get('native'))} | {_fmt(mb.get('yolo-det'))} | {_fmt(mem_ratio, '.2f')} | {mem_text} |")
     return rows
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5, help="timed rounds per case (median reported)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per case")
+    parser.add_argument("--min-time", type=float, default=0.2,
+                        help="seconds of blocked_autorange per implementation and round")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a time or memory target is missed")
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--quick", action="store_true", help="quarter spatial sizes (a smoke run)")
+    parser.add_argument("--quick", action="store_true",
+                        help="quarter spatial sizes: a smoke run (the targets are judged at the default shapes; "
+                             "tiny tensors stay below the layers' chunking thresholds)")
     parser.add_argument("--only", default=None, help="regular expression on 'group layer' to select cases")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch intra-op threads (default: torch's; 1 gives steadier numbers on a shared machine)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="intra-op threads for the timed runs (torch.utils.benchmark's num_threads; default 1)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/layers.json"))
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if args.rounds < 1 or args.threads < 1 or args.min_time <= 0:
+        parser.error("--rounds and --threads must be at least 1 and --min-time positive")
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)  # the warm-up and the memory runs too
 
     cases = build_cases(args.batch, 4 if args.quick else 1)
     if args.only:
         cases = [c for c in cases if re.search(args.only, f"{c.group} {c.name}")]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
-          f"{platform.processor() or platform.machine()}, {args.rounds} rounds, float32, forward+backward")
-    run(cases, args.rounds)
+    print(f"torch {torch.__version__}, {args.threads} thread(s), {os.cpu_count()} CPUs, "
+          f"{platform.processor() or platform.machine()}, {args.rounds} interleaved rounds of blocked_autorange "
+          f"({args.min_time} s), float32, forward+backward")
+    try:
+        run(cases, args.rounds, args.threads, args.min_time)
+    finally:
+        torch.set_num_threads(previous_threads)
     rows = report(cases)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(args.out, {
-        "torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+        "torch": torch.__version__, "threads": args.threads, "cpus": os.cpu_count(), "timer": "torch.utils.benchmark "
+        "Timer.blocked_autorange", "min_time_s": args.min_time,
         "rounds": args.rounds, "batch": args.batch, "quick": args.quick, "dtype": "float32",
         "peak_memory": "largest CPU-allocator bytes held above the pre-forward state during one forward+backward "
                        "(torch.profiler memory timeline)", "rows": rows})
     print(f"\nwrote {args.out}")
-    return 0
+    missed = [f"{r['layer']} {'x'.join(map(str, r['shape']))}" for r in rows
+              if (r["time_target"] and r["time_target"]["met"] is False) or r["memory_target"]["met"] is False]
+    if missed:
+        print("targets missed: " + "; ".join(missed))
+    return 1 if (args.check and missed) else 0
 
 
 if __name__ == "__main__":

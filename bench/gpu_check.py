@@ -142,7 +142,8 @@ def run_checks(args: argparse.Namespace) -> dict[str, Any]:
     dev = args.device
     attention = Path(args.attention_model)
     no_cuda = "skipped: no CUDA device on this machine (the GPU steps need one)"
-    no_model = f"skipped: {attention} does not exist yet (the attention test model is added with the deterministic layers)"
+    no_model = (f"skipped: {attention} does not exist yet (the attention test model is added with the "
+                "deterministic layers)")
 
     plan: list[tuple[str, str, Callable[[], dict[str, Any]], str | None]] = [
         ("verify_repro_stock", f"verify --profile repro on {STOCK_MODEL}: bitwise identical",
@@ -169,7 +170,7 @@ def run_checks(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"gpu_check: {title} ...", file=sys.stderr, flush=True)
                 try:
                     result = fn()
-                except Exception as e:  # noqa: BLE001 - a failing step is a result, the next steps still run
+                except Exception as e:  # a failing step is a result, the next steps still run
                     result = {"status": "error", "message": f"{type(e).__name__}: {' '.join(str(e).split())[:400]}",
                               "traceback": traceback.format_exc(limit=8)}
             checks.append({"name": name, "title": title, **result, "seconds": round(time.perf_counter() - t0, 2)})
@@ -208,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(DEFAULT_OUT), help=f"results file (default: {DEFAULT_OUT})")
     parser.add_argument("--attention-model", default=str(ATTENTION_MODEL), help="the attention test model YAML")
     parser.add_argument("--steps", type=int, default=8, help="optimizer steps per verify run (default: 8)")
-    parser.add_argument("--bench-steps", type=int, default=30, help="measured steps per bench configuration (default: 30)")
+    parser.add_argument("--bench-steps", type=int, default=30,
+                        help="measured steps per bench configuration (default: 30)")
     parser.add_argument("--bench-imgsz", type=int, default=640, help="image size of the bench (default: 640)")
     parser.add_argument("--device", default="0",
                         help="CUDA device (default: 0); 'cpu' runs the steps on the CPU to smoke-test this script")

@@ -60,8 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"repeat {r + 1}/{args.repeats}: one run {wall['plain'][-1]:.2f} s wall / {cpu['plain'][-1]:.2f} s CPU, "
               f"verify {wall['verify'][-1]:.2f} s wall / {cpu['verify'][-1]:.2f} s CPU", file=sys.stderr)
     steps = runs[0].optimizer_steps
-    print(f"verify cost: {args.profile}, {ul_args['model']}, imgsz {ul_args.get('imgsz')}, batch {ul_args.get('batch')}, "
-          f"{steps} optimizer steps per run, device {ul_args.get('device')}, {args.repeats} repeats (medians)")
+    print(f"verify cost: {args.profile}, {ul_args['model']}, imgsz {ul_args.get('imgsz')}, "
+          f"batch {ul_args.get('batch')}, {steps} optimizer steps per run, device {ul_args.get('device')}, "
+          f"{args.repeats} repeats (medians)")
     print(f"{'':<36}{'wall s':>9}{'CPU s':>9}")
     ratios = {}
     for label, kind in (("one plain run", "plain"), ("verify: 2 recorded runs + compare", "verify")):
@@ -70,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         ratios[name] = statistics.median(series["verify"]) / statistics.median(series["plain"])
     print(f"{'ratio (target <= ' + str(TARGET) + ')':<36}{ratios['wall']:>8.2f}x{ratios['CPU']:>8.2f}x")
     extra = statistics.median(cpu["verify"]) - 2 * statistics.median(cpu["plain"])
-    print(f"verify minus two plain runs: {extra:+.2f} CPU s ({extra / max(2 * steps, 1) * 1e3:+.1f} CPU ms per recorded "
+    per_step = extra / max(2 * steps, 1) * 1e3
+    print(f"verify minus two plain runs: {extra:+.2f} CPU s ({per_step:+.1f} CPU ms per recorded "
           "step; a negative value is within the noise)")
     return 0 if min(ratios.values()) <= TARGET else 1
 

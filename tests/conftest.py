@@ -5,17 +5,17 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
 
+from helpers import ROOT
+
 os.environ.setdefault("YOLO_OFFLINE", "1")  # Ultralytics reads it at import: never probe the network in tests
-ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from yolo_det.core import state as det_state  # noqa: E402
+from yolo_det.core import state as det_state
 
 _ENV_KEYS = ("CUBLAS_WORKSPACE_CONFIG", "PYTHONHASHSEED", "NCCL_ALGO", "NCCL_PROTO", "OMP_NUM_THREADS")
 

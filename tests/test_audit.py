@@ -19,6 +19,7 @@ from torch import nn
 from torch.overrides import _get_current_function_mode_stack
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
+from helpers import MODELS, ROOT
 from yolo_det import AuditReport, audit
 from yolo_det.analysis.audit.trace import _real_trace
 from yolo_det.analysis.emulator import emulate_cuda_alerts
@@ -30,15 +31,13 @@ from yolo_det.cli import main
 from yolo_det.core.errors import ConfigError, ModelError, ProfileError
 from yolo_det.layers.registry import registered
 
-ROOT = Path(__file__).resolve().parent.parent
-MODELS = ROOT / "data" / "models"
-
 
 @pytest.fixture(autouse=True)
 def _clean_state() -> Iterator[None]:
     before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
     yield
-    assert (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()) == before
+    assert (torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled()) == before
     assert not _get_current_dispatch_mode_stack() and not _get_current_function_mode_stack()
 
 
@@ -68,7 +67,11 @@ def _layers(report: AuditReport) -> set[int]:
 ])
 def test_zoo_models_are_reported_at_their_layer(name: str, module: str, kernel: str) -> None:
     path = MODELS / f"{name}.yaml"
-    expected = [(i, line) for i, m, line in _rows(path) if m == module and (module != "nn.Upsample" or True)]
+    rows = yaml.safe_load(path.read_text(encoding="utf-8"))
+    args = [row[3] for row in rows["backbone"] + rows["head"]]
+    # an nn.Upsample reaches the bicubic kernel only in bicubic mode (nearest upsampling is another kernel)
+    expected = [(i, line) for i, m, line in _rows(path) if m == module and (m != "nn.Upsample" or "bicubic" in args[i])]
+    assert expected, f"{name}.yaml has no {module} row"
     report = audit(path, imgsz=64)
     assert not report.ok and report.exit_code == 1
     assert {(f.layer, f.yaml_line) for f in report.findings} == set(expected)
@@ -159,7 +162,8 @@ def test_bilinear_verdict_depends_on_the_torch_version(tmp_path: Path) -> None:
     assert today.ok and today.findings == []  # the installed torch decomposes bilinear under the flag
     old = audit(path, imgsz=64, torch_version="2.0.1")
     assert not old.ok and old.torch_version == "2.0.1"
-    assert {(f.layer, f.kernel) for f in old.findings} == {(i, "upsample_bilinear2d_backward_out_cuda") for i in upsample_rows}
+    expected = {(i, "upsample_bilinear2d_backward_out_cuda") for i in upsample_rows}
+    assert {(f.layer, f.kernel) for f in old.findings} == expected
     assert all("decomposition" in f.note for f in old.findings)
 
 
@@ -231,21 +235,28 @@ def _grid(x: torch.Tensor) -> torch.Tensor:
 
 PROBES: dict[str, tuple[Callable[[], nn.Module], set[str]]] = {
     "adaptive max pool": (lambda: _Probe(lambda s, x: s.p(x), p=nn.AdaptiveMaxPool2d(1)), {"adaptive_max_pool2d"}),
-    "adaptive avg pool (None,1)": (lambda: _Probe(lambda s, x: s.p(x), p=nn.AdaptiveAvgPool2d((None, 1))), {"adaptive_avg_pool2d"}),
+    "adaptive avg pool (None,1)": (lambda: _Probe(lambda s, x: s.p(x), p=nn.AdaptiveAvgPool2d((None, 1))),
+                                   {"adaptive_avg_pool2d"}),
     "adaptive avg pool 1": (lambda: _Probe(lambda s, x: s.p(x), p=nn.AdaptiveAvgPool2d(1)), set()),
     "bilinear": (lambda: _Probe(lambda s, x: s.p(x), p=nn.Upsample(scale_factor=2, mode="bilinear")), set()),
-    "bilinear antialias": (lambda: _Probe(lambda s, x: F.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True)),
+    "bilinear antialias": (lambda: _Probe(
+                               lambda s, x: F.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True)),
                            {"upsample_bilinear2d_aa"}),
-    "bicubic": (lambda: _Probe(lambda s, x: s.p(x), p=nn.Upsample(scale_factor=2, mode="bicubic")), {"upsample_bicubic2d"}),
+    "bicubic": (lambda: _Probe(lambda s, x: s.p(x), p=nn.Upsample(scale_factor=2, mode="bicubic")),
+                {"upsample_bicubic2d"}),
     "nearest": (lambda: _Probe(lambda s, x: s.p(x), p=nn.Upsample(scale_factor=2)), set()),
     "reflection pad 2d": (lambda: _Probe(lambda s, x: s.p(x), p=nn.ReflectionPad2d(1)), set()),
-    "reflection pad 1d": (lambda: _Probe(lambda s, x: s.p(x.flatten(2)), p=nn.ReflectionPad1d(1)), {"reflection_pad1d"}),
+    "reflection pad 1d": (lambda: _Probe(lambda s, x: s.p(x.flatten(2)), p=nn.ReflectionPad1d(1)),
+                          {"reflection_pad1d"}),
     "replication pad 2d": (lambda: _Probe(lambda s, x: s.p(x), p=nn.ReplicationPad2d(1)), set()),
     "grid_sample": (lambda: _Probe(lambda s, x: F.grid_sample(x, _grid(x), align_corners=False)), {"grid_sampler_2d"}),
-    "grid_sample cudnn": (lambda: _Probe(lambda s, x: F.grid_sample(x, _grid(x), align_corners=True)), {"cudnn_grid_sampler"}),
+    "grid_sample cudnn": (lambda: _Probe(lambda s, x: F.grid_sample(x, _grid(x), align_corners=True)),
+                          {"cudnn_grid_sampler"}),
     "cross entropy 4-D": (lambda: _Probe(lambda s, x: F.cross_entropy(x, torch.zeros_like(x[:, 0], dtype=torch.long))),
                           {"nll_loss2d"}),
-    "cross entropy 2-D": (lambda: _Probe(lambda s, x: F.cross_entropy(x.mean((2, 3)), torch.zeros_like(x[:, 0, 0, 0], dtype=torch.long))),
+    "cross entropy 2-D": (lambda: _Probe(
+                              lambda s, x: F.cross_entropy(x.mean((2, 3)),
+                                                           torch.zeros_like(x[:, 0, 0, 0], dtype=torch.long))),
                           set()),
     "deform_conv2d": (lambda: _Probe(lambda s, x: torchvision.ops.deform_conv2d(
         x, torch.zeros(x.shape[0], 18, x.shape[2], x.shape[3], device=x.device), s.w, padding=1),
@@ -411,6 +422,31 @@ def test_cli_exit_codes_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["audit", str(MODELS / "cbam-max.yaml"), "--imgsz", "64", "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["findings"][0]["layer"] == 10 and data["findings"][0]["kernel"] == "adaptive_max_pool2d_backward_cuda"
+
+
+def test_cli_audits_several_models_in_one_process(capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    cbam = "data/models/cbam-max.yaml"
+    assert main(["audit", "yolov8n.yaml", cbam, "--imgsz", "64"]) == 1  # the worst verdict decides
+    out = capsys.readouterr().out
+    first, second = out.index("== yolov8n.yaml (1/2) =="), out.index(f"== {cbam} (2/2) ==")
+    assert first < out.index("trains under strict determinism") < second
+    assert "adaptive_max_pool2d_backward_cuda" in out[second:] and "adaptive_max_pool2d" not in out[:second]
+    assert main(["audit", "yolov8n.yaml", "yolov8n.yaml", "--imgsz", "64", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert isinstance(data, list) and len(data) == 2 and all(r["findings"] == [] for r in data)
+    assert data[0]["model"] == data[1]["model"]
+
+
+def test_cli_several_models_one_bad_prints_nothing(capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    assert main(["audit", "yolov8n.yaml", "missing-model.yaml", "--imgsz", "64"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "missing-model.yaml" in err
+    assert main(["audit", "yolov8n.yaml", "data/models/cbam-max.yaml", "--fix", "-o", "x.yaml"]) == 2
+    assert "one model" in capsys.readouterr().err
 
 
 def _bad_yamls(tmp_path: Path) -> dict[str, tuple[Path, str]]:

@@ -8,10 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import MODELS
 from yolo_det.cli import main
-
-ROOT = Path(__file__).resolve().parent.parent
-MODELS = ROOT / "data" / "models"
 
 # (id, argv with {d} for the scratch folder, a fragment the one-line error must contain)
 CASES = [
@@ -81,7 +79,8 @@ CASES = [
     ("train-project-dev-null", ["train", "project=/dev/null"], "is not a folder"),
     ("train-project-under-a-file", ["train", "project={d}/text.pt/runs"], "which is not a folder"),
     ("train-profile-env-nul", ["train", "--profile", "{d}/nul-profile.yaml"], "NUL"),
-    ("train-override-alias-bomb", ["train", "epochs=" + "[&a [1,1,1,1,1,1,1,1,1,1], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a], "
+    ("train-override-alias-bomb",
+     ["train", "epochs=" + "[&a [1,1,1,1,1,1,1,1,1,1], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a], "
                                    "&c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b], &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c], "
                                    "&e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d], [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]]"],
      "aliases expand to more than"),
@@ -96,7 +95,8 @@ CASES = [
     ("audit-activation-code", ["audit", "{d}/act-code.yaml", "--imgsz", "64"], "'activation:"),
     ("rewrite-activation-code", ["rewrite", "{d}/act-code.yaml", "-o", "{d}/out.yaml"], "'activation:"),
     ("audit-model-alias-bomb", ["audit", "{d}/bomb-model.yaml"], "aliases expand to more than"),
-    ("rewrite-model-alias-bomb", ["rewrite", "{d}/bomb-model.yaml", "-o", "{d}/out.yaml"], "aliases expand to more than"),
+    ("rewrite-model-alias-bomb", ["rewrite", "{d}/bomb-model.yaml", "-o", "{d}/out.yaml"],
+     "aliases expand to more than"),
     ("rewrite-model-deep", ["rewrite", "{d}/deep-model.yaml", "-o", "{d}/out.yaml"], "nested more than"),
     ("patch-folder-links-outside", ["patch-yolov5", "{d}/linked-yolov5"], "outside the tree"),
     # the command line itself
@@ -116,7 +116,7 @@ class _Marker:
     def __init__(self, path: Path) -> None:
         self.path = str(path)
 
-    def __reduce__(self):  # noqa: ANN204 - pickle protocol
+    def __reduce__(self):
         import builtins
 
         return (builtins.exec, (f"open({self.path!r}, 'w').close()",))

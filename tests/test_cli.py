@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import ROOT
 from yolo_det.cli import main
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def run(argv, capsys):

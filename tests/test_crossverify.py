@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from helpers import ROOT
 from yolo_det.cli import main
 from yolo_det.core.errors import ConfigError
 from yolo_det.tools.verify import MicroBatch, RunRecord, StepRecord
 from yolo_det.tools.verify.crossverify import SAVED_VERSION, compare_against, read_saved
 
-ROOT = Path(__file__).resolve().parent.parent
 TINY = ["imgsz=64", "batch=8", "nbs=8", "workers=0", "plots=False", "val=False", "epochs=1"]
 STEPS = "3"
 

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import DEMO
 from yolo_det.core.datafp import DigestCache, cache_dir, dataset_fingerprint, split_fingerprint
-
-DEMO = Path(__file__).resolve().parent.parent / "data" / "demo"
 
 
 @pytest.fixture(autouse=True)
@@ -124,7 +123,8 @@ def test_default_cache_dir_follows_the_platform_rules(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("LOCALAPPDATA", str(tmp_path / "local"))
     expected = {"win32": tmp_path / "local" / "yolo-det" / "Cache",
-                "darwin": Path.home() / "Library" / "Caches" / "yolo-det"}.get(sys.platform, tmp_path / "xdg" / "yolo-det")
+                "darwin": Path.home() / "Library" / "Caches" / "yolo-det",
+                }.get(sys.platform, tmp_path / "xdg" / "yolo-det")
     assert cache_dir() == expected
     monkeypatch.setenv("YOLO_DET_CACHE", str(tmp_path / "mine"))
     assert cache_dir() == tmp_path / "mine"

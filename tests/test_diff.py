@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from helpers import ROOT
 from yolo_det.cli import main
 from yolo_det.tools.diff import GROUPS, diff_records, load_record
 
-ROOT = Path(__file__).resolve().parent.parent
 # One optimizer step on 12 demo images at 64 px: enough to give every run its own weights digest.
 TINY = ["epochs=1", "imgsz=64", "batch=8", "fraction=0.25", "workers=0", "device=cpu", "plots=False", "val=False"]
 

@@ -20,6 +20,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from helpers import ROOT
+
 pytestmark = pytest.mark.slow
 
 WORLD = 2
@@ -48,7 +50,7 @@ def _worker(rank: int, init_file: str, out_dir: str, mode: str) -> None:
         model = result.pop("model")
         result["digest"] = state_dict_digest(model)  # parameters and BatchNorm statistics of this rank
         result["param_digest"] = state_dict_digest(dict(model.named_parameters()))
-    except Exception as e:  # noqa: BLE001 - reported to the test through the result file
+    except Exception as e:  # reported to the test through the result file
         result["error"] = f"{type(e).__name__}: {e}"
     finally:
         result["restored"] = snapshot() == baseline
@@ -130,7 +132,7 @@ def launch(tmp_path: Path, mode: str, tag: str) -> list[dict]:
         mp.start_processes(_worker, args=(str(init_file), str(out_dir), mode), nprocs=WORLD, join=True,
                            start_method="fork")
         error = None
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         error = str(e)
     results = [json.loads((out_dir / f"rank{r}.json").read_text()) for r in range(WORLD)
                if (out_dir / f"rank{r}.json").exists()]
@@ -216,7 +218,7 @@ def test_ultralytics_ddp_payload_applies_the_profile_on_a_worker_rank(tmp_path):
     script.write_text(CHILD)
     env = {**os.environ, "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "YOLO_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, str(script), str(payload)], capture_output=True, text=True, env=env,
-                          cwd=Path(__file__).resolve().parent.parent, timeout=300)
+                          cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["plugins"] == 1

@@ -62,7 +62,8 @@ def test_strict_raises_cudas_message_in_backward() -> None:
             y.backward()
     assert str(err.value) == alert_message("adaptive_max_pool2d_backward_cuda")
     assert STRICT_TAIL in str(err.value)
-    assert [(e.kernel, e.pass_, e.action) for e in log.events] == [("adaptive_max_pool2d_backward_cuda", "backward", "raised")]
+    expected = [("adaptive_max_pool2d_backward_cuda", "backward", "raised")]
+    assert [(e.kernel, e.pass_, e.action) for e in log.events] == expected
 
 
 def test_warn_only_warns_and_runs() -> None:
@@ -80,7 +81,8 @@ def test_flag_off_is_silent_but_logged() -> None:
     _mode("off")
     with emulate_cuda_alerts() as log:
         nn.AdaptiveAvgPool2d((None, 1))(_x()).sum().backward()
-    assert [(e.kernel, e.action, e.mode) for e in log.events] == [("adaptive_avg_pool2d_backward_cuda", "silent", "off")]
+    expected = [("adaptive_avg_pool2d_backward_cuda", "silent", "off")]
+    assert [(e.kernel, e.action, e.mode) for e in log.events] == expected
 
 
 def test_the_flag_counts_when_the_backward_kernel_runs() -> None:
@@ -136,7 +138,8 @@ def test_grid_sample_follows_cudas_cudnn_path() -> None:
     with emulate_cuda_alerts() as log:
         F.grid_sample(x, grid, align_corners=True).sum().backward()
         assert [(e.entry, e.action) for e in log.events] == [("cudnn_grid_sampler", "silent")]
-        with torch.backends.cudnn.flags(enabled=False), pytest.raises(RuntimeError, match="grid_sampler_2d_backward_cuda"):
+        no_cudnn = torch.backends.cudnn.flags(enabled=False)
+        with no_cudnn, pytest.raises(RuntimeError, match="grid_sampler_2d_backward_cuda"):
             F.grid_sample(x, grid, align_corners=True).sum().backward()
         with pytest.raises(RuntimeError, match="grid_sampler_2d_backward_cuda"):
             F.grid_sample(x, grid, align_corners=True, padding_mode="border").sum().backward()
@@ -210,9 +213,15 @@ def test_exits_cleanly_and_nests() -> None:
 
 def test_no_effect_outside_the_block() -> None:
     _mode("strict")
-    with emulate_cuda_alerts():
+    x = _x()
+    with emulate_cuda_alerts() as log:
         pass
-    F.adaptive_max_pool2d(_x(), 1).sum().backward()  # plain CPU: deterministic kernel, no alert
+    assert not _get_current_dispatch_mode_stack() and not _get_current_function_mode_stack()
+    F.adaptive_max_pool2d(x, 1).sum().backward()  # plain CPU: deterministic kernel, no alert
+    assert x.grad is not None and not log.events
+    # the same op inside a block does alert: what made the difference is the block
+    with emulate_cuda_alerts(), pytest.raises(RuntimeError, match="adaptive_max_pool2d_backward_cuda"):
+        F.adaptive_max_pool2d(_x(), 1).sum().backward()
 
 
 @pytest.mark.gpu

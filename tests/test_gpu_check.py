@@ -6,12 +6,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers import ROOT
+
 SCRIPT = ROOT / "bench" / "gpu_check.py"
 
 
@@ -42,8 +42,10 @@ def test_gpu_check_names_the_missing_attention_model(tmp_path, monkeypatch):
         sys.path.remove(str(SCRIPT.parent))
     monkeypatch.setattr(gpu_check, "cuda_available", lambda: True)
     calls = []
-    monkeypatch.setattr(gpu_check, "check_verify", lambda *a: calls.append(("verify", a)) or {"status": "passed", "message": "ok"})
-    monkeypatch.setattr(gpu_check, "check_bench", lambda *a: calls.append(("bench", a)) or {"status": "passed", "message": "ok"})
+    monkeypatch.setattr(gpu_check, "check_verify",
+                        lambda *a: calls.append(("verify", a)) or {"status": "passed", "message": "ok"})
+    monkeypatch.setattr(gpu_check, "check_bench",
+                        lambda *a: calls.append(("bench", a)) or {"status": "passed", "message": "ok"})
     monkeypatch.setattr(gpu_check, "amp_check_skipped", lambda: __import__("contextlib").nullcontext())
     monkeypatch.setattr(gpu_check, "check_strict_plain", lambda *a: pytest.fail("needs the attention model"))
     args = gpu_check.argparse.Namespace(attention_model=str(tmp_path / "absent.yaml"), steps=3, bench_steps=2,

@@ -9,10 +9,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from helpers import DEMO, MODELS
 from yolo_det.core.record import state_dict_digest
 from yolo_det.integrations.identity import model_fingerprint, run_identity
-
-DEMO = Path(__file__).resolve().parent.parent / "data" / "demo"
 
 
 @pytest.fixture(autouse=True)
@@ -69,7 +68,7 @@ def test_other_weights_or_architecture_change_the_model_fingerprint():
 
 
 def test_yaml_start_hashes_the_yaml_text(tmp_path):
-    text = (Path(__file__).resolve().parent.parent / "data" / "models" / "cbam-max.yaml").read_text()
+    text = (MODELS / "cbam-max.yaml").read_text()
     one, two = tmp_path / "one.yaml", tmp_path / "two.yaml"
     one.write_text(text)
     two.write_text(text + "\n# a comment\n")
@@ -79,7 +78,8 @@ def test_yaml_start_hashes_the_yaml_text(tmp_path):
 
 def test_a_part_that_fails_is_recorded_as_an_error_not_raised(tmp_path):
     trainer = SimpleNamespace(args=SimpleNamespace(model="m.yaml", split="val"), data={},
-                              train_loader=SimpleNamespace(dataset=SimpleNamespace(im_files=[str(tmp_path / "gone.png")])),
+                              train_loader=SimpleNamespace(
+                                  dataset=SimpleNamespace(im_files=[str(tmp_path / "gone.png")])),
                               test_loader=None, model=None)
     ident = run_identity(trainer)
     assert "FileNotFoundError" in ident["data"]["error"]

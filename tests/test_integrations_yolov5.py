@@ -23,6 +23,7 @@ import pytest
 import torch
 import yaml
 
+from helpers import ROOT
 from yolo_det.cli import main
 from yolo_det.core import state as _state
 from yolo_det.core.errors import ConfigError, ProfileError, YoloDetError
@@ -31,8 +32,6 @@ from yolo_det.core.seeding import rank_seed
 from yolo_det.integrations import yolov5 as ydet
 from yolo_det.tools.demo import demo_data_yaml
 from yolov5_helpers import copy_yolov5
-
-REPO = Path(__file__).resolve().parent.parent
 
 # ---------------------------------------------------------------------------------------------------------
 # a stand-in for a patched YOLOv5 module: the same names and call sites as train.py, val.py and detect.py
@@ -334,7 +333,7 @@ def yolov5_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _offline_env(root: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.update({
-        "PYTHONPATH": os.pathsep.join([str(root), str(REPO)]),  # the patched copy and this checkout's yolo_det
+        "PYTHONPATH": os.pathsep.join([str(root), str(ROOT)]),  # the patched copy and this checkout's yolo_det
         "YOLOV5_CONFIG_DIR": str(root / "yolov5-config"),  # empty: the run must provide Arial.ttf itself
         "YOLO_CONFIG_DIR": str(root / "ultralytics-config"),
         "ULTRALYTICS_SKIP_REQUIREMENTS_CHECKS": "1",  # yolov5's main() would check (and pip install) requirements

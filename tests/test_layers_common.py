@@ -95,7 +95,8 @@ def test_results_do_not_depend_on_matmul_precision_settings():
 
     def run():
         return [L.interpolate(x, scale_factor=1.7, mode="bicubic"), L.adaptive_avg_pool2d(x, (5, 4)),
-                L.grid_sample(x, grid, align_corners=False), L.interpolate(x, size=(5, 6), mode="bilinear", antialias=True)]
+                L.grid_sample(x, grid, align_corners=False),
+                L.interpolate(x, size=(5, 6), mode="bilinear", antialias=True)]
 
     reference = run()
     old_precision = torch.get_float32_matmul_precision()

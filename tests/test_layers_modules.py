@@ -74,7 +74,8 @@ def test_same_outputs_and_gradients(case):
     torch.testing.assert_close(xs[0].grad, xs[1].grad, rtol=0, atol=1e-10)
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if len(c[4]) == 4], ids=[i for i, c in zip(IDS, CASES) if len(c[4]) == 4])
+@pytest.mark.parametrize("case", [c for c in CASES if len(c[4]) == 4],
+                         ids=[i for i, c in zip(IDS, CASES) if len(c[4]) == 4])
 def test_channels_last_input(case):
     det, ref, shape = _pair(case)
     x = torch.randn(shape, dtype=torch.float64)

@@ -76,7 +76,8 @@ def test_invalid_arguments_raise_like_torch(args):
 @pytest.mark.parametrize("cls,ref,arg", [
     (P.DetReflectionPad1d, torch.nn.ReflectionPad1d, 2), (P.DetReflectionPad2d, torch.nn.ReflectionPad2d, (1, 2, 0, 3)),
     (P.DetReflectionPad3d, torch.nn.ReflectionPad3d, 1), (P.DetReplicationPad1d, torch.nn.ReplicationPad1d, (0, 3)),
-    (P.DetReplicationPad2d, torch.nn.ReplicationPad2d, 2), (P.DetReplicationPad3d, torch.nn.ReplicationPad3d, (1, 0, 2, 1, 0, 1)),
+    (P.DetReplicationPad2d, torch.nn.ReplicationPad2d, 2),
+    (P.DetReplicationPad3d, torch.nn.ReplicationPad3d, (1, 0, 2, 1, 0, 1)),
 ])
 def test_modules_match_torch_modules(cls, ref, arg):
     det, native = cls(arg), ref(arg)

@@ -133,3 +133,100 @@ def test_invalid_arguments_raise_torch_errors():
             with pytest.raises(RuntimeError):
                 fn(x, bad)
         assert fn(x, 0).shape == native(x, 0).shape == (2, 3, 0, 0)
+
+
+# ----------------------------------------------------------------------------------------------------
+# General windows: the native forward, the replaced backward
+# ----------------------------------------------------------------------------------------------------
+
+GENERAL = [((2, 3, 20, 20), (3, 3)), ((2, 3, 40, 40), (5, 7)), ((1, 2, 7, 9), (4, 4)), ((2, 2, 5, 6), (9, 11)),
+           ((2, 2, 13, 3), (6, 2)), ((3, 11, 10), (4, 3))]
+
+
+def _max_grad(x: torch.Tensor, out, g: torch.Tensor, combine: bool) -> torch.Tensor:
+    """The input gradient of yolo-det's max pooling through one backward path."""
+    y, index = P.adaptive_max_pool2d(x, out, return_indices=True)
+    h, w = x.shape[-2:]
+    reach = (P._reach(P._windows(h, y.shape[-2])), P._reach(P._windows(w, y.shape[-1])))
+    return P._max_input_grad(g, index, x.shape, reach, combine)
+
+
+@pytest.mark.parametrize("shape,out", GENERAL)
+@pytest.mark.parametrize("pattern", ["normal", "ints", "relu", "const", "nan"])
+@pytest.mark.parametrize("combine", [False, True])
+def test_max_pool_general_windows_gradient_is_bit_identical(shape, out, pattern, combine):
+    # Both backward paths (CPU scatter_add_; elsewhere duplicates summed then a plain scatter_) give
+    # PyTorch's CPU gradient bit for bit in float64, ties (first maximum) and NaN (last NaN) included.
+    if pattern == "nan":
+        x = make_input("normal", shape, torch.float64, 1)
+        x[torch.rand(shape, generator=torch.Generator().manual_seed(2)) < 0.1] = float("nan")
+    else:
+        x = make_input(pattern, shape, torch.float64, 1)
+    ref = x.clone().requires_grad_()
+    y = F.adaptive_max_pool2d(ref, out)
+    g = torch.randn(y.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    y.backward(g)
+    assert torch.equal(_max_grad(x, out, g, combine), ref.grad)
+
+
+def test_duplicate_totals_are_identical_within_each_group():
+    # Outputs whose windows selected the same element carry bit-identical totals, so a plain scatter
+    # writes the same value whichever write lands last (the construct behind CUDA determinism).
+    x = torch.zeros(4, 3, 20, 20, dtype=torch.float32)  # one big tie: neighbouring windows share elements
+    x[..., ::3, ::4] = 1.0
+    _, index = P.adaptive_max_pool2d(x, (7, 9), return_indices=True)
+    reach = (P._reach(P._windows(20, 7)), P._reach(P._windows(20, 9)))
+    assert reach == (1, 1)
+    g = torch.randn(index.shape, generator=torch.Generator().manual_seed(0))
+    total = P._add_duplicates(g, index, reach)
+    shared = 0
+    for flat_i, flat_t in zip(index.reshape(-1, 63), total.reshape(-1, 63)):
+        for v in flat_i.unique():
+            group = flat_t[flat_i == v]
+            assert torch.equal(group, group[:1].expand_as(group))
+            shared += int(group.numel() > 1)
+    assert shared > 0  # the input does make windows share their selected element
+    # and the totals are the group sums, added in output order (what the CPU kernel accumulates)
+    ref = torch.zeros(4 * 3, 400).scatter_add_(1, index.reshape(12, -1), g.reshape(12, -1))
+    assert torch.equal(ref.gather(1, index.reshape(12, -1)), total.reshape(12, -1))
+
+
+def test_reach_counts_overlapping_neighbours():
+    assert P._reach(P._windows(20, 4)) == 0  # divisible: no overlap
+    assert P._reach(P._windows(20, 3)) == 1
+    assert P._reach(P._windows(5, 9)) == 2  # output larger than input: a position is in up to 3 windows
+    assert P._reach(P._windows(1, 4)) == 3
+
+
+@pytest.mark.parametrize("shape,out", [((1, 2, 7, 9), (4, 4)), ((2, 1, 5, 6), (9, 11)), ((1, 2, 10, 7), (3, 5)),
+                                       ((2, 11, 10), (4, 3))])
+def test_general_window_gradients_pass_gradcheck(shape, out):
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(shape, generator=g, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: P.adaptive_avg_pool2d(t, out), (x,))
+    assert torch.autograd.gradgradcheck(lambda t: P.adaptive_avg_pool2d(t, out), (x,))
+    assert torch.autograd.gradcheck(lambda t: P.adaptive_max_pool2d(t, out), (x,))
+    assert torch.autograd.gradgradcheck(lambda t: P.adaptive_max_pool2d(t, out), (x,))
+
+
+@pytest.mark.parametrize("shape,out", GENERAL)
+def test_general_window_average_matches_torch_exactly_forward(shape, out):
+    # the forward is ATen's own kernel: bit-identical; the gradient agrees to float64 rounding
+    x = make_input("normal", shape, torch.float32, 4)
+    assert torch.equal(P.adaptive_avg_pool2d(x, out), F.adaptive_avg_pool2d(x, out))
+    xd = x.double()
+    check_matches(lambda t: P.adaptive_avg_pool2d(t, out), lambda t: F.adaptive_avg_pool2d(t, out), [xd],
+                  torch.float64, seed=0)
+
+
+def test_average_gradient_works_in_batch_chunks():
+    # large enough to be split into chunks: the same gradient as one piece (and as PyTorch)
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(16, 64, 40, 40, generator=g, dtype=torch.float64)
+    grad = torch.randn(16, 64, 6, 6, generator=g, dtype=torch.float64)
+    wins = (P._windows(40, 6), P._windows(40, 6))
+    chunked = P.DetAdaptiveAvgPoolGrad.apply(grad, wins, (40, 40))
+    ref = x.clone().requires_grad_()
+    F.adaptive_avg_pool2d(ref, 6).backward(grad)
+    torch.testing.assert_close(chunked, ref.grad, rtol=0, atol=1e-15)
+    assert chunked.numel() > P._CHUNK_MIN  # the chunked path ran

@@ -12,11 +12,10 @@ from torch import nn
 from yolo_det.analysis.loader import layer_lines, load_model
 from yolo_det.core.errors import ModelError
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def test_layer_lines() -> None:
-    text = "nc: 3\nbackbone:\n  # c\n  - [-1, 1, Conv, [16, 3, 2]]\n  - [-1, 1, Conv, [32, 3, 2]]\nhead:\n\n  - [-1, 1, nn.Upsample, [None, 2]]\n"
+    text = ("nc: 3\nbackbone:\n  # c\n  - [-1, 1, Conv, [16, 3, 2]]\n  - [-1, 1, Conv, [32, 3, 2]]\nhead:\n\n"
+            "  - [-1, 1, nn.Upsample, [None, 2]]\n")
     assert layer_lines(text) == {0: 4, 1: 5, 2: 8}
     assert layer_lines("not: [valid") == {}
 
@@ -58,9 +57,12 @@ def test_module_and_state_dict_checkpoints(tmp_path: Path) -> None:
     ("- 1\n- 2\n", r"must be a mapping"),
     ("nc: 1\nbackbone: []\n", r"needs a 'head' list"),
     ("nc: 1\nbackbone:\n  - [-1, 1, Conv]\nhead: []\n", r"t\.yaml:3: layer 0 must be \[from, repeats, module, args\]"),
-    ("nc: 1\nbackbone:\n  - [-1, 1, nn.Conv9d, [1]]\nhead: []\n", r"t\.yaml:3: unknown module 'nn\.Conv9d'.*torch\.nn has no"),
-    ("nc: 1\nbackbone:\n  - [-1, 1, Cnv, [8, 3]]\nhead: []\n", r"t\.yaml:3: unknown module 'Cnv' in layer 0.*Did you mean 'Conv'\?"),
-    ("nc: 1\nbackbone:\n  - [-1, 1, Conv, [8, 3, 2]]\nhead:\n  - [[-1, 7], 1, Concat, [1]]\n", r"the model does not build"),
+    ("nc: 1\nbackbone:\n  - [-1, 1, nn.Conv9d, [1]]\nhead: []\n",
+     r"t\.yaml:3: unknown module 'nn\.Conv9d'.*torch\.nn has no"),
+    ("nc: 1\nbackbone:\n  - [-1, 1, Cnv, [8, 3]]\nhead: []\n",
+     r"t\.yaml:3: unknown module 'Cnv' in layer 0.*Did you mean 'Conv'\?"),
+    ("nc: 1\nbackbone:\n  - [-1, 1, Conv, [8, 3, 2]]\nhead:\n  - [[-1, 7], 1, Concat, [1]]\n",
+     r"the model does not build"),
 ])
 def test_bad_yamls(tmp_path: Path, text: str, pattern: str) -> None:
     path = tmp_path / "t.yaml"

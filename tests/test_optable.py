@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-import torchvision  # noqa: F401 - registers torchvision:: ops
+import torchvision  # registers torchvision:: ops
 
 from yolo_det.analysis.optable import (
     BEHAVIOUR,
@@ -165,7 +165,8 @@ def test_decomposable_op() -> None:
 
 def test_function_name() -> None:
     assert function_name(torch.nn.functional.interpolate) == "torch.nn.functional.interpolate"
-    assert function_name(torch.nn.functional.scaled_dot_product_attention) == "torch.nn.functional.scaled_dot_product_attention"
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    assert function_name(sdpa) == "torch.nn.functional.scaled_dot_product_attention"
     assert function_name(torch.nn.functional.adaptive_max_pool2d) == "torch.nn.functional.adaptive_max_pool2d"
     assert function_name(torch.cat) == "torch.cat"
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from helpers import ROOT
 from yolo_det.cli import main
 from yolo_det.integrations import patch_yolov5 as pv
 from yolov5_helpers import copy_yolov5
 
-REPO = Path(__file__).resolve().parent.parent
-PATCHES = REPO / "patches"
+PATCHES = ROOT / "patches"
 PATCHED_CALLS = {  # what a patched training script calls, one line each
     "ydet.add_argument(parser)",
     "@ydet.training",

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import MODELS
 from yolo_det import attach
 from yolo_det.analysis.emulator import emulate_cuda_alerts
 from yolo_det.analysis.zoo import ZOO_MODULES
@@ -17,7 +18,6 @@ from yolo_det.layers.registry import registered, registered_layers
 
 pytestmark = pytest.mark.slow
 
-MODELS = Path(__file__).resolve().parent.parent / "data" / "models"
 SMALL = {"epochs": 1, "imgsz": 64, "batch": 16, "device": "cpu", "workers": 0, "plots": False, "exist_ok": True,
          "val": False}
 # model -> (kernel CUDA raises on, what repro does about it)

@@ -2,31 +2,68 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from yolo_det.core.errors import ConfigError
 from yolo_det.core.fileio import check_output_path
-from yolo_det.tools.runtime import PNG_SIGNATURE, new_figure, quiet_ultralytics, run_folder, save_figure
+from yolo_det.core.quiet import quiet_ultralytics
+from yolo_det.tools.runtime import PNG_SIGNATURE, new_figure, run_folder, save_figure
+
+
+@contextlib.contextmanager
+def _stdout_handler() -> Iterator[tuple[logging.Logger, logging.StreamHandler]]:
+    """A handler on Ultralytics' logger that writes to the current sys.stdout (the test's captured one), as
+    Ultralytics' own handler does when it is created: the tests do not depend on which stream Ultralytics'
+    handler got when some earlier test first imported it."""
+    from ultralytics.utils import LOGGER
+
+    handler = logging.StreamHandler(sys.stdout)
+    LOGGER.addHandler(handler)
+    try:
+        yield LOGGER, handler
+    finally:
+        LOGGER.removeHandler(handler)
 
 
 def test_quiet_ultralytics_moves_logs_to_stderr_and_puts_everything_back(capsys):
-    from ultralytics.utils import LOGGER
-
-    handlers = [(h, getattr(h, "stream", None)) for h in LOGGER.handlers]
-    level = LOGGER.level
-    with pytest.raises(RuntimeError), quiet_ultralytics(verbose=False):
-        assert LOGGER.getEffectiveLevel() >= logging.WARNING
-        LOGGER.warning("routed")
-        assert all(getattr(h, "stream", None) is not sys.stdout for h in LOGGER.handlers)
-        raise RuntimeError("boom")
-    assert LOGGER.level == level
-    assert [(h, getattr(h, "stream", None)) for h in LOGGER.handlers] == handlers
+    with _stdout_handler() as (logger, handler):
+        _check_routed_and_restored(logger, handler)
     out, err = capsys.readouterr()
-    assert "routed" not in out
+    assert "routed" in err and "routed" not in out
+    assert "dropped" not in err and "dropped" not in out
+
+
+def _check_routed_and_restored(logger: logging.Logger, handler: logging.StreamHandler) -> None:
+    streams = {id(h): getattr(h, "stream", None) for h in logger.handlers}
+    level = logger.level
+    with pytest.raises(RuntimeError), quiet_ultralytics(verbose=False):
+        assert logger.getEffectiveLevel() >= logging.WARNING
+        assert handler.stream is sys.stderr
+        logger.warning("routed")
+        logger.info("dropped")
+        raise RuntimeError("boom")
+    assert logger.level == level
+    assert {id(h): getattr(h, "stream", None) for h in logger.handlers} == streams
+    assert handler.stream is sys.stdout
+
+
+def test_quiet_ultralytics_verbose_keeps_info_and_can_drop_prints(capsys):
+    with _stdout_handler() as (logger, _):
+        with quiet_ultralytics(verbose=True, drop_stdout=True):
+            logger.info("kept")
+            print("printed")
+        with quiet_ultralytics(level=logging.ERROR):
+            logger.warning("hidden")
+    out, err = capsys.readouterr()
+    assert "kept" in err and "kept" not in out
+    assert "printed" not in out and "printed" not in err
+    assert "hidden" not in out + err
 
 
 def test_run_folder_is_temporary_unless_given(tmp_path):

@@ -33,7 +33,7 @@ class Marker:
     def __init__(self, path: Path, via: str = "exec") -> None:
         self.path, self.via = str(path), via
 
-    def __reduce__(self):  # noqa: ANN204 - pickle protocol
+    def __reduce__(self):
         if self.via == "exec":
             return (builtins.exec, (f"open({self.path!r}, 'w').write('ran')",))
         if self.via == "system":

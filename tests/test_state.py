@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -36,7 +37,8 @@ def test_warn_only_and_env_unset_roundtrip(monkeypatch):
     monkeypatch.setenv("NCCL_ALGO", "Tree")
     torch.use_deterministic_algorithms(True, warn_only=True)
     base = snapshot()
-    settings = PhaseSettings(deterministic_algorithms="off", env={"NCCL_ALGO": None, "CUBLAS_WORKSPACE_CONFIG": ":16:8"})
+    settings = PhaseSettings(deterministic_algorithms="off",
+                             env={"NCCL_ALGO": None, "CUBLAS_WORKSPACE_CONFIG": ":16:8"})
     with phase_scope(settings):
         assert not torch.are_deterministic_algorithms_enabled()
         assert "NCCL_ALGO" not in os.environ and os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
@@ -66,7 +68,15 @@ def test_new_tf32_api_users_get_their_strings_back():
     assert torch.backends.cudnn.conv.fp32_precision == "ieee"
 
 
-def test_snapshot_serialises():
-    data = snapshot().to_dict()
-    assert data["deterministic_algorithms"] in {"off", "warn", "strict"}
-    assert "CUBLAS_WORKSPACE_CONFIG" in data["env"]
+@pytest.mark.parametrize(("flag", "warn_only", "mode"),
+                         [(False, False, "off"), (True, True, "warn"), (True, False, "strict")])
+def test_snapshot_serialises_what_is_set(monkeypatch, flag, warn_only, mode):
+    torch.use_deterministic_algorithms(flag, warn_only=warn_only)
+    torch.backends.cudnn.benchmark = not flag
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    data = json.loads(json.dumps(snapshot().to_dict()))
+    assert data["deterministic_algorithms"] == mode
+    assert data["cudnn_benchmark"] is (not flag)
+    assert data["env"]["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert "PYTHONHASHSEED" in data["env"] and data["env"]["PYTHONHASHSEED"] is None

@@ -7,7 +7,6 @@ import io
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,8 +17,6 @@ from yolo_det.analysis.zoo import ZOO_MODULES, CBAMMax
 from yolo_det.core.errors import ConfigError, YoloDetError
 from yolo_det.fixes.swaps import SWAPS, register_swap, swap_modules, swapped, unswap_modules
 from yolo_det.layers.registry import registered, registered_layers
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 class Net(nn.Module):

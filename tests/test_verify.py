@@ -144,6 +144,67 @@ def test_plot_marks_the_divergence(tmp_path):
     assert not report.identical and "NOT reproducible" in report.summary() and "step 2" in report.summary()
 
 
+def test_summary_says_when_fewer_steps_ran_than_asked():
+    runs = [make_run(1, steps=3), make_run(2, steps=3)]
+    report = verify_module.VerifyReport(profile="repro", args={"epochs": 3}, runs=runs, divergences=[],
+                                        steps_requested=20, seconds=1.0)
+    note = report.steps_note
+    assert note is not None and "asked for 20 optimizer steps, the runs made 3" in note
+    assert "epochs ran out (epochs=3)" in note and "pass epochs=20" in note
+    assert f"note: {note}" in report.summary() and report.to_dict()["steps_note"] == note
+    enough = verify_module.VerifyReport(profile="repro", args={"epochs": 3}, runs=runs, divergences=[],
+                                        steps_requested=3, seconds=1.0)
+    assert enough.steps_note is None and "note:" not in enough.summary()
+    unknown = verify_module.VerifyReport(profile="repro", args={}, runs=runs, divergences=[], steps_requested=5,
+                                         seconds=1.0)
+    assert "raise epochs=" in (unknown.steps_note or "")
+def _texts(fig) -> str:
+    return "\n".join(t.get_text() for ax in fig.axes for t in ax.texts + [ax.title]) + "\n".join(
+        t.get_text() for t in fig.texts)
+
+
+def test_identical_chart_says_so_in_words_without_a_log_axis(tmp_path):
+    from yolo_det.tools.verify import loss_figure
+
+    runs = [make_run(1, steps=6), make_run(2, steps=6), make_run(3, steps=6)]
+    report = verify_module.VerifyReport(profile="repro", args={}, runs=runs, divergences=[], steps_requested=6,
+                                        seconds=1.0)
+    fig = loss_figure(report)
+    bottom = fig.axes[1]
+    assert bottom.get_yscale() == "linear" and not bottom.get_lines()[1:]  # only the zero line
+    assert [t.get_text() for t in bottom.get_yticklabels()] == ["0"]
+    text = _texts(fig)
+    assert "bitwise identical: 3 runs x 6 steps" in text and "0 at every step" in text
+    assert_png(plot_losses(report, tmp_path / "same.png"))
+
+
+def test_diverging_chart_marks_the_first_divergence_on_a_clean_log_axis(tmp_path):
+    from yolo_det.tools.verify import loss_figure
+
+    ref, run = make_run(1, steps=30), make_run(2, steps=30)
+    for k, step in enumerate(run.steps[11:]):  # losses move by growing relative amounts from step 12
+        a, b = step.batches[0].loss
+        step.batches[0].loss = (a * (1 + 1e-9 * 10 ** (k / 3)), b)
+    run.steps[9].grads[0] = "changed"  # the gradients differ first, at step 10
+    report = verify_module.VerifyReport(profile="fast", args={}, runs=[ref, run],
+                                        divergences=[compare_runs(ref, run)], steps_requested=30, seconds=1.0)
+    assert report.first.step == 10 and report.first.kind == "gradients"
+    fig = loss_figure(report)
+    fig.canvas.draw()
+    bottom = fig.axes[1]
+    assert bottom.get_yscale() == "log"  # relative difference: positive, no symlog, no negative ticks
+    labels = [t.get_text() for t in bottom.get_yticklabels() if t.get_text()]
+    assert 0 < len(labels) <= 8 and not any(lab.startswith(("-", "\u2212")) for lab in labels)
+    lo, hi = bottom.get_ylim()
+    assert lo > 0 and hi > lo
+    red = [line for ax in fig.axes for line in ax.get_lines() if line.get_color() == "red"]
+    assert len(red) == 2 and all(list(line.get_xdata()) == [10, 10] for line in red)  # both panels
+    assert "first divergence: step 10 (gradients)" in _texts(fig) and "diverge at step 10" in _texts(fig)
+    labels = bottom.get_legend_handles_labels()[1]
+    assert "run 2 vs run 1" in labels and "run 2: loss identical" in labels  # steps 1-11: loss bits equal
+    assert_png(plot_losses(report, tmp_path / "diverged.png"))
+
+
 # ---------------------------------------------------------------------------------------------------------
 # bad input (fast: nothing trains)
 
@@ -234,7 +295,8 @@ class UnseededShuffle:
 def test_demo_with_repro_is_bitwise_identical(tmp_path, capsys):
     before = snapshot()
     plot = tmp_path / "curves.png"
-    code = main(["verify", "--profile", "repro", "--steps", "3", "--plot", str(plot), *TINY, f"project={tmp_path / 'runs'}"])
+    code = main(["verify", "--profile", "repro", "--steps", "3", "--plot", str(plot), *TINY,
+                 f"project={tmp_path / 'runs'}"])
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "bitwise identical" in out and "NOT reproducible" not in out
@@ -267,8 +329,8 @@ def test_gradient_noise_is_caught_at_its_step_and_parameter(tmp_path):
 @pytest.mark.slow
 def test_strict_mode_crash_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
     def crash(trainer: Any) -> None:
-        raise RuntimeError("adaptive_max_pool2d_backward_cuda does not have a deterministic implementation, but you set "
-                           "'torch.use_deterministic_algorithms(True)'")
+        raise RuntimeError("adaptive_max_pool2d_backward_cuda does not have a deterministic implementation, but you "
+                           "set 'torch.use_deterministic_algorithms(True)'")
 
     def verify_with_crash(*args: Any, **kwargs: Any) -> Any:
         return verify(*args, callbacks={"on_train_batch_start": [crash]}, **kwargs)

@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 import pytest
+import torch
 
 from yolo_det.cli import main
 from yolo_det.core.errors import ConfigError, ModelError
@@ -56,7 +57,8 @@ def test_rewrite_changes_only_the_needed_names_and_reverse_restores_the_text():
     before, after = MODEL.splitlines(), result.text.splitlines()
     changed = [i for i, (a, b) in enumerate(zip(before, after)) if a != b]
     assert changed == [result.changes[0].line - 1] and len(before) == len(after)
-    assert after[changed[0]] == '  - [-1, 1, DetUpsample, [None, 2, "bicubic"]]   # 9  bicubic: no deterministic CUDA backward'
+    assert after[changed[0]] == ('  - [-1, 1, DetUpsample, [None, 2, "bicubic"]]   '
+                                 "# 9  bicubic: no deterministic CUDA backward")
     assert result.layers == 22 and result.params > 0
     back = rewrite_yaml_text(result.text, reverse=True, origin="m.yaml")
     assert back.text == MODEL
@@ -72,7 +74,30 @@ def test_older_torch_and_policy_all_rewrite_more():
     assert rewrite_yaml_text(every.text, reverse=True).text == MODEL
 
 
-def test_blocks_with_internal_findings_are_listed_not_renamed():
+class _UsersCBAM(torch.nn.Module):
+    """The user's own CBAMMax, with a max pool inside (the YAML cannot name it)."""
+
+    def __init__(self, c1: int, *args: object) -> None:
+        super().__init__()
+        self.max_pool = torch.nn.AdaptiveMaxPool2d(1)
+        self.fc = torch.nn.Conv2d(c1, c1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(self.fc(self.max_pool(x)))
+
+
+def test_example_blocks_become_their_deterministic_variants_and_back():
+    text = (Path(__file__).resolve().parent.parent / "data" / "models" / "cbam-max.yaml").read_text()
+    result = rewrite_yaml_text(text)
+    assert [(c.layer, c.old, c.new) for c in result.changes] == [(10, "CBAMMax", "DetCBAMMax")]
+    assert "adaptive_max_pool2d_backward_cuda" in result.changes[0].reason and result.inside_blocks == []
+    assert rewrite_yaml_text(result.text, reverse=True).text == text
+
+
+def test_the_users_blocks_are_listed_never_renamed(monkeypatch):
+    from ultralytics.nn import tasks
+
+    monkeypatch.setitem(vars(tasks), "CBAMMax", _UsersCBAM)
     text = (Path(__file__).resolve().parent.parent / "data" / "models" / "cbam-max.yaml").read_text()
     result = rewrite_yaml_text(text)
     assert result.changes == [] and result.text == text
@@ -89,6 +114,7 @@ def test_file_rewrite_check_and_in_place(tmp_path, capsys):
     assert main(["rewrite", str(src), "-o", str(out)]) == 0
     assert sha(src) == digest and "DetUpsample" in out.read_text()
     assert main(["rewrite", str(out), "--check"]) == 0  # nothing left to rewrite
+    assert main(["audit", str(out), "--imgsz", "64"]) == 0  # the rewritten YAML builds and audits clean
     assert main(["rewrite", str(out), "--reverse", "--in-place"]) == 0
     assert out.read_text() == MODEL
     capsys.readouterr()
@@ -141,3 +167,19 @@ def test_api_errors_are_typed(tmp_path):
     src.write_text(MODEL)
     with pytest.raises(ConfigError, match="not a .yaml file"):
         rewrite_yaml(src, tmp_path / "o.yaml")
+
+
+@pytest.mark.parametrize("name", ["bicubic-up", "cbam-max", "coordatt", "gridsample-up", "attention-mix"])
+def test_every_rewritten_example_builds_and_audits_clean(name, tmp_path, capsys):
+    """`rewrite` by example name (no path), then `audit` and `yolo_det.audit()` of what it wrote: exit 0 / ok."""
+    import json
+
+    import yolo_det
+
+    out = tmp_path / f"{name}-det.yaml"
+    assert main(["rewrite", f"{name}.yaml", "-o", str(out), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["changed"] and result["inside_blocks"] == []  # everything was fixed in the YAML
+    assert main(["audit", str(out), "--imgsz", "64"]) == 0
+    if name == "cbam-max":  # the Python entry point builds the rewritten YAML too
+        assert yolo_det.audit(str(out), imgsz=64).ok

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import yolo_det
+from helpers import MODELS
 from yolo_det.analysis.emulator import alert_message, emulate_cuda_alerts
 from yolo_det.analysis.loader import load_model
 from yolo_det.analysis.zoo import ZOO_MODULES, CBAMMax, CoordAtt, GridSampleUpsample
@@ -19,8 +20,6 @@ from yolo_det.integrations.fonts import ensure_local_font
 from yolo_det.layers.registry import registered
 from yolo_det.tools.demo import demo_data_yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-MODELS = ROOT / "data" / "models"
 YAMLS = ("cbam-max", "coordatt", "gridsample-up", "bicubic-up", "attention-mix")
 # The first kernel each model reaches in its backward pass (the deepest offending layer runs first).
 FIRST_KERNEL = {
@@ -132,4 +131,5 @@ def test_warn_only_training_warns_and_completes(name: str, tmp_path: Path) -> No
     record = json.loads(Path(plugin.record_path).read_text(encoding="utf-8"))
     assert record["status"] == "completed"
     messages = [w["message"] for w in record["nondeterminism_warnings"]]
-    assert any(m.startswith(alert_message(FIRST_KERNEL[name], warn_only=True).split(" (Triggered")[0]) for m in messages)
+    assert any(m.startswith(alert_message(FIRST_KERNEL[name],
+                                          warn_only=True).split(" (Triggered")[0]) for m in messages)

@@ -13,7 +13,8 @@ state afterwards, errors included. Quick start::
 
 For hand-written loops: ``yolo_det.DeterminismSession``, ``yolo_det.phase_scope`` and
 ``yolo_det.backward_scope``. Before renting a GPU: ``yolo_det.audit("my-model.yaml")`` names the layers
-that will break strict determinism on CUDA, and the fix.
+that will break strict determinism on CUDA, and the fix. A model YAML that names your own blocks builds
+inside ``with yolo_det.custom_modules("mypkg.blocks"):`` (or ``yolo_det.audit(..., modules=["mypkg.blocks"])``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .analysis.audit import AuditReport, Finding, audit
+    from .analysis.names import custom_modules
     from .core.backward import ToggleScaler, backward_scope, toggled_backward
     from .core.errors import ConfigError, ModelError, PatchError, ProfileError, YoloDetError
     from .core.profiles import PhaseSettings, Profile, list_profiles, load_profile
@@ -58,6 +60,7 @@ __all__ = [
     "audit",
     "backward_scope",
     "checkpoint_digest",
+    "custom_modules",
     "data_seed",
     "detach",
     "environment",
@@ -115,6 +118,7 @@ _PUBLIC: dict[str, str] = {
     "AuditReport": "yolo_det.analysis.audit",
     "Finding": "yolo_det.analysis.audit",
     "audit": "yolo_det.analysis.audit",
+    "custom_modules": "yolo_det.analysis.names",
     "interception": "yolo_det.fixes.intercept",
     "swap_modules": "yolo_det.fixes.swaps",
     "unswap_modules": "yolo_det.fixes.swaps",

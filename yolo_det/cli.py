@@ -124,7 +124,8 @@ _MAX_MESSAGE = 2000
 
 def _one_line(e: BaseException) -> str:
     text = " ".join(str(e).split())
-    return text if len(text) <= _MAX_MESSAGE else text[:_MAX_MESSAGE] + " ..."  # a value from a file is never shown whole
+    # a value from a file is never shown whole
+    return text if len(text) <= _MAX_MESSAGE else text[:_MAX_MESSAGE] + " ..."
 
 
 def run_cli() -> NoReturn:

@@ -38,12 +38,22 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._python_dispatch import _disable_current_modes
 
 from ..core.constants import ALERT
 from .optable import OpEntry, OpTable, decomposable_op, function_name, load_table, op_arguments, parse_version
 from .optable import torch_version as _running_torch
+from .tracing import (
+    DispatchHook,
+    FunctionHook,
+    Handler,
+    any_fake,
+    current_node,
+    deterministic_flag,
+    deterministic_mode,
+    node_metadata,
+    output_node,
+)
 
 __all__ = ["AlertLog", "EmulatedAlert", "alert_message", "emulate_cuda_alerts"]
 
@@ -92,43 +102,30 @@ class AlertLog:
         return [e for e in self.events if e.action == action]
 
 
-def _current_mode() -> str:
-    if not torch.are_deterministic_algorithms_enabled():
-        return "off"
-    return "warn" if torch.is_deterministic_algorithms_warn_only_enabled() else "strict"
-
-
 def _calibrate(table: OpTable) -> dict[str, str]:
     """The strict and warn_only texts of the installed torch, taken from a real CPU alert."""
     with _templates_lock:
         if _templates:
             return dict(_templates)
         found: dict[str, str] = {}
-        before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
         try:
             with _disable_current_modes(), torch._C.DisableTorchFunction():
                 x = torch.arange(16.0).view(1, 1, 4, 4)
                 y, idx = torch.nn.functional.max_pool2d(x, 2, return_indices=True)
-                torch.use_deterministic_algorithms(True)
-                try:
-                    torch.nn.functional.max_unpool2d(y, idx, 2)
-                except RuntimeError as e:
-                    found["strict"] = str(e)
-                torch.use_deterministic_algorithms(True, warn_only=True)
-                with warnings.catch_warnings(record=True) as caught:
+                with deterministic_flag("strict"):
+                    try:
+                        torch.nn.functional.max_unpool2d(y, idx, (2, 2))
+                    except RuntimeError as e:
+                        found["strict"] = str(e)
+                with deterministic_flag("warn"), warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
-                    torch.nn.functional.max_unpool2d(y, idx, 2)
+                    torch.nn.functional.max_unpool2d(y, idx, (2, 2))
                 for w in caught:
                     if _CALIBRATION_KERNEL in str(w.message):
                         found["warn"] = str(w.message)
                         break
-        except Exception:  # noqa: BLE001 - calibration is best effort; the table's templates are the fallback
+        except Exception:  # calibration is best effort; the table's templates are the fallback
             found = {}
-        finally:
-            if before[0]:
-                torch.use_deterministic_algorithms(True, warn_only=before[1])
-            else:
-                torch.use_deterministic_algorithms(False)
         for mode in ("strict", "warn"):
             text = found.get(mode, "")
             if text.startswith(_CALIBRATION_KERNEL + ALERT):
@@ -175,10 +172,10 @@ class _Emulator:
 
     def check(self, func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         rules = self.entries_for(func)
-        if not rules or _any_fake(args, kwargs):  # fake tensors (an audit's trace) compute nothing
+        if not rules or any_fake(args, kwargs):  # fake tensors (an audit's trace) compute nothing
             return
         name = func._schema.name
-        node = torch._C._current_autograd_node()
+        node = current_node()
         bound: dict[str, Any] | None = None
         for entry, when in rules:
             if entry.args:
@@ -187,7 +184,7 @@ class _Emulator:
                 if not entry.args_hold(bound):
                     continue
             if entry.pass_ == "backward" and node is not None:
-                meta = node.metadata.get(_META) or {}
+                meta = node_metadata(node).get(_META) or {}
                 instead = meta.get("instead")
                 if instead is not None:  # CUDA runs another kernel here (cuDNN's grid sampler)
                     if instead in self.ids:
@@ -202,8 +199,13 @@ class _Emulator:
                 continue
             self.fire(entry, name)
 
+    def dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Dispatch handler: check the op against the table, then run it."""
+        self.check(func, args, kwargs)
+        return func(*args, **kwargs)
+
     def fire(self, entry: OpEntry, op: str) -> None:
-        mode = _current_mode()
+        mode = deterministic_mode()
         if entry.effect == "silent" or mode == "off":
             self.log.events.append(EmulatedAlert(entry.id, entry.kernel, entry.pass_, op, mode, "silent"))
             return
@@ -216,13 +218,6 @@ class _Emulator:
             return
         self.log.events.append(EmulatedAlert(entry.id, entry.kernel, entry.pass_, op, mode, "raised"))
         raise RuntimeError(self.templates["strict"].replace("{kernel}", entry.kernel))
-
-
-def _any_fake(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
-    from torch.utils._pytree import tree_leaves
-
-    return any(isinstance(leaf, FakeTensor) for leaf in tree_leaves((args, dict(kwargs))))
 
 
 _CUDNN_DTYPES = (torch.float32, torch.float16, torch.float64)
@@ -240,58 +235,44 @@ def _cuda_takes_cudnn_grid_sampler(args: tuple[Any, ...], kwargs: Mapping[str, A
     x, grid = bound.get("input"), bound.get("grid")
     if not isinstance(x, torch.Tensor) or not isinstance(grid, torch.Tensor):
         return False
-    return (x.dim() == 4 and bound.get("mode", "bilinear") == "bilinear" and bound.get("padding_mode", "zeros") == "zeros"
+    return (x.dim() == 4 and bound.get("mode", "bilinear") == "bilinear"
+            and bound.get("padding_mode", "zeros") == "zeros"
             and bool(bound.get("align_corners")) and x.dtype in _CUDNN_DTYPES and grid.dtype in _CUDNN_DTYPES
             and x.shape[1] <= 1024 and torch.backends.cudnn.enabled)
 
 
-class _FunctionMode(TorchFunctionMode):
-    """Marks the autograd nodes of F.* calls whose CUDA path differs from the CPU's.
+def _mark_function(emulator: _Emulator) -> Handler:
+    """Torch-function handler that marks the autograd nodes of F.* calls whose CUDA path differs from the CPU's.
 
     ``F.interpolate``/``F.pad`` calls that CUDA would route through a decomposition (their native op and the flag at
     forward time), and ``F.grid_sample`` calls that CUDA would send to cuDNN.
     """
 
-    def __init__(self, emulator: _Emulator) -> None:
-        super().__init__()
-        self.emulator = emulator
-
-    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        em = self.emulator
-        if em.in_function:
+    def handle(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if emulator.in_function:
             return func(*args, **kwargs)
         name = function_name(func)
         if name == "torch.nn.functional.grid_sample" and _cuda_takes_cudnn_grid_sampler(args, kwargs):
             out = func(*args, **kwargs)
-            node = getattr(out, "grad_fn", None)
+            node = output_node(out)
             if node is not None:
-                node.metadata[_META] = {"instead": "cudnn_grid_sampler"}
+                node_metadata(node)[_META] = {"instead": "cudnn_grid_sampler"}
             return out
         expected = decomposable_op(name, args, kwargs)
         if expected is None:
             return func(*args, **kwargs)
         det = torch.are_deterministic_algorithms_enabled()
-        em.in_function, em.expected = True, expected
+        emulator.in_function, emulator.expected = True, expected
         try:
             out = func(*args, **kwargs)
         finally:
-            em.in_function, em.expected = False, None
-        node = getattr(out, "grad_fn", None)
+            emulator.in_function, emulator.expected = False, None
+        node = output_node(out)
         if node is not None:
-            node.metadata[_META] = {"native": expected, "det": det}
+            node_metadata(node)[_META] = {"native": expected, "det": det}
         return out
 
-
-class _DispatchMode(TorchDispatchMode):
-    def __init__(self, emulator: _Emulator) -> None:
-        super().__init__()
-        self.emulator = emulator
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        self.emulator.check(func, args, kwargs)
-        return func(*args, **kwargs)
+    return handle
 
 
 @contextmanager
@@ -322,7 +303,7 @@ def emulate_cuda_alerts(
     emulator = _Emulator(tbl, torch_version or _running_torch(), record_only)
     _state.emulator = emulator
     try:
-        with _DispatchMode(emulator), _FunctionMode(emulator):
+        with DispatchHook(emulator.dispatch), FunctionHook(_mark_function(emulator)):
             yield emulator.log
     finally:
         _state.emulator = None

@@ -10,9 +10,8 @@ rejected rather than fetched.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import io
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,8 +22,9 @@ import yaml
 
 from ..core import safe_yaml
 from ..core.errors import ModelError, did_you_mean
+from ..core.quiet import quiet_ultralytics
 from .model_yaml import check_activation
-from .models import model_names, resolve_model_yaml
+from .models import is_example, model_names, resolve_model_yaml
 
 __all__ = ["LoadedModel", "layer_lines", "load_model", "check_yaml_modules"]
 
@@ -72,7 +72,8 @@ class LoadedModel:
 
 
 def layer_lines(text: str) -> dict[int, int]:
-    """``{layer index: 1-based line}`` of the ``backbone`` + ``head`` rows of a model YAML (as ``parse_model`` counts)."""
+    """``{layer index: 1-based line}`` of the ``backbone`` + ``head`` rows of a model YAML (counted as
+    ``parse_model`` counts them)."""
     try:
         node = safe_yaml.compose(text)
     except yaml.YAMLError:
@@ -121,7 +122,8 @@ def check_yaml_modules(data: Mapping[str, Any], text: str, origin: str, namespac
         if name.startswith("nn."):
             if not isinstance(getattr(torch.nn, name[3:], None), type):
                 nn_names = [f"nn.{n}" for n in dir(torch.nn) if isinstance(getattr(torch.nn, n), type)]
-                raise ModelError(f"{where}: unknown module '{name}' in layer {i}: torch.nn has no '{name[3:]}'.{did_you_mean(name, nn_names)}")
+                raise ModelError(f"{where}: unknown module '{name}' in layer {i}: torch.nn has no '{name[3:]}'."
+                                 f"{did_you_mean(name, nn_names)}")
         elif name.startswith("torchvision.ops."):
             import torchvision
 
@@ -130,7 +132,8 @@ def check_yaml_modules(data: Mapping[str, Any], text: str, origin: str, namespac
         elif name not in namespace:
             raise ModelError(
                 f"{where}: unknown module '{name}' in layer {i}; Ultralytics knows nn.X, torchvision.ops.X and its own "
-                f"modules (register others with yolo_det.layers.registry.register_ultralytics_modules).{did_you_mean(name, known)}"
+                "modules; for your own, import the module that defines it (--import MODULE, or modules=[...] in "
+                f"Python).{did_you_mean(name, known)}"
             )
 
 
@@ -144,9 +147,11 @@ def _read_yaml(path: Path) -> tuple[str, dict[str, Any]]:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
-        raise ModelError(f"{path}{line}: malformed YAML: {getattr(e, 'problem', None) or str(e).splitlines()[0]}") from None
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ModelError(f"{path}{line}: malformed YAML: {problem}") from None
     if not isinstance(data, dict):
-        raise ModelError(f"{path}: a model YAML must be a mapping with 'backbone' and 'head', got {type(data).__name__}")
+        raise ModelError(f"{path}: a model YAML must be a mapping with 'backbone' and 'head', got "
+                         f"{type(data).__name__}")
     return text, data
 
 
@@ -158,27 +163,10 @@ def _model_class(cfg: Mapping[str, Any]) -> Any:
     if name is None:
         try:
             task = tasks.guess_model_task(dict(cfg))
-        except Exception:  # noqa: BLE001 - Ultralytics raises a SyntaxError-like error for unknown heads
+        except Exception:  # Ultralytics raises a SyntaxError-like error for unknown heads
             task = "detect"
         name = _TASK_CLASSES.get(task, "DetectionModel")
     return getattr(tasks, name)
-
-
-@contextlib.contextmanager
-def _quiet_ultralytics() -> Any:
-    """Silence Ultralytics' logger while building (restored afterwards)."""
-    try:
-        from ultralytics.utils import LOGGER
-    except ImportError:  # pragma: no cover
-        yield
-        return
-    level = LOGGER.level
-    LOGGER.setLevel(40)
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            yield
-    finally:
-        LOGGER.setLevel(level)
 
 
 def _ultralytics_info(model: Any) -> tuple[int, int | None]:
@@ -186,9 +174,9 @@ def _ultralytics_info(model: Any) -> tuple[int, int | None]:
     yaml_cfg = getattr(model, "yaml", None)
     if isinstance(yaml_cfg, dict):
         channels = int(yaml_cfg.get("channels", yaml_cfg.get("ch", 3)) or 3)
-    stride = getattr(model, "stride", None)
+    stride: Any = getattr(model, "stride", None)
     try:
-        s = int(max(stride)) if stride is not None else None  # type: ignore[arg-type]
+        s = int(max(stride)) if stride is not None else None
     except (TypeError, ValueError):
         s = None
     return channels, (s if s and s > 0 else None)
@@ -219,9 +207,10 @@ def _from_module(model: Any, source: str, kind: str) -> LoadedModel:
     if not isinstance(model, torch.nn.Module):
         raise ModelError(f"{source}: expected a torch.nn.Module (or an ultralytics YOLO), got {type(model).__name__}")
     loaded = LoadedModel(model=model, source=source, kind=kind)
-    if hasattr(model, "yaml") and isinstance(getattr(model, "yaml", None), dict):
+    yaml_cfg = getattr(model, "yaml", None)
+    if isinstance(yaml_cfg, dict):
         loaded.channels, loaded.stride = _ultralytics_info(model)
-        yaml_file = model.yaml.get("yaml_file")
+        yaml_file = yaml_cfg.get("yaml_file")
         if yaml_file:
             path = resolve_model_yaml(yaml_file)
             if path is not None:
@@ -249,15 +238,16 @@ def _load_yaml(spec: str) -> LoadedModel:
     check_yaml_modules(data, text, str(path), vars(tasks))
     check_activation(data, str(path))
     p = Path(spec)
-    cfg_source = str(path) if p.is_file() else spec  # Ultralytics names carry the scale (yolov8n -> n)
+    # Ultralytics names carry the scale (yolov8n -> n)
+    cfg_source = str(path) if p.is_file() or is_example(path) else spec
     try:
-        with _quiet_ultralytics():
+        with quiet_ultralytics(level=logging.ERROR, drop_stdout=True):
             cfg = tasks.yaml_model_load(cfg_source)
             cls = _model_class(cfg)
             model = cls(cfg, verbose=False)
     except ModelError:
         raise
-    except Exception as e:  # noqa: BLE001 - parse_model raises anything for a wrong row
+    except Exception as e:  # parse_model raises anything for a wrong row
         msg = " ".join(str(e).split()) or type(e).__name__
         raise ModelError(f"{path}: the model does not build: {type(e).__name__}: {msg}") from None
     channels, stride = _ultralytics_info(model)
@@ -297,12 +287,13 @@ def _rebuild_checkpoint(path: Path, source: str) -> LoadedModel:
         except ModelError as e:
             raise ModelError(f"{' '.join(str(e).split())}; to load the pickled model instead, {trust_hint()}") from None
         channels = cfg.get("channels", cfg.get("ch", 3))
-        channels = channels if isinstance(channels, int) and not isinstance(channels, bool) and 0 < channels <= 64 else 3
+        valid = isinstance(channels, int) and not isinstance(channels, bool) and 0 < channels <= 64
+        channels = channels if valid else 3
         try:
-            with _quiet_ultralytics():
+            with quiet_ultralytics(level=logging.ERROR, drop_stdout=True):
                 model = _model_class(cfg)(copy.deepcopy(cfg), ch=channels, verbose=False)
                 model.load_state_dict(weights, strict=True)
-        except Exception as e:  # noqa: BLE001 - parse_model and load_state_dict raise anything for a foreign YAML
+        except Exception as e:  # parse_model and load_state_dict raise anything for a foreign YAML
             msg = " ".join(str(e).split())[:200] or type(e).__name__
             raise ModelError(f"cannot rebuild the model of checkpoint '{path}' from its stored YAML "
                              f"({type(e).__name__}: {msg}); {trust_hint()}") from None
@@ -313,16 +304,17 @@ def _unpickle_checkpoint(path: Path, source: str) -> LoadedModel:
     import torch
 
     try:
-        with _quiet_ultralytics():
+        with quiet_ultralytics(level=logging.ERROR, drop_stdout=True):
             ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:  # noqa: BLE001 - pickle errors come in many types
+    except Exception as e:  # pickle errors come in many types
         msg = " ".join(str(e).split()) or type(e).__name__
         raise ModelError(f"cannot load checkpoint '{path}': {type(e).__name__}: {msg}") from None
     model = ckpt
     if isinstance(ckpt, dict):
         model = ckpt.get("ema") if ckpt.get("ema") is not None else ckpt.get("model")
         if model is None:
-            raise ModelError(f"checkpoint '{path}' holds no model ('ema' or 'model' key); a state_dict alone cannot be audited")
+            raise ModelError(f"checkpoint '{path}' holds no model ('ema' or 'model' key); a state_dict alone cannot be "
+                             "audited")
     if not isinstance(model, torch.nn.Module):
         raise ModelError(f"checkpoint '{path}' holds a {type(model).__name__}, not a torch.nn.Module")
     model = model.float()
@@ -342,7 +334,7 @@ def _load_factory(spec: str) -> LoadedModel:
         raise ModelError(f"'{module_name}' has no callable '{func_name}'.{did_you_mean(func_name, names)}")
     try:
         model = func()
-    except Exception as e:  # noqa: BLE001 - user code
+    except Exception as e:  # user code
         msg = " ".join(str(e).split()) or type(e).__name__
         raise ModelError(f"factory '{spec}' failed: {type(e).__name__}: {msg}") from None
     return _from_module(model, spec, "factory")
@@ -364,7 +356,8 @@ def load_model(spec: Any) -> LoadedModel:
     if isinstance(spec, torch.nn.Module) or _is_ultralytics_wrapper(spec):
         return _from_module(spec, type(spec).__name__, "module")
     if not isinstance(spec, (str, Path)):
-        raise ModelError(f"a model must be a YAML, a checkpoint, a factory 'package.module:function' or a module, got {type(spec).__name__}")
+        raise ModelError("a model must be a YAML, a checkpoint, a factory 'package.module:function' or a module, "
+                         f"got {type(spec).__name__}")
     text = str(spec)
     path = Path(text).expanduser()
     if path.suffix.lower() in _YAML_SUFFIXES:
@@ -374,5 +367,7 @@ def load_model(spec: Any) -> LoadedModel:
     if _FACTORY.match(text):
         return _load_factory(text)
     if path.suffix.lower() in _CKPT_SUFFIXES:
-        raise ModelError(f"checkpoint '{text}' not found (yolo-det does not download weights); give a local file or a model YAML")
-    raise ModelError(f"model '{text}' not found: give a model YAML (path or Ultralytics name), a checkpoint file or a factory package.module:function")
+        raise ModelError(f"checkpoint '{text}' not found (yolo-det does not download weights); give a local file or a "
+                         "model YAML")
+    raise ModelError(f"model '{text}' not found: give a model YAML (path or Ultralytics name), a checkpoint file or a "
+                     "factory package.module:function")

@@ -10,6 +10,7 @@ interception trace the model as it is by deciding inside :func:`yolo_det.fixes.i
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 from torch import nn
 
@@ -74,7 +75,8 @@ def _auto_targets(model: nn.Module, *, imgsz: int, torch_version: str | None) ->
 
     stride = 32
     try:
-        stride = int(max(model.stride)) if hasattr(model, "stride") else 32
+        strides: Any = getattr(model, "stride", None)
+        stride = int(max(strides)) if strides is not None else 32
     except (TypeError, ValueError):
         pass
     size = max(stride, (int(imgsz) // stride) * stride)

@@ -13,7 +13,12 @@ deterministic backward:
 All three keep their input channel count, as Ultralytics' ``parse_model`` assumes for modules it does not
 know, and take the channels as their first YAML argument. :data:`ZOO_MODULES` maps their YAML names to
 the classes; ``yolo_det.layers.registry.registered(ZOO_MODULES)`` makes the example model YAMLs in
-``data/models`` buildable.
+``yolo_det/data/models`` buildable (every yolo-det command does it, leaving alone any of these names that the
+process already binds to the user's own class).
+
+``DetCBAMMax``, ``DetCoordAtt`` and ``DetGridSampleUpsample`` are the same blocks with yolo-det's
+deterministic layers inside (same constructor, parameters, state dict and function): `yolo-det rewrite` names
+them in a YAML whose block is the zoo's, so the rewritten YAML audits clean.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from torch import nn
 
 from ..core.errors import ConfigError
 
-__all__ = ["ZOO_MODULES", "CBAMMax", "CoordAtt", "GridSampleUpsample", "register"]
+__all__ = ["DET_VARIANTS", "ZOO_MODULES", "CBAMMax", "CoordAtt", "DetCBAMMax", "DetCoordAtt", "DetGridSampleUpsample",
+           "GridSampleUpsample"]
 
 
 def _check_channels(name: str, c1: int) -> int:
@@ -115,7 +121,8 @@ class GridSampleUpsample(nn.Module):
         self.groups = groups if c1 % groups == 0 else 1
         self.offset = nn.Conv2d(c1, 2 * self.groups * scale * scale, 1)
         nn.init.normal_(self.offset.weight, std=1e-3)
-        nn.init.zeros_(self.offset.bias)
+        if self.offset.bias is not None:
+            nn.init.zeros_(self.offset.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Upsample ``x`` by ``scale``."""
@@ -129,9 +136,49 @@ class GridSampleUpsample(nn.Module):
         px = xs.view(1, 1, 1, -1) + offset[:, :, 0]
         py = ys.view(1, 1, -1, 1) + offset[:, :, 1]
         grid = torch.stack([(2 * px + 1) / w - 1, (2 * py + 1) / h - 1], dim=-1)  # N, g, sH, sW, 2
-        out = F.grid_sample(x.reshape(n * g, c // g, h, w), grid.reshape(n * g, s * h, s * w, 2),
-                            mode="bilinear", padding_mode="border", align_corners=False)
+        out = self._sample(x.reshape(n * g, c // g, h, w), grid.reshape(n * g, s * h, s * w, 2))
         return out.view(n, c, s * h, s * w)
+
+    def _sample(self, x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+        return F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# deterministic variants: what `yolo-det rewrite` (and `audit --fix`) name in a YAML instead of the blocks above
+
+
+def _swap_inside(block: nn.Module) -> None:
+    from ..layers.table import SWAPS
+
+    for m in list(block.modules()):
+        target = SWAPS.get(type(m))
+        if target is not None:
+            m.__class__ = target
+
+
+class DetCBAMMax(CBAMMax):
+    """:class:`CBAMMax` with yolo-det's deterministic pools inside: the same function, weights and state dict."""
+
+    def __init__(self, c1: int, reduction: int = 16, kernel_size: int = 7) -> None:
+        super().__init__(c1, reduction, kernel_size)
+        _swap_inside(self)
+
+
+class DetCoordAtt(CoordAtt):
+    """:class:`CoordAtt` with yolo-det's deterministic pools inside: the same function, weights and state dict."""
+
+    def __init__(self, c1: int, reduction: int = 32) -> None:
+        super().__init__(c1, reduction)
+        _swap_inside(self)
+
+
+class DetGridSampleUpsample(GridSampleUpsample):
+    """:class:`GridSampleUpsample` sampling with yolo-det's deterministic ``grid_sample``: the same function."""
+
+    def _sample(self, x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+        from ..layers import grid_sample
+
+        return grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
 
 
 #: Model-YAML names of the zoo blocks.
@@ -139,11 +186,12 @@ ZOO_MODULES: dict[str, type[nn.Module]] = {
     "CBAMMax": CBAMMax,
     "CoordAtt": CoordAtt,
     "GridSampleUpsample": GridSampleUpsample,
+    "DetCBAMMax": DetCBAMMax,
+    "DetCoordAtt": DetCoordAtt,
+    "DetGridSampleUpsample": DetGridSampleUpsample,
 }
 
+#: Zoo block -> its deterministic variant (the rename `yolo-det rewrite` makes when the YAML name is the zoo's block).
+DET_VARIANTS: dict[str, str] = {"CBAMMax": "DetCBAMMax", "CoordAtt": "DetCoordAtt",
+                                "GridSampleUpsample": "DetGridSampleUpsample"}
 
-def register() -> None:
-    """Make the zoo blocks nameable in Ultralytics model YAMLs for the rest of the process (idempotent)."""
-    from ..layers.registry import register_ultralytics_modules
-
-    register_ultralytics_modules(ZOO_MODULES)

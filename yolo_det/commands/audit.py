@@ -1,10 +1,13 @@
 """Say which layer of a model will break strict determinism on CUDA, on any machine.
 
-usage: yolo-det audit MODEL [--imgsz N] [--batch N] [--profile NAME|FILE] [--json] [--device fake|cuda] [--loss]
-                      [--trust-checkpoint]
+usage: yolo-det audit MODEL [MODEL ...] [--imgsz N] [--batch N] [--profile NAME|FILE] [--import MODULE] [--json]
+                      [--device fake|cuda] [--loss] [--fix -o OUT.yaml] [--trust-checkpoint]
 
-MODEL is a model YAML (a path, or an Ultralytics name such as yolov8n.yaml), a checkpoint (.pt), or a
-factory package.module:function returning an nn.Module. The forward and backward run on a fake CUDA
+MODEL is a model YAML (a path, an Ultralytics name such as yolov8n.yaml, or a yolo-det example such as
+cbam-max.yaml), a checkpoint (.pt), or a factory package.module:function returning an nn.Module. A YAML
+may name yolo-det's layers (what `yolo-det rewrite` writes), its example blocks, and the classes of the
+modules given with --import MODULE (repeatable; names your process already binds are never replaced).
+The forward and backward run on a fake CUDA
 device (no GPU needed, no memory used), with deterministic algorithms set as the profile's train phase
 sets them at forward time; each op is attributed to its module and YAML layer and matched against
 yolo-det's table of non-deterministic CUDA kernels for the installed torch (or --torch-version).
@@ -12,29 +15,35 @@ yolo-det's table of non-deterministic CUDA kernels for the installed torch (or -
 Each finding gives the layer index, YAML line, module, class, kernel, pass, what happens under strict /
 warn_only / off, under the chosen profile, and the fix (a deterministic swap when one exists).
 
+Several models are audited in one process (the imports and the fake-tensor set-up are paid once): the
+reports are printed one after the other (--json: a list of reports, in the order given), and nothing is
+printed unless every model could be audited.
+
 A checkpoint is not unpickled: its model is rebuilt from the model YAML Ultralytics stores in it (with its
 weights), so nothing in the file runs, and a file whose pickle names what no checkpoint needs (os.system,
 builtins.exec, ...) is refused. A model YAML's 'activation:' must be a torch.nn activation call with literal
 arguments (nn.SiLU(), nn.LeakyReLU(0.1)): Ultralytics eval()s it. --trust-checkpoint unpickles the checkpoint
 with torch instead (needed when it stores no YAML, or names your own block classes): only for files you trust.
 
-exit status: 0 the model trains under strict determinism, 1 it does not, 2 bad input.
+exit status: 0 the model(s) train under strict determinism, 1 one of them does not, 2 bad input.
 
 --fix -o OUT.yaml (model YAMLs): write a copy of the YAML whose non-deterministic layers are yolo-det's
-deterministic ones (see `yolo-det rewrite`), and say, for each finding the YAML cannot name (a pool
-inside a block, a functional call), whether the repro profile's swaps or interception handle it at
-training time. The exit status is then 0 when every finding is fixed one way or the other, 1 when
-some finding has no deterministic equivalent.
+deterministic ones (see `yolo-det rewrite`), audit the copy, and say for each finding whether it is fixed
+in the copy or remains there, and why: a YAML cannot name a pool inside your own block or a functional
+call; the repro profile's swaps or interception handle those at training time, or nothing does. The exit
+status is that of auditing the copy: 0 when it is clean, 1 when some finding remains in it.
 
 examples:
   yolo-det audit yolov8n.yaml
-  yolo-det audit data/models/cbam-max.yaml --imgsz 64
+  yolo-det audit yolov8n.yaml yolo11n.yaml rtdetr-l.yaml --imgsz 320  # several models, one process
+  yolo-det audit cbam-max.yaml --imgsz 64                   # an example shipped with yolo-det
+  yolo-det audit --import mypkg.blocks my-model.yaml --imgsz 64
   yolo-det audit runs/detect/train/weights/last.pt --json > audit.json
   yolo-det audit my_package.models:build_model --imgsz 320
   yolo-det audit rtdetr-l.yaml --torch-version 2.0.1        # what would torch 2.0 do?
   yolo-det audit my-model.yaml --device cuda                # also run the real kernels (needs a GPU)
   yolo-det audit yolov8n-seg.yaml --imgsz 64 --loss         # include the training loss (real CPU step)
-  yolo-det audit data/models/bicubic-up.yaml --imgsz 64 --fix -o bicubic-det.yaml
+  yolo-det audit bicubic-up.yaml --imgsz 64 --fix -o bicubic-det.yaml
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ import sys
 
 from ..core.errors import ConfigError
 from ..core.pickle_scan import TRUST_FLAG, trusted_checkpoints
+from . import add_import_option
 
 
 def _positive_int(text: str) -> int:
@@ -59,17 +69,22 @@ def _positive_int(text: str) -> int:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``audit`` arguments."""
-    parser.add_argument("model", metavar="MODEL", help="model YAML (path or Ultralytics name), checkpoint, or package.module:function")
+    parser.add_argument("model", metavar="MODEL", nargs="+",
+                        help="model YAML (path or Ultralytics name), checkpoint, or package.module:function; "
+                             "several are audited in one process")
     parser.add_argument("--imgsz", type=_positive_int, default=640, metavar="N",
                         help="square input size, a multiple of the model stride (default: 640)")
-    parser.add_argument("--batch", type=_positive_int, default=2, metavar="N", help="batch size of the trace (default: 2)")
+    parser.add_argument("--batch", type=_positive_int, default=2, metavar="N",
+                        help="batch size of the trace (default: 2)")
     parser.add_argument("--profile", default="repro", metavar="NAME|FILE",
                         help="profile whose train phase sets the flag at forward time (default: repro)")
+    add_import_option(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--device", default="fake", metavar="fake|cuda[:N]",
                         help="fake (default, any machine) or cuda to also run the real kernels under strict mode")
     parser.add_argument("--torch-version", default=None, metavar="X.Y", help="read the table for another torch version")
-    parser.add_argument("--table", default=None, metavar="FILE", help="a table of non-deterministic kernels (default: built-in)")
+    parser.add_argument("--table", default=None, metavar="FILE",
+                        help="a table of non-deterministic kernels (default: built-in)")
     parser.add_argument("--loss", action="store_true",
                         help="also run one real CPU training step with the model's loss on a synthetic batch (slower)")
     parser.add_argument("--fix", action="store_true",
@@ -88,17 +103,27 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--device must be fake or cuda[:N], got {args.device!r}")
     if args.output and not args.fix:
         raise ConfigError("-o is the output of --fix; add --fix (or use 'yolo-det rewrite')")
+    models = list(args.model) if isinstance(args.model, (list, tuple)) else [args.model]
     if args.fix:
+        if len(models) != 1:
+            raise ConfigError(f"--fix rewrites one model YAML, got {len(models)} models; run it once per model")
+        args.model = models[0]
         return _fix(args)
+    # every model is audited before anything is printed: a bad one is a one-line error with no partial output
     with trusted_checkpoints(args.trust_checkpoint):
-        report = audit(args.model, imgsz=args.imgsz, batch=args.batch, profile=args.profile, device=args.device,
-                       torch_version=args.torch_version, table=args.table, loss=args.loss)
+        reports = [audit(model, imgsz=args.imgsz, batch=args.batch, profile=args.profile, device=args.device,
+                         torch_version=args.torch_version, table=args.table, loss=args.loss, modules=args.imports)
+                   for model in models]
     if args.json:
-        json.dump(report.to_dict(), sys.stdout, indent=2)
+        data = reports[0].to_dict() if len(reports) == 1 else [r.to_dict() for r in reports]
+        json.dump(data, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(report.format_table())
-    return report.exit_code
+        for k, report in enumerate(reports):
+            if len(reports) > 1:
+                print(("\n" if k else "") + f"== {models[k]} ({k + 1}/{len(reports)}) ==")
+            print(report.format_table())
+    return max(r.exit_code for r in reports)
 
 
 def _fix(args: argparse.Namespace) -> int:
@@ -114,36 +139,56 @@ def _fix(args: argparse.Namespace) -> int:
     if yaml_path is None:
         raise ConfigError(f"--fix rewrites model YAMLs and '{args.model}' is not one; for a checkpoint or module, "
                           "train under the repro profile (its swaps and interception fix the layers in place)")
-    report = audit(args.model, imgsz=args.imgsz, batch=args.batch, profile=args.profile,
-                   torch_version=args.torch_version, table=args.table)
-    result = rewrite_yaml(yaml_path, args.output, force=args.force, imgsz=args.imgsz,
-                          torch_version=args.torch_version)
-    renamed = {c.layer for c in result.changes}
+    from ..analysis.names import custom_modules
+
+    with custom_modules(args.imports):
+        report = audit(args.model, imgsz=args.imgsz, batch=args.batch, profile=args.profile,
+                       torch_version=args.torch_version, table=args.table)
+        result = rewrite_yaml(yaml_path, args.output, force=args.force, imgsz=args.imgsz,
+                              torch_version=args.torch_version)
+        after = audit(args.output, imgsz=args.imgsz, batch=args.batch, profile=args.profile,
+                      torch_version=args.torch_version, table=args.table)
+    renamed = {c.layer: c for c in result.changes}
+    left = {(f.module, f.kernel) for f in after.findings if f.breaks_determinism}
     rows = []
-    unfixed = 0
+    remaining = unfixable = 0
     for f in report.findings:
         if not f.breaks_determinism:
             continue
-        if f.layer in renamed and f.module in (f"model.{f.layer}", f"model.{f.layer}.0"):
-            how = f"fixed in {args.output} ({f.module_class} -> Det{f.module_class})"
+        change = renamed.get(f.layer) if f.layer is not None else None
+        if (f.module, f.kernel) not in left:
+            how = f"fixed in {args.output}" + (f" (layer {f.layer}: {change.old} -> {change.new})" if change else "")
         else:
+            remaining += 1
+            top_level = (f"model.{f.layer}", f"model.{f.layer}.0")
+            why = ("inside the block: a YAML cannot name it" if f.module not in top_level
+                   else "the YAML has no deterministic name for it")
             kind = remedy(f)
             if kind is None:
-                unfixed += 1
-                how = f"no deterministic equivalent: {f.fix}"
+                unfixable += 1
+                how = f"remains in {args.output} ({why}); no deterministic equivalent: {f.fix}"
             else:
-                how = ("swapped" if kind == "swap" else "intercepted") + " at training time by the repro profile"
+                how = (f"remains in {args.output} ({why}); "
+                       + ("swapped" if kind == "swap" else "intercepted") + " at training time by the repro profile")
         rows.append({"layer": f.layer, "module": f.module, "kernel": f.kernel, "fix": how})
     if args.json:
         json.dump({"audit": report.to_dict(), "rewrite": result.to_dict(), "output": args.output, "findings": rows,
-                   "unfixed": unfixed}, sys.stdout, indent=2)
+                   "remaining": remaining, "unfixed": unfixable, "output_audit": after.to_dict()}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(report.format_table())
         print(result.format(str(yaml_path)))
-        print(f"wrote {args.output}")
+        print(f"wrote {args.output}" + ("" if result.changed else " (an unchanged copy: no layer could be renamed)"))
         for row in rows:
             print(f"layer {row['layer']} {row['module']} ({row['kernel']}): {row['fix']}")
-        print("verdict: " + ("every finding is fixed (train the rewritten YAML under --profile repro)" if not unfixed
-                             else f"{unfixed} finding(s) have no deterministic equivalent"))
-    return 1 if unfixed else 0
+        if not remaining:
+            print(f"verdict: {args.output} audits clean: every finding is fixed in it")
+        else:
+            handled = remaining - unfixable
+            parts = [f"{remaining} finding(s) remain in {args.output}"]
+            if handled:
+                parts.append(f"{handled} handled at training time by --profile repro (swap or interception)")
+            if unfixable:
+                parts.append(f"{unfixable} with no deterministic equivalent")
+            print("verdict: " + "; ".join(parts))
+    return 0 if after.ok else 1

@@ -1,7 +1,7 @@
 """Measure what each determinism profile costs on your model and device.
 
 usage: yolo-det bench [--profiles repro,balanced,fast] [--steps K] [--warmup W] [--block B] [--no-isolate]
-                      [--json] [--plot PATH] [key=value ...]
+                      [--import MODULE] [--json] [--plot PATH] [key=value ...]
 
 The key=value arguments are the Ultralytics train arguments of `yolo-det train` (model=, data=, imgsz=, batch=,
 device=, amp=, ...), with the same demo defaults without data=. In one process, every profile's train phase
@@ -29,6 +29,7 @@ from ..core.pickle_scan import trusted_checkpoints
 from ..tools.bench import DEFAULT_PROFILES, bench, check_args, parse_profiles, plot_bench
 from ..tools.prechecks import check_device
 from ..tools.prepare import prepare
+from . import add_import_option
 from .train import add_trust_flag
 
 
@@ -36,12 +37,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``bench`` arguments."""
     parser.add_argument("--profiles", default=",".join(DEFAULT_PROFILES), metavar="P1,P2,...",
                         help=f"profiles to compare, names or YAML files (default: {','.join(DEFAULT_PROFILES)})")
-    parser.add_argument("--steps", type=int, default=20, metavar="K", help="measured steps per configuration (default: 20)")
+    parser.add_argument("--steps", type=int, default=20, metavar="K",
+                        help="measured steps per configuration (default: 20)")
     parser.add_argument("--warmup", type=int, default=3, metavar="W",
                         help="untimed steps per configuration before measuring (default: 3)")
     parser.add_argument("--block", type=int, default=5, metavar="B",
                         help="consecutive steps per configuration before the next takes over (default: 5)")
     parser.add_argument("--no-isolate", action="store_true", help="skip the per-setting measurements")
+    add_import_option(parser)
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--plot", default=None, metavar="PATH", help="write a bar chart to this PNG")
     parser.add_argument("--verbose", action="store_true", help="show Ultralytics' log (on stderr)")
@@ -52,12 +55,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det bench``."""
     profiles = parse_profiles(args.profiles)
-    with trusted_checkpoints(args.trust_checkpoint):
-        _, ul_args = prepare(profiles[0], list(args.overrides), check_device=False)
-    check_args(ul_args, args.steps, args.warmup, args.block)
-    check_device(ul_args.get("device"))
-    plot_path = check_output_path(args.plot, suffix=".png", what="--plot")
-    with model_names():
+    with model_names(args.imports):
+        with trusted_checkpoints(args.trust_checkpoint):
+            _, ul_args = prepare(profiles[0], list(args.overrides), check_device=False)
+        check_args(ul_args, args.steps, args.warmup, args.block)
+        check_device(ul_args.get("device"))
+        plot_path = check_output_path(args.plot, suffix=".png", what="--plot")
         report = bench(profiles, ul_args, steps=args.steps, warmup=args.warmup, block=args.block,
                        isolate=not args.no_isolate, verbose=args.verbose,
                        progress=lambda line: print(line, file=sys.stderr, flush=True))

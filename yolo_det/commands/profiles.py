@@ -33,7 +33,10 @@ def run(args: argparse.Namespace) -> int:
         if not args.name:
             raise ConfigError("'profiles show' needs a profile name or file, e.g. 'yolo-det profiles show repro'")
         profile = load_profile(args.name)
-        print(json.dumps(profile.to_dict(), indent=2) if args.json else profile.to_yaml(), end="" if not args.json else "\n")
+        if args.json:
+            print(json.dumps(profile.to_dict(), indent=2))
+        else:
+            print(profile.to_yaml(), end="")
         return 0
     if args.name:
         raise ConfigError(f"unexpected argument '{args.name}'; did you mean 'yolo-det profiles show {args.name}'?")

@@ -1,14 +1,17 @@
 """Swap a model YAML's non-deterministic layers for yolo-det's deterministic ones (or back).
 
-usage: yolo-det rewrite IN.yaml (-o OUT.yaml | --in-place | --check) [--reverse] [--policy auto|all] [--json]
+usage: yolo-det rewrite IN.yaml (-o OUT.yaml | --in-place | --check) [--reverse] [--policy auto|all]
+                        [--import MODULE] [--json]
 
 Only the module name of each layer that needs it changes (nn.AdaptiveMaxPool2d -> DetAdaptiveMaxPool2d,
 nn.Upsample with a bicubic mode -> DetUpsample, ...); comments, key order and every other line stay as
 they are, and --reverse turns the names back (rewrite then --reverse gives the original text). The
 rewritten YAML builds the same layers with the same parameters (checked before anything is written).
-Layers whose non-determinism is inside a block (a CBAM's max pool) are listed: the profile's module
-swaps handle them at training time. `yolo-det train` resolves the yolo-det names; in Python, call
-yolo_det.register_layers() before building the model.
+yolo-det's example blocks become their deterministic variants (CBAMMax -> DetCBAMMax). Layers whose
+non-determinism is inside your own block (a CBAM's max pool) are listed, never renamed: the profile's
+module swaps handle them at training time. Every yolo-det command resolves the yolo-det names; in
+Python, build the model inside `with yolo_det.custom_modules():`. --import MODULE (repeatable): the
+YAML may name the classes MODULE defines.
 
 exit codes: 0 written (or nothing to do), 1 with --check when a rewrite is needed, 2 bad input.
 
@@ -24,6 +27,7 @@ import argparse
 import json
 
 from ..fixes.yaml_rewrite import rewrite_yaml
+from . import add_import_option
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -39,13 +43,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "equivalent (default: auto)")
     parser.add_argument("--force", action="store_true", help="replace OUT.yaml if it exists")
     parser.add_argument("--imgsz", type=int, default=64, help="input size of the trace that decides 'auto'")
+    add_import_option(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det rewrite``."""
     result = rewrite_yaml(args.model, args.output, in_place=args.in_place, check=args.check, force=args.force,
-                          reverse=args.reverse, policy=args.policy, imgsz=args.imgsz)
+                          reverse=args.reverse, policy=args.policy, imgsz=args.imgsz,
+                          modules=args.imports)
     if args.json:
         print(json.dumps({"input": args.model, "output": None if args.check else (args.output or args.model),
                           **result.to_dict()}, indent=2))

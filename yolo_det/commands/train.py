@@ -1,11 +1,17 @@
 """Train an Ultralytics model under a determinism profile.
 
-usage: yolo-det train [--profile NAME|FILE] [--trust-checkpoint] [key=value ...]
+usage: yolo-det train [--profile NAME|FILE] [--import MODULE] [--trust-checkpoint] [key=value ...]
 
 Every key=value is an Ultralytics train argument (model=, data=, epochs=, imgsz=, batch=, device=,
 seed=, project=, name=, ...), parsed with YAML rules (never eval). Without data= the bundled demo
 dataset is used with small defaults (model=yolov8n.yaml epochs=3 imgsz=96 batch=16 device=cpu), so
-`yolo-det train --profile repro` trains in well under a minute on a CPU.
+`yolo-det train --profile repro` trains in well under a minute on a CPU (the demo data is for detection:
+other tasks need data=).
+
+Every Ultralytics task trains: detect, segment, pose, obb (data= a dataset YAML) and classify (data= a
+folder with train/ and val/ holding one sub-folder per class), each with the trainer of its task.
+--import MODULE (repeatable) imports your own blocks first: every nn.Module subclass the module defines is
+nameable in the model YAML. Names your process already binds are never replaced.
 
 Before anything is built or written, the values are judged as Ultralytics would judge them: seed= in
 [0, 2**32), device= CUDA only where there is one, optimizer= one Ultralytics builds, the model YAML's
@@ -31,6 +37,8 @@ examples:
   yolo-det train --profile repro seed=1 project=runs/repro name=a
   yolo-det train --profile balanced model=yolo11n.yaml data=coco8.yaml epochs=100 device=0
   yolo-det train --profile my-profile.yaml model=custom-cbam.yaml data=data.yaml
+  yolo-det train --import mypkg.blocks model=my-model.yaml data=data.yaml
+  yolo-det train model=yolov8n-cls.yaml data=path/to/images imgsz=64
 """
 
 from __future__ import annotations
@@ -40,12 +48,14 @@ from typing import Any
 
 from ..core.pickle_scan import TRUST_FLAG, trusted_checkpoints
 from ..tools.prepare import prepare
+from . import add_import_option
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``train`` arguments."""
     parser.add_argument("--profile", default="repro", metavar="NAME|FILE",
                         help="built-in profile (repro, balanced, fast) or a profile YAML file (default: repro)")
+    add_import_option(parser)
     add_trust_flag(parser)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Ultralytics train arguments")
 
@@ -57,8 +67,11 @@ def add_trust_flag(parser: argparse.ArgumentParser) -> None:
                              "needs (only for files you trust: loading runs them)")
 
 
-def train(profile: Any, args: dict[str, Any]) -> Any:
-    """Train with Ultralytics under ``profile``; return the plugin (``record_path``, ``weights_digest``)."""
+def train(profile: Any, args: dict[str, Any], modules: list[str] | None = None) -> Any:
+    """Train with Ultralytics under ``profile``; return the plugin (``record_path``, ``weights_digest``).
+
+    ``modules`` (``--import``) are imported first and their classes are nameable in the model YAML.
+    """
     from ultralytics import YOLO
 
     from ..analysis.models import model_names
@@ -67,7 +80,7 @@ def train(profile: Any, args: dict[str, Any]) -> Any:
 
     ensure_local_font()
     train_args = dict(args)
-    with model_names():  # rewritten YAMLs and the example blocks of data/models/*.yaml build
+    with model_names(modules):  # the user's blocks, rewritten YAMLs and the example blocks build
         model = YOLO(train_args.pop("model"))
         plugin = attach(model, profile)
         model.train(**train_args)
@@ -76,9 +89,12 @@ def train(profile: Any, args: dict[str, Any]) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det train``."""
-    with trusted_checkpoints(args.trust_checkpoint):
-        profile, ul_args = prepare(args.profile, list(args.overrides))
-    plugin = train(profile, ul_args)
+    from ..analysis.models import model_names
+
+    with model_names(args.imports):  # import first: a module that does not import is an error before any work
+        with trusted_checkpoints(args.trust_checkpoint):
+            profile, ul_args = prepare(args.profile, list(args.overrides))
+        plugin = train(profile, ul_args)
     if plugin.record_path is not None:
         print(f"determinism record: {plugin.record_path}")
     if plugin.weights_digest is not None:

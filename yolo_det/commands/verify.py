@@ -1,6 +1,6 @@
 """Train the same configuration several times and check that the runs are bitwise identical.
 
-usage: yolo-det verify [--profile NAME|FILE] [--runs N] [--steps K] [--json] [--plot PATH]
+usage: yolo-det verify [--profile NAME|FILE] [--runs N] [--steps K] [--import MODULE] [--json] [--plot PATH]
                        [--save FILE] [--against FILE] [--resume-at K [--drop-resume-state]] [key=value ...]
 
 Each run trains a fresh model exactly as `yolo-det train` does (same key=value arguments, same demo
@@ -17,6 +17,8 @@ data content, loss, gradients naming the parameters, weights), then the environm
 --steps defaults to the saved run's. Pass the same key=value arguments on both sides.
 
 Without --steps the runs last the epochs given (demo: 3; other data: epochs=1 unless you pass epochs=).
+With --steps K the runs stop after K optimizer steps, or earlier when their epochs end first: the report
+says so and how many epochs would reach K. --import MODULE: as in `yolo-det train`.
 Without project= the runs go to a temporary folder that is removed afterwards.
 
 With --resume-at K, run 2 is stopped cleanly after epoch K (checkpoint written, as an interrupted job
@@ -53,6 +55,7 @@ from ..tools.verify.crossverify import compare_against, load_saved, save_run
 from ..tools.verify.records import DEFAULT_KEEP_MIB, RESERVED
 from ..tools.verify.resume import check_resume_at, verify_resume
 from ..tools.verify.run import _device_name
+from . import add_import_option
 from .train import add_trust_flag
 
 USER_DATA_EPOCHS = 1
@@ -69,6 +72,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-mib", type=float, default=DEFAULT_KEEP_MIB, metavar="MIB",
                         help="memory for the gradient values of run 1's first steps, used to measure a difference "
                              f"(default: {DEFAULT_KEEP_MIB})")
+    add_import_option(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--plot", default=None, metavar="PATH", help="write the runs' loss curves to this PNG")
     parser.add_argument("--save", default=None, metavar="FILE",
@@ -92,23 +96,23 @@ def run(args: argparse.Namespace) -> int:
                           "--resume-at K)")
     if args.drop_resume_state and args.resume_at is None:
         raise ConfigError("--drop-resume-state goes with --resume-at K")
-    with trusted_checkpoints(args.trust_checkpoint):
-        profile, ul_args = prepare(args.profile, tokens, check_device=False)
-    user = parse_overrides(tokens)
-    if user.get("data") is not None and "epochs" not in user:
-        ul_args["epochs"] = USER_DATA_EPOCHS
-    plot_path = check_output_path(args.plot, suffix=".png", what="--plot")
-    if args.resume_at is not None:
-        return _run_resume_at(args, profile, ul_args, plot_path)
-    save_path = check_output_path(args.save, suffix=".json", what="--save")
-    saved = load_saved(args.against) if args.against is not None else None
-    portable = save_path is not None or saved is not None
-    runs = args.runs if args.runs is not None else (1 if portable else 2)
-    steps = args.steps if args.steps is not None or saved is None else saved.steps_requested
-    check_args(ul_args, runs, steps, args.keep_mib, min_runs=1 if portable else 2)
-    check_device(ul_args.get("device"))
-    report: VerifyReport | None = None
-    with model_names():
+    with model_names(args.imports):  # the user's modules are imported first: a bad one fails before any work
+        with trusted_checkpoints(args.trust_checkpoint):
+            profile, ul_args = prepare(args.profile, tokens, check_device=False)
+        user = parse_overrides(tokens)
+        if user.get("data") is not None and "epochs" not in user:
+            ul_args["epochs"] = USER_DATA_EPOCHS
+        plot_path = check_output_path(args.plot, suffix=".png", what="--plot")
+        if args.resume_at is not None:
+            return _run_resume_at(args, profile, ul_args, plot_path)
+        save_path = check_output_path(args.save, suffix=".json", what="--save")
+        saved = load_saved(args.against) if args.against is not None else None
+        portable = save_path is not None or saved is not None
+        runs = args.runs if args.runs is not None else (1 if portable else 2)
+        steps = args.steps if args.steps is not None or saved is None else saved.steps_requested
+        check_args(ul_args, runs, steps, args.keep_mib, min_runs=1 if portable else 2)
+        check_device(ul_args.get("device"))
+        report: VerifyReport | None = None
         if runs >= 2:
             report = verify(profile, ul_args, runs=runs, steps=steps, keep_mib=args.keep_mib, verbose=args.verbose,
                             progress=progress_to_stderr, portable=portable)
@@ -140,8 +144,11 @@ def run(args: argparse.Namespace) -> int:
             print(report.summary())
         else:
             r = records[0]
-            print(f"yolo-det verify: profile {profile.name}, 1 run of {len(r.steps)} optimizer steps in {r.seconds:.1f} s, "
+            print(f"yolo-det verify: profile {profile.name}, 1 run of {len(r.steps)} optimizer steps in "
+                  f"{r.seconds:.1f} s, "
                   f"device {device}, weights {r.weights.get('model', '?')[:16]}")
+            if shown.steps_note:
+                print(f"note: {shown.steps_note}")
         if save_path is not None:
             print(f"fingerprints saved: {save_path}")
         if against is not None:
@@ -153,15 +160,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_resume_at(args: argparse.Namespace, profile: Any, ul_args: dict[str, Any], plot_path: Any) -> int:
-    """``--resume-at K``: a straight run against one interrupted after epoch K and resumed."""
+    """``--resume-at K``: a straight run against one interrupted after epoch K and resumed (called inside
+    ``model_names``)."""
     if args.runs not in (None, 2) or args.steps is not None or args.save or args.against:
         raise ConfigError("--resume-at compares two runs over whole epochs; drop --runs, --steps, --save and --against")
     check_args(ul_args, 2, None, args.keep_mib)
     check_resume_at(ul_args, args.resume_at)
     check_device(ul_args.get("device"))
-    with model_names():
-        report = verify_resume(profile, ul_args, resume_at=args.resume_at, drop_state=args.drop_resume_state,
-                               keep_mib=args.keep_mib, verbose=args.verbose, progress=progress_to_stderr)
+    report = verify_resume(profile, ul_args, resume_at=args.resume_at, drop_state=args.drop_resume_state,
+                           keep_mib=args.keep_mib, verbose=args.verbose, progress=progress_to_stderr)
     if plot_path is not None:
         report.plot = str(plot_losses(report, plot_path))
     if args.json:

@@ -86,7 +86,8 @@ class DigestCache:
         if path is not None:
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
-                if isinstance(data, dict) and data.get("version") == CACHE_VERSION and isinstance(data.get("entries"), dict):
+                if (isinstance(data, dict) and data.get("version") == CACHE_VERSION
+                        and isinstance(data.get("entries"), dict)):
                     self.entries = data["entries"]
             except (OSError, ValueError):
                 self.entries = {}

@@ -9,10 +9,23 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+
+__all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "new_file_mode"]
+
+_umask_lock = threading.Lock()
+
+
+def new_file_mode() -> int:
+    """The mode ``open()`` gives a new file here: ``0o666`` less the process umask (``0o644`` under umask 022)."""
+    with _umask_lock:  # the umask can only be read by setting it; it is put back at once
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return 0o666 & ~mask
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int | None = None) -> Path:
@@ -21,14 +34,15 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int |
     Args:
         path: Target file. Its folder must exist.
         data: The bytes to write.
-        mode: Permission bits for the new file; by default those of the file being replaced, else 0o644.
+        mode: Permission bits for the new file; by default those of the file being replaced, else those of
+            any new file (``0o666`` less the umask; ``mkstemp``'s private ``0o600`` is never left behind).
     """
     path = Path(path)
     if mode is None:
         try:
             mode = path.stat().st_mode & 0o777
         except FileNotFoundError:
-            mode = 0o644
+            mode = new_file_mode()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

@@ -90,7 +90,8 @@ _FORBIDDEN_NAMES = frozenset({
     ("torch", "load"), ("torch.serialization", "load"), ("torch.storage", "_load_from_bytes"),
     ("torch.hub", "load"), ("torch.jit", "load"), ("numpy", "load"), ("numpy.lib.npyio", "load"),
     ("numpy", "loadtxt"), ("numpy.testing._private.utils", "runstring"), ("torch._inductor.codecache", "PyCodeCache"),
-    ("copyreg", "_extension_registry"), ("torch.utils.cpp_extension", "load"), ("torch.utils.cpp_extension", "load_inline"),
+    ("copyreg", "_extension_registry"), ("torch.utils.cpp_extension", "load"),
+    ("torch.utils.cpp_extension", "load_inline"),
 })
 
 
@@ -139,7 +140,8 @@ class CheckpointArchive:
         try:
             info = self.zf.getinfo(entry)
         except KeyError:
-            raise ModelError(f"'{self.path}' is not a complete PyTorch checkpoint: storage {name!s:.40} is missing") from None
+            raise ModelError(f"'{self.path}' is not a complete PyTorch checkpoint: storage {name!s:.40} "
+                             "is missing") from None
         if info.file_size < size:
             raise ModelError(f"'{self.path}' is not a complete PyTorch checkpoint: storage {name!s:.40} is truncated")
         with self.zf.open(info) as f:
@@ -308,7 +310,7 @@ def _python3_name(module: str, name: str) -> tuple[str, str]:
 def _scan_pickle(path: Path, data: bytes) -> ScanResult:
     try:
         refs = pickle_globals(data)
-    except Exception as e:  # noqa: BLE001 - genops raises ValueError, struct errors, ... for broken pickles
+    except Exception as e:  # genops raises ValueError, struct errors, ... for broken pickles
         raise _not_a_checkpoint(path, f"data.pkl is not a valid pickle: {' '.join(str(e).split())[:120]}") from None
     names: list[str] = []
     forbidden: list[str] = []

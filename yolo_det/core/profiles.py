@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -38,8 +38,12 @@ __all__ = [
     "PHASES",
     "PhaseSettings",
     "Profile",
+    "Setting",
     "list_profiles",
     "load_profile",
+    "register_setting",
+    "registered_settings",
+    "unregister_setting",
 ]
 
 DeterministicAlgorithms = Literal["off", "warn", "strict"]
@@ -77,6 +81,8 @@ class PhaseSettings:
             ``F.interpolate``, ...) to deterministic implementations while the phase runs.
         env: Environment variables set while the phase runs (``None`` unsets one), e.g.
             ``CUBLAS_WORKSPACE_CONFIG`` or NCCL's ``NCCL_ALGO``.
+        extra: Values of the settings added with :func:`register_setting` (name -> value; the defaults of
+            those not given). Profile files and :meth:`to_dict` show them next to the built-in settings.
     """
 
     seed: int | None = None
@@ -89,13 +95,18 @@ class PhaseSettings:
     swaps: SwapPolicy = "none"
     intercept: bool = False
     env: Mapping[str, str | None] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+        extra = {name: s.default for name, s in _EXTRA.items()}
+        extra.update(self.extra)
+        object.__setattr__(self, "extra", MappingProxyType(extra))
 
     def __hash__(self) -> int:
-        return hash((*(getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "env"),
-                     tuple(sorted(self.env.items(), key=lambda kv: kv[0]))))
+        return hash((*(getattr(self, name) for name in _FIELDS if name != "env"),
+                     tuple(sorted(self.env.items(), key=lambda kv: kv[0])),
+                     tuple(sorted(self.extra.items(), key=lambda kv: kv[0]))))
 
     def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
         return (_phase_settings, (self.to_dict(),))
@@ -106,9 +117,10 @@ class PhaseSettings:
         return self.deterministic_algorithms != "off"
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings as plain data (JSON/YAML-ready)."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """The settings as plain data (JSON/YAML-ready); registered settings appear next to the built-in ones."""
+        out = {name: getattr(self, name) for name in _FIELDS}
         out["env"] = dict(self.env)
+        out.update(self.extra)
         return out
 
     def replace(self, **changes: Any) -> PhaseSettings:
@@ -116,12 +128,64 @@ class PhaseSettings:
         data = self.to_dict()
         for key, value in changes.items():
             data[key] = _check_value(key, value, where="PhaseSettings.replace")
-        return PhaseSettings(**data)
+        return _phase_settings(data)
 
 
-def _phase_settings(data: dict[str, Any]) -> PhaseSettings:
-    """Unpickle helper: PhaseSettings from its dict (a mappingproxy field does not pickle)."""
-    return PhaseSettings(**data)
+def _phase_settings(data: Mapping[str, Any]) -> PhaseSettings:
+    """PhaseSettings from the flat dict of :meth:`PhaseSettings.to_dict` (also the unpickle helper)."""
+    fields = {k: v for k, v in data.items() if k in _FIELDS}
+    return PhaseSettings(**fields, extra={k: v for k, v in data.items() if k not in _FIELDS})
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A phase setting added by an extension (the built-in settings are :class:`PhaseSettings`' fields).
+
+    Attributes:
+        name: The key in profile files (``train: {name: value}``) and in :attr:`PhaseSettings.extra`.
+        default: The value when a profile does not say.
+        check: ``check(value) -> value``: the value normalised, or ``ValueError``/``TypeError`` saying what
+            is expected (the message follows "'name' " in the one-line profile error).
+        doc: One line on what the setting does.
+    """
+
+    name: str
+    default: Any
+    check: Callable[[Any], Any]
+    doc: str = ""
+
+
+#: Settings registered by extensions, by name (see :func:`register_setting`).
+_EXTRA: dict[str, Setting] = {}
+
+
+def register_setting(setting: Setting) -> None:
+    """Add a phase setting to the profile schema (profiles, :meth:`PhaseSettings.replace`, ``to_dict``).
+
+    The extension that applies it reads ``ctx.settings.extra[setting.name]``. Registering the same object
+    again is a no-op.
+
+    Raises:
+        ProfileError: The name is not an identifier, or is taken by a built-in or another registered setting.
+    """
+    name = setting.name
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ProfileError(f"cannot register setting {name!r}: a setting name must be a Python identifier")
+    if _EXTRA.get(name) is setting:
+        return
+    if name in _FIELDS or name in _TOP_KEYS or name == "extra" or name in _EXTRA:
+        raise ProfileError(f"cannot register setting '{name}': the name is taken; choose another")
+    _EXTRA[name] = setting
+
+
+def unregister_setting(name: str) -> None:
+    """Remove a setting added by :func:`register_setting` (unknown names are ignored)."""
+    _EXTRA.pop(name, None)
+
+
+def registered_settings() -> dict[str, Setting]:
+    """The settings added by :func:`register_setting`, by name."""
+    return dict(_EXTRA)
 
 
 @dataclass(frozen=True)
@@ -147,7 +211,8 @@ class Profile:
     def phase(self, phase: str) -> PhaseSettings:
         """Return the settings of ``phase`` (``train``, ``val`` or ``deploy``)."""
         if phase not in PHASES:
-            raise ProfileError(f"unknown phase '{phase}'; choose from {', '.join(PHASES)}.{did_you_mean(phase, PHASES)}")
+            raise ProfileError(f"unknown phase '{phase}'; choose from "
+                               f"{', '.join(PHASES)}.{did_you_mean(phase, PHASES)}")
         return getattr(self, phase)
 
     def to_dict(self) -> dict[str, Any]:
@@ -169,7 +234,7 @@ class Profile:
 # ---------------------------------------------------------------------------------------------------------
 # validation
 
-_FIELDS = {f.name: f for f in dataclasses.fields(PhaseSettings)}
+_FIELDS = {f.name: f for f in dataclasses.fields(PhaseSettings) if f.name != "extra"}
 _CHOICES: dict[str, tuple[str, ...]] = {
     "deterministic_algorithms": get_args(DeterministicAlgorithms),
     "backward": get_args(BackwardMode),
@@ -185,10 +250,17 @@ def _type_name(value: Any) -> str:
 
 def _check_value(key: str, value: Any, *, where: str) -> Any:
     """Validate one phase setting and return it normalised; raise ProfileError with ``where`` as prefix."""
+    extra = _EXTRA.get(key)
+    if extra is not None:
+        try:
+            return extra.check(value)
+        except (TypeError, ValueError) as e:
+            raise ProfileError(f"{where}: '{key}' {e}") from None
     if key not in _FIELDS:
+        valid = [*_FIELDS, *_EXTRA]
         raise ProfileError(
-            f"{where}: unknown setting '{key[:100]}'; valid settings: {', '.join(_FIELDS)}."
-            f"{did_you_mean(key[:100], _FIELDS)}"
+            f"{where}: unknown setting '{key[:100]}'; valid settings: {', '.join(valid)}."
+            f"{did_you_mean(key[:100], valid)}"
         )
     if key in _BOOLS:
         if not isinstance(value, bool):
@@ -212,7 +284,8 @@ def _check_value(key: str, value: Any, *, where: str) -> Any:
         return value
     if key == "env":
         if not isinstance(value, Mapping):
-            raise ProfileError(f"{where}: 'env' must be a mapping of variable name to string or null, got {short(value)}")
+            raise ProfileError(f"{where}: 'env' must be a mapping of variable name to string or null, got "
+                               f"{short(value)}")
         env: dict[str, str | None] = {}
         for name, val in value.items():
             if not isinstance(name, str) or not name or "=" in name or "\0" in name:
@@ -286,7 +359,8 @@ def load_profile(profile: str | os.PathLike[str] | Profile) -> Profile:
     return _load(profile, chain=())
 
 
-def _load(profile: str | os.PathLike[str] | Profile, *, chain: tuple[str, ...], base_dir: Path | None = None) -> Profile:
+def _load(profile: str | os.PathLike[str] | Profile, *, chain: tuple[str, ...],
+          base_dir: Path | None = None) -> Profile:
     if isinstance(profile, Profile):
         return profile
     if not isinstance(profile, (str, os.PathLike)):
@@ -305,7 +379,8 @@ def _load(profile: str | os.PathLike[str] | Profile, *, chain: tuple[str, ...], 
             f"profile YAML file.{did_you_mean(text_name, BUILTIN_PROFILES)}"
         )
     if not path.is_file():
-        raise ProfileError(f"profile file '{path}' does not exist; give a built-in name ({', '.join(BUILTIN_PROFILES)}) or an existing YAML file")
+        raise ProfileError(f"profile file '{path}' does not exist; give a built-in name "
+                           f"({', '.join(BUILTIN_PROFILES)}) or an existing YAML file")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
@@ -333,7 +408,8 @@ def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | N
     if data is None:
         raise ProfileError(f"{origin}: the profile file is empty; see `yolo-det profiles show repro` for the format")
     if not isinstance(data, dict):
-        raise ProfileError(f"{origin}:1: a profile must be a mapping with keys {', '.join(_TOP_KEYS)}, got {_type_name(data)}")
+        raise ProfileError(f"{origin}:1: a profile must be a mapping with keys {', '.join(_TOP_KEYS)}, got "
+                           f"{_type_name(data)}")
     for key in data:
         if key not in _TOP_KEYS:
             raise ProfileError(
@@ -362,7 +438,8 @@ def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | N
         if values is None:
             continue
         if not isinstance(values, dict):
-            raise ProfileError(f"{_where(origin, lines, section)}: '{section}' must be a mapping of settings, got {_type_name(values)}")
+            raise ProfileError(f"{_where(origin, lines, section)}: '{section}' must be a mapping of settings, got "
+                               f"{_type_name(values)}")
         for key, value in values.items():
             where = _where(origin, lines, section, str(key))
             checked = _check_value(str(key), value, where=f"{where}: in '{section}'")
@@ -376,10 +453,11 @@ def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | N
         raise ProfileError(f"{_where(origin, lines, 'name')}: 'name' must be a non-empty string, got {short(name)}")
     desc = data.get("description", description)
     if not isinstance(desc, str):
-        raise ProfileError(f"{_where(origin, lines, 'description')}: 'description' must be a string, got {_type_name(desc)}")
+        raise ProfileError(f"{_where(origin, lines, 'description')}: 'description' must be a string, got "
+                           f"{_type_name(desc)}")
     return Profile(
         name=name,
         description=" ".join(desc.split()),
         source=origin,
-        **{p: PhaseSettings(**phases[p]) for p in PHASES},
+        **{p: _phase_settings(phases[p]) for p in PHASES},
     )

@@ -55,7 +55,7 @@ def _call(obj: Any, name: str) -> Any:
     fn = getattr(obj, name, None)
     try:
         return fn() if callable(fn) else None
-    except Exception:  # noqa: BLE001 - an optional detail of the environment
+    except Exception:  # an optional detail of the environment
         return None
 
 

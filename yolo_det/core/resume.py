@@ -334,7 +334,7 @@ def load_state(path: str | os.PathLike[str]) -> dict[str, Any]:
     """
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise ModelError(f"'{path}' is not a yolo-det resume state ({type(e).__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else ''})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:

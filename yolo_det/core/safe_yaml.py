@@ -113,7 +113,7 @@ def flow_depth_check(text: str, max_depth: int = MAX_DEPTH) -> None:
             depth += 1
             if depth > max_depth:
                 raise YamlLimitError(f"collections nested more than {max_depth} levels deep",
-                                     yaml.Mark("<text>", i, line, 0, None, None))
+                                     yaml.Mark("<text>", i, line, 0, None, 0))
         elif c in "]}":
             depth = max(0, depth - 1)
         elif c == "\n":

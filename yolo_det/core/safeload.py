@@ -120,7 +120,8 @@ def _rebuild_tensor_v2(storage: Any, storage_offset: Any, size: Any, stride: Any
     return _tensor(storage, storage_offset, size, stride)
 
 
-def _rebuild_tensor_v3(storage: Any, storage_offset: Any, size: Any, stride: Any, requires_grad: Any, backward_hooks: Any,
+def _rebuild_tensor_v3(storage: Any, storage_offset: Any, size: Any, stride: Any, requires_grad: Any,
+                       backward_hooks: Any,
                        dtype: Any, metadata: Any = None) -> torch.Tensor:
     if not isinstance(dtype, torch.dtype):
         raise ModelError("malformed tensor in checkpoint: bad dtype")
@@ -251,7 +252,7 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Any:
             raise ModelError(f"'{archive.path}': {e}") from None
         except RecursionError:
             raise ModelError(f"'{archive.path}' is not a PyTorch checkpoint: its pickle nests too deeply") from None
-        except Exception as e:  # noqa: BLE001 - a broken pickle raises anything
+        except Exception as e:  # a broken pickle raises anything
             msg = " ".join(str(e).split())[:160]
             raise ModelError(f"'{archive.path}' is not a PyTorch checkpoint: {type(e).__name__}: {msg}") from None
 
@@ -345,7 +346,8 @@ def checkpoint_state_dict(path: str | os.PathLike[str]) -> dict[str, torch.Tenso
 
 
 def _plain(value: Any, budget: list[int], depth: int = 0) -> bool:
-    """Whether ``value`` is plain YAML data: at most 50 deep and ``budget[0]`` values (shared ones counted each time)."""
+    """Whether ``value`` is plain YAML data: at most 50 deep and ``budget[0]`` values (shared ones counted
+    each time)."""
     budget[0] -= 1
     if depth > 50 or budget[0] < 0:
         return False

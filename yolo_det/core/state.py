@@ -115,7 +115,7 @@ def snapshot(env_keys: Iterable[str] = ()) -> DeterminismState:
         matmul_precision=_try(torch.get_float32_matmul_precision),
         matmul_fp32_precision=_try(lambda: _matmul().fp32_precision),
         cudnn_conv_fp32_precision=_try(lambda: conv.fp32_precision) if conv is not None else None,
-        fill_uninitialized_memory=_try(lambda: bool(torch.utils.deterministic.fill_uninitialized_memory)),
+        fill_uninitialized_memory=_try(lambda: bool(_deterministic_utils().fill_uninitialized_memory)),
         env={k: os.environ.get(k) for k in keys},
     )
 
@@ -164,7 +164,7 @@ def apply(settings: PhaseSettings) -> DeterminismState:
         torch.backends.cudnn.deterministic = settings.cudnn_deterministic
         _set_tf32(settings.allow_tf32)
         if before.fill_uninitialized_memory is not None:
-            torch.utils.deterministic.fill_uninitialized_memory = settings.fill_uninitialized_memory
+            _deterministic_utils().fill_uninitialized_memory = settings.fill_uninitialized_memory
         _set_env(settings.env)
     except BaseException:
         restore(before)
@@ -188,7 +188,7 @@ def restore(state: DeterminismState) -> None:
     if state.cudnn_conv_fp32_precision is not None:
         _cudnn_conv().fp32_precision = state.cudnn_conv_fp32_precision
     if state.fill_uninitialized_memory is not None:
-        torch.utils.deterministic.fill_uninitialized_memory = state.fill_uninitialized_memory
+        _deterministic_utils().fill_uninitialized_memory = state.fill_uninitialized_memory
     _set_env(state.env)
 
 
@@ -204,3 +204,8 @@ def phase_scope(settings: PhaseSettings) -> Iterator[DeterminismState]:
         yield before
     finally:
         restore(before)
+
+
+def _deterministic_utils() -> Any:
+    """``torch.utils.deterministic``: ``fill_uninitialized_memory`` is a module property its stubs do not declare."""
+    return torch.utils.deterministic

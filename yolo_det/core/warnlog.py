@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 __all__ = ["NONDETERMINISM_PATTERN", "WarningLog"]
 
@@ -49,11 +49,11 @@ class WarningLog:
         """Begin recording (no-op when already recording)."""
         if self._saved is not None:
             return
-        self._saved = (warnings.filters[:], warnings.showwarning)
+        self._saved = (list(_filters()), warnings.showwarning)
         warnings.filterwarnings("always", message=NONDETERMINISM_PATTERN.pattern)
         # filterwarnings compiles with re.I only; make sure the DOTALL pattern object is the one used
-        action, _, category, module, lineno = warnings.filters[0]
-        warnings.filters[0] = (action, NONDETERMINISM_PATTERN, category, module, lineno)
+        action, _, category, module, lineno = _filters()[0]
+        _filters()[0] = (action, NONDETERMINISM_PATTERN, category, module, lineno)
         warnings._filters_mutated()  # type: ignore[attr-defined]
         original = warnings.showwarning
 
@@ -81,6 +81,11 @@ class WarningLog:
             return
         filters, showwarning = self._saved
         self._saved = None
-        warnings.filters[:] = filters
+        _filters()[:] = filters
         warnings._filters_mutated()  # type: ignore[attr-defined]
         warnings.showwarning = showwarning
+
+
+def _filters() -> list[Any]:
+    """``warnings.filters``: a list at run time (typeshed types it as a read-only sequence)."""
+    return cast("list[Any]", warnings.filters)

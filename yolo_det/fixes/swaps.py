@@ -19,8 +19,8 @@ Which instances to swap is decided before, by :func:`yolo_det.analysis.swap_plan
 A swapped module pickles as its PyTorch class, so a checkpoint saved from a swapped model loads where
 yolo-det is not installed. ``copy.deepcopy`` keeps the swap.
 
-:func:`yolo_det.layers.registry.register_layers` makes the yolo-det class names resolvable in Ultralytics model YAMLs (see
-:mod:`yolo_det.fixes.yaml_rewrite`).
+:func:`yolo_det.layers.registry.register_layers` makes the yolo-det class names resolvable in Ultralytics
+model YAMLs (see :mod:`yolo_det.fixes.yaml_rewrite`).
 """
 
 from __future__ import annotations
@@ -122,9 +122,9 @@ def swap_modules(model: nn.Module, modules: Mapping[str, str] | Iterable[str] | 
     for path, reason in reasons.items():
         module = named.get(path)
         target = SWAPS.get(type(module)) if module is not None else None
-        if target is None:
+        if module is None or target is None:
             raise ConfigError(f"cannot swap '{path}': not a module of the model with a deterministic equivalent")
-        todo.append((path, module, target, reason))  # type: ignore[arg-type]
+        todo.append((path, module, target, reason))
     records = []
     for path, module, target, reason in todo:  # collect first, then change: the walk never sees a half-swap
         records.append(SwapRecord(path, type(module).__name__, target.__name__, reason))
@@ -191,13 +191,13 @@ def swapped(model: nn.Module, policy: str = "auto", **kwargs: Any) -> Iterator[l
 def _mark(target: type[nn.Module], source: type[nn.Module]) -> None:
     """Make ``target`` instances pickle as ``source`` and keep their class under deepcopy."""
 
-    def __reduce_ex__(self: nn.Module, protocol: Any) -> Any:  # noqa: N807
+    def __reduce_ex__(self: nn.Module, protocol: Any) -> Any:
         rv = super(target, self).__reduce_ex__(protocol)
         state = rv[2] if isinstance(rv, tuple) and len(rv) > 2 else self.__getstate__()
         # copyreg._reconstructor is the standard library's: loading needs torch, not yolo-det
-        return (copyreg._reconstructor, (source, object, None), state)
+        return (copyreg._reconstructor, (source, object, None), state)  # type: ignore[attr-defined]  # not in the stubs
 
-    def __deepcopy__(self: nn.Module, memo: dict[int, Any]) -> nn.Module:  # noqa: N807
+    def __deepcopy__(self: nn.Module, memo: dict[int, Any]) -> nn.Module:
         import copy
 
         new = target.__new__(target)
@@ -206,7 +206,7 @@ def _mark(target: type[nn.Module], source: type[nn.Module]) -> None:
             new.__dict__[key] = copy.deepcopy(value, memo)
         return new
 
-    target.__reduce_ex__ = __reduce_ex__  # type: ignore[method-assign]
+    target.__reduce_ex__ = __reduce_ex__  # type: ignore[method-assign,assignment]
     target.__deepcopy__ = __deepcopy__  # type: ignore[attr-defined]
     target._yolo_det_native = source  # type: ignore[attr-defined]
 

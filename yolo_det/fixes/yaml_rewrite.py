@@ -12,13 +12,15 @@ The yolo-det names resolve in Ultralytics' ``parse_model`` once :func:`yolo_det.
 ran (``yolo-det train`` and :func:`yolo_det.attach` do it). A layer whose non-determinism is inside a
 block (the max pool of a CBAM block, the ``grid_sample`` of RT-DETR's decoder) has no name to change in
 the YAML: the report lists it, and the profile's module swaps and functional interception handle it
-at training time.
+at training time. The exception is yolo-det's own example blocks (:mod:`yolo_det.zoo`): a ``CBAMMax`` that
+is the zoo's becomes ``DetCBAMMax`` (the same block with deterministic layers inside); a name bound to the
+user's own class is never renamed.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from io import StringIO
 from pathlib import Path
@@ -130,6 +132,12 @@ class _Slot:
     args: Any
 
 
+def _position(node: Any, index: int) -> tuple[int, int]:
+    """0-based line and column of item ``index`` of a sequence loaded by ruamel's round-trip loader."""
+    line, col = node.lc.item(index)
+    return int(line), int(col)
+
+
 def _slots(text: str, origin: str) -> Iterator[_Slot]:
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
@@ -140,7 +148,8 @@ def _slots(text: str, origin: str) -> Iterator[_Slot]:
         safe_yaml.prescan(text)  # bounded: nesting, alias expansion, cycles (before ruamel sees the text)
     except safe_yaml.YamlLimitError as e:
         mark = e.problem_mark
-        raise ModelError(f"{origin}{f':{mark.line + 1}' if mark is not None else ''}: malformed YAML: {e.problem}") from None
+        where = f"{origin}:{mark.line + 1}" if mark is not None else origin
+        raise ModelError(f"{where}: malformed YAML: {e.problem}") from None
     yaml = YAML(typ="rt")
     try:
         data = yaml.load(StringIO(text))
@@ -157,7 +166,7 @@ def _slots(text: str, origin: str) -> Iterator[_Slot]:
             if not isinstance(row, list) or len(row) < 3 or not isinstance(row[2], str):
                 raise ModelError(f"{origin}:{_row_line(row, data[section])}: layer {index} is not "
                                  "[from, repeats, module, args]")
-            line, col = row.lc.item(2)
+            line, col = _position(row, 2)
             token = _token_at(lines[line], col, row[2])
             if token is None:
                 raise ModelError(f"{origin}:{line + 1}: could not find the module name '{row[2]}' of layer {index}")
@@ -200,9 +209,8 @@ def _build(text: str, origin: str) -> Any:
     import yaml as pyyaml
 
     from ..analysis.model_yaml import check_activation
-    from ..analysis.zoo import ZOO_MODULES
+    from ..analysis.names import custom_modules
     from ..core.safe_yaml import load
-    from ..layers.registry import registered, registered_layers
 
     try:
         cfg = load(text)
@@ -212,7 +220,7 @@ def _build(text: str, origin: str) -> Any:
         check_activation(cfg, origin)
     task = _guess_task(cfg)
     try:
-        with registered_layers(), registered(ZOO_MODULES):
+        with custom_modules():
             from ultralytics.nn import tasks
 
             cls = {"detect": tasks.DetectionModel, "segment": tasks.SegmentationModel, "pose": tasks.PoseModel,
@@ -222,10 +230,12 @@ def _build(text: str, origin: str) -> Any:
             cfg = dict(cfg, yaml_file=origin)
             return cls(cfg, verbose=False)
     except KeyError as e:
-        raise ModelError(f"{origin}: unknown module {e} in the model YAML; is it registered?") from None
+        raise ModelError(f"{origin}: unknown module {e} in the model YAML; import the module that defines it "
+                         "(--import MODULE, "
+                         "or modules=[...] in Python)") from None
     except YoloDetError:
         raise
-    except Exception as e:  # noqa: BLE001 - any build failure is "a YAML that does not build"
+    except Exception as e:  # any build failure is "a YAML that does not build"
         raise ModelError(f"{origin}: the model YAML does not build: {type(e).__name__}: "
                          f"{' '.join(str(e).split())[:300]}") from None
 
@@ -235,7 +245,7 @@ def _guess_task(cfg: Any) -> str:
         from ultralytics.nn.tasks import guess_model_task
 
         return guess_model_task(cfg)
-    except Exception:  # noqa: BLE001 - fall back to detection
+    except Exception:  # fall back to detection
         return "detect"
 
 
@@ -244,7 +254,8 @@ def _params(model: Any) -> int:
 
 
 def rewrite_yaml_text(text: str, *, reverse: bool = False, policy: str = "auto", origin: str = "<yaml>",
-                      imgsz: int = 64, torch_version: str | None = None) -> RewriteResult:
+                      imgsz: int = 64, torch_version: str | None = None,
+                      modules: Iterable[Any] | None = None) -> RewriteResult:
     """Rewrite a model YAML's text (see the module docstring). Nothing is written.
 
     Args:
@@ -255,6 +266,8 @@ def rewrite_yaml_text(text: str, *, reverse: bool = False, policy: str = "auto",
         origin: Name used in messages (the file path).
         imgsz: Input size of the trace that decides ``auto``.
         torch_version: Decide for this torch version instead of the running one.
+        modules: The user's modules whose classes the YAML names (as ``--import``; see
+            :func:`yolo_det.names.custom_modules`).
 
     Returns:
         The result; ``result.text`` is the new text.
@@ -265,21 +278,44 @@ def rewrite_yaml_text(text: str, *, reverse: bool = False, policy: str = "auto",
     """
     if policy not in ("auto", "all"):
         raise ConfigError(f"policy must be 'auto' or 'all', got {policy!r}")
+    from ..analysis.names import custom_modules
+
+    with custom_modules(list(modules or [])):
+        return _rewrite(text, reverse=reverse, policy=policy, origin=origin, imgsz=imgsz, torch_version=torch_version)
+
+
+def _zoo_blocks() -> dict[str, str]:
+    """Zoo block name -> deterministic variant, for the names that resolve to the zoo's own class right now
+    (a name bound to the user's class is the user's: it is never renamed)."""
+    from ultralytics.nn import tasks
+
+    from ..analysis.zoo import DET_VARIANTS, ZOO_MODULES
+
+    ns = vars(tasks)
+    return {name: det for name, det in DET_VARIANTS.items() if ns.get(name) is ZOO_MODULES[name]
+            and ns.get(det) is ZOO_MODULES[det]}
+
+
+def _rewrite(text: str, *, reverse: bool, policy: str, origin: str, imgsz: int,
+             torch_version: str | None) -> RewriteResult:
     slots = list(_slots(text, origin))
     model = _build(text, origin)
     result = RewriteResult(text=text, layers=len(slots), params=_params(model))
     todo: list[tuple[_Slot, str]] = []
+    blocks = _zoo_blocks()
     if reverse:
+        back = {**_REVERSE, **{det: name for name, det in blocks.items()}}
         for slot in slots:
-            if slot.name in _REVERSE:
-                todo.append((slot, _REVERSE[slot.name]))
-                result.changes.append(Change(slot.layer, slot.line + 1, slot.name, _REVERSE[slot.name], "reverse"))
+            if slot.name in back:
+                todo.append((slot, back[slot.name]))
+                result.changes.append(Change(slot.layer, slot.line + 1, slot.name, back[slot.name], "reverse"))
     else:
-        reasons = _reasons(model, slots, policy=policy, imgsz=imgsz, torch_version=torch_version, origin=origin,
-                           result=result)
+        names = {**YAML_NAMES, **blocks}
+        reasons = _reasons(model, slots, names, policy=policy, imgsz=imgsz, torch_version=torch_version,
+                           origin=origin, result=result)
         for slot in slots:
             if slot.layer in reasons:
-                new = YAML_NAMES[slot.name]
+                new = names[slot.name]
                 todo.append((slot, new))
                 result.changes.append(Change(slot.layer, slot.line + 1, slot.name, new, reasons[slot.layer]))
     if todo:
@@ -290,10 +326,10 @@ def rewrite_yaml_text(text: str, *, reverse: bool = False, policy: str = "auto",
     return result
 
 
-def _reasons(model: Any, slots: list[_Slot], *, policy: str, imgsz: int, torch_version: str | None, origin: str,
-             result: RewriteResult) -> dict[int, str]:
-    """Layer index -> reason, for the layers to rewrite."""
-    nameable = {s.layer: s for s in slots if s.name in YAML_NAMES}
+def _reasons(model: Any, slots: list[_Slot], names: dict[str, str], *, policy: str, imgsz: int,
+             torch_version: str | None, origin: str, result: RewriteResult) -> dict[int, str]:
+    """Layer index -> reason, for the layers to rewrite (``names``: YAML name -> its deterministic name)."""
+    nameable = {s.layer: s for s in slots if s.name in names}
     if policy == "all":
         return {i: "policy all" for i in nameable}
     from ..analysis.audit import audit
@@ -310,8 +346,12 @@ def _reasons(model: Any, slots: list[_Slot], *, policy: str, imgsz: int, torch_v
         if not f.breaks_determinism or f.layer is None:
             continue
         top = f"model.{f.layer}"
-        if f.layer in nameable and f.module in (top, f"{top}.0") and f.module_class == nameable[f.layer].name[3:]:
+        slot = nameable.get(f.layer)
+        if slot is not None and slot.name in YAML_NAMES and f.module in (top, f"{top}.0") \
+                and f.module_class == slot.name[3:]:
             reasons.setdefault(f.layer, f.kernel)
+        elif slot is not None and slot.name not in YAML_NAMES and (f.module == top or f.module.startswith(top + ".")):
+            reasons.setdefault(f.layer, f"{f.kernel} inside {slot.name}")
         elif not any(b["layer"] == f.layer and b["module"] == f.module for b in result.inside_blocks):
             result.inside_blocks.append({"layer": f.layer, "layer_class": f.layer_class, "module": f.module,
                                          "kernel": f.kernel})
@@ -328,7 +368,7 @@ def rewrite_yaml(src: str | os.PathLike[str], dst: str | os.PathLike[str] | None
         in_place: Rewrite ``src`` itself (``dst`` must be None).
         check: Write nothing; the result says whether a rewrite is needed.
         force: Allow ``dst`` to exist.
-        **kwargs: ``reverse``, ``policy``, ``imgsz``, ``torch_version``.
+        **kwargs: ``reverse``, ``policy``, ``imgsz``, ``torch_version``, ``modules``.
 
     Raises:
         ConfigError: Conflicting or missing output arguments, an existing output, an unwritable output folder.
@@ -336,7 +376,12 @@ def rewrite_yaml(src: str | os.PathLike[str], dst: str | os.PathLike[str] | None
     """
     src = Path(src)
     if not src.is_file():
-        raise ConfigError(f"model YAML '{src}' does not exist")
+        from ..analysis.models import resolve_model_yaml
+
+        found = resolve_model_yaml(src) if not src.parent.parts else None
+        if found is None:
+            raise ConfigError(f"model YAML '{src}' does not exist")
+        src = found
     if src.suffix not in {".yaml", ".yml"}:
         raise ConfigError(f"'{src}' is not a .yaml file")
     if in_place and dst is not None:

@@ -124,14 +124,14 @@ def run_identity(trainer: Any) -> dict[str, Any]:
     args = getattr(trainer, "args", None)
     try:
         out["data"] = trainer_data_fingerprint(trainer)
-    except Exception as e:  # noqa: BLE001 - a fingerprint never fails the run
+    except Exception as e:  # a fingerprint never fails the run
         out["data"] = _error(e)
     try:
         out["model"] = model_fingerprint(getattr(trainer, "model", None), getattr(args, "model", None))
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         out["model"] = _error(e)
     try:
         out["ultralytics_args"] = plain_args(args) if args is not None else {}
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         out["ultralytics_args"] = _error(e)
     return out

@@ -125,7 +125,8 @@ _BACKWARD = Edit(
     "backward", "scaler.scale(loss).backward()",
     re.compile(r"(?P<indent>[ \t]+)scaler\.scale\((?P<loss>\w+)\)\.backward\(\)[ \t]*$"), "replace",
     "{indent}ydet.backward(scaler.scale({loss}))  " + MARKER,
-    re.compile(r"(?P<indent>[ \t]+)ydet\.backward\(scaler\.scale\((?P<loss>\w+)\)\)  " + re.escape(MARKER) + r"[ \t]*$"),
+    re.compile(r"(?P<indent>[ \t]+)ydet\.backward\(scaler\.scale\((?P<loss>\w+)\)\)  "
+               + re.escape(MARKER) + r"[ \t]*$"),
     "{indent}scaler.scale({loss}).backward()",
 )
 _MODEL_DETECT = _insert("prepare_model", "amp = check_amp(model)", r"(?P<indent>[ \t]+)amp = check_amp\(model\)",
@@ -342,12 +343,13 @@ class FilePlan:
         if not self.changes:
             return []
         out = []
-        matcher = difflib.SequenceMatcher(a=(self.old or "").splitlines(), b=(self.new or "").splitlines(), autojunk=False)
+        old, new = (self.old or "").splitlines(), (self.new or "").splitlines()
+        matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
         for tag, i1, i2, j1, j2 in matcher.get_opcodes():
             if tag in {"replace", "delete"}:
-                out += [f"  -{i + 1}: {line.strip()}" for i, line in enumerate(matcher.a[i1:i2], start=i1)]
+                out += [f"  -{i + 1}: {line.strip()}" for i, line in enumerate(old[i1:i2], start=i1)]
             if tag in {"replace", "insert"}:
-                out += [f"  +{j + 1}: {line.strip()}" for j, line in enumerate(matcher.b[j1:j2], start=j1)]
+                out += [f"  +{j + 1}: {line.strip()}" for j, line in enumerate(new[j1:j2], start=j1)]
         return out
 
 

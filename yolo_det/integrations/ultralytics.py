@@ -4,8 +4,9 @@ Three ways in, from simplest:
 
 - ``yolo_det.attach(model, "repro")`` on an ``ultralytics.YOLO`` registers the callbacks (idempotent)
   and guards ``model.train/val/predict/export`` so the process state is restored even when a call fails.
-- ``model.train(trainer=yolo_det.trainer_class("repro"))``: a trainer class (any ``BaseTrainer`` subclass
-  can be the base) that snapshots the state before Ultralytics' ``init_seeds`` and restores it after.
+- ``model.train(trainer=yolo_det.trainer_class("repro"))``: a trainer class (the trainer of the model's
+  task by default; any ``BaseTrainer`` subclass can be the base) that snapshots the state before
+  Ultralytics' ``init_seeds`` and restores it after.
 - ``UltralyticsPlugin(profile).register(trainer.callbacks)`` for a trainer someone else builds; the
   baseline is then the state at the first event, after ``init_seeds``.
 
@@ -303,7 +304,7 @@ class UltralyticsPlugin:
                 try:
                     self._write(trainer, status="interrupted" if getattr(trainer, "_yolo_det_interrupted", False)
                                 else "failed")
-                except Exception as e:  # noqa: BLE001 - never mask the error that ended the run
+                except Exception as e:  # never mask the error that ended the run
                     warnings.warn(f"yolo-det could not write determinism.json for the failed run: {e}", stacklevel=2)
         finally:
             self.end_run()
@@ -406,7 +407,7 @@ def _export_standard(plugin: UltralyticsPlugin, method: Callable[..., Any], owne
         with plugin.guard():
             return method(*args, **kwargs)
     finally:
-        if records:
+        if records and isinstance(net, torch.nn.Module):
             restore(net, records)
 
 
@@ -456,24 +457,48 @@ def detach(model: Any) -> None:
         model.callbacks[event] = [f for f in model.callbacks[event] if not _is_plugin_callback(f)]
 
 
-def trainer_class(profile: Profile | str = "repro", base: type | None = None, *, record: bool = True) -> type:
-    """Return a trainer class that trains under ``profile``: ``model.train(trainer=trainer_class("repro"))``.
+#: Ultralytics task -> (module, trainer class) of the trainer Ultralytics itself uses for it.
+TASK_TRAINERS: dict[str, tuple[str, str]] = {
+    "detect": ("ultralytics.models.yolo.detect", "DetectionTrainer"),
+    "segment": ("ultralytics.models.yolo.segment", "SegmentationTrainer"),
+    "pose": ("ultralytics.models.yolo.pose", "PoseTrainer"),
+    "obb": ("ultralytics.models.yolo.obb", "OBBTrainer"),
+    "classify": ("ultralytics.models.yolo.classify", "ClassificationTrainer"),
+}
 
-    Args:
-        profile: A built-in name, a profile file path, or a :class:`~yolo_det.core.profiles.Profile`.
-        base: The trainer to extend (any ``ultralytics.engine.trainer.BaseTrainer`` subclass); by default
-            ``ultralytics.models.yolo.detect.DetectionTrainer``.
-        record: Write ``determinism.json`` into the run directory.
-    """
-    resolved = load_profile(profile)
-    if base is None:
-        from ultralytics.models.yolo.detect import DetectionTrainer
 
-        base = DetectionTrainer
-    from ultralytics.engine.trainer import BaseTrainer
+def _task_trainer(task: str) -> type:
+    import importlib
 
-    if not inspect.isclass(base) or not issubclass(base, BaseTrainer):
-        raise YoloDetError(f"trainer_class() needs a BaseTrainer subclass as base, got {base!r}")
+    if task not in TASK_TRAINERS:
+        try:  # a task of a newer Ultralytics (its YOLO class maps every task to its trainer)
+            from ultralytics import YOLO
+
+            return YOLO.task_map.fget(None)[task]["trainer"]  # type: ignore[attr-defined]
+        except Exception:
+            raise YoloDetError(f"no Ultralytics trainer for task '{task}'; choose from {', '.join(TASK_TRAINERS)} "
+                               "or pass base= (a BaseTrainer subclass)") from None
+    module, name = TASK_TRAINERS[task]
+    return getattr(importlib.import_module(module), name)
+
+
+def _trainer_task(cfg: Any, overrides: dict[str, Any] | None) -> str:
+    """The task a trainer is built for: ``task=`` of the arguments Ultralytics passes, else the model's."""
+    over = overrides or {}
+    task = over.get("task")
+    if not task and isinstance(cfg, dict):
+        task = cfg.get("task")
+    if not task:
+        model = over.get("model")
+        if isinstance(model, (str, Path)):
+            from ..analysis.models import model_task
+
+            task = model_task(str(model))
+    return str(task or "detect")
+
+
+def _with_profile(base: Any, resolved: Profile, record: bool) -> type:
+    """``base`` extended so that it trains under ``resolved``."""
 
     def __init__(self: Any, cfg: Any = None, overrides: dict[str, Any] | None = None,
                  _callbacks: dict[str, list[Any]] | None = None) -> None:
@@ -498,12 +523,57 @@ def trainer_class(profile: Profile | str = "repro", base: type | None = None, *,
         finally:
             self.yolo_det.end_run()
 
-    name = f"YoloDet{base.__name__}"
-    return type(name, (base,), {
+    return type(f"YoloDet{base.__name__}", (base,), {
         "__init__": __init__,
         "train": train,
         "yolo_det_profile": resolved,
         "yolo_det_record": record,
         "__doc__": f"{base.__name__} under the yolo-det profile '{resolved.name}'.",
+        "__module__": __name__,
+    })
+
+
+def trainer_class(profile: Profile | str = "repro", base: type | None = None, *, record: bool = True) -> type:
+    """Return a trainer class that trains under ``profile``: ``model.train(trainer=trainer_class("repro"))``.
+
+    Args:
+        profile: A built-in name, a profile file path, or a :class:`~yolo_det.core.profiles.Profile`.
+        base: The trainer to extend (any ``ultralytics.engine.trainer.BaseTrainer`` subclass). By default the
+            trainer of the model's task, as Ultralytics picks it: ``DetectionTrainer``, ``SegmentationTrainer``,
+            ``PoseTrainer``, ``OBBTrainer`` or ``ClassificationTrainer`` (the task comes from the ``task``
+            argument Ultralytics passes the trainer, else from the model YAML). The class returned then
+            subclasses ``DetectionTrainer``; an instance for another task is of that task's trainer, extended
+            the same way.
+        record: Write ``determinism.json`` into the run directory.
+    """
+    resolved = load_profile(profile)
+    from ultralytics.engine.trainer import BaseTrainer
+
+    if base is not None:
+        if not inspect.isclass(base) or not issubclass(base, BaseTrainer):
+            raise YoloDetError(f"trainer_class() needs a BaseTrainer subclass as base, got {base!r}")
+        return _with_profile(base, resolved, record)
+    made: dict[str, type] = {}
+
+    def for_task(task: str) -> type:
+        if task not in made:
+            made[task] = _with_profile(_task_trainer(task), resolved, record)
+        return made[task]
+
+    detect = for_task("detect")
+
+    def __new__(cls: type, cfg: Any = None, overrides: dict[str, Any] | None = None,
+                _callbacks: dict[str, list[Any]] | None = None) -> Any:
+        task = _trainer_task(cfg, overrides)
+        if task == "detect":
+            return object.__new__(cls)
+        return for_task(task)(cfg, overrides, _callbacks)  # not an instance of cls: its __init__ has run
+
+    return type("YoloDetTrainer", (detect,), {
+        "__new__": __new__,
+        "yolo_det_profile": resolved,
+        "yolo_det_record": record,
+        "yolo_det_trainer_for": staticmethod(for_task),
+        "__doc__": f"The trainer of the model's task under the yolo-det profile '{resolved.name}'.",
         "__module__": __name__,
     })

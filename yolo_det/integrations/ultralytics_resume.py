@@ -85,7 +85,8 @@ def _float_state(module: torch.nn.Module, *, buffers: bool | None = None) -> dic
     out = {}
     for k, v in module.state_dict(keep_vars=True).items():
         if buffers is not None:
-            is_param = type(v) is torch.nn.Parameter or (type(v) is not torch.Tensor and isinstance(v, torch.nn.Parameter))
+            is_param = type(v) is torch.nn.Parameter or (
+                type(v) is not torch.Tensor and isinstance(v, torch.nn.Parameter))
             if is_param == buffers:
                 continue
         out[k] = v
@@ -177,7 +178,7 @@ class UltralyticsResume:
         else:
             try:
                 state = load_state(path)
-            except Exception as e:  # noqa: BLE001 - an unreadable state is reported, never fatal
+            except Exception as e:
                 why = str(e)
             else:
                 updates = getattr(getattr(trainer, "ema", None), "updates", None)
@@ -336,7 +337,7 @@ class UltralyticsResume:
         error = None
         try:
             self.flush()
-        except Exception as e:  # noqa: BLE001 - a failed state write is reported, never fatal
+        except Exception as e:
             error = f"{type(e).__name__}: {e}"
             print(f"yolo-det: could not write the resume state: {error}", file=sys.stderr, flush=True)
         segments: list[Any] = []
@@ -373,7 +374,7 @@ class UltralyticsResume:
         if writer is not None:
             try:
                 writer.close()
-            except Exception as e:  # noqa: BLE001 - a failed state write must not fail the run that wrote it
+            except Exception as e:
                 print(f"yolo-det: could not write the resume state (rank {self.rank}): {type(e).__name__}: {e}",
                       file=sys.stderr, flush=True)
         if self._gate is not None:

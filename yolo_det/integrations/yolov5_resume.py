@@ -150,7 +150,7 @@ class YOLOv5Resume:
         else:
             try:
                 state = load_state(path)
-            except Exception as e:  # noqa: BLE001 - reported, never fatal
+            except Exception as e:
                 why = str(e)
             else:
                 updates = getattr(ema, "updates", None) if ema is not None else state.get("updates")

@@ -6,6 +6,10 @@
   and backward are therefore gathers (``index_select``) and element-wise products only: no scatter,
   no atomics, no matrix multiply (so TF32 settings cannot change the result), deterministic on every
   device whether or not ``torch.use_deterministic_algorithms`` is on, and twice differentiable.
+* :func:`apply_axis_maps` applies several such maps (one per axis) as one autograd node,
+  :class:`DetSeparableMap`, in chunks along a leading axis: the intermediate results and tap scratch
+  buffers exist for one chunk at a time and the last map writes into the result, so a resize keeps
+  about the memory the native kernel keeps (its output), forward and backward.
 * :class:`WindowSum` (through :func:`apply_window_mean`) is the same kind of pair for averages over
   contiguous windows, computed with one slice sum per window and, backward, one slice add per window.
 * :func:`outside_modes` runs code (the probes and table builders) outside any torch-function mode (the
@@ -31,6 +35,7 @@ __all__ = [
     "AxisMap",
     "amp_plan",
     "apply_axis_map",
+    "apply_axis_maps",
     "apply_window_mean",
     "autocast_off",
     "match_memory_format",
@@ -145,7 +150,8 @@ def _native_autocast_dtype(key: str, probe: Callable[[str], Tensor], device_type
     return result
 
 
-def amp_plan(key: str, probe: Callable[[str], Tensor], inputs: Sequence[Tensor]) -> tuple[torch.dtype, torch.dtype, bool]:
+def amp_plan(key: str, probe: Callable[[str], Tensor],
+             inputs: Sequence[Tensor]) -> tuple[torch.dtype, torch.dtype, bool]:
     """Decide the compute dtype and output dtype of a layer for its floating inputs.
 
     Args:
@@ -316,8 +322,9 @@ class _DeviceTaps:
                 self.weight = (None if amap.weight is None else
                                [c.to(dtype).contiguous().to(device) for c in amap.weight.t()])
 
-    def apply(self, x: Tensor, dim: int) -> Tensor:
-        """``out[..., i, ...] = sum_k w[i, k] * x[..., idx[i, k], ...]`` along ``dim`` (non-negative)."""
+    def apply(self, x: Tensor, dim: int, out: Tensor | None = None) -> Tensor:
+        """``out[..., i, ...] = sum_k w[i, k] * x[..., idx[i, k], ...]`` along ``dim`` (non-negative),
+        written into ``out`` (contiguous, of the result's shape) when given."""
         tail = (1,) * (x.dim() - dim - 1)
         last = dim == x.dim() - 1
         out_shape = list(x.shape)
@@ -333,7 +340,7 @@ class _DeviceTaps:
                 return torch.gather(x, dim, idx) if out is None else torch.gather(x, dim, idx, out=out)
             return x.index_select(dim, idx) if out is None else torch.index_select(x, dim, idx, out=out)
 
-        result = tap(0, None)
+        result = tap(0, out)
         if self.weight is not None:
             result.mul_(self.weight[0].view(self.out_size, *tail))
         for k in range(1, len(self.index)):
@@ -395,17 +402,105 @@ class DetAxisMap(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, dim: int, fwd: Any, bwd: Any) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: Tensor, dim: int, fwd: Any, bwd: Any) -> Tensor:
         ctx.dim = dim
         ctx.taps = (fwd, bwd)
         return fwd.apply(x, dim)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None]:
         fwd, bwd = ctx.taps
         if not ctx.needs_input_grad[0]:
             return None, None, None, None
         return DetAxisMap.apply(grad, ctx.dim, bwd, fwd), None, None, None
+
+
+#: Output elements per chunk below which :class:`DetSeparableMap` does not split the work.
+_CHUNK_MIN = 1 << 18
+#: The most chunks :class:`DetSeparableMap` splits the work into (bounds the per-call overhead).
+_CHUNK_MAX = 16
+
+
+def _chunk_dim(shape: Sequence[int], dims: Sequence[int]) -> int | None:
+    """The leading axis to split the work along: the first one of size > 1 before every mapped axis,
+    if all axes before it have size 1 (so each chunk of a contiguous result is contiguous)."""
+    for d in range(min(dims)):
+        if shape[d] > 1:
+            return d
+    return None
+
+
+def _apply_maps(x: Tensor, dims: Sequence[int], maps: Sequence[Any], out_shape: Sequence[int]) -> Tensor:
+    """Apply ``maps[i]`` along ``dims[i]`` in turn, in chunks along a leading axis.
+
+    Each chunk goes through all the axes before the next one starts, so the intermediate results and
+    the tap scratch buffers exist for one chunk at a time (about 1/16 of the result), and the last map
+    writes straight into the (contiguous) result: the peak memory is the result plus a chunk.
+    """
+    out = x.new_empty(out_shape)
+    total = out.numel()
+    cdim = _chunk_dim(list(x.shape), dims)
+    chunks = 1
+    if cdim is not None and total > _CHUNK_MIN:
+        chunks = min(_CHUNK_MAX, x.shape[cdim], -(-total // _CHUNK_MIN))
+    if cdim is None or chunks <= 1:
+        y = x
+        for d, m in zip(dims[:-1], maps[:-1]):
+            y = m.apply(y, d)
+        return maps[-1].apply(y, dims[-1], out=out)
+    size = x.shape[cdim]
+    step = -(-size // chunks)
+    for a in range(0, size, step):
+        b = min(step, size - a)
+        y = x.narrow(cdim, a, b)
+        for d, m in zip(dims[:-1], maps[:-1]):
+            y = m.apply(y, d)
+        maps[-1].apply(y, dims[-1], out=out.narrow(cdim, a, b))
+    return out
+
+
+class DetSeparableMap(torch.autograd.Function):
+    """Apply linear maps along several axes in one autograd node (see :func:`_apply_maps`).
+
+    The backward applies the transposed maps in reverse order the same way. Nothing is saved (the maps
+    are linear), and neither pass keeps a full-size intermediate: a resize keeps about what the native
+    kernel keeps. Twice differentiable (the backward is this function again).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, dims: tuple[int, ...], fwd: tuple[Any, ...],
+                bwd: tuple[Any, ...]) -> Tensor:
+        ctx.dims = dims
+        ctx.maps = (fwd, bwd)
+        ctx.in_shape = tuple(x.shape)
+        shape = list(x.shape)
+        for d, m in zip(dims, fwd):
+            shape[d] = m.out_size
+        return _apply_maps(x, dims, fwd, shape)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None]:
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None
+        fwd, bwd = ctx.maps
+        dims = tuple(reversed(ctx.dims))
+        return DetSeparableMap.apply(grad, dims, tuple(reversed(bwd)), tuple(reversed(fwd))), None, None, None
+
+
+def apply_axis_maps(x: Tensor, dims: Sequence[int], amaps: Sequence[AxisMap]) -> Tensor:
+    """Apply ``amaps[i]`` along ``dims[i]`` of ``x`` (in that order) as one autograd node that keeps no
+    full-size intermediate (:class:`DetSeparableMap`); identity maps are skipped."""
+    pairs = []
+    for d, m in zip(dims, amaps):
+        d = d % x.dim()
+        if x.shape[d] != m.in_size:
+            raise ValueError(f"axis {d} has size {x.shape[d]}, the map expects {m.in_size}")
+        if not m.is_identity():
+            pairs.append((d, m))
+    if not pairs:
+        return x.clone()
+    return DetSeparableMap.apply(x, tuple(d for d, _ in pairs), tuple(m.on(x) for _, m in pairs),
+                                 tuple(m.transpose().on(x) for _, m in pairs))
 
 
 def apply_axis_map(x: Tensor, dim: int, amap: AxisMap) -> Tensor:

@@ -128,65 +128,106 @@ def _gather(flat: Tensor, index: Tensor, out: Tensor | None = None) -> Tensor:
     return torch.gather(flat, 2, idx) if out is None else torch.gather(flat, 2, idx, out=out)
 
 
+#: Elements of ``(C, P)`` per chunk below which the batch is not split.
+_CHUNK_MIN = 1 << 18
+#: The most chunks the batch is split into.
+_CHUNK_MAX = 16
+
+
+def _batch_chunks(n: int, per_sample: int) -> list[tuple[int, int]]:
+    """``(start, length)`` ranges over the batch: work whose temporaries have the size of the output
+    (tap scratch buffers, weighted gradients) is done one range at a time, so they stay about 1/16
+    of the output instead of one or four times it."""
+    chunks = max(1, min(_CHUNK_MAX, n, -(-n * per_sample // _CHUNK_MIN)))
+    step = -(-n // chunks)
+    return [(a, min(step, n - a)) for a in range(0, n, step)]
+
+
 class DetGridSample(torch.autograd.Function):
-    """Bilinear grid sampling with a deterministic backward (see the module docstring)."""
+    """Bilinear grid sampling with a deterministic backward (see the module docstring).
+
+    Saves the input and the grid, as the native op does. Every pass runs over the batch in chunks
+    (:func:`_batch_chunks`), and the corner taps of a chunk are computed for that chunk (again in the
+    backward: they cost ``O(N * P)``, the sampling ``O(N * C * P)``), so no temporary has the size of
+    the output or of the whole batch's taps.
+    """
 
     @staticmethod
-    def forward(ctx: Any, input: Tensor, grid: Tensor, padding_mode: str, align_corners: bool,  # type: ignore[override]
+    def forward(ctx: Any, input: Tensor, grid: Tensor, padding_mode: str, align_corners: bool,
                 rows_backward: bool) -> Tensor:
         n, c, h, w = input.shape
         ho, wo = grid.shape[1], grid.shape[2]
-        taps = _Taps(grid, h, w, padding_mode, align_corners)
         flat = input.reshape(n, c, h * w)
-        out = _gather(flat, taps.index[0]).mul_(taps.weight[0].unsqueeze(1))
-        buf = None
-        for k in range(1, 4):
-            buf = _gather(flat, taps.index[k], buf)
-            out.addcmul_(buf, taps.weight[k].unsqueeze(1))
-        ctx.taps = taps
-        ctx.shape = (n, c, h, w)
+        out = flat.new_empty(n, c, ho * wo)
+        for a, b in _batch_chunks(n, c * ho * wo):
+            taps = _Taps(grid.narrow(0, a, b), h, w, padding_mode, align_corners)
+            o = out.narrow(0, a, b)
+            f = flat.narrow(0, a, b)
+            _gather(f, taps.index[0], o).mul_(taps.weight[0].unsqueeze(1))
+            buf = None
+            for k in range(1, 4):
+                buf = _gather(f, taps.index[k], buf)
+                o.addcmul_(buf, taps.weight[k].unsqueeze(1))
+        ctx.options = (padding_mode, align_corners)
         ctx.rows_backward = rows_backward
-        ctx.save_for_backward(input)
+        ctx.save_for_backward(input, grid)
         return out.view(n, c, ho, wo)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None, None]:  # type: ignore[override]
-        (input,) = ctx.saved_tensors
-        taps: _Taps = ctx.taps
-        n, c, h, w = ctx.shape
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None, None]:
+        input, grid = ctx.saved_tensors
+        n, c, h, w = input.shape
         g = grad.reshape(n, c, -1)
-        grad_input = grad_grid = None
-        if ctx.needs_input_grad[0]:
-            if ctx.rows_backward:
-                rows = torch.cat([t + torch.arange(n, device=t.device).unsqueeze(1) * (h * w) for t in taps.index], 1)
-                src = torch.cat([g * wk.unsqueeze(1) for wk in taps.weight], 2)  # (n, c, 4P)
+        p = g.shape[2]
+        need_input, need_grid = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        flat = input.reshape(n, c, h * w)
+        grad_input: Tensor | None = None
+        grad_grid: Tensor | None = None
+        if need_input:
+            if ctx.rows_backward:  # rows of C values, accumulated with index_put_(accumulate=True): sorted
                 acc = torch.zeros(n * h * w, c, dtype=g.dtype, device=g.device)
-                acc.index_put_((rows.reshape(-1),), src.transpose(1, 2).reshape(-1, c), accumulate=True)
-                grad_input = acc.view(n, h, w, c).permute(0, 3, 1, 2)
             else:
                 acc = torch.zeros(n, c, h * w, dtype=g.dtype, device=g.device)
-                buf = torch.empty_like(g)
+        if need_grid:
+            grad_grid = g.new_empty(n, p, 2)
+        for a, b in _batch_chunks(n, c * p):
+            taps = _Taps(grid.narrow(0, a, b), h, w, *ctx.options)
+            gc = g.narrow(0, a, b)
+            if need_input and ctx.rows_backward:
+                # one tap at a time, in a fixed order; each index_put_ is deterministic
+                base = (torch.arange(a, a + b, device=g.device) * (h * w)).unsqueeze(1)
                 for idx, wk in zip(taps.index, taps.weight):
-                    torch.mul(g, wk.unsqueeze(1), out=buf)
-                    acc.scatter_add_(2, idx.unsqueeze(1).expand(n, c, idx.shape[1]), buf)
-                grad_input = acc.view(n, c, h, w)
-        if ctx.needs_input_grad[1]:
-            flat = input.reshape(n, c, h * w)
-            gix = torch.zeros_like(taps.mx)
-            giy = torch.zeros_like(taps.my)
-            k = 0
-            buf = None
-            for r in (0, 1):
-                for s in (0, 1):
-                    buf = _gather(flat, taps.index[k], buf)
-                    v = buf.mul_(g).sum(1)
-                    v = torch.where(taps.valid[k], v, torch.zeros_like(v))
-                    # d(dx[s])/dix = -1 for the west column, +1 for the east; likewise for rows
-                    gix = gix + v * taps.dy[r] if s else gix - v * taps.dy[r]
-                    giy = giy + v * taps.dx[s] if r else giy - v * taps.dx[s]
-                    k += 1
-            grad_grid = torch.stack((gix * taps.mx, giy * taps.my), -1).view(n, grad.shape[2], grad.shape[3], 2)
+                    src = (gc * wk.unsqueeze(1)).transpose(1, 2).reshape(-1, c)
+                    acc.index_put_(((idx + base).reshape(-1),), src, accumulate=True)
+            elif need_input:
+                ac = acc.narrow(0, a, b)
+                buf = torch.empty_like(gc)
+                for idx, wk in zip(taps.index, taps.weight):
+                    torch.mul(gc, wk.unsqueeze(1), out=buf)
+                    ac.scatter_add_(2, idx.unsqueeze(1).expand(b, c, p), buf)
+            if need_grid:
+                fc = flat.narrow(0, a, b)
+                gix = torch.zeros_like(taps.mx)
+                giy = torch.zeros_like(taps.my)
+                taken: Tensor | None = None
+                k = 0
+                for r in (0, 1):
+                    for s in (0, 1):
+                        # sum over channels of input(corner) * grad
+                        taken = _gather(fc, taps.index[k], taken)
+                        v = taken.mul_(gc).sum(1)
+                        v = torch.where(taps.valid[k], v, torch.zeros_like(v))
+                        # d(dx[s])/dix = -1 for the west column, +1 for the east; likewise for rows
+                        gix = gix + v * taps.dy[r] if s else gix - v * taps.dy[r]
+                        giy = giy + v * taps.dx[s] if r else giy - v * taps.dx[s]
+                        k += 1
+                assert grad_grid is not None
+                grad_grid.narrow(0, a, b).copy_(torch.stack((gix * taps.mx, giy * taps.my), -1))
+        if need_input:
+            grad_input = acc.view(n, h, w, c).permute(0, 3, 1, 2) if ctx.rows_backward else acc.view(n, c, h, w)
+        if grad_grid is not None:
+            grad_grid = grad_grid.view(n, grad.shape[2], grad.shape[3], 2)
         return grad_input, grad_grid, None, None, None
 
 
@@ -210,7 +251,8 @@ def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mod
     if mode != "bilinear" or input.dim() != 4:
         raise YoloDetError(
             f"yolo-det's deterministic grid_sample supports mode='bilinear' on 4-D input only, got mode={mode!r} on "
-            f"{input.dim()}-D input; use torch.nn.functional.grid_sample and leave this layer out of strict determinism")
+            f"{input.dim()}-D input; use torch.nn.functional.grid_sample and leave this layer out of strict "
+            "determinism")
     if padding_mode not in _PADDING_MODES:
         return _native.grid_sample(input, grid, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
     if (grid.dim() != 4 or grid.shape[-1] != 2 or grid.shape[0] != input.shape[0] or input.dtype != grid.dtype

@@ -50,12 +50,13 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, s
     if size_average is not None or reduce is not None:
         reduction = _reduction.legacy_get_string(size_average, reduce)
     probabilities = target.is_floating_point()
-    if input.dim() < 3 or input.numel() == 0 or (target.shape != input.shape if probabilities else not _spatial_target_ok(input, target)):
+    bad_target = target.shape != input.shape if probabilities else not _spatial_target_ok(input, target)
+    if input.dim() < 3 or input.numel() == 0 or bad_target:
         return _native.cross_entropy(input, target, weight, ignore_index=ignore_index, reduction=reduction,
                                label_smoothing=label_smoothing)
     flat_target = _flatten_input(target) if probabilities else target.reshape(-1)
-    loss = _native.cross_entropy(_flatten_input(input), flat_target, weight, ignore_index=ignore_index, reduction=reduction,
-                           label_smoothing=label_smoothing)
+    loss = _native.cross_entropy(_flatten_input(input), flat_target, weight, ignore_index=ignore_index,
+                                 reduction=reduction, label_smoothing=label_smoothing)
     if reduction == "none":
         loss = loss.view((input.shape[0],) + tuple(input.shape[2:]))
     return loss
@@ -81,7 +82,8 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, size_a
         reduction = _reduction.legacy_get_string(size_average, reduce)
     if input.dim() < 3 or input.numel() == 0 or not _spatial_target_ok(input, target):
         return _native.nll_loss(input, target, weight, ignore_index=ignore_index, reduction=reduction)
-    loss = _native.nll_loss(_flatten_input(input), target.reshape(-1), weight, ignore_index=ignore_index, reduction=reduction)
+    loss = _native.nll_loss(_flatten_input(input), target.reshape(-1), weight, ignore_index=ignore_index,
+                            reduction=reduction)
     if reduction == "none":
         loss = loss.view((input.shape[0],) + tuple(input.shape[2:]))
     return loss

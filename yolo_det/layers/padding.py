@@ -114,12 +114,12 @@ class DetPad(torch.autograd.Function):
     """Reflection/replication padding (or its adjoint); the backward is the other one of the pair."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, pads: Pads, mode: str, adjoint: bool) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: Tensor, pads: Pads, mode: str, adjoint: bool) -> Tensor:
         ctx.args = (pads, mode, adjoint)
         return _pad_adjoint(x, pads, mode) if adjoint else _pad_forward(x, pads, mode)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None]:
         pads, mode, adjoint = ctx.args
         return DetPad.apply(grad, pads, mode, not adjoint), None, None, None
 

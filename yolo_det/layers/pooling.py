@@ -1,41 +1,47 @@
 """Deterministic adaptive average and max pooling (drop-ins for ``nn.AdaptiveAvgPool*d``/``MaxPool*d``).
 
-PyTorch's CUDA backward kernels of adaptive pooling accumulate with atomics (``adaptive_avg_pool2d``
-for any output other than 1x1, ``adaptive_max_pool2d`` for every output size). These versions compute
-the same function with kernels whose backward is deterministic:
+PyTorch's CUDA *backward* kernels of adaptive pooling accumulate with atomics (``adaptive_avg_pool2d``
+for any output other than 1x1, ``adaptive_max_pool2d`` for every output size); their forward kernels
+are deterministic (one thread computes one output from its window). These versions keep a native
+forward and replace every backward with one that uses no atomics:
 
-* **Average.** Adaptive pooling is separable: window ``i`` along an axis of length ``L`` pooled to
-  ``O`` is ``[floor(i*L/O), ceil((i+1)*L/O))``. Global pooling is a ``mean`` (what ATen does for 1x1
-  itself); when ``O`` divides ``L`` on both axes the windows are those of ``avg_pool2d`` with
-  ``kernel = stride = L/O``; otherwise each axis whose windows do not tile it is reduced by a
-  window mean (:func:`~yolo_det.layers._common.apply_window_mean`: one slice sum per window forward,
-  one slice add per window backward).
-* **Max.** When the windows tile the plane (global pooling, or ``O`` dividing ``L`` on both axes)
-  the op is ``max_pool2d`` with ``kernel = stride = L/O``: same windows, same scan order, same NaN
-  rule and indices, and a gather-style CUDA backward. Otherwise a small autograd function takes the
-  NaN-propagating ``amax`` over each column window (on slices: no copy of the input), then, on those
-  small row maxima, the maximum over each row window with the position of the first maximum (last
-  NaN), and from one gathered window row per output the column; that is the element ATen's kernels
-  select (first maximum in row-major order, or last NaN). The backward routes each gradient there
-  with ``index_put_(accumulate=True)`` (sorted, deterministic on CUDA with or without the flag).
-  Ties therefore send the gradient to the first maximum, like the CUDA kernel, not split among
-  them like ``amax``'s own backward; ``return_indices`` gives ATen's flat indices.
+* **Windows that tile the input** (global pooling, or ``O`` dividing ``L`` on every axis): ``mean``,
+  ``avg_pool2d`` and ``max_pool2d`` with ``kernel = stride = L/O``: the same windows, scan order, NaN
+  rule and indices, and backward kernels that gather (deterministic).
+* **General windows** (window ``i`` of an axis of length ``L`` pooled to ``O`` is
+  ``[floor(i*L/O), ceil((i+1)*L/O))``; neighbouring windows may share positions): a custom autograd
+  function runs ATen's own ``adaptive_{avg,max}_pool`` forward (so values, ties and NaN handling are
+  PyTorch's bit for bit, ``return_indices`` included) and saves only what the native op saves:
 
-Summation order differs from the native kernels (separable means), so float32 results agree to a
-few ulps, float64 to ~1e-16. float16/bfloat16 inputs are averaged in float32 and cast back.
+  - *average*: nothing. Backward (:class:`DetAdaptiveAvgPoolGrad`): each output gradient divided by its
+    window size, then spread back one axis at a time, output axes first (the tensor is small there):
+    every input position takes the value of the first window holding it with one ``index_select``,
+    positions shared with the next window get that window's value added with one slice add per window.
+    Gathers and slice adds only; done in batch chunks so no full-size intermediate exists.
+  - *max*: the ``int64`` indices. Backward (:class:`DetMaxPoolRouteGrad`): on the CPU ``scatter_add_``
+    in output order (deterministic there, and PyTorch's own summation order). On CUDA and other devices
+    no accumulation kernel runs at all: overlapping windows can select the same element only when they
+    are at most ``reach`` windows apart (1 unless the output is larger than the input), so for every
+    output the gradients of the outputs within reach that selected the same element are added first, in
+    increasing output order (every member of a group adds the same terms in the same order: bit-identical
+    totals), and a plain ``scatter_`` writes them; duplicates write the same bits, so the write order
+    cannot change the result. Ties therefore send the gradient to the element ATen selects (first maximum
+    in row-major order, last NaN), like the CUDA kernel. Its double backward is a gather.
+
+float16/bfloat16 inputs are pooled in float32 and cast back.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Optional, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._common import amp_plan, apply_window_mean, autocast_off, match_memory_format
+from ._common import amp_plan, autocast_off, match_memory_format
 
 __all__ = [
     "DetAdaptiveAvgPool1d",
@@ -51,6 +57,7 @@ __all__ = [
 ]
 
 SizeArg = Union[int, None, Sequence[Optional[int]]]
+Windows = tuple[tuple[int, ...], tuple[int, ...]]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -119,24 +126,121 @@ def _avg(y: Tensor, outs: Sequence[int]) -> Tensor:
         if kernel[1] == 1 and outs[0] == 1:
             return y.mean(dim=dims[0], keepdim=True)
         return F.avg_pool2d(y, kernel_size=kernel, stride=kernel)
-    changed = False
-    # tiling axes first (they shrink the tensor), then the overlapping ones
-    for d, s, o, div in zip(dims, sizes, outs, divisible):
-        if div and s != o:
-            y = y.mean(dim=d, keepdim=True) if o == 1 else y.unflatten(d, (o, s // o)).mean(dim=d + 1)
-            changed = True
-    for d, s, o, div in zip(dims, sizes, outs, divisible):
-        if not div:
-            y = apply_window_mean(y, d, *_windows(s, o))
-            changed = True
-    return y if changed else y.clone()
+    wins = tuple(_windows(s, o) for s, o in zip(sizes, outs))
+    return DetAdaptiveAvgPool.apply(y, wins)
 
 
-def _adaptive_avg(x: Tensor, outs: list[int], key: str, native: object) -> Tensor:
+_NATIVE_AVG = {1: lambda t, o: torch.adaptive_avg_pool1d(t, o), 2: lambda t, o: torch._C._nn.adaptive_avg_pool2d(t, o),
+               3: lambda t, o: torch._C._nn.adaptive_avg_pool3d(t, o)}
+
+
+@functools.lru_cache(maxsize=1024)
+def _first_window(win: Windows, in_size: int) -> tuple[int, ...]:
+    """For each input position, the first window holding it."""
+    starts, ends = win
+    first, j = [], 0
+    for p in range(in_size):
+        while ends[j] <= p:
+            j += 1
+        first.append(j)
+    return tuple(first)
+
+
+def _window_spread(g: Tensor, dim: int, win: Windows, in_size: int, out: Tensor | None = None) -> Tensor:
+    """``out[p] = sum over windows j holding p of g[j]`` along ``dim`` (the window sum's adjoint).
+
+    Every position takes its first window's value with one ``index_select`` (a gather: each output
+    element is written once); positions shared with later windows then get those added, one slice
+    add per overlapping window, in window order. No scatter, deterministic everywhere."""
+    starts, ends = win
+    first = torch.tensor(_first_window(win, in_size), dtype=torch.int64, device=g.device)
+    out = g.index_select(dim, first) if out is None else torch.index_select(g, dim, first, out=out)
+    for j in range(1, len(starts)):
+        lo, hi = starts[j], min(ends[j], ends[j - 1])
+        if hi > lo:
+            out.narrow(dim, lo, hi - lo).add_(g.narrow(dim, j, 1))
+    return out
+
+
+def _inverse_counts(wins: Sequence[Windows], like: Tensor) -> Tensor:
+    """``1 / (window size)`` of every output (the product over the axes), shaped for broadcasting."""
+    n = len(wins)
+    inv = torch.ones((), dtype=torch.float64)
+    for a, (starts, ends) in enumerate(wins):
+        shape = [1] * n
+        shape[a] = len(starts)
+        inv = inv * torch.tensor([float(e - s) for s, e in zip(starts, ends)], dtype=torch.float64).view(shape)
+    return (1.0 / inv).to(dtype=like.dtype, device=like.device)
+
+
+#: Output elements per chunk below which the backward does not split the batch.
+_CHUNK_MIN = 1 << 18
+#: The most chunks the backward splits the batch into.
+_CHUNK_MAX = 16
+
+
+class DetAdaptiveAvgPoolGrad(torch.autograd.Function):
+    """The input gradient of adaptive average pooling over the last ``n`` axes.
+
+    Each output gradient is divided by its window size once, then spread back one axis at a time
+    (:func:`_window_spread`, the output's axes first, while the tensor is small), in chunks along the
+    first axis so that the intermediate results exist for one chunk at a time and the last axis writes
+    straight into the gradient. Its own backward (the pooling's double backward) is the pooling.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, g: Tensor, wins: tuple[Windows, ...], sizes: tuple[int, ...]) -> Tensor:
+        ctx.outs = [len(w[0]) for w in wins]
+        n = len(wins)
+        first = g.dim() - n
+        scaled = g * _inverse_counts(wins, g)
+        shape = list(g.shape[:first]) + list(sizes)
+        out = g.new_empty(shape)
+        total = out.numel()
+        if first == 0 or g.shape[0] <= 1 or total <= _CHUNK_MIN:
+            ranges = [(0, g.shape[0])] if first > 0 else [(0, 0)]
+        else:
+            chunks = min(_CHUNK_MAX, g.shape[0], -(-total // _CHUNK_MIN))
+            step = -(-g.shape[0] // chunks)
+            ranges = [(a, min(step, g.shape[0] - a)) for a in range(0, g.shape[0], step)]
+        for a, b in ranges:
+            part = scaled if first == 0 else scaled.narrow(0, a, b)
+            target = out if first == 0 else out.narrow(0, a, b)
+            for axis in reversed(range(1, n)):
+                part = _window_spread(part, first + axis, wins[axis], sizes[axis])
+            _window_spread(part, first, wins[0], sizes[0], out=target)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, gg: Tensor) -> tuple[Tensor, None, None]:
+        return _NATIVE_AVG[len(ctx.outs)](gg, ctx.outs), None, None
+
+
+class DetAdaptiveAvgPool(torch.autograd.Function):
+    """Adaptive average pooling whose windows overlap or do not tile the input.
+
+    Forward: ATen's own ``adaptive_avg_pool{1,2,3}d`` kernel (deterministic on every device: each
+    output is one thread's sum over its window), so the result is PyTorch's bit for bit. Backward:
+    :class:`DetAdaptiveAvgPoolGrad` instead of the CUDA kernel that accumulates with atomics. Saves
+    nothing but the sizes (the native op keeps no tensor either)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, wins: tuple[Windows, ...]) -> Tensor:
+        n = len(wins)
+        ctx.wins = wins
+        ctx.sizes = tuple(int(s) for s in x.shape[-n:])
+        return _NATIVE_AVG[n](x, [len(w[0]) for w in wins])
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, None]:
+        return DetAdaptiveAvgPoolGrad.apply(g, ctx.wins, ctx.sizes), None
+
+
+def _adaptive_avg(x: Tensor, outs: list[int], key: str, native: Callable[..., Tensor]) -> Tensor:
     n = len(outs)
 
     def probe(device: str) -> Tensor:
-        return native(torch.zeros((1, 1) + (4,) * n, dtype=x.dtype, device=device), [3] * n)  # type: ignore[operator]
+        return native(torch.zeros((1, 1) + (4,) * n, dtype=x.dtype, device=device), [3] * n)
 
     compute, out_dtype, active = amp_plan(key, probe, [x])
     with autocast_off(x.device.type, active):
@@ -199,104 +303,104 @@ def adaptive_avg_pool3d(input: Tensor, output_size: SizeArg) -> Tensor:
 # ----------------------------------------------------------------------------------------------------
 
 
-Windows = tuple[tuple[int, ...], tuple[int, ...]]
 
-
-def _window_max(t: Tensor, dim: int, win: Windows) -> Tensor:
-    """Max (NaN-propagating ``amax``) over each window along ``dim``, keeping the axis."""
+@functools.lru_cache(maxsize=1024)
+def _reach(win: Windows) -> int:
+    """The largest ``j - i`` such that windows ``i`` and ``j`` share a position (0: no overlap;
+    1 whenever the output is not larger than the input)."""
     starts, ends = win
-    size, count = t.shape[dim], len(starts)
-    if count == 1 and starts[0] == 0 and ends[0] == size:
-        return t.amax(dim, keepdim=True)
-    if size % count == 0:  # windows tile the axis
-        return t.unflatten(dim, (count, size // count)).amax(dim + 1)
-    parts = [t.narrow(dim, s, e - s).amax(dim, keepdim=True) for s, e in zip(starts, ends)]
-    return torch.cat(parts, dim)
+    reach = 0
+    for i, e in enumerate(ends):
+        j = i + 1
+        while j < len(starts) and starts[j] < e:
+            j += 1
+        reach = max(reach, j - 1 - i)
+    return reach
 
 
-def _select(cand: Tensor, dim: int) -> tuple[Tensor, Tensor]:
-    """Maximum along ``dim`` and the position ATen's kernels select: the first maximum (``max(dim)``
-    returns the first one), or the last NaN when there is a NaN (the largest NaN position)."""
-    values, first = cand.max(dim, keepdim=True)
-    shape = [1] * cand.dim()
-    shape[dim] = cand.shape[dim]
-    pos = torch.arange(cand.shape[dim], dtype=torch.int32, device=cand.device).view(shape)
-    none = torch.full((), -1, dtype=torch.int32, device=cand.device)
-    last_nan = torch.where(torch.isnan(cand), pos, none).amax(dim, keepdim=True)
-    return values, torch.where(last_nan >= 0, last_nan.to(torch.int64), first)
+def _add_duplicates(grad: Tensor, index: Tensor, reach: tuple[int, int]) -> Tensor:
+    """For every output, the sum of the gradients of all outputs that select the same element.
+
+    Only outputs whose windows overlap can select the same element: those at most ``reach`` apart
+    along each axis. The neighbours are visited in increasing row-major position, so every output
+    of a group adds the same terms in the same order and gets bit-identical totals (starting from
+    +0, like the CPU kernel's accumulation into a zeroed gradient)."""
+    dh, dw = reach
+    oh, ow = index.shape[-2], index.shape[-1]
+    f = F.pad(index, (dw, dw, dh, dh), value=-1)
+    g = F.pad(grad, (dw, dw, dh, dh))
+    zero = torch.zeros((), dtype=grad.dtype, device=grad.device)
+    total = torch.zeros_like(grad)
+    for di in range(2 * dh + 1):
+        for dj in range(2 * dw + 1):
+            same = f[..., di:di + oh, dj:dj + ow] == index
+            total = total + torch.where(same, g[..., di:di + oh, dj:dj + ow], zero)
+    return total
 
 
-def _taps(win: Windows, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
-    """``(table, starts, lasts)``: each window's positions padded to the longest by repeating its last
-    position (``table`` is ``(O, K)``), and the first and last position of each window (``(O, 1)``)."""
-    starts, ends = win
-    k = max(e - s for s, e in zip(starts, ends))
-    table = [[min(s + t, e - 1) for t in range(k)] for s, e in zip(starts, ends)]
-    return (torch.tensor(table, dtype=torch.int64, device=device),
-            torch.tensor(starts, dtype=torch.int64, device=device).view(-1, 1),
-            torch.tensor([e - 1 for e in ends], dtype=torch.int64, device=device).view(-1, 1))
+class DetMaxPoolRouteGrad(torch.autograd.Function):
+    """The input gradient of adaptive max pooling: each output gradient goes to the element its
+    window selected, gradients of outputs that selected the same element add up.
+
+    On the CPU this is ``scatter_add_`` (serial, in output order: the CPU kernel's own order). On
+    other devices no accumulation kernel is used: the gradients of outputs that share an element
+    are added first (:func:`_add_duplicates`, fixed order), then written with a plain ``scatter_``;
+    outputs that share an element write the same bits, so the write order cannot matter. The
+    backward (double backward of the pooling) is a gather."""
+
+    @staticmethod
+    def forward(ctx: Any, grad: Tensor, index: Tensor, shape: torch.Size,
+                reach: tuple[int, int], combine: bool) -> Tensor:
+        ctx.save_for_backward(index)
+        lead = grad.numel() // max(1, index.shape[-2] * index.shape[-1]) if grad.numel() else 0
+        plane = int(shape[-2]) * int(shape[-1])
+        flat_index = index.reshape(lead, -1)
+        out = grad.new_zeros(lead, plane)
+        if combine:
+            src = _add_duplicates(grad, index, reach) if any(reach) else grad
+            out.scatter_(1, flat_index, src.reshape(lead, -1))
+        else:
+            out.scatter_add_(1, flat_index, grad.reshape(lead, -1))
+        return out.view(shape)
+
+    @staticmethod
+    def backward(ctx: Any, gg: Tensor) -> tuple[Tensor, None, None, None, None]:
+        (index,) = ctx.saved_tensors
+        lead = index.numel() // max(1, index.shape[-2] * index.shape[-1]) if index.numel() else 0
+        picked = gg.reshape(lead, -1).gather(1, index.reshape(lead, -1))
+        return picked.view(index.shape), None, None, None, None
 
 
-def _max_with_index(x: Tensor, hwin: Windows, wwin: Windows) -> tuple[Tensor, Tensor]:
-    """Adaptive max over the last two axes and ATen's flat ``h * W + w`` argmax (row-major scan).
-
-    Column windows are reduced first with ``amax`` on slices (no copy of the input); the row windows
-    of those row maxima (a small tensor) give the output and, per output, the first row (last NaN
-    row) holding it; one gathered window row per output then gives the column. Together that is the
-    first maximum (or last NaN) in row-major order, the element ATen's kernels select.
-    """
-    w = x.shape[-1]
-    oh, ow = len(hwin[0]), len(wwin[0])
-    rows_max = _window_max(x, x.dim() - 1, wwin)  # (..., H, Ow)
-    tab_h, hs, hl = _taps(hwin, x.device)
-    cand = rows_max.index_select(-2, tab_h.reshape(-1)).unflatten(-2, (oh, tab_h.shape[1]))  # (..., Oh, Kh, Ow)
-    out, local = _select(cand, -2)
-    out = out.squeeze(-2)
-    rows = torch.minimum(hs + local.squeeze(-2), hl)  # (..., Oh, Ow); a padded repeat maps to the last row
-    tab_w, ws, wl = _taps(wwin, x.device)
-    kw = tab_w.shape[1]
-    lead = rows.shape[:-2]
-    if x.stride(-2) == w * x.stride(-1):  # the plane flattens to a view: gather each window's row
-        flat = (rows.unsqueeze(-1) * w + tab_w).reshape(*lead, oh * ow * kw)
-        cand = torch.gather(x.flatten(-2), -1, flat).view(*lead, oh, ow, kw)
-    else:  # e.g. channels_last: gather whole rows, then the window's columns
-        xrows = torch.gather(x, -2, rows.reshape(*lead, oh * ow, 1).expand(*lead, oh * ow, w))
-        cand = torch.gather(xrows.view(*lead, oh, ow, w), -1, tab_w.expand(*lead, oh, ow, kw))
-    _, local = _select(cand, -1)
-    cols = torch.minimum(ws.view(-1) + local.squeeze(-1), wl.view(-1))
-    return out, rows * w + cols
-
-
-def _max_input_grad(grad: Tensor, index: Tensor, shape: torch.Size) -> Tensor:
-    """Route each output gradient to its selected element; overlapping windows may select the same
-    element, so contributions are accumulated with ``index_put_(accumulate=True)``, which sorts the
-    indices (deterministic on CUDA with or without the flag). Differentiable in ``grad``."""
-    lead = 1
-    for s in shape[:-2]:
-        lead *= int(s)
-    plane = int(shape[-2]) * int(shape[-1])
-    flat = index.reshape(lead, -1) + torch.arange(lead, device=index.device).unsqueeze(1) * plane
-    out = grad.new_zeros(lead * plane)
-    out.index_put_((flat.reshape(-1),), grad.reshape(-1), accumulate=True)
-    return out.view(shape)
+def _max_input_grad(grad: Tensor, index: Tensor, shape: torch.Size, reach: tuple[int, int],
+                    combine: bool | None = None) -> Tensor:
+    """Route each output gradient to its selected element (see :class:`DetMaxPoolRouteGrad`);
+    ``combine`` defaults to the accumulation-free path everywhere but on the CPU."""
+    if combine is None:
+        combine = grad.device.type != "cpu"
+    return DetMaxPoolRouteGrad.apply(grad.contiguous(), index.contiguous(), shape, reach, combine)
 
 
 class DetAdaptiveMaxPool(torch.autograd.Function):
     """Adaptive max pooling over the last two axes; the backward sends each output gradient to the
-    element ATen's kernels select (first maximum in row-major order, last NaN)."""
+    element ATen's kernels select (first maximum in row-major order, last NaN). Saves only the
+    indices (as the native op does)."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, hwin: Windows, wwin: Windows):  # type: ignore[override]
-        out, index = _max_with_index(x, hwin, wwin)
+    def forward(ctx: Any, x: Tensor, hwin: Windows, wwin: Windows):
+        out, index = torch._C._nn.adaptive_max_pool2d(x, [len(hwin[0]), len(wwin[0])])
         ctx.mark_non_differentiable(index)
+        ctx.set_materialize_grads(False)  # no zero-filled gradient for the indices (an int64 output-size tensor)
         ctx.save_for_backward(index)
         ctx.shape = x.shape
+        ctx.reach = (_reach(hwin), _reach(wwin))
         return out, index
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor, _grad_index: Tensor):  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor | None, _grad_index: Tensor | None):
+        if grad is None:
+            return None, None, None
         (index,) = ctx.saved_tensors
-        return _max_input_grad(grad, index, ctx.shape), None, None
+        return _max_input_grad(grad, index, ctx.shape, ctx.reach), None, None
 
 
 def _adaptive_max2d(x: Tensor, outs: Sequence[int], return_indices: bool) -> Tensor | tuple[Tensor, Tensor]:
@@ -304,10 +408,10 @@ def _adaptive_max2d(x: Tensor, outs: Sequence[int], return_indices: bool) -> Ten
     if all(s % o == 0 for s, o in zip(sizes, outs)):
         # windows tile the plane: exactly max_pool2d's (same scan order, NaN rule and indices)
         k = (sizes[0] // outs[0], sizes[1] // outs[1])
-        result = F.max_pool2d(x, kernel_size=k, stride=k, return_indices=return_indices)
         if return_indices:
-            return match_memory_format(result[0], x), match_memory_format(result[1], x)
-        return match_memory_format(result, x)
+            out, index = F.max_pool2d(x, kernel_size=k, stride=k, return_indices=True)
+            return match_memory_format(out, x), match_memory_format(index, x)
+        return match_memory_format(F.max_pool2d(x, kernel_size=k, stride=k), x)
     out, index = DetAdaptiveMaxPool.apply(x, _windows(sizes[0], outs[0]), _windows(sizes[1], outs[1]))
     if return_indices:
         return match_memory_format(out, x), match_memory_format(index, x)
@@ -332,8 +436,16 @@ def adaptive_max_pool2d(input: Tensor, output_size: SizeArg,
     """
     outs = _plan(input, output_size, 2)
     if outs is None:
-        return F.adaptive_max_pool2d(input, output_size, return_indices)  # type: ignore[arg-type]
+        return _torch_adaptive_max(F.adaptive_max_pool2d, input, output_size, return_indices)
     return _adaptive_max2d(input, outs, return_indices)
+
+
+def _torch_adaptive_max(native: Any, input: Tensor, output_size: SizeArg,
+                        return_indices: bool) -> Tensor | tuple[Tensor, Tensor]:
+    """PyTorch's own adaptive max pooling: the arguments as given, so that PyTorch accepts or rejects them itself
+    (its stubs leave out ``None`` entries in ``output_size``, which it accepts)."""
+    result: Tensor | tuple[Tensor, Tensor] = native(input, output_size, return_indices)
+    return result
 
 
 def adaptive_max_pool1d(input: Tensor, output_size: SizeArg,
@@ -350,12 +462,12 @@ def adaptive_max_pool1d(input: Tensor, output_size: SizeArg,
     """
     outs = _plan(input, output_size, 1)
     if outs is None:
-        return F.adaptive_max_pool1d(input, output_size, return_indices)  # type: ignore[arg-type]
+        return _torch_adaptive_max(F.adaptive_max_pool1d, input, output_size, return_indices)
     result = _adaptive_max2d(input.unsqueeze(-2), [1, outs[0]], return_indices)
-    if return_indices:
+    if isinstance(result, tuple):
         out, ind = result
         return out.squeeze(-2), ind.squeeze(-2)
-    return result.squeeze(-2)  # type: ignore[union-attr]
+    return result.squeeze(-2)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -387,12 +499,12 @@ class DetAdaptiveAvgPool3d(nn.AdaptiveAvgPool3d):
 class DetAdaptiveMaxPool1d(nn.AdaptiveMaxPool1d):
     """Deterministic drop-in for :class:`torch.nn.AdaptiveMaxPool1d` (same arguments, repr, state)."""
 
-    def forward(self, input: Tensor):  # type: ignore[override]
+    def forward(self, input: Tensor) -> Tensor | tuple[Tensor, Tensor]:
         return adaptive_max_pool1d(input, self.output_size, self.return_indices)
 
 
 class DetAdaptiveMaxPool2d(nn.AdaptiveMaxPool2d):
     """Deterministic drop-in for :class:`torch.nn.AdaptiveMaxPool2d` (same arguments, repr, state)."""
 
-    def forward(self, input: Tensor):  # type: ignore[override]
+    def forward(self, input: Tensor) -> Tensor | tuple[Tensor, Tensor]:
         return adaptive_max_pool2d(input, self.output_size, self.return_indices)

@@ -4,14 +4,19 @@ Ultralytics' ``parse_model`` resolves a layer's module name as ``nn.X`` (``torch
 ``torchvision.ops.X``, or a name in the globals of ``ultralytics.nn.tasks``. To let a YAML say
 ``[-1, 1, CBAMMax, [256]]``, that name has to exist in that namespace.
 :func:`register_ultralytics_modules` adds names there (idempotent: registering the same object again
-does nothing); :func:`registered` does it for a block and then restores the namespace exactly, names
-that existed before included::
+does nothing); :func:`registered` does it for a block and afterwards removes exactly the names it added.
+
+The user's names win: :func:`registered` never replaces or refuses a name the process already binds in
+``ultralytics.nn.tasks`` (the user's own ``CBAMMax``, an Ultralytics class): that name keeps its object, and
+a model YAML that uses it builds the user's class. :func:`register_ultralytics_modules` is the explicit,
+process-long registration: by default it refuses a name bound to another object (``existing="error"``),
+with ``existing="keep"`` it leaves such names alone. For example::
 
     from yolo_det.layers.registry import registered
     from yolo_det.analysis.zoo import ZOO_MODULES
 
-    with registered(ZOO_MODULES):
-        model = YOLO("data/models/cbam-max.yaml")
+    with registered(ZOO_MODULES):   # CBAMMax, CoordAtt, ... unless the process already binds them
+        model = YOLO("cbam-max.yaml")
 
 Ultralytics passes the YAML arguments of a class it does not know verbatim and assumes the layer keeps
 its input channel count, so a registered module should take its channels explicitly and preserve them.
@@ -63,32 +68,41 @@ def _check(mapping: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def register_ultralytics_modules(mapping: Mapping[str, Any]) -> None:
+def register_ultralytics_modules(mapping: Mapping[str, Any], *, existing: str = "error") -> list[str]:
     """Make each ``name -> class`` of ``mapping`` resolvable by Ultralytics' ``parse_model``.
 
     Registering a name already bound to the same object is a no-op, so calling this twice is safe.
 
     Args:
         mapping: Module names as written in model YAMLs, and the classes (or factories) they build.
+        existing: What to do with a name already bound to a different object (an Ultralytics class, the
+            user's own class, another registration): ``"error"`` (raise, register nothing) or ``"keep"``
+            (leave that name as it is and register the others).
+
+    Returns:
+        The names left alone because they were bound to another object (``existing="keep"``).
 
     Raises:
-        ConfigError: A name is not an identifier, or is already bound in ``ultralytics.nn.tasks`` to a
-            different object (an Ultralytics class or another registration); nothing is registered then.
+        ConfigError: A name is not an identifier, or (``existing="error"``) is already bound in
+            ``ultralytics.nn.tasks`` to a different object; nothing is registered then.
     """
+    if existing not in ("error", "keep"):
+        raise ConfigError(f"existing must be 'error' or 'keep', got {existing!r}")
     items = _check(mapping)
     with _lock:
         ns = _namespace()
-        for name, obj in items.items():
-            current = ns.get(name, _MISSING)
-            if current is not _MISSING and current is not obj:
-                raise ConfigError(
-                    f"cannot register '{name}': ultralytics.nn.tasks already defines it as {current!r}; "
-                    "choose another name for the module"
-                )
+        taken = [name for name, obj in items.items() if ns.get(name, obj) is not obj]
+        if taken and existing == "error":
+            name = taken[0]
+            raise ConfigError(
+                f"cannot register '{name}': ultralytics.nn.tasks already defines it as {ns[name]!r}; "
+                "choose another name for the module"
+            )
         for name, obj in items.items():
             if name not in ns:
                 ns[name] = obj
                 _added[name] = obj
+        return taken
 
 
 def unregister_ultralytics_modules(names: Mapping[str, Any] | list[str] | tuple[str, ...]) -> None:
@@ -108,34 +122,37 @@ def registered_names() -> dict[str, Any]:
 
 
 @contextmanager
-def registered(mapping: Mapping[str, Any]) -> Iterator[None]:
-    """Register ``mapping`` for the block; afterwards the Ultralytics namespace is exactly as before.
+def registered(mapping: Mapping[str, Any]) -> Iterator[list[str]]:
+    """Register ``mapping`` for the block; afterwards exactly the names it added are removed.
 
-    Names already registered with the same object stay registered; names that were absent are removed,
-    also when the block raises.
+    A name already bound (to the same object or to another: the user's class, an Ultralytics class) is
+    left as it is, so the user's definition is the one a model YAML builds. At the end of the block, also
+    when it raises, each name the block added is removed if it is still bound to the object added (a name
+    the user rebound inside the block keeps the user's object).
+
+    Yields:
+        The names of ``mapping`` left alone because they were bound to another object.
 
     Raises:
-        ConfigError: As :func:`register_ultralytics_modules`.
+        ConfigError: A name is not an identifier, or an object is not a class or factory.
     """
     items = _check(mapping)
     with _lock:
         ns = _namespace()
-        before = {name: ns.get(name, _MISSING) for name in items}
-        added_before = {name: _added.get(name, _MISSING) for name in items}
-        register_ultralytics_modules(items)
+        added = {name: obj for name, obj in items.items() if name not in ns}
+        kept = [name for name, obj in items.items() if name in ns and ns[name] is not obj]
+        for name, obj in added.items():
+            ns[name] = obj
+            _added[name] = obj
     try:
-        yield
+        yield kept
     finally:
         with _lock:
-            for name, value in before.items():
-                if value is _MISSING:
-                    ns.pop(name, None)
-                else:
-                    ns[name] = value
-                if added_before[name] is _MISSING:
-                    _added.pop(name, None)
-                else:
-                    _added[name] = added_before[name]
+            for name, obj in added.items():
+                if ns.get(name, _MISSING) is obj:
+                    del ns[name]
+                if _added.get(name, _MISSING) is obj:
+                    del _added[name]
 
 
 def _layer_names() -> dict[str, Any]:
@@ -147,14 +164,16 @@ def _layer_names() -> dict[str, Any]:
 def register_layers() -> None:
     """Make yolo-det's layer names (``DetAdaptiveMaxPool2d``, ``DetUpsample``, ...) resolvable in model YAMLs.
 
-    Idempotent. The names stay registered for the life of the process (a model YAML may be built at any
-    time); :func:`registered_layers` registers them for a block only.
+    Idempotent. A name the process already binds to something else (the user's own class) is left alone.
+    The names stay registered for the life of the process (a model YAML may be built at any time);
+    :func:`registered_layers` registers them for a block only.
     """
-    register_ultralytics_modules(_layer_names())
+    register_ultralytics_modules(_layer_names(), existing="keep")
 
 
 @contextmanager
-def registered_layers() -> Iterator[None]:
-    """Register yolo-det's layer names for the block and restore Ultralytics' namespace afterwards."""
-    with registered(_layer_names()):
-        yield
+def registered_layers() -> Iterator[list[str]]:
+    """Register yolo-det's layer names for the block; afterwards remove exactly the names it added (a name the
+    process already binds is left alone)."""
+    with registered(_layer_names()) as kept:
+        yield kept

@@ -10,8 +10,9 @@ length 2 with scale 1, where every mode is the identity) and the non-zero weight
 are kept as a few taps. Border clamping, cubic ``A = -0.75``, antialias filters and the
 ``scale_factor`` semantics (``1/scale_factor`` is used when a scale is given and not recomputed) are
 therefore PyTorch's by construction. The maps are cached per configuration and applied one axis at a
-time with :func:`~yolo_det.layers._common.apply_axis_map`: gathers and multiply-adds, forward and
-backward (the transposed map), no atomics, no matrix multiply (TF32 settings have no effect).
+time with :func:`~yolo_det.layers._common.apply_axis_maps` (one autograd node, batch chunks):
+gathers and multiply-adds, forward and backward (the transposed map), no atomics, no matrix multiply
+(TF32 settings have no effect).
 
 ``area`` is adaptive average pooling (as in PyTorch) and uses :mod:`yolo_det.layers.pooling`.
 ``nearest`` and ``nearest-exact`` are already deterministic and pass through to PyTorch.
@@ -33,7 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from . import _native
-from ._common import AxisMap, amp_plan, apply_axis_map, autocast_off, match_memory_format, outside_modes
+from ._common import AxisMap, amp_plan, apply_axis_maps, autocast_off, match_memory_format, outside_modes
 from .pooling import adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
 
 __all__ = ["DetUpsample", "DetUpsamplingBilinear2d", "interpolate"]
@@ -170,14 +171,8 @@ def interpolate(input: Tensor, size: int | Sequence[int] | None = None,
 
     compute, out_dtype, active = amp_plan(f"interpolate:{mode}:{bool(antialias)}", probe, [input])
     with autocast_off(input.device.type, active):
-        y = input.to(compute)
-        changed = False
-        for a in reversed(range(nd)):
-            if not maps[a].is_identity():
-                y = apply_axis_map(y, 2 + a, maps[a])
-                changed = True
-        if not changed:
-            y = y.clone()
+        order = list(reversed(range(nd)))
+        y = apply_axis_maps(input.to(compute), [2 + a for a in order], [maps[a] for a in order])
         y = y.to(out_dtype)
     return match_memory_format(y, input)
 
@@ -186,7 +181,7 @@ class DetUpsample(nn.Upsample):
     """Deterministic drop-in for :class:`torch.nn.Upsample` (same arguments, attributes, repr, state)."""
 
     def forward(self, input: Tensor) -> Tensor:
-        return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,  # type: ignore[arg-type]
+        return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,
                            recompute_scale_factor=self.recompute_scale_factor)
 
 
@@ -194,5 +189,5 @@ class DetUpsamplingBilinear2d(nn.UpsamplingBilinear2d):
     """Deterministic drop-in for :class:`torch.nn.UpsamplingBilinear2d` (bilinear, ``align_corners=True``)."""
 
     def forward(self, input: Tensor) -> Tensor:
-        return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,  # type: ignore[arg-type]
+        return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,
                            recompute_scale_factor=self.recompute_scale_factor)

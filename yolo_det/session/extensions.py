@@ -14,7 +14,9 @@ a phase is entered, and undoes them in reverse order when it is left, on error t
 An extension's ``apply(ctx)`` returns a token (what it replaced) or None when it did nothing;
 ``undo(token)`` puts back what the token describes. Objects handed over while a phase is in force (the
 model, the scaler) are applied through the same extensions, via ``hand_over``. A new profile setting is
-one more extension in :func:`default_extensions`.
+a field of the schema (:class:`~yolo_det.core.profiles.PhaseSettings`, or
+:func:`~yolo_det.core.profiles.register_setting`) and one extension (in :func:`default_extensions`, or
+:func:`register_extension`); nothing else changes (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any, Callable
 from ..analysis.swap_plan import decide_swaps
 from ..core import state as _state
 from ..core.backward import ToggleScaler
+from ..core.errors import ConfigError
 from ..core.profiles import PhaseSettings
 from ..core.seeding import rank_seed, seed_dataloader, seed_everything
 from ..fixes import swaps as _swaps
@@ -41,6 +44,8 @@ __all__ = [
     "Seeds",
     "Swaps",
     "default_extensions",
+    "register_extension",
+    "unregister_extension",
 ]
 
 
@@ -197,6 +202,30 @@ class ContextExtension(Extension):
         token.__exit__(None, None, None)
 
 
+#: Extensions added with :func:`register_extension` (factories, in registration order).
+_REGISTERED: list[Callable[[], Extension]] = []
+
+
 def default_extensions() -> list[Extension]:
-    """The extensions every session applies, in order (undone in reverse)."""
-    return [FlagsAndEnv(), Seeds(), BackwardToggle(), Swaps(), Interception()]
+    """The extensions every session applies, in order (undone in reverse): the built-in ones, then the
+    registered ones."""
+    return [FlagsAndEnv(), Seeds(), BackwardToggle(), Swaps(), Interception(), *(make() for make in _REGISTERED)]
+
+
+def register_extension(factory: Callable[[], Extension]) -> None:
+    """Apply a new extension in every session created from now on, after the built-in ones.
+
+    ``factory()`` makes one instance per session (an :class:`Extension` subclass is a factory). With
+    :func:`yolo_det.core.profiles.register_setting` this is all a new profile setting needs: the setting in
+    the schema, and the extension that applies and undoes it. Registering the same factory again is a no-op.
+    """
+    if not callable(factory):
+        raise ConfigError(f"register_extension needs a factory of Extension objects (a class), got {factory!r}")
+    if factory not in _REGISTERED:
+        _REGISTERED.append(factory)
+
+
+def unregister_extension(factory: Callable[[], Extension]) -> None:
+    """Stop applying an extension added by :func:`register_extension` (sessions already made keep theirs)."""
+    if factory in _REGISTERED:
+        _REGISTERED.remove(factory)

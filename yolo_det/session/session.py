@@ -95,7 +95,7 @@ class DeterminismSession:
     @property
     def phases(self) -> tuple[str, ...]:
         """The stack of phases in force, outermost first."""
-        return tuple(f.phase for f in self._stack)
+        return tuple(f.phase for f in self._stack if f.phase is not None)
 
     def add_extension(self, factory: Extension | Callable[[str, PhaseSettings, Any], Any]) -> None:
         """Add an :class:`~yolo_det.session.extensions.Extension`, or a

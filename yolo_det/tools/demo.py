@@ -4,7 +4,8 @@ The demo dataset is tiny on purpose: 48 training and 16 validation images of 96x
 coloured circles, squares and triangles on noisy backgrounds (three classes), so a YOLO model trains
 on it on a CPU in seconds. The images are a pure function of the seed; a source checkout ships them
 in ``data/demo`` (regenerate with ``python -m yolo_det.tools.demo``), and an installed package generates
-them once into ``~/.cache/yolo-det/demo``.
+them once into the user cache (``~/.cache/yolo-det/demo``, or ``$YOLO_DET_CACHE``), never into
+``site-packages``. Files are created with the usual modes (``0o666`` less the umask).
 
 The local font that keeps Ultralytics and YOLOv5 from downloading one is in
 :mod:`yolo_det.integrations.fonts`.
@@ -14,14 +15,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 import cv2
 import numpy as np
 
-__all__ = ["CLASSES", "demo_data_yaml", "generate", "iter_samples", "main", "make_image"]
+from ..core.fileio import atomic_write_bytes
+
+__all__ = ["CLASSES", "cache_dir", "default_demo_folder", "demo_data_yaml", "generate", "iter_samples", "main",
+           "make_image"]
 
 CLASSES = ("circle", "square", "triangle")
 IMGSZ = 96
@@ -72,7 +75,8 @@ def make_image(rng: np.random.Generator) -> tuple[np.ndarray, list[str]]:
     return img, lines
 
 
-def iter_samples(*, n_train: int = N_TRAIN, n_val: int = N_VAL, seed: int = 0) -> Iterable[tuple[str, str, np.ndarray, list[str]]]:
+def iter_samples(*, n_train: int = N_TRAIN, n_val: int = N_VAL,
+                 seed: int = 0) -> Iterable[tuple[str, str, np.ndarray, list[str]]]:
     """Yield ``(split, stem, image, label_lines)`` for every sample of the dataset."""
     rng = np.random.default_rng(seed)
     for split, n in (("train", n_train), ("val", n_val)):
@@ -83,14 +87,28 @@ def iter_samples(*, n_train: int = N_TRAIN, n_val: int = N_VAL, seed: int = 0) -
 
 def _write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, data)
+
+
+def _source_checkout() -> bool:
+    """Whether this package runs from a source checkout (``data/`` beside the package is the project's own)."""
+    root = _REPO_DATA.parent
+    return (root / "pyproject.toml").is_file() and (root / "yolo_det").is_dir() and _REPO_DATA.is_dir()
+
+
+def cache_dir() -> Path:
+    """Where an installed package keeps generated files: ``$YOLO_DET_CACHE``, else ``~/.cache/yolo-det``
+    (``$XDG_CACHE_HOME/yolo-det`` when that is set)."""
+    explicit = os.environ.get("YOLO_DET_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "yolo-det"
+
+
+def default_demo_folder() -> Path:
+    """The demo dataset folder: ``data/demo`` in a source checkout, else ``demo`` in :func:`cache_dir`."""
+    return _REPO_DATA / "demo" if _source_checkout() else cache_dir() / "demo"
 
 
 def generate(out: str | os.PathLike[str], *, n_train: int = N_TRAIN, n_val: int = N_VAL, seed: int = 0) -> Path:
@@ -110,11 +128,12 @@ def generate(out: str | os.PathLike[str], *, n_train: int = N_TRAIN, n_val: int 
 
 
 def demo_data_yaml() -> Path:
-    """Path of the demo data YAML: the source checkout's ``data/demo.yaml``, else a generated copy."""
+    """Path of the demo data YAML: the source checkout's ``data/demo.yaml``, else a copy generated once into
+    :func:`cache_dir` (never into the installed package)."""
     repo_yaml = _REPO_DATA / "demo.yaml"
-    if repo_yaml.is_file() and (_REPO_DATA / "demo" / "images" / "train").is_dir():
+    if _source_checkout() and repo_yaml.is_file() and (_REPO_DATA / "demo" / "images" / "train").is_dir():
         return repo_yaml
-    cache = Path(os.environ.get("YOLO_DET_CACHE", Path.home() / ".cache" / "yolo-det"))
+    cache = cache_dir()
     yaml_path = cache / "demo.yaml"
     marker = cache / "demo" / ".complete"
     if not (yaml_path.is_file() and marker.is_file()):
@@ -126,12 +145,15 @@ def demo_data_yaml() -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m yolo_det.tools.demo [--out DIR]``: write the demo dataset."""
-    parser = argparse.ArgumentParser(prog="python -m yolo_det.tools.demo", description="Write the yolo-det demo dataset.")
-    parser.add_argument("--out", type=Path, default=_REPO_DATA / "demo", help="dataset folder (default: data/demo)")
+    parser = argparse.ArgumentParser(prog="python -m yolo_det.tools.demo",
+                                     description="Write the yolo-det demo dataset.")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="dataset folder (default: data/demo in a source checkout, else ~/.cache/yolo-det/demo)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    yaml_path = generate(args.out, seed=args.seed)
-    print(f"wrote {args.out} and {yaml_path}")
+    out = args.out if args.out is not None else default_demo_folder()
+    yaml_path = generate(out, seed=args.seed)
+    print(f"wrote {out} and {yaml_path}")
     return 0
 
 

@@ -35,7 +35,8 @@ from ..core.record import RECORD_NAME, RECORD_SCHEMA
 __all__ = ["DIFF_SCHEMA", "GROUPS", "Difference", "DiffReport", "diff_paths", "diff_records", "load_record"]
 
 DIFF_SCHEMA = "yolo-det/diff/1"
-VERIFY_SAVED_SCHEMA = "yolo-det/verify-fingerprints"  # files of `yolo-det verify --save` (yolo_det.tools.verify.crossverify)
+#: Files of `yolo-det verify --save` (yolo_det.tools.verify.crossverify).
+VERIFY_SAVED_SCHEMA = "yolo-det/verify-fingerprints"
 #: Groups in the order of how likely a difference in them changes the bits; ``other`` never does.
 GROUPS: dict[str, str] = {
     "data": "data",
@@ -160,7 +161,8 @@ class DiffReport:
         if kind == "incomparable":
             missing = [k.upper() for k in ("a", "b") if not self.weights.get(k)]
             why = ", ".join(f"run {k} ({self.status.get(k.lower(), 'unknown')})" for k in missing)
-            return f"these runs are configured the same, but the weights cannot be compared: no weights digest for {why}"
+            return ("these runs are configured the same, but the weights cannot be compared: no weights digest "
+                    f"for {why}")
         reasons = "; ".join(_short(d) for d in self.causes[:3])
         more = f"; and {len(self.causes) - 3} more" if len(self.causes) > 3 else ""
         if kind == "configured-differently":
@@ -238,7 +240,8 @@ def load_record(source: str | Path) -> tuple[dict[str, Any], str]:
     path = Path(source).expanduser()
     if path.is_dir():
         if not (path / RECORD_NAME).is_file():
-            raise ConfigError(f"'{path}' is a folder without {RECORD_NAME}; pass a yolo-det run folder or a {RECORD_NAME} file")
+            raise ConfigError(f"'{path}' is a folder without {RECORD_NAME}; pass a yolo-det run folder or a "
+                              f"{RECORD_NAME} file")
         path = path / RECORD_NAME
     if not path.is_file():
         raise ConfigError(f"'{path}' does not exist; pass a yolo-det run folder or a {RECORD_NAME} file")
@@ -319,7 +322,9 @@ def _args(record: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _trained_on_cpu(record: Mapping[str, Any]) -> bool:
     device = _args(record).get("device")
-    return str(device).strip().lower() in {"cpu", "mps"} or (device in (None, "") and not _get(record, "environment", "cuda_available"))
+    if str(device).strip().lower() in {"cpu", "mps"}:
+        return True
+    return device in (None, "") and not _get(record, "environment", "cuda_available")
 
 
 def _data(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
@@ -347,13 +352,15 @@ def _data(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
         if xa.get("sha256") == xb.get("sha256"):
             continue
         if xa.get("list_sha256") != xb.get("list_sha256"):
-            c.add("data", f"data: {split} image list", f"{xa.get('images')} images, {_short_hash(xa.get('list_sha256'))}",
+            c.add("data", f"data: {split} image list",
+                  f"{xa.get('images')} images, {_short_hash(xa.get('list_sha256'))}",
                   f"{xb.get('images')} images, {_short_hash(xb.get('list_sha256'))}")
         if xa.get("images_sha256") != xb.get("images_sha256") and xa.get("list_sha256") == xb.get("list_sha256"):
             c.add("data", f"data: {split} image contents", _short_hash(xa.get("images_sha256")),
                   _short_hash(xb.get("images_sha256")), note="same file names, different bytes")
         if xa.get("labels_sha256") != xb.get("labels_sha256"):
-            c.add("data", f"data: {split} labels", f"{_short_hash(xa.get('labels_sha256'))} ({xa.get('missing_labels', 0)} missing)",
+            c.add("data", f"data: {split} labels",
+                  f"{_short_hash(xa.get('labels_sha256'))} ({xa.get('missing_labels', 0)} missing)",
                   f"{_short_hash(xb.get('labels_sha256'))} ({xb.get('missing_labels', 0)} missing)")
     c.add("data", "data: class names", _short_hash(fa.get("names_sha256")), _short_hash(fb.get("names_sha256")))
     if not any(d.group == "data" and d.changes_bits for d in c.items):  # a reason the parts above do not show
@@ -448,7 +455,8 @@ def _arguments(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> N
 def _environment(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
     ea, eb = ra.get("environment") or {}, rb.get("environment") or {}
 
-    def env(group: str, key: str, *, name: str | None = None, changes_bits: bool = True, note: str | None = None) -> None:
+    def env(group: str, key: str, *, name: str | None = None, changes_bits: bool = True,
+            note: str | None = None) -> None:
         a, b = ea.get(key, _MISSING), eb.get(key, _MISSING)
         if _MISSING in (a, b) and a != b:
             note = "not recorded by the older record"
@@ -508,7 +516,8 @@ def diff_records(record_a: Mapping[str, Any], record_b: Mapping[str, Any], *, a:
     items = sorted(c.items, key=lambda d: order[d.group])  # stable: the order of addition within a group
     report = DiffReport(a=a, b=b, differences=items, notes=c.notes)
     for key, rec in (("a", record_a), ("b", record_b)):
-        weights = rec.get("weights") if isinstance(rec.get("weights"), Mapping) else {}
+        found = rec.get("weights")
+        weights = found if isinstance(found, Mapping) else {}
         report.weights[key] = weights.get("sha256")
         report.ema[key] = weights.get("ema_fp32_sha256")
         report.status[key] = rec.get("status", _MISSING)

@@ -73,7 +73,7 @@ def _cpu_digest(t: torch.Tensor) -> str:
         t = t.contiguous()
     h = hashlib.sha256(_header(t))
     if t.numel():
-        h.update(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+        h.update(t.reshape(-1).view(torch.uint8).numpy().data)
     return h.hexdigest()[:32]
 
 

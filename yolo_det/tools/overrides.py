@@ -100,16 +100,19 @@ def resolve_model(model: str) -> str:
     Raises:
         ModelError: The YAML does not exist, or the checkpoint is not on disk (yolo-det never downloads weights).
     """
-    from ..analysis.models import resolve_model_yaml
+    from ..analysis.models import is_example, resolve_model_yaml
 
     path = Path(model).expanduser()
     if path.suffix in {".yaml", ".yml"}:
-        if resolve_model_yaml(model) is None:
-            raise ModelError(f"model YAML '{model}' not found; give a path or an Ultralytics name such as yolov8n.yaml")
+        found = resolve_model_yaml(model)
+        if found is None:
+            raise ModelError(f"model YAML '{model}' not found; give a path, an Ultralytics name such as yolov8n.yaml "
+                             "or a yolo-det example such as cbam-max.yaml")
+        resolved = str(found) if is_example(found) else model  # Ultralytics finds its own names (and their scale)
         from .prechecks import check_model_yaml
 
-        check_model_yaml(model)  # bounded YAML, every module name known: one line now, not a traceback later
-        return model
+        check_model_yaml(resolved)  # bounded YAML, every module name known: one line now, not a traceback later
+        return resolved
     if path.is_file():
         from ..core.pickle_scan import check_checkpoint
         from ..core.safeload import trust_checkpoints
@@ -126,12 +129,15 @@ def resolve_model(model: str) -> str:
 
 
 def resolve_data(data: str) -> str:
-    """Return the absolute path of a data YAML, or the name if Ultralytics ships it.
+    """Return the absolute path of a data YAML or a dataset folder (classification), or the name if Ultralytics
+    ships it.
 
     Raises:
-        ConfigError: Neither a file nor a dataset name Ultralytics knows.
+        ConfigError: Neither a file, a folder nor a dataset name Ultralytics knows.
     """
     path = Path(data).expanduser()
+    if path.is_dir():  # classification data: a folder with train/ and val/
+        return str(path.resolve())
     if path.is_file():
         from .prechecks import check_data
 
@@ -142,11 +148,12 @@ def resolve_data(data: str) -> str:
 
         try:
             found = check_yaml(data, hard=False)
-        except Exception:  # noqa: BLE001 - check_yaml may try the network for URLs
+        except Exception:  # check_yaml may try the network for URLs
             found = None
         if found:
             from .prechecks import check_data
 
             check_data(data)
             return data
-    raise ConfigError(f"data '{data}' does not exist; pass the path of a dataset YAML (data=path/to/data.yaml)")
+    raise ConfigError(f"data '{data}' does not exist; pass the path of a dataset YAML (data=path/to/data.yaml) or, "
+                      "for classification, of a folder with train/ and val/ (data=path/to/images)")

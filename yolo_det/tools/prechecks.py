@@ -87,7 +87,7 @@ def optimizer_names() -> tuple[str, ...]:
         names = ast.literal_eval(m.group(1)) if m else None
         if isinstance(names, set) and names and all(isinstance(n, str) for n in names):
             return tuple(sorted(names, key=str.lower))
-    except Exception:  # noqa: BLE001 - a changed Ultralytics falls back to the known list
+    except Exception:  # a changed Ultralytics falls back to the known list
         pass
     return _FALLBACK_OPTIMIZERS
 
@@ -159,7 +159,7 @@ def check_data(data: str) -> None:
 
         try:
             found = check_yaml(data, hard=False)
-        except Exception:  # noqa: BLE001 - check_yaml raises on ambiguous names
+        except Exception:  # check_yaml raises on ambiguous names
             found = None
         if not found:
             return  # resolve_data judged the name
@@ -172,7 +172,8 @@ def check_data(data: str) -> None:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"data '{data}'{line}: malformed YAML: {getattr(e, 'problem', None) or 'not valid YAML'}") from None
+        problem = getattr(e, "problem", None) or "not valid YAML"
+        raise ConfigError(f"data '{data}'{line}: malformed YAML: {problem}") from None
     if not isinstance(cfg, Mapping):
         raise ConfigError(f"data '{data}' must be a mapping with train:, val: and names:, got {type(cfg).__name__}")
     val = cfg.get("val") if cfg.get("val") is not None else cfg.get("validation")

@@ -1,16 +1,18 @@
 """Turn a profile name and ``key=value`` tokens into a profile and checked Ultralytics train arguments.
 
 Used by the ``train``, ``verify`` and ``bench`` commands and by the benchmark scripts. Without ``data=``
-the bundled demo dataset is used with small defaults (:data:`DEMO_DEFAULTS`), except when resuming
-(``resume=True``/``resume=path``): then only the checkpoint's own arguments and the keys given are used.
+the bundled demo dataset is used with small defaults (:data:`DEMO_DEFAULTS`); it is for detection, so a model
+of another task needs ``data=`` (a dataset YAML, or a folder for classification). When resuming
+(``resume=True``/``resume=path``) no default is added: the checkpoint's own arguments and the keys given are used.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..analysis.models import model_task
 from ..core.errors import ConfigError
-from ..core.profiles import load_profile
+from ..core.profiles import Profile, load_profile
 from ..core.resume import is_resume, resume_arguments
 from ..core.safe_yaml import short
 from .overrides import check_ultralytics_args, parse_overrides, resolve_data, resolve_model
@@ -32,7 +34,8 @@ RESERVED = {
 }
 
 
-def prepare(profile: str, tokens: list[str], *, check_device: bool = True) -> tuple[Any, dict[str, Any]]:
+def prepare(profile: str | Profile, tokens: list[str], *,
+            check_device: bool = True) -> tuple[Profile, dict[str, Any]]:
     """Validate the profile and the overrides; return ``(profile, ultralytics_args)`` or raise a one-line error.
 
     Nothing is written and no model is built. ``check_device=False`` leaves ``device=`` to the caller (verify
@@ -42,19 +45,27 @@ def prepare(profile: str, tokens: list[str], *, check_device: bool = True) -> tu
     args = parse_overrides(tokens)
     if is_resume(args):
         return resolved, _prepare_resume(args)
-    if args.get("data") is None:
+    demo = args.get("data") is None
+    if demo:
         from .demo import demo_data_yaml
 
         args.pop("data", None)
-        args = {**DEMO_DEFAULTS, **args, "data": str(demo_data_yaml())}
-    else:
-        if not isinstance(args["data"], str):
-            raise ConfigError(f"data= must be a path, got {short(args['data'])}")
-        args["data"] = resolve_data(args["data"])
+        args = {**DEMO_DEFAULTS, **args}
+    elif not isinstance(args["data"], str):
+        raise ConfigError(f"data= must be a path, got {short(args['data'])}")
     args.setdefault("model", DEMO_DEFAULTS["model"])
     if not isinstance(args["model"], str):
         raise ConfigError(f"model= must be a model YAML or a checkpoint path, got {short(args['model'])}")
     args["model"] = resolve_model(args["model"])
+    if demo:
+        task = model_task(args["model"], args.get("task"))
+        if task not in (None, "detect"):
+            what = "a folder with train/ and val/ class folders" if task == "classify" else "a dataset YAML"
+            raise ConfigError(f"the bundled demo data is for detection and '{args['model']}' is a {task} model; "
+                              f"pass data= ({what})")
+        args["data"] = str(demo_data_yaml())
+    else:
+        args["data"] = resolve_data(args["data"])
     args = check_ultralytics_args(args, reserved=RESERVED)
     args = check_train_args(args, device=check_device)
     return resolved, args

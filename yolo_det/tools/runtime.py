@@ -1,8 +1,7 @@
-"""Helpers shared by ``verify`` and ``bench``: quiet Ultralytics runs, throwaway run folders, PNG output.
+"""Helpers shared by ``verify`` and ``bench``: throwaway run folders, PNG output.
 
-- :func:`quiet_ultralytics` sends Ultralytics' log lines to stderr (so ``--json`` owns stdout) and, unless
-  asked to be verbose, raises its logger to WARNING, which also hides its progress bars. Both are put
-  back afterwards, on error too.
+(Quiet Ultralytics runs: :func:`yolo_det.core.quiet.quiet_ultralytics`.)
+
 - :func:`run_folder` gives the ``project=`` folder of the runs: the user's when given, else a temporary
   folder removed afterwards, so a verification or a benchmark leaves nothing behind.
 - :func:`save_figure` renders a matplotlib figure to PNG with the Agg canvas (no pyplot, no global
@@ -12,9 +11,7 @@
 from __future__ import annotations
 
 import io
-import logging
 import os
-import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,29 +20,9 @@ from typing import Any
 
 from ..core.fileio import atomic_write_bytes
 
-__all__ = ["new_figure", "quiet_ultralytics", "run_folder", "save_figure", "unwrap_model"]
+__all__ = ["new_figure", "run_folder", "save_figure", "unwrap_model"]
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-@contextmanager
-def quiet_ultralytics(verbose: bool = False) -> Iterator[None]:
-    """Route Ultralytics' logging to stderr for the block; below WARNING it is dropped unless ``verbose``."""
-    from ultralytics.utils import LOGGER
-
-    saved_level = LOGGER.level
-    swapped: list[tuple[logging.StreamHandler[Any], Any]] = []
-    try:
-        for handler in LOGGER.handlers:
-            if isinstance(handler, logging.StreamHandler) and getattr(handler, "stream", None) is sys.stdout:
-                swapped.append((handler, handler.setStream(sys.stderr)))
-        if not verbose:
-            LOGGER.setLevel(logging.WARNING)
-        yield
-    finally:
-        LOGGER.setLevel(saved_level)
-        for handler, stream in swapped:
-            handler.setStream(stream)
 
 
 @contextmanager

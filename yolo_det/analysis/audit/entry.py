@@ -34,19 +34,13 @@ def _check_size(imgsz: Any, batch: Any, stride: int | None) -> int:
     return imgsz
 
 
-def _load(model: Any) -> LoadedModel:
+def _load(model: Any, modules: Any = None) -> LoadedModel:
     if isinstance(model, LoadedModel):
         return model
-    if isinstance(model, (str, Path)) and Path(str(model)).suffix.lower() in (".yaml", ".yml"):
-        from ultralytics.nn import tasks
+    from ..names import custom_modules
 
-        from ...layers.registry import registered
-        from ..zoo import ZOO_MODULES
-
-        missing = {k: v for k, v in ZOO_MODULES.items() if k not in vars(tasks)}
-        with registered(missing):
-            return load_model(model)
-    return load_model(model)
+    with custom_modules(list(modules or [])):  # the user's blocks, yolo-det's layer names and the example blocks
+        return load_model(model)
 
 
 def audit(
@@ -59,12 +53,14 @@ def audit(
     torch_version: str | None = None,
     table: str | Path | OpTable | None = None,
     loss: bool = False,
+    modules: Any = None,
 ) -> AuditReport:
     """Find the layers of ``model`` that will not train under strict determinism on CUDA.
 
     Args:
-        model: A model YAML (path or Ultralytics name, e.g. ``yolov8n.yaml``; the test blocks of
-            :mod:`yolo_det.analysis.zoo` are known), a checkpoint path, a factory ``package.module:function``, an
+        model: A model YAML (path, Ultralytics name such as ``yolov8n.yaml``, or yolo-det example such as
+            ``cbam-max.yaml``; rewritten YAMLs' ``Det*`` names and the blocks of :mod:`yolo_det.analysis.zoo` are
+            known), a checkpoint path, a factory ``package.module:function``, an
             ``nn.Module`` or an ``ultralytics.YOLO``.
         imgsz: Square input size of the trace (a multiple of the model's stride).
         batch: Batch size of the trace.
@@ -78,6 +74,10 @@ def audit(
         loss: Also run one real training step of an Ultralytics model on the CPU (forward, the model's own loss
             on a synthetic batch, backward) and report what the loss itself reaches (module ``(loss)``). The loss
             branches on its data, which a fake trace cannot follow; use a small ``imgsz``.
+        modules: The user's modules whose classes a model YAML names: module names (``"mypkg.blocks"``), ``.py``
+            paths, module objects or ``{name: class}`` mappings (the CLI's ``--import``); see
+            :func:`yolo_det.analysis.names.custom_modules`. yolo-det's layer names (``DetUpsample``, ...) and
+            example blocks always resolve; a name the process already binds is never replaced.
 
     Returns:
         The report: ``.findings``, ``.ok``, ``.to_dict()``, ``.format_table()``.
@@ -97,8 +97,9 @@ def audit(
     if not isinstance(device, str) or not (device == "fake" or device == "cuda" or device.startswith("cuda:")):
         raise ConfigError(f"device must be 'fake' or 'cuda[:N]', got {device!r}")
     if device != "fake" and not torch.cuda.is_available():
-        raise ConfigError(f"device '{device}' needs a CUDA GPU and none is available; the default fake-CUDA trace needs none")
-    loaded = _load(model)
+        raise ConfigError(f"device '{device}' needs a CUDA GPU and none is available; the default fake-CUDA trace "
+                          "needs none")
+    loaded = _load(model, modules)
     _check_size(imgsz, batch, loaded.stride)
     trace = _fake_trace(loaded, tbl, imgsz=imgsz, batch=batch, forward_det=settings.deterministic)
     findings = _match(trace, tbl, version, loaded, settings)
@@ -117,5 +118,6 @@ def audit(
         profile=prof.name, imgsz=imgsz, batch=batch, device=device_label,
         yaml_path=str(loaded.yaml_path) if loaded.yaml_path else None, notes=notes,
         stats={"ops": trace.counts["ops"], "autograd_nodes": trace.counts["nodes"],
-               "backward_nodes_run": trace.counts["backward_nodes"], "seconds": round(time.perf_counter() - started, 3)},
+               "backward_nodes_run": trace.counts["backward_nodes"],
+               "seconds": round(time.perf_counter() - started, 3)},
     )

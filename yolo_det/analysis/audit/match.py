@@ -96,7 +96,8 @@ def _match(trace: _Trace, table: OpTable, version: str, loaded: LoadedModel, set
             layer_class=layer_class, yaml_line=loaded.layer_lines.get(layer) if layer is not None else None,
             module=occ.module, module_class=module_class,
             op=occ.label or occ.name, call=occ.call, count=g["count"],
-            behaviour={m: entry.behaviour(m) for m in _MODES}, under_profile=_under(entry, settings, module_class, occ.call),
+            behaviour={m: entry.behaviour(m) for m in _MODES},
+            under_profile=_under(entry, settings, module_class, occ.call),
             fix=entry.fix.describe(module_class), condition=entry.condition, note=g["note"],
         ))
     findings.sort(key=lambda f: (f.layer if f.layer is not None else 10**9, f.module, f.entry))
@@ -123,8 +124,10 @@ def _merge_observed(findings: list[Finding], trace: _Trace, table: OpTable, load
             entry="observed", kernel=kernel, pass_=pass_, effect="alert", layer=layer, layer_class=layer_class,
             yaml_line=loaded.layer_lines.get(layer) if layer is not None else None, module=module,
             module_class=module_class, op=node or kernel, call=None, count=count,
-            behaviour={"strict": "raises RuntimeError", "warn": "warns; non-deterministic", "off": "non-deterministic, no message"},
-            under_profile="raises RuntimeError" if settings.deterministic_algorithms == "strict" else "non-deterministic",
+            behaviour={"strict": "raises RuntimeError", "warn": "warns; non-deterministic",
+                       "off": "non-deterministic, no message"},
+            under_profile=("raises RuntimeError" if settings.deterministic_algorithms == "strict"
+                           else "non-deterministic"),
             fix="not in yolo-det's table: scoped toggle (profile balanced) or accept", observed=True,
             note="seen on the real device only; please report it so the table can learn it",
         ))

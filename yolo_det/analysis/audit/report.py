@@ -143,7 +143,9 @@ class AuditReport:
                 lines.append(fmt.format(*row).rstrip())
                 b = f.behaviour
                 lines.append(f"    strict: {b['strict']} | warn_only: {b['warn']} | off: {b['off']}")
-                extra = f" | seen on {self.device.split('+')[-1]}: {'yes' if f.observed else 'no'}" if f.observed is not None else ""
+                extra = ""
+                if f.observed is not None:
+                    extra = f" | seen on {self.device.split('+')[-1]}: {'yes' if f.observed else 'no'}"
                 lines.append(f"    under {self.profile}: {f.under_profile} | fix: {f.fix}{extra}")
                 if f.note:
                     lines.append(f"    note: {f.note}")
@@ -153,7 +155,8 @@ class AuditReport:
         if bad:
             layers = sorted({f.layer for f in bad if f.layer is not None})
             where = f" (layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))})" if layers else ""
-            lines.append(f"verdict: NOT deterministic under strict mode: {len(bad)} finding{'s' if len(bad) > 1 else ''}{where}")
+            lines.append(f"verdict: NOT deterministic under strict mode: {len(bad)} "
+                         f"finding{'s' if len(bad) > 1 else ''}{where}")
         else:
             lines.append("verdict: trains under strict determinism")
         return "\n".join(lines)

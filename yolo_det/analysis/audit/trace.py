@@ -12,13 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from ...core.constants import ALERT
 from ...core.errors import ConfigError, ModelError, YoloDetError
 from ..loader import LoadedModel
 from ..optable import OpTable, decomposable_op, function_name, op_arguments
+from ..tracing import DispatchHook, FunctionHook, current_node, deterministic_flag, node_metadata, tensors
 
 _META = "yolo_det.analysis.audit"
 _KNOWN_NAMESPACES = frozenset({"aten", "prim", "prims", "torchvision", "_c10d_functional", "c10d", "profiler",
@@ -49,21 +48,6 @@ def _node_kind(node: Any) -> str:
     if hasattr(torch._C._functions, name):
         return "builtin"
     return "extension"
-
-
-def _tensors(obj: Any, out: list[torch.Tensor] | None = None, depth: int = 0) -> list[torch.Tensor]:
-    out = [] if out is None else out
-    if depth > 6:
-        return out
-    if isinstance(obj, torch.Tensor):
-        out.append(obj)
-    elif isinstance(obj, (list, tuple)):
-        for o in obj:
-            _tensors(o, out, depth + 1)
-    elif isinstance(obj, Mapping):
-        for o in obj.values():
-            _tensors(o, out, depth + 1)
-    return out
 
 
 class _Trace:
@@ -141,12 +125,12 @@ class _Trace:
             self.occurrences.append(_Occurrence("function", name, "", self.pass_, module, None, name, None,
                                                 self.forward_det))
         meta = {"module": module, "call": name, "native": expected if native_ran else None, "det": self.forward_det}
-        todo = [t.grad_fn for t in _tensors(out) if t.grad_fn is not None]
+        todo = [t.grad_fn for t in tensors(out) if t.grad_fn is not None]
         while todo:
             node = todo.pop()
             if node is None:
                 continue
-            md = node.metadata
+            md = node_metadata(node)
             if _META in md:
                 continue
             md[_META] = meta
@@ -184,8 +168,55 @@ class _Trace:
         entries = self.table.lookup(schema, func._overloadname)
         if any(e.args for e in entries):
             bound = op_arguments(func, args, kwargs)
-        self.occurrences.append(_Occurrence("op", schema, func._overloadname, self.pass_, module, node, call, native, det,
-                                            bound))
+        self.occurrences.append(_Occurrence("op", schema, func._overloadname, self.pass_, module, node, call, native,
+                                            det, bound))
+
+    # -- the hooks' handlers (analysis.tracing) ---------------------------------------------------------
+    def call_function(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Torch-function handler: note the outermost F.* call around the ops it runs."""
+        outer = self.before_function(func, args, kwargs)
+        try:
+            out = func(*args, **kwargs)
+        except BaseException:
+            if outer:
+                self.function = self.expected = None
+            raise
+        if outer:
+            self.after_function(out)
+        return out
+
+    def dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Dispatch handler: record the op; on fake CUDA stand in for cuDNN-only ops; on a real run record
+        each kernel that refuses strict mode and rerun it with the flag off."""
+        self.on_op(func, args, kwargs)
+        if not self.real:
+            stand_in = _STAND_INS.get(func)
+            if stand_in is not None:
+                return stand_in(args, kwargs)
+            return func(*args, **kwargs)
+        try:
+            return func(*args, **kwargs)
+        except RuntimeError as e:
+            msg = str(e)
+            if _ALERT not in msg:
+                raise
+            kernel = msg.split(_ALERT, 1)[0].strip().splitlines()[-1]
+            self.alert_messages.setdefault(kernel, msg)
+            if self.pass_ == "forward":
+                self.alerts.append((kernel, "forward", self.module(), None))
+            else:
+                node = current_node()
+                meta = (node_metadata(node).get(_META) if node is not None else None) or {}
+                self.alerts.append((kernel, "backward", meta.get("module", ""), type(node).__name__ if node else None))
+            with deterministic_flag("off"):
+                return func(*args, **kwargs)
+
+    def expose_node(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Dispatch handler for a real backward: expose the running node's metadata (the engine runs the nodes)."""
+        node = current_node()
+        self.node_meta = node_metadata(node).get(_META) if node is not None else None
+        self.node_name = type(node).__name__ if node is not None else None
+        return func(*args, **kwargs)
 
     # -- backward ----------------------------------------------------------------------------------------
     def run_backward(self, root: Any) -> None:
@@ -217,7 +248,7 @@ class _Trace:
                 if type(node).__name__ != "AccumulateGrad":
                     n_in = len(node._input_metadata)
                     grad_in = [g.get(k) for k in range(n_in)]
-                    self.node_meta = node.metadata.get(_META)
+                    self.node_meta = node_metadata(node).get(_META)
                     self.node_name = type(node).__name__
                     try:
                         if isinstance(node, torch.autograd.function.BackwardCFunction):
@@ -225,7 +256,7 @@ class _Trace:
                         else:
                             outs = node(*grad_in)
                         self.counts["backward_nodes"] += 1
-                    except Exception as e:  # noqa: BLE001 - a node without a fake kernel: match it by name
+                    except Exception as e:  # a node without a fake kernel: match it by name
                         failed[f"{type(node).__name__} ({type(e).__name__})"] += 1
                         meta = self.node_meta or {}
                         self.occurrences.append(_Occurrence("node_name", type(node).__name__, "", "backward",
@@ -261,25 +292,6 @@ class _Trace:
             self.notes.append(f"backward of {what} could not be traced ({n}x); matched by node name instead")
 
 
-class _FunctionMode(TorchFunctionMode):
-    def __init__(self, trace: _Trace) -> None:
-        super().__init__()
-        self.trace = trace
-
-    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        outer = self.trace.before_function(func, args, kwargs)
-        try:
-            out = func(*args, **kwargs)
-        except BaseException:
-            if outer:
-                self.trace.function = self.trace.expected = None
-            raise
-        if outer:
-            self.trace.after_function(out)
-        return out
-
-
 def _cudnn_grid_sampler(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
     x, grid = args[0], args[1]
     return torch.empty((x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]), dtype=x.dtype, device=x.device)
@@ -295,73 +307,6 @@ _STAND_INS: dict[Any, Callable[[tuple[Any, ...], Mapping[str, Any]], Any]] = {
     torch.ops.aten.cudnn_grid_sampler.default: _cudnn_grid_sampler,
     torch.ops.aten.cudnn_grid_sampler_backward.default: _cudnn_grid_sampler_backward,
 }
-
-
-class _DispatchMode(TorchDispatchMode):
-    def __init__(self, trace: _Trace) -> None:
-        super().__init__()
-        self.trace = trace
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        t = self.trace
-        t.on_op(func, args, kwargs)
-        if not t.real:
-            stand_in = _STAND_INS.get(func)
-            if stand_in is not None:
-                return stand_in(args, kwargs)
-            return func(*args, **kwargs)
-        try:
-            return func(*args, **kwargs)
-        except RuntimeError as e:
-            msg = str(e)
-            if _ALERT not in msg:
-                raise
-            # A real kernel refused to run under strict mode: record it, then run it with the flag off.
-            kernel = msg.split(_ALERT, 1)[0].strip().splitlines()[-1]
-            t.alert_messages.setdefault(kernel, msg)
-            if t.pass_ == "forward":
-                t.alerts.append((kernel, "forward", t.module(), None))
-            else:
-                node = torch._C._current_autograd_node()
-                meta = (node.metadata.get(_META) if node is not None else None) or {}
-                t.alerts.append((kernel, "backward", meta.get("module", ""), type(node).__name__ if node else None))
-            warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-            torch.use_deterministic_algorithms(False)
-            try:
-                return func(*args, **kwargs)
-            finally:
-                torch.use_deterministic_algorithms(True, warn_only=warn_only)
-
-
-class _RealBackwardMeta(TorchDispatchMode):
-    """During a real backward, expose the running node's metadata to the trace (the engine runs the nodes)."""
-
-    def __init__(self, trace: _Trace) -> None:
-        super().__init__()
-        self.trace = trace
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
-        node = torch._C._current_autograd_node()
-        self.trace.node_meta = node.metadata.get(_META) if node is not None else None
-        self.trace.node_name = type(node).__name__ if node is not None else None
-        return func(*args, **(kwargs or {}))
-
-
-@contextlib.contextmanager
-def _deterministic(on: bool, *, warn_only: bool) -> Iterator[None]:
-    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
-    try:
-        if on:
-            torch.use_deterministic_algorithms(True, warn_only=warn_only)
-        else:
-            torch.use_deterministic_algorithms(False)
-        yield
-    finally:
-        if before[0]:
-            torch.use_deterministic_algorithms(True, warn_only=before[1])
-        else:
-            torch.use_deterministic_algorithms(False)
 
 
 @contextlib.contextmanager
@@ -388,13 +333,23 @@ def _preserved(model: torch.nn.Module) -> Iterator[None]:
 
 
 def _loss_root(out: Any) -> Any:
-    parts = [t.float().sum() for t in _tensors(out) if t.requires_grad and t.is_floating_point()]
+    parts = [t.float().sum() for t in tensors(out) if t.requires_grad and t.is_floating_point()]
     if not parts:
         return None
     total = parts[0]
     for p in parts[1:]:
         total = total + p
     return total
+
+
+def _real_backward(trace: _Trace, root: torch.Tensor) -> None:
+    """Run autograd's backward from ``root`` for real, recording its ops with the running node's metadata."""
+    trace.pass_ = "backward"
+    try:
+        with DispatchHook(trace.dispatch), DispatchHook(trace.expose_node):
+            root.backward()
+    finally:
+        trace.pass_ = "forward"
 
 
 def _fake_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, forward_det: bool) -> _Trace:
@@ -414,17 +369,18 @@ def _fake_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, 
         params.update({k: torch.empty(v.shape, dtype=v.dtype, device="cuda") for k, v in model.named_buffers()})
         dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.get_default_dtype())
         x = torch.empty((batch, loaded.channels, imgsz, imgsz), dtype=dtype, device="cuda")
-        stack.enter_context(_deterministic(forward_det, warn_only=True))
+        stack.enter_context(deterministic_flag("warn" if forward_det else "off"))
         stack.enter_context(trace.hooks())
-        dispatch = _DispatchMode(trace)
-        fmode = _FunctionMode(trace)
+        dispatch = DispatchHook(trace.dispatch)
+        fmode = FunctionHook(trace.call_function)
         try:
             with dispatch, fmode:
                 out = torch.func.functional_call(model, params, (x,), strict=False)
                 root = _loss_root(out)
-        except Exception as e:  # noqa: BLE001 - the model's own forward failed
+        except Exception as e:  # the model's own forward failed
             msg = " ".join(str(e).split()) or type(e).__name__
-            raise ModelError(f"the model's forward failed on a {tuple(x.shape)} input: {type(e).__name__}: {msg[:300]}") from None
+            raise ModelError(f"the model's forward failed on a {tuple(x.shape)} input: {type(e).__name__}: "
+                             f"{msg[:300]}") from None
         if root is None or root.grad_fn is None:
             trace.notes.append("no output requires grad: only the forward was traced")
         else:
@@ -453,27 +409,28 @@ def _real_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, 
             warnings.simplefilter("ignore")
             stack.enter_context(torch.enable_grad())
             model.train()
-            stack.enter_context(_deterministic(True, warn_only=False))
+            stack.enter_context(deterministic_flag("strict"))
             stack.enter_context(trace.hooks())
-            with _DispatchMode(trace), _FunctionMode(trace):
+            with DispatchHook(trace.dispatch), FunctionHook(trace.call_function):
                 out = model(x)
                 root = _loss_root(out)
             if root is not None:
-                trace.pass_ = "backward"
-                try:
-                    with _DispatchMode(trace), _RealBackwardMeta(trace):
-                        root.backward()
-                finally:
-                    trace.pass_ = "forward"
+                _real_backward(trace, root)
             if device.startswith("cuda"):
                 torch.cuda.synchronize(device)
-    except Exception as e:  # noqa: BLE001 - the model's own code on the device
+    except Exception as e:  # the model's own code on the device
         msg = " ".join(str(e).split()) or type(e).__name__
         raise ModelError(f"the real pass on {device} failed: {type(e).__name__}: {msg[:300]}") from None
     finally:
         if env_before is None:
             os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
     return trace
+
+
+def _head(model: torch.nn.Module) -> Any:
+    """The last layer of an Ultralytics model (its ``model`` is the layer list; the head comes last)."""
+    layers: Any = getattr(model, "model", None)
+    return layers[-1] if layers is not None else None
 
 
 def _synthetic_batch(model: torch.nn.Module, *, imgsz: int, batch: int, channels: int) -> dict[str, Any]:
@@ -494,13 +451,14 @@ def _synthetic_batch(model: torch.nn.Module, *, imgsz: int, batch: int, channels
                            "cls": torch.randint(0, nc, (n, 1), generator=gen).float(), "bboxes": torch.cat([xy, wh], 1)}
     if cls_name == "OBBModel":
         out["bboxes"] = torch.cat([xy, wh, torch.zeros((n, 1))], 1)
+    head = _head(model)
     if cls_name == "PoseModel":
-        kpt = list(getattr(model.model[-1], "kpt_shape", [17, 3]))
+        kpt = list(getattr(head, "kpt_shape", [17, 3]))
         points = torch.rand((n, kpt[0], kpt[1]), generator=gen)
         if kpt[1] == 3:
             points[..., 2] = 1.0
         out["keypoints"] = points
-    if "Segment" in type(model.model[-1]).__name__:
+    if "Segment" in type(head).__name__:
         args = getattr(model, "args", None)
         ratio = int(getattr(args, "mask_ratio", 4) or 4)
         size = max(imgsz // ratio, 1)
@@ -547,9 +505,9 @@ def _loss_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, 
             warnings.simplefilter("ignore")
             stack.enter_context(torch.enable_grad())
             work.train()
-            stack.enter_context(_deterministic(forward_det, warn_only=True))
+            stack.enter_context(deterministic_flag("warn" if forward_det else "off"))
             stack.enter_context(trace.hooks())
-            with _DispatchMode(trace), _FunctionMode(trace):
+            with DispatchHook(trace.dispatch), FunctionHook(trace.call_function):
                 preds = work(data["img"]) if "txt_feats" not in data else work(data["img"], txt_feats=data["txt_feats"])
                 trace.stack.append("(loss)")
                 try:
@@ -559,15 +517,10 @@ def _loss_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, 
             trace.classes["(loss)"] = type(getattr(work, "criterion", None)).__name__
             root = _loss_root(loss[0] if isinstance(loss, (tuple, list)) else loss)
             if root is not None:
-                trace.pass_ = "backward"
-                try:
-                    with _DispatchMode(trace), _RealBackwardMeta(trace):
-                        root.backward()
-                finally:
-                    trace.pass_ = "forward"
+                _real_backward(trace, root)
     except YoloDetError:
         raise
-    except Exception as e:  # noqa: BLE001 - the model's own loss on a synthetic batch
+    except Exception as e:  # the model's own loss on a synthetic batch
         msg = " ".join(str(e).split()) or type(e).__name__
         raise ModelError(f"the loss pass failed on a synthetic batch: {type(e).__name__}: {msg[:300]}") from None
     return trace

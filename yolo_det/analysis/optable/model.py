@@ -63,8 +63,8 @@ class Fix:
     def describe(self, module_class: str | None = None) -> str:
         """One line: the swap for ``module_class`` if there is one, else the functional replacement, else the note."""
         swap = self.swap_for(module_class)
-        if swap:
-            return f"swap {module_class.rsplit('.', 1)[-1]} -> {swap}"  # type: ignore[union-attr]
+        if swap and module_class:
+            return f"swap {module_class.rsplit('.', 1)[-1]} -> {swap}"
         if self.functions:
             calls = ", ".join(f"{src.rsplit('.', 1)[-1]} -> {dst}" for src, dst in self.functions.items())
             mods = ", ".join(self.modules.values())

@@ -53,7 +53,8 @@ def _parse_entry(raw: Any, where: str, line: int | None) -> OpEntry:
         raise ConfigError(f"{where}: an entry must be a mapping, got {type(raw).__name__}")
     for key in raw:
         if key not in _ENTRY_KEYS:
-            raise ConfigError(f"{where}: unknown key '{key}'; valid keys: {', '.join(_ENTRY_KEYS)}.{did_you_mean(str(key), _ENTRY_KEYS)}")
+            raise ConfigError(f"{where}: unknown key '{key}'; valid keys: "
+                              f"{', '.join(_ENTRY_KEYS)}.{did_you_mean(str(key), _ENTRY_KEYS)}")
     for key in _REQUIRED:
         if key not in raw:
             raise ConfigError(f"{where}: entry is missing '{key}'")
@@ -82,7 +83,8 @@ def _parse_entry(raw: Any, where: str, line: int | None) -> OpEntry:
         raise ConfigError(f"{where}: 'args' must map argument names to values")
     versions = raw["versions"]
     if not isinstance(versions, list) or not versions:
-        raise ConfigError(f"{where}: 'versions' must be a non-empty list of {{torch: spec, when: always|native_path|never}}")
+        raise ConfigError(f"{where}: 'versions' must be a non-empty list of "
+                          "{torch: spec, when: always|native_path|never}")
     ranges = []
     for item in versions:
         if not isinstance(item, dict) or set(item) != {"torch", "when"}:
@@ -95,7 +97,8 @@ def _parse_entry(raw: Any, where: str, line: int | None) -> OpEntry:
     fix_raw = raw["fix"]
     if not isinstance(fix_raw, dict) or not set(fix_raw) <= {"modules", "functions", "note"}:
         raise ConfigError(f"{where}: 'fix' must be a mapping with modules, functions and/or note")
-    fix = Fix(_str_map(fix_raw.get("modules"), "fix.modules", where), _str_map(fix_raw.get("functions"), "fix.functions", where),
+    fix = Fix(_str_map(fix_raw.get("modules"), "fix.modules", where),
+              _str_map(fix_raw.get("functions"), "fix.functions", where),
               str(fix_raw.get("note") or ""))
     if not fix.has_swap and not fix.note:
         raise ConfigError(f"{where}: 'fix' needs a swap (modules/functions) or a note")
@@ -131,9 +134,9 @@ def parse_table(text: str, source: str = "<table>") -> OpTable:
     entries: list[OpEntry] = []
     seen: set[str] = set()
     for i, raw in enumerate(data["entries"]):
-        line = lines[i] if i < len(lines) else None
-        where = f"{source}:{line}" if line else f"{source} (entry {i + 1})"
-        entry = _parse_entry(raw, where, line)
+        line_no = lines[i] if i < len(lines) else None
+        where = f"{source}:{line_no}" if line_no else f"{source} (entry {i + 1})"
+        entry = _parse_entry(raw, where, line_no)
         if entry.id in seen:
             raise ConfigError(f"{where}: duplicate entry id '{entry.id}'")
         seen.add(entry.id)

@@ -19,13 +19,15 @@ from ...core import state as _state
 from ...core.backward import ToggleScaler
 from ...core.errors import ConfigError
 from ...core.profiles import PhaseSettings, Profile, load_profile
+from ...core.quiet import quiet_ultralytics
 from ...fixes.intercept import suspended
 from ...session.session import DeterminismSession
-from ..runtime import quiet_ultralytics, run_folder, unwrap_model
+from ..runtime import run_folder, unwrap_model
 from .isolations import BASES, ISOLATIONS, POOL_BATCHES, RESERVED, Isolation, _fmt_value
 from .memory import _Memory
 from .report import BenchReport, _Config
 from .scopes import _SCOPES, _handled, _scope_extension
+from .stats import ratio_interval, verdict
 
 __all__ = ["bench", "check_args", "parse_profiles"]
 
@@ -68,6 +70,7 @@ def bench(
     isolate: bool = True,
     verbose: bool = False,
     progress: Callable[[str], None] | None = None,
+    kernel_steps: int = 0,
 ) -> BenchReport:
     """Measure each profile's training step on the model and device of ``args`` in one process.
 
@@ -81,6 +84,9 @@ def bench(
         isolate: Also measure each setting toggled on its own (see :data:`ISOLATIONS`).
         verbose: Show Ultralytics' own log (on stderr).
         progress: Called with a line of text as the bench advances.
+        kernel_steps: On CUDA, after the measurement, run this many extra steps of each profile under
+            ``torch.profiler`` and report its GPU kernels (``rows[i]["kernels"]``: name, calls and self
+            device time per step, largest first); 0 (default) or a CPU device: not profiled.
 
     Returns:
         The report (``rows`` has one entry per profile, in the order given).
@@ -97,11 +103,12 @@ def bench(
     def run_bench(trainer: Any) -> None:
         try:
             result["report"] = _Runner(trainer, loaded, steps=steps, warmup=warmup, block=block, isolate=isolate,
-                                       progress=progress, model_name=str(model_src)).run()
+                                       progress=progress, model_name=str(model_src), kernel_steps=kernel_steps).run()
         finally:
             for loader in (getattr(trainer, "train_loader", None), getattr(trainer, "test_loader", None)):
-                if hasattr(loader, "close"):
-                    loader.close()
+                close = getattr(loader, "close", None)
+                if callable(close):
+                    close()
         raise _Done
 
     before = _state.snapshot()
@@ -120,12 +127,25 @@ def bench(
     return result["report"]
 
 
+def _interval_fields(prefix: str, cfg: _Config, ref: _Config | None) -> dict[str, Any]:
+    """``<prefix>_low``, ``<prefix>_high`` (95% bootstrap interval of the ratio of medians ``cfg / ref``) and
+    ``<prefix>_verdict`` (``slower``, ``faster`` or ``within noise``); None where it cannot be computed."""
+    empty = {f"{prefix}_low": None, f"{prefix}_high": None, f"{prefix}_verdict": None}
+    if ref is None or not cfg.times or not ref.times:
+        return empty
+    if ref is cfg:
+        return {f"{prefix}_low": 1.0, f"{prefix}_high": 1.0, f"{prefix}_verdict": "reference"}
+    ratio, low, high = ratio_interval(cfg.times, ref.times)
+    return {f"{prefix}_low": low, f"{prefix}_high": high, f"{prefix}_verdict": verdict(ratio, low, high)}
+
+
 class _Runner:
     """The timed loop inside a set-up trainer."""
 
     def __init__(self, trainer: Any, profiles: list[Profile], *, steps: int, warmup: int, block: int, isolate: bool,
-                 progress: Callable[[str], None] | None, model_name: str) -> None:
+                 progress: Callable[[str], None] | None, model_name: str, kernel_steps: int = 0) -> None:
         self.trainer = trainer
+        self.kernel_steps = kernel_steps
         self.profiles = profiles
         self.steps, self.warmup, self.block = steps, warmup, block
         self.isolate = isolate
@@ -138,7 +158,9 @@ class _Runner:
         self._swap_plans: dict[tuple[int, str], dict[str, str]] = {}
 
     # -- configurations -----------------------------------------------------------------------------
-    def _configs(self) -> tuple[dict[str, _Config], list[tuple[Profile, str]], list[tuple[Isolation, str, str | None, str]]]:
+    def _configs(
+        self,
+    ) -> tuple[dict[str, _Config], list[tuple[Profile, str]], list[tuple[Isolation, str, str | None, str]]]:
         by_settings: dict[PhaseSettings, _Config] = {}
 
         def config(key: str, settings: PhaseSettings) -> str:
@@ -297,6 +319,25 @@ class _Runner:
             self._block(step, pool, 1, None)
             self._record_memory(cfg)
 
+    def _profile_kernels(self, cfg: _Config, step: Callable[[dict[str, Any]], None], pool: list[dict[str, Any]],
+                         top: int = 60) -> None:
+        """Run ``kernel_steps`` steps of ``cfg`` under ``torch.profiler``; keep its largest GPU kernels."""
+        from torch.profiler import ProfilerActivity, profile
+
+        n = self.kernel_steps
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            self._block(step, pool, n, None)
+        kernels = []
+        for e in prof.key_averages():
+            if str(getattr(e, "device_type", "")).split(".")[-1] != "CUDA":
+                continue
+            self_us = getattr(e, "self_device_time_total", None)
+            if self_us is None:  # older torch
+                self_us = getattr(e, "self_cuda_time_total", None) or 0.0
+            kernels.append({"name": e.key, "calls_per_step": e.count / n, "self_us_per_step": float(self_us) / n})
+        kernels.sort(key=lambda k: -k["self_us_per_step"])
+        cfg.kernels = kernels[:top]
+
     def _record_memory(self, cfg: _Config) -> None:
         mem = self.memory.end()
         if mem is not None:
@@ -342,13 +383,18 @@ class _Runner:
                     cfg = configs[key]
                     n = min(self.block, self.steps - len(cfg.times))
                     if n > 0 and cfg.error is None:
-                        self._guarded(cfg, lambda cfg, n=n: self._measured_block(cfg, step, pool, n), saved)
+                        self._guarded(cfg, functools.partial(self._measured_block, step=step, pool=pool, n=n), saved)
                 self.progress(f"bench: round {r + 1}/{rounds} done")
+            if self.kernel_steps > 0 and self.device.type == "cuda":
+                for _, key in profile_keys:
+                    self._guarded(configs[key], lambda cfg: self._profile_kernels(cfg, step, pool), saved)
         finally:
             self._load_state(saved)
-        timed = [configs[k].median() for _, k in profile_keys if configs[k].error is None]
+        timed = [configs[k].median() for _, k in profile_keys if configs[k].error is None and configs[k].times]
         fastest = min(timed) if timed else math.nan
-        peaks = [configs[k].peak for _, k in profile_keys if configs[k].peak is not None]
+        fastest_cfg = next((configs[k] for _, k in profile_keys if configs[k].error is None and configs[k].times
+                            and configs[k].median() == fastest), None)
+        peaks = [peak for _, k in profile_keys if (peak := configs[k].peak) is not None]
         smallest = min(peaks) if peaks else None
         rows = []
         for p, key in profile_keys:
@@ -363,23 +409,27 @@ class _Runner:
                 "step_ms": med * 1e3 if ok else None,
                 "step_ms_q1": q1 * 1e3 if ok else None,
                 "step_ms_q3": q3 * 1e3 if ok else None,
-                "step_cpu_ms": c.cpu_median() * 1e3 if ok and c.cpu_median() is not None else None,
+                "step_cpu_ms": cpu * 1e3 if ok and (cpu := c.cpu_median()) is not None else None,
+                "step_times_ms": [t * 1e3 for t in c.times] if ok else [],
                 "images_per_s": batch_size / med if ok and med > 0 else None,
                 "peak_memory_bytes": c.peak if ok else None,
                 "peak_memory_over_start_bytes": c.peak_delta if ok else None,
                 "time_ratio": med / fastest if ok and fastest > 0 else None,
+                **_interval_fields("time_ratio", c, fastest_cfg if ok else None),
                 "throughput_ratio": fastest / med if ok and med > 0 else None,
                 "memory_ratio": (c.peak / smallest) if ok and c.peak is not None and smallest else None,
                 "error": c.error,
                 "settings": {k: v for k, v in c.settings.to_dict().items() if k not in {"seed"}},
                 "notes": list(c.notes),
+                "kernels": c.kernels,
             })
         setting_rows = []
         for iso, base_key, toggled_key, status in isolations:
             row: dict[str, Any] = {"setting": iso.setting, "label": iso.label, "base": iso.base,
                                    "changes": dict(iso.changes), "status": status, "base_ms": None, "toggled_ms": None,
                                    "cost_ratio": None, "cost_pct": None, "memory_delta_bytes": None,
-                                   "base_cpu_ms": None, "toggled_cpu_ms": None, "cpu_cost_pct": None}
+                                   "base_cpu_ms": None, "toggled_cpu_ms": None, "cpu_cost_pct": None,
+                                   "cost_pct_low": None, "cost_pct_high": None, "verdict": None}
             if toggled_key is not None:
                 b, tg = configs[base_key], configs[toggled_key]
                 failed = b.error or tg.error
@@ -390,8 +440,10 @@ class _Runner:
                     bc, tc = b.cpu_median(), tg.cpu_median()
                     if bc and tc:
                         row.update(base_cpu_ms=bc * 1e3, toggled_cpu_ms=tc * 1e3, cpu_cost_pct=100.0 * (tc / bc - 1.0))
+                    interval = _interval_fields("cost", tg, b)
                     row.update(base_ms=bm * 1e3, toggled_ms=tm * 1e3, cost_ratio=tm / bm,
-                               cost_pct=100.0 * (tm / bm - 1.0),
+                               cost_pct=100.0 * (tm / bm - 1.0), verdict=interval["cost_verdict"],
+                               cost_pct_low=_pct(interval["cost_low"]), cost_pct_high=_pct(interval["cost_high"]),
                                memory_delta_bytes=(tg.peak - b.peak) if tg.peak is not None and b.peak is not None
                                else None)
             setting_rows.append(row)
@@ -415,3 +467,8 @@ class _Runner:
             "cpu_count": os.cpu_count(),
         }
         return BenchReport(rows=rows, settings=setting_rows, overhead=overhead, info=info)
+
+
+def _pct(ratio: float | None) -> float | None:
+    """A time ratio as a cost in percent (``None`` stays ``None``)."""
+    return None if ratio is None else 100.0 * (ratio - 1)

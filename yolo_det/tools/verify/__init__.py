@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from .compare import compare_runs
 from .records import Divergence, MicroBatch, RunRecord, StepRecord
-from .report import VerifyReport, plot_losses
+from .report import VerifyReport, loss_figure, plot_losses
 from .run import check_args, progress_to_stderr, record_runs, verify
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "VerifyReport",
     "check_args",
     "compare_runs",
+    "loss_figure",
     "plot_losses",
     "progress_to_stderr",
     "record_runs",

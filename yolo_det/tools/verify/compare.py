@@ -17,7 +17,8 @@ def compare_runs(reference: RunRecord, run: RunRecord) -> Divergence | None:
     """Return where ``run`` first differs from ``reference``, or None when they are bitwise identical."""
     names = reference.param_names
     for i, (ref, cur) in enumerate(zip(reference.steps, run.steps)):
-        data_differs = len(ref.batches) != len(cur.batches) or any(a.data != b.data for a, b in zip(ref.batches, cur.batches))
+        data_differs = (len(ref.batches) != len(cur.batches)
+                        or any(a.data != b.data for a, b in zip(ref.batches, cur.batches)))
         loss_differs = len(ref.batches) != len(cur.batches) or any(
             _loss_bits_differ(a.loss, b.loss) for a, b in zip(ref.batches, cur.batches))
         differing = [n for n, a, b in zip(names, ref.grads, cur.grads) if a != b]
@@ -46,7 +47,8 @@ def compare_runs(reference: RunRecord, run: RunRecord) -> Divergence | None:
         for a, b in zip(ref.batches, cur.batches):
             if _loss_bits_differ(a.loss, b.loss) and a.loss is not None and b.loss is not None:
                 loss_names = reference.loss_names or [f"loss{j}" for j in range(len(a.loss))]
-                div.loss_components = {n: [x, y] for n, x, y in zip(loss_names, a.loss, b.loss) if not _same_float(x, y)}
+                div.loss_components = {n: [x, y] for n, x, y in zip(loss_names, a.loss, b.loss)
+                                       if not _same_float(x, y)}
                 break
         _magnitude(div, reference, run, ref, cur, differing)
         return div

@@ -139,7 +139,8 @@ def _fail(path: Any, what: str) -> ConfigError:
 
 
 def _step_from(data: Any, path: Any) -> StepRecord:
-    if not isinstance(data, Mapping) or not isinstance(data.get("grads"), list) or not isinstance(data.get("batches"), list):
+    if (not isinstance(data, Mapping) or not isinstance(data.get("grads"), list)
+            or not isinstance(data.get("batches"), list)):
         raise _fail(path, "a step lacks its gradients or batches")
     batches = []
     for b in data["batches"]:
@@ -185,10 +186,12 @@ def read_saved(data: Any, path: str | os.PathLike[str] = "<data>") -> Saved:
                     weights={str(k): str(v) for k, v in (run_data.get("weights") or {}).items()},
                     optimizer_steps=int(run_data.get("optimizer_steps") or len(steps)), portable=True,
                     device_type=str(run_data.get("device_type") or ""))
-    record = data.get("record") if isinstance(data.get("record"), dict) else {}
+    found = data.get("record")
+    record = found if isinstance(found, dict) else {}
     steps_requested = data.get("steps_requested")
     return Saved(path=str(path), version=version, run=run, record=record, profile=str(data.get("profile", "")),
-                 args=dict(data.get("args") or {}), device=str(data.get("device", "")), created=str(data.get("created", "")),
+                 args=dict(data.get("args") or {}), device=str(data.get("device", "")),
+                 created=str(data.get("created", "")),
                  steps_requested=steps_requested if isinstance(steps_requested, int) else None)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 from ..runtime import new_figure, save_figure
 from .records import SCHEMA, Divergence, RunRecord, _json_float
 
-__all__ = ["VerifyReport", "plot_losses"]
+__all__ = ["VerifyReport", "loss_figure", "plot_losses"]
 
 @dataclass
 class VerifyReport:
@@ -43,6 +44,25 @@ class VerifyReport:
         return not self.divergences
 
     @property
+    def steps_note(self) -> str | None:
+        """Why the runs made fewer optimizer steps than ``--steps`` asked for, or None when they made them all."""
+        if self.steps_requested is None or not self.runs:
+            return None
+        made = min(len(r.steps) for r in self.runs)
+        if made >= self.steps_requested:
+            return None
+        epochs = self.args.get("epochs")
+        if isinstance(epochs, int) and not isinstance(epochs, bool) and epochs > 0 and made > 0:
+            per_epoch = made / epochs
+            need = math.ceil(self.steps_requested / per_epoch)
+            hint = (f"pass epochs={need} (about {per_epoch:.3g} optimizer steps per epoch) "
+                    f"to reach {self.steps_requested}")
+            return (f"asked for {self.steps_requested} optimizer steps, the runs made {made}: training ended "
+                    f"when its epochs ran out (epochs={epochs}); {hint}, or lower --steps")
+        return (f"asked for {self.steps_requested} optimizer steps, the runs made {made}: training ended first "
+                "(the epochs ran out or the trainer stopped); raise epochs= or lower --steps")
+
+    @property
     def first(self) -> Divergence | None:
         """The earliest divergence over all runs (lowest step, then lowest run)."""
         return min(self.divergences, key=lambda d: (d.step, d.run)) if self.divergences else None
@@ -59,6 +79,7 @@ class VerifyReport:
             "runs": len(self.runs),
             "steps_requested": self.steps_requested,
             "steps": [len(r.steps) for r in self.runs],
+            "steps_note": self.steps_note,
             "seconds": round(self.seconds, 3),
             "run_seconds": [round(r.seconds, 3) for r in self.runs],
             "args": {k: v for k, v in self.args.items() if k not in {"project", "name"}},
@@ -91,6 +112,8 @@ class VerifyReport:
         for r in self.runs:
             lines.append(f"  run {r.index}: {len(r.steps)} steps in {r.seconds:.1f} s, "
                          f"weights {r.weights.get('model', '?')[:16]}")
+        if self.steps_note:
+            lines.append(f"note: {self.steps_note}")
         if self.identical:
             lines.append(f"bitwise identical: input batches, losses and gradients at every step and the final "
                          f"weights of all {len(self.runs)} runs match")
@@ -110,14 +133,16 @@ class VerifyReport:
             what = "weight" if d.kind == "weights" else "gradient"
             size = f"max |difference| {d.max_abs_diff:.3g}" if d.max_abs_diff is not None else "difference not measured"
             scale = f" (largest |value| {d.reference_abs_max:.3g})" if d.reference_abs_max is not None else ""
-            count = f"; {d.parameters_differing} of {d.parameters_total} parameters differ" if d.parameters_total else ""
+            count = (f"; {d.parameters_differing} of {d.parameters_total} parameters differ"
+                     if d.parameters_total else "")
             lines.append(f"  largest {what} difference: {d.parameter}: {size}{scale}{count}")
         if d.note:
             lines.append(f"  note: {d.note}")
         for r in self.runs[1:]:
             if r.final_diff:
                 k, v = r.final_diff[0]
-                lines.append(f"  final weights of run {r.index}: {len(r.final_diff)} tensors differ, largest {k} by {v:.3g}")
+                lines.append(f"  final weights of run {r.index}: {len(r.final_diff)} tensors differ, largest {k} by "
+                             f"{v:.3g}")
         return "\n".join(lines)
 
 
@@ -127,19 +152,28 @@ def _short_files(files: Sequence[str], n: int = 4) -> str:
 
 
 def plot_losses(report: VerifyReport, path: str | Path) -> Path:
-    """Write a PNG that overlays the runs' loss curves and marks the first divergence.
+    """Write a PNG of the runs' loss curves (see :func:`loss_figure`)."""
+    return save_figure(loss_figure(report), path)
 
-    The lower panel shows each run's absolute loss difference to run 1 (zero is drawn at the bottom), which
-    makes a divergence visible long before the curves themselves separate.
+
+def loss_figure(report: VerifyReport) -> Any:
+    """The verify chart as a matplotlib figure: the runs' loss curves on top, their difference below.
+
+    Identical runs: the lower panel says so in words (the difference is exactly 0 at every step; no
+    curve, no log axis). Diverging runs: the lower panel draws each run's *relative* loss difference to run
+    1, ``|loss - loss_1| / |loss_1|``, on a log axis with a few decade ticks; steps where the losses are
+    still bit-identical are drawn as markers on the bottom edge, and the first divergence (which may be in
+    the data or the gradients before the loss moves) is a red line with its step, kind and parameter, with
+    everything after it shaded in both panels.
     """
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter
 
     fig = new_figure(8.0, 6.0)
     top = fig.add_subplot(2, 1, 1)
     bottom = fig.add_subplot(2, 1, 2, sharex=top)
     styles = ["-", "--", ":", "-."]
     ref = report.runs[0].losses() if report.runs else []
-    diffs: list[float] = []
+    relative: list[tuple[int, list[tuple[int, float]], list[int]]] = []
     for k, run in enumerate(report.runs):
         losses = run.losses()
         pts = [(s.step, v) for s, v in zip(run.steps, losses) if v is not None]
@@ -147,30 +181,63 @@ def plot_losses(report: VerifyReport, path: str | Path) -> Path:
         top.plot([x for x, _ in pts], [y for _, y in pts], styles[k % len(styles)], color=f"C{k}", marker=marker,
                  markersize=3, linewidth=1.5, label=f"run {run.index}")
         if k:
-            d = [(s.step, abs(v - r)) for s, v, r in zip(run.steps, losses, ref) if v is not None and r is not None]
-            diffs += [y for _, y in d]
-            bottom.plot([x for x, _ in d], [y for _, y in d], styles[k % len(styles)], color=f"C{k}", marker=marker,
-                        markersize=3, linewidth=1.2, label=f"run {run.index} vs run 1")
-    nonzero = [y for y in diffs if y > 0]
-    bottom.set_yscale("symlog", linthresh=min(nonzero) if nonzero else 1e-12)
+            moved, same = [], []
+            for s, v, r in zip(run.steps, losses, ref):
+                if v is None or r is None:
+                    continue
+                if v != r:
+                    moved.append((s.step, abs(v - r) / max(abs(r), 1e-300)))
+                else:
+                    same.append(s.step)
+            relative.append((k, moved, same))
     first = report.first
-    if first is not None:
+    steps = max((len(r.steps) for r in report.runs), default=0)
+    if first is None:
+        title = f"{report.profile}: {len(report.runs)} runs bitwise identical"
+        bottom.axhline(0.0, color="C2", linewidth=2)
+        bottom.set_ylim(-1, 1)
+        bottom.set_yticks([0.0])
+        bottom.set_yticklabels(["0"])
+        bottom.text(0.5, 0.62, f"bitwise identical: {len(report.runs)} runs x {steps} steps",
+                    transform=bottom.transAxes, ha="center", va="center", fontsize=13, color="C2", weight="bold")
+        bottom.text(0.5, 0.3, "input batches, losses, every gradient and the final weights match exactly;\n"
+                              "the loss difference to run 1 is 0 at every step",
+                    transform=bottom.transAxes, ha="center", va="center", fontsize=9)
+        bottom.set_ylabel("loss - loss of run 1")
+    else:
+        title = f"{report.profile}: runs diverge at step {first.step} ({first.kind})"
+        values = [v for _, moved, _ in relative for _, v in moved if v > 0 and math.isfinite(v)]
+        low = min(values) if values else 1e-16
+        high = max(values) if values else 1.0
+        bottom.set_yscale("log")
+        bottom.set_ylim(low / 10, max(high * 10, low * 100))
+        bottom.yaxis.set_major_locator(LogLocator(base=10.0, numticks=6))
+        bottom.yaxis.set_minor_formatter(NullFormatter())
+        for k, moved, same in relative:
+            marker = "o" if steps <= 30 else None
+            bottom.plot([x for x, _ in moved], [max(y, low / 10) for _, y in moved], styles[k % len(styles)],
+                        color=f"C{k}", marker=marker, markersize=3, linewidth=1.2,
+                        label=f"run {report.runs[k].index} vs run 1")
+            if same:
+                bottom.plot(same, [0.02] * len(same), "|", color=f"C{k}", markersize=8,
+                            transform=bottom.get_xaxis_transform(), label=f"run {report.runs[k].index}: loss identical")
+        right = max(steps, first.step) + 0.5
         for ax in (top, bottom):
-            ax.axvline(first.step, color="red", linewidth=1, alpha=0.8)
-        label = f"first divergence: step {first.step}, {first.kind}" + (f"\n{first.parameter}" if first.parameter else "")
+            ax.axvline(first.step, color="red", linewidth=1.5)
+            ax.axvspan(first.step, right, color="red", alpha=0.07)
+        label = f"first divergence: step {first.step} ({first.kind})"
+        if first.parameter:
+            label += f"\n{first.parameter}"
         top.annotate(label, xy=(first.step, 0.95), xycoords=("data", "axes fraction"), va="top", ha="left",
                      fontsize=8, color="red", xytext=(4, 0), textcoords="offset points")
-        title = f"{report.profile}: runs diverge at step {first.step} ({first.kind})"
-    else:
-        title = f"{report.profile}: {len(report.runs)} runs bitwise identical"
+        bottom.set_ylabel("|loss - loss of run 1| / |loss of run 1|")
     top.set_title(title)
     top.set_ylabel("training loss (sum of components)")
-    bottom.set_ylabel("|loss - loss of run 1|")
     bottom.set_xlabel("optimizer step")
     bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in (top, bottom):
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(loc="upper right", fontsize=8)
+            ax.legend(loc="upper left" if ax is bottom else "upper right", fontsize=8)
     fig.tight_layout()
-    return save_figure(fig, path)
+    return fig

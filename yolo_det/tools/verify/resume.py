@@ -22,8 +22,9 @@ from typing import Any
 from ...core import state as _state
 from ...core.errors import ConfigError
 from ...core.profiles import Profile, load_profile
+from ...core.quiet import quiet_ultralytics
 from ...core.resume import state_path
-from ..runtime import quiet_ultralytics, run_folder
+from ..runtime import run_folder
 from .compare import compare_runs
 from .recorder import _Recorder
 from .records import DEFAULT_KEEP_MIB, RunRecord

@@ -13,7 +13,8 @@ import torch
 from ...core import state as _state
 from ...core.errors import ConfigError
 from ...core.profiles import Profile, load_profile
-from ..runtime import quiet_ultralytics, run_folder
+from ...core.quiet import quiet_ultralytics
+from ..runtime import run_folder
 from .compare import compare_runs
 from .recorder import _Recorder
 from .records import DEFAULT_KEEP_MIB, NONDETERMINISTIC_KERNEL, RESERVED, RunRecord
