@@ -87,9 +87,13 @@ def test_patched_training_scripts_call_yolo_det_and_compile(tree: Path, capsys: 
         added = [line for line in new if line.endswith(pv.MARKER)]
         calls = {line.strip()[: -len(pv.MARKER)].strip() for line in added}
         assert PATCHED_CALLS <= calls, rel
-        assert len(added) == 6  # the import and one line per call
+        resumable = rel != "classify/train.py"  # detect and segment also hand last_opt_step to a resumed run
+        assert len(added) == 6 + resumable  # the import and one line per call
         removed = [line.strip() for line in old if line not in new]
-        assert removed == ["init_seeds(opt.seed + 1 + RANK, deterministic=True)", "scaler.scale(loss).backward()"]
+        assert removed == ["init_seeds(opt.seed + 1 + RANK, deterministic=True)",
+                           *(["last_opt_step = -1"] if resumable else []), "scaler.scale(loss).backward()"]
+        if resumable:
+            assert "    last_opt_step = ydet.last_opt_step(-1)  # yolo-det" in new
         assert "ydet.init_seeds(init_seeds, opt.seed + 1 + RANK, deterministic=True)  # yolo-det" in "\n".join(new)
     for rel in pv.FILES:
         compile((tree / rel).read_text(encoding="utf-8"), rel, "exec")
@@ -155,7 +159,7 @@ def test_anchors_tolerate_line_drift_layout_and_crlf(tree: Path) -> None:
     crlf = drifted.replace("\n", "\r\n")
     for text in (original, drifted, crlf):
         patched = pv.patch_text(text, edits)
-        assert patched.count(pv.MARKER) == 6
+        assert patched.count(pv.MARKER) == len(edits)
         assert pv.patch_text(patched, edits) == patched
         assert pv.revert_text(patched, edits) == text
     patched_crlf = pv.patch_text(crlf, edits)

@@ -30,8 +30,14 @@ Exit codes: 0 trained (also when the record could not be written: a warning afte
 bad argument or a run folder in use by another live yolo-det run, 130 interrupted (Ctrl-C, SIGINT),
 143 terminated (SIGTERM), 1 the training failed.
 
+To continue an interrupted run, pass its checkpoint: `resume=True model=RUN/weights/last.pt` (or
+`resume=RUN/weights/last.pt`). The checkpoint's own arguments are used (no demo defaults); overrides
+that Ultralytics ignores on resume are listed. Under a deterministic profile the continuation is bit for
+bit the uninterrupted run (see the README's "Resume" section).
+
 examples:
   yolo-det train --profile repro
+  yolo-det train --profile repro resume=runs/detect/train/weights/last.pt
   yolo-det train --profile repro seed=1 project=runs/repro name=a
   yolo-det train --profile balanced model=yolo11n.yaml data=coco8.yaml epochs=100 device=0
   yolo-det train --profile my-profile.yaml model=custom-cbam.yaml data=data.yaml

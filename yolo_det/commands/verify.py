@@ -1,7 +1,7 @@
 """Train the same configuration several times and check that the runs are bitwise identical.
 
 usage: yolo-det verify [--profile NAME|FILE] [--runs N] [--steps K] [--import MODULE] [--json] [--plot PATH]
-                       [--save FILE] [--against FILE] [key=value ...]
+                       [--save FILE] [--against FILE] [--resume-at K [--drop-resume-state]] [key=value ...]
 
 Each run trains a fresh model exactly as `yolo-det train` does (same key=value arguments, same demo
 defaults without data=). Per optimizer step the input batch, the loss components and every gradient are
@@ -21,6 +21,11 @@ With --steps K the runs stop after K optimizer steps, or earlier when their epoc
 says so and how many epochs would reach K. --import MODULE: as in `yolo-det train`.
 Without project= the runs go to a temporary folder that is removed afterwards.
 
+With --resume-at K, run 2 is stopped cleanly after epoch K (checkpoint written, as an interrupted job
+leaves it) and resumed from its last.pt as `yolo-det train resume=...` does; the report compares it with
+the straight run 1 in the same way. --drop-resume-state deletes yolo-det's resume state before
+resuming, which shows what a plain Ultralytics resume gives.
+
 examples:
   yolo-det verify --profile repro                          # the demo, twice: bitwise identical
   yolo-det verify --profile fast --steps 5 --plot loss.png
@@ -28,6 +33,7 @@ examples:
   yolo-det verify --profile balanced --json > verify.json
   yolo-det verify --profile repro --steps 10 --save gpu-a.json device=0      # on machine A
   yolo-det verify --profile repro --against gpu-a.json device=0              # on machine B
+  yolo-det verify --profile repro --resume-at 2 epochs=4          # interrupted after epoch 2 and resumed
 """
 
 from __future__ import annotations
@@ -35,8 +41,10 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from typing import Any
 
 from ..analysis.models import model_names
+from ..core.errors import ConfigError
 from ..core.fileio import check_output_path
 from ..core.pickle_scan import trusted_checkpoints
 from ..tools.overrides import parse_overrides
@@ -44,7 +52,8 @@ from ..tools.prechecks import check_device
 from ..tools.prepare import prepare
 from ..tools.verify import VerifyReport, check_args, plot_losses, progress_to_stderr, record_runs, verify
 from ..tools.verify.crossverify import compare_against, load_saved, save_run
-from ..tools.verify.records import DEFAULT_KEEP_MIB
+from ..tools.verify.records import DEFAULT_KEEP_MIB, RESERVED
+from ..tools.verify.resume import check_resume_at, verify_resume
 from ..tools.verify.run import _device_name
 from . import add_import_option
 from .train import add_trust_flag
@@ -70,6 +79,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="write run 1's per-step fingerprints and environment to this JSON file")
     parser.add_argument("--against", default=None, metavar="FILE",
                         help="compare run 1 with the fingerprints a --save run wrote (another process or machine)")
+    parser.add_argument("--resume-at", type=int, default=None, metavar="K",
+                        help="run 2 is interrupted after epoch K and resumed; compare it with a straight run")
+    parser.add_argument("--drop-resume-state", action="store_true",
+                        help="with --resume-at: delete yolo-det's resume state before resuming (a plain resume)")
     parser.add_argument("--verbose", action="store_true", help="show Ultralytics' training log (on stderr)")
     add_trust_flag(parser)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Ultralytics train arguments")
@@ -78,6 +91,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det verify``: exit 0 when the runs (and the saved run) are bitwise identical, 1 when not."""
     tokens = list(args.overrides)
+    if parse_overrides(tokens).get("resume") not in (None, False):
+        raise ConfigError(f"'resume=' cannot be passed to verify: {RESERVED['resume']} (to check a resume, use "
+                          "--resume-at K)")
+    if args.drop_resume_state and args.resume_at is None:
+        raise ConfigError("--drop-resume-state goes with --resume-at K")
     with model_names(args.imports):  # the user's modules are imported first: a bad one fails before any work
         with trusted_checkpoints(args.trust_checkpoint):
             profile, ul_args = prepare(args.profile, tokens, check_device=False)
@@ -85,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
         if user.get("data") is not None and "epochs" not in user:
             ul_args["epochs"] = USER_DATA_EPOCHS
         plot_path = check_output_path(args.plot, suffix=".png", what="--plot")
+        if args.resume_at is not None:
+            return _run_resume_at(args, profile, ul_args, plot_path)
         save_path = check_output_path(args.save, suffix=".json", what="--save")
         saved = load_saved(args.against) if args.against is not None else None
         portable = save_path is not None or saved is not None
@@ -137,3 +157,24 @@ def run(args: argparse.Namespace) -> int:
             print(f"loss curves: {shown.plot}")
     ok = (report is None or report.identical) and (against is None or against.identical)
     return 0 if ok else 1
+
+
+def _run_resume_at(args: argparse.Namespace, profile: Any, ul_args: dict[str, Any], plot_path: Any) -> int:
+    """``--resume-at K``: a straight run against one interrupted after epoch K and resumed (called inside
+    ``model_names``)."""
+    if args.runs not in (None, 2) or args.steps is not None or args.save or args.against:
+        raise ConfigError("--resume-at compares two runs over whole epochs; drop --runs, --steps, --save and --against")
+    check_args(ul_args, 2, None, args.keep_mib)
+    check_resume_at(ul_args, args.resume_at)
+    check_device(ul_args.get("device"))
+    report = verify_resume(profile, ul_args, resume_at=args.resume_at, drop_state=args.drop_resume_state,
+                           keep_mib=args.keep_mib, verbose=args.verbose, progress=progress_to_stderr)
+    if plot_path is not None:
+        report.plot = str(plot_losses(report, plot_path))
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, default=str))
+    else:
+        print(report.summary())
+        if report.plot:
+            print(f"loss curves: {report.plot}")
+    return 0 if report.identical else 1

@@ -15,12 +15,13 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["data_seed", "rank_seed", "seed_dataloader", "seed_everything", "seed_worker"]
+__all__ = ["data_seed", "epoch_data_seed", "rank_seed", "seed_dataloader", "seed_everything", "seed_worker"]
 
 _U64 = 1 << 64
 # A fixed odd 64-bit constant that spreads small seeds over the generator's state (the value Ultralytics
 # also adds to its loader seed, so plain Ultralytics and yolo-det shuffle the same way).
 _DATA_SALT = 6148914691236517205
+_EPOCH_STRIDE = 0x9E3779B97F4A7C15  # 2**64 / golden ratio, odd
 
 
 def _check_seed(seed: int) -> int:
@@ -37,6 +38,16 @@ def rank_seed(seed: int, rank: int = 0) -> int:
 def data_seed(seed: int, rank: int = 0) -> int:
     """The seed of rank ``rank``'s dataloader generator (shuffle order and worker seeds)."""
     return (_DATA_SALT + max(rank, 0) + _check_seed(seed)) % _U64
+
+
+def epoch_data_seed(seed: int, rank: int = 0, epoch: int = 0) -> int:
+    """The seed of rank ``rank``'s dataloader generator at the start of ``epoch`` (0-based).
+
+    Epoch 0 is :func:`data_seed`; later epochs add a multiple of an odd 64-bit constant, so the data order
+    (and the worker seeds) of an epoch depend on (seed, rank, epoch) only, never on earlier epochs: a
+    resumed run shuffles its epochs as the uninterrupted run did.
+    """
+    return (data_seed(seed, rank) + max(epoch, 0) * _EPOCH_STRIDE) % _U64
 
 
 def seed_everything(seed: int) -> None:

@@ -189,7 +189,7 @@ def apply(settings: PhaseSettings) -> DeterminismState:
         try:
             restore(before)
         except Exception as e:  # never replace the error that stopped the apply
-            error.add_note(f"yolo-det: restoring the previous state also failed: {type(e).__name__}: {e}")
+            add_note(error, f"yolo-det: restoring the previous state also failed: {type(e).__name__}: {e}")
         raise
     return before
 
@@ -247,3 +247,10 @@ def phase_scope(settings: PhaseSettings) -> Iterator[DeterminismState]:
 def _deterministic_utils() -> Any:
     """``torch.utils.deterministic``: ``fill_uninitialized_memory`` is a module property its stubs do not declare."""
     return torch.utils.deterministic
+
+
+def add_note(error: BaseException, text: str) -> None:
+    """Attach ``text`` to ``error`` as a note (Python 3.11+; earlier versions keep the error as it is)."""
+    note = getattr(error, "add_note", None)
+    if callable(note):
+        note(text)

@@ -14,6 +14,8 @@ training            ``def train(``                                    ``@ydet.tr
 init_seeds          ``init_seeds(opt.seed + 1 + RANK, ...)``          becomes ``ydet.init_seeds(init_seeds, ...)``
 prepare_model       ``amp = check_amp(model)`` (``model =             ``model = ydet.prepare_model(model)``
                     model.to(device)`` in classify)                   inserted before (after) it
+last_opt_step       ``last_opt_step = -1`` (detect and segment)       becomes ``last_opt_step =
+                                                                      ydet.last_opt_step(-1)``
 backward            ``scaler.scale(loss).backward()``                 becomes ``ydet.backward(scaler.scale(loss))``
 option              ``parser.add_argument('--seed', ...`` (train)     ``ydet.add_argument(parser)`` inserted
                     ``parser = argparse.ArgumentParser()`` (others)   after it
@@ -144,7 +146,15 @@ _VALIDATION = _insert("validation", "def run(", r"(?P<indent>)def run\(", "befor
 _DEPLOYMENT = _insert("deployment", "def run(", r"(?P<indent>)def run\(", "before",
                       "@ydet.deployment", r"@ydet\.deployment")
 
-_TRAIN_EDITS = (_IMPORT, _TRAINING, _INIT_SEEDS, _MODEL_DETECT, _BACKWARD, _OPTION_TRAIN)
+_LAST_OPT_STEP = Edit(
+    "last_opt_step", "last_opt_step = -1",
+    re.compile(r"(?P<indent>[ \t]+)last_opt_step = -1[ \t]*$"), "replace",
+    "{indent}last_opt_step = ydet.last_opt_step(-1)  " + MARKER,
+    re.compile(r"(?P<indent>[ \t]+)last_opt_step = ydet\.last_opt_step\(-1\)  " + re.escape(MARKER) + r"[ \t]*$"),
+    "{indent}last_opt_step = -1",
+)
+
+_TRAIN_EDITS = (_IMPORT, _TRAINING, _INIT_SEEDS, _MODEL_DETECT, _LAST_OPT_STEP, _BACKWARD, _OPTION_TRAIN)
 
 #: The files the patch changes (relative to the tree's root) and their edits. ``train.py`` and ``val.py``
 #: must exist; the others are patched where the tag has them.

@@ -49,6 +49,7 @@ from ..layers.registry import registered_layers
 from ..session.distributed import gather_states, rank_info, ranks_consistent
 from ..session.session import DeterminismSession, note_restore_failure
 from .identity import run_identity
+from .ultralytics_resume import UltralyticsResume, previous_record
 
 __all__ = ["UltralyticsPlugin", "attach", "detach", "trainer_class"]
 
@@ -57,6 +58,9 @@ _EVENTS = (
     "on_pretrain_routine_end",
     "on_train_start",
     "on_train_epoch_start",
+    "on_train_batch_start",
+    "on_train_batch_end",
+    "on_train_epoch_end",
     "on_fit_epoch_end",
     "on_val_start",
     "on_val_end",
@@ -118,6 +122,8 @@ class UltralyticsPlugin:
         self._entered: set[int] = set()
         self._names: Any = None
         self._trainer: Any = None  # the trainer of the run in progress (for a record of an early ending)
+        self.resume: UltralyticsResume | None = None
+        self._previous: dict[str, Any] | None = None
 
     # A pickled plugin (Ultralytics' DDP launcher pickles the callbacks) starts fresh in the worker.
     def __getstate__(self) -> dict[str, Any]:
@@ -168,7 +174,9 @@ class UltralyticsPlugin:
         self._entered.clear()
         self._trainer = None
         self._weights_before = None
-        steps = [session.end if session is not None else None,
+        resume, self.resume, self._previous = self.resume, None, None
+        steps = [resume.close if resume is not None else None,
+                 session.end if session is not None else None,
                  (lambda: names.__exit__(None, None, None)) if names is not None else None,
                  *(lock.release for lock in reversed(locks))]
         for step in steps:
@@ -299,6 +307,10 @@ class UltralyticsPlugin:
             session.prepare_model(model, imgsz=int(max(imgsz) if isinstance(imgsz, (list, tuple)) else imgsz))
             trainer._yolo_det_swapped = True
         session.wrap_scaler(trainer)  # backward: disable -> a ToggleScaler until the train phase ends
+        self.resume = UltralyticsResume(int(session.seeds()["seed"]), rank=session.rank)
+        self.resume.prepare(trainer)
+        if self.resume.info is not None:
+            self._previous = previous_record(self.resume.info["checkpoint"])
 
     @_callback
     def on_train_start(self, trainer: Any) -> None:
@@ -328,13 +340,36 @@ class UltralyticsPlugin:
 
     @_callback
     def on_train_epoch_start(self, trainer: Any) -> None:
-        """Make sure training continues under the train phase."""
+        """Make sure training continues under the train phase; seed the epoch's data order (and restore
+        the saved state on the first epoch of a resumed run)."""
         self._back_to_train()
+        if self.resume is not None:
+            self.resume.on_train_epoch_start(trainer)
+
+    @_callback
+    def on_train_batch_start(self, trainer: Any) -> None:
+        """Count the iteration (resume bookkeeping)."""
+        if self.resume is not None:
+            self.resume.on_train_batch_start(trainer)
+
+    @_callback
+    def on_train_batch_end(self, trainer: Any) -> None:
+        """Note optimizer steps (resume bookkeeping)."""
+        if self.resume is not None:
+            self.resume.on_train_batch_end(trainer)
+
+    @_callback
+    def on_train_epoch_end(self, trainer: Any) -> None:
+        """Mark the epoch trained (its resume state is written after its checkpoint)."""
+        if self.resume is not None:
+            self.resume.on_train_epoch_end(trainer)
 
     @_callback
     def on_fit_epoch_end(self, trainer: Any) -> None:
-        """Make sure training continues under the train phase."""
+        """Make sure training continues under the train phase; write the resume state of the epoch."""
         self._back_to_train()
+        if self.resume is not None:
+            self.resume.on_fit_epoch_end(trainer)
 
     @_callback
     def teardown(self, trainer: Any) -> None:
@@ -383,10 +418,11 @@ class UltralyticsPlugin:
         save_dir = getattr(trainer, "save_dir", None)
         if save_dir is None:
             return
+        stopped = error is not None and bool(getattr(trainer, "_yolo_det_interrupted", False))  # a clean stop
         # Digests of the files as they are on disk (this run holds the folder: they are its own files).
         files = weights_files(Path(save_dir) / "weights", self._weights_before)
         weights: dict[str, Any] = {"files": files}
-        if error is None:
+        if error is None or stopped:
             last = Path(getattr(trainer, "last", Path(save_dir) / "weights" / "last.pt")).resolve()
             entry = next((f for f in files if Path(f["file"]).resolve() == last and f.get("sha256")), None)
             if entry is not None:
@@ -398,6 +434,9 @@ class UltralyticsPlugin:
                 weights["ema_fp32_sha256"] = state_dict_digest(ema)
         args = getattr(trainer, "args", None)
         ending = describe_ending(error)
+        # stopped on purpose after a saved epoch (verify --resume-at): resumable, not failed
+        if stopped and error is not None:
+            ending = {"status": "interrupted", "stopped": one_line(error)}
         record = build_record(
             self.session,
             framework="ultralytics",
@@ -410,6 +449,8 @@ class UltralyticsPlugin:
             **getattr(trainer, "_yolo_det_identity", {}),
             **ending,
         )
+        if self.resume is not None:
+            record.update(self.resume.record_fields(trainer, self.profile, self._previous))
         self.record_path = write_record(save_dir, record)
         trainer._yolo_det_record_written = True
 
@@ -536,7 +577,9 @@ def _guarded_stream(plugin: UltralyticsPlugin, gen: Iterator[Any]) -> Iterator[A
                 plugin._resume(saved)
     except BaseException as error:
         try:
-            gen.close()
+            close = getattr(gen, "close", None)
+            if callable(close):
+                close()
         except BaseException as e:
             note_restore_failure(error, e)
         plugin.end_run(error)

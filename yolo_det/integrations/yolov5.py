@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextvars
 import functools
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -48,6 +49,7 @@ from ..core.record import RECORD_NAME, build_record, write_record
 from ..core.signals import terminate_as_interrupt
 from ..core.state import snapshot
 from ..session.session import DeterminismSession, note_restore_failure
+from .yolov5_resume import YOLOv5Resume
 
 __all__ = [
     "OPTION",
@@ -57,6 +59,7 @@ __all__ = [
     "current_run",
     "deployment",
     "init_seeds",
+    "last_opt_step",
     "prepare_model",
     "training",
     "validation",
@@ -138,6 +141,12 @@ class YOLOv5Run:
         self.state_at_train_start: dict[str, Any] | None = None
         self.state_during_backward: dict[str, Any] | None = None
         self._weights_before: dict[str, Any] | None = None
+        self.resume = YOLOv5Resume(getattr(script, "__code__", None), seed, rank=max(self.rank, 0))
+        self.previous: dict[str, Any] | None = None
+        if getattr(opt, "resume", False) and getattr(opt, "weights", None):
+            from .ultralytics_resume import previous_record
+
+            self.previous = previous_record(str(opt.weights))
 
     # -- lifecycle ------------------------------------------------------------------------------------
     @contextmanager
@@ -230,10 +239,8 @@ class YOLOv5Run:
         if self.script is not None:
             run["script"] = getattr(getattr(self.script, "__code__", None), "co_filename", None)
         seeds = session.seeds()
-        # The data order is YOLOv5's own: its loaders seed their generators (from --seed in recent tags).
-        seeds.pop("data_seed", None)
-        seeds.pop("sampler_seed", None)
-        seeds["data_order"] = "YOLOv5's dataloader seeding (unchanged by yolo-det)"
+        seeds["data_order"] = ("yolo-det: the loader generator is seeded per epoch from --seed "
+                               "(seeding.epoch_data_seed)")
         ending = describe_ending(error)
         record = build_record(
             session,
@@ -250,6 +257,18 @@ class YOLOv5Run:
             fonts=[str(f) for f in self.fonts],
             **ending,
         )
+        resume = self.resume
+        segments: list[Any] = []
+        if resume.info is not None and self.previous is not None:
+            segments = [*self.previous.get("segments", []), {k: v for k, v in self.previous.items() if k != "segments"}]
+        train = self.profile.train
+        record["resume"] = None if resume.info is None else {
+            **resume.info,
+            "bitwise_expected": bool(resume.info["state_found"] and train.deterministic and train.backward == "keep"),
+        }
+        record["segments"] = segments
+        record["resume_states_written"] = resume.states_written
+        record["resume_state_seconds"] = round(resume.seconds_saving, 4)
         return record
 
 
@@ -330,6 +349,12 @@ def _find_opt(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
     return None
 
 
+def _find_callbacks(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    if "callbacks" in kwargs:
+        return kwargs["callbacks"]
+    return next((v for v in args if callable(getattr(v, "register_action", None))), None)
+
+
 def training(fn: _F) -> _F:
     """Decorate YOLOv5's ``train()``: with ``opt.det_profile`` set, it runs as one yolo-det run.
 
@@ -346,10 +371,12 @@ def training(fn: _F) -> _F:
             return fn(*args, **kwargs)
         run = YOLOv5Run(profile, opt, script=fn)
         token = _CURRENT.set(run)
+        run.resume.attach(_find_callbacks(args, kwargs))
         try:
             with run.training():
                 return fn(*args, **kwargs)
         finally:
+            run.resume.detach()
             _CURRENT.reset(token)
 
     return wrapper  # type: ignore[return-value]
@@ -372,6 +399,18 @@ def init_seeds(yolov5_init_seeds: Callable[..., Any], seed: int = 0, determinist
         yolov5_init_seeds(seed, deterministic=deterministic)
         return
     run.seed()
+
+
+def last_opt_step(default: int = -1) -> int:
+    """``last_opt_step = ydet.last_opt_step(-1)``: YOLOv5's value, or on a resumed run under a profile the
+    uninterrupted run's last optimizer step (read from the resume state, which is restored with it).
+
+    Outside a run ``default`` is returned.
+    """
+    run = _CURRENT.get()
+    if run is None:
+        return default
+    return run.resume.last_opt_step(sys._getframe(1).f_locals, default)
 
 
 def prepare_model(model: _M) -> _M:

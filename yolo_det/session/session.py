@@ -45,7 +45,7 @@ def note_restore_failure(error: BaseException, failure: BaseException) -> None:
         return
     text = (f"yolo-det: restoring the state after {type(error).__name__} also failed: "
             f"{type(failure).__name__}: {failure}")
-    error.add_note(text)
+    _state.add_note(error, text)
     try:
         import warnings
 
@@ -197,7 +197,7 @@ class DeterminismSession:
                 self._pop()
             except BaseException as e:
                 errors.append(e)
-        for step in (lambda: _state.restore(self.baseline), self.warnings.stop):  # type: ignore[arg-type]
+        for step in (lambda: _state.restore(self.baseline), self.warnings.stop):
             try:
                 step()
             except BaseException as e:

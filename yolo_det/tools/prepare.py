@@ -2,7 +2,8 @@
 
 Used by the ``train``, ``verify`` and ``bench`` commands and by the benchmark scripts. Without ``data=``
 the bundled demo dataset is used with small defaults (:data:`DEMO_DEFAULTS`); it is for detection, so a model
-of another task needs ``data=`` (a dataset YAML, or a folder for classification).
+of another task needs ``data=`` (a dataset YAML, or a folder for classification). When resuming
+(``resume=True``/``resume=path``) no default is added: the checkpoint's own arguments and the keys given are used.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 from ..analysis.models import model_task
 from ..core.errors import ConfigError
 from ..core.profiles import Profile, load_profile
+from ..core.resume import is_resume, resume_arguments
 from ..core.safe_yaml import short
 from .overrides import check_ultralytics_args, parse_overrides, resolve_data, resolve_model
 from .prechecks import check_train_args
@@ -41,6 +43,8 @@ def prepare(profile: str | Profile, tokens: list[str], *,
     """
     resolved = load_profile(profile)
     args = parse_overrides(tokens)
+    if is_resume(args):
+        return resolved, _prepare_resume(args)
     demo = args.get("data") is None
     if demo:
         from .demo import demo_data_yaml
@@ -65,3 +69,18 @@ def prepare(profile: str | Profile, tokens: list[str], *,
     args = check_ultralytics_args(args, reserved=RESERVED)
     args = check_train_args(args, device=check_device)
     return resolved, args
+
+
+def _prepare_resume(args: dict[str, Any]) -> dict[str, Any]:
+    """``resume=``: the checkpoint's own arguments, no demo defaults; warn about what resuming ignores."""
+    import sys
+
+    if isinstance(args.get("data"), str):
+        args["data"] = resolve_data(args["data"])
+    args, _, ignored = resume_arguments(args)
+    args["model"] = resolve_model(args["model"])  # the checkpoint scan a new run's model= gets
+    args = check_ultralytics_args(args, reserved=RESERVED)
+    if ignored:
+        print(f"yolo-det: resuming ignores {', '.join(f'{k}={args[k]}' for k in ignored)}: the checkpoint's "
+              "values are used (start a new run to change them)", file=sys.stderr)
+    return args

@@ -25,6 +25,7 @@ class VerifyReport:
         steps_requested: ``--steps`` (None: the epochs decide).
         seconds: Wall time of the whole verification.
         plot: Path of the loss-curve PNG, when one was written.
+        note: How the runs differ by design (``--resume-at``: run 2 was interrupted and resumed).
     """
 
     profile: str
@@ -35,6 +36,7 @@ class VerifyReport:
     seconds: float
     device: str = "cpu"
     plot: str | None = None
+    note: str | None = None
 
     @property
     def identical(self) -> bool:
@@ -97,6 +99,7 @@ class VerifyReport:
                 for r in self.runs[1:]
             ],
             "plot": self.plot,
+            "note": self.note,
         }
 
     def summary(self) -> str:
@@ -104,6 +107,8 @@ class VerifyReport:
         n_steps = sorted({len(r.steps) for r in self.runs})
         lines = [f"yolo-det verify: profile {self.profile}, {len(self.runs)} runs, "
                  f"{'/'.join(map(str, n_steps))} optimizer steps each, device {self.device}"]
+        if self.note:
+            lines.append(f"  ({self.note})")
         for r in self.runs:
             lines.append(f"  run {r.index}: {len(r.steps)} steps in {r.seconds:.1f} s, "
                          f"weights {r.weights.get('model', '?')[:16]}")

@@ -1,0 +1,276 @@
+"""Resume: an Ultralytics run interrupted after an epoch and resumed through ``yolo-det train resume=...`` ends
+with the uninterrupted run's weights, bit for bit; the command line resumes with the checkpoint's own
+arguments; the record tells the story; ``verify --resume-at`` proves it or names the divergence.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from yolo_det.cli import main
+from yolo_det.core.errors import ConfigError, ModelError
+from yolo_det.core.record import RECORD_NAME, checkpoint_digest
+from yolo_det.core.resume import get_rng_state, load_state, read_checkpoint, set_rng_state, state_path
+from yolo_det.tools.prepare import prepare
+
+REPO = Path(__file__).resolve().parent.parent
+MODELS = REPO / "data" / "models"
+
+
+class _Stop(Exception):
+    pass
+
+
+def _train_interrupted(tokens: list[str], after: int) -> Path:
+    """Train as ``yolo-det train --profile repro TOKENS`` does, stopping cleanly once epoch ``after`` is saved."""
+    from ultralytics import YOLO
+
+    from yolo_det.analysis.models import model_names
+    from yolo_det.integrations.ultralytics import attach
+
+    profile, args = prepare("repro", tokens)
+    args = dict(args)
+
+    def stop(trainer: Any) -> None:
+        if trainer.epoch + 1 == after:
+            trainer._yolo_det_interrupted = True
+            raise _Stop
+
+    with model_names():
+        model = YOLO(args.pop("model"))
+        attach(model, profile)
+        model.add_callback("on_fit_epoch_end", stop)
+        with pytest.raises(_Stop):
+            model.train(**args)
+    return Path(args["project"]) / args["name"] / "weights" / "last.pt"
+
+
+def _cli(tokens: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(["train", "--profile", "repro", *tokens])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+CASES = {
+    "detect-2of4": (["epochs=4"], 2),
+    "cbam-max-2of4": ([f"model={MODELS / 'cbam-max.yaml'}", "epochs=4"], 2),
+    # close_mosaic=1 closes mosaic in epoch 3, inside the resumed part; nbs=32 without warmup accumulates two
+    # batches per step, so the gradients of epoch 1's last batch are applied in epoch 2's first step.
+    "detect-1of3-close-mosaic": (["epochs=3", "close_mosaic=1", "nbs=32", "warmup_epochs=0"], 1),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_interrupted_and_resumed_through_the_cli_ends_bit_for_bit(case: str, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    extra, after = CASES[case]
+    common = [*extra, "imgsz=64", "batch=16", f"project={tmp_path}", "plots=false", "exist_ok=true"]
+    code, _, _ = _cli([*common, "name=straight"], capsys)
+    assert code == 0
+    straight = checkpoint_digest(tmp_path / "straight" / "weights" / "last.pt")
+    straight_record = json.loads((tmp_path / "straight" / RECORD_NAME).read_text())
+
+    last = _train_interrupted([*common, "name=part"], after)
+    state = state_path(last)
+    assert state.is_file() and load_state(state)["epoch"] == after - 1
+    first = json.loads((tmp_path / "part" / RECORD_NAME).read_text())
+    assert first["status"] == "interrupted" and first["epochs_completed"] == after
+    assert read_checkpoint(last).resumable
+
+    code, out, err = _cli([f"resume={last}"], capsys)
+    assert code == 0
+    assert f"weights sha256: {straight}" in out
+    assert checkpoint_digest(last) == straight
+    record = json.loads((tmp_path / "part" / RECORD_NAME).read_text())
+    assert record["status"] == "completed"
+    assert record["weights"]["ema_fp32_sha256"] == straight_record["weights"]["ema_fp32_sha256"]
+    resume = record["resume"]
+    assert resume["resumed"] and resume["state_found"] and resume["bitwise_expected"]
+    assert resume["epoch"] == after and resume["checkpoint"] == str(last)
+    assert len(resume["checkpoint_sha256"]) == 64 and len(resume["checkpoint_weights_sha256"]) == 64
+    assert [s["status"] for s in record["segments"]] == ["interrupted"]
+    assert record["segments"][0]["epochs_completed"] == after
+    assert record["run"]["data"] == straight_record["run"]["data"]
+    if case.startswith("cbam"):
+        assert record["swaps"], "the CBAM block's max pooling is swapped under repro"
+
+
+@pytest.mark.slow
+def test_resume_on_the_users_dataset_trains_on_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without data= on the resume command line, the run continues on the checkpoint's dataset (2 classes),
+    never on the demo data (3 classes)."""
+    demo = REPO / "data" / "demo"
+    data = tmp_path / "shapes2"
+    for split, count in (("train", 8), ("val", 4)):
+        (data / "images" / split).mkdir(parents=True)
+        (data / "labels" / split).mkdir(parents=True)
+        for image in sorted((demo / "images" / split).iterdir())[:count]:
+            shutil.copy(image, data / "images" / split / image.name)
+            label = demo / "labels" / split / (image.stem + ".txt")
+            lines = [ln.split() for ln in label.read_text().splitlines() if ln.strip()]
+            (data / "labels" / split / label.name).write_text(
+                "".join(" ".join([str(min(int(p[0]), 1)), *p[1:]]) + "\n" for p in lines))
+    data_yaml = tmp_path / "shapes2.yaml"
+    data_yaml.write_text(yaml.safe_dump({"path": str(data), "train": "images/train", "val": "images/val",
+                                         "names": {0: "round", 1: "angular"}}))
+    common = [f"data={data_yaml}", "epochs=2", "imgsz=64", "batch=4", f"project={tmp_path}", "name=mine",
+              "plots=false", "workers=0", "device=cpu"]
+    last = _train_interrupted(common, 1)
+    profile, args = prepare("repro", [f"resume={last}"])
+    assert "data" not in args and "imgsz" not in args and "batch" not in args  # no demo defaults
+    code, _, _ = _cli([f"resume={last}"], capsys)
+    assert code == 0
+    record = json.loads((tmp_path / "mine" / RECORD_NAME).read_text())
+    assert record["run"]["data"] == str(data_yaml) and record["resume"]["state_found"]
+    ckpt = torch.load(last, map_location="cpu", weights_only=False)
+    assert ckpt["model"].nc == 2 and ckpt["train_args"]["data"] == str(data_yaml)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the command line, without training
+
+
+def _fake_checkpoint(path: Path, *, epoch: int = 1, optimizer: bool = True, **train_args: Any) -> Path:
+    torch.save({"epoch": epoch, "optimizer": {"state": {}, "param_groups": []} if optimizer else None,
+                "updates": 7, "train_args": {"model": "yolov8n.yaml", "data": "mine.yaml", "epochs": 4,
+                                             "lr0": 0.01, **train_args}}, path)
+    return path
+
+
+def test_resume_keeps_the_checkpoints_arguments_and_lists_what_it_ignores(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    ckpt = _fake_checkpoint(tmp_path / "last.pt")
+    _, args = prepare("repro", [f"resume={ckpt}", "lr0=0.5", "epochs=4", "batch=4", "device=cpu"])
+    err = capsys.readouterr().err
+    assert args == {"model": str(ckpt), "resume": str(ckpt), "lr0": 0.5, "epochs": 4, "batch": 4, "device": "cpu"}
+    assert err.count("\n") == 1 and "resuming ignores lr0=0.5:" in err  # epochs=4 is the checkpoint's own value
+    assert "batch" not in err and "device" not in err  # Ultralytics lets a resume change these
+    _, args = prepare("repro", ["resume=true", f"model={ckpt}"])
+    assert args == {"model": str(ckpt), "resume": True} and capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("tokens, message", [
+    (["resume=true"], "resume=True needs the checkpoint"),
+    (["resume=missing.pt"], "does not exist"),
+    (["resume=FINISHED"], "cannot be resumed: its training finished"),
+])
+def test_resume_errors_are_one_line_and_exit_2(tokens: list[str], message: str, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    finished = _fake_checkpoint(tmp_path / "finished.pt", epoch=-1, optimizer=False)
+    tokens = [t.replace("FINISHED", str(finished)).replace("missing.pt", str(tmp_path / "missing.pt")) for t in tokens]
+    assert main(["train", *tokens, f"project={tmp_path}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["finished.pt"]  # nothing written
+
+
+class _Evil:
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, ("touch PWNED",))
+
+
+def test_reading_a_checkpoint_runs_none_of_its_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "evil.pt"
+    torch.save({"epoch": 2, "optimizer": {"x": torch.ones(2)}, "ema": _Evil(), "updates": 3,
+                "train_args": {"data": "d.yaml", "save_dir": Path("runs/x")}}, path)
+    info = read_checkpoint(path)
+    assert not (tmp_path / "PWNED").exists()
+    assert info.epoch == 2 and info.updates == 3 and info.resumable
+    assert info.train_args == {"data": "d.yaml", "save_dir": "runs/x"}
+    with pytest.raises(ModelError, match="not a training checkpoint"):
+        torch.save({"weights": torch.ones(1)}, tmp_path / "plain.pt")
+        read_checkpoint(tmp_path / "plain.pt")
+
+
+def test_rng_state_round_trip() -> None:
+    import random
+
+    import numpy as np
+
+    state = get_rng_state()
+    first = (random.random(), float(np.random.rand()), float(torch.rand(1)))
+    random.seed(99)
+    np.random.seed(99)
+    torch.manual_seed(99)
+    set_rng_state(state)
+    assert (random.random(), float(np.random.rand()), float(torch.rand(1))) == first
+
+
+def test_state_files_never_match_ultralytics_latest_run_glob(tmp_path: Path) -> None:
+    """``resume=True`` without a path resumes the newest ``last*.pt``: a state file must never be taken for it."""
+    for rank in (0, 1):
+        name = state_path(tmp_path / "weights" / "last.pt", rank).name
+        assert not name.startswith("last") and name.endswith(".pt")
+    assert state_path(tmp_path / "last.pt", 1) != state_path(tmp_path / "last.pt", 0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# verify --resume-at
+
+
+@pytest.mark.slow
+def test_verify_resume_at(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    common = ["epochs=2", "imgsz=64", "plots=false"]
+    assert main(["verify", "--profile", "repro", "--resume-at", "1", *common, f"project={tmp_path / 'a'}"]) == 0
+    out = capsys.readouterr().out
+    assert "bitwise identical" in out and "interrupted after epoch 1 and resumed" in out
+
+    code = main(["verify", "--profile", "repro", "--resume-at", "1", "--drop-resume-state", "--json", *common,
+                 f"project={tmp_path / 'b'}"])
+    out, err = capsys.readouterr()
+    assert code == 1
+    report = json.loads(out)
+    first = report["first_divergence"]
+    assert first["run"] == 2 and first["epoch"] == 1 and first["kind"] in {"data", "loss", "gradients"}
+    assert "no resume state for" in err
+    record = json.loads((tmp_path / "b" / "verify-resumed" / RECORD_NAME).read_text())
+    assert record["resume"]["state_found"] is False and record["resume"]["bitwise_expected"] is False
+
+
+@pytest.mark.parametrize("tokens, message", [
+    (["--resume-at", "3", "epochs=3"], "leaves nothing to resume"),
+    (["--resume-at", "0", "epochs=3"], "--resume-at must be an epoch number"),
+    (["--resume-at", "1", "--steps", "2", "epochs=3"], "drop --runs, --steps, --save and --against"),
+    (["--drop-resume-state", "epochs=3"], "--drop-resume-state goes with --resume-at"),
+])
+def test_verify_resume_at_bad_input(tokens: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify", *tokens]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+def test_resume_errors_raise_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        prepare("repro", ["resume=true"])
+
+
+def test_state_writer_writes_what_was_there_when_it_was_copied(tmp_path: Path) -> None:
+    from yolo_det.core.resume import StateWriter
+
+    live = torch.zeros(1000)
+    writer = StateWriter()
+    writer.submit(tmp_path / "s.pt", {"epoch": 1, "x": live, "nested": {"y": [live]}})
+    writer.wait_copied()  # what an optimizer step pre-hook does before changing parameters
+    live.add_(1)
+    writer.close()
+    state = load_state(tmp_path / "s.pt")
+    assert state["epoch"] == 1 and torch.equal(state["x"], torch.zeros(1000))
+    assert torch.equal(state["nested"]["y"][0], torch.zeros(1000))
+    assert not list(tmp_path.glob(".*tmp"))  # the temporary file was renamed into place
+
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    writer = StateWriter()
+    writer.submit(blocked / "s.pt", {"epoch": 1})
+    with pytest.raises(OSError):
+        writer.close()

@@ -1,0 +1,394 @@
+"""Resume state: what an interrupted training needs, beyond its checkpoint, to continue bit for bit.
+
+A training checkpoint (Ultralytics' ``last.pt``, YOLOv5's ``last.pt``) holds the epoch, the EMA and the
+optimizer, but rounded to float16, and no RNG or data-order state. A run resumed from it continues from
+different numbers than the run that was interrupted. yolo-det writes, at every checkpoint save, a *resume
+state* file next to the checkpoint (``weights/yolo-det-resume.last.pt``; ``...last.rank1.pt`` for rank 1
+under DDP) holding:
+
+- the RNG states: python ``random``, numpy's global RNG, torch CPU and every CUDA device;
+- the live model and the EMA in full precision, the optimizer state in full precision, the gradients
+  accumulated but not yet applied, and the step bookkeeping (last optimizer step, accumulation);
+- the AMP scaler, the epoch, the data-loader state (the shuffle generator, the mosaic flag);
+- the checkpoint it belongs to (``epoch`` and EMA ``updates``), so a stale file is never used.
+
+The file holds tensors and plain Python values only: it loads with ``torch.load(weights_only=True)``.
+The checkpoint itself is not changed, so it still loads in plain Ultralytics/YOLOv5 without yolo-det.
+
+Reading a checkpoint's arguments (what resuming will train on) uses :func:`read_checkpoint`, which never
+imports or runs code named in the file (it reads it with :func:`yolo_det.core.safeload.read_checkpoint`:
+every class the pickle names is an inert placeholder).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .errors import ModelError
+from .safeload import Inert
+from .safeload import read_checkpoint as safe_read
+
+__all__ = [
+    "FORMAT",
+    "CheckpointInfo",
+    "file_sha256",
+    "get_rng_state",
+    "is_resume",
+    "load_state",
+    "read_checkpoint",
+    "resume_arguments",
+    "host_copy",
+    "save_state",
+    "StateWriter",
+    "set_rng_state",
+    "state_path",
+]
+
+#: Format tag stored in every resume-state file.
+FORMAT = "yolo-det/resume/1"
+_PREFIX = "yolo-det-resume"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# reading a checkpoint without running its code
+
+
+@dataclass
+class CheckpointInfo:
+    """What :func:`read_checkpoint` found in a training checkpoint.
+
+    Attributes:
+        path: The checkpoint file.
+        epoch: The last completed epoch (0-based); -1 in a finished (stripped) checkpoint.
+        updates: The EMA update count (Ultralytics) or None.
+        train_args: The training arguments stored in it (``train_args`` of Ultralytics, ``opt`` of YOLOv5).
+        has_optimizer: Whether the optimizer state is still in it.
+        sha256: SHA-256 of the file's bytes.
+    """
+
+    path: Path
+    epoch: int
+    updates: int | None
+    train_args: dict[str, Any] = field(default_factory=dict)
+    has_optimizer: bool = False
+    sha256: str = ""
+
+    @property
+    def resumable(self) -> bool:
+        """Whether the framework would resume from it (an unfinished training: epoch >= 0 and an optimizer)."""
+        return self.epoch >= 0 and self.has_optimizer
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, Inert):  # a pathlib.Path and the like: keep its text
+        args = value.__dict__.get("inert_args", ())
+        return "/".join(str(a) for a in args) if args and all(isinstance(a, str) for a in args) else repr(value)
+    return str(value)
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """SHA-256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_checkpoint(path: str | os.PathLike[str]) -> CheckpointInfo:
+    """Read the epoch, the arguments and the resumability of a training checkpoint, safely.
+
+    Nothing named in the file is imported or run (see the module docstring).
+
+    Raises:
+        ModelError: The file is missing or is not a training checkpoint.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"checkpoint '{path}' does not exist")
+    obj = safe_read(path)  # imports and calls nothing the file names
+    if not isinstance(obj, Mapping) or "epoch" not in obj:
+        raise ModelError(f"'{path}' is not a training checkpoint (no 'epoch' in it); pass the last.pt of a run")
+    args = obj.get("train_args")
+    if args is None:
+        args = obj.get("opt")  # YOLOv5
+    if isinstance(args, Inert):
+        state = args.state
+        args = state if isinstance(state, Mapping) else {}
+    epoch = obj.get("epoch")
+    updates = obj.get("updates")
+    return CheckpointInfo(
+        path=path,
+        epoch=int(epoch) if isinstance(epoch, int) else -1,
+        updates=int(updates) if isinstance(updates, int) else None,
+        train_args=_plain(args) if isinstance(args, Mapping) else {},
+        has_optimizer=obj.get("optimizer") is not None,
+        sha256=file_sha256(path),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# RNG state
+
+
+def get_rng_state() -> dict[str, Any]:
+    """The state of python's ``random``, numpy's global RNG, torch's CPU RNG and every CUDA device's RNG."""
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+    return {
+        "python": [version, list(internal), gauss],
+        "numpy": {"kind": str(kind), "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "torch": torch.get_rng_state(),
+        "cuda": [s.clone() for s in torch.cuda.get_rng_state_all()] if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    """Put back what :func:`get_rng_state` returned (CUDA devices beyond those saved are left alone)."""
+    version, internal, gauss = state["python"]
+    random.setstate((int(version), tuple(int(x) for x in internal), gauss))
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), int(n["pos"]), int(n["has_gauss"]),
+                         float(n["cached_gaussian"])))
+    torch.set_rng_state(state["torch"])
+    cuda = list(state.get("cuda") or [])
+    if cuda and torch.cuda.is_available():
+        for i, s in enumerate(cuda[: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(s, i)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the state file
+
+
+def state_path(checkpoint: str | os.PathLike[str], rank: int = 0) -> Path:
+    """Where the resume state of ``checkpoint`` lives for ``rank`` (0 for a single process).
+
+    The name never starts with ``last`` (Ultralytics' ``resume=True`` picks the newest ``last*.pt``).
+    """
+    checkpoint = Path(checkpoint)
+    suffix = f".rank{rank}" if rank > 0 else ""
+    return checkpoint.with_name(f"{_PREFIX}.{checkpoint.stem}{suffix}.pt")
+
+
+def save_state(path: str | os.PathLike[str], state: Mapping[str, Any]) -> Path:
+    """Write a resume state atomically (tensors and plain values only).
+
+    It is serialised straight into a temporary file in the same folder, which then replaces ``path``: a
+    reader sees the old file or the new one, never half of one. There is no fsync (Ultralytics does not sync
+    its checkpoints either); a file torn by a power loss fails to load and is reported, never used.
+    """
+    import tempfile
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save({"format": FORMAT, **state}, f)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def host_copy(obj: Any) -> Any:
+    """``obj`` with every tensor in it (nested in dicts, lists, tuples) copied to the CPU, others as they are."""
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach()
+        if t.device.type == "cpu" and t.dtype in _NUMPY_COPY:
+            return torch.from_numpy(t.numpy().copy())  # one memcpy, no intra-op thread pool
+        return t.to("cpu", copy=True)
+    if isinstance(obj, Mapping):
+        return {k: host_copy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(host_copy(v) for v in obj) if isinstance(obj, list) else tuple(host_copy(v) for v in obj)
+    return obj
+
+
+_NUMPY_COPY = {torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8,
+               torch.uint8, torch.bool}
+
+
+class StateWriter:
+    """Writes resume states on a background thread.
+
+    :meth:`submit` hands over a state whose tensors may be live (the model's parameters, the optimizer's
+    moments). The thread first copies them (one memcpy each), then serialises the copy and writes it
+    atomically. The caller guarantees that nobody changes the live tensors until :meth:`wait_copied`
+    returns (the integrations call it in an optimizer step pre-hook, before the first update after a save),
+    so the training waits at most for the copy, which overlaps the first forward and backward passes.
+    :meth:`wait` blocks until every state submitted is on disk and raises the first write error;
+    :meth:`close` waits and stops the thread.
+    """
+
+    def __init__(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(max_workers=1,
+                                                                   thread_name_prefix="yolo-det-resume")
+        self._pending: list[Any] = []
+        self._copied: list[Any] = []
+        self._early: list[Any] = []
+        self.seconds_writing = 0.0
+        self.seconds_waited = 0.0
+
+    @property
+    def busy(self) -> bool:
+        """Whether a submitted state is not written yet."""
+        return any(not f.done() for f in self._pending)
+
+    def submit(self, path: str | os.PathLike[str], state: Mapping[str, Any], *, early: tuple[str, ...] = ()) -> None:
+        """Write ``state`` to ``path`` in the background (after any earlier state).
+
+        The entries named in ``early`` are copied first; :meth:`wait_early` waits for them only.
+        """
+        import threading
+
+        first, copied = threading.Event(), threading.Event()
+        if self._pool is None:
+            self._write(path, state, early, first, copied)
+            return
+        self._early.append(first)
+        self._copied.append(copied)
+        self._pending.append(self._pool.submit(self._write, path, state, early, first, copied))
+
+    def _write(self, path: str | os.PathLike[str], state: Mapping[str, Any], early: tuple[str, ...], first: Any,
+               copied: Any) -> None:
+        import time
+
+        t0 = time.perf_counter()
+        try:
+            try:
+                snapshot = {k: host_copy(state[k]) for k in early if k in state}
+            finally:
+                first.set()
+            snapshot.update({k: host_copy(v) for k, v in state.items() if k not in snapshot})
+        finally:
+            copied.set()
+        save_state(path, {k: snapshot[k] for k in state})
+        self.seconds_writing += time.perf_counter() - t0
+
+    def wait_early(self) -> None:
+        """Block until the ``early`` entries of every submitted state have been copied."""
+        events, self._early = self._early, []
+        for event in events:
+            event.wait()
+
+    def wait_copied(self) -> None:
+        """Block until every submitted state has been copied (the live tensors may change after that)."""
+        import time
+
+        events, self._copied = self._copied, []
+        t0 = time.perf_counter()
+        for event in events:
+            event.wait()
+        if events:
+            self.seconds_waited += time.perf_counter() - t0
+
+    def wait(self) -> None:
+        """Block until every submitted state is written; raise the first error."""
+        import time
+
+        self.wait_copied()
+        pending, self._pending = self._pending, []
+        t0 = time.perf_counter()
+        for future in pending:
+            future.result()
+        if pending:
+            self.seconds_waited += time.perf_counter() - t0
+
+    def close(self) -> None:
+        """Wait for the writes, then stop the thread."""
+        try:
+            self.wait()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+
+
+def load_state(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Load a resume state written by :func:`save_state` (``weights_only``: no code runs).
+
+    Raises:
+        ModelError: The file is not a yolo-det resume state.
+    """
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise ModelError(f"'{path}' is not a yolo-det resume state ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise ModelError(f"'{path}' is not a yolo-det resume state of format {FORMAT}")
+    return state
+
+
+# ---------------------------------------------------------------------------------------------------------
+# command-line resume
+
+#: Arguments Ultralytics lets a resumed run change (``BaseTrainer.check_resume``, Ultralytics 8.4); it
+#: takes every other argument from the checkpoint, except ``data`` when given.
+RESUME_ALLOWED = frozenset({
+    "imgsz", "batch", "device", "close_mosaic", "augmentations", "save_period", "workers", "cache", "patience",
+    "time", "freeze", "val", "plots", "channels_last", "distill_model", "save_dir",
+})
+_RESUME_PASSED = frozenset({"model", "data", "mode", "resume", "pretrained"})
+
+
+def is_resume(args: Mapping[str, Any]) -> bool:
+    """Whether Ultralytics arguments ask to resume (``resume=True`` or ``resume=path``)."""
+    value = args.get("resume")
+    return value is True or (isinstance(value, str) and value.strip() not in {"", "False", "false"})
+
+
+def resume_arguments(args: Mapping[str, Any]) -> tuple[dict[str, Any], CheckpointInfo, list[str]]:
+    """The Ultralytics arguments of a resumed run, the checkpoint, and the overrides resuming ignores.
+
+    No demo default is added: the checkpoint's own arguments are used, as Ultralytics does, with only the
+    keys given by the user passed on. ``resume=path`` resumes ``path``; ``resume=True`` resumes ``model=``.
+
+    Raises:
+        ConfigError: No checkpoint named, or it cannot be resumed (a finished, stripped checkpoint).
+        ModelError: The checkpoint is missing or not a training checkpoint.
+    """
+    from .errors import ConfigError
+
+    out = dict(args)
+    resume = out.get("resume")
+    if isinstance(resume, str):
+        ckpt = resume
+    elif isinstance(out.get("model"), str):
+        ckpt = out["model"]
+    else:
+        raise ConfigError("resume=True needs the checkpoint: add model=path/to/weights/last.pt "
+                          "(or write resume=path/to/weights/last.pt)")
+    info = read_checkpoint(Path(ckpt).expanduser())
+    if not info.resumable:
+        raise ConfigError(f"'{ckpt}' cannot be resumed: its training finished (epoch {info.epoch}, optimizer "
+                          f"{'kept' if info.has_optimizer else 'stripped'}); start a new run with "
+                          f"model={ckpt} and your data=")
+    out["model"] = str(info.path)
+    if isinstance(resume, str):
+        out["resume"] = str(info.path)
+    ignored = [k for k, v in args.items()
+               if k not in RESUME_ALLOWED and k not in _RESUME_PASSED and v != info.train_args.get(k)]
+    return out, info, ignored
