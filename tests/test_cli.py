@@ -15,6 +15,15 @@ from helpers import ROOT
 from yolo_det.cli import main
 
 
+def _project_version() -> str:
+    """The version pyproject.toml declares (what a wheel is built with)."""
+    import re
+
+    found = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert found is not None
+    return found.group(1)
+
+
 def run(argv, capsys):
     code = main(argv)
     out, err = capsys.readouterr()
@@ -28,7 +37,7 @@ def tree(path: Path) -> set[str]:
 def test_help_and_version(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--version"])
-    assert e.value.code == 0 and "yolo-det 0.1.0" in capsys.readouterr().out
+    assert e.value.code == 0 and f"yolo-det {_project_version()}" in capsys.readouterr().out
     code, out, _ = run([], capsys)
     assert code == 2 and "train" in out and "examples:" in out
 

@@ -277,9 +277,10 @@ class GradNoise:
 
 
 class UnseededShuffle:
-    """Reseeds the training loader's shuffle generator from an unseeded source (after yolo-det seeded it)."""
+    """Reseeds the training loader's shuffle generator from an unseeded source at the start of every epoch
+    (after yolo-det seeded it: these callbacks run after yolo-det's)."""
 
-    def on_pretrain_routine_end(self, trainer: Any) -> None:
+    def on_train_epoch_start(self, trainer: Any) -> None:
         loader = trainer.train_loader
         generator = getattr(loader, "generator", None)
         if generator is None:
@@ -288,7 +289,7 @@ class UnseededShuffle:
 
     @property
     def callbacks(self) -> dict[str, list[Any]]:
-        return {"on_pretrain_routine_end": [self.on_pretrain_routine_end]}
+        return {"on_train_epoch_start": [self.on_train_epoch_start]}
 
 
 @pytest.mark.slow

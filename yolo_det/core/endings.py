@@ -79,7 +79,10 @@ def _sort_key(p: Path) -> tuple[int, int, str]:
 
 def weights_files(weights_dir: str | os.PathLike[str],
                   before: Mapping[str, tuple[int, int, int, int]] | None = None) -> list[dict[str, Any]]:
-    """Every ``*.pt`` file in ``weights_dir`` with its weights digest read back from the file.
+    """Every ``*.pt`` weights file in ``weights_dir`` with its weights digest read back from the file.
+
+    Resume states (``yolo-det-resume.*.pt``, :mod:`yolo_det.core.resume`) are not weights files and are
+    left out; the record's ``resume`` data names them.
 
     Args:
         weights_dir: The run's ``weights`` folder.
@@ -91,10 +94,12 @@ def weights_files(weights_dir: str | os.PathLike[str],
         file that cannot be read back): ``last.pt``, ``best.pt``, then epoch files in epoch order.
     """
     from .record import checkpoint_digest
+    from .resume import is_state_file
 
     folder = Path(weights_dir)
     try:
-        paths = sorted((p for p in folder.iterdir() if p.suffix == ".pt" and p.is_file()), key=_sort_key)
+        paths = sorted((p for p in folder.iterdir() if p.suffix == ".pt" and p.is_file()
+                        and not is_state_file(p)), key=_sort_key)
     except OSError:
         return []
     out: list[dict[str, Any]] = []

@@ -177,6 +177,11 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
 # the state file
 
 
+def is_state_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a resume state written by :func:`save_state` (not a weights checkpoint)."""
+    return Path(path).name.startswith(f"{_PREFIX}.")
+
+
 def state_path(checkpoint: str | os.PathLike[str], rank: int = 0) -> Path:
     """Where the resume state of ``checkpoint`` lives for ``rank`` (0 for a single process).
 
@@ -392,3 +397,50 @@ def resume_arguments(args: Mapping[str, Any]) -> tuple[dict[str, Any], Checkpoin
     ignored = [k for k, v in args.items()
                if k not in RESUME_ALLOWED and k not in _RESUME_PASSED and v != info.train_args.get(k)]
     return out, info, ignored
+
+
+def find_state(checkpoint: str | os.PathLike[str], *, rank: int, start_epoch: int, ema: Any,
+               updates: Any) -> tuple[dict[str, Any], dict[str, Any] | None, str | None]:
+    """Look up and check the resume state of ``checkpoint`` for a run resuming at ``start_epoch``.
+
+    Args:
+        checkpoint: The checkpoint the run resumes from.
+        rank: The process's rank (0 for a single process).
+        start_epoch: The first epoch the resumed run trains.
+        ema: The EMA module loaded from the checkpoint (for its weights digest), or ``None``.
+        updates: The EMA update count loaded from the checkpoint (a state of another save is refused).
+
+    Returns:
+        ``(info, state, problem)``: the record's resume data, the state to restore (``None`` when it is
+        missing or belongs to another save) and why it cannot be used.
+    """
+    ckpt = Path(checkpoint)
+    info: dict[str, Any] = {"resumed": True, "checkpoint": str(ckpt), "epoch": start_epoch, "state_found": False,
+                            "state_file": None}
+    try:
+        info["checkpoint_sha256"] = file_sha256(ckpt)
+    except OSError:
+        info["checkpoint_sha256"] = None
+    if isinstance(ema, torch.nn.Module):
+        from .record import state_dict_digest
+
+        info["checkpoint_weights_sha256"] = state_dict_digest(ema)
+    path = state_path(ckpt, rank)
+    if not path.is_file():
+        why = f"{path.name} not found next to it: a checkpoint from a run without yolo-det, or the file was removed"
+        info["problem"] = why
+        return info, None, why
+    try:
+        state = load_state(path)
+    except Exception as e:
+        info["problem"] = str(e)
+        return info, None, str(e)
+    if updates is None:
+        updates = state.get("updates")
+    if int(state.get("epoch", -2)) != start_epoch - 1 or state.get("updates") != updates:
+        why = (f"{path.name} belongs to epoch {state.get('epoch')} (updates {state.get('updates')}), "
+               f"the checkpoint to epoch {start_epoch - 1} (updates {updates})")
+        info["problem"] = why
+        return info, None, why
+    info.update(state_found=True, state_file=str(path))
+    return info, state, None

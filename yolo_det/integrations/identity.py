@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.datafp import dataset_fingerprint
+from ..core.modules import unwrap_model
 from ..core.record import state_dict_digest
 
 __all__ = ["model_fingerprint", "plain_args", "run_identity", "trainer_data_fingerprint"]
@@ -53,14 +54,6 @@ def plain_args(args: Any) -> dict[str, Any]:
     return {str(k): _plain(v) for k, v in sorted(items)}
 
 
-def _unwrap(model: Any) -> Any:
-    """The module inside DDP/DataParallel/``torch.compile`` wrappers."""
-    while True:
-        inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
-        if inner is None or inner is model:
-            return model
-        model = inner
-
 
 def model_fingerprint(model: Any, source: Any) -> dict[str, Any]:
     """The fingerprint of the model a training starts from (see the module docstring).
@@ -80,7 +73,7 @@ def model_fingerprint(model: Any, source: Any) -> dict[str, Any]:
 
         path = resolve_model_yaml(src)
         out["yaml_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest() if path is not None else None
-    net = _unwrap(model)
+    net = unwrap_model(model)
     arch = getattr(net, "yaml", None)
     if isinstance(arch, Mapping):
         text = json.dumps(_plain(arch), sort_keys=True)

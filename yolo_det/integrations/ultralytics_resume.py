@@ -23,7 +23,8 @@ from typing import Any
 
 import torch
 
-from ..core.resume import StateWriter, file_sha256, get_rng_state, load_state, set_rng_state, state_path
+from ..core.modules import unwrap_model
+from ..core.resume import StateWriter, find_state, get_rng_state, set_rng_state, state_path
 from ..core.seeding import epoch_data_seed
 
 __all__ = ["NO_STATE_WARNING", "UltralyticsResume", "previous_record"]
@@ -33,14 +34,6 @@ _EARLY = ("model_buffers", "grads")
 NO_STATE_WARNING = ("yolo-det: no resume state for {ckpt} ({why}); the run continues, but not bit for bit as "
                     "the uninterrupted run would have")
 
-
-def unwrap_model(model: Any) -> Any:
-    """The module inside DDP/DataParallel/``torch.compile`` wrappers."""
-    while True:
-        inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
-        if inner is None or inner is model:
-            return model
-        model = inner
 
 
 def previous_record(checkpoint: str | Path) -> dict[str, Any] | None:
@@ -149,48 +142,22 @@ class UltralyticsResume:
     # -- resume ---------------------------------------------------------------------------------------
     def prepare(self, trainer: Any) -> None:
         """After Ultralytics' setup (``on_pretrain_routine_end``): find and check the state of a resumed run."""
-        model = unwrap_model(trainer.model)
-        self._probe = next((p for p in model.parameters() if p.requires_grad), None)
+        model = unwrap_model(getattr(trainer, "model", None))
+        if isinstance(model, torch.nn.Module):
+            self._probe = next((p for p in model.parameters() if p.requires_grad), None)
+            self._forward_barrier = model.register_forward_pre_hook(self._before_forward)
         optimizer = getattr(trainer, "optimizer", None)
         if optimizer is not None and hasattr(optimizer, "register_step_pre_hook"):
             self._barrier = optimizer.register_step_pre_hook(self._before_step)
-        self._forward_barrier = model.register_forward_pre_hook(self._before_forward)
         if not getattr(trainer, "resume", False):
             return
         ckpt = Path(str(trainer.args.resume or trainer.args.model))
-        start = int(getattr(trainer, "start_epoch", 0))
-        info: dict[str, Any] = {"resumed": True, "checkpoint": str(ckpt), "epoch": start, "state_found": False,
-                                "state_file": None}
-        try:
-            info["checkpoint_sha256"] = file_sha256(ckpt)
-        except OSError:
-            info["checkpoint_sha256"] = None
-        ema = getattr(getattr(trainer, "ema", None), "ema", None)
-        if isinstance(ema, torch.nn.Module):
-            from ..core.record import state_dict_digest
-
-            info["checkpoint_weights_sha256"] = state_dict_digest(ema)
-        path = state_path(ckpt, self.rank)
-        why = None
-        state: dict[str, Any] | None = None
-        if not path.is_file():
-            why = f"{path.name} not found next to it: a checkpoint from a run without yolo-det, or the file was removed"
-        else:
-            try:
-                state = load_state(path)
-            except Exception as e:
-                why = str(e)
-            else:
-                updates = getattr(getattr(trainer, "ema", None), "updates", None)
-                if int(state.get("epoch", -2)) != start - 1 or state.get("updates") != updates:
-                    why = (f"{path.name} belongs to epoch {state.get('epoch')} (updates {state.get('updates')}), "
-                           f"the checkpoint to epoch {start - 1} (updates {updates})")
-                    state = None
+        ema = getattr(trainer, "ema", None)
+        info, state, why = find_state(ckpt, rank=self.rank, start_epoch=int(getattr(trainer, "start_epoch", 0)),
+                                      ema=getattr(ema, "ema", None), updates=getattr(ema, "updates", None))
         if state is not None:
-            info.update(state_found=True, state_file=str(path))
             self._pending = state
         else:
-            info["problem"] = why
             print(NO_STATE_WARNING.format(ckpt=ckpt, why=why), file=sys.stderr, flush=True)
         self.info = info
 

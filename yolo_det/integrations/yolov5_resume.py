@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.resume import file_sha256, get_rng_state, load_state, save_state, set_rng_state, state_path
+from ..core.modules import unwrap_model
+from ..core.resume import find_state, get_rng_state, save_state, set_rng_state, state_path
 from ..core.seeding import epoch_data_seed
-from .ultralytics_resume import unwrap_model
 
 __all__ = ["YOLOv5Resume"]
 
@@ -130,43 +130,16 @@ class YOLOv5Resume:
         if not getattr(opt, "resume", False):
             return default
         ckpt = Path(str(getattr(opt, "weights", "")))
-        start = int(scope.get("start_epoch", 0))
         ema = scope.get("ema")
-        info: dict[str, Any] = {"resumed": True, "checkpoint": str(ckpt), "epoch": start, "state_found": False,
-                                "state_file": None}
-        try:
-            info["checkpoint_sha256"] = file_sha256(ckpt)
-        except OSError:
-            info["checkpoint_sha256"] = None
-        if ema is not None:
-            from ..core.record import state_dict_digest
-
-            info["checkpoint_weights_sha256"] = state_dict_digest(ema.ema)
-        path = state_path(ckpt, self.rank)
-        why = None
-        state: dict[str, Any] | None = None
-        if not path.is_file():
-            why = f"{path.name} not found next to it: a checkpoint from a run without yolo-det, or the file was removed"
-        else:
-            try:
-                state = load_state(path)
-            except Exception as e:
-                why = str(e)
-            else:
-                updates = getattr(ema, "updates", None) if ema is not None else state.get("updates")
-                if int(state.get("epoch", -2)) != start - 1 or state.get("updates") != updates:
-                    why = (f"{path.name} belongs to epoch {state.get('epoch')} (updates {state.get('updates')}), "
-                           f"the checkpoint to epoch {start - 1} (updates {updates})")
-                    state = None
+        info, state, why = find_state(ckpt, rank=self.rank, start_epoch=int(scope.get("start_epoch", 0)),
+                                      ema=getattr(ema, "ema", None),
+                                      updates=getattr(ema, "updates", None) if ema is not None else None)
         self.info = info
         if state is None:
             from ..integrations.ultralytics_resume import NO_STATE_WARNING
 
-            info["problem"] = why
-            message = NO_STATE_WARNING.format(ckpt=ckpt, why=why)
-            print(message, file=sys.stderr, flush=True)
+            print(NO_STATE_WARNING.format(ckpt=ckpt, why=why), file=sys.stderr, flush=True)
             return default
-        info.update(state_found=True, state_file=str(path))
         self._pending = state
         return int(state.get("last_opt_step", default))
 

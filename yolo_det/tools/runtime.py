@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.fileio import atomic_write_bytes
+from ..core.modules import unwrap_model
 
 __all__ = ["new_figure", "run_folder", "save_figure", "unwrap_model"]
 
@@ -34,14 +35,6 @@ def run_folder(project: Any) -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="yolo-det-") as tmp:
         yield tmp
 
-
-def unwrap_model(model: Any) -> Any:
-    """The module inside DDP/DataParallel/``torch.compile`` wrappers."""
-    while True:
-        inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
-        if inner is None or inner is model:
-            return model
-        model = inner
 
 
 def new_figure(width: float = 8.0, height: float = 4.5) -> Any:
