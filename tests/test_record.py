@@ -97,3 +97,21 @@ def test_one_record_builder_gives_the_shared_schema_and_framework_keys_after_it(
     assert record["seeds"]["seed"] == 5 and record["profile"]["name"] == "repro"
     assert [e["event"] for e in record["phase_events"]] == ["enter"]
     json.dumps(record)  # plain data
+
+
+def test_a_record_written_after_the_run_ended_names_the_training_environment(monkeypatch):
+    """A run that ends early is recorded after its state is restored: the environment variables recorded
+    are those the training ran with, not the user's restored ones."""
+    from yolo_det.core.record import build_record
+    from yolo_det.session.session import DeterminismSession
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    session = DeterminismSession("repro", seed=0)
+    with session.run():
+        with session.phase_scope("train"):
+            during = environment()["env"]["CUBLAS_WORKSPACE_CONFIG"]
+    record = build_record(session, framework="test", status="terminated", state_at_train_start=None,
+                          weights={}, run={})
+    assert during is not None  # repro sets it for training
+    assert environment()["env"]["CUBLAS_WORKSPACE_CONFIG"] is None  # restored afterwards
+    assert record["environment"]["env"]["CUBLAS_WORKSPACE_CONFIG"] == during

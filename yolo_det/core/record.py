@@ -36,6 +36,7 @@ __all__ = [
     "checkpoint_digest",
     "cpu_model",
     "environment",
+    "recorded_env",
     "load_checkpoint_state",
     "state_dict_digest",
     "write_record",
@@ -72,6 +73,11 @@ def cpu_model() -> str | None:
     return platform.processor() or platform.machine() or None
 
 
+def recorded_env() -> dict[str, str | None]:
+    """The environment variables that can change a run's bits (``RECORDED_ENV``), as they are now."""
+    return {k: os.environ.get(k) for k in RECORDED_ENV}
+
+
 def environment() -> dict[str, Any]:
     """A fingerprint of the software and hardware this process runs on."""
     cuda = torch.cuda.is_available()
@@ -100,7 +106,7 @@ def environment() -> dict[str, Any]:
         "pillow": _version("pillow"),
         "torch_threads": torch.get_num_threads(),
         "torch_interop_threads": torch.get_num_interop_threads(),
-        "env": {k: os.environ.get(k) for k in RECORDED_ENV},
+        "env": recorded_env(),
         "argv": list(sys.argv),
     }
 
@@ -181,7 +187,7 @@ def build_record(session: Any, *, framework: str, status: str, state_at_train_st
         "framework": framework,
         "profile": session.profile.to_dict(),
         "seeds": dict(session.seeds() if seeds is None else seeds),
-        "environment": environment(),
+        "environment": _environment_of(session),
         "state_before": session.baseline.to_dict() if session.baseline else None,
         "state_at_train_start": state_at_train_start,
         "backward_toggles": session.backward_toggles(),
@@ -194,3 +200,12 @@ def build_record(session: Any, *, framework: str, status: str, state_at_train_st
     }
     record.update(extra)
     return record
+
+
+def _environment_of(session: Any) -> dict[str, Any]:
+    """:func:`environment`, with the environment variables of the session's training when it trained."""
+    env = environment()
+    train_env = getattr(session, "train_env", None)
+    if train_env is not None:
+        env["env"] = dict(train_env)
+    return env

@@ -26,6 +26,7 @@ from ..core import backward as _backward
 from ..core import state as _state
 from ..core.errors import YoloDetError
 from ..core.profiles import PHASES, PhaseSettings, Profile, load_profile
+from ..core.record import recorded_env
 from ..core.seeding import data_seed, rank_seed
 from ..core.warnlog import WarningLog
 from ..fixes.intercept import routed_calls
@@ -104,6 +105,9 @@ class DeterminismSession:
         self._own = _Frame(None, None)  # what is handed over outside any phase; undone by end()
         self._routed_at_begin: dict[str, int] = {}
         self.run_dir: str | None = None  # set by an integration once it knows the run folder
+        #: The recorded environment variables as they were when the train phase was first in force
+        #: (a record written after the run has ended still describes the training, not the teardown).
+        self.train_env: dict[str, str | None] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------
     @property
@@ -280,6 +284,8 @@ class DeterminismSession:
             except BaseException as e:
                 note_restore_failure(error, e)
             raise
+        if phase == "train" and self.train_env is None:
+            self.train_env = recorded_env()
         self._event("enter", phase)
         return settings
 
