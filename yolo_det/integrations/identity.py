@@ -28,7 +28,7 @@ from ..core.datafp import dataset_fingerprint
 from ..core.modules import unwrap_model
 from ..core.record import state_dict_digest
 
-__all__ = ["model_fingerprint", "plain_args", "run_identity", "trainer_data_fingerprint"]
+__all__ = ["model_fingerprint", "plain_args", "plain_value", "run_identity", "trainer_data_fingerprint"]
 
 
 def _error(e: BaseException) -> dict[str, str]:
@@ -36,22 +36,23 @@ def _error(e: BaseException) -> dict[str, str]:
     return {"error": f"{type(e).__name__}: {first}"[:300]}
 
 
-def _plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
+    """``value`` as plain JSON data: paths as text, mappings and sequences recursively, anything else by repr."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, Path):
         return str(value)
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain_value(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain_value(v) for v in value]
     return repr(value) if not hasattr(value, "__fspath__") else str(value)
 
 
 def plain_args(args: Any) -> dict[str, Any]:
     """An Ultralytics ``IterableSimpleNamespace`` (or any namespace or mapping) as plain JSON values."""
     items = args.items() if isinstance(args, Mapping) else vars(args).items()
-    return {str(k): _plain(v) for k, v in sorted(items)}
+    return {str(k): plain_value(v) for k, v in sorted(items)}
 
 
 
@@ -76,7 +77,7 @@ def model_fingerprint(model: Any, source: Any) -> dict[str, Any]:
     net = unwrap_model(model)
     arch = getattr(net, "yaml", None)
     if isinstance(arch, Mapping):
-        text = json.dumps(_plain(arch), sort_keys=True)
+        text = json.dumps(plain_value(arch), sort_keys=True)
         out["architecture_sha256"] = hashlib.sha256(text.encode()).hexdigest()
     if isinstance(net, torch.nn.Module):
         out["start_weights_sha256"] = state_dict_digest(net)

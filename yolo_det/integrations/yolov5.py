@@ -49,6 +49,7 @@ from ..core.record import RECORD_NAME, build_record, write_record
 from ..core.signals import terminate_as_interrupt
 from ..core.state import snapshot
 from ..session.session import DeterminismSession, note_restore_failure
+from .identity import plain_value
 from .yolov5_resume import YOLOv5Resume
 
 __all__ = [
@@ -234,7 +235,7 @@ class YOLOv5Run:
         if error is None and entry is not None:
             weights["file"] = entry["file"]
             weights["sha256"] = entry["sha256"]
-        run: dict[str, Any] = {k: _plain(getattr(self.opt, k)) for k in _RUN_ARGS if hasattr(self.opt, k)}
+        run: dict[str, Any] = {k: plain_value(getattr(self.opt, k)) for k in _RUN_ARGS if hasattr(self.opt, k)}
         run["save_dir"] = str(save_dir)
         if self.script is not None:
             run["script"] = getattr(getattr(self.script, "__code__", None), "co_filename", None)
@@ -271,15 +272,6 @@ class YOLOv5Run:
         record["resume_state_seconds"] = round(resume.seconds_saving, 4)
         return record
 
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    return str(value)
 
 
 def _describe_model(model: Any) -> dict[str, Any] | None:
