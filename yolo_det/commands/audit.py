@@ -53,7 +53,7 @@ import json
 import sys
 
 from ..core.errors import ConfigError
-from ..core.pickle_scan import TRUST_FLAG, trusted_checkpoints
+from ..core.untrusted.safeload import TRUST_FLAG, trusted_checkpoints
 from . import add_import_option
 
 

@@ -51,7 +51,8 @@ import argparse
 import sys
 from typing import Any
 
-from ..core.pickle_scan import TRUST_FLAG, trusted_checkpoints
+from ..analysis.gate import DOWNLOAD_FLAG, allow_downloads
+from ..core.untrusted.safeload import TRUST_FLAG, trusted_checkpoints
 from ..tools.prepare import prepare
 from . import add_import_option
 
@@ -70,6 +71,8 @@ def add_trust_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(TRUST_FLAG, action="store_true",
                         help="hand model=FILE.pt to Ultralytics even when its pickle names functions no checkpoint "
                              "needs (only for files you trust: loading runs them)")
+    parser.add_argument(DOWNLOAD_FLAG, action="store_true",
+                        help="let a data YAML's download: script run (only for files you trust)")
 
 
 def train(profile: Any, args: dict[str, Any], modules: list[str] | None = None, *,
@@ -87,7 +90,9 @@ def train(profile: Any, args: dict[str, Any], modules: list[str] | None = None, 
 
     ensure_local_font()
     train_args = dict(args)
-    with model_names(modules):  # the user's blocks, rewritten YAMLs and the example blocks build
+    from ..core.untrusted.safeload import guarded_torch_load
+
+    with model_names(modules), guarded_torch_load():  # the user's blocks build; checkpoints load by the allow-list
         model = YOLO(train_args.pop("model"))
         plugin = attach(model, profile)
         plugin.warn_record_error = warn_record_error
@@ -99,9 +104,9 @@ def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det train``."""
     from ..analysis.models import model_names
 
-    with model_names(args.imports):  # import first: a module that does not import is an error before any work
-        with trusted_checkpoints(args.trust_checkpoint):
-            profile, ul_args = prepare(args.profile, list(args.overrides))
+    with model_names(args.imports), trusted_checkpoints(args.trust_checkpoint), \
+            allow_downloads(args.allow_download):  # import first: a bad module fails before any work
+        profile, ul_args = prepare(args.profile, list(args.overrides))
         plugin = train(profile, ul_args, warn_record_error=False)
     if plugin.record_error is None and plugin.record_path is not None:
         print(f"determinism record: {plugin.record_path}")

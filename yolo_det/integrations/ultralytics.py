@@ -493,6 +493,14 @@ class UltralyticsPlugin:
 def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], owner: Any) -> Callable[..., Any]:
     @functools.wraps(method)
     def call(*args: Any, **kwargs: Any) -> Any:
+        from ..analysis.gate import check_arguments
+        from ..core.untrusted.safeload import guarded_torch_load
+
+        check_arguments(kwargs)  # the one gate: every path-valued argument, before Ultralytics reads it
+        with guarded_torch_load():  # whatever Ultralytics then loads goes through the allow-list
+            return _call(*args, **kwargs)
+
+    def _call(*args: Any, **kwargs: Any) -> Any:
         if name == "predict" and kwargs.get("stream"):
             return _guarded_stream(plugin, method(*args, **kwargs))
         if name == "export":

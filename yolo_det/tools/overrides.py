@@ -114,13 +114,9 @@ def resolve_model(model: str) -> str:
         check_model_yaml(resolved)  # bounded YAML, every module name known: one line now, not a traceback later
         return resolved
     if path.is_file():
-        from ..core.pickle_scan import check_checkpoint
-        from ..core.safeload import trust_checkpoints
+        from ..core.untrusted.safeload import check_checkpoint
 
-        if not trust_checkpoints():
-            # Read the pickle's opcodes, not the pickle: nothing is unpickled before Ultralytics' own loader
-            # (which honours ULTRALYTICS_SAFE_LOAD) does; a file naming os.system & co. is refused here.
-            check_checkpoint(path)
+        check_checkpoint(path)  # the allow-list, before any work (no-op under --trust-checkpoint)
         return str(path)
     raise ModelError(
         f"model '{model}' is not a local file; yolo-det does not download weights: pass a model YAML "

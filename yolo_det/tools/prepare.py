@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..analysis.gate import check_arguments
 from ..analysis.models import model_task
 from ..core.errors import ConfigError
 from ..core.profiles import Profile, load_profile
@@ -43,6 +44,7 @@ def prepare(profile: str | Profile, tokens: list[str], *,
     """
     resolved = load_profile(profile)
     args = parse_overrides(tokens)
+    check_arguments(args)  # the one gate: every path-valued argument, before anything reads it
     if is_resume(args):
         return resolved, _prepare_resume(args)
     demo = args.get("data") is None
