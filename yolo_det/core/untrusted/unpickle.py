@@ -222,6 +222,7 @@ VALUES: dict[tuple[str, str], Any] = {
     ("builtins", "slice"): _slice,
     ("builtins", "complex"): _complex,
     ("builtins", "bytearray"): _bytearray,
+    ("builtins", "object"): object,  # the base copyreg._reconstructor names (protocol 0/1 objects)
     ("_codecs", "encode"): _bytes,
     ("torch", "Size"): torch.Size,
     ("torch", "device"): torch.device,
