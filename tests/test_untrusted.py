@@ -129,8 +129,14 @@ def test_gate_covers_every_path_valued_argument_of_ultralytics() -> None:
     """Every untyped key of Ultralytics' default.yaml is either gated or named as reading no file, and every
     bool key Ultralytics' code also treats as a path (``isinstance(args.KEY, (str, Path))``) is gated."""
     import ultralytics
-    from ultralytics.cfg import (CFG_BOOL_KEYS, CFG_FLOAT_KEYS, CFG_FRACTION_KEYS, CFG_INT_KEYS, CFG_STR_KEYS,
-                                 DEFAULT_CFG_DICT)
+    from ultralytics.cfg import (
+        CFG_BOOL_KEYS,
+        CFG_FLOAT_KEYS,
+        CFG_FRACTION_KEYS,
+        CFG_INT_KEYS,
+        CFG_STR_KEYS,
+        DEFAULT_CFG_DICT,
+    )
 
     typed = CFG_FLOAT_KEYS | CFG_FRACTION_KEYS | CFG_INT_KEYS | CFG_BOOL_KEYS | CFG_STR_KEYS
     untyped = {k for k, v in DEFAULT_CFG_DICT.items() if k not in typed and not isinstance(v, (bool, int, float))}

@@ -86,7 +86,7 @@ class _Exec:
     def __init__(self, code: str) -> None:
         self.code = code
 
-    def __reduce__(self):  # noqa: ANN204
+    def __reduce__(self):
         import builtins
 
         return (builtins.exec, (self.code,))

@@ -23,9 +23,8 @@ def model_names(modules: Iterable[Any] | None = None) -> Iterator[dict[str, Any]
     """Make the user's ``modules``, yolo-det's layer names and the example blocks of :mod:`yolo_det.analysis.zoo`
     resolvable in model YAMLs for the block, never replacing a name the process already binds (see
     :func:`yolo_det.analysis.names.custom_modules`)."""
-    from .names import custom_modules
-
     from ..core.untrusted.allow import allowed_user_modules
+    from .names import custom_modules
 
     given = [m for m in (modules or []) if isinstance(m, str) and not m.endswith(".py")]
     with custom_modules(list(modules or [])) as added:

@@ -23,9 +23,9 @@ import argparse
 import json
 import sys
 
+from ..analysis.gate import allow_downloads
 from ..analysis.models import model_names
 from ..core.fileio import check_output_path
-from ..analysis.gate import allow_downloads
 from ..core.untrusted.safeload import trusted_checkpoints
 from ..tools.bench import DEFAULT_PROFILES, bench, check_args, parse_profiles, plot_bench
 from ..tools.prechecks import check_device

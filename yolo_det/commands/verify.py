@@ -43,10 +43,10 @@ import json
 import time
 from typing import Any
 
+from ..analysis.gate import allow_downloads
 from ..analysis.models import model_names
 from ..core.errors import ConfigError
 from ..core.fileio import check_output_path
-from ..analysis.gate import allow_downloads
 from ..core.untrusted.safeload import trusted_checkpoints
 from ..tools.overrides import parse_overrides
 from ..tools.prechecks import check_device
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     if args.drop_resume_state and args.resume_at is None:
         raise ConfigError("--drop-resume-state goes with --resume-at K")
     with model_names(args.imports), trusted_checkpoints(args.trust_checkpoint), \
-            allow_downloads(args.allow_download):  # the user's modules are imported first: a bad one fails before any work
+            allow_downloads(args.allow_download):  # the user's modules first: a bad one fails before any work
         profile, ul_args = prepare(args.profile, tokens, check_device=False)
         user = parse_overrides(tokens)
         if user.get("data") is not None and "epochs" not in user:

@@ -55,7 +55,8 @@ def allowed_user_modules(names: Iterable[str]) -> Iterator[None]:
 
 
 def user_modules() -> frozenset[str]:
-    """The modules whose classes checkpoints may hold besides the installed packages (see :func:`allowed_user_modules`)."""
+    """The modules whose classes checkpoints may hold besides the installed packages (see
+    :func:`allowed_user_modules`)."""
     return _USER.get()
 
 

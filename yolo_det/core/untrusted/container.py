@@ -135,8 +135,8 @@ class CheckpointArchive:
 
 
 def _refuse(path: Path, why: str) -> ModelError:
-    return ModelError(f"'{path}' is not a checkpoint yolo-det reads ({why}); yolo-det reads the zip checkpoints "
-                      "torch.save writes (torch >= 1.6)")
+    return ModelError(f"'{path}' is not a PyTorch checkpoint yolo-det reads ({why}); yolo-det reads the zip "
+                      "checkpoints torch.save writes (torch >= 1.6)")
 
 
 def read_bytes(path: str | os.PathLike[str]) -> bytes:

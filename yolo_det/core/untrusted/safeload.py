@@ -130,7 +130,7 @@ def guarded_torch_load() -> Iterator[None]:
     with _LOAD_LOCK:
         if _LOAD_DEPTH[0] == 0:
             _REAL_LOAD[:] = [torch.load]
-            torch.load = _guarded_load  # type: ignore[assignment]
+            torch.load = _guarded_load
         _LOAD_DEPTH[0] += 1
     try:
         yield

@@ -238,10 +238,13 @@ _VALUE_TYPES = (collections.OrderedDict, types.SimpleNamespace, argparse.Namespa
                 datetime.date, datetime.timedelta, torch.Size, torch.device)
 
 
-class SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
+class SafeUnpickler(pickle._Unpickler):
     """Unpickle a checkpoint's ``data.pkl`` under the allow-list (see the module docstring)."""
 
-    dispatch = dict(pickle._Unpickler.dispatch)  # type: ignore[attr-defined]
+    dispatch = dict(pickle._Unpickler.dispatch)
+    stack: list[Any]
+    metastack: list[list[Any]]
+    append: Any
 
     def __init__(self, archive: CheckpointArchive, *, live: bool) -> None:
         super().__init__(io.BytesIO(archive.pickle), encoding="latin1")
@@ -351,13 +354,14 @@ class SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
         cls = self.stack.pop()
         self.append(self._new(cls, args, kwargs))
 
-    def _new(self, cls: Any, args: Any, kwargs: Any) -> Any:
+    def _new(self, cls: Any, args: Any, kwargs: Any) -> Any:  # cls: Any, whatever find_class gave
         if id(cls) not in self._classes or not isinstance(cls, type):
             raise RefusedGlobal(self._archive.path, f"{self._name(cls)}.__new__", called=True)
+        new: Any = cls.__new__
         if issubclass(cls, torch.nn.Module) or (args == () and not kwargs):
-            return cls.__new__(cls)
+            return new(cls)
         if cls in _VALUE_TYPES:
-            return cls.__new__(cls, *args, **kwargs)
+            return new(cls, *args, **kwargs)
         raise RefusedGlobal(self._archive.path, f"{self._name(cls)}.__new__ with arguments", called=True)
 
     def _refuse_op(self) -> None:
