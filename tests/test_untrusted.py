@@ -209,40 +209,72 @@ def test_data_download_never_runs_without_opt_in(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
-def _cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+_CASES_SCRIPT = """
+import contextlib, io, sys
+from yolo_det.cli import main
+for case in sys.argv[1:]:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            rc = main(case.split("|"))
+        except SystemExit as e:
+            rc = e.code
+    lines = [line for line in err.getvalue().splitlines() if line.strip()]
+    print(rc, len(lines), case[:80], "::", lines[-1][:200] if lines else "")
+"""
+
+
+def _run_cases(cases: list[list[str]], cwd: Path) -> list[list[str]]:
+    """Run CLI commands in one fresh process (cheap: one import of torch and Ultralytics); return, per case,
+    ``[exit code, number of stderr lines, case, last line]``."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "yolo_det", *argv], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", _CASES_SCRIPT, *("|".join(c) for c in cases)], cwd=cwd, env=env,
+                         capture_output=True, text=True, timeout=600)
+    rows = [line.split(" ", 2) for line in out.stdout.splitlines() if line[:1].isdigit()]
+    assert len(rows) == len(cases), out.stderr[-2000:]
+    return rows
 
 
 def test_commands_refuse_hostile_files_in_one_line_exit_2(corpus: tuple[dict[str, Path], Path],
                                                           tmp_path: Path) -> None:
     """Through the CLI (one process per command, the payloads that reached code before): exit 2, one line."""
     files, marker = corpus
-    script = "\n".join([
-        "import sys, contextlib, io",
-        "from yolo_det.cli import main",
-        "cases = sys.argv[1:]",
-        "for case in cases:",
-        "    argv = case.split('|')",
-        "    err = io.StringIO()",
-        "    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):",
-        "        try:",
-        "            rc = main(argv)",
-        "        except SystemExit as e:",
-        "            rc = e.code",
-        "    lines = [l for l in err.getvalue().splitlines() if l.strip()]",
-        "    print(rc, len(lines), case[:60])",
-    ])
-    cases = []
+    cases: list[list[str]] = []
     for name in ("stack-global-alias", "nested-pickle", "torch-save", "legacy-prefix", "case-colliding",
                  "model-class-called"):
         f = str(files[name])
-        cases += [f"train|model={f}", f"train|pretrained={f}", f"train|resume={f}", f"train|distill_model={f}",
-                  f"digest|{f}", f"audit|{f}", f"verify|model={f}", f"bench|model={f}"]
-    out = subprocess.run([sys.executable, "-c", script, *cases], cwd=tmp_path, capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}, timeout=600)
-    rows = [line.split(" ", 2) for line in out.stdout.splitlines()]
-    assert len(rows) == len(cases), out.stderr[-2000:]
+        cases += [["train", f"model={f}"], ["train", f"pretrained={f}"], ["train", f"resume={f}"],
+                  ["train", f"distill_model={f}"], ["digest", f], ["audit", f], ["verify", f"model={f}"],
+                  ["bench", f"model={f}"]]
+    rows = _run_cases(cases, tmp_path)
     assert [r for r in rows if r[0] != "2" or r[1] != "1"] == []
     assert not marker.exists()
+
+
+def test_commands_refuse_hostile_model_and_data_yamls(tmp_path: Path) -> None:
+    """audit, rewrite --check and train refuse YAMLs whose building would run code; nothing runs, exit 2."""
+    marker = tmp_path / "MARKER"
+    run = f"open({str(marker)!r}, 'w').write('ran')"
+    rows = "backbone:\n  - [-1, 1, Conv, [8, 3, 2]]\nhead:\n  - [-1, 1, Classify, [2]]\n"
+    (tmp_path / "fn.yaml").write_text(
+        f"nc: 2\nbackbone:\n  - [-1, 1, parse_model, [{{activation: \"{run}\", backbone: [], head: []}}]]\n"
+        "head:\n  - [-1, 1, Classify, [2]]\n")
+    (tmp_path / "top.yaml").write_text(f"nc: 2\nactivation: \"{run}\"\n{rows}")
+    (tmp_path / "nested.yaml").write_text(
+        f"nc: 2\nbackbone:\n  - [-1, 1, Conv, [8, 3, 2, {{activation: \"{run}\"}}]]\n"
+        "head:\n  - [-1, 1, Classify, [2]]\n")
+    (tmp_path / "yolov8n6.yaml").write_text(f"nc: 2\n{rows}")
+    (tmp_path / "yolov8n-p6.yaml").write_text(f"nc: 2\nactivation: \"{run}\"\n{rows}")
+    (tmp_path / "data.yaml").write_text(f"path: {tmp_path}\ntrain: a\nval: b\ntest: c\nnames: [x]\n"
+                                        f"download: |\n  {run}\n")
+    cases = []
+    for name in ("fn", "top", "nested", "yolov8n6"):
+        f = str(tmp_path / f"{name}.yaml")
+        cases += [["audit", f, "--imgsz", "64"], ["rewrite", f, "--check"], ["train", f"model={f}"]]
+    cases += [["train", f"data={tmp_path / 'data.yaml'}", "model=yolov8n-cls.yaml"],
+              ["train", f"data={tmp_path}", "model=yolov8n.yaml"],
+              ["train", f"data={tmp_path / 'x.ndjson'}"]]
+    rows = _run_cases(cases, tmp_path)
+    assert [r for r in rows if r[0] != "2" or r[1] != "1"] == []
+    assert not marker.exists()
+    assert not (tmp_path / "runs").exists()
