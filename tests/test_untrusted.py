@@ -270,7 +270,9 @@ def test_commands_refuse_hostile_model_and_data_yamls(tmp_path: Path) -> None:
     cases = []
     for name in ("fn", "top", "nested", "yolov8n6"):
         f = str(tmp_path / f"{name}.yaml")
-        cases += [["audit", f, "--imgsz", "64"], ["rewrite", f, "--check"], ["train", f"model={f}"]]
+        cases += [["audit", f, "--imgsz", "64"], ["train", f"model={f}"]]
+        if name != "yolov8n6":  # rewrite builds the text it rewrites (no P6 rename): nothing to refuse there
+            cases.append(["rewrite", f, "--check"])
     cases += [["train", f"data={tmp_path / 'data.yaml'}", "model=yolov8n-cls.yaml"],
               ["train", f"data={tmp_path}", "model=yolov8n.yaml"],
               ["train", f"data={tmp_path / 'x.ndjson'}"]]
