@@ -248,8 +248,12 @@ def _load_yaml(spec: str) -> LoadedModel:
     except ModelError:
         raise
     except Exception as e:  # parse_model raises anything for a wrong row
+        from .blocks import build_error
+
         msg = " ".join(str(e).split()) or type(e).__name__
-        raise ModelError(f"{path}: the model does not build: {type(e).__name__}: {msg}") from None
+        named = build_error(e, {"yaml_file": str(path)})
+        raise ModelError(f"the model does not build: {named}" if named
+                         else f"{path}: the model does not build: {type(e).__name__}: {msg}") from None
     channels, stride = _ultralytics_info(model)
     return LoadedModel(model=model, source=spec, kind="yaml", yaml_path=path, layer_lines=layer_lines(text),
                        channels=channels, stride=stride)

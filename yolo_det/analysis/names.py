@@ -153,6 +153,7 @@ def custom_modules(*modules: ModuleSpec | Iterable[ModuleSpec] | None) -> Iterat
             model.train(data="data.yaml", epochs=10)
     """
     from ..layers.registry import registered
+    from .blocks import declared_channels
 
     flat: list[ModuleSpec] = []
     for item in modules:
@@ -165,6 +166,7 @@ def custom_modules(*modules: ModuleSpec | Iterable[ModuleSpec] | None) -> Iterat
     added: dict[str, Any] = {}
     with ExitStack() as stack:
         stack.enter_context(_sys_path(os.getcwd()))  # a user module may import its siblings later
+        stack.enter_context(declared_channels())  # blocks that declare their channels build in parse_model
         for item in flat:
             if isinstance(item, Mapping):
                 mapping = dict(item)
