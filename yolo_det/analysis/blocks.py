@@ -37,12 +37,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import yaml
+
+from ..core import safe_yaml
 from ..core.errors import ConfigError, ModelError
 
 __all__ = [
     "ATTRIBUTE",
     "build_error",
     "channel_rule",
+    "layer_lines",
     "declare_block",
     "declared_channels",
     "naming_build_errors",
@@ -141,9 +145,28 @@ def _yaml_lines(d: Mapping[str, Any]) -> dict[int, int]:
         text = Path(source).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError, ValueError):
         return {}
-    from .loader import layer_lines
-
     return layer_lines(text)
+
+
+def layer_lines(text: str) -> dict[int, int]:
+    """``{layer index: 1-based line}`` of the ``backbone`` + ``head`` rows of a model YAML (counted as
+    ``parse_model`` counts them)."""
+    try:
+        node = safe_yaml.compose(text)
+    except yaml.YAMLError:
+        return {}
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    sections = {k.value: v for k, v in node.value if isinstance(k, yaml.ScalarNode)}
+    lines: dict[int, int] = {}
+    i = 0
+    for name in ("backbone", "head"):
+        seq = sections.get(name)
+        if isinstance(seq, yaml.SequenceNode):
+            for item in seq.value:
+                lines[i] = item.start_mark.line + 1
+                i += 1
+    return lines
 
 
 def _where(d: Mapping[str, Any], index: int, name: str, source: Any) -> str:

@@ -23,6 +23,7 @@ import yaml
 from ..core import safe_yaml
 from ..core.errors import ModelError, did_you_mean
 from ..core.quiet import quiet_ultralytics
+from .blocks import layer_lines
 from .model_yaml import check_activation
 from .models import is_example, model_names, resolve_model_yaml
 
@@ -69,27 +70,6 @@ class LoadedModel:
     layer_lines: dict[int, int] = field(default_factory=dict)
     channels: int = 3
     stride: int | None = None
-
-
-def layer_lines(text: str) -> dict[int, int]:
-    """``{layer index: 1-based line}`` of the ``backbone`` + ``head`` rows of a model YAML (counted as
-    ``parse_model`` counts them)."""
-    try:
-        node = safe_yaml.compose(text)
-    except yaml.YAMLError:
-        return {}
-    if not isinstance(node, yaml.MappingNode):
-        return {}
-    sections = {k.value: v for k, v in node.value if isinstance(k, yaml.ScalarNode)}
-    lines: dict[int, int] = {}
-    i = 0
-    for name in ("backbone", "head"):
-        seq = sections.get(name)
-        if isinstance(seq, yaml.SequenceNode):
-            for item in seq.value:
-                lines[i] = item.start_mark.line + 1
-                i += 1
-    return lines
 
 
 def _row_lines(text: str) -> list[int]:
