@@ -195,3 +195,20 @@ def test_audit_and_rewrite_of_a_bad_layer_are_one_line_exit_2(tmp_path, monkeypa
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "layer 4 (Squeeze, from -1)" in err and "m.yaml:7" in err, err
     assert not (tmp_path / "o.yaml").exists()
+
+
+def test_audit_of_a_rewritten_yaml_reports_yolo_dets_layers_as_fixed(tmp_path):
+    from yolo_det.analysis.audit import audit
+    from yolo_det.analysis.models import EXAMPLES
+    from yolo_det.fixes.yaml_rewrite import rewrite_yaml
+
+    out = tmp_path / "rw.yaml"
+    rewrite_yaml(EXAMPLES / "bicubic-up.yaml", out, imgsz=64)
+    before = audit(str(EXAMPLES / "bicubic-up.yaml"), imgsz=64, batch=1)
+    report = audit(str(out), imgsz=64, batch=1)
+    assert {f.layer for f in before.findings if f.breaks_determinism} == {10, 13}  # the input has findings
+    assert report.findings == [] and report.ok
+    assert [(f.layer, f.module_class) for f in report.fixed] == [(10, "DetUpsample"), (13, "DetUpsample")]
+    table = report.format_table()
+    assert "fixed: layer 10 (line 19) model.10 DetUpsample" in table and "accept" not in table
+    assert report.to_dict()["fixed"][1]["layer"] == 13
