@@ -264,7 +264,12 @@ def _rebuild_checkpoint(path: Path, source: str) -> LoadedModel:
                          f"unpickle checkpoints by default; {trust_hint()}")
     cfg, weights = found
     origin = f"{path} (its stored model YAML)"
-    with model_names():  # yolo-det's layer names and example blocks, as `yolo-det train` resolves them
+    from .blocks import CHECKPOINT_KEY
+    from .names import recorded_imports
+
+    extra = cfg.get(CHECKPOINT_KEY)
+    again = recorded_imports(extra.get("imports") if isinstance(extra, dict) else None, f"checkpoint '{path}'")
+    with model_names(again):  # the run's modules, yolo-det's layer names and example blocks, as `yolo-det train`
         try:
             check_yaml_modules(cfg, "", origin, vars(tasks))
             check_activation(cfg, origin)
@@ -287,8 +292,10 @@ def _rebuild_checkpoint(path: Path, source: str) -> LoadedModel:
 def _unpickle_checkpoint(path: Path, source: str) -> LoadedModel:
     import torch
 
+    from .names import checkpoint_imports
+
     try:
-        with quiet_ultralytics(level=logging.ERROR, drop_stdout=True):
+        with model_names(checkpoint_imports(path)), quiet_ultralytics(level=logging.ERROR, drop_stdout=True):
             ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # pickle errors come in many types
         msg = " ".join(str(e).split()) or type(e).__name__

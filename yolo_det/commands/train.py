@@ -102,11 +102,15 @@ def train(profile: Any, args: dict[str, Any], modules: list[str] | None = None, 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det train``."""
     from ..analysis.models import model_names
+    from ..analysis.names import checkpoint_imports
 
     with model_names(args.imports):  # import first: a module that does not import is an error before any work
         with trusted_checkpoints(args.trust_checkpoint):
             profile, ul_args = prepare(args.profile, list(args.overrides))
-        plugin = train(profile, ul_args, warn_record_error=False)
+        # a checkpoint's run imported modules: import them again (unchanged files) or say which to pass
+        again = checkpoint_imports(ul_args.get("model"), given=args.imports)
+        with model_names(again):
+            plugin = train(profile, ul_args, warn_record_error=False)
     if plugin.record_error is None and plugin.record_path is not None:
         print(f"determinism record: {plugin.record_path}")
     if plugin.weights_digest is not None:
