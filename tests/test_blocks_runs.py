@@ -4,11 +4,11 @@ declared block is one line naming its layer; a checkpoint of a rewritten YAML fi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +92,7 @@ class _Stop(Exception):
 
 
 def _train_until(tokens: list[str], module: str, after: int) -> Path:
-    """``yolo-det train --import MODULE TOKENS``, stopped cleanly (as an interrupted job) once epoch ``after`` is saved."""
+    """``yolo-det train --import MODULE TOKENS``, stopped cleanly (an interrupted job) once epoch ``after`` is saved."""
     from ultralytics import YOLO
 
     from yolo_det.analysis.names import custom_modules
@@ -134,19 +134,19 @@ def test_blocks_through_audit_rewrite_train_and_resume(project, capsys):
     # a wrongly declared block: one line naming it, its layer and its line; nothing written
     assert main(["train", "--import", mod, "model=wrong.yaml", "epochs=1", *SMALL, "project=runs", "name=w"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "wrong.yaml:7: layer 3 (Doubler, from -1)" in err, err
+    assert len(err.splitlines()) == 1 and "wrong.yaml:6: layer 3 (Doubler, from -1)" in err, err
     assert not (project / "runs").exists()
     # rewrite, and the audit of its output reports yolo-det's layer as fixed
     assert main(["rewrite", "--import", mod, "m.yaml", "-o", "det.yaml"]) == 0
     assert "DetUpsample" in (project / "det.yaml").read_text()
     capsys.readouterr()
     assert main(["audit", "--import", mod, "det.yaml"]) == 0
-    assert "fixed: layer 5 (line 11) model.5 DetUpsample" in capsys.readouterr().out
+    assert "fixed: layer 5 (line 9) model.5 DetUpsample" in capsys.readouterr().out
     # train, interrupted after epoch 1 of 2: the record and the checkpoint name the module
     last = _train_until(["model=det.yaml", "epochs=2", *SMALL, f"project={project / 'runs'}", "name=r"], mod, 1)
     run = last.parent.parent
     record = json.loads((run / RECORD_NAME).read_text())
-    digest = __import__("hashlib").sha256((project / mod).read_bytes()).hexdigest()
+    digest = hashlib.sha256((project / mod).read_bytes()).hexdigest()
     assert record["imports"] == [{"name": NAME, "path": str(project / mod), "sha256": digest}]
     assert record["checkpoint_yaml_layers"] == {"5": "DetUpsample"}
     cfg = torch.load(last, map_location="cpu", weights_only=False)["ema"].yaml
@@ -179,7 +179,8 @@ model = YOLO(ckpt)
 model.train(data=data, epochs=1, imgsz=64, batch=8, nbs=8, fraction=0.25, workers=0, plots=False, device="cpu",
             project=out, name="ft", exist_ok=True)
 tuned = YOLO(out + "/ft/weights/last.pt")
-assert [m.type for m in tuned.model.model][5] == "torch.nn.modules.upsampling.Upsample"
+types = [m.type for m in tuned.model.model]
+assert types[10] == types[13] == "torch.nn.modules.upsampling.Upsample", types
 tuned.val(data=data, imgsz=64, batch=8, workers=0, plots=False, device="cpu", project=out, name="val")
 tuned.predict(image, imgsz=64, save=False, device="cpu")
 tuned.export(format="torchscript", imgsz=64)

@@ -51,6 +51,7 @@ __all__ = [
     "declare_block",
     "declared_channels",
     "naming_build_errors",
+    "own_config",
     "portable_config",
     "undeclare_block",
 ]
@@ -289,7 +290,7 @@ def _apply_rule(row: _Row, c_in: Any, args: list[Any], d: Mapping[str, Any]) -> 
     return c_out, list(passed)
 
 
-def _native_names() -> dict[type, str]:
+def _native_names() -> dict[Any, str]:
     """yolo-det's deterministic layer class -> the ``nn.X`` YAML name of the torch class it stands for."""
     import torch
 
@@ -324,14 +325,24 @@ def portable_config(cfg: Mapping[str, Any], imports: list[dict[str, str]]) -> di
     return out
 
 
-def _restore_layers(d: dict[str, Any]) -> dict[str, Any]:
+def own_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The model YAML dict the run was built from: :func:`portable_config` undone (yolo-det's layer names back in
+    their rows, without the :data:`CHECKPOINT_KEY` key). A dict that was never made portable comes back as is."""
+    out = dict(cfg)
+    if CHECKPOINT_KEY in out and isinstance(out.get("backbone"), list) and isinstance(out.get("head"), list):
+        out = _restore_layers(out, {det.__name__: det for det in _native_names()})
+    out.pop(CHECKPOINT_KEY, None)
+    return out
+
+
+def _restore_layers(d: dict[str, Any], namespace: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``d`` with the rows :func:`portable_config` stored under torch's names named yolo-det's again (when the
     name still resolves to yolo-det's layer and the row still names that layer's torch class)."""
     extra = d.get(CHECKPOINT_KEY)
     layers = extra.get("layers") if isinstance(extra, Mapping) else None
     if not isinstance(layers, Mapping) or not layers:
         return d
-    namespace = vars(_tasks())
+    namespace = vars(_tasks()) if namespace is None else namespace
     natives = _native_names()
     out = dict(d)
     n_backbone = len(d["backbone"])
