@@ -82,7 +82,8 @@ def user_project(folder: Path) -> Path:
 
 def suites_of_every_kind() -> list[CheckSuite]:
     return [
-        CheckSuite("yolo-det audit", seconds=1.5, properties={"profile": "repro", "note": 'a "quoted" & <odd> value'}, cases=[
+        CheckSuite("yolo-det audit", seconds=1.5,
+                   properties={"profile": "repro", "note": 'a "quoted" & <odd> value'}, cases=[
             CheckCase("clean.yaml", "yolo-det.audit"),
             CheckCase("bad.yaml", "yolo-det.audit", "failed", message="layer 3 breaks it", details="line one\nline two",
                       file="models/bad.yaml", line=6),
@@ -127,7 +128,8 @@ def test_the_schema_refuses_what_ci_systems_would_not_read():
 def test_annotations_point_at_the_line_and_cannot_forge_a_command():
     suite = CheckSuite("yolo-det audit", cases=[
         CheckCase("ok.yaml", "a"),
-        CheckCase("m,1:x.yaml", "a", "failed", message="bad\n::error file=x::forged 100%", file="dir,1/m:x.yaml", line=7),
+        CheckCase("m,1:x.yaml", "a", "failed", message="bad\n::error file=x::forged 100%", file="dir,1/m:x.yaml",
+                  line=7),
         CheckCase("two.yaml", "a", "failed", message="two places", file="two.yaml",
                   notes=(("two.yaml", 3, "first"), ("two.yaml", 9, "second"))),
     ])
@@ -325,3 +327,18 @@ def test_drift_check_passes_unchanged_and_names_the_change_that_moves_the_number
     assert not cases["environment"].is_passed
     assert cases["environment"].result[0].message.startswith("differs from the saved run in seed")
     assert any(line.startswith("::error title=yolo-det verify --against%3A data::") for line in out.splitlines())
+
+
+def test_diff_gives_a_weights_case_and_one_case_per_cause():
+    from yolo_det.tools.ci_report import diff_suite
+    from yolo_det.tools.diff import Difference, DiffReport
+
+    same = DiffReport(a="runs/a", b="runs/b", weights={"a": "ab" * 32, "b": "ab" * 32})
+    assert [(c.name, c.outcome) for c in diff_suite(same).cases] == [("weights", "passed"), ("configuration", "passed")]
+    other = DiffReport(a="runs/a", b="runs/c", weights={"a": "ab" * 32, "b": "cd" * 32}, differences=[
+        Difference(group="seeds", name="seed", a=0, b=1),
+        Difference(group="environment", name="hostname", a="x", b="y", changes_bits=False)])
+    cases = diff_suite(other).cases
+    assert [(c.name, c.outcome) for c in cases] == [("weights", "failed"), ("configuration seed", "failed")]
+    assert cases[1].message == "seed: 0 | 1"
+    SCHEMA.validate(junit_xml([diff_suite(other)]).decode())
