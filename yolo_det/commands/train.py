@@ -49,10 +49,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from ..analysis.gate import DOWNLOAD_FLAG, allow_downloads
 from ..core.untrusted.safeload import TRUST_FLAG, trusted_checkpoints
+from ..tools.overrides import parse_overrides
 from ..tools.prepare import prepare
 from . import add_import_option
 
@@ -84,7 +86,8 @@ def train(profile: Any, args: dict[str, Any], modules: list[str] | None = None, 
     """
     from ultralytics import YOLO
 
-    from ..analysis.models import model_names
+    from ..analysis.blocks import naming_build_errors
+    from ..analysis.models import model_names, resolve_model_yaml
     from ..integrations.fonts import ensure_local_font
     from ..integrations.ultralytics import attach
 
@@ -93,7 +96,10 @@ def train(profile: Any, args: dict[str, Any], modules: list[str] | None = None, 
     from ..core.untrusted.safeload import guarded_torch_load
 
     with model_names(modules), guarded_torch_load():  # the user's blocks build; checkpoints load by the allow-list
-        model = YOLO(train_args.pop("model"))
+        source = train_args.pop("model")
+        yaml_path = resolve_model_yaml(source) if str(source).endswith((".yaml", ".yml")) else None
+        with naming_build_errors(yaml_path):  # a layer that does not build is one line naming it
+            model = YOLO(source)
         plugin = attach(model, profile)
         plugin.warn_record_error = warn_record_error
         model.train(**train_args)
@@ -103,11 +109,19 @@ def train(profile: Any, args: dict[str, Any], modules: list[str] | None = None, 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det train``."""
     from ..analysis.models import model_names
+    from ..analysis.names import checkpoint_imports
 
     with model_names(args.imports), trusted_checkpoints(args.trust_checkpoint), \
             allow_downloads(args.allow_download):  # import first: a bad module fails before any work
-        profile, ul_args = prepare(args.profile, list(args.overrides))
-        plugin = train(profile, ul_args, warn_record_error=False)
+        # a checkpoint's run imported modules: import them again (unchanged files) or say which to pass; before
+        # the gate, which allows a checkpoint's classes of the modules imported
+        given = parse_overrides(list(args.overrides))
+        ckpt = next((v for v in (given.get("resume"), given.get("model")) if isinstance(v, str) and v.endswith(".pt")
+                     and Path(v).is_file()), None)
+        again = checkpoint_imports(ckpt, given=args.imports)
+        with model_names(again):
+            profile, ul_args = prepare(args.profile, list(args.overrides))
+            plugin = train(profile, ul_args, warn_record_error=False)
     if plugin.record_error is None and plugin.record_path is not None:
         print(f"determinism record: {plugin.record_path}")
     if plugin.weights_digest is not None:
