@@ -280,3 +280,35 @@ def test_commands_refuse_hostile_model_and_data_yamls(tmp_path: Path) -> None:
     assert [r for r in rows if r[0] != "2" or r[1] != "1"] == []
     assert not marker.exists()
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+def test_digest_reads_every_dtype_and_names_a_truncated_file(tmp_path: Path) -> None:
+    digests = set()
+    for name in ("float8_e4m3fn", "float8_e5m2", "bits8", "float4_e2m1fn_x2", "complex32"):
+        dtype = getattr(torch, name)
+        raw = torch.arange(8, dtype=torch.uint8)
+        t = raw.view(dtype) if torch.empty(0, dtype=dtype).element_size() == 1 else raw.view(torch.int32).view(dtype)
+        torch.save({"w": t}, tmp_path / f"{name}.pt")
+        digests.add(checkpoint_digest(tmp_path / f"{name}.pt"))
+        torch.save({"w": t.clone().view(torch.uint8).add(1).view(dtype)}, tmp_path / "other.pt")
+        assert checkpoint_digest(tmp_path / "other.pt") != checkpoint_digest(tmp_path / f"{name}.pt")
+    assert len(digests) == 5  # the dtype is part of the digest
+    whole = (tmp_path / "float8_e5m2.pt").read_bytes()
+    (tmp_path / "cut.pt").write_bytes(whole[: len(whole) - 40])
+    with pytest.raises(ModelError, match="truncated"):
+        checkpoint_digest(tmp_path / "cut.pt")
+
+
+def test_profile_over_the_size_limit_is_refused(tmp_path: Path) -> None:
+    from yolo_det.core.errors import ProfileError
+    from yolo_det.core.profiles import load_profile
+    from yolo_det.core.untrusted.textfile import MAX_TEXT_BYTES
+
+    big = tmp_path / "big.yaml"
+    big.write_text("extends: repro\n# " + "x" * MAX_TEXT_BYTES + "\n")
+    with pytest.raises(ProfileError, match="bigger than"):
+        load_profile(big)
+    small = tmp_path / "small.yaml"
+    small.write_text("extends: repro\n# " + "x" * 1000 + "\n")
+    assert load_profile(small).name
