@@ -13,9 +13,9 @@ a map-style loader with a batch sampler (Ultralytics' ``build_dataloader``, a pl
 - **Each sample reseeds the process RNGs from its key.** The dataset gets an instance attribute
   ``__getitems__`` (the batch entry point a ``DataLoader`` calls when it exists): for each pair it seeds
   python's ``random``, numpy's global RNG and torch's CPU generator from a hash of (seed, epoch, index)
-  (:func:`sample_seeds`) and calls the dataset's own ``__getitem__``. The three generators are put back
-  after every batch, so a loader running in the training process (``workers=0``) leaves the training's
-  random streams as a loader running in workers would.
+  (:func:`sample_seeds`) and calls the dataset's own ``__getitem__``. In the training process
+  (``workers=0``) the three generators are put back after every batch, so the training's random streams
+  are those a loader running in workers would leave.
 - **Mosaic partners come from the keyed RNG, uniformly over the dataset.** Ultralytics draws mosaic
   partners from each worker's ``buffer`` of recently loaded images, a history that depends on the worker
   count. Under invariance the mix transforms (``Mosaic``) draw their partners uniformly over the dataset
@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler
+from torch.utils.data import BatchSampler, get_worker_info
 
 from ..core.errors import ConfigError
 from ..core.seeding import epoch_data_seed
@@ -61,26 +61,26 @@ MODE_KEYED = "keyed"
 #: The mode of a loader left as the framework made it (draws depend on each worker's history).
 MODE_WORKER = "worker-stream"
 
-_SALT = 0x796F6C6F646574  # 'yolodet': keeps these seeds apart from every other use of the run's seed
+_PERSON = b"yolo-det/data"  # keeps these seeds apart from every other use of the run's seed
 _MAX_WALK = 64  # transforms visited per dataset (Ultralytics nests a handful)
 
 
-def sample_seeds(seed: int, epoch: int, index: int) -> tuple[int, np.ndarray, int]:
+def sample_seeds(seed: int, epoch: int, index: int) -> tuple[int, int, int]:
     """The seeds of python's ``random``, numpy's global RNG and torch for one sample.
 
-    A hash of (seed, epoch, index) spread by numpy's ``SeedSequence``: independent of the worker, the
-    rank, the batch and everything loaded before.
+    A hash (BLAKE2b) of (seed, epoch, index): independent of the worker, the rank, the batch and everything
+    loaded before.
 
     Returns:
-        (python seed: a 128-bit int, numpy seed: four uint32 words, torch seed: a 63-bit int).
+        (python seed: a 128-bit int, numpy seed: a 32-bit int, torch seed: a 63-bit int).
     """
     for name, value in (("seed", seed), ("epoch", epoch), ("index", index)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
             raise ValueError(f"sample_seeds needs a non-negative integer {name}, got {value!r}")
-    words = np.random.SeedSequence([_SALT, int(seed), int(epoch), int(index)]).generate_state(4, dtype=np.uint32)
-    py_seed = int.from_bytes(words.tobytes(), "little")
-    torch_seed = int.from_bytes(words[:2].tobytes(), "little") & ((1 << 63) - 1)
-    return py_seed, words, torch_seed
+    key = b"%d|%d|%d" % (int(seed), int(epoch), int(index))
+    digest = hashlib.blake2b(key, digest_size=28, person=_PERSON).digest()
+    return (int.from_bytes(digest[:16], "little"), int.from_bytes(digest[16:20], "little"),
+            int.from_bytes(digest[20:28], "little") & ((1 << 63) - 1))
 
 
 def _seed_sample(seed: int, epoch: int, index: int) -> None:
@@ -142,7 +142,9 @@ class _KeyedItems:
         if id(transforms) != self._walked:  # Ultralytics rebuilds them (close_mosaic)
             _uniform_partners(transforms, self.changed)
             self._walked = id(transforms)
-        saved = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
+        # in a worker process the generators are the worker's own and reseeded per sample: nothing to keep
+        saved = None if get_worker_info() is not None else (random.getstate(), np.random.get_state(),
+                                                             torch.random.get_rng_state())
         try:
             out = []
             for key in keys:
@@ -154,9 +156,10 @@ class _KeyedItems:
                     out.append(getitem(dataset, key))
             return out
         finally:
-            random.setstate(saved[0])
-            np.random.set_state(saved[1])
-            torch.random.set_rng_state(saved[2])
+            if saved is not None:
+                random.setstate(saved[0])
+                np.random.set_state(saved[1])
+                torch.random.set_rng_state(saved[2])
 
 
 def _uniform_partners(root: Any, changed: dict[int, tuple[Any, bool]]) -> None:
