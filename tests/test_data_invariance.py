@@ -121,8 +121,8 @@ def test_segment_stream_is_the_same_for_0_and_2_workers(tmp_path: Path, monkeypa
     assert off[0] != off[1]
 
 
-def test_in_process_loading_leaves_the_random_generators_and_restores_the_loader(demo_yaml: Path,
-                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_in_process_loading_leaves_the_random_generators_and_restores_the_loader(
+        demo_yaml: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     dataset = _dataset(demo_yaml)
     loader = _ultralytics_loader(dataset, 0, monkeypatch)
     sampler_before = loader.batch_sampler.sampler
