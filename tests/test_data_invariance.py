@@ -187,7 +187,7 @@ def test_the_session_applies_it_to_a_handed_over_loader_and_undoes_it(demo_yaml:
 
 
 def _section(**changes: Any) -> dict[str, Any]:
-    base = {"mode": "keyed", "workers": 2, "workers_requested": 8, "seed": 0, "dataset": "d" * 64,
+    base = {"mode": "keyed", "workers": 2, "seed": 0, "dataset": "d" * 64,
             "augment": {"mosaic": 1.0}, "fingerprint": "f" * 64, "fingerprint_batches": 2, "fingerprint_epoch": 0}
     return base | changes
 
@@ -252,5 +252,6 @@ def test_training_gives_the_same_weights_for_0_and_2_workers(tmp_path: Path, dem
     assert (a["data_stream"]["workers"], b["data_stream"]["workers"]) == (0, 2)
     assert a["data_stream"]["mode"] == b["data_stream"]["mode"] == inv.MODE_KEYED
     assert a["data_stream"]["fingerprint"] == b["data_stream"]["fingerprint"] is not None
+    assert a["data_stream"]["dataset"] == b["data_stream"]["dataset"] is not None
     assert a["weights"]["sha256"] == b["weights"]["sha256"]
     assert train(2, 1)["weights"]["sha256"] != b["weights"]["sha256"]  # the second epoch changed the weights

@@ -9,8 +9,6 @@ fingerprint of the first batches. :func:`data_stream_section` turns that into th
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 from ..fixes import data_invariance as _data
@@ -51,18 +49,17 @@ def untap(trainer: Any) -> None:
         del trainer.__dict__[_TAP_ATTR]
 
 
-def _digest(value: Any) -> str | None:
-    if not isinstance(value, dict) or "error" in value:
-        return None
-    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+def _dataset_digest(value: Any) -> str | None:
+    """The dataset fingerprint's own digest (images, labels, lists, names), None without one."""
+    digest = value.get("sha256") if isinstance(value, dict) and "error" not in value else None
+    return digest if isinstance(digest, str) else None
 
 
 def data_stream_section(trainer: Any, seed: int, identity: dict[str, Any] | None = None) -> dict[str, Any]:
     """The record's ``data_stream``: what the batches the run trained on depended on.
 
     Keys: ``mode`` (``keyed`` or ``worker-stream``), ``workers`` (the loader's worker count after
-    Ultralytics' rules), ``workers_requested`` (``workers=``), ``seed``, ``dataset`` (sha256 of the data
-    fingerprint, None without one), ``augment`` (the augmentation arguments), ``fingerprint`` (sha256 of the
+    Ultralytics' rules), ``seed``, ``dataset`` (the data fingerprint's sha256, None without one), ``augment`` (the augmentation arguments), ``fingerprint`` (sha256 of the
     first batches' inputs, None before any), ``fingerprint_batches`` and ``fingerprint_epoch``.
     """
     loader = getattr(trainer, "train_loader", None)
@@ -71,9 +68,8 @@ def data_stream_section(trainer: Any, seed: int, identity: dict[str, Any] | None
     return {
         "mode": _data.data_mode(loader) if loader is not None else None,
         "workers": int(getattr(loader, "num_workers", 0)) if loader is not None else None,
-        "workers_requested": getattr(args, "workers", None),
         "seed": int(seed),
-        "dataset": _digest((identity or {}).get("data")),
+        "dataset": _dataset_digest((identity or {}).get("data")),
         "augment": {k: getattr(args, k, None) for k in AUGMENT_ARGS if hasattr(args, k)},
         "fingerprint": batch_tap.digest if isinstance(batch_tap, _data.BatchTap) else None,
         "fingerprint_batches": batch_tap.seen if isinstance(batch_tap, _data.BatchTap) else 0,
