@@ -59,8 +59,9 @@ def data_stream_section(trainer: Any, seed: int, identity: dict[str, Any] | None
     """The record's ``data_stream``: what the batches the run trained on depended on.
 
     Keys: ``mode`` (``keyed`` or ``worker-stream``), ``workers`` (the loader's worker count after
-    Ultralytics' rules), ``seed``, ``dataset`` (the data fingerprint's sha256, None without one), ``augment`` (the augmentation arguments), ``fingerprint`` (sha256 of the
-    first batches' inputs, None before any), ``fingerprint_batches`` and ``fingerprint_epoch``.
+    Ultralytics' rules), ``seed``, ``dataset`` (the data fingerprint's sha256, None without one),
+    ``augment`` (the augmentation arguments), ``fingerprint`` (sha256 of the first batches' inputs, None
+    before any), ``fingerprint_batches`` and ``fingerprint_epoch``.
     """
     loader = getattr(trainer, "train_loader", None)
     args = getattr(trainer, "args", None)
