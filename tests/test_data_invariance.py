@@ -148,6 +148,22 @@ def test_in_process_loading_leaves_the_random_generators_and_restores_the_loader
     loader.reset()
 
 
+def test_loaders_it_cannot_key_are_refused_with_one_line() -> None:
+    data = torch.utils.data.TensorDataset(torch.arange(8))
+    with pytest.raises(ConfigError, match="batch sampler"):
+        inv.make_invariant(torch.utils.data.DataLoader(data, batch_size=None), 0)
+
+    class Running(torch.utils.data.DataLoader):  # an iterator started at construction, without reset()
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.iterator = iter(range(1))
+
+    loader = Running(data, batch_size=2)
+    with pytest.raises(ConfigError, match="before its first iteration"):
+        inv.make_invariant(loader, 0)
+    assert inv.data_mode(loader) == inv.MODE_WORKER and "__getitems__" not in vars(data)
+
+
 def test_sample_seeds_depend_on_every_part_of_the_key() -> None:
     base = inv.sample_seeds(0, 0, 0)
     assert inv.sample_seeds(0, 0, 0)[0] == base[0]

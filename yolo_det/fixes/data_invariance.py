@@ -250,7 +250,7 @@ def make_invariant(loader: Any, seed: int, *, rank: int = 0, epoch: int = 0) -> 
         A token for :func:`restore`.
 
     Raises:
-        ConfigError: The loader has no batch sampler, or is invariant already.
+        ConfigError: The loader has no batch sampler, is invariant already, or runs workers it cannot stop.
     """
     if keyed_sampler(loader) is not None:
         raise ConfigError("this loader is worker-invariant already; restore() it before making it invariant again")
@@ -259,6 +259,9 @@ def make_invariant(loader: Any, seed: int, *, rank: int = 0, epoch: int = 0) -> 
     if not hasattr(type(dataset), "__getitem__"):
         raise ConfigError(f"data invariance needs a map-style dataset (with __getitem__), got {type(dataset).__name__}")
     _drop_iterator(loader)
+    if getattr(loader, "iterator", None) is not None:
+        raise ConfigError("this loader's workers are already running and it has no reset(); make it worker-invariant "
+                          "before its first iteration")
     original = getattr(holder, attr)
     generator = getattr(loader, "generator", None)
     keyed = KeyedBatchSampler(original, seed=seed, rank=rank, epoch=epoch,
