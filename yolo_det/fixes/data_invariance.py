@@ -95,7 +95,8 @@ class KeyedBatchSampler:
 
     Pass ``k`` after :meth:`set_epoch` ``(e)`` (or after construction with ``epoch=e``) is epoch ``e + k``.
     At the start of each pass the loader's shuffle generator is seeded with
-    :func:`~yolo_det.core.seeding.epoch_data_seed` ``(seed, rank, epoch)`` and a sampler with ``set_epoch``
+    :func:`~yolo_det.core.seeding.epoch_data_seed` ``(seed, rank, epoch)`` (the order is the one the plugins
+    give the same seed without invariance) and a sampler with ``set_epoch``
     (``DistributedSampler``) is told the epoch, so the order of an epoch never depends on earlier ones.
     """
 
@@ -119,6 +120,9 @@ class KeyedBatchSampler:
         self.next_epoch += 1
         if self.generator is not None:
             self.generator.manual_seed(epoch_data_seed(self.seed, self.rank, epoch))
+            # what a DataLoader iterator started right after that seeding draws first (its workers' base seed):
+            # the order is then the one yolo-det gives the same seed without invariance
+            torch.empty((), dtype=torch.int64).random_(generator=self.generator)
         set_sampler_epoch = getattr(getattr(self.inner, "sampler", None), "set_epoch", None)
         if callable(set_sampler_epoch):
             set_sampler_epoch(epoch)
