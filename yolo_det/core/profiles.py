@@ -461,3 +461,21 @@ def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | N
         source=origin,
         **{p: _phase_settings(phases[p]) for p in PHASES},
     )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# settings of yolo-det's own extensions, registered like any plugin's
+
+
+def _check_bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"must be true or false, got {_type_name(value)} {short(value)}")
+    return value
+
+
+#: Worker-invariant data: every random draw of a training sample keyed by (seed, epoch, sample index), so the
+#: batches do not depend on the loader's worker count (applied by ``session.extensions.DataInvariance``).
+DATA_INVARIANCE = Setting(
+    "data_invariance", False, _check_bool,
+    "augmentation draws keyed by (seed, epoch, sample index): the same batches for any worker count")
+register_setting(DATA_INVARIANCE)

@@ -45,10 +45,12 @@ from ..core.profiles import Profile, load_profile
 from ..core.record import RECORD_NAME, build_record, state_dict_digest, write_record
 from ..core.signals import terminate_as_interrupt
 from ..core.state import snapshot
+from ..fixes import data_invariance as _data
 from ..fixes.swaps import restore, unswap_modules
 from ..layers.registry import registered_layers
 from ..session.distributed import gather_states, rank_info, ranks_consistent
 from ..session.session import DeterminismSession, note_restore_failure
+from . import ultralytics_data as _stream
 from .identity import run_identity
 from .ultralytics_resume import UltralyticsResume, previous_record
 
@@ -301,7 +303,9 @@ class UltralyticsPlugin:
         settings = self.profile.train
         if self.record and _rank() in {-1, 0}:
             trainer._yolo_det_identity = run_identity(trainer)  # data, start model, arguments (before any swap)
-        session.hand_over("loader", getattr(trainer, "train_loader", None))
+        session.hand_over("loader", getattr(trainer, "train_loader", None), epoch=_stream.start_epoch(trainer))
+        if self.record:
+            _stream.tap(trainer)  # the fingerprint of the first batches, for the record
         model = getattr(trainer, "model", None)
         model = getattr(model, "module", model)  # DistributedDataParallel
         if settings.swaps != "none" and isinstance(model, torch.nn.Module) and not self._swapped_for(trainer):
@@ -362,6 +366,7 @@ class UltralyticsPlugin:
         self._back_to_train()
         if self.resume is not None:
             self.resume.on_train_epoch_start(trainer)
+        _data.set_epoch(getattr(trainer, "train_loader", None), int(getattr(trainer, "epoch", 0)))
 
     @_callback
     def on_train_batch_start(self, trainer: Any) -> None:
@@ -393,7 +398,10 @@ class UltralyticsPlugin:
         """Restore the state the run started from (Ultralytics calls this in ``train()``'s ``finally``)."""
         error = sys.exc_info()[1]  # Ultralytics runs teardown in train()'s finally: the exception ending it
         try:
-            self._record_ending(trainer, error)
+            try:
+                self._record_ending(trainer, error)
+            finally:
+                _stream.untap(trainer)  # the trainer's own preprocess_batch again
         except BaseException as e:
             if error is None:
                 self.end_run()
@@ -466,6 +474,8 @@ class UltralyticsPlugin:
             imports=self._portable.get("imports", []),
             checkpoint_yaml_layers=self._portable.get("layers", {}),
             **getattr(trainer, "_yolo_det_identity", {}),
+            data_stream=_stream.data_stream_section(trainer, int(self.session.seeds()["seed"]),
+                                                    getattr(trainer, "_yolo_det_identity", None)),
             **ending,
         )
         if self.resume is not None:
