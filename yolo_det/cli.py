@@ -102,7 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with terminate_as_interrupt():  # SIGTERM ends a command like Ctrl-C: clean-up, record, exit 143
             tokens = list(sys.argv[1:] if argv is None else argv)
             parser = build_parser(_command_of(tokens))
-            args = parser.parse_args(tokens)
+            args, extra = parser.parse_known_args(tokens)
+            _take_extra(args, extra)
             if getattr(args, "_run", None) is None:
                 parser.print_help()
                 return 2
@@ -119,6 +120,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         what = f"terminated ({e.signal_name})" if isinstance(e, Terminated) else "interrupted"
         print(f"yolo-det: {what}", file=sys.stderr)
         return exit_code(e)
+
+
+def _take_extra(args: argparse.Namespace, extra: list[str]) -> None:
+    """``key=value`` tokens after an option (``train epochs=1 --import m model=x.yaml``) are overrides like the
+    others; anything else left over is an unknown argument."""
+    if not extra:
+        return
+    overrides = getattr(args, "overrides", None)
+    if isinstance(overrides, list) and not any(t.startswith("-") for t in extra):
+        overrides.extend(extra)
+        return
+    command = f"yolo-det {args.command}" if getattr(args, "command", None) else "yolo-det"
+    raise ConfigError(f"{command}: unrecognized arguments: {' '.join(extra)} (see '{command} --help')")
 
 
 def _command_of(tokens: Sequence[str]) -> list[str]:
