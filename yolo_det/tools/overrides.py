@@ -21,7 +21,8 @@ from ..core import safe_yaml
 from ..core.errors import ConfigError, ModelError, did_you_mean
 from ..core.safe_yaml import short
 
-__all__ = ["MAX_IMGSZ", "check_ultralytics_args", "parse_overrides", "resolve_data", "resolve_data_cfg", "resolve_model",
+__all__ = ["MAX_IMGSZ", "check_ultralytics_args", "parse_overrides", "resolve_data", "resolve_data_cfg",
+           "resolve_model",
            "resolve_model_task"]
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

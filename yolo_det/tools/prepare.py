@@ -14,8 +14,14 @@ from ..core.errors import ConfigError
 from ..core.profiles import Profile, load_profile
 from ..core.resume import is_resume, resume_arguments
 from ..core.safe_yaml import short
-from .overrides import check_ultralytics_args, parse_overrides, resolve_data, resolve_data_cfg, resolve_model, \
-    resolve_model_task
+from .overrides import (
+    check_ultralytics_args,
+    parse_overrides,
+    resolve_data,
+    resolve_data_cfg,
+    resolve_model,
+    resolve_model_task,
+)
 from .prechecks import check_cfg_file, check_split, check_train_args
 
 __all__ = ["DEMO_DEFAULTS", "RESERVED", "prepare"]
