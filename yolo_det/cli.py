@@ -147,9 +147,11 @@ _MAX_MESSAGE = 2000
 
 
 def _one_line(e: BaseException) -> str:
+    from .core.text import printable
+
     text = " ".join(str(e).split())
-    # a value from a file is never shown whole
-    return text if len(text) <= _MAX_MESSAGE else text[:_MAX_MESSAGE] + " ..."
+    # a value from a file is never shown whole, nor able to act on the terminal
+    return printable(text if len(text) <= _MAX_MESSAGE else text[:_MAX_MESSAGE] + " ...", newlines=False)
 
 
 def run_cli() -> NoReturn:

@@ -54,6 +54,7 @@ import sys
 
 from ..core.errors import ConfigError
 from ..core.pickle_scan import TRUST_FLAG, trusted_checkpoints
+from ..core.text import printable
 from . import add_import_option
 
 
@@ -121,8 +122,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         for k, report in enumerate(reports):
             if len(reports) > 1:
-                print(("\n" if k else "") + f"== {models[k]} ({k + 1}/{len(reports)}) ==")
-            print(report.format_table())
+                print(printable(("\n" if k else "") + f"== {models[k]} ({k + 1}/{len(reports)}) =="))
+            print(printable(report.format_table()))
     return max(r.exit_code for r in reports)
 
 
@@ -176,13 +177,14 @@ def _fix(args: argparse.Namespace) -> int:
                    "remaining": remaining, "unfixed": unfixable, "output_audit": after.to_dict()}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(report.format_table())
-        print(result.format(str(yaml_path)))
-        print(f"wrote {args.output}" + ("" if result.changed else " (an unchanged copy: no layer could be renamed)"))
+        print(printable(report.format_table()))
+        print(printable(result.format(str(yaml_path))))
+        print(printable(f"wrote {args.output}"
+                        + ("" if result.changed else " (an unchanged copy: no layer could be renamed)")))
         for row in rows:
-            print(f"layer {row['layer']} {row['module']} ({row['kernel']}): {row['fix']}")
+            print(printable(f"layer {row['layer']} {row['module']} ({row['kernel']}): {row['fix']}"))
         if not remaining:
-            print(f"verdict: {args.output} audits clean: every finding is fixed in it")
+            print(printable(f"verdict: {args.output} audits clean: every finding is fixed in it"))
         else:
             handled = remaining - unfixable
             parts = [f"{remaining} finding(s) remain in {args.output}"]
@@ -190,5 +192,5 @@ def _fix(args: argparse.Namespace) -> int:
                 parts.append(f"{handled} handled at training time by --profile repro (swap or interception)")
             if unfixable:
                 parts.append(f"{unfixable} with no deterministic equivalent")
-            print("verdict: " + "; ".join(parts))
+            print(printable("verdict: " + "; ".join(parts)))
     return 0 if after.ok else 1

@@ -32,6 +32,7 @@ import argparse
 import sys
 
 from ..core.errors import PatchError
+from ..core.text import printable
 from ..integrations.patch_yolov5 import BACKUP_SUFFIX, JOURNAL, apply_plan, pending_journal, plan, repair
 
 
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     if journal is not None or args.repair:
         done = repair(args.dir)
         message = f"an interrupted patch-yolov5 was {done}" if done else "nothing to repair"
-        print(f"yolo-det: {message} in {journal.parent if journal else args.dir}", file=sys.stderr)
+        print(printable(f"yolo-det: {message} in {journal.parent if journal else args.dir}"), file=sys.stderr)
         if args.repair:
             return 0
     result = plan(args.dir, reverse=args.reverse, default_profile=None if args.reverse else args.profile)
@@ -67,26 +68,26 @@ def run(args: argparse.Namespace) -> int:
     if args.diff:
         sys.stdout.write(result.diff())
         for f in result.unrecognised:
-            print(f"yolo-det: {f.path}: not recognised: {f.error}", file=sys.stderr)
+            print(printable(f"yolo-det: {f.path}: not recognised: {f.error}"), file=sys.stderr)
         return 1 if result.unrecognised else 0
     if args.check:
         for f in result.unrecognised:
-            print(f"yolo-det: {result.root / f.path}: not recognised: {f.error}", file=sys.stderr)
+            print(printable(f"yolo-det: {result.root / f.path}: not recognised: {f.error}"), file=sys.stderr)
         for f in result.files:
             if f.error is not None:
                 continue
             if f.changes:
-                print(f"{f.path}: would {verb}")
+                print(printable(f"{f.path}: would {verb}"))
                 for line in f.summary():
-                    print(line)
+                    print(printable(line))
             else:
-                print(f"{f.path}: {'patched' if f.patched else 'not patched'}, nothing to change")
+                print(printable(f"{f.path}: {'patched' if f.patched else 'not patched'}, nothing to change"))
         pending = bool(result.changes) or bool(result.unrecognised)
         return 1 if pending else 0
     written = apply_plan(result, backup=not args.no_backup)  # refuses a tree with an unrecognised file, unchanged
     done = "unpatched" if args.reverse else "patched"
     for f in result.files:
-        print(f"{f.path}: {done if f.changes else 'unchanged'}")
+        print(printable(f"{f.path}: {done if f.changes else 'unchanged'}"))
     print(f"{len(written)} file(s) {done} in {result.root}" + ("" if args.no_backup or not written else
           f" (backups: *{BACKUP_SUFFIX})"))
     return 0

@@ -154,6 +154,11 @@ def _folder_name(key: str, value: Any) -> str:
     text = str(value)
     if not text.strip() or "\0" in text:
         raise ConfigError(f"{key}= must be a non-empty folder name without NUL characters")
+    from ..core.text import printable
+
+    if printable(text) != text or "\n" in text:
+        raise ConfigError(f"{key}={printable(text, newlines=False)[:80]} holds control characters; give a folder "
+                          "name of printable characters")
     return text
 
 
