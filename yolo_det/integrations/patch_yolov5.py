@@ -690,8 +690,8 @@ def apply_plan(result: PatchPlan, *, backup: bool = True) -> list[Path]:
             (the tree is left as it was).
     """
     root = result.root
-    if result.unrecognised:
-        f = result.unrecognised[0]
+    if result.unrecognised:  # a line marked by a patch this version did not write is named first
+        f = min(result.unrecognised, key=lambda u: f"is marked '{MARKER}'" not in (u.error or ""))
         raise PatchError(f"{root / f.path}: not recognised: {f.error}; nothing was changed (the tree is patched "
                          "whole or not at all)")
     if pending_journal(root) is not None:

@@ -256,7 +256,8 @@ def check_run_folder(args: dict[str, Any], task: str | None = None) -> None:
     if not probe.is_dir():
         raise ConfigError(f"the run folder '{where}' would be under '{probe}', which is not a folder; give "
                           "another project= or name=")
-    _probe_writable(probe, "project" if project is not None else "name", str(project or args.get("name") or where))
+    if project is not None:  # the place the user named; Ultralytics' own runs folder is its settings' business
+        _probe_writable(probe, "project", str(project))
 
 
 def _images(value: Any) -> list[str]:

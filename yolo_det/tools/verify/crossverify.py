@@ -268,7 +268,7 @@ def load_saved(path: str | os.PathLike[str]) -> Saved:
         raise ConfigError(f"--against file '{p}' does not exist")
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: nested too deep
         raise _fail(p, f"not JSON ({type(e).__name__})") from None
     return read_saved(data, p)
 
