@@ -128,19 +128,18 @@ def resolve_model_task(model: str) -> tuple[str, str | None]:
         check_model_yaml(resolved)  # bounded YAML, every module name known: one line now, not a traceback later
         return resolved, model_task(resolved)
     if path.is_file():
-        from ..core.pickle_scan import check_checkpoint
+        from ..core.pickle_scan import check_checkpoint, scan_checkpoint
         from ..core.safeload import trust_checkpoints
 
         if path.suffix.lower() != ".pt":
             raise ModelError(f"model={short(model)} is neither a model YAML (.yaml) nor a PyTorch checkpoint (.pt); "
                              "Ultralytics trains from these two only")
-        if not trust_checkpoints():
-            # Read the pickle's opcodes, not the pickle: nothing is unpickled before Ultralytics' own loader
-            # (which honours ULTRALYTICS_SAFE_LOAD) does; a file naming os.system & co. is refused here.
-            check_checkpoint(path)
+        # Read the pickle's opcodes, not the pickle: nothing is unpickled before Ultralytics' own loader
+        # (which honours ULTRALYTICS_SAFE_LOAD) does; a file naming os.system & co. is refused here.
+        scan = scan_checkpoint(path) if trust_checkpoints() else check_checkpoint(path)
         from .prechecks import check_checkpoint_model
 
-        task = check_checkpoint_model(str(path))  # read inertly: a file without a model is one line, not a traceback
+        task = check_checkpoint_model(str(path), scan.globals)  # a file without a model: one line, not a traceback
         return str(path), task
     raise ModelError(
         f"model '{model}' is not a local file; yolo-det does not download weights: pass a model YAML "

@@ -425,25 +425,23 @@ _TASK_OF_CLASS = {"DetectionModel": "detect", "SegmentationModel": "segment", "P
                   "YOLOEModel": "detect", "YOLOESegModel": "segment", "RTDETRDetectionModel": "detect"}
 
 
-def check_checkpoint_model(path: str) -> str | None:
-    """A ``model=FILE.pt`` must hold what Ultralytics trains from: a dict with a model under ``model`` or ``ema``.
+def check_checkpoint_model(path: str, names: list[str]) -> str | None:
+    """A ``model=FILE.pt`` must hold a model for Ultralytics to train from, judged from the ``module.name`` globals
+    its pickle references (:func:`yolo_det.core.pickle_scan.scan_checkpoint`: opcodes only, nothing unpickled).
 
-    Read without running anything (:func:`yolo_det.core.safeload.read_checkpoint`). Returns the model's task
-    when its class tells it (``DetectionModel`` -> detect, ...), else None.
+    Returns:
+        The model's task when an Ultralytics model class tells it (``DetectionModel`` -> detect, ...), else None.
 
     Raises:
-        ModelError: Not a checkpoint, or one without a model (a state dict, a bare pickle).
+        ModelError: The pickle references no model class (a state dict, ``{"epoch": 3}``, a bare tensor).
     """
-    from ..core.safeload import Inert, _model_object, read_checkpoint
-
-    obj = read_checkpoint(path)
-    model = _model_object(obj) if isinstance(obj, dict) else None
-    if model is None:
-        raise ModelError(f"'{path}' holds no model Ultralytics can train from (expected a checkpoint saved by "
-                         "Ultralytics, with 'model' or 'ema'); pass such a checkpoint or a model YAML")
-    if isinstance(model, Inert):
-        return _TASK_OF_CLASS.get(type(model)._inert_name)
-    return None
+    tasks = {_TASK_OF_CLASS[n.rsplit(".", 1)[1]] for n in names
+             if n.startswith("ultralytics.") and n.rsplit(".", 1)[1] in _TASK_OF_CLASS}
+    modules = [n for n in names if n.startswith(("torch.nn.modules.", "ultralytics.nn.")) or n.endswith("Model")]
+    if not tasks and not modules:
+        raise ModelError(f"'{path}' holds no model Ultralytics can train from (its pickle names no model class: a "
+                         "state dict or other data); pass a checkpoint saved by Ultralytics, or a model YAML")
+    return tasks.pop() if len(tasks) == 1 else None
 
 
 def check_model_yaml(model: str) -> None:
