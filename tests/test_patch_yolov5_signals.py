@@ -179,3 +179,22 @@ def test_signal_handlers_are_given_back(trees, tmp_path: Path) -> None:
     pv.apply_plan(pv.plan(root))
     assert {s: signal.getsignal(s) for s in pv.DEFERRED_SIGNALS} == before
     assert _snapshot(root) == patched
+
+
+def test_a_journal_shipped_with_a_tree_cannot_remove_its_files(trees, tmp_path: Path, capsys) -> None:
+    """The journal is read from the tree, which may come from others: it names only the files patching writes, and
+    only a backup may be one to remove."""
+    import json
+
+    template, original, _, _ = trees
+    for files in ([{"rel": "train.py", "path": "{root}/train.py", "existed": False}],
+                  [{"rel": "utils/general.py.yolo-det.bak", "path": "{root}/utils/general.py", "existed": False}],
+                  [{"rel": "train.py.yolo-det.bak", "path": "/etc/passwd", "existed": True}]):
+        root = tmp_path / f"j{len(list(tmp_path.iterdir()))}"
+        _copy(template, root)
+        text = json.dumps({"version": 1, "committed": False, "files": files}).replace("{root}", str(root))
+        (root / pv.JOURNAL).write_text(text)
+        assert main(["patch-yolov5", str(root), "--repair"]) == 2
+        assert "is not a journal" in capsys.readouterr().err
+        (root / pv.JOURNAL).unlink()
+        assert _snapshot(root) == original

@@ -605,6 +605,11 @@ def _read_journal(root: Path) -> tuple[list[_Entry], bool] | None:
             real = Path(os.path.realpath(entry.path.parent))
             if real != root and root not in real.parents:
                 raise ValueError("a path outside the tree")
+            # a journal is read from the tree, which may come from others: it names only the files this command
+            # writes, and only a backup can be one that did not exist before (and is removed on undo)
+            script = entry.rel[: -len(BACKUP_SUFFIX)] if entry.rel.endswith(BACKUP_SUFFIX) else entry.rel
+            if script not in FILES or (not entry.existed and script == entry.rel):
+                raise ValueError(f"a file this command does not write: {entry.rel[:80]!r}")
             entries.append(entry)
         return entries, bool(data["committed"])
     except (OSError, ValueError, KeyError, TypeError) as e:
