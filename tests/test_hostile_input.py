@@ -148,3 +148,15 @@ def test_a_relative_project_and_the_name_stay_inside_the_runs_folder(tmp_path: P
     assert where.parent.name == "mine" and where.name.startswith("exp")
     assert Path(SETTINGS["runs_dir"]).name in where.parts or "tmp" in where.parts
     assert run_dir({"project": str(tmp_path), "name": "exp"}, "detect") == (tmp_path / "exp").resolve()
+
+
+def test_sys_exit_during_training_is_never_a_success(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from yolo_det.commands import train as train_command
+
+    def exits(*args: Any, **kwargs: Any) -> Any:
+        raise SystemExit(0)  # as a user's block calling sys.exit(0) in forward() would
+
+    monkeypatch.setattr(train_command, "train", exits)
+    assert main(["train", "epochs=1"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "sys.exit(0) was called during the run" in err

@@ -29,7 +29,8 @@ its path and the weights digest are printed at the end. However the run ends, th
 Exit codes: 0 trained (also when the record could not be written: a warning after the digest), 2 a
 bad argument or a run folder in use by another live yolo-det run, 130 interrupted (Ctrl-C, SIGINT),
 143 terminated (SIGTERM), 1 the training failed (a full disk or a run folder that became unwritable: one line
-naming the record, whose status is 'failed'; a weights file cut short is renamed FILE.incomplete).
+naming the record, whose status is 'failed'; a weights file cut short is renamed FILE.incomplete; also when
+something calls sys.exit() mid-run).
 
 To continue an interrupted run, pass its checkpoint: `resume=True model=RUN/weights/last.pt` (or
 `resume=RUN/weights/last.pt`). The checkpoint's own arguments are used (no demo defaults); overrides
@@ -112,6 +113,9 @@ def run(args: argparse.Namespace) -> int:
             plugin = train(profile, ul_args, warn_record_error=False, started=started)
         except OSError as e:  # the surroundings failed (disk full, read-only folder): one line, exit 1
             raise RunFailed(_failure(e, started[0] if started else None)) from None
+        except SystemExit as e:  # a user's block (or anything) called sys.exit() mid-run: never a success
+            raise RunFailed(f"training stopped: sys.exit({'' if e.code is None else e.code}) was called during the "
+                            "run; nothing was trained to the end") from None
     if plugin.record_error is None and plugin.record_path is not None:
         print(f"determinism record: {plugin.record_path}")
     if plugin.weights_digest is not None:
