@@ -109,11 +109,14 @@ def resolve_model(model: str) -> str:
     Raises:
         ModelError: The YAML does not exist, or the checkpoint is not on disk (yolo-det never downloads weights).
     """
-    return resolve_model_task(model)[0]
+    return resolve_model_task(model, need_model=False)[0]
 
 
-def resolve_model_task(model: str) -> tuple[str, str | None]:
-    """:func:`resolve_model`, and the model's task when the YAML or the checkpoint's model class tells it."""
+def resolve_model_task(model: str, *, need_model: bool = True) -> tuple[str, str | None]:
+    """:func:`resolve_model`, and the model's task when the YAML or the checkpoint's model class tells it.
+
+    ``need_model``: a checkpoint must hold a model to start a training from (a resume reads its own checkpoint).
+    """
     from ..analysis.models import is_example, model_task, resolve_model_yaml
 
     path = Path(model).expanduser()
@@ -137,6 +140,8 @@ def resolve_model_task(model: str) -> tuple[str, str | None]:
         # Read the pickle's opcodes, not the pickle: nothing is unpickled before Ultralytics' own loader
         # (which honours ULTRALYTICS_SAFE_LOAD) does; a file naming os.system & co. is refused here.
         scan = scan_checkpoint(path) if trust_checkpoints() else check_checkpoint(path)
+        if not need_model:
+            return str(path), None
         from .prechecks import check_checkpoint_model
 
         task = check_checkpoint_model(str(path), scan.globals)  # a file without a model: one line, not a traceback
