@@ -85,14 +85,18 @@ def train(profile: Any, args: dict[str, Any], modules: list[str] | None = None, 
     """
     from ultralytics import YOLO
 
-    from ..analysis.models import model_names
+    from ..analysis.blocks import naming_build_errors
+    from ..analysis.models import model_names, resolve_model_yaml
     from ..integrations.fonts import ensure_local_font
     from ..integrations.ultralytics import attach
 
     ensure_local_font()
     train_args = dict(args)
     with model_names(modules):  # the user's blocks, rewritten YAMLs and the example blocks build
-        model = YOLO(train_args.pop("model"))
+        source = train_args.pop("model")
+        yaml_path = resolve_model_yaml(source) if str(source).endswith((".yaml", ".yml")) else None
+        with naming_build_errors(yaml_path):  # a layer that does not build is one line naming it
+            model = YOLO(source)
         plugin = attach(model, profile)
         plugin.warn_record_error = warn_record_error
         if started is not None:
@@ -104,18 +108,22 @@ def train(profile: Any, args: dict[str, Any], modules: list[str] | None = None, 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det train``."""
     from ..analysis.models import model_names
+    from ..analysis.names import checkpoint_imports
 
     with model_names(args.imports):  # import first: a module that does not import is an error before any work
         with trusted_checkpoints(args.trust_checkpoint):
             profile, ul_args = prepare(args.profile, list(args.overrides))
+        # a checkpoint's run imported modules: import them again (unchanged files) or say which to pass
+        again = checkpoint_imports(ul_args.get("model"), given=args.imports)
         started: list[Any] = []
-        try:
-            plugin = train(profile, ul_args, warn_record_error=False, started=started)
-        except OSError as e:  # the surroundings failed (disk full, read-only folder): one line, exit 1
-            raise RunFailed(_failure(e, started[0] if started else None)) from None
-        except SystemExit as e:  # a user's block (or anything) called sys.exit() mid-run: never a success
-            raise RunFailed(f"training stopped: sys.exit({'' if e.code is None else e.code}) was called during the "
-                            "run; nothing was trained to the end") from None
+        with model_names(again):
+            try:
+                plugin = train(profile, ul_args, warn_record_error=False, started=started)
+            except OSError as e:  # the surroundings failed (disk full, read-only folder): one line, exit 1
+                raise RunFailed(_failure(e, started[0] if started else None)) from None
+            except SystemExit as e:  # a user's block (or anything) called sys.exit() mid-run: never a success
+                raise RunFailed(f"training stopped: sys.exit({'' if e.code is None else e.code}) was called during "
+                                "the run; nothing was trained to the end") from None
     if plugin.record_error is None and plugin.record_path is not None:
         print(f"determinism record: {plugin.record_path}")
     if plugin.weights_digest is not None:
