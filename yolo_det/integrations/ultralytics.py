@@ -41,6 +41,7 @@ from ..core.constants import global_rank
 from ..core.endings import describe_ending, one_line, weights_files, weights_stats
 from ..core.errors import YoloDetError
 from ..core.modules import unwrap_model
+from ..core.partial import set_aside_incomplete
 from ..core.profiles import Profile, load_profile
 from ..core.record import RECORD_NAME, build_record, state_dict_digest, write_record
 from ..core.signals import terminate_as_interrupt
@@ -418,7 +419,9 @@ class UltralyticsPlugin:
         try:
             self._write(trainer, error)
         except Exception as e:  # never mask the error that ended the run
-            self.record_error = f"could not write {RECORD_NAME}: {type(e).__name__}: {one_line(e)}"
+            where = getattr(trainer, "save_dir", None)
+            self.record_error = (f"could not write {RECORD_NAME}" + (f" in '{where}'" if where is not None else "")
+                                 + f": {type(e).__name__}: {one_line(e)}")
             warnings.warn(f"yolo-det: {self.record_error}", UserWarning, stacklevel=3)
 
     def _record_early_ending(self, error: BaseException) -> None:
@@ -445,7 +448,7 @@ class UltralyticsPlugin:
             return
         stopped = error is not None and bool(getattr(trainer, "_yolo_det_interrupted", False))  # a clean stop
         # Digests of the files as they are on disk (this run holds the folder: they are its own files).
-        files = weights_files(Path(save_dir) / "weights", self._weights_before)
+        files = set_aside_incomplete(weights_files(Path(save_dir) / "weights", self._weights_before))
         weights: dict[str, Any] = {"files": files}
         if error is None or stopped:
             last = Path(getattr(trainer, "last", Path(save_dir) / "weights" / "last.pt")).resolve()
