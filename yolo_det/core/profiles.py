@@ -461,3 +461,12 @@ def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | N
         source=origin,
         **{p: _phase_settings(phases[p]) for p in PHASES},
     )
+
+
+def _register_builtin_settings() -> None:
+    from .deploy_settings import register_deploy_settings
+
+    register_deploy_settings()
+
+
+_register_builtin_settings()

@@ -13,7 +13,9 @@ Three ways in, from simplest:
 Phase boundaries: ``train`` from ``on_pretrain_routine_start`` (right after ``init_seeds``) until
 ``teardown`` (which Ultralytics runs in ``train()``'s ``finally``, after its own ``unset_deterministic``);
 ``val`` between ``on_val_start`` and ``on_val_end`` (inside training and in ``model.val()``); ``deploy``
-between ``on_predict_start``/``on_predict_end`` and ``on_export_start``/``on_export_end``; a streaming
+between ``on_predict_start``/``on_predict_end`` and ``on_export_start``/``on_export_end``. The validator
+(at ``on_val_start``) and the predictor (at each ``on_predict_batch_start``) are handed to the session,
+which applies ``batch_invariant`` to them (:mod:`yolo_det.session.batch_invariance`); a streaming
 ``predict`` is suspended each time it yields an item (the caller's loop body runs under the caller's state).
 
 Endings (see :mod:`yolo_det.core.endings`): every training writes ``determinism.json`` however it ends
@@ -67,6 +69,7 @@ _EVENTS = (
     "on_train_end",
     "teardown",
     "on_predict_start",
+    "on_predict_batch_start",
     "on_predict_end",
     "on_export_start",
     "on_export_end",
@@ -457,8 +460,10 @@ class UltralyticsPlugin:
     # -- validation, prediction, export -----------------------------------------------------------------
     @_callback
     def on_val_start(self, validator: Any) -> None:
-        """Enter the val phase (on top of train inside training)."""
+        """Enter the val phase (on top of train inside training) and hand the validator over (its loader)."""
         self._phase_start("val", validator)
+        if self.session is not None:
+            self.session.hand_over("validator", validator, phase="val")
 
     @_callback
     def on_val_end(self, validator: Any) -> None:
@@ -469,6 +474,13 @@ class UltralyticsPlugin:
     def on_predict_start(self, predictor: Any) -> None:
         """Enter the deploy phase for prediction."""
         self._phase_start("deploy", predictor)
+
+    @_callback
+    def on_predict_batch_start(self, predictor: Any) -> None:
+        """Hand the predictor over before its batch is preprocessed (again after a streaming pause)."""
+        session = self.session
+        if session is not None and session.phase == "deploy":
+            session.hand_over("predictor", predictor, phase="deploy")
 
     @_callback
     def on_predict_end(self, predictor: Any) -> None:

@@ -9,7 +9,9 @@ a phase is entered, and undoes them in reverse order when it is left, on error t
   over to the session (:class:`~yolo_det.core.backward.ToggleScaler`) and for ``session.backward(loss)``;
 - :class:`Swaps`: the phase's ``swaps`` policy on a model handed over to the session (the decision is
   :func:`yolo_det.analysis.swap_plan.decide_swaps`, the mechanism :mod:`yolo_det.fixes.swaps`);
-- :class:`Interception`: routing of ``torch.nn.functional`` calls (:mod:`yolo_det.fixes.intercept`).
+- :class:`Interception`: routing of ``torch.nn.functional`` calls (:mod:`yolo_det.fixes.intercept`);
+- :class:`~yolo_det.session.batch_invariance.BatchInvariance`: ``batch_invariant`` on a handed-over
+  predictor or validator.
 
 An extension's ``apply(ctx)`` returns a token (what it replaced) or None when it did nothing;
 ``undo(token)`` puts back what the token describes. Objects handed over while a phase is in force (the
@@ -209,7 +211,10 @@ _REGISTERED: list[Callable[[], Extension]] = []
 def default_extensions() -> list[Extension]:
     """The extensions every session applies, in order (undone in reverse): the built-in ones, then the
     registered ones."""
-    return [FlagsAndEnv(), Seeds(), BackwardToggle(), Swaps(), Interception(), *(make() for make in _REGISTERED)]
+    from .batch_invariance import BatchInvariance
+
+    return [FlagsAndEnv(), Seeds(), BackwardToggle(), Swaps(), Interception(), BatchInvariance(),
+            *(make() for make in _REGISTERED)]
 
 
 def register_extension(factory: Callable[[], Extension]) -> None:
