@@ -10,13 +10,12 @@ import cv2
 import pytest
 import torch
 
+from helpers import DEMO
 from yolo_det import attach
 from yolo_det.core.errors import ProfileError
 from yolo_det.core.profiles import load_profile
 from yolo_det.session.batch_invariance import BatchInvariance, concat_outputs, per_image
 from yolo_det.session.extensions import PhaseContext
-
-from helpers import DEMO
 
 
 def _profile(tmp_path: Path, on: bool, phase: str = "deploy") -> Path:
@@ -154,8 +153,8 @@ def _val_set(root: Path) -> Path:
 
 
 def _val(model, data: Path, batch: int, out: Path) -> tuple[dict, list]:
-    metrics = model.val(data=str(data), imgsz=96, batch=batch, conf=0.0, max_det=30, device="cpu", workers=0, plots=False,
-                        save_json=True, verbose=False, project=str(out), name=f"b{batch}", exist_ok=True)
+    metrics = model.val(data=str(data), imgsz=96, batch=batch, conf=0.0, max_det=30, device="cpu", workers=0,
+                        plots=False, save_json=True, verbose=False, project=str(out), name=f"b{batch}", exist_ok=True)
     preds = json.loads((out / f"b{batch}" / "predictions.json").read_text(encoding="utf-8"))
     return dict(metrics.results_dict), preds
 

@@ -103,6 +103,7 @@ class UltralyticsPlugin:
     Attributes:
         session: The run in progress (None between runs).
         record_path: Path of the last ``determinism.json`` written.
+        export_record_path: Path of the last export record written (``<export>.determinism.json``).
         weights_digest: Weights digest of the last completed training run (of its ``last.pt`` as written).
         record_error: Why the last completed run's record could not be written (None when it was).
         warn_record_error: Warn (``UserWarning``) when a completed run's record cannot be written; the
@@ -114,6 +115,7 @@ class UltralyticsPlugin:
         self.record = record
         self.session: DeterminismSession | None = None
         self.record_path: Path | None = None
+        self.export_record_path: Path | None = None
         self.weights_digest: str | None = None
         self.record_error: str | None = None
         self.warn_record_error = True
@@ -526,15 +528,23 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
 
 def _export_standard(plugin: UltralyticsPlugin, method: Callable[..., Any], owner: Any, args: tuple[Any, ...],
                      kwargs: dict[str, Any]) -> Any:
-    """Export with standard PyTorch modules (yolo-det layers turned back), then put them back."""
+    """Export with standard PyTorch modules (yolo-det layers turned back), then put them back; then, when the
+    plugin keeps records, compare the export with the PyTorch model and write the export record beside it
+    (:mod:`yolo_det.integrations.export_parity`)."""
     net = getattr(owner, "model", None)
-    records = unswap_modules(net) if isinstance(net, torch.nn.Module) else []
-    try:
-        with plugin.guard():
-            return method(*args, **kwargs)
-    finally:
-        if records and isinstance(net, torch.nn.Module):
-            restore(net, records)
+    with plugin.guard() as session:
+        records = unswap_modules(net) if isinstance(net, torch.nn.Module) else []
+        try:
+            result = method(*args, **kwargs)
+        finally:
+            if records and isinstance(net, torch.nn.Module):
+                restore(net, records)
+        if plugin.record and result and Path(str(result)).exists():
+            from .export_parity import write_export_record
+
+            with session.phase_scope("deploy"):
+                plugin.export_record_path = write_export_record(owner, str(result), profile=plugin.profile)
+    return result
 
 
 def _lock_fixed_folder(model: Any, kwargs: dict[str, Any]) -> runlock.RunLock | None:

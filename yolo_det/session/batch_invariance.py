@@ -70,11 +70,11 @@ def per_image(forward: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def _square_letterbox(predictor: Any) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
+def _square_letterbox(predictor: Any) -> Callable[[list[np.ndarray]], list[Any]]:
     """The predictor's pre-transform with every image letterboxed on its own to the square ``imgsz``."""
     from ultralytics.data.augment import LetterBox
 
-    def pre_transform(images: list[np.ndarray]) -> list[np.ndarray]:
+    def pre_transform(images: list[np.ndarray]) -> list[Any]:
         box = LetterBox(predictor.imgsz, auto=False, scale_fill=bool(getattr(predictor, "scale_fill", False)),
                         stride=predictor.model.stride)
         return [box(image=im) for im in images]
@@ -114,11 +114,12 @@ class BatchInvariance(Extension):
             return None
         if obj is None or obj.__dict__.get(_MARK):
             return None
+        names: tuple[str, ...]
         if what == "predictor":
             names = ("pre_transform", "inference")
             before = {n: obj.__dict__[n] for n in names if n in obj.__dict__}
             obj.pre_transform = _square_letterbox(obj)
-            obj.inference = per_image(before.get("inference", getattr(type(obj), "inference").__get__(obj)))
+            obj.inference = per_image(before.get("inference", type(obj).inference.__get__(obj)))
         else:
             loader = getattr(obj, "dataloader", None)
             if loader is None or not hasattr(loader, "dataset"):

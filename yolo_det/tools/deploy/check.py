@@ -22,22 +22,16 @@ from typing import Any
 
 import torch
 
+from ...core.detections import VERDICTS, compare_detections
+from ...core.detections import worst as _worst
 from ...core.errors import ConfigError
 from ...core.profiles import Profile, load_profile
 from ..runtime import run_folder
 
 __all__ = ["IMAGE_SUFFIXES", "VERDICTS", "DeployReport", "check_deploy", "compare_detections", "list_images"]
 
-#: Verdicts from best to worst.
-VERDICTS = ("bitwise", "within tolerance", "differs")
 #: Files of an image folder that are predicted.
 IMAGE_SUFFIXES = (".bmp", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
-#: How many changed boxes are listed per comparison.
-_LISTED = 10
-
-
-def _worst(verdicts: Sequence[str]) -> str:
-    return max(verdicts, key=VERDICTS.index) if verdicts else "bitwise"
 
 
 def list_images(folder: str | os.PathLike[str], *, limit: int = 16) -> list[Path]:
@@ -55,34 +49,6 @@ def list_images(folder: str | os.PathLike[str], *, limit: int = 16) -> list[Path
     if limit < 1:
         raise ConfigError(f"--max-images must be at least 1, got {limit}")
     return found[:limit]
-
-
-def compare_detections(ref: torch.Tensor, got: torch.Tensor, *, atol: float) -> dict[str, Any]:
-    """Compare two detection tables (rows ``x1 y1 x2 y2 score class``, in score order).
-
-    Returns:
-        ``verdict``, ``count`` (reference, compared), ``max_box_diff`` and ``max_score_diff`` over the rows
-        both have (in order), ``classes_equal``, and ``changed``: the indices of the rows that differ (at most
-        10; rows only one side has count as changed).
-    """
-    n = min(len(ref), len(got))
-    a, b = ref[:n].double(), got[:n].double()
-    box = (a[:, :4] - b[:, :4]).abs().amax(1) if n else torch.zeros(0, dtype=torch.float64)
-    score = (a[:, 4] - b[:, 4]).abs() if n else torch.zeros(0, dtype=torch.float64)
-    classes_equal = bool(torch.equal(a[:, 5], b[:, 5]))
-    row_changed = (box > 0) | (score > 0) | (a[:, 5] != b[:, 5])
-    changed = [int(i) for i in torch.nonzero(row_changed).flatten()[:_LISTED]]
-    changed += list(range(n, max(len(ref), len(got))))[: max(0, _LISTED - len(changed))]
-    max_box = float(box.max()) if n else 0.0
-    max_score = float(score.max()) if n else 0.0
-    if len(ref) == len(got) and torch.equal(ref, got):
-        verdict = "bitwise"
-    elif len(ref) == len(got) and classes_equal and max_box <= atol and max_score <= atol:
-        verdict = "within tolerance"
-    else:
-        verdict = "differs"
-    return {"verdict": verdict, "count": [len(ref), len(got)], "max_box_diff": max_box, "max_score_diff": max_score,
-            "classes_equal": classes_equal, "changed": changed}
 
 
 def _compare_raw(ref: torch.Tensor | None, got: torch.Tensor | None) -> dict[str, Any]:
@@ -159,8 +125,8 @@ class DeployReport:
             lines.append(text)
         if self.val is not None:
             v = self.val
-            lines.append(f"  val batch={','.join(str(b) for b in v['batches'])}: {v['verdict']}"
-                         + (f" (largest metric difference {v['max_diff']:.4g} in {v['max_key']})" if v["max_key"] else ""))
+            largest = f" (largest metric difference {v['max_diff']:.4g} in {v['max_key']})" if v["max_key"] else ""
+            lines.append(f"  val batch={','.join(str(b) for b in v['batches'])}: {v['verdict']}{largest}")
         lines.extend(f"  note: {n}" for n in self.notes)
         lines.append(f"verdict: {self.verdict}")
         return "\n".join(lines)
@@ -274,9 +240,9 @@ def check_deploy(weights: Any, images: str | os.PathLike[str] | Sequence[str | o
         raise ConfigError(f"--atol must be zero or more, got {atol}")
     resolved = load_profile(profile)
     model = _load(weights)
-    from ...integrations.ultralytics import attach, detach
-
     import cv2
+
+    from ...integrations.ultralytics import attach, detach
 
     shapes = []
     for f in files:

@@ -22,7 +22,8 @@ def deploy_figure(report: Any) -> Any:
     images = [im["image"] for im in data["images"]]
     scenarios = list(dict.fromkeys(c["scenario"] for c in data["comparisons"]))
     has_val = bool(data.get("val"))
-    fig = new_figure(max(6.0, 1.3 * len(scenarios) + 3.5), max(3.0, 0.32 * len(images) + 1.8) + (2.2 if has_val else 0))
+    height = max(3.0, 0.32 * len(images) + 1.8) + (2.2 if has_val else 0)
+    fig = new_figure(max(6.0, 1.3 * len(scenarios) + 3.5), height)
     ax = fig.add_subplot(2, 1, 1) if has_val else fig.add_subplot(1, 1, 1)
     cells = {(c["image"], c["scenario"]): c for c in data["comparisons"]}
     for y, name in enumerate(images):
@@ -48,13 +49,14 @@ def deploy_figure(report: Any) -> Any:
         metrics = val["metrics"]
         first = metrics[str(val["batches"][0])]
         keys = list(first)
-        for k, b in enumerate(val["batches"][1:]):
+        others = val["batches"][1:]
+        width = 0.8 / max(1, len(others))
+        for k, b in enumerate(others):
             diffs = [abs(metrics[str(b)][key] - first[key]) for key in keys]
-            vx.bar([i + 0.8 * k / max(1, len(val["batches"]) - 1) for i in range(len(keys))],
-                   [d if d > 0 and math.isfinite(d) else 0.0 for d in diffs], width=0.7 / max(1, len(val["batches"]) - 1),
-                   label=f"batch={b}")
+            vx.bar([i + width * k for i in range(len(keys))], [d if math.isfinite(d) else 0.0 for d in diffs],
+                   width=width, label=f"batch={b}")
         vx.set_xticks(range(len(keys)), [k.replace("metrics/", "") for k in keys], fontsize=7, rotation=20)
-        vx.set_ylabel("|metric - batch=%d|" % val["batches"][0], fontsize=8)
+        vx.set_ylabel(f"|metric - batch={val['batches'][0]}|", fontsize=8)
         vx.set_title(f"val metrics at several batch= values: {val['verdict']}", fontsize=9)
         vx.legend(fontsize=7)
     fig.tight_layout()
