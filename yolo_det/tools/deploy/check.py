@@ -228,6 +228,8 @@ def check_deploy(weights: Any, images: str | os.PathLike[str] | Sequence[str | o
     Raises:
         ConfigError: A bad argument (one line).
     """
+    if not (hasattr(weights, "predict") or Path(str(weights)).expanduser().is_file()):
+        raise ConfigError(f"checkpoint '{weights}' not found: give a trained .pt file")
     if isinstance(images, (str, os.PathLike)):
         files = list_images(images, limit=max_images)
     else:
