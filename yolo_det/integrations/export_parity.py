@@ -155,19 +155,22 @@ def export_parity(model: Any, export: str | os.PathLike[str], *, images: Sequenc
     if not isinstance(net, torch.nn.Module):
         raise ConfigError(f"export parity needs a PyTorch model, got {type(model).__name__}")
     exported = AutoBackend(str(export), device=torch.device("cpu"), fuse=True, verbose=False)
-    reference = AutoBackend(net, device=torch.device("cpu"), fuse=True, verbose=False)
+    was_training = net.training
     meta = dict(getattr(exported, "metadata", None) or {})
-    stride = int(max(int(getattr(exported, "stride", 32) or 32), int(getattr(reference, "stride", 32) or 32)))
+    net_stride = getattr(net, "stride", None)
+    net_stride = int(net_stride.max()) if isinstance(net_stride, torch.Tensor) else int(net_stride or 32)
+    stride = max(int(getattr(exported, "stride", 32) or 32), net_stride)
     ex_shape = _as_hw(meta.get("imgsz", getattr(exported, "imgsz", 640)))
     dynamic = bool(meta.get("dynamic", False))
     end2end = bool(meta.get("end2end", False)) or bool(getattr(net, "end2end", False))
     pt_shape = _as_hw(pt_imgsz if pt_imgsz is not None else ex_shape)
     loaded = _read_images(images)
-    was_training = net.training
     numerics: list[dict[str, Any]] = []
     end_to_end: list[dict[str, Any]] = []
     max_raw, sum_raw, count_raw, raw_bitwise = 0.0, 0.0, 0, True
     try:
+        reference = AutoBackend(net, device=torch.device("cpu"), fuse=True, verbose=False).eval()  # as predict runs it
+        exported.eval()
         with torch.inference_mode():
             for name, image in loaded:
                 x = _letterbox(image, ex_shape, auto=False, stride=stride)  # what the export takes
