@@ -14,8 +14,8 @@ from helpers import DEMO
 from yolo_det import attach
 from yolo_det.core.errors import ProfileError
 from yolo_det.core.profiles import load_profile
-from yolo_det.session.batch_invariance import BatchInvariance, concat_outputs, per_image
-from yolo_det.session.extensions import PhaseContext
+from yolo_det.session.batch_invariance import concat_outputs, per_image
+from yolo_det.session.extensions import BatchInvariance, PhaseContext
 
 
 def _profile(tmp_path: Path, on: bool, phase: str = "deploy") -> Path:

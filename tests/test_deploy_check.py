@@ -10,10 +10,10 @@ import cv2
 import pytest
 import torch
 
+from helpers import DEMO
 from yolo_det.cli import main
 from yolo_det.core.detections import compare_detections
 
-from helpers import DEMO
 
 def test_compare_detections_verdicts() -> None:
     ref = torch.tensor([[0.0, 0.0, 10.0, 10.0, 0.9, 1.0], [5.0, 5.0, 20.0, 20.0, 0.5, 0.0]])
@@ -67,7 +67,8 @@ def test_check_deploy_finds_the_letterbox_difference_and_the_setting_removes_it(
     assert main(["check-deploy", *common, "--profile", "repro", "--json", str(fixed_json)]) == 0
     fixed = json.loads(fixed_json.read_text())
     assert fixed["verdict"] == "bitwise" and fixed["deploy_settings"]["batch_invariant"] is True
-    assert all(c["raw_bitwise"] for c in fixed["comparisons"]) and len(fixed["comparisons"]) == len(plain["comparisons"])
+    assert all(c["raw_bitwise"] for c in fixed["comparisons"])
+    assert len(fixed["comparisons"]) == len(plain["comparisons"])
     assert all(im["detections"] > 0 for im in fixed["images"])
 
 

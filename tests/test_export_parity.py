@@ -116,4 +116,5 @@ def test_a_mismatched_preprocessing_is_reported_as_the_cause(tmp_path, monkeypat
     assert rect["verdict"] == "differs" and rect["numerics"]["detections_match"]
     assert rect["cause"].startswith("preprocessing: letterbox: rectangular") and "dynamic=True" in rect["cause"]
     sized = export_parity(model, exported, images=images, pt_imgsz=96, pt_rect=False, conf=0.0)
-    assert sized["cause"].startswith("preprocessing: imgsz: the PyTorch model predicts at 96x96, the export takes 64x64")
+    assert sized["cause"].startswith("preprocessing: imgsz: the PyTorch model predicts at 96x96, "
+                                     "the export takes 64x64")

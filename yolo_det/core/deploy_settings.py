@@ -1,4 +1,5 @@
-"""The deploy settings of the profile schema: ``batch_invariant`` (registered with :func:`register_setting`).
+"""The deploy settings of the profile schema: ``batch_invariant`` (registered with
+:func:`~yolo_det.core.profiles.register_setting` when :mod:`yolo_det.core.profiles` is imported).
 
 ``batch_invariant: true`` in the ``deploy`` or ``val`` phase makes an image's detections independent of
 what else is in its batch and of the batch size: each image is letterboxed on its own (square, to the run's
@@ -10,9 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .profiles import Setting, register_setting
-
-__all__ = ["BATCH_INVARIANT", "DEPLOY_SETTINGS", "register_deploy_settings"]
+__all__ = ["DEPLOY_SETTINGS"]
 
 
 def _check_bool(value: Any) -> bool:
@@ -21,19 +20,8 @@ def _check_bool(value: Any) -> bool:
     return value
 
 
-#: ``batch_invariant``: per-image letterbox and per-image forward in prediction and validation.
-BATCH_INVARIANT = Setting(
-    "batch_invariant",
-    default=False,
-    check=_check_bool,
-    doc="an image's detections do not depend on its batch: per-image letterbox and per-image forward",
+#: The deploy settings as ``(name, default, check, doc)``, for :class:`~yolo_det.core.profiles.Setting`.
+DEPLOY_SETTINGS: tuple[tuple[str, Any, Any, str], ...] = (
+    ("batch_invariant", False, _check_bool,
+     "an image's detections do not depend on its batch: per-image letterbox and per-image forward"),
 )
-
-#: Every deploy setting, registered when :mod:`yolo_det.core.profiles` is imported.
-DEPLOY_SETTINGS = (BATCH_INVARIANT,)
-
-
-def register_deploy_settings() -> None:
-    """Register the deploy settings (idempotent)."""
-    for setting in DEPLOY_SETTINGS:
-        register_setting(setting)

@@ -464,9 +464,11 @@ def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | N
 
 
 def _register_builtin_settings() -> None:
-    from .deploy_settings import register_deploy_settings
+    """The settings of yolo-det's own extensions (``batch_invariant``), registered like a plugin's."""
+    from .deploy_settings import DEPLOY_SETTINGS
 
-    register_deploy_settings()
+    for name, default, check, doc in DEPLOY_SETTINGS:
+        register_setting(Setting(name, default, check, doc))
 
 
 _register_builtin_settings()

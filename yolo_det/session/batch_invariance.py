@@ -11,11 +11,12 @@ Two things make a detector's output for one image depend on its batch, and this 
   runs one image at a time (a fixed internal batch of 1), each on a fresh, contiguous copy of its input,
   and the outputs are concatenated: the result for an image is the result of a batch of one.
 
-It acts on the objects an integration hands over (:meth:`DeterminismSession.hand_over`): ``"predictor"``
-(an Ultralytics ``BasePredictor``: its ``pre_transform`` and ``inference``, set on the instance and taken
-away again on undo) and ``"validator"`` (an Ultralytics ``BaseValidator``: its ``dataloader`` is replaced,
-for the phase, by one over the same images, letterboxed each on its own and loaded one at a time; the
-metrics are those of the same images whatever ``batch=`` says). Nothing process-wide is changed.
+:class:`~yolo_det.session.extensions.BatchInvariance` applies it to the objects an integration hands
+over (:meth:`DeterminismSession.hand_over`): ``"predictor"`` (an Ultralytics ``BasePredictor``: its
+``pre_transform`` and ``inference``, set on the instance and taken away again on undo) and ``"validator"``
+(an Ultralytics ``BaseValidator``: its ``dataloader`` is replaced, for the phase, by one over the same
+images, letterboxed each on its own and loaded one at a time; the metrics are those of the same images
+whatever ``batch=`` says). Nothing process-wide is changed.
 """
 
 from __future__ import annotations
@@ -27,11 +28,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from .extensions import Extension, PhaseContext
+__all__ = ["MARK", "concat_outputs", "per_image", "per_image_loader", "square_letterbox"]
 
-__all__ = ["BatchInvariance", "concat_outputs", "per_image"]
-
-_MARK = "_yolo_det_batch_invariant"
+#: Set on an object while batch invariance is applied to it.
+MARK = "_yolo_det_batch_invariant"
 
 
 def concat_outputs(parts: Sequence[Any]) -> Any:
@@ -70,7 +70,7 @@ def per_image(forward: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def _square_letterbox(predictor: Any) -> Callable[[list[np.ndarray]], list[Any]]:
+def square_letterbox(predictor: Any) -> Callable[[list[np.ndarray]], list[Any]]:
     """The predictor's pre-transform with every image letterboxed on its own to the square ``imgsz``."""
     from ultralytics.data.augment import LetterBox
 
@@ -82,7 +82,7 @@ def _square_letterbox(predictor: Any) -> Callable[[list[np.ndarray]], list[Any]]
     return pre_transform
 
 
-def _per_image_loader(loader: Any) -> Any:
+def per_image_loader(loader: Any) -> Any:
     """A loader over the same images as ``loader``, letterboxed each on its own, one image per batch."""
     dataset = loader.dataset
     if getattr(dataset, "rect", False):
@@ -96,45 +96,3 @@ def _per_image_loader(loader: Any) -> Any:
         pin_memory=bool(getattr(loader, "pin_memory", False)),
         collate_fn=getattr(loader, "collate_fn", None) or getattr(dataset, "collate_fn", None),
     )
-
-
-class BatchInvariance(Extension):
-    """Applies ``batch_invariant: true`` to a handed-over predictor or validator; undo puts back what it had.
-
-    ``hand_over(ctx, "predictor", predictor)`` sets ``pre_transform`` (per-image square letterbox) and
-    ``inference`` (one image at a time) on the instance; ``hand_over(ctx, "validator", validator)`` replaces
-    its ``dataloader`` (per-image letterbox, batches of one). Handing the same object over again while it
-    is in force does nothing.
-    """
-
-    name = "batch_invariant"
-
-    def hand_over(self, ctx: PhaseContext, what: str, obj: Any, **options: Any) -> Any:
-        if what not in {"predictor", "validator"} or not ctx.settings.extra.get("batch_invariant", False):
-            return None
-        if obj is None or obj.__dict__.get(_MARK):
-            return None
-        names: tuple[str, ...]
-        if what == "predictor":
-            names = ("pre_transform", "inference")
-            before = {n: obj.__dict__[n] for n in names if n in obj.__dict__}
-            obj.pre_transform = _square_letterbox(obj)
-            obj.inference = per_image(before.get("inference", type(obj).inference.__get__(obj)))
-        else:
-            loader = getattr(obj, "dataloader", None)
-            if loader is None or not hasattr(loader, "dataset"):
-                return None
-            names = ("dataloader",)
-            before = {"dataloader": loader}
-            obj.dataloader = _per_image_loader(loader)
-        obj.__dict__[_MARK] = True
-        return obj, names, before
-
-    def undo(self, token: Any) -> None:
-        obj, names, before = token
-        obj.__dict__.pop(_MARK, None)
-        for name in names:
-            if name in before:
-                obj.__dict__[name] = before[name]
-            else:
-                obj.__dict__.pop(name, None)
