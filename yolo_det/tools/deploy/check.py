@@ -119,7 +119,8 @@ class DeployReport:
             worst = _worst([r["verdict"] for r in rows])
             text = f"  {scenario:<14} {worst:<16} {len(rows) - len(bad)}/{len(rows)} images bitwise"
             if bad:
-                r = max(bad, key=lambda r: (r["max_box_diff"], r["max_score_diff"]))
+                r = max(bad, key=lambda r: (r["max_box_diff"], r["max_score_diff"],
+                                            abs(r["count"][0] - r["count"][1])))
                 text += (f"; largest: {r['image']} box {r['max_box_diff']:.4g} px, score {r['max_score_diff']:.3g}, "
                          f"boxes {r['count'][0]}->{r['count'][1]}, changed rows {r['changed']}")
             lines.append(text)
