@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import cv2
+import numpy as np
 import pytest
 import torch
 
@@ -152,11 +152,24 @@ def _val_set(root: Path) -> Path:
     return data
 
 
-def _val(model, data: Path, batch: int, out: Path) -> tuple[dict, list]:
-    metrics = model.val(data=str(data), imgsz=96, batch=batch, conf=0.0, max_det=30, device="cpu", workers=0,
-                        plots=False, save_json=True, verbose=False, project=str(out), name=f"b{batch}", exist_ok=True)
-    preds = json.loads((out / f"b{batch}" / "predictions.json").read_text(encoding="utf-8"))
-    return dict(metrics.results_dict), preds
+def _val(model, data: Path, batch: int, out: Path) -> tuple[dict, dict]:
+    """Metrics and every prediction's score, class and true-positive row, image by image (as ``val`` gathered them)."""
+    seen: dict = {}
+
+    def grab(validator) -> None:  # after each batch: everything gathered so far
+        seen.update({k: np.concatenate(v) if v else np.zeros(0) for k, v in validator.metrics.stats.items()})
+
+    model.add_callback("on_val_batch_end", grab)
+    try:
+        metrics = model.val(data=str(data), imgsz=96, batch=batch, conf=0.0, device="cpu", workers=0, plots=False,
+                            verbose=False, project=str(out), name=f"b{batch}", exist_ok=True)
+    finally:
+        model.callbacks["on_val_batch_end"].remove(grab)
+    return dict(metrics.results_dict), seen
+
+
+def _same(a: tuple[dict, dict], b: tuple[dict, dict]) -> bool:
+    return a[0] == b[0] and a[1].keys() == b[1].keys() and all(np.array_equal(a[1][k], b[1][k]) for k in a[1])
 
 
 @pytest.mark.slow
@@ -164,8 +177,9 @@ def test_val_metrics_do_not_depend_on_batch_under_the_setting(tmp_path, fresh_mo
     data = _val_set(tmp_path / "mixed")
     attach(fresh_model, _profile(tmp_path, False, "val"))
     off1, off16 = _val(fresh_model, data, 1, tmp_path / "off"), _val(fresh_model, data, 16, tmp_path / "off")
-    assert off1[1] and off1[1] != off16[1], "negative control: rectangular val batches change the predictions"
+    assert len(off1[1]["conf"]) > 0
+    assert not _same(off1, off16), "negative control: rectangular val batches change the predictions"
     attach(fresh_model, _profile(tmp_path, True, "val"))
     on = {b: _val(fresh_model, data, b, tmp_path / "on") for b in (1, 4, 16)}
-    assert on[1][1] and on[1] == on[4] == on[16]
-    assert on[1][1] != off1[1]  # per-image square letterbox, not the rectangle of batch 1
+    assert len(on[1][1]["conf"]) > 0 and _same(on[1], on[4]) and _same(on[1], on[16])
+    assert not _same(on[1], off1)  # per-image square letterbox, not the rectangle of batch 1
