@@ -104,3 +104,22 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, checkpoint, capsys) 
     assert "not found" in capsys.readouterr().err
     assert main(["check-deploy", "--compare", str(checkpoint), str(checkpoint)]) == 2
     assert "not an export record" in capsys.readouterr().err
+
+
+def test_the_chart_has_a_cell_per_image_and_scenario_and_a_val_panel(tmp_path) -> None:
+    from yolo_det.tools.deploy.plot import deploy_figure, save_deploy_plot
+
+    row = {"verdict": "differs", "max_box_diff": 12.5, "count": [3, 4]}
+    report = {"weights": "w.pt", "profile": "balanced", "verdict": "differs",
+              "images": [{"image": "a.png"}, {"image": "b.png"}],
+              "comparisons": [{"image": "a.png", "scenario": "batch=2", **row},
+                              {"image": "b.png", "scenario": "batch=2", **row, "verdict": "bitwise", "count": [3, 3]},
+                              {"image": "a.png", "scenario": "mixed sizes", **row}],
+              "val": {"batches": [1, 4], "verdict": "differs",
+                      "metrics": {"1": {"metrics/mAP50(B)": 0.5}, "4": {"metrics/mAP50(B)": 0.25}}}}
+    fig = deploy_figure(report)
+    grid, val = fig.axes
+    assert [t.get_text() for t in grid.get_xticklabels()] == ["batch=2", "mixed sizes"]
+    assert sorted(t.get_text() for t in grid.texts) == ["12.5\n3→4", "12.5\n3→4", "="]
+    assert [p.get_height() for p in val.patches] == [0.25]
+    assert save_deploy_plot(report, tmp_path / "c.png").read_bytes().startswith(b"\x89PNG")
