@@ -13,7 +13,9 @@ Three ways in, from simplest:
 Phase boundaries: ``train`` from ``on_pretrain_routine_start`` (right after ``init_seeds``) until
 ``teardown`` (which Ultralytics runs in ``train()``'s ``finally``, after its own ``unset_deterministic``);
 ``val`` between ``on_val_start`` and ``on_val_end`` (inside training and in ``model.val()``); ``deploy``
-between ``on_predict_start``/``on_predict_end`` and ``on_export_start``/``on_export_end``; a streaming
+between ``on_predict_start``/``on_predict_end`` and ``on_export_start``/``on_export_end``. The validator
+(at ``on_val_start``) and the predictor (at each ``on_predict_batch_start``) are handed to the session,
+which applies ``batch_invariant`` to them (:mod:`yolo_det.session.batch_invariance`); a streaming
 ``predict`` is suspended each time it yields an item (the caller's loop body runs under the caller's state).
 
 Endings (see :mod:`yolo_det.core.endings`): every training writes ``determinism.json`` however it ends
@@ -71,6 +73,7 @@ _EVENTS = (
     "on_train_end",
     "teardown",
     "on_predict_start",
+    "on_predict_batch_start",
     "on_predict_end",
     "on_export_start",
     "on_export_end",
@@ -104,6 +107,7 @@ class UltralyticsPlugin:
     Attributes:
         session: The run in progress (None between runs).
         record_path: Path of the last ``determinism.json`` written.
+        export_record_path: Path of the last export record written (``<export>.determinism.json``).
         weights_digest: Weights digest of the last completed training run (of its ``last.pt`` as written).
         record_error: Why the last completed run's record could not be written (None when it was).
         warn_record_error: Warn (``UserWarning``) when a completed run's record cannot be written; the
@@ -115,6 +119,7 @@ class UltralyticsPlugin:
         self.record = record
         self.session: DeterminismSession | None = None
         self.record_path: Path | None = None
+        self.export_record_path: Path | None = None
         self.weights_digest: str | None = None
         self.record_error: str | None = None
         self.warn_record_error = True
@@ -489,8 +494,10 @@ class UltralyticsPlugin:
     # -- validation, prediction, export -----------------------------------------------------------------
     @_callback
     def on_val_start(self, validator: Any) -> None:
-        """Enter the val phase (on top of train inside training)."""
+        """Enter the val phase (on top of train inside training) and hand the validator over (its loader)."""
         self._phase_start("val", validator)
+        if self.session is not None:
+            self.session.hand_over("validator", validator, phase="val")
 
     @_callback
     def on_val_end(self, validator: Any) -> None:
@@ -501,6 +508,13 @@ class UltralyticsPlugin:
     def on_predict_start(self, predictor: Any) -> None:
         """Enter the deploy phase for prediction."""
         self._phase_start("deploy", predictor)
+
+    @_callback
+    def on_predict_batch_start(self, predictor: Any) -> None:
+        """Hand the predictor over before its batch is preprocessed (again after a streaming pause)."""
+        session = self.session
+        if session is not None and session.phase == "deploy":
+            session.hand_over("predictor", predictor, phase="deploy")
 
     @_callback
     def on_predict_end(self, predictor: Any) -> None:
@@ -546,15 +560,23 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
 
 def _export_standard(plugin: UltralyticsPlugin, method: Callable[..., Any], owner: Any, args: tuple[Any, ...],
                      kwargs: dict[str, Any]) -> Any:
-    """Export with standard PyTorch modules (yolo-det layers turned back), then put them back."""
+    """Export with standard PyTorch modules (yolo-det layers turned back), then put them back; then, when the
+    plugin keeps records, compare the export with the PyTorch model and write the export record beside it
+    (:mod:`yolo_det.integrations.export_parity`)."""
     net = getattr(owner, "model", None)
-    records = unswap_modules(net) if isinstance(net, torch.nn.Module) else []
-    try:
-        with plugin.guard():
-            return method(*args, **kwargs)
-    finally:
-        if records and isinstance(net, torch.nn.Module):
-            restore(net, records)
+    with plugin.guard() as session:
+        records = unswap_modules(net) if isinstance(net, torch.nn.Module) else []
+        try:
+            result = method(*args, **kwargs)
+        finally:
+            if records and isinstance(net, torch.nn.Module):
+                restore(net, records)
+        if plugin.record and result and Path(str(result)).exists():
+            from .export_parity import write_export_record
+
+            with session.phase_scope("deploy"):
+                plugin.export_record_path = write_export_record(owner, str(result), profile=plugin.profile)
+    return result
 
 
 def _lock_fixed_folder(model: Any, kwargs: dict[str, Any]) -> runlock.RunLock | None:
