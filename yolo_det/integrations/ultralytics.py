@@ -13,7 +13,9 @@ Three ways in, from simplest:
 Phase boundaries: ``train`` from ``on_pretrain_routine_start`` (right after ``init_seeds``) until
 ``teardown`` (which Ultralytics runs in ``train()``'s ``finally``, after its own ``unset_deterministic``);
 ``val`` between ``on_val_start`` and ``on_val_end`` (inside training and in ``model.val()``); ``deploy``
-between ``on_predict_start``/``on_predict_end`` and ``on_export_start``/``on_export_end``; a streaming
+between ``on_predict_start``/``on_predict_end`` and ``on_export_start``/``on_export_end``. The validator
+(at ``on_val_start``) and the predictor (at each ``on_predict_batch_start``) are handed to the session,
+which applies ``batch_invariant`` to them (:mod:`yolo_det.session.batch_invariance`); a streaming
 ``predict`` is suspended each time it yields an item (the caller's loop body runs under the caller's state).
 
 Endings (see :mod:`yolo_det.core.endings`): every training writes ``determinism.json`` however it ends
@@ -41,14 +43,17 @@ from ..core.constants import global_rank
 from ..core.endings import describe_ending, one_line, weights_files, weights_stats
 from ..core.errors import YoloDetError
 from ..core.modules import unwrap_model
+from ..core.partial import set_aside_incomplete
 from ..core.profiles import Profile, load_profile
 from ..core.record import RECORD_NAME, build_record, state_dict_digest, write_record
 from ..core.signals import terminate_as_interrupt
 from ..core.state import snapshot
+from ..fixes import data_invariance as _data
 from ..fixes.swaps import restore, unswap_modules
 from ..layers.registry import registered_layers
 from ..session.distributed import gather_states, rank_info, ranks_consistent
 from ..session.session import DeterminismSession, note_restore_failure
+from . import ultralytics_data as _stream
 from .identity import run_identity
 from .ultralytics_resume import UltralyticsResume, previous_record
 
@@ -68,6 +73,7 @@ _EVENTS = (
     "on_train_end",
     "teardown",
     "on_predict_start",
+    "on_predict_batch_start",
     "on_predict_end",
     "on_export_start",
     "on_export_end",
@@ -101,6 +107,7 @@ class UltralyticsPlugin:
     Attributes:
         session: The run in progress (None between runs).
         record_path: Path of the last ``determinism.json`` written.
+        export_record_path: Path of the last export record written (``<export>.determinism.json``).
         weights_digest: Weights digest of the last completed training run (of its ``last.pt`` as written).
         record_error: Why the last completed run's record could not be written (None when it was).
         warn_record_error: Warn (``UserWarning``) when a completed run's record cannot be written; the
@@ -112,6 +119,7 @@ class UltralyticsPlugin:
         self.record = record
         self.session: DeterminismSession | None = None
         self.record_path: Path | None = None
+        self.export_record_path: Path | None = None
         self.weights_digest: str | None = None
         self.record_error: str | None = None
         self.warn_record_error = True
@@ -301,7 +309,9 @@ class UltralyticsPlugin:
         settings = self.profile.train
         if self.record and _rank() in {-1, 0}:
             trainer._yolo_det_identity = run_identity(trainer)  # data, start model, arguments (before any swap)
-        session.hand_over("loader", getattr(trainer, "train_loader", None))
+        session.hand_over("loader", getattr(trainer, "train_loader", None), epoch=_stream.start_epoch(trainer))
+        if self.record:
+            _stream.tap(trainer)  # the fingerprint of the first batches, for the record
         model = getattr(trainer, "model", None)
         model = getattr(model, "module", model)  # DistributedDataParallel
         if settings.swaps != "none" and isinstance(model, torch.nn.Module) and not self._swapped_for(trainer):
@@ -362,6 +372,7 @@ class UltralyticsPlugin:
         self._back_to_train()
         if self.resume is not None:
             self.resume.on_train_epoch_start(trainer)
+        _data.set_epoch(getattr(trainer, "train_loader", None), int(getattr(trainer, "epoch", 0)))
 
     @_callback
     def on_train_batch_start(self, trainer: Any) -> None:
@@ -393,7 +404,10 @@ class UltralyticsPlugin:
         """Restore the state the run started from (Ultralytics calls this in ``train()``'s ``finally``)."""
         error = sys.exc_info()[1]  # Ultralytics runs teardown in train()'s finally: the exception ending it
         try:
-            self._record_ending(trainer, error)
+            try:
+                self._record_ending(trainer, error)
+            finally:
+                _stream.untap(trainer)  # the trainer's own preprocess_batch again
         except BaseException as e:
             if error is None:
                 self.end_run()
@@ -410,7 +424,9 @@ class UltralyticsPlugin:
         try:
             self._write(trainer, error)
         except Exception as e:  # never mask the error that ended the run
-            self.record_error = f"could not write {RECORD_NAME}: {type(e).__name__}: {one_line(e)}"
+            where = getattr(trainer, "save_dir", None)
+            self.record_error = (f"could not write {RECORD_NAME}" + (f" in '{where}'" if where is not None else "")
+                                 + f": {type(e).__name__}: {one_line(e)}")
             warnings.warn(f"yolo-det: {self.record_error}", UserWarning, stacklevel=3)
 
     def _record_early_ending(self, error: BaseException) -> None:
@@ -437,7 +453,7 @@ class UltralyticsPlugin:
             return
         stopped = error is not None and bool(getattr(trainer, "_yolo_det_interrupted", False))  # a clean stop
         # Digests of the files as they are on disk (this run holds the folder: they are its own files).
-        files = weights_files(Path(save_dir) / "weights", self._weights_before)
+        files = set_aside_incomplete(weights_files(Path(save_dir) / "weights", self._weights_before))
         weights: dict[str, Any] = {"files": files}
         if error is None or stopped:
             last = Path(getattr(trainer, "last", Path(save_dir) / "weights" / "last.pt")).resolve()
@@ -466,6 +482,8 @@ class UltralyticsPlugin:
             imports=self._portable.get("imports", []),
             checkpoint_yaml_layers=self._portable.get("layers", {}),
             **getattr(trainer, "_yolo_det_identity", {}),
+            data_stream=_stream.data_stream_section(trainer, int(self.session.seeds()["seed"]),
+                                                    getattr(trainer, "_yolo_det_identity", None)),
             **ending,
         )
         if self.resume is not None:
@@ -476,8 +494,10 @@ class UltralyticsPlugin:
     # -- validation, prediction, export -----------------------------------------------------------------
     @_callback
     def on_val_start(self, validator: Any) -> None:
-        """Enter the val phase (on top of train inside training)."""
+        """Enter the val phase (on top of train inside training) and hand the validator over (its loader)."""
         self._phase_start("val", validator)
+        if self.session is not None:
+            self.session.hand_over("validator", validator, phase="val")
 
     @_callback
     def on_val_end(self, validator: Any) -> None:
@@ -488,6 +508,13 @@ class UltralyticsPlugin:
     def on_predict_start(self, predictor: Any) -> None:
         """Enter the deploy phase for prediction."""
         self._phase_start("deploy", predictor)
+
+    @_callback
+    def on_predict_batch_start(self, predictor: Any) -> None:
+        """Hand the predictor over before its batch is preprocessed (again after a streaming pause)."""
+        session = self.session
+        if session is not None and session.phase == "deploy":
+            session.hand_over("predictor", predictor, phase="deploy")
 
     @_callback
     def on_predict_end(self, predictor: Any) -> None:
@@ -546,15 +573,23 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
 
 def _export_standard(plugin: UltralyticsPlugin, method: Callable[..., Any], owner: Any, args: tuple[Any, ...],
                      kwargs: dict[str, Any]) -> Any:
-    """Export with standard PyTorch modules (yolo-det layers turned back), then put them back."""
+    """Export with standard PyTorch modules (yolo-det layers turned back), then put them back; then, when the
+    plugin keeps records, compare the export with the PyTorch model and write the export record beside it
+    (:mod:`yolo_det.integrations.export_parity`)."""
     net = getattr(owner, "model", None)
-    records = unswap_modules(net) if isinstance(net, torch.nn.Module) else []
-    try:
-        with plugin.guard():
-            return method(*args, **kwargs)
-    finally:
-        if records and isinstance(net, torch.nn.Module):
-            restore(net, records)
+    with plugin.guard() as session:
+        records = unswap_modules(net) if isinstance(net, torch.nn.Module) else []
+        try:
+            result = method(*args, **kwargs)
+        finally:
+            if records and isinstance(net, torch.nn.Module):
+                restore(net, records)
+        if plugin.record and result and Path(str(result)).exists():
+            from .export_parity import write_export_record
+
+            with session.phase_scope("deploy"):
+                plugin.export_record_path = write_export_record(owner, str(result), profile=plugin.profile)
+    return result
 
 
 def _lock_fixed_folder(model: Any, kwargs: dict[str, Any]) -> runlock.RunLock | None:

@@ -31,6 +31,7 @@ from typing import Any
 
 from ..core.errors import ConfigError
 from ..core.record import RECORD_NAME, RECORD_SCHEMA
+from .data_stream import explain_data_stream, neutral_args
 
 __all__ = ["DIFF_SCHEMA", "GROUPS", "Difference", "DiffReport", "diff_paths", "diff_records", "load_record"]
 
@@ -497,6 +498,16 @@ def _swaps_and_warnings(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, A
           note="a symptom: a non-deterministic kernel ran")
 
 
+def _data_stream(c: _Collector, sa: Any, sb: Any) -> None:
+    """The reasons of :mod:`yolo_det.tools.data_stream`; an argument they show cannot change the data does not."""
+    neutral = {f"{k}=" for k in neutral_args(sa, sb)}
+    for d in c.items:
+        if d.group == "args" and d.name in neutral:
+            d.changes_bits, d.note = False, "the data were worker-invariant in both runs"
+    for r in explain_data_stream(sa, sb):
+        c.items.append(Difference("data", r.name, r.a, r.b, r.changes_data, r.note))
+
+
 def diff_records(record_a: Mapping[str, Any], record_b: Mapping[str, Any], *, a: str = "A", b: str = "B") -> DiffReport:
     """Compare two records (see the module docstring).
 
@@ -512,6 +523,7 @@ def diff_records(record_a: Mapping[str, Any], record_b: Mapping[str, Any], *, a:
     _arguments(c, record_a, record_b)
     _environment(c, record_a, record_b)
     _swaps_and_warnings(c, record_a, record_b)
+    _data_stream(c, record_a.get("data_stream"), record_b.get("data_stream"))
     order = {g: i for i, g in enumerate(GROUPS)}
     items = sorted(c.items, key=lambda d: order[d.group])  # stable: the order of addition within a group
     report = DiffReport(a=a, b=b, differences=items, notes=c.notes)

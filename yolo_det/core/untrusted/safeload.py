@@ -32,6 +32,7 @@ __all__ = [
     "TRUST_FLAG",
     "Inert",
     "check_checkpoint",
+    "checkpoint_globals",
     "checkpoint_model_yaml",
     "checkpoint_state_dict",
     "guarded_torch_load",
@@ -88,6 +89,25 @@ def load_checkpoint(path: str | os.PathLike[str], data: bytes | None = None) -> 
             allow-list (one line naming it and the opt-in).
     """
     return _unpickle(path, data, live=True)
+
+
+def checkpoint_globals(path: str | os.PathLike[str]) -> list[str]:
+    """Every ``module.name`` a checkpoint's pickle refers to, in first-seen order, read as :func:`read_checkpoint`
+    reads it (nothing outside torch imported).
+
+    Raises:
+        ModelError: See :func:`read_checkpoint`.
+    """
+    with open_checkpoint(path) as archive:
+        unpickler = SafeUnpickler(archive, live=False)
+        try:
+            unpickler.load()
+        except ModelError as e:
+            raise ModelError(str(e) if str(archive.path) in str(e) else f"'{archive.path}': {e}") from None
+        except Exception as e:  # a broken pickle raises anything
+            raise ModelError(f"'{archive.path}' is not a PyTorch checkpoint (truncated or damaged?): "
+                             f"{type(e).__name__}") from None
+        return list(unpickler.names)
 
 
 def check_checkpoint(path: str | os.PathLike[str]) -> None:

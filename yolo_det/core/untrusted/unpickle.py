@@ -256,6 +256,7 @@ class SafeUnpickler(pickle._Unpickler):
         self._types: set[type] = {collections.OrderedDict, *_VALUE_TYPES}
         self._budget = MAX_TENSOR_EXPANSION * archive.size + TENSOR_SLACK_BYTES
         self._keep: list[Any] = []  # what the id keys above refer to stays alive while loading
+        self.names: list[str] = []  # every module.name the pickle referred to, in first-seen order
 
     # -- names -------------------------------------------------------------------------------------------
     def find_class(self, module: str, name: str) -> Any:
@@ -263,6 +264,8 @@ class SafeUnpickler(pickle._Unpickler):
             raise RefusedGlobal(self._archive.path, "a name that is not a string")
         module = {"__builtin__": "builtins", "copy_reg": "copyreg"}.get(module, module)
         full = f"{module[:120]}.{name[:120]}"
+        if full not in self.names:
+            self.names.append(full)
         found = self._value(module, name)
         if found is not None:
             self._callables[id(found)] = full
