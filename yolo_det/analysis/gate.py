@@ -79,21 +79,14 @@ def downloads_allowed() -> bool:
     return _ALLOW_DOWNLOAD.get()
 
 
-def _yaml_mapping(path: Path, what: str) -> dict[str, Any]:
+def _yaml_mapping(path: Path) -> dict[str, Any]:
+    """The mapping a YAML file holds; ``{}`` for one that is unreadable, malformed or not a mapping (nothing there
+    for the gate to follow: the pre-checks, or Ultralytics, report it)."""
     try:
-        text = path.read_text(encoding="utf-8")
-        data = safe_yaml.load(text)
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read {what} '{path}': {e}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}{line}: malformed {what}: {getattr(e, 'problem', None) or 'bad YAML'}") from None
-    if data is None:
+        data = safe_yaml.load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a {what} must be a mapping, got {type(data).__name__}")
-    return data
+    return data if isinstance(data, dict) else {}
 
 
 def _file(value: Any) -> Path | None:
@@ -108,7 +101,7 @@ def _file(value: Any) -> Path | None:
 
 def _check_checkpoint(value: Any) -> None:
     path = _file(value)
-    if path is not None and path.suffix.lower() not in {".yaml", ".yml"}:
+    if path is not None and path.suffix.lower() in _CKPT_SUFFIXES:  # what Ultralytics hands to torch.load
         from ..core.untrusted.safeload import check_checkpoint
         from .loader import check_checkpoint_yaml
 
@@ -121,9 +114,14 @@ def _check_model(value: Any) -> None:
         return
     text = str(value)
     if Path(text).suffix.lower() in {".yaml", ".yml"}:
+        from ..core.errors import ModelError
         from .loader import check_model_file
 
-        check_model_file(text)
+        try:
+            check_model_file(text)
+        except ModelError as e:
+            if "not found" not in str(e):  # a missing file reads nothing: the pre-checks name it
+                raise
     else:
         _check_checkpoint(value)
 
@@ -132,14 +130,14 @@ def _check_cfg(value: Any, depth: int) -> None:
     path = _file(value)
     if path is None:
         return
-    check_arguments(_yaml_mapping(path, "cfg YAML"), _depth=depth + 1)
+    check_arguments(_yaml_mapping(path), _depth=depth + 1)
 
 
 def _check_tracker(value: Any) -> None:
     path = _file(value)
     if path is None:
         return
-    cfg = _yaml_mapping(path, "tracker YAML")
+    cfg = _yaml_mapping(path)
     for key in ("model", "reid_model"):
         if key in cfg:
             _check_checkpoint(cfg[key])
@@ -161,7 +159,7 @@ def _split_paths(cfg: Mapping[str, Any], base: Path) -> list[Path]:
 
 
 def _check_data_yaml(path: Path) -> None:
-    cfg = _yaml_mapping(path, "data YAML")
+    cfg = _yaml_mapping(path)
     script = cfg.get("download")
     if script in (None, "", False) or downloads_allowed():
         return
