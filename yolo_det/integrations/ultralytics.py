@@ -30,7 +30,7 @@ import inspect
 import sys
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ from ..core.signals import terminate_as_interrupt
 from ..core.state import snapshot
 from ..fixes.swaps import restore, unswap_modules
 from ..layers.registry import registered_layers
-from ..session.distributed import gather_states, rank_info, ranks_consistent
+from ..session.distributed import gather_states, rank_info, ranks_consistent, terminate_via_launcher
 from ..session.session import DeterminismSession, note_restore_failure
 from .identity import run_identity
 from .ultralytics_resume import UltralyticsResume, previous_record
@@ -124,6 +124,7 @@ class UltralyticsPlugin:
         self._trainer: Any = None  # the trainer of the run in progress (for a record of an early ending)
         self.resume: UltralyticsResume | None = None
         self._previous: dict[str, Any] | None = None
+        self._rank_signals: ExitStack | None = None  # a DDP rank handles SIGTERM like Ctrl-C while it trains
 
     # A pickled plugin (Ultralytics' DDP launcher pickles the callbacks) starts fresh in the worker.
     def __getstate__(self) -> dict[str, Any]:
@@ -175,10 +176,12 @@ class UltralyticsPlugin:
         self._trainer = None
         self._weights_before = None
         resume, self.resume, self._previous = self.resume, None, None
+        rank_signals, self._rank_signals = self._rank_signals, None
         steps = [resume.close if resume is not None else None,
                  session.end if session is not None else None,
                  (lambda: names.__exit__(None, None, None)) if names is not None else None,
-                 *(lock.release for lock in reversed(locks))]
+                 *(lock.release for lock in reversed(locks)),
+                 rank_signals.close if rank_signals is not None else None]
         for step in steps:
             if step is None:
                 continue
@@ -276,6 +279,9 @@ class UltralyticsPlugin:
             session.rank = rank
             session.world_size = max(int(getattr(trainer, "world_size", 1) or 1), world_size, 1)
             self._trainer = trainer
+            if _rank() >= 0 and self._rank_signals is None:  # a DDP rank: the launcher stops it with SIGTERM
+                self._rank_signals = ExitStack()
+                self._rank_signals.enter_context(terminate_as_interrupt())
             session.enter("train")
         return session
 
@@ -498,7 +504,7 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
         if name == "export":
             return _export_standard(plugin, method, owner, args, kwargs)
         if name == "train":
-            with terminate_as_interrupt(), plugin.guard():
+            with terminate_as_interrupt(), plugin.guard(), terminate_via_launcher():
                 lock = _lock_fixed_folder(owner, kwargs)
                 try:
                     return method(*args, **kwargs)
@@ -693,7 +699,7 @@ def _with_profile(base: Any, resolved: Profile, record: bool) -> type:
             raise
 
     def train(self: Any) -> Any:
-        with terminate_as_interrupt():
+        with terminate_as_interrupt(), terminate_via_launcher():
             try:
                 result = base.train(self)
             except BaseException as error:
