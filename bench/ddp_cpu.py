@@ -4,7 +4,8 @@
 callbacks with cloudpickle, write a temporary script, and start ``python -m torch.distributed.run
 --nproc_per_node 2`` on it; each rank rebuilds the trainer, joins the process group (NCCL) and trains under
 ``DistributedDataParallel``. This harness runs exactly that on a machine without GPUs, changing only what a
-CPU cannot do (where the rank's device is chosen and the backend), and only inside the processes it starts (no installed file is edited, nothing in yolo-det):
+CPU cannot do (where the rank's device is chosen, and the backend), and only inside the processes it starts
+(no installed file is edited, nothing in yolo-det):
 
 1. **Device selection.** ``ultralytics.engine.trainer.select_device`` answers a multi-GPU request
    (``"0,1"``) with ``torch.device("cuda", 0)``, what it answers on a 2-GPU machine, instead of raising
@@ -136,9 +137,8 @@ def _validator_autobackend(*args: Any, device: Any = None, **kwargs: Any) -> Any
 
 @contextmanager
 def cpu_launch() -> Any:
-    """In the launching process: Ultralytics' device selection accepts ``device="0,1"`` without CUDA.
-
-    Restores Ultralytics' own function afterwards.
+    """In the launching process: Ultralytics' device selection accepts ``device="0,1"`` without CUDA (with
+    CUDA it answers as Ultralytics does). Restores Ultralytics' own function afterwards.
     """
     import ultralytics.engine.trainer as trainer_module
 
@@ -151,12 +151,15 @@ def cpu_launch() -> Any:
 
 
 def install_in_rank() -> bool:
-    """Install the changes in this process if it is a rank launched by the harness (idempotent)."""
+    """Install the changes in this process if it is a rank launched by the harness on a machine without CUDA
+    (idempotent). With CUDA nothing is changed: the callbacks only observe (``bench/gpu_ddp.py``)."""
     if not os.environ.get(ENV_OUT) or os.environ.get("LOCAL_RANK") is None or "installed" in _originals:
         return False
     import torch
-    import ultralytics.engine.trainer as trainer_module
 
+    if torch.cuda.is_available():
+        return False
+    import ultralytics.engine.trainer as trainer_module
     import ultralytics.engine.validator as validator_module
 
     _originals["select_device"] = trainer_module.select_device
@@ -305,10 +308,55 @@ EVENTS = {"on_pretrain_routine_end": on_pretrain_routine_end, "on_train_start": 
 install_in_rank()
 
 
+# -- checks of what the ranks observed (shared by the tests and bench/gpu_ddp.py) --------------------------
+def plugin_problems(run: dict[str, Any], profile: str, *, world_size: int = 2, backend: str = "gloo",
+                    toggle: bool = False) -> list[str]:
+    """Where a rank of ``run`` (a :func:`launch` result) did not train under the plugin; empty: every rank did."""
+    problems = []
+    ranks = run.get("ranks") or {}
+    if sorted(ranks, key=int) != [str(r) for r in range(world_size)]:
+        problems.append(f"ranks reported: {sorted(ranks)}")
+    for r, seen in sorted(ranks.items()):
+        start = seen["start"]
+        ddp = "DistributedDataParallel" in start["ddp"]
+        if (start["world_size"], start["backend"]) != (world_size, backend) or not ddp:
+            problems.append(f"rank {r} is not a DDP rank: {start['world_size']}, {start['backend']}, {start['ddp']}")
+        if not start["plugin"] or start["profile"] != profile or start["phases"] != ["train"]:
+            problems.append(f"rank {r}: plugin {start['plugin']}, profile {start['profile']}, phases {start['phases']}")
+        if start["state"]["deterministic_algorithms"] != "strict" or start["state"]["cudnn_deterministic"] is not True:
+            problems.append(f"rank {r} flags: {start['state']}")
+        if "DetUpsample" not in start["swapped"]:
+            problems.append(f"rank {r} swapped {start['swapped']}")
+        if not start["intercepting"]:
+            problems.append(f"rank {r} does not intercept")
+        toggled = all(e["backward_toggles"] > 0 for e in seen["epochs"].values())
+        if toggle and not (start["toggle_scaler"] and toggled):
+            problems.append(f"rank {r} runs backward without the toggle")
+    return problems
+
+
+def seed_problems(run: dict[str, Any], seed: int) -> list[str]:
+    """Where a rank's sampler or RNGs do not follow the user's seed; empty: every rank's do."""
+    problems = []
+    orders = []
+    for r, seen in sorted((run.get("ranks") or {}).items()):
+        start = seen["start"]
+        if start["sampler"] != "DistributedSampler" or start["sampler_seed"] != seed:
+            problems.append(f"rank {r}: {start['sampler']} seeded with {start['sampler_seed']}, "
+                            f"the user's seed is {seed}")
+        if start["torch_initial_seed"] != seed + 1 + int(r):
+            problems.append(f"rank {r}: torch seed {start['torch_initial_seed']}, expected {seed + 1 + int(r)}")
+        orders.append(set(start["sampler_order"] or []))
+    if len(orders) > 1 and set.intersection(*orders):
+        problems.append("the ranks' samplers share images")
+    return problems
+
+
 # -- the launching process ------------------------------------------------------------------------------
 def launch(out: Path, *, model: str = "yolov8n.yaml", data: str | None = None, epochs: int = 2, seed: int = 0,
-           profile: str | None = "repro", devices: str | None = None, resume: str | None = None, at: str | None = None,
-           skew: str | None = None, project: Path | None = None, name: str = "ddp", **train_args: Any) -> dict[str, Any]:
+           profile: str | None = "repro", devices: str | None = None, resume: str | None = None,
+           at: str | None = None, skew: str | None = None, project: Path | None = None, name: str = "ddp",
+           **train_args: Any) -> dict[str, Any]:
     """Train through Ultralytics' DDP launcher on CPU ranks, in this process (the launching process).
 
     Args:
@@ -329,9 +377,8 @@ def launch(out: Path, *, model: str = "yolov8n.yaml", data: str | None = None, e
     Returns:
         ``{"save_dir", "error", "ranks": {rank: observations}}``.
     """
-    import ultralytics
-
     import ddp_cpu as harness  # this module by its importable name (cloudpickle pickles it by reference)
+    import ultralytics
 
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
