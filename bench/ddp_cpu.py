@@ -59,7 +59,8 @@ ENV_OUT = "YOLO_DET_DDP_CPU"
 ENV_AT = "YOLO_DET_DDP_CPU_AT"
 #: The pid of the launching process (the target of ``sigterm@``).
 ENV_PARENT = "YOLO_DET_DDP_CPU_PARENT"
-#: ``rank:setting=value`` changes a torch flag on one rank after the profile is applied (a rank problem).
+#: ``<rank>:cudnn_benchmark`` turns cuDNN autotuning on in that rank after the profile is applied (a rank
+#: problem; it changes no number on a CPU).
 ENV_SKEW = "YOLO_DET_DDP_CPU_SKEW"
 
 _originals: dict[str, Any] = {}
@@ -69,7 +70,7 @@ class Stopped(Exception):
     """A run stopped at the harness's named point (after the epoch's checkpoint)."""
 
 
-# -- the three changes ----------------------------------------------------------------------------------
+# -- the changes ----------------------------------------------------------------------------------------
 def _select_device(device: Any = "", newline: bool = False, verbose: bool = True) -> Any:
     """Ultralytics' ``select_device``, except that a multi-GPU request on a machine without CUDA gives what
     it gives on a multi-GPU machine (the first GPU) instead of raising."""
@@ -247,12 +248,16 @@ def _write(rank: int, data: dict[str, Any]) -> None:
 
 
 def _skew() -> None:
-    """Change one torch flag on one rank (``rank:cudnn_benchmark=1``): what a rank problem looks like."""
+    """Turn cuDNN autotuning on in one rank (``<rank>:cudnn_benchmark``): what a rank problem looks like."""
     import torch
 
     spec = os.environ.get(ENV_SKEW, "")
-    rank = os.environ.get("RANK")
-    if spec and rank is not None and spec.split(":", 1)[0] == rank:
+    if not spec:
+        return
+    rank, _, setting = spec.partition(":")
+    if setting != "cudnn_benchmark":
+        raise ValueError(f"{ENV_SKEW}={spec!r}: expected <rank>:cudnn_benchmark")
+    if rank == os.environ.get("RANK"):
         torch.backends.cudnn.benchmark = True
 
 
@@ -277,6 +282,8 @@ def on_fit_epoch_end(trainer: Any) -> None:
     from yolo_det.core.record import state_dict_digest
 
     epoch = int(trainer.epoch) + 1
+    if epoch > int(trainer.epochs):  # the final validation's call (Ultralytics logs it as one epoch more)
+        return
     model = getattr(trainer.model, "module", trainer.model)
     path = Path(os.environ[ENV_OUT]) / f"rank{rank}.json"
     old = json.loads(path.read_text()) if path.exists() else {}
