@@ -32,7 +32,7 @@ import inspect
 import sys
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,7 @@ from ..core.state import snapshot
 from ..fixes import data_invariance as _data
 from ..fixes.swaps import restore, unswap_modules
 from ..layers.registry import registered_layers
-from ..session.distributed import gather_states, rank_info, ranks_consistent
+from ..session.distributed import gather_states, rank_info, ranks_consistent, terminate_via_launcher
 from ..session.session import DeterminismSession, note_restore_failure
 from . import ultralytics_data as _stream
 from .identity import run_identity
@@ -133,6 +133,7 @@ class UltralyticsPlugin:
         self._trainer: Any = None  # the trainer of the run in progress (for a record of an early ending)
         self.resume: UltralyticsResume | None = None
         self._previous: dict[str, Any] | None = None
+        self._rank_signals: ExitStack | None = None  # a DDP rank handles SIGTERM like Ctrl-C while it trains
         self._portable: dict[str, Any] = {}  # what the checkpoints' YAML keeps under yolo-det's key
 
     # A pickled plugin (Ultralytics' DDP launcher pickles the callbacks) starts fresh in the worker.
@@ -185,10 +186,12 @@ class UltralyticsPlugin:
         self._trainer = None
         self._weights_before = None
         resume, self.resume, self._previous = self.resume, None, None
+        rank_signals, self._rank_signals = self._rank_signals, None
         steps = [resume.close if resume is not None else None,
                  session.end if session is not None else None,
                  (lambda: names.__exit__(None, None, None)) if names is not None else None,
-                 *(lock.release for lock in reversed(locks))]
+                 *(lock.release for lock in reversed(locks)),
+                 rank_signals.close if rank_signals is not None else None]
         for step in steps:
             if step is None:
                 continue
@@ -286,6 +289,9 @@ class UltralyticsPlugin:
             session.rank = rank
             session.world_size = max(int(getattr(trainer, "world_size", 1) or 1), world_size, 1)
             self._trainer = trainer
+            if _rank() >= 0 and self._rank_signals is None:  # a DDP rank: the launcher stops it with SIGTERM
+                self._rank_signals = ExitStack()
+                self._rank_signals.enter_context(terminate_as_interrupt())
             session.enter("train")
         return session
 
@@ -544,7 +550,7 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
         if name == "export":
             return _export_standard(plugin, method, owner, args, kwargs)
         if name == "train":
-            with terminate_as_interrupt(), plugin.guard():
+            with terminate_as_interrupt(), plugin.guard(), terminate_via_launcher():
                 lock = _lock_fixed_folder(owner, kwargs)
                 try:
                     return method(*args, **kwargs)
@@ -747,7 +753,7 @@ def _with_profile(base: Any, resolved: Profile, record: bool) -> type:
             raise
 
     def train(self: Any) -> Any:
-        with terminate_as_interrupt():
+        with terminate_as_interrupt(), terminate_via_launcher():
             try:
                 result = base.train(self)
             except BaseException as error:
