@@ -265,6 +265,7 @@ class UltralyticsPlugin:
     def _ensure_train(self, trainer: Any) -> DeterminismSession:
         session = self.begin_run(owner="trainer")
         if "train" not in session.phases:
+            _check_resume_folder(trainer)  # refused here: nothing recorded or touched
             save_dir = getattr(trainer, "save_dir", None)
             if save_dir is not None:
                 if _rank() == -1:  # under DDP the launching process holds it
@@ -498,6 +499,7 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
         if name == "export":
             return _export_standard(plugin, method, owner, args, kwargs)
         if name == "train":
+            kwargs = _resume_into_its_folder(owner, kwargs)
             with terminate_as_interrupt(), plugin.guard():
                 lock = _lock_fixed_folder(owner, kwargs)
                 try:
@@ -523,6 +525,56 @@ def _export_standard(plugin: UltralyticsPlugin, method: Callable[..., Any], owne
     finally:
         if records and isinstance(net, torch.nn.Module):
             restore(net, records)
+
+
+def _resume_checkpoint(args: dict[str, Any], model: Any = None) -> str | None:
+    """The checkpoint a training with ``args`` resumes from (None when it does not resume)."""
+    resume = args.get("resume")
+    if isinstance(resume, (str, Path)) and str(resume).strip() not in {"", "False", "false", "True", "true"}:
+        return str(resume)
+    if resume is True or str(resume).strip() in {"True", "true"}:
+        if model is not None:
+            ckpt = getattr(model, "ckpt_path", None)
+            return str(ckpt) if ckpt else None
+        if isinstance(args.get("model"), (str, Path)) and str(args["model"]).endswith(".pt"):
+            return str(args["model"])
+        try:
+            from ultralytics.utils.files import get_latest_run
+
+            return get_latest_run() or None
+        except Exception:
+            return None
+    return None
+
+
+def _resume_into_its_folder(model: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` of ``model.train(**kwargs)`` with ``save_dir`` set to the folder holding the resumed checkpoint
+    (:func:`yolo_det.core.resume.resume_save_dir`); unchanged when the training does not resume."""
+    from ..core.resume import resume_save_dir
+
+    args = {**getattr(model, "overrides", {}), **kwargs}
+    ckpt = _resume_checkpoint(args, model)
+    if ckpt is None:
+        return kwargs
+    return {**kwargs, "save_dir": resume_save_dir(ckpt, args.get("save_dir"))}
+
+
+def _check_resume_folder(trainer: Any) -> None:
+    """Refuse a resumed trainer whose run folder is not the folder holding its checkpoint (a trainer built
+    without yolo-det's routes, e.g. a plugin registered on it later)."""
+    if not getattr(trainer, "resume", False):
+        return
+    from ..core.resume import resume_folder
+
+    ckpt = str(getattr(trainer.args, "resume", None) or getattr(trainer.args, "model", ""))
+    folder = resume_folder(ckpt, requested=None)
+    save_dir = getattr(trainer, "save_dir", None)
+    if save_dir is not None and Path(save_dir).resolve() != folder.resolve():
+        from ..core.errors import ConfigError
+
+        raise ConfigError(f"cannot resume '{ckpt}' into '{save_dir}': a resumed run writes into the folder that holds "
+                          f"its checkpoint ('{folder}'); train with yolo_det.attach(model) or "
+                          "trainer=yolo_det.trainer_class(...), which pass that folder to Ultralytics")
 
 
 def _lock_fixed_folder(model: Any, kwargs: dict[str, Any]) -> runlock.RunLock | None:
@@ -668,6 +720,16 @@ def _trainer_task(cfg: Any, overrides: dict[str, Any] | None) -> str:
     return str(task or "detect")
 
 
+def _resume_overrides(overrides: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A trainer's ``overrides`` with ``save_dir`` set to the folder holding the resumed checkpoint."""
+    from ..core.resume import resume_save_dir
+
+    ckpt = _resume_checkpoint(overrides or {})
+    if ckpt is None or overrides is None:
+        return overrides
+    return {**overrides, "save_dir": resume_save_dir(ckpt, overrides.get("save_dir"))}
+
+
 def _with_profile(base: Any, resolved: Profile, record: bool) -> type:
     """``base`` extended so that it trains under ``resolved``."""
 
@@ -683,6 +745,7 @@ def _with_profile(base: Any, resolved: Profile, record: bool) -> type:
             lock = _lock_planned_folder(cfg, overrides)
             if lock is not None:
                 plugin._locks.append(lock)
+            overrides = _resume_overrides(overrides)
             cbs = {k: list(v) for k, v in (_callbacks or ul_callbacks.get_default_callbacks()).items()}
             plugin.register(cbs)
             base.__init__(self, DEFAULT_CFG if cfg is None else cfg, overrides, cbs)
