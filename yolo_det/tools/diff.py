@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError
-from ..core.record import RECORD_NAME, RECORD_SCHEMA
+from ..core.record_schema import MAX_BYTES, RECORD_NAME, RecordError, parse_record
 
 __all__ = ["DIFF_SCHEMA", "GROUPS", "Difference", "DiffReport", "diff_paths", "diff_records", "load_record"]
 
@@ -210,7 +210,16 @@ class DiffReport:
             lines.append("no differences in configuration, software or hardware")
         lines.extend(f"note: {n}" for n in self.notes)
         lines.append(f"verdict: {self.verdict}")
-        return "\n".join(lines)
+        return "\n".join(_esc(line) for line in lines)
+
+
+def _esc(value: Any) -> str:
+    """``value`` as text with every non-printable character escaped (a newline, a terminal escape, a bidi mark):
+    text read from a record cannot start a line of its own or change the terminal."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def _show(value: Any, limit: int = 100) -> str:
@@ -246,19 +255,23 @@ def load_record(source: str | Path) -> tuple[dict[str, Any], str]:
     if not path.is_file():
         raise ConfigError(f"'{path}' does not exist; pass a yolo-det run folder or a {RECORD_NAME} file")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ConfigError(f"'{path}' is not a JSON record ({type(e).__name__}); pass a {RECORD_NAME} file") from None
+        with path.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+    except OSError as e:
+        raise ConfigError(f"cannot read '{_esc(path)}' ({type(e).__name__}); pass a {RECORD_NAME} file") from None
+    try:
+        data = json.loads(raw) if len(raw) <= MAX_BYTES else None
+    except (RecursionError, UnicodeDecodeError, ValueError):
+        data = None
     if isinstance(data, dict) and data.get("schema") == VERIFY_SAVED_SCHEMA:  # its record part (the run's own)
         data = data.get("record")
-    if not isinstance(data, dict) or not isinstance(data.get("environment"), dict) or "profile" not in data:
-        raise ConfigError(f"'{path}' is not a yolo-det {RECORD_NAME} (no environment or profile entry)")
-    schema = data.get("schema", 1)
-    if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
-        raise ConfigError(f"'{path}' has an invalid record schema {schema!r}; pass a {RECORD_NAME} written by yolo-det")
-    if schema > RECORD_SCHEMA:
-        raise ConfigError(f"'{path}' has record schema {schema!r}, newer than this yolo-det reads ({RECORD_SCHEMA}); "
-                          "upgrade yolo-det to compare it")
+        raw = json.dumps(data).encode()
+    if isinstance(data, dict) and (not isinstance(data.get("environment"), dict) or "profile" not in data):
+        raise ConfigError(f"'{_esc(path)}' is not a yolo-det {RECORD_NAME} (no environment or profile entry)")
+    try:
+        data = parse_record(raw)
+    except RecordError as e:
+        raise ConfigError(f"'{_esc(path)}' is not a readable {RECORD_NAME}: {e}") from None
     return data, str(path)
 
 
