@@ -17,7 +17,8 @@ from yolo_det.core.record import RECORD_NAME
 from yolo_det.core.resume import read_checkpoint, resume_folder
 from yolo_det.tools.prepare import prepare
 
-TINY = ["epochs=2", "imgsz=32", "batch=8", "fraction=0.25", "val=false", "plots=false", "workers=0", "device=cpu",
+TINY = ["epochs=2", "imgsz=32", "batch=8", "nbs=8", "fraction=0.25", "val=false", "plots=false", "workers=0",
+        "device=cpu",
         "exist_ok=true"]
 
 

@@ -39,7 +39,7 @@ MAX_BYTES = 64 * 1024 * 1024
 #: Records nested deeper than this are refused (an ordinary record nests 6 levels).
 MAX_DEPTH = 64
 #: How a run ended, or ``running`` while it trains.
-STATUSES = ("running", "completed", "failed", "interrupted", "terminated")
+STATUSES = ("running", "completed", "failed", "interrupted", "terminated", "killed")
 
 
 class RecordError(YoloDetError):
@@ -82,7 +82,8 @@ FIELDS: tuple[Field, ...] = (
     Field("schema", (_I,), "The record format's version (this page: 2; a record without it is version 1)."),
     Field("status", (_S,), "How the run ended: `running` while it trains (the record is written from the start of "
           "training and rewritten at every checkpoint, so a SIGKILLed run leaves `running`), `completed`, `failed`, "
-          "`interrupted` (Ctrl-C), `terminated` (a signal handled like Ctrl-C).",
+          "`interrupted` (Ctrl-C), `terminated` (a signal handled like Ctrl-C); in `segments`, `killed` for a part "
+          "whose record still said `running` when the run was resumed.",
           values=STATUSES),
     Field("framework", (_S,), "`ultralytics` or `yolov5`."),
     Field("profile", (_O,), "The profile the run trained under, resolved.", required=True, fields=(
@@ -144,6 +145,7 @@ FIELDS: tuple[Field, ...] = (
     Field("signal", (_S,), "The signal that stopped the run (`terminated`, `interrupted`)."),
     Field("signal_number", (_I,), "Its number."),
     Field("stopped", (_S,), "Why a run stopped cleanly after a saved epoch."),
+    Field("ending", (_S,), "In `segments`: what is known of how a `killed` part ended."),
     Field("error", (_O,), "The exception that ended a `failed` run (`type`, `message`).", fields=(
         Field("type", (_S,), "Its class."), Field("message", (_S,), "Its message, one line."))),
     Field("resume", (_O, _Z), "How the run resumed (null for a fresh run).", fields=(

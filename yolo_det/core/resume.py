@@ -54,6 +54,7 @@ __all__ = [
     "StateWriter",
     "set_rng_state",
     "state_path",
+    "previous_state_path",
 ]
 
 #: Format tag stored in every resume-state file.
@@ -193,6 +194,12 @@ def state_path(checkpoint: str | os.PathLike[str], rank: int = 0) -> Path:
     checkpoint = Path(checkpoint)
     suffix = f".rank{rank}" if rank > 0 else ""
     return checkpoint.with_name(f"{_PREFIX}.{checkpoint.stem}{suffix}.pt")
+
+
+def previous_state_path(checkpoint: str | os.PathLike[str], rank: int = 0) -> Path:
+    """Where the resume state of the checkpoint before the current one is kept while a new pair is written."""
+    path = state_path(checkpoint, rank)
+    return path.with_name(f"{path.stem}.prev.pt")
 
 
 def save_state(path: str | os.PathLike[str], state: Mapping[str, Any]) -> Path:
@@ -429,20 +436,24 @@ def find_state(checkpoint: str | os.PathLike[str], *, rank: int, start_epoch: in
 
         info["checkpoint_weights_sha256"] = state_dict_digest(ema)
     path = state_path(ckpt, rank)
-    if not path.is_file():
+    candidates = [p for p in (path, previous_state_path(ckpt, rank)) if p.is_file()]
+    if not candidates:
         why = f"{path.name} not found next to it: a checkpoint from a run without yolo-det, or the file was removed"
         info["problem"] = why
         return info, None, why
-    try:
-        state = load_state(path)
-    except Exception as e:
-        info["problem"] = str(e)
-        return info, None, str(e)
-    if updates is None:
-        updates = state.get("updates")
-    if int(state.get("epoch", -2)) != start_epoch - 1 or state.get("updates") != updates:
+    why = ""
+    for path in candidates:  # the newest first; the previous one matches a checkpoint whose successor was not written
+        try:
+            state = load_state(path)
+        except Exception as e:
+            why = str(e)
+            continue
+        want = state.get("updates") if updates is None else updates
+        if int(state.get("epoch", -2)) == start_epoch - 1 and state.get("updates") == want:
+            break
         why = (f"{path.name} belongs to epoch {state.get('epoch')} (updates {state.get('updates')}), "
-               f"the checkpoint to epoch {start_epoch - 1} (updates {updates})")
+               f"the checkpoint to epoch {start_epoch - 1} (updates {want})")
+    else:
         info["problem"] = why
         return info, None, why
     info.update(state_found=True, state_file=str(path))

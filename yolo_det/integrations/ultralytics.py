@@ -44,12 +44,13 @@ from ..core.profiles import Profile, load_profile
 from ..core.record import RECORD_NAME, build_record, state_dict_digest, write_record
 from ..core.signals import terminate_as_interrupt
 from ..core.state import snapshot
+from ..core.testpoints import reach
 from ..fixes.swaps import restore, unswap_modules
 from ..layers.registry import registered_layers
 from ..session.distributed import gather_states, rank_info, ranks_consistent
 from ..session.session import DeterminismSession, note_restore_failure
 from .identity import run_identity
-from .ultralytics_resume import UltralyticsResume, previous_record
+from .ultralytics_resume import UltralyticsResume, previous_record, segments_of
 
 __all__ = ["UltralyticsPlugin", "attach", "detach", "trainer_class"]
 
@@ -272,13 +273,30 @@ class UltralyticsPlugin:
                     self._locks.append(runlock.acquire(save_dir))  # refused here: nothing recorded or touched
                 session.run_dir = str(save_dir)
                 self._weights_before = weights_stats(Path(save_dir) / "weights")
+                if getattr(trainer, "resume", False):  # read before this run's record replaces it
+                    self._previous = previous_record(str(trainer.args.resume or trainer.args.model))
             session.seed = int(getattr(trainer.args, "seed", 0) or 0)
             rank, world_size = rank_info()
             session.rank = rank
             session.world_size = max(int(getattr(trainer, "world_size", 1) or 1), world_size, 1)
             self._trainer = trainer
             session.enter("train")
+            self._write_running(trainer)  # from the first second: never the record of another run next to ours
         return session
+
+    def _write_running(self, trainer: Any) -> None:
+        """Write (replace) the record with status ``running`` (rank 0; a failure to write is kept, not raised)."""
+        if not self.record or _rank() not in {-1, 0}:
+            return
+        try:
+            self._write(trainer, None, running=True)
+        except Exception as e:  # the training goes on; the final record says what it can
+            self.record_error = f"could not write {RECORD_NAME}: {type(e).__name__}: {one_line(e)}"
+
+    def _after_checkpoint(self, trainer: Any) -> None:
+        """After each checkpoint: the record says how many epochs are checkpointed."""
+        self._write_running(trainer)
+        reach("record-updated")
 
     def _back_to_train(self) -> None:
         """Leave any phase entered on top of ``train`` whose end event never came."""
@@ -310,8 +328,8 @@ class UltralyticsPlugin:
         session.wrap_scaler(trainer)  # backward: disable -> a ToggleScaler until the train phase ends
         self.resume = UltralyticsResume(int(session.seeds()["seed"]), rank=session.rank)
         self.resume.prepare(trainer)
-        if self.resume.info is not None:
-            self._previous = previous_record(self.resume.info["checkpoint"])
+        self.resume.wrap_save(trainer, self._after_checkpoint)
+        self._write_running(trainer)  # now with the data and model fingerprints
 
     @_callback
     def on_train_start(self, trainer: Any) -> None:
@@ -412,18 +430,20 @@ class UltralyticsPlugin:
     def _written_for(self, trainer: Any) -> bool:
         return getattr(trainer, "_yolo_det_record_written", False)
 
-    def _write(self, trainer: Any, error: BaseException | None) -> None:
-        """Write ``determinism.json`` for a run that ended with ``error`` (None: completed)."""
+    def _write(self, trainer: Any, error: BaseException | None, *, running: bool = False) -> None:
+        """Write ``determinism.json`` for a run that ended with ``error`` (None: completed), or one still
+        ``running``."""
         if not self.record or self.session is None:
             return
         save_dir = getattr(trainer, "save_dir", None)
         if save_dir is None:
             return
         stopped = error is not None and bool(getattr(trainer, "_yolo_det_interrupted", False))  # a clean stop
+        running = running and error is None
         # Digests of the files as they are on disk (this run holds the folder: they are its own files).
         files = weights_files(Path(save_dir) / "weights", self._weights_before)
         weights: dict[str, Any] = {"files": files}
-        if error is None or stopped:
+        if (error is None and not running) or stopped:
             last = Path(getattr(trainer, "last", Path(save_dir) / "weights" / "last.pt")).resolve()
             entry = next((f for f in files if Path(f["file"]).resolve() == last and f.get("sha256")), None)
             if entry is not None:
@@ -438,6 +458,8 @@ class UltralyticsPlugin:
         # stopped on purpose after a saved epoch (verify --resume-at): resumable, not failed
         if stopped and error is not None:
             ending = {"status": "interrupted", "stopped": one_line(error)}
+        if running:
+            ending = {"status": "running"}
         record = build_record(
             self.session,
             framework="ultralytics",
@@ -451,9 +473,13 @@ class UltralyticsPlugin:
             **ending,
         )
         if self.resume is not None:
-            record.update(self.resume.record_fields(trainer, self.profile, self._previous))
+            record.update(self.resume.record_fields(trainer, self.profile, self._previous, flush=not running))
+        else:
+            record.update(segments=segments_of(self._previous),
+                          epochs_completed=int(getattr(trainer, "start_epoch", 0) or 0))
         self.record_path = write_record(save_dir, record)
-        trainer._yolo_det_record_written = True
+        if not running:
+            trainer._yolo_det_record_written = True
 
     # -- validation, prediction, export -----------------------------------------------------------------
     @_callback
