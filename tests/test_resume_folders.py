@@ -152,3 +152,28 @@ def test_the_cli_refuses_a_checkpoint_outside_a_weights_folder(tmp_path: Path,
     assert code == 2 and err.count("\n") == 1 and "not in a run's weights/ folder" in err
     assert str(tmp_path / "a") in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
+
+
+def test_overrides_and_a_profile_change_on_resume_are_reasons_not_to_expect_bitwise(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    import torch
+
+    from yolo_det.core.profiles import load_profile
+    from yolo_det.integrations.ultralytics_resume import UltralyticsResume, _changed_overrides
+
+    ckpt = tmp_path / "run" / "weights" / "last.pt"
+    ckpt.parent.mkdir(parents=True)
+    torch.save({"epoch": 1, "optimizer": {"state": {}},
+                "train_args": {"imgsz": 64, "batch": 16, "close_mosaic": 10, "plots": True}}, ckpt)
+    trainer = SimpleNamespace(args=SimpleNamespace(imgsz=96, batch=4, close_mosaic=10, plots=False))
+    assert _changed_overrides(ckpt, trainer) == {"imgsz": [64, 96], "batch": [16, 4]}  # plots= is output only
+    resume = UltralyticsResume(0)
+    resume.info = {"state_found": True, "overrides": {"imgsz": [64, 96]}}
+    repro = load_profile("repro")
+    previous = {"profile": load_profile("fast").to_dict()}
+    reasons = resume._reasons(repro, previous)
+    assert reasons == ["the earlier part trained under the profile 'fast', this part under 'repro'",
+                       "imgsz=96 differs from the checkpoint's imgsz=64"]
+    resume.info = {"state_found": True, "overrides": {}}
+    assert resume._reasons(repro, {"profile": repro.to_dict()}) == []

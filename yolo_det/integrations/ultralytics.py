@@ -284,6 +284,15 @@ class UltralyticsPlugin:
             self._write_running(trainer)  # from the first second: never the record of another run next to ours
         return session
 
+    def _warn_profile_change(self) -> None:
+        """One line when a resumed run trains under another profile than the part before it."""
+        before = (self._previous or {}).get("profile")
+        if self.resume is not None and self.resume.info is not None and isinstance(before, dict) \
+                and before.get("train") != self.profile.to_dict().get("train"):
+            print(f"yolo-det: resuming under the profile '{self.profile.name}', the run so far trained under "
+                  f"'{before.get('name')}': it continues, but not bit for bit as either would have (recorded)",
+                  file=sys.stderr, flush=True)
+
     def _write_running(self, trainer: Any) -> None:
         """Write (replace) the record with status ``running`` (rank 0; a failure to write is kept, not raised)."""
         if not self.record or _rank() not in {-1, 0}:
@@ -329,6 +338,7 @@ class UltralyticsPlugin:
         self.resume = UltralyticsResume(int(session.seeds()["seed"]), rank=session.rank)
         self.resume.prepare(trainer)
         self.resume.wrap_save(trainer, self._after_checkpoint)
+        self._warn_profile_change()
         self._write_running(trainer)  # now with the data and model fingerprints
 
     @_callback

@@ -55,6 +55,30 @@ def previous_record(checkpoint: str | Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+#: Arguments Ultralytics lets a resumed run change that change the trained weights (``check_resume``'s allowed
+#: list less those that only name or decorate outputs).
+RESULT_OVERRIDES = ("imgsz", "batch", "device", "close_mosaic", "augmentations", "workers", "cache", "patience",
+                    "time", "freeze", "channels_last", "distill_model")
+
+
+def _changed_overrides(ckpt: Path, trainer: Any) -> dict[str, list[Any]]:
+    """``{name: [checkpoint value, value now]}`` for each :data:`RESULT_OVERRIDES` argument the resume changed."""
+    from ..core.resume import read_checkpoint
+
+    try:
+        stored = read_checkpoint(ckpt).train_args
+    except Exception:
+        return {}
+    args = getattr(trainer, "args", None)
+    out = {}
+    for key in RESULT_OVERRIDES:
+        if key in stored and hasattr(args, key):
+            was, now = stored[key], getattr(args, key)
+            if str(was) != str(now):
+                out[key] = [was, now if isinstance(now, (str, int, float, bool, type(None))) else str(now)]
+    return out
+
+
 def segments_of(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The ``segments`` of a run resumed from a run whose record is ``previous``: its own segments, then the
     previous part itself (a part whose record still said ``running`` was killed: it says ``killed``)."""
@@ -179,6 +203,11 @@ class UltralyticsResume:
             self._pending = state
         else:
             print(NO_STATE_WARNING.format(ckpt=ckpt, why=why), file=sys.stderr, flush=True)
+        info["overrides"] = _changed_overrides(ckpt, trainer)
+        if info["overrides"]:
+            changed = ", ".join(f"{k}={now} (checkpoint: {was})" for k, (was, now) in info["overrides"].items())
+            print(f"yolo-det: resuming with {changed}: the run continues, but not bit for bit as the uninterrupted "
+                  "run would have", file=sys.stderr, flush=True)
         self.info = info
 
     def _restore(self, trainer: Any, state: dict[str, Any]) -> None:
@@ -379,11 +408,12 @@ class UltralyticsResume:
             error = f"{type(e).__name__}: {e}"
             print(f"yolo-det: could not write the resume state: {error}", file=sys.stderr, flush=True)
         segments = segments_of(previous) if self.info is not None else []
-        train = profile.train
+        reasons = [] if self.info is None else self._reasons(profile, previous)
         return {
             "resume": None if self.info is None else {
                 **self.info,
-                "bitwise_expected": bool(self.info["state_found"] and train.deterministic and train.backward == "keep"),
+                "bitwise_expected": not reasons,
+                "reasons": reasons,
             },
             "segments": segments,
             "resume_states_written": self.states_written,
@@ -393,6 +423,23 @@ class UltralyticsResume:
             "epochs_completed": self.epochs_checkpointed(trainer),
             **({"resume_state_error": error} if error else {}),
         }
+
+    def _reasons(self, profile: Any, previous: dict[str, Any] | None) -> list[str]:
+        """Why the resumed run is not expected to end bit for bit as the uninterrupted one (empty: it is)."""
+        info = self.info or {}
+        train = profile.train
+        reasons = []
+        if not info.get("state_found"):
+            reasons.append(f"no matching resume state ({info.get('problem', 'not found')})")
+        if not train.deterministic or train.backward != "keep":
+            reasons.append(f"the profile '{profile.name}' is not deterministic in training")
+        before = previous.get("profile") if isinstance(previous, dict) else None
+        if isinstance(before, dict) and before.get("train") != profile.to_dict().get("train"):
+            reasons.append(f"the earlier part trained under the profile '{before.get('name')}', this part under "
+                           f"'{profile.name}'")
+        for key, (was, now) in (info.get("overrides") or {}).items():
+            reasons.append(f"{key}={now} differs from the checkpoint's {key}={was}")
+        return reasons
 
     def epochs_checkpointed(self, trainer: Any) -> int:
         """Epochs whose checkpoint is on disk: the epoch of ``last.pt`` + 1 (read from the trainer's count of
