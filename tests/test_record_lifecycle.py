@@ -46,11 +46,11 @@ def _train(tokens: list[str], *, hook: Any = None, on_model_save: Any = None) ->
 
 
 @pytest.fixture(scope="module")
-def straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], str]:
+def straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], str, Path]:
     root = tmp_path_factory.mktemp("straight")
     common = [*TINY, "epochs=3", f"project={root}"]
     _train([*common, "name=s"])
-    return common, checkpoint_digest(root / "s" / "weights" / "last.pt")
+    return common, checkpoint_digest(root / "s" / "weights" / "last.pt"), root / "s"
 
 
 def _at_second_save(point: str) -> Any:
@@ -72,8 +72,8 @@ def _user_callback_interrupts(trainer: Any) -> None:
 
 @pytest.mark.parametrize("where", ["resume-state-written", "checkpoint-written", "user on_model_save"])
 def test_an_interruption_around_the_checkpoint_leaves_a_consistent_pair(
-        where: str, straight: tuple[list[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    common, digest = straight
+        where: str, straight: tuple[list[str], str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    common, digest, twin = straight
     tokens = [*[t for t in common if not t.startswith("project=")], f"project={tmp_path}", "name=r"]
     with pytest.raises(KeyboardInterrupt):
         if where.startswith("user"):
@@ -97,6 +97,12 @@ def test_an_interruption_around_the_checkpoint_leaves_a_consistent_pair(
     resumed = json.loads((tmp_path / "r" / RECORD_NAME).read_text())
     assert resumed["resume"]["bitwise_expected"] is True and resumed["epochs_completed"] == 3
     assert [s["status"] for s in resumed["segments"]] == ["interrupted"]
+
+    # diff knows the lineage: the resumed run and its uninterrupted twin are equivalent
+    assert main(["diff", str(twin), str(tmp_path / "r")]) == 0
+    verdict = capsys.readouterr().out.splitlines()[-1]
+    assert verdict == (f"verdict: equivalent: run B resumed after epoch {epoch + 1}, "
+                       "and the weights are bitwise identical")
 
 
 _KILLED = """
