@@ -7,8 +7,10 @@ Three ways in, from simplest:
 - ``model.train(trainer=yolo_det.trainer_class("repro"))``: a trainer class (the trainer of the model's
   task by default; any ``BaseTrainer`` subclass can be the base) that snapshots the state before
   Ultralytics' ``init_seeds`` and restores it after.
-- ``UltralyticsPlugin(profile).register(trainer.callbacks)`` for a trainer someone else builds; the
-  baseline is then the state at the first event, after ``init_seeds``.
+- ``Trainer(overrides=..., _callbacks=UltralyticsPlugin(profile).register(callbacks.get_default_callbacks()))``
+  for a trainer you build yourself: the callbacks must be there when the trainer is built (Ultralytics runs
+  ``on_pretrain_routine_start`` in its constructor). Registering on a trainer that already exists is refused
+  when training starts (its initial weights would differ from the other routes').
 
 Phase boundaries: ``train`` from ``on_pretrain_routine_start`` (right after ``init_seeds``) until
 ``teardown`` (which Ultralytics runs in ``train()``'s ``finally``, after its own ``unset_deterministic``);
@@ -293,6 +295,19 @@ class UltralyticsPlugin:
                   f"'{before.get('name')}': it continues, but not bit for bit as either would have (recorded)",
                   file=sys.stderr, flush=True)
 
+    def _refuse_late_registration(self, trainer: Any) -> None:
+        """Refuse a plugin registered on a trainer that already exists: Ultralytics ran ``on_pretrain_routine_start``
+        (where the train phase seeds the run) in the trainer's constructor, without it, and has built the model
+        since, so its initial weights would differ from every other route's for the same seed."""
+        session = self.session
+        if _rank() not in {-1, 0} or (session is not None and "train" in session.phases):
+            return
+        raise YoloDetError(
+            "the yolo-det plugin was registered on a trainer that already existed, so the run would start from "
+            "other initial weights than yolo-det's routes give for the same seed; use yolo_det.attach(model), "
+            "model.train(trainer=yolo_det.trainer_class(...)), or pass the callbacks when building the trainer: "
+            "Trainer(overrides=..., _callbacks=UltralyticsPlugin(...).register(callbacks.get_default_callbacks()))")
+
     def _write_running(self, trainer: Any) -> None:
         """Write (replace) the record with status ``running`` (rank 0; a failure to write is kept, not raised)."""
         if not self.record or _rank() not in {-1, 0}:
@@ -323,6 +338,7 @@ class UltralyticsPlugin:
     @_callback
     def on_pretrain_routine_end(self, trainer: Any) -> None:
         """Seed the data order, and wrap the scaler when the train phase disables determinism in backward."""
+        self._refuse_late_registration(trainer)
         session = self._ensure_train(trainer)
         settings = self.profile.train
         if self.record and _rank() in {-1, 0}:
