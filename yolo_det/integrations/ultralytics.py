@@ -127,6 +127,7 @@ class UltralyticsPlugin:
         self._trainer: Any = None  # the trainer of the run in progress (for a record of an early ending)
         self.resume: UltralyticsResume | None = None
         self._previous: dict[str, Any] | None = None
+        self._digests: dict[str, Any] = {}  # weights file digests of the run in progress (by file identity)
 
     # A pickled plugin (Ultralytics' DDP launcher pickles the callbacks) starts fresh in the worker.
     def __getstate__(self) -> dict[str, Any]:
@@ -177,6 +178,7 @@ class UltralyticsPlugin:
         self._entered.clear()
         self._trainer = None
         self._weights_before = None
+        self._digests = {}
         resume, self.resume, self._previous = self.resume, None, None
         steps = [resume.close if resume is not None else None,
                  session.end if session is not None else None,
@@ -467,7 +469,7 @@ class UltralyticsPlugin:
         stopped = error is not None and bool(getattr(trainer, "_yolo_det_interrupted", False))  # a clean stop
         running = running and error is None
         # Digests of the files as they are on disk (this run holds the folder: they are its own files).
-        files = weights_files(Path(save_dir) / "weights", self._weights_before)
+        files = weights_files(Path(save_dir) / "weights", self._weights_before, self._digests)
         weights: dict[str, Any] = {"files": files}
         if (error is None and not running) or stopped:
             last = Path(getattr(trainer, "last", Path(save_dir) / "weights" / "last.pt")).resolve()
