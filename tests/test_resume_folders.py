@@ -177,3 +177,14 @@ def test_overrides_and_a_profile_change_on_resume_are_reasons_not_to_expect_bitw
                        "imgsz=96 differs from the checkpoint's imgsz=64"]
     resume.info = {"state_found": True, "overrides": {}}
     assert resume._reasons(repro, {"profile": repro.to_dict()}) == []
+
+
+def test_a_part_killed_before_its_record_caught_up_is_a_killed_segment_with_its_checkpointed_epochs() -> None:
+    from yolo_det.integrations.ultralytics_resume import segments_of
+
+    earlier = {"status": "interrupted", "epochs_completed": 1}
+    killed = {"status": "running", "epochs_completed": 1, "segments": [earlier], "profile": {"name": "repro"}}
+    parts = segments_of(killed, resumed_at=2)  # killed after epoch 2's checkpoint, before its record update
+    assert [p["status"] for p in parts] == ["interrupted", "killed"]
+    assert parts[1]["epochs_completed"] == 2 and "killed" in parts[1]["ending"] and "segments" not in parts[1]
+    assert segments_of({"status": "interrupted", "epochs_completed": 2}, resumed_at=2)[0]["status"] == "interrupted"

@@ -79,9 +79,11 @@ def _changed_overrides(ckpt: Path, trainer: Any) -> dict[str, list[Any]]:
     return out
 
 
-def segments_of(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
+def segments_of(previous: dict[str, Any] | None, resumed_at: int | None = None) -> list[dict[str, Any]]:
     """The ``segments`` of a run resumed from a run whose record is ``previous``: its own segments, then the
-    previous part itself (a part whose record still said ``running`` was killed: it says ``killed``)."""
+    previous part itself (a part whose record still said ``running`` was killed: it says ``killed``, and its
+    ``epochs_completed`` is that of the checkpoint resumed, ``resumed_at``, if the kill came between the
+    checkpoint and the record's update)."""
     if previous is None:
         return []
     earlier = previous.get("segments")
@@ -89,6 +91,9 @@ def segments_of(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
     if part.get("status") == "running":
         part["status"] = "killed"
         part["ending"] = "no ending recorded: the process was killed (SIGKILL, power loss) after its last checkpoint"
+        done = part.get("epochs_completed")
+        if isinstance(resumed_at, int) and (not isinstance(done, int) or done < resumed_at):
+            part["epochs_completed"] = resumed_at
     return [*(earlier if isinstance(earlier, list) else []), part]
 
 
@@ -407,7 +412,7 @@ class UltralyticsResume:
         except Exception as e:
             error = f"{type(e).__name__}: {e}"
             print(f"yolo-det: could not write the resume state: {error}", file=sys.stderr, flush=True)
-        segments = segments_of(previous) if self.info is not None else []
+        segments = segments_of(previous, self.info.get("epoch")) if self.info is not None else []
         reasons = [] if self.info is None else self._reasons(profile, previous)
         return {
             "resume": None if self.info is None else {
