@@ -161,6 +161,8 @@ FIELDS: tuple[Field, ...] = (
     Field("segments", (_A,), "The earlier parts of a resumed run, oldest first: each is the record that part left "
           "(its profile, arguments, environment, status and `epochs_completed`).", items=(_O,)),
     Field("resume_states_written", (_I,), "Resume states written by this part."),
+    Field("imports", (_A,), "The `--import` modules the run's model needed (see docs/blocks.md).", items=(_O,)),
+    Field("checkpoint_yaml_layers", (_O,), "yolo-det layer names the checkpoints' YAML stores under torch's names."),
 )
 
 _KNOWN = {f.name: f for f in FIELDS}

@@ -34,6 +34,8 @@ class Finding:
         condition: When the kernel is reached (from the table).
         observed: With a real-device pass: whether the kernel really alerted there (None: not run).
         note: Extra information (a decomposition the running torch takes, a backward that could not be traced).
+        handled: True when the audit's profile makes this module deterministic at training time (it swaps the
+            module for a deterministic layer, or intercepts the functional call).
     """
 
     entry: str
@@ -54,6 +56,7 @@ class Finding:
     condition: str = ""
     observed: bool | None = None
     note: str = ""
+    handled: bool = False
 
     @property
     def breaks_determinism(self) -> bool:
@@ -68,7 +71,7 @@ class Finding:
             "module": self.module, "module_class": self.module_class, "op": self.op, "call": self.call,
             "count": self.count, "behaviour": dict(self.behaviour), "under_profile": self.under_profile,
             "fix": self.fix, "condition": self.condition, "observed": self.observed, "note": self.note,
-            "breaks_determinism": self.breaks_determinism,
+            "breaks_determinism": self.breaks_determinism, "handled": self.handled,
         }
 
 
@@ -88,6 +91,8 @@ class AuditReport:
         yaml_path: The model YAML, when the model came from one.
         notes: Things the trace could not do (nodes whose backward failed, ...).
         stats: Counts and the wall time of the audit.
+        fixed: The layers already fixed by yolo-det's own deterministic layers (``DetUpsample`` in a rewritten
+            YAML, ...): not findings.
     """
 
     model: str
@@ -101,6 +106,7 @@ class AuditReport:
     yaml_path: str | None = None
     notes: list[str] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
+    fixed: list[Finding] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -119,6 +125,8 @@ class AuditReport:
             "running_torch": self.running_torch, "profile": self.profile, "imgsz": self.imgsz, "batch": self.batch,
             "device": self.device, "yaml_path": self.yaml_path, "findings": [f.to_dict() for f in self.findings],
             "notes": list(self.notes), "stats": dict(self.stats),
+            "fixed": [{"layer": f.layer, "yaml_line": f.yaml_line, "module": f.module, "class": f.module_class}
+                      for f in self.fixed],
         }
 
     def format_table(self) -> str:
@@ -126,6 +134,9 @@ class AuditReport:
         head = (f"yolo-det audit: {self.model}  (imgsz {self.imgsz}, batch {self.batch}, torch {self.torch_version}, "
                 f"profile {self.profile}, {self.device} trace)")
         lines = [head]
+        for f in self.fixed:
+            line = "" if f.yaml_line is None else f" (line {f.yaml_line})"
+            lines.append(f"fixed: layer {f.layer}{line} {f.module} {f.module_class}: yolo-det's deterministic layer")
         if not self.findings:
             lines.append("no layer reaches a non-deterministic CUDA kernel: the model trains under strict determinism")
         else:
