@@ -61,8 +61,9 @@ from . import add_import_option
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``train`` arguments."""
-    parser.add_argument("--profile", default="repro", metavar="NAME|FILE",
-                        help="built-in profile (repro, balanced, fast) or a profile YAML file (default: repro)")
+    parser.add_argument("--profile", default=None, metavar="NAME|FILE",
+                        help="built-in profile (repro, balanced, fast) or a profile YAML file (default: repro; "
+                             "on resume, the profile the run trained under)")
     add_import_option(parser)
     add_trust_flag(parser)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Ultralytics train arguments")
@@ -105,6 +106,21 @@ def train(profile: Any, args: dict[str, Any], modules: list[str] | None = None, 
     return plugin
 
 
+def _resumed_profile(ul_args: dict[str, Any]) -> Any:
+    """On resume without --profile: the built-in profile the run's record names (None: not a resume, or none)."""
+    from ..core.profiles import load_profile
+    from ..core.resume import is_resume
+    from ..integrations.ultralytics_resume import previous_record
+
+    if not is_resume(ul_args):
+        return None
+    record = previous_record(str(ul_args["model"]))
+    source = ((record or {}).get("profile") or {}).get("source")
+    if isinstance(source, str) and source.startswith("builtin:"):
+        return load_profile(source.split(":", 1)[1])
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det train``."""
     from ..analysis.models import model_names
@@ -112,7 +128,9 @@ def run(args: argparse.Namespace) -> int:
 
     with model_names(args.imports):  # import first: a module that does not import is an error before any work
         with trusted_checkpoints(args.trust_checkpoint):
-            profile, ul_args = prepare(args.profile, list(args.overrides))
+            profile, ul_args = prepare(args.profile or "repro", list(args.overrides))
+            if args.profile is None:
+                profile = _resumed_profile(ul_args) or profile
         # a checkpoint's run imported modules: import them again (unchanged files) or say which to pass
         again = checkpoint_imports(ul_args.get("model"), given=args.imports)
         started: list[Any] = []
