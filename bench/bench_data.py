@@ -14,10 +14,10 @@ over rounds of the per-round ratio. Throughput is counted per CPU second of the 
 Two datasets:
 
 - ``demo``: the bundled demo (48 images); every image fits in a worker's mosaic buffer;
-- ``large``: 192 synthetic 160x160 images at imgsz 160, batch 4: a worker's buffer holds 32 of them, so a
-  mosaic partner drawn over the whole dataset is usually read from disk (Ultralytics draws it from the
-  buffer, already decoded). This is the worst case of the design; measured again with ``cache=ram``, where
-  Ultralytics itself draws partners over the whole dataset and only the reseeding is left.
+- ``large``: 192 synthetic 160x160 images at imgsz 160, batch 4: a worker's buffer holds 32 of them, more
+  than a batch but far fewer than the dataset. Ultralytics draws mosaic partners from that buffer (already
+  decoded); the invariant loader draws them from the batch, decoding each image of the batch once. Measured
+  again with ``cache=ram``, where every image is decoded before training and only the reseeding is left.
 """
 
 from __future__ import annotations
