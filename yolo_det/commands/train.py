@@ -28,7 +28,9 @@ its path and the weights digest are printed at the end. However the run ends, th
 (completed, failed, interrupted, terminated) and lists every weights file left with its digest.
 Exit codes: 0 trained (also when the record could not be written: a warning after the digest), 2 a
 bad argument or a run folder in use by another live yolo-det run, 130 interrupted (Ctrl-C, SIGINT),
-143 terminated (SIGTERM), 1 the training failed.
+143 terminated (SIGTERM), 1 the training failed (a full disk or a run folder that became unwritable: one line
+naming the record, whose status is 'failed'; a weights file cut short is renamed FILE.incomplete; also when
+something calls sys.exit() mid-run).
 
 To continue an interrupted run, pass its checkpoint: `resume=True model=RUN/weights/last.pt` (or
 `resume=RUN/weights/last.pt`). The checkpoint's own arguments are used (no demo defaults); overrides
@@ -51,6 +53,7 @@ import argparse
 import sys
 from typing import Any
 
+from ..core.errors import RunFailed
 from ..core.pickle_scan import TRUST_FLAG, trusted_checkpoints
 from ..tools.prepare import prepare
 from . import add_import_option
@@ -73,11 +76,12 @@ def add_trust_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def train(profile: Any, args: dict[str, Any], modules: list[str] | None = None, *,
-          warn_record_error: bool = True) -> Any:
+          warn_record_error: bool = True, started: list[Any] | None = None) -> Any:
     """Train with Ultralytics under ``profile``; return the plugin (``record_path``, ``weights_digest``,
     ``record_error``).
 
     ``modules`` (``--import``) are imported first and their classes are nameable in the model YAML.
+    ``started`` (a list) gets the plugin as soon as it is attached, so a caller still has it when training raises.
     """
     from ultralytics import YOLO
 
@@ -95,6 +99,8 @@ def train(profile: Any, args: dict[str, Any], modules: list[str] | None = None, 
             model = YOLO(source)
         plugin = attach(model, profile)
         plugin.warn_record_error = warn_record_error
+        if started is not None:
+            started.append(plugin)
         model.train(**train_args)
     return plugin
 
@@ -109,8 +115,15 @@ def run(args: argparse.Namespace) -> int:
             profile, ul_args = prepare(args.profile, list(args.overrides))
         # a checkpoint's run imported modules: import them again (unchanged files) or say which to pass
         again = checkpoint_imports(ul_args.get("model"), given=args.imports)
+        started: list[Any] = []
         with model_names(again):
-            plugin = train(profile, ul_args, warn_record_error=False)
+            try:
+                plugin = train(profile, ul_args, warn_record_error=False, started=started)
+            except OSError as e:  # the surroundings failed (disk full, read-only folder): one line, exit 1
+                raise RunFailed(_failure(e, started[0] if started else None)) from None
+            except SystemExit as e:  # a user's block (or anything) called sys.exit() mid-run: never a success
+                raise RunFailed(f"training stopped: sys.exit({'' if e.code is None else e.code}) was called during "
+                                "the run; nothing was trained to the end") from None
     if plugin.record_error is None and plugin.record_path is not None:
         print(f"determinism record: {plugin.record_path}")
     if plugin.weights_digest is not None:
@@ -118,3 +131,15 @@ def run(args: argparse.Namespace) -> int:
     if plugin.record_error is not None:  # the training succeeded: a warning, exit code 0
         print(f"yolo-det: warning: {plugin.record_error}", file=sys.stderr)
     return 0
+
+
+def _failure(error: OSError, plugin: Any) -> str:
+    """The line for a run that stopped on an ``OSError``: what failed, and where its record is or why there is none."""
+    what = f"training stopped: {type(error).__name__}: {' '.join(str(error).split())}"
+    if plugin is None:
+        return what
+    if plugin.record_error is not None:
+        return f"{what}; {plugin.record_error}"
+    if plugin.record_path is not None:
+        return f"{what}; the run's record (status 'failed'): {plugin.record_path}"
+    return what

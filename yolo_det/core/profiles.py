@@ -479,3 +479,14 @@ DATA_INVARIANCE = Setting(
     "data_invariance", False, _check_bool,
     "augmentation draws keyed by (seed, epoch, sample index): the same batches for any worker count")
 register_setting(DATA_INVARIANCE)
+
+
+def _register_builtin_settings() -> None:
+    """The settings of yolo-det's own extensions (``batch_invariant``), registered like a plugin's."""
+    from .deploy_settings import DEPLOY_SETTINGS
+
+    for name, default, check, doc in DEPLOY_SETTINGS:
+        register_setting(Setting(name, default, check, doc))
+
+
+_register_builtin_settings()

@@ -400,7 +400,7 @@ def resume_arguments(args: Mapping[str, Any]) -> tuple[dict[str, Any], Checkpoin
 
 
 def find_state(checkpoint: str | os.PathLike[str], *, rank: int, start_epoch: int, ema: Any,
-               updates: Any) -> tuple[dict[str, Any], dict[str, Any] | None, str | None]:
+               updates: Any, world_size: int | None = None) -> tuple[dict[str, Any], dict[str, Any] | None, str | None]:
     """Look up and check the resume state of ``checkpoint`` for a run resuming at ``start_epoch``.
 
     Args:
@@ -409,6 +409,8 @@ def find_state(checkpoint: str | os.PathLike[str], *, rank: int, start_epoch: in
         start_epoch: The first epoch the resumed run trains.
         ema: The EMA module loaded from the checkpoint (for its weights digest), or ``None``.
         updates: The EMA update count loaded from the checkpoint (a state of another save is refused).
+        world_size: The number of ranks of the resumed run (a state written by a run of another number of
+            ranks is refused: the data order and the gradient sums differ). ``None``: not checked.
 
     Returns:
         ``(info, state, problem)``: the record's resume data, the state to restore (``None`` when it is
@@ -440,6 +442,12 @@ def find_state(checkpoint: str | os.PathLike[str], *, rank: int, start_epoch: in
     if int(state.get("epoch", -2)) != start_epoch - 1 or state.get("updates") != updates:
         why = (f"{path.name} belongs to epoch {state.get('epoch')} (updates {state.get('updates')}), "
                f"the checkpoint to epoch {start_epoch - 1} (updates {updates})")
+        info["problem"] = why
+        return info, None, why
+    saved_ranks = state.get("world_size")
+    if world_size is not None and saved_ranks is not None and int(saved_ranks) != max(int(world_size), 1):
+        why = (f"{path.name} was written by a run of {saved_ranks} rank(s), this run has {max(int(world_size), 1)}; "
+               "resume with as many ranks to continue bit for bit")
         info["problem"] = why
         return info, None, why
     info.update(state_found=True, state_file=str(path))

@@ -13,7 +13,9 @@ Three ways in, from simplest:
 Phase boundaries: ``train`` from ``on_pretrain_routine_start`` (right after ``init_seeds``) until
 ``teardown`` (which Ultralytics runs in ``train()``'s ``finally``, after its own ``unset_deterministic``);
 ``val`` between ``on_val_start`` and ``on_val_end`` (inside training and in ``model.val()``); ``deploy``
-between ``on_predict_start``/``on_predict_end`` and ``on_export_start``/``on_export_end``; a streaming
+between ``on_predict_start``/``on_predict_end`` and ``on_export_start``/``on_export_end``. The validator
+(at ``on_val_start``) and the predictor (at each ``on_predict_batch_start``) are handed to the session,
+which applies ``batch_invariant`` to them (:mod:`yolo_det.session.batch_invariance`); a streaming
 ``predict`` is suspended each time it yields an item (the caller's loop body runs under the caller's state).
 
 Endings (see :mod:`yolo_det.core.endings`): every training writes ``determinism.json`` however it ends
@@ -30,7 +32,7 @@ import inspect
 import sys
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,7 @@ from ..core.constants import global_rank
 from ..core.endings import describe_ending, one_line, weights_files, weights_stats
 from ..core.errors import YoloDetError
 from ..core.modules import unwrap_model
+from ..core.partial import set_aside_incomplete
 from ..core.profiles import Profile, load_profile
 from ..core.record import RECORD_NAME, build_record, state_dict_digest, write_record
 from ..core.signals import terminate_as_interrupt
@@ -48,7 +51,7 @@ from ..core.state import snapshot
 from ..fixes import data_invariance as _data
 from ..fixes.swaps import restore, unswap_modules
 from ..layers.registry import registered_layers
-from ..session.distributed import gather_states, rank_info, ranks_consistent
+from ..session.distributed import gather_states, rank_info, ranks_consistent, terminate_via_launcher
 from ..session.session import DeterminismSession, note_restore_failure
 from . import ultralytics_data as _stream
 from .identity import run_identity
@@ -70,6 +73,7 @@ _EVENTS = (
     "on_train_end",
     "teardown",
     "on_predict_start",
+    "on_predict_batch_start",
     "on_predict_end",
     "on_export_start",
     "on_export_end",
@@ -103,6 +107,7 @@ class UltralyticsPlugin:
     Attributes:
         session: The run in progress (None between runs).
         record_path: Path of the last ``determinism.json`` written.
+        export_record_path: Path of the last export record written (``<export>.determinism.json``).
         weights_digest: Weights digest of the last completed training run (of its ``last.pt`` as written).
         record_error: Why the last completed run's record could not be written (None when it was).
         warn_record_error: Warn (``UserWarning``) when a completed run's record cannot be written; the
@@ -114,6 +119,7 @@ class UltralyticsPlugin:
         self.record = record
         self.session: DeterminismSession | None = None
         self.record_path: Path | None = None
+        self.export_record_path: Path | None = None
         self.weights_digest: str | None = None
         self.record_error: str | None = None
         self.warn_record_error = True
@@ -127,6 +133,7 @@ class UltralyticsPlugin:
         self._trainer: Any = None  # the trainer of the run in progress (for a record of an early ending)
         self.resume: UltralyticsResume | None = None
         self._previous: dict[str, Any] | None = None
+        self._rank_signals: ExitStack | None = None  # a DDP rank handles SIGTERM like Ctrl-C while it trains
         self._portable: dict[str, Any] = {}  # what the checkpoints' YAML keeps under yolo-det's key
 
     # A pickled plugin (Ultralytics' DDP launcher pickles the callbacks) starts fresh in the worker.
@@ -179,10 +186,12 @@ class UltralyticsPlugin:
         self._trainer = None
         self._weights_before = None
         resume, self.resume, self._previous = self.resume, None, None
+        rank_signals, self._rank_signals = self._rank_signals, None
         steps = [resume.close if resume is not None else None,
                  session.end if session is not None else None,
                  (lambda: names.__exit__(None, None, None)) if names is not None else None,
-                 *(lock.release for lock in reversed(locks))]
+                 *(lock.release for lock in reversed(locks)),
+                 rank_signals.close if rank_signals is not None else None]
         for step in steps:
             if step is None:
                 continue
@@ -280,6 +289,9 @@ class UltralyticsPlugin:
             session.rank = rank
             session.world_size = max(int(getattr(trainer, "world_size", 1) or 1), world_size, 1)
             self._trainer = trainer
+            if _rank() >= 0 and self._rank_signals is None:  # a DDP rank: the launcher stops it with SIGTERM
+                self._rank_signals = ExitStack()
+                self._rank_signals.enter_context(terminate_as_interrupt())
             session.enter("train")
         return session
 
@@ -418,7 +430,9 @@ class UltralyticsPlugin:
         try:
             self._write(trainer, error)
         except Exception as e:  # never mask the error that ended the run
-            self.record_error = f"could not write {RECORD_NAME}: {type(e).__name__}: {one_line(e)}"
+            where = getattr(trainer, "save_dir", None)
+            self.record_error = (f"could not write {RECORD_NAME}" + (f" in '{where}'" if where is not None else "")
+                                 + f": {type(e).__name__}: {one_line(e)}")
             warnings.warn(f"yolo-det: {self.record_error}", UserWarning, stacklevel=3)
 
     def _record_early_ending(self, error: BaseException) -> None:
@@ -445,7 +459,7 @@ class UltralyticsPlugin:
             return
         stopped = error is not None and bool(getattr(trainer, "_yolo_det_interrupted", False))  # a clean stop
         # Digests of the files as they are on disk (this run holds the folder: they are its own files).
-        files = weights_files(Path(save_dir) / "weights", self._weights_before)
+        files = set_aside_incomplete(weights_files(Path(save_dir) / "weights", self._weights_before))
         weights: dict[str, Any] = {"files": files}
         if error is None or stopped:
             last = Path(getattr(trainer, "last", Path(save_dir) / "weights" / "last.pt")).resolve()
@@ -486,8 +500,10 @@ class UltralyticsPlugin:
     # -- validation, prediction, export -----------------------------------------------------------------
     @_callback
     def on_val_start(self, validator: Any) -> None:
-        """Enter the val phase (on top of train inside training)."""
+        """Enter the val phase (on top of train inside training) and hand the validator over (its loader)."""
         self._phase_start("val", validator)
+        if self.session is not None:
+            self.session.hand_over("validator", validator, phase="val")
 
     @_callback
     def on_val_end(self, validator: Any) -> None:
@@ -498,6 +514,13 @@ class UltralyticsPlugin:
     def on_predict_start(self, predictor: Any) -> None:
         """Enter the deploy phase for prediction."""
         self._phase_start("deploy", predictor)
+
+    @_callback
+    def on_predict_batch_start(self, predictor: Any) -> None:
+        """Hand the predictor over before its batch is preprocessed (again after a streaming pause)."""
+        session = self.session
+        if session is not None and session.phase == "deploy":
+            session.hand_over("predictor", predictor, phase="deploy")
 
     @_callback
     def on_predict_end(self, predictor: Any) -> None:
@@ -527,7 +550,7 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
         if name == "export":
             return _export_standard(plugin, method, owner, args, kwargs)
         if name == "train":
-            with terminate_as_interrupt(), plugin.guard():
+            with terminate_as_interrupt(), plugin.guard(), terminate_via_launcher():
                 lock = _lock_fixed_folder(owner, kwargs)
                 try:
                     return method(*args, **kwargs)
@@ -543,15 +566,23 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
 
 def _export_standard(plugin: UltralyticsPlugin, method: Callable[..., Any], owner: Any, args: tuple[Any, ...],
                      kwargs: dict[str, Any]) -> Any:
-    """Export with standard PyTorch modules (yolo-det layers turned back), then put them back."""
+    """Export with standard PyTorch modules (yolo-det layers turned back), then put them back; then, when the
+    plugin keeps records, compare the export with the PyTorch model and write the export record beside it
+    (:mod:`yolo_det.integrations.export_parity`)."""
     net = getattr(owner, "model", None)
-    records = unswap_modules(net) if isinstance(net, torch.nn.Module) else []
-    try:
-        with plugin.guard():
-            return method(*args, **kwargs)
-    finally:
-        if records and isinstance(net, torch.nn.Module):
-            restore(net, records)
+    with plugin.guard() as session:
+        records = unswap_modules(net) if isinstance(net, torch.nn.Module) else []
+        try:
+            result = method(*args, **kwargs)
+        finally:
+            if records and isinstance(net, torch.nn.Module):
+                restore(net, records)
+        if plugin.record and result and Path(str(result)).exists():
+            from .export_parity import write_export_record
+
+            with session.phase_scope("deploy"):
+                plugin.export_record_path = write_export_record(owner, str(result), profile=plugin.profile)
+    return result
 
 
 def _lock_fixed_folder(model: Any, kwargs: dict[str, Any]) -> runlock.RunLock | None:
@@ -722,7 +753,7 @@ def _with_profile(base: Any, resolved: Profile, record: bool) -> type:
             raise
 
     def train(self: Any) -> Any:
-        with terminate_as_interrupt():
+        with terminate_as_interrupt(), terminate_via_launcher():
             try:
                 result = base.train(self)
             except BaseException as error:

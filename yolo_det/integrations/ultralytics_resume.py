@@ -154,7 +154,8 @@ class UltralyticsResume:
         ckpt = Path(str(trainer.args.resume or trainer.args.model))
         ema = getattr(trainer, "ema", None)
         info, state, why = find_state(ckpt, rank=self.rank, start_epoch=int(getattr(trainer, "start_epoch", 0)),
-                                      ema=getattr(ema, "ema", None), updates=getattr(ema, "updates", None))
+                                      ema=getattr(ema, "ema", None), updates=getattr(ema, "updates", None),
+                                      world_size=max(int(getattr(trainer, "world_size", 1) or 1), 1))
         if state is not None:
             self._pending = state
         else:

@@ -10,13 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis.models import model_task
 from ..core.errors import ConfigError
 from ..core.profiles import Profile, load_profile
 from ..core.resume import is_resume, resume_arguments
 from ..core.safe_yaml import short
-from .overrides import check_ultralytics_args, parse_overrides, resolve_data, resolve_model
-from .prechecks import check_train_args
+from .overrides import (
+    check_ultralytics_args,
+    parse_overrides,
+    resolve_data,
+    resolve_data_cfg,
+    resolve_model,
+    resolve_model_task,
+)
+from .prechecks import check_cfg_file, check_split, check_train_args
 
 __all__ = ["DEMO_DEFAULTS", "RESERVED", "prepare"]
 
@@ -45,6 +51,11 @@ def prepare(profile: str | Profile, tokens: list[str], *,
     args = parse_overrides(tokens)
     if is_resume(args):
         return resolved, _prepare_resume(args)
+    if args.get("cfg") is not None:  # read once, checked with the key=value arguments, which win over it
+        file_values = check_cfg_file(args.pop("cfg"))
+        # a copy of Ultralytics' default.yaml holds every key: its empty values and the keys yolo-det decides
+        # (deterministic, mode) are Ultralytics' defaults, not the user's choice
+        args = {**{k: v for k, v in file_values.items() if v is not None and k not in RESERVED}, **args}
     demo = args.get("data") is None
     if demo:
         from .demo import demo_data_yaml
@@ -56,18 +67,21 @@ def prepare(profile: str | Profile, tokens: list[str], *,
     args.setdefault("model", DEMO_DEFAULTS["model"])
     if not isinstance(args["model"], str):
         raise ConfigError(f"model= must be a model YAML or a checkpoint path, got {short(args['model'])}")
-    args["model"] = resolve_model(args["model"])
+    args["model"], model_kind = resolve_model_task(args["model"])
+    task = args["task"] if isinstance(args.get("task"), str) and args["task"] else model_kind
+    data_cfg = None
     if demo:
-        task = model_task(args["model"], args.get("task"))
         if task not in (None, "detect"):
             what = "a folder with train/ and val/ class folders" if task == "classify" else "a dataset YAML"
             raise ConfigError(f"the bundled demo data is for detection and '{args['model']}' is a {task} model; "
                               f"pass data= ({what})")
         args["data"] = str(demo_data_yaml())
     else:
-        args["data"] = resolve_data(args["data"])
+        args["data"], data_cfg = resolve_data_cfg(args["data"], task)
     args = check_ultralytics_args(args, reserved=RESERVED)
-    args = check_train_args(args, device=check_device)
+    if "split" in args:
+        check_split(args["split"], data_cfg)
+    args = check_train_args(args, device=check_device, task=task)
     return resolved, args
 
 
