@@ -10,14 +10,15 @@ by yolo-det, with and without :func:`yolo_det.fixes.data_invariance.make_invaria
 loaders, lets each run one epoch to start its workers and fill its image buffer, then times three more
 epochs; the rounds interleave the two modes (alternating which goes first) and the figure is the median
 over rounds of the per-round ratio. Throughput is counted per CPU second of the process and its workers
-(what the cost figure uses: on a shared machine it moves far less than wall-clock time, also reported).
+(what the cost figure uses: on a shared machine it moves far less than wall-clock time, also reported), and
+the image decodes per image fed are counted (an epoch without workers; noise-free).
 Two datasets:
 
 - ``demo``: the bundled demo (48 images); every image fits in a worker's mosaic buffer;
-- ``large``: 192 synthetic 160x160 images at imgsz 160, batch 4: a worker's buffer holds 32 of them, so a
-  mosaic partner drawn over the whole dataset is usually read from disk (Ultralytics draws it from the
-  buffer, already decoded). This is the worst case of the design; measured again with ``cache=ram``, where
-  Ultralytics itself draws partners over the whole dataset and only the reseeding is left.
+- ``large``: 192 synthetic 160x160 images at imgsz 160, batch 4: a worker's buffer holds 32 of them, more
+  than a batch but far fewer than the dataset. Ultralytics draws mosaic partners from that buffer (already
+  decoded); the invariant loader draws them from the batch, decoding each image of the batch once. Measured
+  again with ``cache=ram``, where every image is decoded before training and only the reseeding is left.
 """
 
 from __future__ import annotations
@@ -111,6 +112,35 @@ def _images_per_second(data_yaml: str, imgsz: int, batch: int, workers: int, inv
             restore(token)
 
 
+def _decodes_per_image(data_yaml: str, imgsz: int, batch: int, invariant: bool, cache: str | None) -> float:
+    """Image decodes per image fed in the second epoch of a loader without workers (counted, so noise-free)."""
+    import ultralytics.data.base as base
+
+    from yolo_det.fixes.data_invariance import restore
+
+    own = base.imread
+    decodes = [0]
+
+    def counting_imread(*args: Any, **kwargs: Any) -> Any:
+        decodes[0] += 1
+        return own(*args, **kwargs)
+
+    loader, token = _loader(data_yaml, imgsz, batch, 0, invariant, cache)
+    base.imread = counting_imread
+    try:
+        for _ in loader:
+            pass
+        decodes[0], images = 0, 0
+        for b in loader:
+            images += int(b["img"].shape[0])
+        return decodes[0] / images
+    finally:
+        base.imread = own
+        loader.reset()
+        if token is not None:
+            restore(token)
+
+
 def _measure(name: str, data_yaml: str, imgsz: int, batch: int, workers: int, rounds: int,
              cache: str | None = None) -> dict[str, Any]:
     wall: dict[bool, list[float]] = {False: [], True: []}
@@ -127,7 +157,9 @@ def _measure(name: str, data_yaml: str, imgsz: int, batch: int, workers: int, ro
         print(f"{name} round {r}: images/s wall off {got[False][0]:.1f} on {got[True][0]:.1f}; "
               f"images per CPU-s off {got[False][1]:.1f} on {got[True][1]:.1f}", flush=True)
     cpu_med, wall_med = statistics.median(cpu_ratio), statistics.median(wall_ratio)
+    decodes = {inv: round(_decodes_per_image(data_yaml, imgsz, batch, inv, cache), 3) for inv in (False, True)}
     return {"dataset": name, "cache": cache, "imgsz": imgsz, "batch": batch, "workers": workers, "rounds": rounds,
+            "decodes_per_image_off": decodes[False], "decodes_per_image_on": decodes[True],
             "images_per_cpu_s_off": round(statistics.median(cpu[False]), 2),
             "images_per_cpu_s_on": round(statistics.median(cpu[True]), 2),
             "cpu_ratio_on_off": round(cpu_med, 4), "cost": round(1 - cpu_med, 4),
@@ -157,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     out = {"target": TARGET, "measure": "median over interleaved rounds of (invariant / Ultralytics) loader "
                                         "throughput in images per CPU second of the process and its workers "
                                         "(cost) and per wall-clock second (wall_cost), 3 timed epochs per round "
-                                        "after one warm-up epoch",
+                                        "after one warm-up epoch; decodes_per_image: image decodes per image "
+                                        "fed in the second epoch without workers (counted)",
            "results": results, "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
                                            "torch": torch.__version__}}
     atomic_write_json(args.out, out)

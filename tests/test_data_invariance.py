@@ -271,3 +271,55 @@ def test_training_gives_the_same_weights_for_0_and_2_workers(tmp_path: Path, dem
     assert a["data_stream"]["dataset"] == b["data_stream"]["dataset"] is not None
     assert a["weights"]["sha256"] == b["weights"]["sha256"]
     assert train(2, 1)["weights"]["sha256"] != b["weights"]["sha256"]  # the second epoch changed the weights
+
+
+def test_mix_partners_come_from_the_batch_and_each_image_is_decoded_once(demo_yaml: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    dataset = _dataset(demo_yaml)
+    loads: list[int] = []
+    own_load = type(dataset).load_image
+
+    def counting_load(self: Any, i: int, *args: Any, **kwargs: Any) -> Any:
+        loads.append(int(i))
+        return own_load(self, i, *args, **kwargs)
+
+    drawn: list[tuple[int | None, Any]] = []
+    own_draw = inv._BatchPartners.__call__
+
+    def spying_draw(self: Any) -> Any:
+        got = own_draw(self)
+        drawn.append((self.items.current, got))
+        return got
+
+    monkeypatch.setattr(type(dataset), "load_image", counting_load)
+    monkeypatch.setattr(inv._BatchPartners, "__call__", spying_draw)
+    loader = _plain_loader(dataset, 0, False)
+    token = inv.make_invariant(loader, SEED)
+    try:
+        batch = [0, 5, 9, 13, 20, 33, 41, 47]
+        assert len(dataset.__getitems__([(1, i) for i in batch])) == len(batch)
+        assert sorted(loads) == batch  # every image of the batch decoded once, nothing outside it
+        partners = [p for _, got in drawn for p in (got if isinstance(got, list) else [got])]
+        assert len(partners) >= 3 * len(batch)  # mosaic (and mixup) did draw partners
+        assert all(p in batch and p != current for current, got in drawn
+                   for p in (got if isinstance(got, list) else [got]))
+        # a batch with fewer than MIN_BATCH_PARTNERS others draws over the dataset, still decoding each image once
+        loads.clear()
+        tiny = [3, 4]
+        assert len(dataset.__getitems__([(1, i) for i in tiny])) == len(tiny)
+        assert set(tiny) <= set(loads) and len(loads) == len(set(loads)) and set(loads) - set(tiny)
+    finally:
+        inv.restore(token)
+    assert "load_image" not in vars(dataset) and all("get_indexes" not in vars(t) for t in (
+        dataset.transforms.transforms[0].transforms[0], dataset.transforms.transforms[1]))
+    # a loader whose last batch is tiny (48 images in batches of 5: the last holds 3) is worker-invariant too
+    monkeypatch.undo()
+
+    def five(workers: int) -> list[str]:
+        monkeypatch.setattr(os, "cpu_count", lambda: 8)
+        from ultralytics.data import build_dataloader
+
+        loader = build_dataloader(_dataset(demo_yaml), batch=5, workers=workers, shuffle=True, device="cpu")
+        return _stream(loader, invariant=True, epochs=1)
+
+    assert five(0) == five(2)

@@ -64,8 +64,9 @@ from . import add_import_option
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``train`` arguments."""
-    parser.add_argument("--profile", default="repro", metavar="NAME|FILE",
-                        help="built-in profile (repro, balanced, fast) or a profile YAML file (default: repro)")
+    parser.add_argument("--profile", default=None, metavar="NAME|FILE",
+                        help="built-in profile (repro, balanced, fast) or a profile YAML file (default: repro; "
+                             "on resume, the profile the run trained under)")
     add_import_option(parser)
     add_trust_flag(parser)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Ultralytics train arguments")
@@ -112,6 +113,21 @@ def train(profile: Any, args: dict[str, Any], modules: list[str] | None = None, 
     return plugin
 
 
+def _resumed_profile(ul_args: dict[str, Any]) -> Any:
+    """On resume without --profile: the built-in profile the run's record names (None: not a resume, or none)."""
+    from ..core.profiles import load_profile
+    from ..core.resume import is_resume
+    from ..integrations.ultralytics_resume import previous_record
+
+    if not is_resume(ul_args):
+        return None
+    record = previous_record(str(ul_args["model"]))
+    source = ((record or {}).get("profile") or {}).get("source")
+    if isinstance(source, str) and source.startswith("builtin:"):
+        return load_profile(source.split(":", 1)[1])
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det train``."""
     from ..analysis.models import model_names
@@ -127,7 +143,9 @@ def run(args: argparse.Namespace) -> int:
         again = checkpoint_imports(ckpt, given=args.imports)
         started: list[Any] = []
         with model_names(again):
-            profile, ul_args = prepare(args.profile, list(args.overrides))
+            profile, ul_args = prepare(args.profile or "repro", list(args.overrides))
+            if args.profile is None:
+                profile = _resumed_profile(ul_args) or profile
             try:
                 plugin = train(profile, ul_args, warn_record_error=False, started=started)
             except OSError as e:  # the surroundings failed (disk full, read-only folder): one line, exit 1

@@ -13,7 +13,7 @@ from typing import Any
 from ..analysis.gate import check_arguments
 from ..core.errors import ConfigError
 from ..core.profiles import Profile, load_profile
-from ..core.resume import is_resume, resume_arguments
+from ..core.resume import is_resume, resume_arguments, resume_save_dir
 from ..core.safe_yaml import short
 from .overrides import (
     check_ultralytics_args,
@@ -96,9 +96,10 @@ def _prepare_resume(args: dict[str, Any]) -> dict[str, Any]:
 
     if isinstance(args.get("data"), str):
         args["data"] = resolve_data(args["data"])
-    args, _, ignored = resume_arguments(args)
+    args, info, ignored = resume_arguments(args)
     args["model"] = resolve_model(args["model"])  # the checkpoint scan a new run's model= gets
     args = check_ultralytics_args(args, reserved=RESERVED)
+    args["save_dir"] = resume_save_dir(info.path)  # the folder holding the checkpoint, never the one stored in it
     if ignored:
         print(f"yolo-det: resuming ignores {', '.join(f'{k}={args[k]}' for k in ignored)}: the checkpoint's "
               "values are used (start a new run to change them)", file=sys.stderr)
