@@ -68,8 +68,8 @@ from typing import Any
 import yaml
 
 from ..core.errors import ConfigError
-from ..core.pickle_scan import TRUST_FLAG, trusted_checkpoints
 from ..core.text import printable
+from ..core.untrusted.safeload import TRUST_FLAG, trusted_checkpoints
 from . import add_ci_options, add_import_option, check_ci_options, emit_ci
 
 

@@ -51,10 +51,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
+from ..analysis.gate import DOWNLOAD_FLAG, allow_downloads
 from ..core.errors import RunFailed
-from ..core.pickle_scan import TRUST_FLAG, trusted_checkpoints
+from ..core.untrusted.safeload import TRUST_FLAG, trusted_checkpoints
+from ..tools.overrides import parse_overrides
 from ..tools.prepare import prepare
 from . import add_import_option
 
@@ -74,6 +77,8 @@ def add_trust_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(TRUST_FLAG, action="store_true",
                         help="hand model=FILE.pt to Ultralytics even when its pickle names functions no checkpoint "
                              "needs (only for files you trust: loading runs them)")
+    parser.add_argument(DOWNLOAD_FLAG, action="store_true",
+                        help="let a data YAML's download: script run (only for files you trust)")
 
 
 def train(profile: Any, args: dict[str, Any], modules: list[str] | None = None, *,
@@ -93,7 +98,9 @@ def train(profile: Any, args: dict[str, Any], modules: list[str] | None = None, 
 
     ensure_local_font()
     train_args = dict(args)
-    with model_names(modules):  # the user's blocks, rewritten YAMLs and the example blocks build
+    from ..core.untrusted.safeload import guarded_torch_load
+
+    with model_names(modules), guarded_torch_load():  # the user's blocks build; checkpoints load by the allow-list
         source = train_args.pop("model")
         yaml_path = resolve_model_yaml(source) if str(source).endswith((".yaml", ".yml")) else None
         with naming_build_errors(yaml_path):  # a layer that does not build is one line naming it
@@ -126,15 +133,19 @@ def run(args: argparse.Namespace) -> int:
     from ..analysis.models import model_names
     from ..analysis.names import checkpoint_imports
 
-    with model_names(args.imports):  # import first: a module that does not import is an error before any work
-        with trusted_checkpoints(args.trust_checkpoint):
+    with model_names(args.imports), trusted_checkpoints(args.trust_checkpoint), \
+            allow_downloads(args.allow_download):  # import first: a bad module fails before any work
+        # a checkpoint's run imported modules: import them again (unchanged files) or say which to pass; before
+        # the gate, which allows a checkpoint's classes of the modules imported
+        given = parse_overrides(list(args.overrides))
+        ckpt = next((v for v in (given.get("resume"), given.get("model")) if isinstance(v, str) and v.endswith(".pt")
+                     and Path(v).is_file()), None)
+        again = checkpoint_imports(ckpt, given=args.imports)
+        started: list[Any] = []
+        with model_names(again):
             profile, ul_args = prepare(args.profile or "repro", list(args.overrides))
             if args.profile is None:
                 profile = _resumed_profile(ul_args) or profile
-        # a checkpoint's run imported modules: import them again (unchanged files) or say which to pass
-        again = checkpoint_imports(ul_args.get("model"), given=args.imports)
-        started: list[Any] = []
-        with model_names(again):
             try:
                 plugin = train(profile, ul_args, warn_record_error=False, started=started)
             except OSError as e:  # the surroundings failed (disk full, read-only folder): one line, exit 1

@@ -51,11 +51,12 @@ import json
 import time
 from typing import Any
 
+from ..analysis.gate import allow_downloads
 from ..analysis.models import model_names
 from ..core.errors import ConfigError
 from ..core.fileio import check_output_path
-from ..core.pickle_scan import trusted_checkpoints
 from ..core.text import printable
+from ..core.untrusted.safeload import trusted_checkpoints
 from ..tools.ci_report import against_suite, verify_suite
 from ..tools.overrides import parse_overrides
 from ..tools.prechecks import check_device
@@ -108,9 +109,9 @@ def run(args: argparse.Namespace) -> int:
     if args.drop_resume_state and args.resume_at is None:
         raise ConfigError("--drop-resume-state goes with --resume-at K")
     check_ci_options(args)
-    with model_names(args.imports):  # the user's modules are imported first: a bad one fails before any work
-        with trusted_checkpoints(args.trust_checkpoint):
-            profile, ul_args = prepare(args.profile, tokens, check_device=False)
+    with model_names(args.imports), trusted_checkpoints(args.trust_checkpoint), \
+            allow_downloads(args.allow_download):  # the user's modules first: a bad one fails before any work
+        profile, ul_args = prepare(args.profile, tokens, check_device=False)
         user = parse_overrides(tokens)
         if user.get("data") is not None and "epochs" not in user:
             ul_args["epochs"] = USER_DATA_EPOCHS

@@ -381,8 +381,12 @@ def _load(profile: str | os.PathLike[str] | Profile, *, chain: tuple[str, ...],
     if not path.is_file():
         raise ProfileError(f"profile file '{path}' does not exist; give a built-in name "
                            f"({', '.join(BUILTIN_PROFILES)}) or an existing YAML file")
+    from .untrusted.textfile import TextTooLarge, read_text
+
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path, what="profile")
+    except TextTooLarge as e:
+        raise ProfileError(str(e)) from None
     except (OSError, UnicodeDecodeError) as e:
         raise ProfileError(f"cannot read profile file '{path}': {e}") from None
     return _parse(text, origin=str(path), chain=chain, base_dir=path.parent, ident=os.path.realpath(path))

@@ -111,8 +111,15 @@ def environment() -> dict[str, Any]:
     }
 
 
+#: dtypes NumPy has (others, such as float8, complex32, bits8 and float4, are digested as their raw bytes).
+_NUMPY_DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128,
+                 torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64}
+
+
 def _tensor_bytes(t: torch.Tensor) -> tuple[str, bytes]:
     t = t.detach().to("cpu")
+    if t.dtype not in _NUMPY_DTYPES:  # little-endian raw bytes, as the checkpoint stores them
+        return str(t.dtype), t.contiguous().view(torch.uint8).numpy().tobytes()
     if t.is_floating_point() and t.dtype in (torch.float16, torch.bfloat16, torch.float32):
         return "float", t.float().contiguous().numpy().astype("<f4", copy=False).tobytes()
     if t.is_complex():

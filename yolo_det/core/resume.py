@@ -22,9 +22,11 @@ every class the pickle names is an inert placeholder).
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
 import random
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,6 +136,8 @@ def read_checkpoint(path: str | os.PathLike[str]) -> CheckpointInfo:
     if isinstance(args, Inert):
         state = args.state
         args = state if isinstance(state, Mapping) else {}
+    elif isinstance(args, (argparse.Namespace, types.SimpleNamespace)):  # read as values by the allow-list
+        args = vars(args)
     epoch = obj.get("epoch")
     updates = obj.get("updates")
     return CheckpointInfo(

@@ -600,6 +600,19 @@ class UltralyticsPlugin:
 def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], owner: Any) -> Callable[..., Any]:
     @functools.wraps(method)
     def call(*args: Any, **kwargs: Any) -> Any:
+        from ..analysis.gate import check_arguments
+        from ..core.untrusted.allow import allowed_user_modules
+        from ..core.untrusted.safeload import guarded_torch_load
+
+        net = getattr(owner, "model", None)
+        # the classes of the model being run are the user's own (built in this process): its checkpoints hold them
+        own = {type(m).__module__ for m in net.modules()} if isinstance(net, torch.nn.Module) else set()
+        with allowed_user_modules(own):
+            check_arguments(kwargs)  # the one gate: every path-valued argument, before Ultralytics reads it
+            with guarded_torch_load():  # whatever Ultralytics then loads goes through the allow-list
+                return _call(*args, **kwargs)
+
+    def _call(*args: Any, **kwargs: Any) -> Any:
         if name == "predict" and kwargs.get("stream"):
             return _guarded_stream(plugin, method(*args, **kwargs))
         if name == "export":

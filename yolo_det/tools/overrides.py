@@ -131,20 +131,17 @@ def resolve_model_task(model: str, *, need_model: bool = True) -> tuple[str, str
         check_model_yaml(resolved)  # bounded YAML, every module name known: one line now, not a traceback later
         return resolved, model_task(resolved)
     if path.is_file():
-        from ..core.pickle_scan import check_checkpoint, scan_checkpoint
-        from ..core.safeload import trust_checkpoints
+        from ..core.untrusted.safeload import check_checkpoint, checkpoint_globals
 
         if path.suffix.lower() != ".pt":
             raise ModelError(f"model={short(model)} is neither a model YAML (.yaml) nor a PyTorch checkpoint (.pt); "
                              "Ultralytics trains from these two only")
-        # Read the pickle's opcodes, not the pickle: nothing is unpickled before Ultralytics' own loader
-        # (which honours ULTRALYTICS_SAFE_LOAD) does; a file naming os.system & co. is refused here.
-        scan = scan_checkpoint(path) if trust_checkpoints() else check_checkpoint(path)
+        check_checkpoint(path)  # the allow-list, before any work (no-op under --trust-checkpoint)
         if not need_model:
             return str(path), None
         from .prechecks import check_checkpoint_model
 
-        task = check_checkpoint_model(str(path), scan.globals)  # a file without a model: one line, not a traceback
+        task = check_checkpoint_model(str(path), checkpoint_globals(path))  # no model in it: one line
         return str(path), task
     raise ModelError(
         f"model '{model}' is not a local file; yolo-det does not download weights: pass a model YAML "

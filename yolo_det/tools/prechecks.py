@@ -427,7 +427,7 @@ _TASK_OF_CLASS = {"DetectionModel": "detect", "SegmentationModel": "segment", "P
 
 def check_checkpoint_model(path: str, names: list[str]) -> str | None:
     """A ``model=FILE.pt`` must hold a model for Ultralytics to train from, judged from the ``module.name`` globals
-    its pickle references (:func:`yolo_det.core.pickle_scan.scan_checkpoint`: opcodes only, nothing unpickled).
+    its pickle references (:func:`yolo_det.core.untrusted.safeload.checkpoint_globals`: nothing imported or run).
 
     Returns:
         The model's task when an Ultralytics model class tells it (``DetectionModel`` -> detect, ...), else None.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..analysis.gate import check_arguments
 from ..core.errors import ConfigError
 from ..core.profiles import Profile, load_profile
 from ..core.resume import is_resume, resume_arguments, resume_save_dir
@@ -49,8 +50,11 @@ def prepare(profile: str | Profile, tokens: list[str], *,
     """
     resolved = load_profile(profile)
     args = parse_overrides(tokens)
+    given = dict(args)
     if is_resume(args):
-        return resolved, _prepare_resume(args)
+        resumed = _prepare_resume(args)
+        check_arguments(given)  # the one gate, before Ultralytics reads any file (the checks above read safely)
+        return resolved, resumed
     if args.get("cfg") is not None:  # read once, checked with the key=value arguments, which win over it
         file_values = check_cfg_file(args.pop("cfg"))
         # a copy of Ultralytics' default.yaml holds every key: its empty values and the keys yolo-det decides
@@ -82,6 +86,7 @@ def prepare(profile: str | Profile, tokens: list[str], *,
     if "split" in args:
         check_split(args["split"], data_cfg)
     args = check_train_args(args, device=check_device, task=task)
+    check_arguments(given)  # the one gate, before Ultralytics reads any file (the checks above read safely)
     return resolved, args
 
 

@@ -192,15 +192,15 @@ def _load(weights: Any) -> Any:
     from ultralytics import YOLO
 
     from ...core.errors import ModelError
-    from ...core.pickle_scan import check_checkpoint, trust_checkpoints
+    from ...core.untrusted.safeload import check_checkpoint, guarded_torch_load
 
     path = Path(str(weights)).expanduser()
     if not path.is_file():
         raise ConfigError(f"checkpoint '{weights}' not found: give a trained .pt file")
-    if not trust_checkpoints():
-        check_checkpoint(path)
+    check_checkpoint(path)  # the allow-list (no-op under --trust-checkpoint)
     try:
-        return YOLO(str(path))
+        with guarded_torch_load():  # what Ultralytics loads is what the allow-list made
+            return YOLO(str(path))
     except Exception as e:  # Ultralytics raises anything for a file it cannot read
         msg = " ".join(str(e).split())[:200] or type(e).__name__
         raise ModelError(f"cannot load checkpoint '{weights}': {type(e).__name__}: {msg}") from None
