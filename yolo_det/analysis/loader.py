@@ -156,7 +156,7 @@ def _read_yaml(path: Path) -> tuple[str, dict[str, Any]]:
 
 
 def _model_class(cfg: Mapping[str, Any]) -> Any:
-    from ultralytics.nn import tasks
+    from ..core.compat import tasks
 
     head = cfg["head"][-1][2] if cfg.get("head") else ""
     name = _HEAD_CLASSES.get(head)
@@ -193,7 +193,7 @@ def _first_conv_channels(model: Any) -> int:
 
 def _is_ultralytics_wrapper(obj: Any) -> bool:
     try:
-        from ultralytics.engine.model import Model
+        from ..core.compat import Model
     except ImportError:  # pragma: no cover - ultralytics is a dependency
         return False
     return isinstance(obj, Model)
@@ -229,7 +229,7 @@ def _from_module(model: Any, source: str, kind: str) -> LoadedModel:
 
 
 def _load_yaml(spec: str) -> LoadedModel:
-    from ultralytics.nn import tasks
+    from ..core.compat import tasks
 
     path = resolve_model_yaml(spec)
     if path is None:
@@ -270,8 +270,7 @@ def _load_checkpoint(path: Path, source: str) -> LoadedModel:
 def _rebuild_checkpoint(path: Path, source: str) -> LoadedModel:
     import copy
 
-    from ultralytics.nn import tasks
-
+    from ..core.compat import tasks
     from ..core.safeload import checkpoint_model_yaml, trust_hint
 
     found = checkpoint_model_yaml(path)

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..core.errors import PatchError, ProfileError
-from ..core.fileio import atomic_write_text
+from ..core.fileio import atomic_write_text, new_file_mode
 from ..core.profiles import load_profile
 
 __all__ = [
@@ -469,7 +469,7 @@ def _write_temp(target: Path, text: str) -> Path:
     try:
         mode = target.stat().st_mode & 0o777
     except FileNotFoundError:
-        mode = 0o644
+        mode = new_file_mode()  # as open() would make it: 0o666 less the umask
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

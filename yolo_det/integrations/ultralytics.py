@@ -18,7 +18,8 @@ between ``on_predict_start``/``on_predict_end`` and ``on_export_start``/``on_exp
 
 Endings (see :mod:`yolo_det.core.endings`): every training writes ``determinism.json`` however it ends
 (``completed``, ``failed``, ``interrupted``, ``terminated``), with every weights file digested from disk;
-SIGTERM is handled like Ctrl-C for the duration of ``model.train()`` (:mod:`yolo_det.core.signals`); the
+SIGINT, SIGTERM and SIGHUP stop ``model.train()`` at the next batch or epoch boundary once the train phase
+is entered, at once before (:mod:`yolo_det.core.signals`); the
 run folder is locked against other live runs (:mod:`yolo_det.core.runlock`); one session per process
 (:mod:`yolo_det.session.exclusive`).
 """
@@ -37,12 +38,14 @@ from typing import Any
 import torch
 
 from ..core import runlock
+from ..core.compat import EVENTS as _EVENTS
+from ..core.compat import TASK_TRAINERS, task_trainer
 from ..core.constants import global_rank
 from ..core.endings import describe_ending, one_line, weights_files, weights_stats
 from ..core.errors import YoloDetError
 from ..core.profiles import Profile, load_profile
 from ..core.record import RECORD_NAME, build_record, state_dict_digest, write_record
-from ..core.signals import terminate_as_interrupt
+from ..core.signals import defer_stops, safe_point, stop_signals
 from ..core.state import snapshot
 from ..fixes.swaps import restore, unswap_modules
 from ..layers.registry import registered_layers
@@ -53,24 +56,6 @@ from .ultralytics_resume import UltralyticsResume, previous_record
 
 __all__ = ["UltralyticsPlugin", "attach", "detach", "trainer_class"]
 
-_EVENTS = (
-    "on_pretrain_routine_start",
-    "on_pretrain_routine_end",
-    "on_train_start",
-    "on_train_epoch_start",
-    "on_train_batch_start",
-    "on_train_batch_end",
-    "on_train_epoch_end",
-    "on_fit_epoch_end",
-    "on_val_start",
-    "on_val_end",
-    "on_train_end",
-    "teardown",
-    "on_predict_start",
-    "on_predict_end",
-    "on_export_start",
-    "on_export_end",
-)
 _ATTACHED = "_yolo_det_plugin"
 _GUARDED = ("train", "val", "predict", "export")
 _RUN_ARGS = ("task", "model", "data", "epochs", "imgsz", "batch", "device", "seed", "deterministic", "amp",
@@ -124,6 +109,7 @@ class UltralyticsPlugin:
         self._trainer: Any = None  # the trainer of the run in progress (for a record of an early ending)
         self.resume: UltralyticsResume | None = None
         self._previous: dict[str, Any] | None = None
+        self._release_stops: Callable[[], None] | None = None  # stops wait for a safe point while training
 
     # A pickled plugin (Ultralytics' DDP launcher pickles the callbacks) starts fresh in the worker.
     def __getstate__(self) -> dict[str, Any]:
@@ -175,7 +161,9 @@ class UltralyticsPlugin:
         self._trainer = None
         self._weights_before = None
         resume, self.resume, self._previous = self.resume, None, None
-        steps = [resume.close if resume is not None else None,
+        release_stops, self._release_stops = self._release_stops, None
+        steps = [release_stops,
+                 resume.close if resume is not None else None,
                  session.end if session is not None else None,
                  (lambda: names.__exit__(None, None, None)) if names is not None else None,
                  *(lock.release for lock in reversed(locks))]
@@ -277,6 +265,7 @@ class UltralyticsPlugin:
             session.world_size = max(int(getattr(trainer, "world_size", 1) or 1), world_size, 1)
             self._trainer = trainer
             session.enter("train")
+            self._release_stops = defer_stops()
         return session
 
     def _back_to_train(self) -> None:
@@ -291,6 +280,7 @@ class UltralyticsPlugin:
     def on_pretrain_routine_start(self, trainer: Any) -> None:
         """Enter the train phase right after Ultralytics' ``init_seeds``."""
         self._ensure_train(trainer)
+        safe_point("train-begin")
 
     @_callback
     def on_pretrain_routine_end(self, trainer: Any) -> None:
@@ -311,6 +301,7 @@ class UltralyticsPlugin:
         self.resume.prepare(trainer)
         if self.resume.info is not None:
             self._previous = previous_record(self.resume.info["checkpoint"])
+        safe_point("train-setup")
 
     @_callback
     def on_train_start(self, trainer: Any) -> None:
@@ -318,6 +309,7 @@ class UltralyticsPlugin:
         self._observed = snapshot().to_dict()
         if self.session is not None:
             self._ranks = gather_states(self.session)
+        safe_point("train-start")
 
     @_callback
     def on_train_end(self, trainer: Any) -> None:
@@ -345,24 +337,28 @@ class UltralyticsPlugin:
         self._back_to_train()
         if self.resume is not None:
             self.resume.on_train_epoch_start(trainer)
+        safe_point("epoch-start")
 
     @_callback
     def on_train_batch_start(self, trainer: Any) -> None:
-        """Count the iteration (resume bookkeeping)."""
+        """Count the iteration (resume bookkeeping); a safe point for a noted stop."""
         if self.resume is not None:
             self.resume.on_train_batch_start(trainer)
+        safe_point("batch-start")
 
     @_callback
     def on_train_batch_end(self, trainer: Any) -> None:
-        """Note optimizer steps (resume bookkeeping)."""
+        """Note optimizer steps (resume bookkeeping); a safe point for a noted stop."""
         if self.resume is not None:
             self.resume.on_train_batch_end(trainer)
+        safe_point("batch-end")
 
     @_callback
     def on_train_epoch_end(self, trainer: Any) -> None:
         """Mark the epoch trained (its resume state is written after its checkpoint)."""
         if self.resume is not None:
             self.resume.on_train_epoch_end(trainer)
+        safe_point("epoch-end")
 
     @_callback
     def on_fit_epoch_end(self, trainer: Any) -> None:
@@ -370,6 +366,7 @@ class UltralyticsPlugin:
         self._back_to_train()
         if self.resume is not None:
             self.resume.on_fit_epoch_end(trainer)
+        safe_point("fit-epoch-end")
 
     @_callback
     def teardown(self, trainer: Any) -> None:
@@ -498,7 +495,7 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
         if name == "export":
             return _export_standard(plugin, method, owner, args, kwargs)
         if name == "train":
-            with terminate_as_interrupt(), plugin.guard():
+            with stop_signals(), plugin.guard():
                 lock = _lock_fixed_folder(owner, kwargs)
                 try:
                     return method(*args, **kwargs)
@@ -541,7 +538,7 @@ def _lock_planned_folder(cfg: Any, overrides: dict[str, Any] | None) -> runlock.
     if _rank() != -1:
         return None
     try:
-        from ultralytics.cfg import DEFAULT_CFG, DEFAULT_CFG_DICT, get_cfg, get_save_dir
+        from ..core.compat import DEFAULT_CFG, DEFAULT_CFG_DICT, get_cfg, get_save_dir
 
         overrides = {k: v for k, v in (overrides or {}).items() if k in DEFAULT_CFG_DICT}
         args = get_cfg(DEFAULT_CFG if cfg is None else cfg, overrides)
@@ -628,19 +625,7 @@ def detach(model: Any) -> None:
         model.callbacks[event] = [f for f in model.callbacks[event] if not _is_plugin_callback(f)]
 
 
-#: Ultralytics task -> (module, trainer class) of the trainer Ultralytics itself uses for it.
-TASK_TRAINERS: dict[str, tuple[str, str]] = {
-    "detect": ("ultralytics.models.yolo.detect", "DetectionTrainer"),
-    "segment": ("ultralytics.models.yolo.segment", "SegmentationTrainer"),
-    "pose": ("ultralytics.models.yolo.pose", "PoseTrainer"),
-    "obb": ("ultralytics.models.yolo.obb", "OBBTrainer"),
-    "classify": ("ultralytics.models.yolo.classify", "ClassificationTrainer"),
-}
-
-
 def _task_trainer(task: str) -> type:
-    import importlib
-
     if task not in TASK_TRAINERS:
         try:  # a task of a newer Ultralytics (its YOLO class maps every task to its trainer)
             from ultralytics import YOLO
@@ -649,8 +634,7 @@ def _task_trainer(task: str) -> type:
         except Exception:
             raise YoloDetError(f"no Ultralytics trainer for task '{task}'; choose from {', '.join(TASK_TRAINERS)} "
                                "or pass base= (a BaseTrainer subclass)") from None
-    module, name = TASK_TRAINERS[task]
-    return getattr(importlib.import_module(module), name)
+    return task_trainer(task)
 
 
 def _trainer_task(cfg: Any, overrides: dict[str, Any] | None) -> str:
@@ -673,8 +657,8 @@ def _with_profile(base: Any, resolved: Profile, record: bool) -> type:
 
     def __init__(self: Any, cfg: Any = None, overrides: dict[str, Any] | None = None,
                  _callbacks: dict[str, list[Any]] | None = None) -> None:
-        from ultralytics.utils import DEFAULT_CFG
-        from ultralytics.utils import callbacks as ul_callbacks
+        from ..core.compat import DEFAULT_CFG
+        from ..core.compat import callbacks as ul_callbacks
 
         plugin = UltralyticsPlugin(type(self).yolo_det_profile, record=type(self).yolo_det_record)
         self.yolo_det = plugin
@@ -693,7 +677,7 @@ def _with_profile(base: Any, resolved: Profile, record: bool) -> type:
             raise
 
     def train(self: Any) -> Any:
-        with terminate_as_interrupt():
+        with stop_signals():
             try:
                 result = base.train(self)
             except BaseException as error:
@@ -726,7 +710,7 @@ def trainer_class(profile: Profile | str = "repro", base: type | None = None, *,
         record: Write ``determinism.json`` into the run directory.
     """
     resolved = load_profile(profile)
-    from ultralytics.engine.trainer import BaseTrainer
+    from ..core.compat import BaseTrainer
 
     if base is not None:
         if not inspect.isclass(base) or not issubclass(base, BaseTrainer):

@@ -80,7 +80,7 @@ def check_device(device: Any) -> None:
 def optimizer_names() -> tuple[str, ...]:
     """The optimizer names the installed Ultralytics accepts (read from its trainer, without running it)."""
     try:
-        from ultralytics.engine.trainer import BaseTrainer
+        from ..core.compat import BaseTrainer
 
         source = inspect.getsource(BaseTrainer.build_optimizer)
         m = re.search(r"optimizers\s*=\s*(\{[^}]*\})", source)
@@ -155,7 +155,7 @@ def check_data(data: str) -> None:
     """
     path = Path(data)
     if not path.is_file():
-        from ultralytics.utils.checks import check_yaml
+        from ..core.compat import check_yaml
 
         try:
             found = check_yaml(data, hard=False)
@@ -179,7 +179,7 @@ def check_data(data: str) -> None:
     val = cfg.get("val") if cfg.get("val") is not None else cfg.get("validation")
     if cfg.get("train") is None or val is None:
         raise ConfigError(f"data '{data}' needs 'train:' and 'val:' image folders")
-    from ultralytics.utils import DATASETS_DIR
+    from ..core.compat import DATASETS_DIR
 
     root_value = cfg.get("path")
     if root_value is not None and not isinstance(root_value, str):
@@ -208,10 +208,9 @@ def check_model_yaml(model: str) -> None:
     Raises:
         ModelError: Not found, malformed, beyond bounds, or a module name is unknown (file, line, close match).
     """
-    from ultralytics.nn import tasks
-
     from ..analysis.loader import _read_yaml, check_yaml_modules
     from ..analysis.models import model_names, resolve_model_yaml
+    from ..core.compat import tasks
 
     path = resolve_model_yaml(model)
     if path is None:
