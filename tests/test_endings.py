@@ -97,7 +97,8 @@ def assert_weights_true(record: dict, run: Path) -> None:
     """Every weights file on disk is listed, with the digest ``yolo-det digest`` gives for it."""
     files = record["weights"]["files"]
     on_disk = sorted(str(p) for p in (run / "weights").glob("*.pt") if not is_state_file(p))
-    assert sorted(f["file"] for f in files) == on_disk and on_disk
+    assert sorted(f["file"] for f in files) == on_disk
+    assert on_disk
     assert all(f["written_by_this_run"] for f in files)
     assert digests_by_cli(on_disk) == {f["file"]: f["sha256"] for f in files}
 
@@ -447,7 +448,8 @@ def test_restore_survives_a_broken_torch_dynamo(monkeypatch):
     with pytest.raises(KeyboardInterrupt) as info:
         with session.run():
             session.enter("train")
-            assert torch.are_deterministic_algorithms_enabled() and snapshot() != base
+            assert torch.are_deterministic_algorithms_enabled()
+            assert snapshot() != base
             monkeypatch.setattr(torch, "use_deterministic_algorithms", broken)
             raise KeyboardInterrupt
     assert type(info.value) is KeyboardInterrupt
@@ -587,7 +589,8 @@ def test_record_that_cannot_be_written_is_a_warning_after_the_digest(tmp_path):
                                                                              "determinism record"))]
     digest = checkpoint_digest(run / "weights" / "last.pt")
     assert lines[0] == f"weights sha256: {digest}"
-    assert lines[1].startswith(f"yolo-det: warning: could not write {RECORD_NAME} in '{run}'") and len(lines) == 2
+    assert lines[1].startswith(f"yolo-det: warning: could not write {RECORD_NAME} in '{run}'")
+    assert len(lines) == 2
     assert (run / RECORD_NAME).is_dir()
 
 
@@ -611,7 +614,8 @@ def test_streaming_predict_applies_deploy_only_while_the_generator_runs(demo_dat
         if seen == 2:
             torch.use_deterministic_algorithms(False)  # the user changes their state between items
             before = global_state()
-    assert seen == count > 2 and inside == ["strict"] * count  # fast's deploy phase, in force inside the generator
+    assert seen == count > 2
+    assert inside == ["strict"] * count
     assert_same_state(before, global_state())  # what they changed is what they get back
 
     torch.use_deterministic_algorithms(True)

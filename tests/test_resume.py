@@ -158,7 +158,7 @@ def test_resume_keeps_the_checkpoints_arguments_and_lists_what_it_ignores(tmp_pa
     assert args == {"model": str(ckpt), "resume": True} and capsys.readouterr().err == ""
 
 
-@pytest.mark.parametrize("tokens, message", [
+@pytest.mark.parametrize(("tokens", "message"), [
     (["resume=true"], "resume=True needs the checkpoint"),
     (["resume=missing.pt"], "does not exist"),
     (["resume=FINISHED"], "cannot be resumed: its training finished"),
@@ -237,7 +237,7 @@ def test_verify_resume_at(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert record["resume"]["state_found"] is False and record["resume"]["bitwise_expected"] is False
 
 
-@pytest.mark.parametrize("tokens, message", [
+@pytest.mark.parametrize(("tokens", "message"), [
     (["--resume-at", "3", "epochs=3"], "leaves nothing to resume"),
     (["--resume-at", "0", "epochs=3"], "--resume-at must be an epoch number"),
     (["--resume-at", "1", "--steps", "2", "epochs=3"], "drop --runs, --steps, --save and --against"),

@@ -99,7 +99,7 @@ def test_custom_modules_registers_defined_classes_only_and_never_replaces(tmp_pa
     assert vars(tasks) == before
 
 
-@pytest.mark.parametrize("spec, message", [
+@pytest.mark.parametrize(("spec", "message"), [
     ("ydt_no_such_module", "cannot import 'ydt_no_such_module'"),
     ("raises.py", "it raised ZeroDivisionError"),
     ("missing.py", "no such file"),
