@@ -385,6 +385,7 @@ def test_a_stop_inside_the_import_machinery_or_exec_waits(default_handlers, tmp_
             return None
 
     (tmp_path / "yolo_det_probe_module.py").write_text("VALUE = 1\n")
+    sys.modules.pop("yolo_det_probe_module", None)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(sys, "meta_path", [SignalDuringImport(), *sys.meta_path])
     steps = []
@@ -395,7 +396,7 @@ def test_a_stop_inside_the_import_machinery_or_exec_waits(default_handlers, tmp_
             exec("import signal; signal.raise_signal(signal.SIGINT)")  # while the first is still pending
             steps.append("exec returned")
     assert steps == ["imported"]  # the second signal before a safe point was acted on at once
-    monkeypatch.delitem(sys.modules, "yolo_det_probe_module")
+    sys.modules.pop("yolo_det_probe_module", None)
     with pytest.raises(KeyboardInterrupt):
         with stop_signals():
             exec("import signal; signal.raise_signal(signal.SIGINT)")

@@ -25,7 +25,8 @@ Handlers the user installed are kept: theirs is called after the stop is noted (
 main thread, and each is put back when the outermost block ends, unless the user replaced it meanwhile.
 
 Testing hook: ``YOLO_DET_TEST_SIGNAL_AT=POINT[:SIGNAL]`` (``SIGINT`` by default) makes the process send
-itself the signal the first time it reaches the safe point named ``POINT`` (:data:`POINTS`), so tests
+itself the signal the first time it reaches the safe point named ``POINT`` (:data:`POINTS`) while
+:func:`stop_signals` is active (once per outermost block), so tests
 stop a run at a named moment instead of after a sleep.
 """
 
@@ -97,13 +98,14 @@ class _Stops:
         self.deferring = 0                  # nested trainings in progress
         self.pending: int | None = None     # a stop noted, not yet acted on
         self.raised = False                 # a stop was acted on: the run is ending
-        self.fired: set[str] = set()        # testing hook: points already fired
+        self.fired: set[str] = set()        # testing hook: points fired in this block
 
     def reset(self) -> None:
         self.previous.clear()
         self.deferring = 0
         self.pending = None
         self.raised = False
+        self.fired.clear()
 
 
 _STOPS = _Stops()
@@ -216,7 +218,7 @@ def safe_point(name: str) -> None:
         KeyboardInterrupt: a SIGINT was noted (:class:`Terminated` for SIGTERM or SIGHUP).
     """
     hook = os.environ.get(TEST_HOOK_ENV)
-    if hook and name not in _STOPS.fired:
+    if hook and _STOPS.depth and name not in _STOPS.fired:
         point, _, sig = hook.partition(":")
         if point == name:
             _STOPS.fired.add(name)
