@@ -8,10 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "bench" / "bench_layers.py"
 
 
+@pytest.mark.slow
 def test_quick_run_reports_time_and_memory_ratios_with_targets(tmp_path):
     out = tmp_path / "layers.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

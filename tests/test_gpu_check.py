@@ -15,6 +15,7 @@ from helpers import ROOT
 SCRIPT = ROOT / "bench" / "gpu_check.py"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this test checks the CPU path of the GPU check")
 def test_gpu_check_on_cpu_skips_the_gpu_steps_and_writes_one_file(tmp_path):
     out = tmp_path / "results" / "gpu.json"

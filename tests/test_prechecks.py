@@ -132,6 +132,7 @@ def test_train_model_yaml_with_an_unknown_module(tmp_path: Path) -> None:
         prepare("repro", [f"model={tmp_path / 'bad.yaml'}"])
 
 
+@pytest.mark.slow
 def test_scientific_notation_trains(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """lr0=1e-3 and weight_decay=5e-4 are numbers, as Ultralytics' own command line reads them, and train."""
     _, args = prepare("repro", ["lr0=1e-3", "weight_decay=5e-4"])

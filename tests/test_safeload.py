@@ -190,6 +190,7 @@ def test_commands_refuse_a_hostile_checkpoint(evil: tuple[Path, Path], argv: lis
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
+@pytest.mark.slow
 def test_train_with_ultralytics_safe_load_in_a_fresh_process(evil: tuple[Path, Path], tmp_path: Path) -> None:
     """ULTRALYTICS_SAFE_LOAD=1 is read when Ultralytics is imported: a fresh process, as a user runs it."""
     path, marker = evil
@@ -250,6 +251,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["plain", "custom"])
 def test_real_checkpoints_digest_as_before(trained: dict[str, Path], which: str) -> None:
     path = trained[which]
@@ -263,6 +265,7 @@ def test_real_checkpoints_digest_as_before(trained: dict[str, Path], which: str)
         assert "model.1.scale" in sd and "model.1.scratch" not in sd  # non-persistent buffers stay out
 
 
+@pytest.mark.slow
 def test_digest_command_and_the_record_agree(trained: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _cli(capsys, "digest", str(trained["plain"]), str(trained["custom"]))
     assert code == 1  # different weights
@@ -270,6 +273,7 @@ def test_digest_command_and_the_record_agree(trained: dict[str, Path], capsys: p
     assert out.split()[2] == _reference_digest(trained["custom"])
 
 
+@pytest.mark.slow
 def test_audit_rebuilds_a_checkpoint_from_its_stored_yaml(trained: dict[str, Path],
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     path = trained["plain"]
@@ -282,6 +286,7 @@ def test_audit_rebuilds_a_checkpoint_from_its_stored_yaml(trained: dict[str, Pat
     assert safe["findings"] == trusted["findings"]
 
 
+@pytest.mark.slow
 def test_audit_of_a_checkpoint_with_the_users_block_asks_for_the_flag(trained: dict[str, Path],
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _cli(capsys, "audit", str(trained["custom"]), "--imgsz", "64")
@@ -290,6 +295,7 @@ def test_audit_of_a_checkpoint_with_the_users_block_asks_for_the_flag(trained: d
     assert code in (0, 1), err
 
 
+@pytest.mark.slow
 def test_train_accepts_a_real_checkpoint_with_the_users_block(trained: dict[str, Path]) -> None:
     from yolo_det.tools.prepare import prepare
 
