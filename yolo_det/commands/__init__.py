@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..tools.ci_report import CheckSuite
 
 IMPORT_HELP = ("import MODULE first (package.module from the current folder or sys.path, or a .py file): every "
                "nn.Module subclass it defines is nameable in model YAMLs (repeatable)")
@@ -11,3 +16,33 @@ IMPORT_HELP = ("import MODULE first (package.module from the current folder or s
 def add_import_option(parser: argparse.ArgumentParser) -> None:
     """Add ``--import MODULE`` (repeatable) to a command that builds models."""
     parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE", help=IMPORT_HELP)
+
+
+def add_ci_options(parser: argparse.ArgumentParser) -> None:
+    """Add ``--junit FILE`` and ``--annotations github`` (results for CI systems) to a command."""
+    parser.add_argument("--junit", default=None, metavar="FILE.xml",
+                        help="also write the result as JUnit XML (one test case per model or compared quantity)")
+    parser.add_argument("--annotations", choices=("github",), default=None,
+                        help="also print GitHub Actions annotations (::error file=...,line=...::) for what failed")
+
+
+def check_ci_options(args: argparse.Namespace) -> None:
+    """Check ``--junit`` before any work (an existing file is replaced; a missing folder is an error)."""
+    from ..core.fileio import check_output_path
+
+    if getattr(args, "junit", None):
+        args.junit = check_output_path(args.junit, suffix=".xml", what="--junit")
+
+
+def emit_ci(args: argparse.Namespace, suites: Sequence[CheckSuite]) -> None:
+    """Write ``--junit`` and print ``--annotations`` for ``suites`` (annotations go to stderr under --json)."""
+    import sys
+
+    from ..tools.ci_report import github_annotations, write_junit
+
+    if getattr(args, "junit", None):
+        write_junit(args.junit, suites)
+    if getattr(args, "annotations", None) == "github":
+        stream = sys.stderr if getattr(args, "json", False) else sys.stdout
+        for line in github_annotations(suites):
+            print(line, file=stream)

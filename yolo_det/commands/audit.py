@@ -2,6 +2,7 @@
 
 usage: yolo-det audit MODEL [MODEL ...] [--imgsz N] [--batch N] [--profile NAME|FILE] [--import MODULE] [--json]
                       [--device fake|cuda] [--loss] [--fix -o OUT.yaml] [--trust-checkpoint]
+                      [--fail-on any|unhandled] [--hook] [--junit FILE.xml] [--annotations github]
 
 MODEL is a model YAML (a path, an Ultralytics name such as yolov8n.yaml, or a yolo-det example such as
 cbam-max.yaml), a checkpoint (.pt), or a factory package.module:function returning an nn.Module. A YAML
@@ -26,6 +27,14 @@ arguments (nn.SiLU(), nn.LeakyReLU(0.1)): Ultralytics eval()s it. --trust-checkp
 with torch instead (needed when it stores no YAML, or names your own block classes): only for files you trust.
 
 exit status: 0 the model(s) train under strict determinism, 1 one of them does not, 2 bad input.
+With --fail-on unhandled, only findings that the --profile neither swaps nor intercepts count (a CBAM's
+adaptive max pool under repro is swapped, so it passes; under balanced it fails).
+
+In CI: --junit FILE.xml writes JUnit XML (one test case per model, and one per failing finding with its
+YAML line); --annotations github prints ::error file=...,line=...:: lines for GitHub Actions. --hook is the
+pre-commit mode (see .pre-commit-hooks.yaml and docs/ci.md): MODEL are the changed files; files that are
+not model YAMLs (data YAMLs, profiles, deleted files) are skipped, and each failing finding is printed as
+FILE:LINE: layer, class, kernel and fix.
 
 --fix -o OUT.yaml (model YAMLs): write a copy of the YAML whose non-deterministic layers are yolo-det's
 deterministic ones (see `yolo-det rewrite`), audit the copy, and say for each finding whether it is fixed
@@ -44,6 +53,7 @@ examples:
   yolo-det audit my-model.yaml --device cuda                # also run the real kernels (needs a GPU)
   yolo-det audit yolov8n-seg.yaml --imgsz 64 --loss         # include the training loss (real CPU step)
   yolo-det audit bicubic-up.yaml --imgsz 64 --fix -o bicubic-det.yaml
+  yolo-det audit models/*.yaml --profile repro --fail-on unhandled --junit audit.xml --annotations github
 """
 
 from __future__ import annotations
@@ -51,10 +61,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
 
 from ..core.errors import ConfigError
 from ..core.pickle_scan import TRUST_FLAG, trusted_checkpoints
-from . import add_import_option
+from . import add_ci_options, add_import_option, check_ci_options, emit_ci
 
 
 def _positive_int(text: str) -> int:
@@ -93,27 +108,48 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="with --fix: replace OUT.yaml if it exists")
     parser.add_argument(TRUST_FLAG, action="store_true",
                         help="unpickle a .pt with torch (runs code the file names: only for files you trust)")
+    parser.add_argument("--fail-on", choices=("any", "unhandled"), default="any",
+                        help="any (default): exit 1 on every finding that breaks strict determinism; unhandled: "
+                             "only on findings the --profile neither swaps nor intercepts")
+    parser.add_argument("--hook", action="store_true",
+                        help="pre-commit mode: skip files that are not model YAMLs, print FILE:LINE per finding")
+    add_ci_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det audit``; return 0 (deterministic), 1 (not) or raise a one-line error (exit 2)."""
     from ..analysis.audit import audit
+    from ..tools.ci_report import audit_suite, failing_findings
 
     if args.device != "fake" and not (args.device == "cuda" or args.device.startswith("cuda:")):
         raise ConfigError(f"--device must be fake or cuda[:N], got {args.device!r}")
     if args.output and not args.fix:
         raise ConfigError("-o is the output of --fix; add --fix (or use 'yolo-det rewrite')")
     models = list(args.model) if isinstance(args.model, (list, tuple)) else [args.model]
+    check_ci_options(args)
+    if args.hook:
+        if args.fix:
+            raise ConfigError("--hook audits the changed files; it does not take --fix")
+        models, _other = split_model_yamls(models)
+        if not models:
+            return 0
     if args.fix:
         if len(models) != 1:
             raise ConfigError(f"--fix rewrites one model YAML, got {len(models)} models; run it once per model")
         args.model = models[0]
         return _fix(args)
     # every model is audited before anything is printed: a bad one is a one-line error with no partial output
+    started = time.perf_counter()
     with trusted_checkpoints(args.trust_checkpoint):
         reports = [audit(model, imgsz=args.imgsz, batch=args.batch, profile=args.profile, device=args.device,
                          torch_version=args.torch_version, table=args.table, loss=args.loss, modules=args.imports)
                    for model in models]
+    suite = audit_suite(reports, fail_on=args.fail_on, seconds=time.perf_counter() - started)
+    failing = {id(r): failing_findings(r, args.fail_on) for r in reports}
+    if args.hook:
+        _print_hook(reports, failing, args)
+        emit_ci(args, [suite])
+        return 1 if any(failing.values()) else 0
     if args.json:
         data = reports[0].to_dict() if len(reports) == 1 else [r.to_dict() for r in reports]
         json.dump(data, sys.stdout, indent=2)
@@ -123,7 +159,45 @@ def run(args: argparse.Namespace) -> int:
             if len(reports) > 1:
                 print(("\n" if k else "") + f"== {models[k]} ({k + 1}/{len(reports)}) ==")
             print(report.format_table())
-    return max(r.exit_code for r in reports)
+    emit_ci(args, [suite])
+    return 1 if any(failing.values()) else 0
+
+
+def split_model_yamls(paths: list[str]) -> tuple[list[str], list[str]]:
+    """``(model YAMLs, other files)`` of a pre-commit file list: a model YAML is a YAML mapping with a
+    ``backbone`` or ``head``; data YAMLs, profiles, other files and files that no longer exist are skipped."""
+    from ..core import safe_yaml
+
+    models: list[str] = []
+    other: list[str] = []
+    for name in paths:
+        p = Path(name)
+        keep = False
+        if p.suffix.lower() in (".yaml", ".yml") and p.is_file():
+            try:
+                data = safe_yaml.load(p.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, yaml.YAMLError):
+                data = None  # not this hook's concern: a YAML checker reports it
+            keep = isinstance(data, dict) and ("backbone" in data or "head" in data)
+        (models if keep else other).append(name)
+    return models, other
+
+
+def _print_hook(reports: list[Any], failing: dict[int, list[Any]], args: argparse.Namespace) -> None:
+    """The pre-commit output: one ``FILE:LINE: ...`` line per failing finding, then a verdict per file."""
+    from ..tools.ci_report import report_file
+
+    for report in reports:
+        bad = failing[id(report)]
+        where = report_file(report) or report.model
+        for f in bad:
+            line = f":{f.yaml_line}" if f.yaml_line else ""
+            layer = "-" if f.layer is None else str(f.layer)
+            print(f"{where}{line}: layer {layer} {f.layer_class or f.module_class} ({f.module or 'model'}) reaches "
+                  f"{f.kernel} ({f.pass_}): {f.behaviour['strict']} under strict determinism; "
+                  f"under {report.profile}: {f.under_profile}; fix: {f.fix}")
+        if bad:
+            print(f"{where}: {len(bad)} finding(s) fail (--fail-on {args.fail_on}, profile {report.profile})")
 
 
 def _fix(args: argparse.Namespace) -> int:

@@ -1,6 +1,6 @@
 """Compare two runs and say why their weights differ (or confirm that they do not).
 
-usage: yolo-det diff A B [--json]
+usage: yolo-det diff A B [--json] [--junit FILE.xml] [--annotations github]
 
 A and B are run folders (holding determinism.json), determinism.json files, or files written by
 `yolo-det verify --save`. Every difference is listed with both values, grouped and ordered by how
@@ -23,6 +23,7 @@ import argparse
 import json
 
 from ..tools.diff import diff_paths
+from . import add_ci_options, check_ci_options, emit_ci
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -30,13 +31,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("a", metavar="A", help="run folder, determinism.json, or a verify --save file")
     parser.add_argument("b", metavar="B", help="run folder, determinism.json, or a verify --save file")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_ci_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det diff``: exit 0 when configured the same with equal weights digests, else 1."""
+    from ..tools.ci_report import diff_suite
+
+    check_ci_options(args)
     report = diff_paths([args.a, args.b])
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, default=str))
     else:
         print(report.summary())
+    emit_ci(args, [diff_suite(report)])
     return report.exit_code

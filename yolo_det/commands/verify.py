@@ -1,7 +1,8 @@
 """Train the same configuration several times and check that the runs are bitwise identical.
 
 usage: yolo-det verify [--profile NAME|FILE] [--runs N] [--steps K] [--import MODULE] [--json] [--plot PATH]
-                       [--save FILE] [--against FILE] [--resume-at K [--drop-resume-state]] [key=value ...]
+                       [--save FILE] [--against FILE] [--resume-at K [--drop-resume-state]]
+                       [--junit FILE.xml] [--annotations github] [key=value ...]
 
 Each run trains a fresh model exactly as `yolo-det train` does (same key=value arguments, same demo
 defaults without data=). Per optimizer step the input batch, the loss components and every gradient are
@@ -26,6 +27,11 @@ leaves it) and resumed from its last.pt as `yolo-det train resume=...` does; the
 the straight run 1 in the same way. --drop-resume-state deletes yolo-det's resume state before
 resuming, which shows what a plain Ultralytics resume gives.
 
+In CI: --junit FILE.xml writes JUnit XML with one test case per compared quantity (data, loss, gradients,
+final weights; and the environment with --against); --annotations github prints ::error:: lines for
+GitHub Actions. A baseline committed once (--save baseline.json) and checked with --against baseline.json
+catches drift after an upgrade (docs/ci.md).
+
 examples:
   yolo-det verify --profile repro                          # the demo, twice: bitwise identical
   yolo-det verify --profile fast --steps 5 --plot loss.png
@@ -47,6 +53,7 @@ from ..analysis.models import model_names
 from ..core.errors import ConfigError
 from ..core.fileio import check_output_path
 from ..core.pickle_scan import trusted_checkpoints
+from ..tools.ci_report import against_suite, verify_suite
 from ..tools.overrides import parse_overrides
 from ..tools.prechecks import check_device
 from ..tools.prepare import prepare
@@ -55,7 +62,7 @@ from ..tools.verify.crossverify import compare_against, load_saved, save_run
 from ..tools.verify.records import DEFAULT_KEEP_MIB, RESERVED
 from ..tools.verify.resume import check_resume_at, verify_resume
 from ..tools.verify.run import _device_name
-from . import add_import_option
+from . import add_ci_options, add_import_option, check_ci_options, emit_ci
 from .train import add_trust_flag
 
 USER_DATA_EPOCHS = 1
@@ -84,6 +91,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drop-resume-state", action="store_true",
                         help="with --resume-at: delete yolo-det's resume state before resuming (a plain resume)")
     parser.add_argument("--verbose", action="store_true", help="show Ultralytics' training log (on stderr)")
+    add_ci_options(parser)
     add_trust_flag(parser)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Ultralytics train arguments")
 
@@ -96,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
                           "--resume-at K)")
     if args.drop_resume_state and args.resume_at is None:
         raise ConfigError("--drop-resume-state goes with --resume-at K")
+    check_ci_options(args)
     with model_names(args.imports):  # the user's modules are imported first: a bad one fails before any work
         with trusted_checkpoints(args.trust_checkpoint):
             profile, ul_args = prepare(args.profile, tokens, check_device=False)
@@ -155,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
             print(against.summary())
         if shown.plot:
             print(f"loss curves: {shown.plot}")
+    suites = ([verify_suite(report)] if report is not None else []) + ([against_suite(against)] if against else [])
+    emit_ci(args, suites)
     ok = (report is None or report.identical) and (against is None or against.identical)
     return 0 if ok else 1
 
@@ -177,4 +188,5 @@ def _run_resume_at(args: argparse.Namespace, profile: Any, ul_args: dict[str, An
         print(report.summary())
         if report.plot:
             print(f"loss curves: {report.plot}")
+    emit_ci(args, [verify_suite(report)])
     return 0 if report.identical else 1

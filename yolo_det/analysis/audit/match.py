@@ -27,6 +27,13 @@ def _layer_of(model: torch.nn.Module, path: str) -> tuple[int | None, str | None
     return None, None
 
 
+def _handled(entry: OpEntry, settings: PhaseSettings, module_class: str, call: str | None) -> bool:
+    """True when the profile swaps the module for a deterministic layer or intercepts the functional call."""
+    if settings.swaps != "none" and entry.fix.swap_for(module_class):
+        return True
+    return bool(settings.intercept and call and call in entry.fix.functions)
+
+
 def _under(entry: OpEntry, settings: PhaseSettings, module_class: str, call: str | None) -> str:
     mode = settings.deterministic_algorithms
     if entry.pass_ == "backward" and settings.backward == "disable":
@@ -99,6 +106,7 @@ def _match(trace: _Trace, table: OpTable, version: str, loaded: LoadedModel, set
             behaviour={m: entry.behaviour(m) for m in _MODES},
             under_profile=_under(entry, settings, module_class, occ.call),
             fix=entry.fix.describe(module_class), condition=entry.condition, note=g["note"],
+            handled=_handled(entry, settings, module_class, occ.call),
         ))
     findings.sort(key=lambda f: (f.layer if f.layer is not None else 10**9, f.module, f.entry))
     return findings

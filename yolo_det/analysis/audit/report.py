@@ -34,6 +34,8 @@ class Finding:
         condition: When the kernel is reached (from the table).
         observed: With a real-device pass: whether the kernel really alerted there (None: not run).
         note: Extra information (a decomposition the running torch takes, a backward that could not be traced).
+        handled: True when the audit's profile makes this module deterministic at training time (it swaps the
+            module for a deterministic layer, or intercepts the functional call).
     """
 
     entry: str
@@ -54,6 +56,7 @@ class Finding:
     condition: str = ""
     observed: bool | None = None
     note: str = ""
+    handled: bool = False
 
     @property
     def breaks_determinism(self) -> bool:
@@ -68,7 +71,7 @@ class Finding:
             "module": self.module, "module_class": self.module_class, "op": self.op, "call": self.call,
             "count": self.count, "behaviour": dict(self.behaviour), "under_profile": self.under_profile,
             "fix": self.fix, "condition": self.condition, "observed": self.observed, "note": self.note,
-            "breaks_determinism": self.breaks_determinism,
+            "breaks_determinism": self.breaks_determinism, "handled": self.handled,
         }
 
 
