@@ -7,7 +7,6 @@ imports included), so a cycle closed inside a function still counts.
 from __future__ import annotations
 
 import ast
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import yolo_det
+from helpers import subprocess_env
 
 PACKAGE = Path(yolo_det.__file__).resolve().parent
 
@@ -149,7 +149,7 @@ def test_cli_starts_without_importing_torch(argv: list[str]) -> None:
         "heavy = sorted(m for m in ('torch', 'ultralytics', 'numpy', 'cv2') if m in sys.modules)\n"
         "print('HEAVY=' + ','.join(heavy))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = subprocess_env()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "HEAVY="
@@ -164,7 +164,7 @@ def test_importing_the_package_does_not_import_torch_but_the_public_api_resolves
         "assert 'torch' in sys.modules\n"
         "assert set(yolo_det.__all__) <= set(dir(yolo_det))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = subprocess_env()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from helpers import subprocess_env
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "bench" / "bench_layers.py"
@@ -17,7 +18,7 @@ SCRIPT = ROOT / "bench" / "bench_layers.py"
 @pytest.mark.slow
 def test_quick_run_reports_time_and_memory_ratios_with_targets(tmp_path):
     out = tmp_path / "layers.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = subprocess_env()
     proc = subprocess.run([sys.executable, str(SCRIPT), "--quick",
                            "--rounds", "2", "--min-time", "0.01", "--batch", "2",
                            "--only", r"AdaptiveMaxPool2d\(3\)|bilinear x2$", "--out", str(out)],

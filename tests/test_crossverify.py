@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, subprocess_env
 from yolo_det.cli import main
 from yolo_det.core.errors import ConfigError
 from yolo_det.tools.verify import MicroBatch, RunRecord, StepRecord
@@ -22,7 +21,7 @@ STEPS = "3"
 
 
 def run_cli(*argv: str, cache: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), YOLO_OFFLINE="1", YOLO_DET_CACHE=str(cache))
+    env = subprocess_env({"YOLO_DET_CACHE": str(cache)})
     return subprocess.run([sys.executable, "-m", "yolo_det", *argv], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
 

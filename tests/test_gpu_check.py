@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 import torch
 
-from helpers import ROOT
+from helpers import ROOT, subprocess_env
 
 SCRIPT = ROOT / "bench" / "gpu_check.py"
 
@@ -19,7 +18,7 @@ SCRIPT = ROOT / "bench" / "gpu_check.py"
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this test checks the CPU path of the GPU check")
 def test_gpu_check_on_cpu_skips_the_gpu_steps_and_writes_one_file(tmp_path):
     out = tmp_path / "results" / "gpu.json"
-    env = {**os.environ, "YOLO_OFFLINE": "1"}
+    env = subprocess_env()
     proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

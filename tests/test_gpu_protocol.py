@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import subprocess_env
 from yolo_det.tools.bench.stats import iqr, ratio_interval, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +28,7 @@ def _load():
 @pytest.mark.slow
 def test_cpu_form_runs_skips_the_gpu_steps_and_writes_one_file(tmp_path):
     out = tmp_path / "results" / "protocol.json"
-    env = {**os.environ, "YOLO_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    env = subprocess_env()
     proc = subprocess.run([sys.executable, str(SCRIPT), "--ci", "--out", str(out), "--imgsz", "32", "--batch", "2",
                            "--steps", "2", "--block", "1", "--warmup", "0"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)

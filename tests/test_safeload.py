@@ -16,6 +16,7 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import subprocess_env
 from yolo_det.cli import main
 from yolo_det.core import safeload
 from yolo_det.core.errors import ModelError
@@ -194,7 +195,7 @@ def test_commands_refuse_a_hostile_checkpoint(evil: tuple[Path, Path], argv: lis
 def test_train_with_ultralytics_safe_load_in_a_fresh_process(evil: tuple[Path, Path], tmp_path: Path) -> None:
     """ULTRALYTICS_SAFE_LOAD=1 is read when Ultralytics is imported: a fresh process, as a user runs it."""
     path, marker = evil
-    env = {**os.environ, "ULTRALYTICS_SAFE_LOAD": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = subprocess_env({"ULTRALYTICS_SAFE_LOAD": "1"})
     proc = subprocess.run([sys.executable, "-m", "yolo_det", "train", f"model={path}", f"project={tmp_path}/runs"],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -14,6 +13,7 @@ import torch
 from torch import nn
 from ultralytics.nn import tasks
 
+from helpers import subprocess_env
 from yolo_det.analysis.models import EXAMPLES
 from yolo_det.analysis.names import custom_modules, module_classes
 from yolo_det.analysis.zoo import ZOO_MODULES
@@ -197,7 +197,7 @@ def test_audit_import_names_the_users_layer(tmp_path, monkeypatch, capsys):
 @pytest.mark.slow
 def test_train_import_in_a_fresh_process_twice_with_equal_digests(tmp_path):
     project = _user_project(tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "YOLO_OFFLINE": "1"}
+    env = subprocess_env()
     digests = []
     for name in ("a", "b"):
         proc = subprocess.run(
