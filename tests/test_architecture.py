@@ -155,6 +155,7 @@ def test_cli_starts_without_importing_torch(argv: list[str]) -> None:
     assert out.stdout.strip().splitlines()[-1] == "HEAVY="
 
 
+@pytest.mark.slow
 def test_importing_the_package_does_not_import_torch_but_the_public_api_resolves() -> None:
     code = (
         "import sys, yolo_det\n"

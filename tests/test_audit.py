@@ -59,6 +59,7 @@ def _layers(report: AuditReport) -> set[int]:
 # the test models of data/models
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "module", "kernel"), [
     ("cbam-max", "CBAMMax", "adaptive_max_pool2d_backward_cuda"),
     ("coordatt", "CoordAtt", "adaptive_avg_pool2d_backward_cuda"),
@@ -79,6 +80,7 @@ def test_zoo_models_are_reported_at_their_layer(name: str, module: str, kernel: 
     assert all(f.pass_ == "backward" and f.behaviour["strict"] == "raises RuntimeError" for f in report.findings)
 
 
+@pytest.mark.slow
 def test_attention_mix_reports_both_blocks() -> None:
     path = MODELS / "attention-mix.yaml"
     rows = {m: i for i, m, _ in _rows(path)}
@@ -93,6 +95,7 @@ def test_attention_mix_reports_both_blocks() -> None:
                        f"model.{rows['CoordAtt']}.pool_w"}
 
 
+@pytest.mark.slow
 def test_fix_and_profile_columns() -> None:
     report = audit(MODELS / "cbam-max.yaml", imgsz=64, profile="balanced")
     (f,) = report.findings
@@ -110,6 +113,7 @@ def test_fix_and_profile_columns() -> None:
 # stock Ultralytics models
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["yolov8n.yaml", "yolo11n.yaml", "yolov5nu.yaml"])
 def test_stock_detectors_audit_clean(name: str) -> None:
     report = audit(name, imgsz=320)
@@ -124,6 +128,7 @@ def _stock_row(name: str, module: str) -> tuple[int, int]:
     return row
 
 
+@pytest.mark.slow
 def test_rtdetr_reports_grid_sample_in_its_decoder() -> None:
     index, line = _stock_row("rtdetr-l.yaml", "RTDETRDecoder")
     report = audit("rtdetr-l.yaml", imgsz=320)
@@ -136,6 +141,7 @@ def test_rtdetr_reports_grid_sample_in_its_decoder() -> None:
         assert f.kernel == "grid_sampler_2d_backward_cuda" and f.call == "torch.nn.functional.grid_sample"
 
 
+@pytest.mark.slow
 def test_yolo_world_v1_reports_its_adaptive_max_pool() -> None:
     index, line = _stock_row("yolov8s-world.yaml", "ImagePoolingAttn")
     report = audit("yolov8s-world.yaml", imgsz=320)
@@ -155,6 +161,7 @@ def _bilinear_yaml(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_bilinear_verdict_depends_on_the_torch_version(tmp_path: Path) -> None:
     path = _bilinear_yaml(tmp_path)
     upsample_rows = {i for i, m, _ in _rows(path) if m == "nn.Upsample"}
@@ -167,6 +174,7 @@ def test_bilinear_verdict_depends_on_the_torch_version(tmp_path: Path) -> None:
     assert all("decomposition" in f.note for f in old.findings)
 
 
+@pytest.mark.slow
 def test_bilinear_without_the_flag_at_forward_time(tmp_path: Path) -> None:
     path = _bilinear_yaml(tmp_path)
     report = audit(path, imgsz=64, profile="fast")  # fast trains with deterministic algorithms off
@@ -174,6 +182,7 @@ def test_bilinear_without_the_flag_at_forward_time(tmp_path: Path) -> None:
     assert all(f.under_profile == "non-deterministic, no message" for f in report.findings)
 
 
+@pytest.mark.slow
 def test_a_custom_table_for_torch_2_0(tmp_path: Path) -> None:
     # The same model and torch, two tables: one saying bilinear always alerts on 2.0 and one as shipped.
     path = _bilinear_yaml(tmp_path)
@@ -322,6 +331,7 @@ def test_loss_pass_needs_an_ultralytics_model() -> None:
 # inputs: YAML, checkpoint, factory, module objects
 
 
+@pytest.mark.slow
 def test_checkpoint_input_keeps_layers_and_lines(tmp_path: Path) -> None:
     with registered(ZOO_MODULES):
         model = load_model(MODELS / "cbam-max.yaml").model
@@ -344,6 +354,7 @@ def test_factory_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert [(f.module, f.module_class, f.layer) for f in report.findings] == [("2", "AdaptiveMaxPool2d", None)]
 
 
+@pytest.mark.slow
 def test_ultralytics_yolo_object_and_model_state_unchanged() -> None:
     from ultralytics import YOLO
 
@@ -359,6 +370,7 @@ def test_ultralytics_yolo_object_and_model_state_unchanged() -> None:
     assert all(vars(m).keys() == attrs[id(m)].keys() for m in model.modules())
 
 
+@pytest.mark.slow
 def test_auditing_twice_gives_the_same_report() -> None:
     loaded = load_model("rtdetr-l.yaml")  # its decoder caches anchors: the audit must not leave fakes behind
     first = audit(loaded, imgsz=320)
@@ -379,6 +391,7 @@ def test_bad_model_specs(spec: str, error: type[Exception], message: str) -> Non
         audit(spec)
 
 
+@pytest.mark.slow
 def test_bad_arguments() -> None:
     with pytest.raises(ConfigError, match="not a multiple of the model's stride 32; use 96 or 128"):
         audit("yolov8n.yaml", imgsz=100)
@@ -398,6 +411,7 @@ def test_bad_arguments() -> None:
 # report
 
 
+@pytest.mark.slow
 def test_report_formats() -> None:
     report = audit(MODELS / "attention-mix.yaml", imgsz=64)
     table = report.format_table()
@@ -416,6 +430,7 @@ def test_report_formats() -> None:
 # CLI
 
 
+@pytest.mark.slow
 def test_cli_exit_codes_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["audit", "yolov8n.yaml", "--imgsz", "320"]) == 0
     assert "trains under strict determinism" in capsys.readouterr().out
@@ -439,6 +454,7 @@ def test_cli_audits_several_models_in_one_process(capsys: pytest.CaptureFixture[
     assert data[0]["model"] == data[1]["model"]
 
 
+@pytest.mark.slow
 def test_cli_several_models_one_bad_prints_nothing(capsys: pytest.CaptureFixture[str],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)

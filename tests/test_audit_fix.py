@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from torch import nn
 
@@ -12,6 +13,7 @@ from yolo_det.cli import main
 from yolo_det.fixes.swaps import remedy
 
 
+@pytest.mark.slow
 def test_fix_rewrites_nameable_layers_and_the_copy_audits_clean(tmp_path, capsys):
     out = tmp_path / "fixed.yaml"
     assert main(["audit", str(MODELS / "bicubic-up.yaml"), "--imgsz", "64", "--fix", "-o", str(out), "--json"]) == 0
@@ -38,6 +40,7 @@ class _UsersCBAM(nn.Module):
         return x * torch.sigmoid(self.fc(self.max_pool(x)))
 
 
+@pytest.mark.slow
 def test_fix_says_what_remains_in_the_copy_and_why(tmp_path, capsys, monkeypatch):
     """A pool inside the user's own block: the copy is unchanged, and the message and exit status say so."""
     from ultralytics.nn import tasks
