@@ -19,6 +19,7 @@ from yolo_det.cli import main
 from yolo_det.core.errors import ConfigError, ModelError
 from yolo_det.core.record import RECORD_NAME, checkpoint_digest
 from yolo_det.core.resume import get_rng_state, load_state, read_checkpoint, set_rng_state, state_path
+from yolo_det.integrations.trainer_state import state_of
 from yolo_det.tools.prepare import prepare
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,7 +42,7 @@ def _train_interrupted(tokens: list[str], after: int) -> Path:
 
     def stop(trainer: Any) -> None:
         if trainer.epoch + 1 == after:
-            trainer._yolo_det_interrupted = True
+            state_of(trainer).stopped_on_purpose = True
             raise _Stop
 
     with model_names():

@@ -52,6 +52,7 @@ from ..layers.registry import registered_layers
 from ..session.distributed import gather_states, rank_info, ranks_consistent
 from ..session.session import DeterminismSession, note_restore_failure
 from .identity import run_identity
+from .trainer_state import state_of
 from .ultralytics_resume import UltralyticsResume, previous_record
 
 __all__ = ["UltralyticsPlugin", "attach", "detach", "trainer_class"]
@@ -288,14 +289,14 @@ class UltralyticsPlugin:
         session = self._ensure_train(trainer)
         settings = self.profile.train
         if self.record and _rank() in {-1, 0}:
-            trainer._yolo_det_identity = run_identity(trainer)  # data, start model, arguments (before any swap)
+            state_of(trainer).identity = run_identity(trainer)  # data, start model, arguments (before any swap)
         session.hand_over("loader", getattr(trainer, "train_loader", None))
         model = getattr(trainer, "model", None)
         model = getattr(model, "module", model)  # DistributedDataParallel
         if settings.swaps != "none" and isinstance(model, torch.nn.Module) and not self._swapped_for(trainer):
             imgsz = getattr(trainer.args, "imgsz", 64)
             session.prepare_model(model, imgsz=int(max(imgsz) if isinstance(imgsz, (list, tuple)) else imgsz))
-            trainer._yolo_det_swapped = True
+            state_of(trainer).swapped = True
         session.wrap_scaler(trainer)  # backward: disable -> a ToggleScaler until the train phase ends
         self.resume = UltralyticsResume(int(session.seeds()["seed"]), rank=session.rank)
         self.resume.prepare(trainer)
@@ -326,7 +327,7 @@ class UltralyticsPlugin:
         except Exception as e:  # the training itself succeeded
             self.record_error = (f"could not write {RECORD_NAME} in '{trainer.save_dir}': "
                                  f"{type(e).__name__}: {one_line(e)}")
-            trainer._yolo_det_record_written = True  # the failure is this run's answer; never rewrite it as failed
+            state_of(trainer).record_written = True  # the failure is this run's answer; never rewrite it as failed
             if self.warn_record_error:
                 warnings.warn(f"yolo-det: {self.record_error}", UserWarning, stacklevel=2)
 
@@ -403,10 +404,10 @@ class UltralyticsPlugin:
 
     @staticmethod
     def _swapped_for(trainer: Any) -> bool:
-        return getattr(trainer, "_yolo_det_swapped", False)
+        return state_of(trainer).swapped
 
     def _written_for(self, trainer: Any) -> bool:
-        return getattr(trainer, "_yolo_det_record_written", False)
+        return state_of(trainer).record_written
 
     def _write(self, trainer: Any, error: BaseException | None) -> None:
         """Write ``determinism.json`` for a run that ended with ``error`` (None: completed)."""
@@ -415,7 +416,7 @@ class UltralyticsPlugin:
         save_dir = getattr(trainer, "save_dir", None)
         if save_dir is None:
             return
-        stopped = error is not None and bool(getattr(trainer, "_yolo_det_interrupted", False))  # a clean stop
+        stopped = error is not None and state_of(trainer).stopped_on_purpose  # a clean stop
         # Digests of the files as they are on disk (this run holds the folder: they are its own files).
         files = weights_files(Path(save_dir) / "weights", self._weights_before)
         weights: dict[str, Any] = {"files": files}
@@ -443,13 +444,13 @@ class UltralyticsPlugin:
             run={k: getattr(args, k, None) for k in _RUN_ARGS} | {"save_dir": str(save_dir)},
             ranks=self._ranks,
             rank_problems=ranks_consistent(self._ranks) if self._ranks else [],
-            **getattr(trainer, "_yolo_det_identity", {}),
+            **(state_of(trainer).identity or {}),
             **ending,
         )
         if self.resume is not None:
             record.update(self.resume.record_fields(trainer, self.profile, self._previous))
         self.record_path = write_record(save_dir, record)
-        trainer._yolo_det_record_written = True
+        state_of(trainer).record_written = True
 
     # -- validation, prediction, export -----------------------------------------------------------------
     @_callback
