@@ -53,6 +53,25 @@ def test_new_files_get_the_modes_of_open_and_replaced_files_keep_theirs(tmp_path
         assert not list(tmp_path.rglob(".*.tmp"))
 
 
+@pytest.mark.parametrize("mask", [0o022, 0o077])
+def test_resume_states_and_patched_files_get_the_same_modes(tmp_path, mask):
+    """Every writer goes through core.fileio: a resume state (torch.save) gets the umask mode too."""
+    from yolo_det.core.fileio import atomic_file
+    from yolo_det.core.resume import save_state
+
+    with _umask(mask):
+        state = save_state(tmp_path / "weights" / "yolo-det-resume.last.pt", {"epoch": 1})
+        assert _mode(state) == 0o666 & ~mask
+        os.chmod(state, 0o640)
+        save_state(state, {"epoch": 2})
+        assert _mode(state) == 0o640
+    with pytest.raises(KeyboardInterrupt), atomic_file(tmp_path / "half.bin") as f:
+        f.write(b"half")
+        raise KeyboardInterrupt  # interrupted mid-write: nothing left, no temporary file
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["weights"]
+    assert [p.name for p in (tmp_path / "weights").iterdir()] == ["yolo-det-resume.last.pt"]
+
+
 def test_an_installed_package_writes_demo_data_into_the_user_cache(tmp_path, monkeypatch):
     """Outside a source checkout (a wheel in site-packages), the demo data goes to the cache, never beside the
     package."""
