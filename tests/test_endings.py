@@ -509,6 +509,7 @@ def test_run_folder_lock_refuses_a_live_holder_and_ignores_a_dead_one(tmp_path):
     assert not (folder / LOCK_NAME).exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("way", ["attach", "trainer_class"])
 def test_a_live_run_folder_is_refused_before_anything_is_written(way, tmp_path, demo_data):
     from ultralytics import YOLO
@@ -596,6 +597,7 @@ def test_record_that_cannot_be_written_is_a_warning_after_the_digest(tmp_path):
 
 
 # -- streaming prediction -------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_streaming_predict_applies_deploy_only_while_the_generator_runs(demo_data):
     from ultralytics import YOLO
 
