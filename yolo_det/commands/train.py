@@ -28,7 +28,8 @@ its path and the weights digest are printed at the end. However the run ends, th
 (completed, failed, interrupted, terminated) and lists every weights file left with its digest.
 Exit codes: 0 trained (also when the record could not be written: a warning after the digest), 2 a
 bad argument or a run folder in use by another live yolo-det run, 130 interrupted (Ctrl-C, SIGINT),
-143 terminated (SIGTERM), 1 the training failed.
+143 terminated (SIGTERM), 129 terminated (SIGHUP), 1 the training failed. A signal stops the training
+at the next batch or epoch boundary.
 
 To continue an interrupted run, pass its checkpoint: `resume=True model=RUN/weights/last.pt` (or
 `resume=RUN/weights/last.pt`). The checkpoint's own arguments are used (no demo defaults); overrides
