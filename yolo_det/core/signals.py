@@ -12,7 +12,8 @@ handler takes these three signals and only *notes* the stop. The stop is acted o
 subclass, so every clean-up that runs for Ctrl-C runs for it too), at a *safe point*:
 
 - during a training (between :func:`defer_stops` and its release: from the moment the train phase is
-  entered until the run ends), at the next :func:`safe_point`: a batch or epoch boundary;
+  entered until the run ends), at the next :func:`safe_point`: a batch or epoch boundary (a stop noted
+  after the last one lets the run finish and is raised when the :func:`stop_signals` block ends);
 - outside a training, at once, from the handler, unless the signal landed in the import machinery or in
   code run by ``exec``; then at the next :func:`safe_point` or when the :func:`stop_signals` block ends.
 
