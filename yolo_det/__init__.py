@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .analysis.audit import AuditReport, Finding, audit
+    from .analysis.blocks import declare_block
     from .analysis.names import custom_modules
     from .core.backward import ToggleScaler, backward_scope, toggled_backward
     from .core.errors import ConfigError, ModelError, PatchError, ProfileError, YoloDetError
@@ -62,6 +63,7 @@ __all__ = [
     "checkpoint_digest",
     "custom_modules",
     "data_seed",
+    "declare_block",
     "detach",
     "environment",
     "interception",
@@ -119,6 +121,7 @@ _PUBLIC: dict[str, str] = {
     "Finding": "yolo_det.analysis.audit",
     "audit": "yolo_det.analysis.audit",
     "custom_modules": "yolo_det.analysis.names",
+    "declare_block": "yolo_det.analysis.blocks",
     "interception": "yolo_det.fixes.intercept",
     "swap_modules": "yolo_det.fixes.swaps",
     "unswap_modules": "yolo_det.fixes.swaps",

@@ -23,6 +23,7 @@ import yaml
 from ..core import safe_yaml
 from ..core.errors import ModelError, did_you_mean
 from ..core.quiet import quiet_ultralytics
+from .blocks import layer_lines
 from .model_yaml import check_activation
 from .models import is_example, model_names, resolve_model_yaml
 
@@ -69,27 +70,6 @@ class LoadedModel:
     layer_lines: dict[int, int] = field(default_factory=dict)
     channels: int = 3
     stride: int | None = None
-
-
-def layer_lines(text: str) -> dict[int, int]:
-    """``{layer index: 1-based line}`` of the ``backbone`` + ``head`` rows of a model YAML (counted as
-    ``parse_model`` counts them)."""
-    try:
-        node = safe_yaml.compose(text)
-    except yaml.YAMLError:
-        return {}
-    if not isinstance(node, yaml.MappingNode):
-        return {}
-    sections = {k.value: v for k, v in node.value if isinstance(k, yaml.ScalarNode)}
-    lines: dict[int, int] = {}
-    i = 0
-    for name in ("backbone", "head"):
-        seq = sections.get(name)
-        if isinstance(seq, yaml.SequenceNode):
-            for item in seq.value:
-                lines[i] = item.start_mark.line + 1
-                i += 1
-    return lines
 
 
 def _row_lines(text: str) -> list[int]:
@@ -248,8 +228,12 @@ def _load_yaml(spec: str) -> LoadedModel:
     except ModelError:
         raise
     except Exception as e:  # parse_model raises anything for a wrong row
+        from .blocks import build_error
+
         msg = " ".join(str(e).split()) or type(e).__name__
-        raise ModelError(f"{path}: the model does not build: {type(e).__name__}: {msg}") from None
+        named = build_error(e, {"yaml_file": str(path)})
+        raise ModelError(f"the model does not build: {named}" if named
+                         else f"{path}: the model does not build: {type(e).__name__}: {msg}") from None
     channels, stride = _ultralytics_info(model)
     return LoadedModel(model=model, source=spec, kind="yaml", yaml_path=path, layer_lines=layer_lines(text),
                        channels=channels, stride=stride)
@@ -279,7 +263,12 @@ def _rebuild_checkpoint(path: Path, source: str) -> LoadedModel:
                          f"unpickle checkpoints by default; {trust_hint()}")
     cfg, weights = found
     origin = f"{path} (its stored model YAML)"
-    with model_names():  # yolo-det's layer names and example blocks, as `yolo-det train` resolves them
+    from .blocks import CHECKPOINT_KEY
+    from .names import recorded_imports
+
+    extra = cfg.get(CHECKPOINT_KEY)
+    again = recorded_imports(extra.get("imports") if isinstance(extra, dict) else None, f"checkpoint '{path}'")
+    with model_names(again):  # the run's modules, yolo-det's layer names and example blocks, as `yolo-det train`
         try:
             check_yaml_modules(cfg, "", origin, vars(tasks))
             check_activation(cfg, origin)
@@ -302,8 +291,10 @@ def _rebuild_checkpoint(path: Path, source: str) -> LoadedModel:
 def _unpickle_checkpoint(path: Path, source: str) -> LoadedModel:
     import torch
 
+    from .names import checkpoint_imports
+
     try:
-        with quiet_ultralytics(level=logging.ERROR, drop_stdout=True):
+        with model_names(checkpoint_imports(path)), quiet_ultralytics(level=logging.ERROR, drop_stdout=True):
             ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # pickle errors come in many types
         msg = " ".join(str(e).split()) or type(e).__name__

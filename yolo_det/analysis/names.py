@@ -22,6 +22,7 @@ Profile files cannot name modules to import: a profile is data that is shared an
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import os
@@ -34,7 +35,16 @@ from typing import Any, Union, cast
 
 from ..core.errors import ConfigError
 
-__all__ = ["ModuleSpec", "custom_modules", "import_user_module", "module_classes"]
+__all__ = [
+    "ModuleSpec",
+    "active_imports",
+    "checkpoint_imports",
+    "custom_modules",
+    "import_user_module",
+    "module_classes",
+    "module_origin",
+    "recorded_imports",
+]
 
 #: What :func:`custom_modules` accepts for one module.
 ModuleSpec = Union[str, os.PathLike[str], ModuleType, Mapping[str, Any]]
@@ -121,6 +131,111 @@ def module_classes(module: ModuleType) -> dict[str, type]:
     return out
 
 
+#: The user's modules imported by the :func:`custom_modules` blocks now open (``name``, ``path``, ``sha256``).
+_active: list[dict[str, str]] = []
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def module_origin(module: ModuleType) -> dict[str, str] | None:
+    """``{name, path, sha256}`` of a module imported from a source file (None for one without a file)."""
+    file = getattr(module, "__file__", None)
+    if not isinstance(file, str) or not file:
+        return None
+    path = Path(file).resolve()
+    try:
+        digest = _sha256(path)
+    except OSError:
+        return None
+    return {"name": module.__name__, "path": str(path), "sha256": digest}
+
+
+def active_imports() -> list[dict[str, str]]:
+    """The user's modules (``--import``, ``modules=``) imported by the :func:`custom_modules` blocks now open,
+    each ``{"name", "path", "sha256"}``, in import order: what a run records so that resuming it can import
+    them again."""
+    seen: dict[str, dict[str, str]] = {}
+    for entry in _active:
+        seen.setdefault(entry["name"], dict(entry))
+    return list(seen.values())
+
+
+def _entries(recorded: Any) -> list[dict[str, str]]:
+    if not isinstance(recorded, list):
+        return []
+    keys = ("name", "path", "sha256")
+    return [{k: e[k] for k in keys} for e in recorded
+            if isinstance(e, dict) and all(isinstance(e.get(k), str) and e.get(k) for k in keys)]
+
+
+def recorded_imports(recorded: Any, what: str, *, given: Iterable[ModuleSpec] = ()) -> list[str]:
+    """The files to import for a run that recorded ``recorded`` (:func:`active_imports` of that run).
+
+    A recorded module given (``--import``) needs nothing more. Otherwise it is imported again only from the very
+    file the run imported, unchanged (same sha256) and inside the current folder (the project the run was
+    started from): a checkpoint is data, and the modules it names are never looked for anywhere else.
+
+    Args:
+        recorded: The ``imports`` a checkpoint or record stores (anything: checked here).
+        what: The checkpoint, for the message.
+        given: The modules the user passes.
+
+    Raises:
+        ConfigError: A recorded module is neither given, nor imported, nor importable from its unchanged file
+            (one line naming the module and the ``--import`` to pass).
+    """
+    given_names = set()
+    for spec in given:
+        if isinstance(spec, ModuleType):
+            given_names.add(spec.__name__)
+        elif isinstance(spec, (str, os.PathLike)):
+            text = os.fspath(spec)
+            given_names.add(Path(text).stem if text.endswith(".py") else text)
+    here = Path.cwd().resolve()
+    out = []
+    for entry in _entries(recorded):
+        name, path = entry["name"], Path(entry["path"])
+        if name in given_names:
+            continue
+        hint = f"pass --import {name if '.' in name else path.name} (or modules=[...] in Python)"
+        if not path.is_file():
+            reason = "that file is gone"
+        elif here not in path.parents:
+            reason = "that file is outside the current folder"
+        elif _sha256(path) != entry["sha256"]:
+            reason = "that file changed since"
+        else:
+            out.append(str(path) if "." not in name else name)
+            continue
+        raise ConfigError(f"{what} was trained with --import {name} ({path}, sha256 {entry['sha256'][:12]}); "
+                          f"{reason}: {hint}")
+    return out
+
+
+def checkpoint_imports(path: Any, *, given: Iterable[ModuleSpec] = ()) -> list[str]:
+    """:func:`recorded_imports` of the run that wrote checkpoint ``path`` (read without unpickling it); ``[]`` for
+    anything that is not a checkpoint storing them."""
+    from ..core.errors import YoloDetError
+    from ..core.safeload import checkpoint_model_yaml
+    from .blocks import CHECKPOINT_KEY
+
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path).endswith((".pt", ".pth")):
+        return []
+    try:
+        found = checkpoint_model_yaml(path)
+    except YoloDetError:
+        return []
+    extra = found[0].get(CHECKPOINT_KEY) if found is not None else None
+    recorded = extra.get("imports") if isinstance(extra, dict) else None
+    return recorded_imports(recorded, f"checkpoint '{os.fspath(path)}'", given=given)
+
+
 def _yolo_det_names() -> dict[str, Any]:
     from ..layers.table import SWAPS
     from .zoo import ZOO_MODULES
@@ -153,6 +268,7 @@ def custom_modules(*modules: ModuleSpec | Iterable[ModuleSpec] | None) -> Iterat
             model.train(data="data.yaml", epochs=10)
     """
     from ..layers.registry import registered
+    from .blocks import declared_channels
 
     flat: list[ModuleSpec] = []
     for item in modules:
@@ -165,12 +281,17 @@ def custom_modules(*modules: ModuleSpec | Iterable[ModuleSpec] | None) -> Iterat
     added: dict[str, Any] = {}
     with ExitStack() as stack:
         stack.enter_context(_sys_path(os.getcwd()))  # a user module may import its siblings later
+        stack.enter_context(declared_channels())  # blocks that declare their channels build in parse_model
         for item in flat:
             if isinstance(item, Mapping):
                 mapping = dict(item)
             else:
                 module = item if isinstance(item, ModuleType) else import_user_module(item)
                 mapping = module_classes(module)
+                origin = module_origin(module)
+                if origin is not None:
+                    _active.append(origin)
+                    stack.callback(_active.remove, origin)
             kept = stack.enter_context(registered(mapping))
             added.update({k: v for k, v in mapping.items() if k not in kept and k not in added})
         ours = _yolo_det_names()

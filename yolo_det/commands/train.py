@@ -82,14 +82,18 @@ def train(profile: Any, args: dict[str, Any], modules: list[str] | None = None, 
     """
     from ultralytics import YOLO
 
-    from ..analysis.models import model_names
+    from ..analysis.blocks import naming_build_errors
+    from ..analysis.models import model_names, resolve_model_yaml
     from ..integrations.fonts import ensure_local_font
     from ..integrations.ultralytics import attach
 
     ensure_local_font()
     train_args = dict(args)
     with model_names(modules):  # the user's blocks, rewritten YAMLs and the example blocks build
-        model = YOLO(train_args.pop("model"))
+        source = train_args.pop("model")
+        yaml_path = resolve_model_yaml(source) if str(source).endswith((".yaml", ".yml")) else None
+        with naming_build_errors(yaml_path):  # a layer that does not build is one line naming it
+            model = YOLO(source)
         plugin = attach(model, profile)
         plugin.warn_record_error = warn_record_error
         model.train(**train_args)
@@ -99,11 +103,15 @@ def train(profile: Any, args: dict[str, Any], modules: list[str] | None = None, 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det train``."""
     from ..analysis.models import model_names
+    from ..analysis.names import checkpoint_imports
 
     with model_names(args.imports):  # import first: a module that does not import is an error before any work
         with trusted_checkpoints(args.trust_checkpoint):
             profile, ul_args = prepare(args.profile, list(args.overrides))
-        plugin = train(profile, ul_args, warn_record_error=False)
+        # a checkpoint's run imported modules: import them again (unchanged files) or say which to pass
+        again = checkpoint_imports(ul_args.get("model"), given=args.imports)
+        with model_names(again):
+            plugin = train(profile, ul_args, warn_record_error=False)
     if plugin.record_error is None and plugin.record_path is not None:
         print(f"determinism record: {plugin.record_path}")
     if plugin.weights_digest is not None:

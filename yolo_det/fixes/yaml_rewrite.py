@@ -236,6 +236,11 @@ def _build(text: str, origin: str) -> Any:
     except YoloDetError:
         raise
     except Exception as e:  # any build failure is "a YAML that does not build"
+        from ..analysis.blocks import build_error
+
+        named = build_error(e, {"yaml_file": origin})
+        if named:
+            raise ModelError(f"the model YAML does not build: {named}") from None
         raise ModelError(f"{origin}: the model YAML does not build: {type(e).__name__}: "
                          f"{' '.join(str(e).split())[:300]}") from None
 

@@ -65,7 +65,9 @@ def model_fingerprint(model: Any, source: Any) -> dict[str, Any]:
     net = unwrap_model(model)
     arch = getattr(net, "yaml", None)
     if isinstance(arch, Mapping):
-        text = json.dumps(plain_value(arch), sort_keys=True)
+        from ..analysis.blocks import own_config
+
+        text = json.dumps(plain_value(own_config(arch)), sort_keys=True)  # as built, also from a checkpoint
         out["architecture_sha256"] = hashlib.sha256(text.encode()).hexdigest()
     if isinstance(net, torch.nn.Module):
         out["start_weights_sha256"] = state_dict_digest(net)

@@ -43,6 +43,7 @@ from ..core.compat import TASK_TRAINERS, task_trainer
 from ..core.constants import global_rank
 from ..core.endings import describe_ending, one_line, weights_files, weights_stats
 from ..core.errors import YoloDetError
+from ..core.modules import unwrap_model
 from ..core.profiles import Profile, load_profile
 from ..core.record import RECORD_NAME, build_record, state_dict_digest, write_record
 from ..core.signals import defer_stops, safe_point, stop_signals
@@ -111,6 +112,7 @@ class UltralyticsPlugin:
         self.resume: UltralyticsResume | None = None
         self._previous: dict[str, Any] | None = None
         self._release_stops: Callable[[], None] | None = None  # stops wait for a safe point while training
+        self._portable: dict[str, Any] = {}  # what the checkpoints' YAML keeps under yolo-det's key
 
     # A pickled plugin (Ultralytics' DDP launcher pickles the callbacks) starts fresh in the worker.
     def __getstate__(self) -> dict[str, Any]:
@@ -298,11 +300,26 @@ class UltralyticsPlugin:
             session.prepare_model(model, imgsz=int(max(imgsz) if isinstance(imgsz, (list, tuple)) else imgsz))
             state_of(trainer).swapped = True
         session.wrap_scaler(trainer)  # backward: disable -> a ToggleScaler until the train phase ends
+        self._stamp_checkpoint_yaml(trainer)
         self.resume = UltralyticsResume(int(session.seeds()["seed"]), rank=session.rank)
         self.resume.prepare(trainer)
         if self.resume.info is not None:
             self._previous = previous_record(self.resume.info["checkpoint"])
         safe_point("train-setup")
+
+    def _stamp_checkpoint_yaml(self, trainer: Any) -> None:
+        """The YAML the checkpoints store: torch's names where the model names yolo-det's layers (plain Ultralytics
+        rebuilds it), yolo-det's names and the run's ``--import`` modules under a key Ultralytics ignores."""
+        from ..analysis.blocks import CHECKPOINT_KEY, portable_config
+        from ..analysis.names import active_imports
+
+        imports = active_imports()
+        for net in (unwrap_model(getattr(trainer, "model", None)), getattr(getattr(trainer, "ema", None), "ema", None)):
+            cfg = getattr(net, "yaml", None)
+            if isinstance(net, torch.nn.Module) and isinstance(cfg, dict):
+                portable = portable_config(cfg, imports)
+                net.__dict__["yaml"] = portable  # a new dict: the user's model keeps its own
+                self._portable = dict(portable[CHECKPOINT_KEY])
 
     @_callback
     def on_train_start(self, trainer: Any) -> None:
@@ -444,6 +461,8 @@ class UltralyticsPlugin:
             run={k: getattr(args, k, None) for k in _RUN_ARGS} | {"save_dir": str(save_dir)},
             ranks=self._ranks,
             rank_problems=ranks_consistent(self._ranks) if self._ranks else [],
+            imports=self._portable.get("imports", []),
+            checkpoint_yaml_layers=self._portable.get("layers", {}),
             **(state_of(trainer).identity or {}),
             **ending,
         )

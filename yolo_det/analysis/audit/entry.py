@@ -14,7 +14,7 @@ from ..loader import LoadedModel, load_model
 from ..optable import OpTable, load_table, parse_version
 from ..optable import torch_version as _running_torch
 from .match import _match, _merge_observed
-from .report import AuditReport
+from .report import AuditReport, Finding
 from .trace import _fake_trace, _loss_trace, _real_trace
 
 __all__ = ["audit"]
@@ -113,11 +113,31 @@ def audit(
         findings = _merge_observed(findings, real, tbl, loaded, settings)
         notes += real.notes
         device_label = f"fake-cuda+{device}"
+    findings, fixed = _split_fixed(findings, loaded.model)
     return AuditReport(
-        model=loaded.source, findings=findings, torch_version=version, running_torch=running,
+        model=loaded.source, findings=findings, fixed=fixed, torch_version=version, running_torch=running,
         profile=prof.name, imgsz=imgsz, batch=batch, device=device_label,
         yaml_path=str(loaded.yaml_path) if loaded.yaml_path else None, notes=notes,
         stats={"ops": trace.counts["ops"], "autograd_nodes": trace.counts["nodes"],
                "backward_nodes_run": trace.counts["backward_nodes"],
                "seconds": round(time.perf_counter() - started, 3)},
     )
+
+
+def _split_fixed(findings: list[Finding], model: Any) -> tuple[list[Finding], list[Finding]]:
+    """Findings in yolo-det's own deterministic layers (``DetUpsample``, ...: their custom backward runs only torch
+    ops, checked by the trace) are fixed, not findings: (the rest, those)."""
+    from ...layers.table import SWAPS
+
+    ours = tuple(SWAPS.values())
+    rest, fixed = [], []
+    for f in findings:
+        try:
+            module = model.get_submodule(f.module) if f.module and f.module != "(loss)" else None
+        except AttributeError:
+            module = None
+        if f.effect == "review" and isinstance(module, ours):
+            fixed.append(f)
+        else:
+            rest.append(f)
+    return rest, fixed

@@ -91,6 +91,8 @@ class AuditReport:
         yaml_path: The model YAML, when the model came from one.
         notes: Things the trace could not do (nodes whose backward failed, ...).
         stats: Counts and the wall time of the audit.
+        fixed: The layers already fixed by yolo-det's own deterministic layers (``DetUpsample`` in a rewritten
+            YAML, ...): not findings.
     """
 
     model: str
@@ -104,6 +106,7 @@ class AuditReport:
     yaml_path: str | None = None
     notes: list[str] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
+    fixed: list[Finding] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -122,6 +125,8 @@ class AuditReport:
             "running_torch": self.running_torch, "profile": self.profile, "imgsz": self.imgsz, "batch": self.batch,
             "device": self.device, "yaml_path": self.yaml_path, "findings": [f.to_dict() for f in self.findings],
             "notes": list(self.notes), "stats": dict(self.stats),
+            "fixed": [{"layer": f.layer, "yaml_line": f.yaml_line, "module": f.module, "class": f.module_class}
+                      for f in self.fixed],
         }
 
     def format_table(self) -> str:
@@ -129,6 +134,9 @@ class AuditReport:
         head = (f"yolo-det audit: {self.model}  (imgsz {self.imgsz}, batch {self.batch}, torch {self.torch_version}, "
                 f"profile {self.profile}, {self.device} trace)")
         lines = [head]
+        for f in self.fixed:
+            line = "" if f.yaml_line is None else f" (line {f.yaml_line})"
+            lines.append(f"fixed: layer {f.layer}{line} {f.module} {f.module_class}: yolo-det's deterministic layer")
         if not self.findings:
             lines.append("no layer reaches a non-deterministic CUDA kernel: the model trains under strict determinism")
         else:
