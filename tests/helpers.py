@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 #: The repository root (the folder holding pyproject.toml).
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,3 +25,33 @@ def subprocess_env(extra: Mapping[str, str] | None = None, *, path: Sequence[str
         env.pop(name, None)
     env.update(extra or {})
     return env
+
+
+def train_stopped_after(tokens: list[str], after: int, *, modules: Sequence[str] = ()) -> Path:
+    """Train as ``yolo-det train --profile repro [--import M ...] TOKENS`` does, stopped cleanly (as an
+    interrupted job leaves it) once epoch ``after`` is checkpointed; return the run's ``last.pt``."""
+    import pytest
+    from ultralytics import YOLO
+
+    from yolo_det.analysis.models import model_names
+    from yolo_det.integrations.trainer_state import state_of
+    from yolo_det.integrations.ultralytics import attach
+    from yolo_det.tools.prepare import prepare
+
+    class Stop(Exception):
+        pass
+
+    def stop(trainer: Any) -> None:
+        if trainer.epoch + 1 == after:
+            state_of(trainer).stopped_on_purpose = True
+            raise Stop
+
+    with model_names(list(modules)):
+        profile, args = prepare("repro", tokens)
+        args = dict(args)
+        model = YOLO(args.pop("model"))
+        attach(model, profile)
+        model.add_callback("on_fit_epoch_end", stop)
+        with pytest.raises(Stop):
+            model.train(**args)
+    return Path(args["project"]) / args["name"] / "weights" / "last.pt"

@@ -10,14 +10,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
+from helpers import train_stopped_after
 from yolo_det.cli import main
 from yolo_det.core.record import RECORD_NAME
-from yolo_det.integrations.trainer_state import state_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
 
@@ -88,32 +87,9 @@ head:
 """
 
 
-class _Stop(Exception):
-    pass
-
-
 def _train_until(tokens: list[str], module: str, after: int) -> Path:
     """``yolo-det train --import MODULE TOKENS``, stopped cleanly (an interrupted job) once epoch ``after`` is saved."""
-    from ultralytics import YOLO
-
-    from yolo_det.analysis.names import custom_modules
-    from yolo_det.integrations.ultralytics import attach
-    from yolo_det.tools.prepare import prepare
-
-    def stop(trainer: Any) -> None:
-        if trainer.epoch + 1 == after:
-            state_of(trainer).stopped_on_purpose = True
-            raise _Stop
-
-    with custom_modules([module]):
-        profile, args = prepare("repro", tokens)
-        args = dict(args)
-        model = YOLO(args.pop("model"))
-        attach(model, profile)
-        model.add_callback("on_fit_epoch_end", stop)
-        with pytest.raises(_Stop):
-            model.train(**args)
-    return Path(args["project"]) / args["name"] / "weights" / "last.pt"
+    return train_stopped_after(tokens, after, modules=[module])
 
 
 def _files(folder: Path) -> dict[str, bytes]:

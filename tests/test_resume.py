@@ -15,43 +15,20 @@ import pytest
 import torch
 import yaml
 
+from helpers import train_stopped_after
 from yolo_det.cli import main
 from yolo_det.core.errors import ConfigError, ModelError
 from yolo_det.core.record import RECORD_NAME, checkpoint_digest
 from yolo_det.core.resume import get_rng_state, load_state, read_checkpoint, set_rng_state, state_path
-from yolo_det.integrations.trainer_state import state_of
 from yolo_det.tools.prepare import prepare
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "data" / "models"
 
 
-class _Stop(Exception):
-    pass
-
-
 def _train_interrupted(tokens: list[str], after: int) -> Path:
     """Train as ``yolo-det train --profile repro TOKENS`` does, stopping cleanly once epoch ``after`` is saved."""
-    from ultralytics import YOLO
-
-    from yolo_det.analysis.models import model_names
-    from yolo_det.integrations.ultralytics import attach
-
-    profile, args = prepare("repro", tokens)
-    args = dict(args)
-
-    def stop(trainer: Any) -> None:
-        if trainer.epoch + 1 == after:
-            state_of(trainer).stopped_on_purpose = True
-            raise _Stop
-
-    with model_names():
-        model = YOLO(args.pop("model"))
-        attach(model, profile)
-        model.add_callback("on_fit_epoch_end", stop)
-        with pytest.raises(_Stop):
-            model.train(**args)
-    return Path(args["project"]) / args["name"] / "weights" / "last.pt"
+    return train_stopped_after(tokens, after)
 
 
 def _cli(tokens: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -7,48 +7,23 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from helpers import train_stopped_after
 from yolo_det.cli import main
 from yolo_det.core.errors import ConfigError
 from yolo_det.core.record import RECORD_NAME
 from yolo_det.core.resume import read_checkpoint, resume_folder
-from yolo_det.tools.prepare import prepare
 
 TINY = ["epochs=2", "imgsz=32", "batch=8", "nbs=8", "fraction=0.25", "val=false", "plots=false", "workers=0",
         "device=cpu",
         "exist_ok=true"]
 
 
-class _Stop(Exception):
-    pass
-
-
 def train_interrupted(tokens: list[str], after: int = 1) -> Path:
     """Train as ``yolo-det train --profile repro TOKENS`` does, stopping cleanly once epoch ``after`` is saved."""
-    from ultralytics import YOLO
-
-    from yolo_det.analysis.models import model_names
-    from yolo_det.integrations.trainer_state import state_of
-    from yolo_det.integrations.ultralytics import attach
-
-    profile, args = prepare("repro", tokens)
-    args = dict(args)
-
-    def stop(trainer: Any) -> None:
-        if trainer.epoch + 1 == after:
-            state_of(trainer).stopped_on_purpose = True
-            raise _Stop
-
-    with model_names():
-        model = YOLO(args.pop("model"))
-        attach(model, profile)
-        model.add_callback("on_fit_epoch_end", stop)
-        with pytest.raises(_Stop):
-            model.train(**args)
-    return Path(args["project"]) / args["name"] / "weights" / "last.pt"
+    return train_stopped_after(tokens, after)
 
 
 def hashes(folder: Path) -> dict[str, str]:
