@@ -182,24 +182,37 @@ _CHUNK_MIN = 1 << 18
 _CHUNK_MAX = 16
 
 
-def _membership(win: Windows, in_size: int, like: Tensor) -> Tensor:
+def _membership(win: Windows, in_size: int, dtype: torch.dtype) -> Tensor:
     """The ``(O, L)`` 0/1 matrix of an axis's windows: row ``j`` is 1 on window ``j``'s positions."""
     starts, ends = win
-    pos = torch.arange(in_size, device=like.device)
-    lo = torch.tensor(starts, device=like.device).unsqueeze(1)
-    hi = torch.tensor(ends, device=like.device).unsqueeze(1)
-    return ((pos >= lo) & (pos < hi)).to(like.dtype)
+    pos = torch.arange(in_size)
+    lo = torch.tensor(starts).unsqueeze(1)
+    hi = torch.tensor(ends).unsqueeze(1)
+    return ((pos >= lo) & (pos < hi)).to(dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _banded_constants(wins: tuple[Windows, ...], sizes: tuple[int, ...],
+                      dtype: torch.dtype) -> tuple[Tensor, list[Tensor]]:
+    """The inverse window sizes and the membership matrices of one pooling geometry (CPU tensors,
+    built once: no mode or autograd state of the caller is captured, see :func:`_banded_ok`)."""
+    with torch.inference_mode(False), torch.no_grad():
+        inv = _inverse_counts(wins, torch.empty((), dtype=dtype))
+        return inv, [_membership(w, s, dtype) for w, s in zip(wins, sizes)]
 
 
 def _banded_ok(g: Tensor, wins: Sequence[Windows]) -> bool:
     """Whether :func:`_banded_spread` applies: on the CPU, for
     one or two axes, float32/float64, every position in at most two windows, a finite gradient (a
-    plain tensor: not a FakeTensor or other subclass, whose values cannot be read)."""
+    plain tensor: not a FakeTensor or other subclass, whose values cannot be read; no dispatch mode
+    active, so the cached constants are plain CPU tensors)."""
     return (type(g) is Tensor and g.device.type == "cpu" and len(wins) <= 2
-            and g.dtype in (torch.float32, torch.float64) and all(_reach(w) <= 1 for w in wins) and bool(torch.isfinite(g).all()))
+            and torch._C._len_torch_dispatch_stack() == 0
+            and g.dtype in (torch.float32, torch.float64) and all(_reach(w) <= 1 for w in wins)
+            and bool(torch.isfinite(g.sum())))  # any inf/NaN makes the sum non-finite (overflow: the safe side)
 
 
-def _banded_spread(scaled: Tensor, wins: Sequence[Windows], sizes: Sequence[int]) -> Tensor:
+def _banded_spread(g: Tensor, wins: tuple[Windows, ...], sizes: tuple[int, ...]) -> Tensor:
     """The window sum's adjoint as one matrix product per axis: ``M_h^T @ g @ M_w``, the output's
     axes first (small), the last product writes the full-size gradient in one GEMM.
 
@@ -208,10 +221,14 @@ def _banded_spread(scaled: Tensor, wins: Sequence[Windows], sizes: Sequence[int]
     whatever summation order or blocking the BLAS kernel picks (thread count included), the result
     is the same bits: the rounded sum of those two terms. Deterministic without relying on the
     kernel's order. (Not used on CUDA, where TF32 matmul settings would round the operands.)"""
-    mats = [_membership(w, s, scaled) for w, s in zip(wins, sizes)]
+    inv, mats = _banded_constants(wins, sizes, g.dtype)
+    scaled = (g * inv).contiguous()
     if len(wins) == 1:
         return torch.matmul(scaled, mats[0])
-    return torch.matmul(torch.matmul(mats[0].t(), scaled), mats[1])
+    # height axis on the small tensor as one GEMM over the transposed planes (no batched matmul of
+    # many tiny matrices), then the width axis as one GEMM that writes the full-size gradient
+    rows = torch.matmul(scaled.transpose(-1, -2), mats[0]).transpose(-1, -2).contiguous()
+    return torch.matmul(rows, mats[1])
 
 
 def _chunked_spread(scaled: Tensor, wins: Sequence[Windows], sizes: Sequence[int]) -> Tensor:
@@ -250,10 +267,9 @@ class DetAdaptiveAvgPoolGrad(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, g: Tensor, wins: tuple[Windows, ...], sizes: tuple[int, ...]) -> Tensor:
         ctx.outs = [len(w[0]) for w in wins]
-        scaled = g * _inverse_counts(wins, g)
-        if _banded_ok(scaled, wins):
-            return _banded_spread(scaled.contiguous(), wins, sizes)
-        return _chunked_spread(scaled, wins, sizes)
+        if _banded_ok(g, wins):
+            return _banded_spread(g, wins, sizes)
+        return _chunked_spread(g * _inverse_counts(wins, g), wins, sizes)
 
     @staticmethod
     def backward(ctx: Any, gg: Tensor) -> tuple[Tensor, None, None]:
