@@ -192,13 +192,16 @@ def _membership(win: Windows, in_size: int, dtype: torch.dtype) -> Tensor:
 
 
 @functools.lru_cache(maxsize=256)
-def _banded_constants(wins: tuple[Windows, ...], sizes: tuple[int, ...],
-                      dtype: torch.dtype) -> tuple[Tensor, list[Tensor]]:
-    """The inverse window sizes and the membership matrices of one pooling geometry (CPU tensors,
-    built once: no mode or autograd state of the caller is captured, see :func:`_banded_ok`)."""
+def _banded_constants(wins: tuple[Windows, ...], sizes: tuple[int, ...], dtype: torch.dtype) -> list[Tensor]:
+    """Per axis, the membership matrix with row ``j`` divided by window ``j``'s length (so the
+    products also apply the average's ``1 / window size``). CPU tensors built once: no mode or
+    autograd state of the caller is captured, see :func:`_banded_ok`."""
     with torch.inference_mode(False), torch.no_grad():
-        inv = _inverse_counts(wins, torch.empty((), dtype=dtype))
-        return inv, [_membership(w, s, dtype) for w, s in zip(wins, sizes)]
+        mats = []
+        for w, s in zip(wins, sizes):
+            lengths = torch.tensor([float(e - b) for b, e in zip(*w)], dtype=torch.float64).unsqueeze(1)
+            mats.append((_membership(w, s, torch.float64) / lengths).to(dtype))
+        return mats
 
 
 def _banded_ok(g: Tensor, wins: Sequence[Windows]) -> bool:
@@ -213,22 +216,32 @@ def _banded_ok(g: Tensor, wins: Sequence[Windows]) -> bool:
 
 
 def _banded_spread(g: Tensor, wins: tuple[Windows, ...], sizes: tuple[int, ...]) -> Tensor:
-    """The window sum's adjoint as one matrix product per axis: ``M_h^T @ g @ M_w``, the output's
-    axes first (small), the last product writes the full-size gradient in one GEMM.
+    """The average's input gradient as one matrix product per axis, ``M_h^T @ g @ M_w`` (the
+    membership matrices scaled by ``1 / window length``, :func:`_banded_constants`).
 
     Every element of each product is a dot product whose only non-zero terms are the (at most two)
     windows holding that position; the other terms are exact zeros (the gradient is finite), so
     whatever summation order or blocking the BLAS kernel picks (thread count included), the result
     is the same bits: the rounded sum of those two terms. Deterministic without relying on the
     kernel's order. (Not used on CUDA, where TF32 matmul settings would round the operands.)"""
-    inv, mats = _banded_constants(wins, sizes, g.dtype)
-    scaled = (g * inv).contiguous()
+    mats = _banded_constants(wins, sizes, g.dtype)
     if len(wins) == 1:
-        return torch.matmul(scaled, mats[0])
-    # height axis on the small tensor as one GEMM over the transposed planes (no batched matmul of
-    # many tiny matrices), then the width axis as one GEMM that writes the full-size gradient
-    rows = torch.matmul(scaled.transpose(-1, -2), mats[0]).transpose(-1, -2).contiguous()
-    return torch.matmul(rows, mats[1])
+        return torch.matmul(g, mats[0])
+    # per plane: the height axis on the small tensor, one GEMM over all planes (``(g^T M_h)``, shape
+    # ``(Ow, Lh)``), then the width axis as a batched GEMM with that operand transposed (no copy),
+    # writing the full-size gradient; in plane chunks so the ``(Ow, Lh)`` intermediate stays under
+    # about a twentieth of the gradient
+    oh, ow = g.shape[-2:]
+    lh, lw = sizes
+    planes = g.reshape(-1, oh, ow)
+    count = planes.shape[0]
+    out = g.new_empty((count, lh, lw))
+    step = -(-count // min(count, max(1, -(-20 * ow // lw)))) if count else 1
+    for a in range(0, count, step):
+        part = planes[a:a + step]
+        cols = torch.matmul(part.transpose(1, 2), mats[0])
+        torch.bmm(cols.transpose(1, 2), mats[1].expand(part.shape[0], ow, lw), out=out[a:a + step])
+    return out.view(*g.shape[:-2], lh, lw)
 
 
 def _chunked_spread(scaled: Tensor, wins: Sequence[Windows], sizes: Sequence[int]) -> Tensor:
