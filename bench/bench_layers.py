@@ -315,7 +315,8 @@ def _fmt(v: float | None, spec: str = ".1f") -> str:
 
 def report(cases: list[Case]) -> list[dict]:
     rows = []
-    print("\n| layer | input | windows | float64 diff | native ms (IQR) | torch-det ms | yolo-det ms (IQR) | time ratio (IQR) | time target | "
+    print("\n| layer | input | windows | float64 diff | native ms (IQR) | torch-det ms | yolo-det ms (IQR) | "
+          "time ratio (IQR) | time target | "
           "peak MB native | peak MB yolo-det | memory ratio | memory target |")
     print("|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|")
     for case in cases:
@@ -407,7 +408,8 @@ def main() -> int:
         "Timer.blocked_autorange", "min_time_s": args.min_time,
         "rounds": args.rounds, "batches": list(batches), "levels": [list(lv) for lv in LEVELS],
         "shape_rule": "first batch at every (channels, map) level; other batches at the first and last level; "
-                      "adaptive pooling adds a map its windows divide when no level's does", "quick": args.quick, "dtype": "float32",
+                      "adaptive pooling adds a map its windows divide when no level's does", "quick": args.quick,
+        "dtype": "float32",
         "peak_memory": "largest CPU-allocator bytes held above the pre-forward state during one forward+backward "
                        "(torch.profiler memory timeline)", "rows": rows})
     print(f"\nwrote {args.out}")
