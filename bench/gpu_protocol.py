@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """GPU cost protocol: what determinism costs where the GPU, not the loader or the launch overhead, is the limit.
 
-usage: python bench/gpu_protocol.py [--out PATH] [--device 0|cpu] [--models yolov8s.yaml,yolov8m.yaml]
+usage: python bench/gpu_protocol.py [--out PATH] [--device 0|cpu] [--models yolov8s.yaml,yolov8m.yaml] [--deploy]
                                     [--imgsz 640] [--batch 32] [--steps 40] [--block 5] [--warmup 10]
                                     [--kernel-steps 3] [--ci]
 
@@ -18,6 +18,13 @@ On a CUDA device, for each model (default yolov8s and yolov8m at imgsz 640, batc
 4. ``torch.profiler`` over ``--kernel-steps`` extra steps per profile: the GPU kernels whose time per step
    changes most between ``fast`` and ``repro``/``balanced`` (for example cuDNN algorithms chosen by
    autotuning, deterministic index_put/scatter replacements, the swapped layers' kernels).
+
+5. with ``--deploy``: ``bench/bench_deploy.py`` on the GPU (yolov8s at 640, batch 16, 10 interleaved rounds):
+   the throughput of ``batch_invariant`` against the plain path, and whether each image's detections at
+   ``batch=`` 2, 8 and 16 equal those at ``batch=1`` bit for bit under each path. What it should show: the
+   plain path differs on CUDA (cuDNN/cuBLAS pick kernels by the batch's shape) and the invariant path is
+   bitwise at every batch size; the cost is the per-image forward's lost batching, larger on a GPU than
+   on a CPU. Skipped (with the reason) in the CPU form.
 
 Without CUDA (or with ``--device cpu``, or ``--ci``) it runs the same code path in CI size on the CPU
 (yolov8n.yaml, imgsz 64, batch 4, 4 steps): steps 1-3 run and the GPU-only parts (the GPU-bound
@@ -195,6 +202,7 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
                          "traceback": traceback.format_exc(limit=8)}
             entry["seconds"] = round(time.perf_counter() - t0, 1)
             results.append(entry)
+    deploy = _deploy_section(args, cuda, device)
     return {
         "schema": "yolo-det/gpu-protocol/1",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -204,9 +212,33 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
         "reference": REFERENCE,
         "skipped": skipped,
         "results": results,
+        **({"deploy": deploy} if deploy is not None else {}),
         "seconds": round(time.perf_counter() - started, 1),
         "environment": environment(),
     }
+
+
+#: ``--deploy`` on a GPU: bench/bench_deploy.py in this form.
+DEPLOY_FORM = {"model_name": "yolov8s.yaml", "imgsz": 640, "batch": 16, "rounds": 10, "check_batches": [2, 8, 16]}
+
+
+def _deploy_section(args: argparse.Namespace, cuda: bool, device: str) -> dict[str, Any] | None:
+    """``--deploy``: the batch-invariant path's cost and batch identity on the GPU (skipped without one)."""
+    if not getattr(args, "deploy", False):
+        return None
+    if not cuda:
+        line = "deploy (batch_invariant cost and identity): skipped, needs a CUDA device"
+        print(f"gpu_protocol: {line}", file=sys.stderr, flush=True)
+        return {"status": "skipped", "reason": line}
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from bench_deploy import measure
+
+        return {"status": "measured", **measure(device=device, **DEPLOY_FORM)}  # type: ignore[arg-type]
+    except Exception as e:
+        return {"status": "error", "message": f"{type(e).__name__}: {' '.join(str(e).split())[:400]}"}
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
 
 
 def summarize(doc: dict[str, Any]) -> str:
@@ -221,6 +253,17 @@ def summarize(doc: dict[str, Any]) -> str:
             lines.append(f"### {r['model']}: error: {r['message']}")
             continue
         lines.append(_markdown(r))
+    deploy = doc.get("deploy")
+    if deploy and deploy.get("status") == "measured":
+        for label, row in deploy["shapes"].items():
+            lines.append(f"- deploy {label}: batch_invariant costs {row['cost_percent']:+.1f}% "
+                         f"({row['median_ms_per_image']['plain']:.2f} -> "
+                         f"{row['median_ms_per_image']['batch_invariant']:.2f} ms/image)")
+        for path, checks in deploy["identical_to_batch_1"].items():
+            lines.append(f"- deploy {path}: bitwise images vs batch=1: "
+                         + ", ".join(f"batch={b} {c['bitwise_images']}/{c['images']}" for b, c in checks.items()))
+    elif deploy:
+        lines.append(f"- deploy: {deploy.get('reason') or deploy.get('message')}")
     lines += ["", f"total {doc['seconds']:.0f} s"]
     return "\n".join(lines)
 
@@ -232,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="0", help="CUDA device (default 0); 'cpu' runs the CI-sized CPU form")
     parser.add_argument("--ci", action="store_true", help="the CI-sized CPU form even where CUDA exists")
     parser.add_argument("--models", default=None, help="comma-separated model YAMLs (default: per form)")
+    parser.add_argument("--deploy", action="store_true",
+                        help="also measure the batch-invariant deploy path and its batch identity (GPU only)")
     for key in ("imgsz", "batch", "steps", "block", "warmup", "kernel_steps"):
         parser.add_argument(f"--{key.replace('_', '-')}", type=int, default=None,
                             help=f"override (GPU form {GPU_FORM[key]}, CI form {CI_FORM[key]})")
@@ -250,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write_json(out, doc)
     print(doc["summary"])
     print(f"results: {out}")
-    return 1 if any(r["status"] == "error" for r in doc["results"]) else 0
+    return 1 if any(r["status"] == "error" for r in doc["results"]) or doc.get("deploy", {}).get("status") == "error" \
+        else 0
 
 
 if __name__ == "__main__":

@@ -102,6 +102,93 @@ CASES = [
     # the command line itself
     ("unknown-command", ["trian"], "invalid choice: 'trian'"),
     ("unknown-option", ["train", "--profil", "repro"], "unrecognized arguments"),
+    ("unknown-option-after-overrides", ["train", "epochs=1", "--bogus"], "unrecognized arguments: --bogus"),
+    # sizes and devices
+    ("train-imgsz-2-31", ["train", "imgsz=2147483648"], "beyond 16384 pixels"),
+    ("train-imgsz-list-huge", ["train", "imgsz=[640,2147483648]"], "beyond 16384 pixels"),
+    ("train-imgsz-zero", ["train", "imgsz=0"], "is not an image size"),
+    ("train-imgsz-negative", ["train", "imgsz=-5"], "is not an image size"),
+    ("train-device-cpu-twice", ["train", "device=cpu,cpu"], "is not a device yolo-det trains on"),
+    ("train-device-tpu", ["train", "device=tpu"], "is not a device yolo-det trains on"),
+    ("train-device-same-gpu-twice", ["train", "device=0,0"], "names CUDA device 0 twice"),
+    ("train-device-minus-two", ["train", "device=-2"], "is not a device"),
+    ("train-device-float", ["train", "device=1.5"], "is not a device"),
+    ("train-device-empty-list", ["train", "device=[]"], "is not a list of CUDA indices"),
+    ("train-device-mps-absent", ["train", "device=mps"], "MPS"),
+    # the run folder: name= is a folder name, project= a place that can be written
+    ("train-project-proc", ["train", "project=/proc"], "cannot create the run folder in '/proc'"),
+    ("train-project-sys", ["train", "project=/sys"], "cannot create the run folder in '/sys'"),
+    ("train-project-5000", ["train", "project=" + "p" * 5000], "5000 characters long"),
+    ("train-project-deep-5000", ["train", "project=" + "p/" * 2500], "characters long"),
+    ("train-project-long-part", ["train", "project={d}/" + "q" * 300], "a folder name of 300 characters"),
+    ("train-project-climbs-out", ["train", "project=../outside"], "climbs out of the runs folder"),
+    ("train-project-escape-chars", ["train", "project={d}/a\x1b[2Kb"], r"a\x1b[2Kb"),  # shown escaped
+    ("train-name-300", ["train", "name=" + "n" * 300], "300 characters long"),
+    ("train-name-climbs-out", ["train", "name=../../x"], "is not a folder name (it holds a path)"),
+    ("train-name-absolute", ["train", "name={d}/abs"], "is not a folder name (it holds a path)"),
+    ("train-name-nested", ["train", "name=a/b"], "is not a folder name (it holds a path)"),
+    ("train-name-dot-dot", ["train", "name=.."], "is not a folder name"),
+    ("train-name-dot", ["train", "name=."], "is not a folder name"),
+    ("train-name-escape-chars", ["train", 'name="a\\x07b"'], "control characters"),
+    ("train-name-is-a-file", ["train", "project={d}", "name=text.pt"], "exists and is not a folder"),
+    # split=, cfg=
+    ("train-split-junk", ["train", "split=junk"], "is not a split"),
+    ("train-split-number", ["train", "split=3"], "'split' must be a str"),
+    ("train-split-test-missing", ["train", "data={d}/data-ok.yaml", "split=test"], "has no 'test:' images"),
+    ("train-cfg-passwd", ["train", "cfg=/etc/passwd"], "is not a settings YAML"),
+    ("train-cfg-data-file", ["train", "cfg={d}/data-ok.yaml"], "pass it as data="),
+    ("train-cfg-missing", ["train", "cfg={d}/missing-cfg.yaml"], "cannot read cfg="),
+    ("train-cfg-unknown-key", ["train", "cfg={d}/cfg-typo.yaml"], "Did you mean 'epochs'?"),
+    ("train-cfg-bad-value", ["train", "cfg={d}/cfg-bad-value.yaml"], "invalid type"),
+    ("train-cfg-malformed", ["train", "cfg={d}/broken.yaml"], "malformed YAML"),
+    ("train-cfg-list", ["train", "cfg={d}/cfg-list.yaml"], "must be a mapping"),
+    ("train-cfg-reserved-by-value", ["train", "cfg={d}/cfg-imgsz.yaml"], "beyond 16384 pixels"),
+    # models Ultralytics cannot train from
+    ("train-model-no-model", ["train", "model={d}/empty.pt"], "holds no model Ultralytics can train from"),
+    ("train-model-state-dict", ["train", "model={d}/state-dict.pt"], "holds no model Ultralytics can train from"),
+    ("train-model-onnx", ["train", "model={d}/model.onnx"], "neither a model YAML"),
+    ("train-model-data-yaml", ["train", "model={d}/data-ok.yaml"], "backbone"),
+    ("train-model-number", ["train", "model=5"], "must be a model YAML or a checkpoint path"),
+    # data, and data of another task
+    ("train-data-folder-detect", ["train", "data={d}/images"], "is a folder, which is classification data"),
+    ("train-data-ndjson", ["train", "data={d}/x.ndjson"], "is not a dataset YAML"),
+    ("train-data-path-etc", ["train", "data={d}/etc.yaml"], "hold no image files"),
+    ("train-data-empty-images", ["train", "data={d}/empty-images.yaml"], "hold no image files"),
+    ("train-data-not-a-mapping", ["train", "data={d}/notmodel-list.yaml"], "must be a mapping"),
+    ("train-data-number", ["train", "data=5"], "data= must be a path"),
+    ("train-classify-with-yaml", ["train", "model=yolov8n-cls.yaml", "data={d}/data-ok.yaml"],
+     "is a dataset YAML but the model is a classify model"),
+    ("train-pose-without-kpt-shape", ["train", "model=yolov8n-pose.yaml", "data={d}/data-ok.yaml"],
+     "has no 'kpt_shape:'"),
+    ("train-classify-folder-without-train", ["train", "model=yolov8n-cls.yaml", "data={d}/images"],
+     "needs train/"),
+    ("train-classify-demo", ["train", "model=yolov8n-cls.yaml"], "the bundled demo data is for detection"),
+    # --import: whatever the module raises is one line, exit 2; nothing trained is never a success
+    ("train-import-exit-0", ["train", "--import", "{d}/exit0.py"], "it called sys.exit(0)"),
+    ("train-import-exit-3", ["train", "--import", "{d}/exit3.py"], "it called sys.exit(3)"),
+    ("train-import-base-exception", ["train", "--import", "{d}/base_exc.py"], "it raised Boom"),
+    ("train-import-generator-exit", ["train", "--import", "{d}/gen_exit.py"], "it raised GeneratorExit"),
+    ("train-import-after-overrides", ["train", "epochs=1", "--import", "{d}/exit0.py", "model=yolov8n.yaml"],
+     "it called sys.exit(0)"),
+    ("train-import-missing", ["train", "epochs=1", "--import", "nosuch_module_x", "imgsz=64"], "nosuch_module_x"),
+    ("verify-import-exit-0", ["verify", "--import", "{d}/exit0.py"], "it called sys.exit(0)"),
+    ("bench-device-tpu", ["bench", "device=tpu"], "is not a device yolo-det trains on"),
+    ("verify-name-climbs-out", ["verify", "name=../x"], "is not a folder name"),
+    # verify --against: the file is checked field by field before any training
+    ("verify-against-weights-list", ["verify", "--against", "{d}/against-weights.json"], "'run.weights' must be"),
+    ("verify-against-grads-short", ["verify", "--against", "{d}/against-grads.json"], "'run.steps[0].grads' must be"),
+    ("verify-against-loss-text", ["verify", "--against", "{d}/against-loss.json"], ".loss' must be a list of numbers"),
+    ("verify-against-device-type", ["verify", "--against", "{d}/against-device.json"], "'run.device_type' must be"),
+    ("verify-against-step-number", ["verify", "--against", "{d}/against-step.json"], "'run.steps[0]' must be"),
+    ("verify-against-args-list", ["verify", "--against", "{d}/against-args.json"], "'args' must be a mapping"),
+    ("verify-against-record-list", ["verify", "--against", "{d}/against-record.json"], "'record' must be a mapping"),
+    ("verify-against-steps-requested", ["verify", "--against", "{d}/against-steps.json"], "'steps_requested'"),
+    ("verify-against-deep", ["verify", "--against", "{d}/against-deep.json"], "not JSON"),
+    # patch-yolov5: a tree it cannot patch whole is not changed at all
+    ("patch-not-recognised", ["patch-yolov5", "{d}/fake-yolov5"], "not recognised"),
+    ("patch-unknown-marked-line", ["patch-yolov5", "{d}/marked-yolov5"], "is marked '# yolo-det'"),
+    ("patch-journal-check", ["patch-yolov5", "{d}/journal-yolov5", "--check"], "--repair"),
+    ("patch-journal-unreadable", ["patch-yolov5", "{d}/journal-yolov5", "--repair"], "is not a journal"),
 ]
 
 
@@ -160,6 +247,54 @@ def scratch(d: Path) -> None:
     for rel in ("train.py", "val.py", "utils/general.py", "models/yolo.py"):
         (fake / rel).parent.mkdir(parents=True, exist_ok=True)
         (fake / rel).write_text("# a file\n")
+    marked = d / "marked-yolov5"
+    for rel in ("train.py", "val.py", "utils/general.py", "models/yolo.py"):
+        (marked / rel).parent.mkdir(parents=True, exist_ok=True)
+        (marked / rel).write_text("from utils.general import x\ndef run(\n    pass\n")
+    (marked / "val.py").write_text("from utils.general import x\nprint(1)  # yolo-det\ndef run(\n    pass\n")
+    journal = d / "journal-yolov5"
+    for rel in ("train.py", "val.py", "utils/general.py", "models/yolo.py"):
+        (journal / rel).parent.mkdir(parents=True, exist_ok=True)
+        (journal / rel).write_text("# a file\n")
+    (journal / ".yolo-det-patch.journal").write_text("{not json")
+    (d / "images").mkdir()
+    (d / "images" / "a.jpg").write_bytes(b"")
+    (d / "empty-images").mkdir()
+    (d / "data-ok.yaml").write_text(f"path: {d}\ntrain: images\nval: images\nnames: [a]\n")
+    (d / "etc.yaml").write_text("path: /etc\ntrain: .\nval: .\nnames: [a]\n")
+    (d / "empty-images.yaml").write_text(f"path: {d}\ntrain: empty-images\nval: images\nnames: [a]\n")
+    (d / "notmodel-list.yaml").write_text("- a\n- b\n")
+    (d / "x.ndjson").write_text("{}\n")
+    (d / "model.onnx").write_bytes(b"onnx")
+    (d / "cfg-typo.yaml").write_text("epoch: 3\n")
+    (d / "cfg-bad-value.yaml").write_text("epochs: three\n")
+    (d / "cfg-list.yaml").write_text("- epochs\n")
+    (d / "cfg-imgsz.yaml").write_text("imgsz: 2147483648\n")
+    (d / "exit0.py").write_text("import sys\nsys.exit(0)\n")
+    (d / "exit3.py").write_text("raise SystemExit(3)\n")
+    (d / "base_exc.py").write_text("class Boom(BaseException):\n    pass\nraise Boom('no')\n")
+    (d / "gen_exit.py").write_text("raise GeneratorExit\n")
+    import json
+
+    def against(name: str, edit) -> None:
+        batch = {"index": 0, "epoch": 0, "data": "d", "raw": "r", "files": ["images/a.jpg"], "loss": [0.5]}
+        step = {"step": 1, "epoch": 0, "scale": 1.0, "weights": "w", "grads": ["g", "h"], "batches": [batch]}
+        run = {"param_names": ["a", "b"], "loss_names": ["box"], "weights": {"model": "m"}, "optimizer_steps": 1,
+               "device_type": "cpu", "steps": [step]}
+        data = {"schema": "yolo-det/verify-fingerprints", "version": 1, "digest": "fingerprint/1", "created": "now",
+                "profile": "repro", "args": {}, "steps_requested": None, "device": "cpu", "run": run, "record": {}}
+        edit(data)
+        (d / f"against-{name}.json").write_text(json.dumps(data))
+
+    against("weights", lambda x: x["run"].update(weights=[1, 2]))
+    against("grads", lambda x: x["run"]["steps"][0].update(grads=["g"]))
+    against("loss", lambda x: x["run"]["steps"][0]["batches"][0].update(loss=["x"]))
+    against("device", lambda x: x["run"].update(device_type=["cuda"]))
+    against("step", lambda x: x["run"].update(steps=[5]))
+    against("args", lambda x: x.update(args=[1]))
+    against("record", lambda x: x.update(record=[1, 2]))
+    against("steps", lambda x: x.update(steps_requested="x"))
+    (d / "against-deep.json").write_text("[" * 100_000 + "]" * 100_000)
 
 
 def state_of(d: Path) -> dict[str, tuple[str, float]]:
@@ -169,7 +304,8 @@ def state_of(d: Path) -> dict[str, tuple[str, float]]:
 
 
 def test_the_table_is_broad():
-    assert len(CASES) >= 30
+    assert len(CASES) >= 100
+    assert len({name for name, _, _ in CASES}) == len(CASES)
     assert {argv[0] for _, argv, _ in CASES} >= {"train", "profiles", "digest", "audit", "rewrite", "verify",
                                                   "bench", "patch-yolov5"}
 
@@ -185,6 +321,14 @@ def test_bad_input(name, argv, fragment, tmp_path, capsys, monkeypatch):
     import ultralytics.utils
 
     monkeypatch.setattr(ultralytics.utils, "DATASETS_DIR", d / "datasets")  # coco8 is not there, on any machine
+    from yolo_det.commands import train as train_command
+    from yolo_det.commands import verify as verify_command
+
+    def no_training(*args, **kwargs):
+        raise AssertionError(f"{name}: trained despite the bad input")
+
+    for module, attr in ((train_command, "train"), (verify_command, "record_runs"), (verify_command, "verify")):
+        monkeypatch.setattr(module, attr, no_training)
     before = state_of(d)
     code = main([a.replace("{d}", str(d)) for a in argv])
     out, err = capsys.readouterr()
@@ -192,6 +336,7 @@ def test_bad_input(name, argv, fragment, tmp_path, capsys, monkeypatch):
     assert err.startswith("yolo-det: error: ") and err.count("\n") == 1, err
     assert fragment in err, err
     assert "Traceback" not in err + out
+    assert "\x1b" not in err and "\r" not in err  # text from the input never acts on the terminal
     assert state_of(d) == before  # nothing created, nothing changed
     assert not (d / "MARKER").exists()  # nothing from the files ran
 

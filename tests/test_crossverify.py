@@ -164,7 +164,8 @@ def test_a_cpu_run_against_a_gpu_run_compares_loader_batches_and_losses_only():
     for s in cpu.steps:
         s.grads = ["x"] * 3
     report = compare_against(as_saved(gpu), cpu)
-    assert report.identical and report.across_devices and "gradients and weights not compared" in report.verdict
+    assert report.identical and report.across_devices and "gradients and weights were not compared" in report.verdict
+    assert not report.verified and report.to_dict()["identical"] is False  # never a pass: exit 1
     cpu.steps[1].batches[0].loss = (0.25000001,)
     d = compare_against(as_saved(gpu), cpu).divergence
     assert d is not None and (d.step, d.kind) == (2, "loss")

@@ -167,18 +167,27 @@ def test_anchors_tolerate_line_drift_layout_and_crlf(tree: Path) -> None:
     assert "from utils.general import" in pv.patch_text(drifted, edits)
 
 
-def test_unrecognised_file_is_left_untouched(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unrecognised_file_refuses_the_whole_tree(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One file not recognised: nothing is changed (a tree is never left half patched)."""
     seg = tree / "segment" / "train.py"
     seg.write_text(seg.read_text(encoding="utf-8").replace("scaler.scale(loss).backward()", "loss.backward()"),
                    encoding="utf-8")
-    seg_before = seg.read_bytes()
+    before = _digest(tree)
     rc, out, err = _cli(capsys, tree)
-    assert rc == 1
+    assert rc == 2 and err.count("\n") == 1
     assert str(seg) in err and "`scaler.scale(loss).backward()`" in err and "found none" in err
-    assert seg.read_bytes() == seg_before
-    assert not (tree / ("segment/train.py" + pv.BACKUP_SUFFIX)).exists()
-    assert pv.MARKER in (tree / "train.py").read_text(encoding="utf-8")  # the others are patched
+    assert "nothing was changed" in err
+    assert _digest(tree) == before  # train.py, val.py, ... untouched too
     assert _cli(capsys, tree, "--check")[0] == 1
+
+
+def test_an_unknown_marked_line_anywhere_refuses_the_whole_tree(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    det = tree / "detect.py"
+    det.write_text(det.read_text(encoding="utf-8") + "print('hi')  # yolo-det\n", encoding="utf-8")
+    before = _digest(tree)
+    rc, _, err = _cli(capsys, tree)
+    assert rc == 2 and err.count("\n") == 1 and "is marked '# yolo-det'" in err and "detect.py" in err
+    assert _digest(tree) == before
 
 
 def test_ambiguous_anchor_and_unknown_marked_line(tree: Path) -> None:

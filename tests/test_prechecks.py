@@ -103,6 +103,11 @@ def test_data_images(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ultralytics.utils, "DATASETS_DIR", tmp_path / "datasets")
     (tmp_path / "images" / "train").mkdir(parents=True)
     (tmp_path / "images" / "val").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="hold no image files"):  # Ultralytics would find no images
+        prechecks.check_data(str(_data(tmp_path, path=str(tmp_path), train="images/train", val="images/val")))
+    (tmp_path / "images" / "train" / "a.jpg").write_bytes(b"")
+    (tmp_path / "images" / "val" / "sub").mkdir()
+    (tmp_path / "images" / "val" / "sub" / "b.PNG").write_bytes(b"")  # searched recursively, any case
     prechecks.check_data(str(_data(tmp_path, path=str(tmp_path), train="images/train", val="images/val")))
     prechecks.check_data(str(_data(tmp_path, train="images/train", val=["images/val", "images/train"])))
     prechecks.check_data(str(_data(tmp_path, train="images/train", validation="images/val")))

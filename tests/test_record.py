@@ -11,6 +11,7 @@ import torch
 from yolo_det.core.errors import ModelError
 from yolo_det.core.record import (
     RECORD_NAME,
+    RECORD_SCHEMA,
     checkpoint_digest,
     environment,
     load_checkpoint_state,
@@ -76,10 +77,10 @@ def test_environment_and_record_file(tmp_path):
     for key in ("python", "torch", "cuda", "cudnn", "ultralytics", "numpy", "gpus", "env"):
         assert key in env
     assert env["torch"] == torch.__version__
-    path = write_record(tmp_path / "run", {"status": "completed", "environment": env})
+    path = write_record(tmp_path / "run", {"status": "completed", "environment": env, "profile": {"name": "repro"}})
     assert path.name == RECORD_NAME
     data = json.loads(path.read_text())
-    assert data["schema"] == 1 and data["status"] == "completed"
+    assert data["schema"] == RECORD_SCHEMA and data["status"] == "completed"
     assert not [p for p in path.parent.iterdir() if p.name != RECORD_NAME]  # no temporary left behind
 
 

@@ -148,14 +148,17 @@ def _fake_checkpoint(path: Path, *, epoch: int = 1, optimizer: bool = True, **tr
 
 def test_resume_keeps_the_checkpoints_arguments_and_lists_what_it_ignores(tmp_path: Path,
                                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    ckpt = _fake_checkpoint(tmp_path / "last.pt")
+    (tmp_path / "run" / "weights").mkdir(parents=True)
+    ckpt = _fake_checkpoint(tmp_path / "run" / "weights" / "last.pt")
     _, args = prepare("repro", [f"resume={ckpt}", "lr0=0.5", "epochs=4", "batch=4", "device=cpu"])
     err = capsys.readouterr().err
-    assert args == {"model": str(ckpt), "resume": str(ckpt), "lr0": 0.5, "epochs": 4, "batch": 4, "device": "cpu"}
+    assert args == {"model": str(ckpt), "resume": str(ckpt), "lr0": 0.5, "epochs": 4, "batch": 4, "device": "cpu",
+                    "save_dir": str(tmp_path / "run")}
     assert err.count("\n") == 1 and "resuming ignores lr0=0.5:" in err  # epochs=4 is the checkpoint's own value
     assert "batch" not in err and "device" not in err  # Ultralytics lets a resume change these
     _, args = prepare("repro", ["resume=true", f"model={ckpt}"])
-    assert args == {"model": str(ckpt), "resume": True} and capsys.readouterr().err == ""
+    assert args == {"model": str(ckpt), "resume": True, "save_dir": str(tmp_path / "run")}
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("tokens, message", [

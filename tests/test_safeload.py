@@ -19,8 +19,8 @@ from torch import nn
 from yolo_det.cli import main
 from yolo_det.core import safeload
 from yolo_det.core.errors import ModelError
-from yolo_det.core.pickle_scan import TRUST_FLAG, check_checkpoint, is_forbidden, pickle_globals, scan_checkpoint
 from yolo_det.core.record import checkpoint_digest, state_dict_digest
+from yolo_det.core.untrusted.safeload import TRUST_FLAG, check_checkpoint, load_checkpoint, trusted_checkpoints
 from yolo_det.layers.registry import registered
 
 SMALL = {"epochs": 1, "imgsz": 64, "batch": 16, "device": "cpu", "workers": 0, "plots": False, "exist_ok": True,
@@ -84,46 +84,21 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 
 # ---------------------------------------------------------------------------------------------------------
-# the scan
+# the allow-list
 
 
-@pytest.mark.parametrize("protocol", [0, 1, 2, 3, 4, 5])
-def test_scan_finds_every_global_at_every_protocol(protocol: int) -> None:
-    data = pickle.dumps([os.getcwd, os.listdir, os.getcwd, nn.Conv2d, {"k": subprocess.call}], protocol=protocol)
-    found = {f"{m}.{n}" for m, n in pickle_globals(data)} | {f"{m}.{n}" for m, n in scan_names(data)}
-    assert {f"{os.getcwd.__module__}.getcwd", f"{os.listdir.__module__}.listdir", "subprocess.call",
-            "torch.nn.modules.conv.Conv2d"} <= found
+def test_allow_list_names() -> None:
+    from yolo_det.core.untrusted.allow import model_class
 
-
-def scan_names(data: bytes) -> list[tuple[str, str]]:
-    """The names as Python 3 imports them (protocol 0-2 pickles write Python 2 names: subprocess -> commands)."""
-    from yolo_det.core.pickle_scan import _python3_name
-
-    return [_python3_name(m, n) for m, n in pickle_globals(data)]
-
-
-def test_scan_follows_memoized_strings_and_flags_computed_names() -> None:
-    # protocol 4: the second STACK_GLOBAL reads its module name back from the memo
-    data = pickle.dumps((os.system, os.getcwd), protocol=4)
-    assert [n for _, n in pickle_globals(data)] == ["system", "getcwd"]
-    # a STACK_GLOBAL whose module is not a literal string: the module name is the result of a call
-    computed = b"\x80\x04" + b"\x8c\x08builtins\x8c\x03str\x93" + b"\x8c\x02os\x85R" + b"\x8c\x06system\x93."
-    refs = pickle_globals(computed)
-    assert refs[0] == ("builtins", "str") and refs[1] == ("?", "?")
-
-
-def test_forbidden_and_allowed_names() -> None:
-    for module, name in [("builtins", "exec"), ("builtins", "eval"), ("builtins", "getattr"), ("builtins", "open"),
-                         ("__builtin__", "__import__"), ("os", "system"), ("posix", "system"), ("nt", "system"),
-                         ("subprocess", "Popen"), ("sys", "modules"), ("shutil", "rmtree"), ("socket", "socket"),
-                         ("importlib", "import_module"), ("runpy", "run_path"), ("pty", "spawn"),
-                         ("webbrowser", "open"), ("torch", "load"), ("types", "FunctionType"), ("?", "?")]:
-        assert is_forbidden(module, name), (module, name)
-    for module, name in [("collections", "OrderedDict"), ("builtins", "set"), ("torch._utils", "_rebuild_tensor_v2"),
-                         ("ultralytics.nn.tasks", "DetectionModel"), ("__main__", "MyBlock"),
-                         ("my_project.blocks", "CBAM"), ("types", "SimpleNamespace"), ("pathlib", "PosixPath"),
-                         ("numpy.core.multiarray", "_reconstruct"), ("torch", "FloatStorage")]:
-        assert not is_forbidden(module, name), (module, name)
+    for module, name in [("torch.nn.modules.conv", "Conv2d"), ("ultralytics.nn.tasks", "DetectionModel"),
+                         ("ultralytics.nn.modules.block", "C2f"), ("yolo_det.layers.upsample", "DetUpsample"),
+                         ("ultralytics.utils.loss", "v8DetectionLoss")]:
+        assert model_class(module, name) is not None, (module, name)
+    for module, name in [("os", "system"), ("builtins", "exec"), ("ultralytics.nn.tasks", "torch_load"),
+                         ("ultralytics.nn.tasks", "parse_model"), ("torch", "load"), ("torch.nn.functional", "relu"),
+                         ("torch.serialization", "os.system"), ("my_project.blocks", "CBAM"), ("__main__", "X"),
+                         ("ultralytics.utils.downloads", "attempt_download_asset")]:
+        assert model_class(module, name) is None, (module, name)
 
 
 @pytest.mark.parametrize("via", ["exec", "system", "subprocess"])
@@ -135,8 +110,10 @@ def test_check_refuses_a_hostile_checkpoint_without_running_it(tmp_path: Path, v
     with pytest.raises(ModelError) as e:
         check_checkpoint(path)
     assert TRUST_FLAG in str(e.value) and "\n" not in str(e.value)
-    # the inert reader reads it too without running it
-    assert set(safeload.checkpoint_state_dict(path)) == {"weight", "bias"}
+    with pytest.raises(ModelError):  # the inspection reader refuses the call too
+        safeload.checkpoint_state_dict(path)
+    with trusted_checkpoints():  # ... and under the opt-in keeps it as a placeholder, still running nothing
+        assert set(safeload.checkpoint_state_dict(path)) == {"weight", "bias"}
     assert not marker.exists()
 
 
@@ -145,7 +122,7 @@ def test_not_a_checkpoint(tmp_path: Path) -> None:
     (tmp_path / "pickle.pt").write_bytes(pickle.dumps({"a": 1}))
     for name in ("text.pt", "pickle.pt", "missing.pt"):
         with pytest.raises(ModelError) as e:
-            scan_checkpoint(tmp_path / name)
+            load_checkpoint(tmp_path / name)
         assert "\n" not in str(e.value)
 
 
@@ -201,8 +178,9 @@ def test_train_with_ultralytics_safe_load_in_a_fresh_process(evil: tuple[Path, P
     assert not marker.exists() and not (tmp_path / "runs").exists()
 
 
-def test_train_precheck_never_unpickles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pre-check of model=FILE.pt reads opcodes only: neither torch's nor yolo-det's unpickler runs."""
+def test_train_precheck_never_unpickles_with_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pre-check of model=FILE.pt reads the file with yolo-det's allow-list unpickler only: neither torch's
+    loader nor Python's full unpickler runs."""
     from yolo_det.tools.prepare import prepare
 
     path = tmp_path / "clean.pt"
@@ -212,7 +190,6 @@ def test_train_precheck_never_unpickles(tmp_path: Path, monkeypatch: pytest.Monk
         raise AssertionError("unpickled during the pre-check")
 
     monkeypatch.setattr(torch, "load", refuse)
-    monkeypatch.setattr(safeload, "read_checkpoint", refuse)
     monkeypatch.setattr(pickle, "Unpickler", refuse)
     monkeypatch.setattr(pickle, "loads", refuse)
     _, args = prepare("repro", [f"model={path}"])
@@ -224,7 +201,10 @@ def test_trust_flag_hands_the_file_over(evil: tuple[Path, Path], capsys: pytest.
     path, marker = evil
     code, out, err = _cli(capsys, "digest", TRUST_FLAG, str(path))
     assert code == 0, err
-    assert out.split()[0] == checkpoint_digest(path) and not marker.exists()
+    with pytest.raises(ModelError, match="builtins.exec"):
+        checkpoint_digest(path)
+    with trusted_checkpoints():
+        assert out.split()[0] == checkpoint_digest(path) and not marker.exists()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -257,10 +237,16 @@ def test_real_checkpoints_digest_as_before(trained: dict[str, Path], which: str)
     sd = safeload.checkpoint_state_dict(path)
     ref = _reference_model(path).state_dict()
     assert list(sd) == list(ref) and all(torch.equal(sd[k], ref[k]) for k in ref)
-    assert check_checkpoint(path).forbidden == []
     if which == "custom":
-        assert any(g.endswith(".UserBlock") for g in scan_checkpoint(path).globals)
+        with pytest.raises(ModelError, match="UserBlock"):  # a class of the user's: only with --import
+            check_checkpoint(path)
+        from yolo_det.analysis.models import model_names
+
+        with model_names([UserBlock.__module__]):
+            check_checkpoint(path)
         assert "model.1.scale" in sd and "model.1.scratch" not in sd  # non-persistent buffers stay out
+    else:
+        check_checkpoint(path)
 
 
 def test_digest_command_and_the_record_agree(trained: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -291,9 +277,13 @@ def test_audit_of_a_checkpoint_with_the_users_block_asks_for_the_flag(trained: d
 
 
 def test_train_accepts_a_real_checkpoint_with_the_users_block(trained: dict[str, Path]) -> None:
+    from yolo_det.analysis.models import model_names
     from yolo_det.tools.prepare import prepare
 
-    _, args = prepare("repro", [f"model={trained['custom']}"])
+    with pytest.raises(ModelError, match="UserBlock.*--import"):
+        prepare("repro", [f"model={trained['custom']}"])
+    with model_names([UserBlock.__module__]):  # --import MODULE
+        _, args = prepare("repro", [f"model={trained['custom']}"])
     assert args["model"] == str(trained["custom"])
 
 

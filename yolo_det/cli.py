@@ -33,6 +33,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rewrite": ("yolo_det.commands.rewrite", "swap a model YAML's non-deterministic layers for deterministic ones"),
     "verify": ("yolo_det.commands.verify", "train several times and check the runs are bitwise identical"),
     "diff": ("yolo_det.commands.diff", "compare two runs' records and say why their weights differ"),
+    "check-deploy": ("yolo_det.commands.check_deploy",
+                     "check that detections do not depend on the batch; compare export records"),
     "bench": ("yolo_det.commands.bench", "measure what each profile costs: step time, throughput, peak memory"),
     "patch-yolov5": ("yolo_det.commands.patch_yolov5", "patch a YOLOv5 clone so train.py takes --det-profile"),
 }
@@ -102,7 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with terminate_as_interrupt():  # SIGTERM ends a command like Ctrl-C: clean-up, record, exit 143
             tokens = list(sys.argv[1:] if argv is None else argv)
             parser = build_parser(_command_of(tokens))
-            args = parser.parse_args(tokens)
+            args, extra = parser.parse_known_args(tokens)
+            _take_extra(args, extra)
             if getattr(args, "_run", None) is None:
                 parser.print_help()
                 return 2
@@ -121,6 +124,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_code(e)
 
 
+def _take_extra(args: argparse.Namespace, extra: list[str]) -> None:
+    """``key=value`` tokens after an option (``train epochs=1 --import m model=x.yaml``) are overrides like the
+    others; anything else left over is an unknown argument."""
+    if not extra:
+        return
+    overrides = getattr(args, "overrides", None)
+    if isinstance(overrides, list) and not any(t.startswith("-") for t in extra):
+        overrides.extend(extra)
+        return
+    command = f"yolo-det {args.command}" if getattr(args, "command", None) else "yolo-det"
+    raise ConfigError(f"{command}: unrecognized arguments: {' '.join(extra)} (see '{command} --help')")
+
+
 def _command_of(tokens: Sequence[str]) -> list[str]:
     """The command named in ``tokens`` (the first token that is not an option), as a list of zero or one."""
     for token in tokens:
@@ -133,9 +149,11 @@ _MAX_MESSAGE = 2000
 
 
 def _one_line(e: BaseException) -> str:
+    from .core.text import printable
+
     text = " ".join(str(e).split())
-    # a value from a file is never shown whole
-    return text if len(text) <= _MAX_MESSAGE else text[:_MAX_MESSAGE] + " ..."
+    # a value from a file is never shown whole, nor able to act on the terminal
+    return printable(text if len(text) <= _MAX_MESSAGE else text[:_MAX_MESSAGE] + " ...", newlines=False)
 
 
 def run_cli() -> NoReturn:

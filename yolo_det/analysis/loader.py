@@ -27,7 +27,8 @@ from .blocks import layer_lines
 from .model_yaml import check_activation
 from .models import is_example, model_names, resolve_model_yaml
 
-__all__ = ["LoadedModel", "layer_lines", "load_model", "check_yaml_modules"]
+__all__ = ["LoadedModel", "check_checkpoint_yaml", "check_model_file", "check_yaml_modules", "layer_lines",
+           "load_model"]
 
 _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _YAML_SUFFIXES = {".yaml", ".yml"}
@@ -109,6 +110,11 @@ def check_yaml_modules(data: Mapping[str, Any], text: str, origin: str, namespac
 
             if getattr(torchvision.ops, name[16:], None) is None:
                 raise ModelError(f"{where}: unknown module '{name}' in layer {i}: torchvision.ops has no '{name[16:]}'")
+        elif name in namespace and not (isinstance(namespace[name], type)
+                                        and issubclass(namespace[name], torch.nn.Module)):
+            raise ModelError(f"{where}: layer {i} names '{name}', which is not a module class (a model YAML builds "
+                             "from nn.Module classes only: torch.nn, Ultralytics' modules, yolo-det's layers and "
+                             "the modules you --import)")
         elif name not in namespace:
             raise ModelError(
                 f"{where}: unknown module '{name}' in layer {i}; Ultralytics knows nn.X, torchvision.ops.X and its own "
@@ -133,6 +139,47 @@ def _read_yaml(path: Path) -> tuple[str, dict[str, Any]]:
         raise ModelError(f"{path}: a model YAML must be a mapping with 'backbone' and 'head', got "
                          f"{type(data).__name__}")
     return text, data
+
+
+def check_model_file(spec: str) -> Path:
+    """Check the model YAML Ultralytics will build for ``spec`` (P6 names resolved as Ultralytics resolves them):
+    every layer an allowed module class, every ``activation:`` an allowed call. Returns the file checked.
+
+    Raises:
+        ModelError: Not found, malformed, or naming what is not allowed (file, line, what to do).
+    """
+    from ultralytics.nn import tasks
+
+    path = resolve_model_yaml(spec)
+    if path is None:
+        raise ModelError(f"model YAML '{spec}' not found: give a path or an Ultralytics name such as yolov8n.yaml")
+    text, data = _read_yaml(path)
+    with model_names():
+        check_yaml_modules(data, text, str(path), vars(tasks))
+    check_activation(data, str(path))
+    return path
+
+
+def check_checkpoint_yaml(path: str | Path) -> None:
+    """Check the model YAML a checkpoint stores (Ultralytics builds the model from it when training), as
+    :func:`check_model_file` checks a file; nothing when it stores none.
+
+    Raises:
+        ModelError: The stored YAML names what is not allowed.
+    """
+    from ultralytics.nn import tasks
+
+    from ..core.untrusted.safeload import checkpoint_model_yaml, trust_checkpoints
+
+    if trust_checkpoints():
+        return
+    found = checkpoint_model_yaml(path)
+    if found is None:
+        return
+    origin = f"{path} (its stored model YAML)"
+    with model_names():
+        check_yaml_modules(found[0], "", origin, vars(tasks))
+    check_activation(found[0], origin)
 
 
 def _model_class(cfg: Mapping[str, Any]) -> Any:
@@ -242,12 +289,10 @@ def _load_yaml(spec: str) -> LoadedModel:
 def _load_checkpoint(path: Path, source: str) -> LoadedModel:
     """A checkpoint's model: rebuilt from the model YAML it stores (nothing in the file runs), or, with
     ``--trust-checkpoint``, unpickled by torch."""
-    from ..core.pickle_scan import check_checkpoint
-    from ..core.safeload import trust_checkpoints
+    from ..core.untrusted.safeload import trust_checkpoints
 
     if trust_checkpoints():
         return _unpickle_checkpoint(path, source)
-    check_checkpoint(path)
     return _rebuild_checkpoint(path, source)
 
 
@@ -256,7 +301,7 @@ def _rebuild_checkpoint(path: Path, source: str) -> LoadedModel:
 
     from ultralytics.nn import tasks
 
-    from ..core.safeload import checkpoint_model_yaml, trust_hint
+    from ..core.untrusted.safeload import checkpoint_model_yaml, trust_hint
 
     found = checkpoint_model_yaml(path)
     if found is None:

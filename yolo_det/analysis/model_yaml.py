@@ -48,14 +48,34 @@ def _literal(node: ast.expr) -> bool:
 
 
 def check_activation(cfg: Mapping[str, Any], origin: str) -> None:
-    """Refuse a model YAML whose ``activation:`` is not a plain ``torch.nn`` activation call (see the module docstring).
+    """Refuse a model YAML with an ``activation:`` (at any level) that is not a plain ``torch.nn`` activation call (see
+    the module docstring).
 
     Raises:
         ModelError: One line naming the file and the accepted forms.
     """
-    act = cfg.get("activation")
-    if act is None:
-        return
+    for act in _activations(cfg, 0):
+        _check_one(act, origin)
+
+
+def _activations(value: Any, depth: int) -> list[Any]:
+    """Every ``activation:`` value at any level of a model YAML (top level, layer arguments, nested mappings)."""
+    if depth > 64:
+        return []
+    found: list[Any] = []
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if key == "activation" and item is not None:
+                found.append(item)
+            else:
+                found.extend(_activations(item, depth + 1))
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            found.extend(_activations(item, depth + 1))
+    return found
+
+
+def _check_one(act: Any, origin: str) -> None:
     import torch
 
     hint = "write it as Ultralytics' YAMLs do, e.g. nn.SiLU(), torch.nn.ReLU() or nn.LeakyReLU(0.1)"

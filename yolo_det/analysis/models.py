@@ -23,10 +23,13 @@ def model_names(modules: Iterable[Any] | None = None) -> Iterator[dict[str, Any]
     """Make the user's ``modules``, yolo-det's layer names and the example blocks of :mod:`yolo_det.analysis.zoo`
     resolvable in model YAMLs for the block, never replacing a name the process already binds (see
     :func:`yolo_det.analysis.names.custom_modules`)."""
+    from ..core.untrusted.allow import allowed_user_modules
     from .names import custom_modules
 
+    given = [m for m in (modules or []) if isinstance(m, str) and not m.endswith(".py")]
     with custom_modules(list(modules or [])) as added:
-        yield added
+        with allowed_user_modules({*given, *(getattr(c, "__module__", "") for c in added.values())}):
+            yield added
 
 
 def resolve_model_yaml(model: str | Path) -> Path | None:
@@ -40,14 +43,18 @@ def resolve_model_yaml(model: str | Path) -> Path | None:
             example name.
     """
     path = Path(model).expanduser()
-    if path.is_file():
-        return path.resolve()
+    if path.stem in {f"yolov{d}{x}6" for x in "nsmlx" for d in (5, 8)}:
+        # Ultralytics builds yolov8n6.yaml from yolov8n-p6.yaml (yaml_model_load's rename), in the same folder
+        path = path.with_name(re.sub(r"(\d+)([nslmx])6(.+)?$", r"\1\2-p6\3", path.stem) + path.suffix)
+    unified = path.with_name(re.sub(r"(\d+)([nslmx])(.+)?$", r"\1\3", path.stem) + path.suffix)
+    for local in (unified, path):  # the order in which Ultralytics looks
+        if local.is_file():
+            return local.resolve()
     if path.parent.parts:  # a path with folders that does not exist
         return None
     from ultralytics.utils.checks import check_yaml
 
-    unified = re.sub(r"(\d+)([nslmx])(.+)?$", r"\1\3", path.stem) + path.suffix
-    for candidate in (path.name, unified):
+    for candidate in (unified.name, path.name):
         try:
             found = check_yaml(candidate, hard=False)
         except Exception:  # check_yaml raises on ambiguous matches

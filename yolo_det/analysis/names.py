@@ -115,7 +115,12 @@ def import_user_module(spec: str | os.PathLike[str]) -> ModuleType:
     except ImportError as e:
         raise ConfigError(f"cannot import '{text}': {_one_line(e)} (is it in the current folder or on "
                           "PYTHONPATH?)") from None
-    except Exception as e:
+    except KeyboardInterrupt:  # Ctrl-C (or SIGTERM) while importing: an interruption, exit 130/143
+        raise
+    except SystemExit as e:  # the module called sys.exit(): nothing was trained, never a success
+        raise ConfigError(f"cannot import '{text}': it called sys.exit({_one_line(e) if e.code is not None else ''}) "
+                          "while being imported; a module for --import defines blocks and must not exit") from None
+    except BaseException as e:  # Exception, GeneratorExit and any BaseException subclass the module raises
         raise ConfigError(f"cannot import '{text}': it raised {type(e).__name__}: {_one_line(e)}") from None
 
 

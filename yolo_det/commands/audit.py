@@ -68,7 +68,8 @@ from typing import Any
 import yaml
 
 from ..core.errors import ConfigError
-from ..core.pickle_scan import TRUST_FLAG, trusted_checkpoints
+from ..core.text import printable
+from ..core.untrusted.safeload import TRUST_FLAG, trusted_checkpoints
 from . import add_ci_options, add_import_option, check_ci_options, emit_ci
 
 
@@ -157,8 +158,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         for k, report in enumerate(reports):
             if len(reports) > 1:
-                print(("\n" if k else "") + f"== {models[k]} ({k + 1}/{len(reports)}) ==")
-            print(report.format_table())
+                print(printable(("\n" if k else "") + f"== {models[k]} ({k + 1}/{len(reports)}) =="))
+            print(printable(report.format_table()))
     emit_ci(args, [suite])
     return 1 if any(failing.values()) else 0
 
@@ -193,11 +194,13 @@ def _print_hook(reports: list[Any], failing: dict[int, list[Any]], args: argpars
         for f in bad:
             line = f":{f.yaml_line}" if f.yaml_line else ""
             layer = "-" if f.layer is None else str(f.layer)
-            print(f"{where}{line}: layer {layer} {f.layer_class or f.module_class} ({f.module or 'model'}) reaches "
+            print(printable(f"{where}{line}: layer {layer} {f.layer_class or f.module_class} ({f.module or 'model'}) "
+                            f"reaches "
                   f"{f.kernel} ({f.pass_}): {f.behaviour['strict']} under strict determinism; "
-                  f"under {report.profile}: {f.under_profile}; fix: {f.fix}")
+                  f"under {report.profile}: {f.under_profile}; fix: {f.fix}", newlines=False))
         if bad:
-            print(f"{where}: {len(bad)} finding(s) fail (--fail-on {args.fail_on}, profile {report.profile})")
+            print(printable(f"{where}: {len(bad)} finding(s) fail (--fail-on {args.fail_on}, "
+                            f"profile {report.profile})"))
 
 
 def _fix(args: argparse.Namespace) -> int:
@@ -250,13 +253,14 @@ def _fix(args: argparse.Namespace) -> int:
                    "remaining": remaining, "unfixed": unfixable, "output_audit": after.to_dict()}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(report.format_table())
-        print(result.format(str(yaml_path)))
-        print(f"wrote {args.output}" + ("" if result.changed else " (an unchanged copy: no layer could be renamed)"))
+        print(printable(report.format_table()))
+        print(printable(result.format(str(yaml_path))))
+        print(printable(f"wrote {args.output}"
+                        + ("" if result.changed else " (an unchanged copy: no layer could be renamed)")))
         for row in rows:
-            print(f"layer {row['layer']} {row['module']} ({row['kernel']}): {row['fix']}")
+            print(printable(f"layer {row['layer']} {row['module']} ({row['kernel']}): {row['fix']}"))
         if not remaining:
-            print(f"verdict: {args.output} audits clean: every finding is fixed in it")
+            print(printable(f"verdict: {args.output} audits clean: every finding is fixed in it"))
         else:
             handled = remaining - unfixable
             parts = [f"{remaining} finding(s) remain in {args.output}"]
@@ -264,5 +268,5 @@ def _fix(args: argparse.Namespace) -> int:
                 parts.append(f"{handled} handled at training time by --profile repro (swap or interception)")
             if unfixable:
                 parts.append(f"{unfixable} with no deterministic equivalent")
-            print("verdict: " + "; ".join(parts))
+            print(printable("verdict: " + "; ".join(parts)))
     return 0 if after.ok else 1

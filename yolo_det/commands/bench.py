@@ -23,9 +23,10 @@ import argparse
 import json
 import sys
 
+from ..analysis.gate import allow_downloads
 from ..analysis.models import model_names
 from ..core.fileio import check_output_path
-from ..core.pickle_scan import trusted_checkpoints
+from ..core.untrusted.safeload import trusted_checkpoints
 from ..tools.bench import DEFAULT_PROFILES, bench, check_args, parse_profiles, plot_bench
 from ..tools.prechecks import check_device
 from ..tools.prepare import prepare
@@ -55,9 +56,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det bench``."""
     profiles = parse_profiles(args.profiles)
-    with model_names(args.imports):
-        with trusted_checkpoints(args.trust_checkpoint):
-            _, ul_args = prepare(profiles[0], list(args.overrides), check_device=False)
+    with model_names(args.imports), trusted_checkpoints(args.trust_checkpoint), \
+            allow_downloads(args.allow_download):
+        _, ul_args = prepare(profiles[0], list(args.overrides), check_device=False)
         check_args(ul_args, args.steps, args.warmup, args.block)
         check_device(ul_args.get("device"))
         plot_path = check_output_path(args.plot, suffix=".png", what="--plot")

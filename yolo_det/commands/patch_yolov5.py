@@ -8,11 +8,14 @@ each changed line ends with '# yolo-det' and calls yolo_det.integrations.yolov5.
 the patched scripts behave exactly as before. Each changed file is first backed up as
 FILE.yolo-det.bak; running the command again changes nothing. Nothing is written outside DIR's real
 path: a file or folder linking outside it is refused, a link inside it stays a link. The change is all
-or nothing: an error or Ctrl-C at any point leaves the tree as it was. A file whose anchor line is missing is
-left untouched and named with the line that was looked for (exit code 1).
+or nothing: an error, Ctrl-C, SIGTERM or SIGHUP at any point leaves the tree as it was (or, after the last
+rename, fully patched); a journal (.yolo-det-patch.journal) lets the next run undo or complete an operation
+killed outright (SIGKILL), or --repair alone. A file whose anchor line is missing, or with a '# yolo-det' line
+this version did not write, is named with the line looked for and nothing is changed (exit code 2).
 
-exit codes: 0 done (or, with --check, nothing to change); 1 with --check: the tree would change, or a
-file was not recognised; 2 bad input (not a YOLOv5 tree, read-only tree, unknown profile).
+exit codes: 0 done (or, with --check, nothing to change); 1 with --check or --diff: the tree would change,
+or a file was not recognised; 2 bad input (not a YOLOv5 tree, read-only tree, a file not recognised, unknown
+profile); 130/143/129 interrupted by SIGINT/SIGTERM/SIGHUP (the tree whole).
 
 examples:
   yolo-det patch-yolov5 ~/yolov5                       # patch a clone
@@ -28,7 +31,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..integrations.patch_yolov5 import BACKUP_SUFFIX, apply_plan, plan
+from ..core.errors import PatchError
+from ..core.text import printable
+from ..integrations.patch_yolov5 import BACKUP_SUFFIX, JOURNAL, apply_plan, pending_journal, plan, repair
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -41,36 +46,48 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", metavar="NAME|FILE", default=None,
                         help="make --det-profile default to this profile (default: no profile, YOLOv5's behaviour)")
     parser.add_argument("--no-backup", action="store_true", help=f"do not write FILE{BACKUP_SUFFIX} backups")
+    parser.add_argument("--repair", action="store_true",
+                        help=f"only finish what an interrupted run left ({JOURNAL}): undo it, or complete it when it "
+                             "had reached its commit point")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det patch-yolov5``."""
+    journal = pending_journal(args.dir)
+    if journal is not None and (args.check or args.diff) and not args.repair:
+        raise PatchError(f"an interrupted patch-yolov5 left {journal}; run 'yolo-det patch-yolov5 {args.dir} --repair' "
+                         "first (the tree may be half changed until then)")
+    if journal is not None or args.repair:
+        done = repair(args.dir)
+        message = f"an interrupted patch-yolov5 was {done}" if done else "nothing to repair"
+        print(printable(f"yolo-det: {message} in {journal.parent if journal else args.dir}"), file=sys.stderr)
+        if args.repair:
+            return 0
     result = plan(args.dir, reverse=args.reverse, default_profile=None if args.reverse else args.profile)
     verb = "unpatch" if args.reverse else "patch"
     if args.diff:
         sys.stdout.write(result.diff())
         for f in result.unrecognised:
-            print(f"yolo-det: {f.path}: not recognised: {f.error}", file=sys.stderr)
+            print(printable(f"yolo-det: {f.path}: not recognised: {f.error}"), file=sys.stderr)
         return 1 if result.unrecognised else 0
-    for f in result.unrecognised:
-        print(f"yolo-det: {result.root / f.path}: not recognised: {f.error}", file=sys.stderr)
     if args.check:
+        for f in result.unrecognised:
+            print(printable(f"yolo-det: {result.root / f.path}: not recognised: {f.error}"), file=sys.stderr)
         for f in result.files:
             if f.error is not None:
                 continue
             if f.changes:
-                print(f"{f.path}: would {verb}")
+                print(printable(f"{f.path}: would {verb}"))
                 for line in f.summary():
-                    print(line)
+                    print(printable(line))
             else:
-                print(f"{f.path}: {'patched' if f.patched else 'not patched'}, nothing to change")
+                print(printable(f"{f.path}: {'patched' if f.patched else 'not patched'}, nothing to change"))
         pending = bool(result.changes) or bool(result.unrecognised)
         return 1 if pending else 0
-    written = apply_plan(result, backup=not args.no_backup)
+    written = apply_plan(result, backup=not args.no_backup)  # refuses a tree with an unrecognised file, unchanged
     done = "unpatched" if args.reverse else "patched"
     for f in result.files:
-        if f.error is None:
-            print(f"{f.path}: {done if f.changes else 'unchanged'}")
+        print(printable(f"{f.path}: {done if f.changes else 'unchanged'}"))
     print(f"{len(written)} file(s) {done} in {result.root}" + ("" if args.no_backup or not written else
           f" (backups: *{BACKUP_SUFFIX})"))
-    return 1 if result.unrecognised else 0
+    return 0

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..core.text import printable
 from ..fixes.yaml_rewrite import rewrite_yaml
 from . import add_import_option
 
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"input": args.model, "output": None if args.check else (args.output or args.model),
                           **result.to_dict()}, indent=2))
     else:
-        print(result.format(args.model))
+        print(printable(result.format(args.model)))
         if not args.check and (result.changed or args.output):
-            print(f"wrote {args.output or args.model}")
+            print(printable(f"wrote {args.output or args.model}"))
     return 1 if args.check and result.changed else 0

@@ -28,7 +28,9 @@ its path and the weights digest are printed at the end. However the run ends, th
 (completed, failed, interrupted, terminated) and lists every weights file left with its digest.
 Exit codes: 0 trained (also when the record could not be written: a warning after the digest), 2 a
 bad argument or a run folder in use by another live yolo-det run, 130 interrupted (Ctrl-C, SIGINT),
-143 terminated (SIGTERM), 1 the training failed.
+143 terminated (SIGTERM), 1 the training failed (a full disk or a run folder that became unwritable: one line
+naming the record, whose status is 'failed'; a weights file cut short is renamed FILE.incomplete; also when
+something calls sys.exit() mid-run).
 
 To continue an interrupted run, pass its checkpoint: `resume=True model=RUN/weights/last.pt` (or
 `resume=RUN/weights/last.pt`). The checkpoint's own arguments are used (no demo defaults); overrides
@@ -49,17 +51,22 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
-from ..core.pickle_scan import TRUST_FLAG, trusted_checkpoints
+from ..analysis.gate import DOWNLOAD_FLAG, allow_downloads
+from ..core.errors import RunFailed
+from ..core.untrusted.safeload import TRUST_FLAG, trusted_checkpoints
+from ..tools.overrides import parse_overrides
 from ..tools.prepare import prepare
 from . import add_import_option
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``train`` arguments."""
-    parser.add_argument("--profile", default="repro", metavar="NAME|FILE",
-                        help="built-in profile (repro, balanced, fast) or a profile YAML file (default: repro)")
+    parser.add_argument("--profile", default=None, metavar="NAME|FILE",
+                        help="built-in profile (repro, balanced, fast) or a profile YAML file (default: repro; "
+                             "on resume, the profile the run trained under)")
     add_import_option(parser)
     add_trust_flag(parser)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Ultralytics train arguments")
@@ -70,14 +77,17 @@ def add_trust_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(TRUST_FLAG, action="store_true",
                         help="hand model=FILE.pt to Ultralytics even when its pickle names functions no checkpoint "
                              "needs (only for files you trust: loading runs them)")
+    parser.add_argument(DOWNLOAD_FLAG, action="store_true",
+                        help="let a data YAML's download: script run (only for files you trust)")
 
 
 def train(profile: Any, args: dict[str, Any], modules: list[str] | None = None, *,
-          warn_record_error: bool = True) -> Any:
+          warn_record_error: bool = True, started: list[Any] | None = None) -> Any:
     """Train with Ultralytics under ``profile``; return the plugin (``record_path``, ``weights_digest``,
     ``record_error``).
 
     ``modules`` (``--import``) are imported first and their classes are nameable in the model YAML.
+    ``started`` (a list) gets the plugin as soon as it is attached, so a caller still has it when training raises.
     """
     from ultralytics import YOLO
 
@@ -88,15 +98,34 @@ def train(profile: Any, args: dict[str, Any], modules: list[str] | None = None, 
 
     ensure_local_font()
     train_args = dict(args)
-    with model_names(modules):  # the user's blocks, rewritten YAMLs and the example blocks build
+    from ..core.untrusted.safeload import guarded_torch_load
+
+    with model_names(modules), guarded_torch_load():  # the user's blocks build; checkpoints load by the allow-list
         source = train_args.pop("model")
         yaml_path = resolve_model_yaml(source) if str(source).endswith((".yaml", ".yml")) else None
         with naming_build_errors(yaml_path):  # a layer that does not build is one line naming it
             model = YOLO(source)
         plugin = attach(model, profile)
         plugin.warn_record_error = warn_record_error
+        if started is not None:
+            started.append(plugin)
         model.train(**train_args)
     return plugin
+
+
+def _resumed_profile(ul_args: dict[str, Any]) -> Any:
+    """On resume without --profile: the built-in profile the run's record names (None: not a resume, or none)."""
+    from ..core.profiles import load_profile
+    from ..core.resume import is_resume
+    from ..integrations.ultralytics_resume import previous_record
+
+    if not is_resume(ul_args):
+        return None
+    record = previous_record(str(ul_args["model"]))
+    source = ((record or {}).get("profile") or {}).get("source")
+    if isinstance(source, str) and source.startswith("builtin:"):
+        return load_profile(source.split(":", 1)[1])
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,13 +133,26 @@ def run(args: argparse.Namespace) -> int:
     from ..analysis.models import model_names
     from ..analysis.names import checkpoint_imports
 
-    with model_names(args.imports):  # import first: a module that does not import is an error before any work
-        with trusted_checkpoints(args.trust_checkpoint):
-            profile, ul_args = prepare(args.profile, list(args.overrides))
-        # a checkpoint's run imported modules: import them again (unchanged files) or say which to pass
-        again = checkpoint_imports(ul_args.get("model"), given=args.imports)
+    with model_names(args.imports), trusted_checkpoints(args.trust_checkpoint), \
+            allow_downloads(args.allow_download):  # import first: a bad module fails before any work
+        # a checkpoint's run imported modules: import them again (unchanged files) or say which to pass; before
+        # the gate, which allows a checkpoint's classes of the modules imported
+        given = parse_overrides(list(args.overrides))
+        ckpt = next((v for v in (given.get("resume"), given.get("model")) if isinstance(v, str) and v.endswith(".pt")
+                     and Path(v).is_file()), None)
+        again = checkpoint_imports(ckpt, given=args.imports)
+        started: list[Any] = []
         with model_names(again):
-            plugin = train(profile, ul_args, warn_record_error=False)
+            profile, ul_args = prepare(args.profile or "repro", list(args.overrides))
+            if args.profile is None:
+                profile = _resumed_profile(ul_args) or profile
+            try:
+                plugin = train(profile, ul_args, warn_record_error=False, started=started)
+            except OSError as e:  # the surroundings failed (disk full, read-only folder): one line, exit 1
+                raise RunFailed(_failure(e, started[0] if started else None)) from None
+            except SystemExit as e:  # a user's block (or anything) called sys.exit() mid-run: never a success
+                raise RunFailed(f"training stopped: sys.exit({'' if e.code is None else e.code}) was called during "
+                                "the run; nothing was trained to the end") from None
     if plugin.record_error is None and plugin.record_path is not None:
         print(f"determinism record: {plugin.record_path}")
     if plugin.weights_digest is not None:
@@ -118,3 +160,15 @@ def run(args: argparse.Namespace) -> int:
     if plugin.record_error is not None:  # the training succeeded: a warning, exit code 0
         print(f"yolo-det: warning: {plugin.record_error}", file=sys.stderr)
     return 0
+
+
+def _failure(error: OSError, plugin: Any) -> str:
+    """The line for a run that stopped on an ``OSError``: what failed, and where its record is or why there is none."""
+    what = f"training stopped: {type(error).__name__}: {' '.join(str(error).split())}"
+    if plugin is None:
+        return what
+    if plugin.record_error is not None:
+        return f"{what}; {plugin.record_error}"
+    if plugin.record_path is not None:
+        return f"{what}; the run's record (status 'failed'): {plugin.record_path}"
+    return what

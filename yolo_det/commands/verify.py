@@ -15,7 +15,9 @@ per parameter, weights after each step) with its environment to a small versione
 FILE trains once here and compares with it: the first diverging step and what diverged (data order,
 data content, loss, gradients naming the parameters, weights), then the environment differences (as
 `yolo-det diff` lists them). With --save or --against one run is trained unless --runs says more, and
---steps defaults to the saved run's. Pass the same key=value arguments on both sides.
+--steps defaults to the saved run's. Pass the same key=value arguments on both sides. The file is checked
+field by field before any training (a malformed one: one line, exit 2). A saved run from another device
+type compares data and losses only and is never a pass (exit 1: not verified bitwise).
 
 Without --steps the runs last the epochs given (demo: 3; other data: epochs=1 unless you pass epochs=).
 With --steps K the runs stop after K optimizer steps, or earlier when their epochs end first: the report
@@ -49,10 +51,12 @@ import json
 import time
 from typing import Any
 
+from ..analysis.gate import allow_downloads
 from ..analysis.models import model_names
 from ..core.errors import ConfigError
 from ..core.fileio import check_output_path
-from ..core.pickle_scan import trusted_checkpoints
+from ..core.text import printable
+from ..core.untrusted.safeload import trusted_checkpoints
 from ..tools.ci_report import against_suite, verify_suite
 from ..tools.overrides import parse_overrides
 from ..tools.prechecks import check_device
@@ -105,9 +109,9 @@ def run(args: argparse.Namespace) -> int:
     if args.drop_resume_state and args.resume_at is None:
         raise ConfigError("--drop-resume-state goes with --resume-at K")
     check_ci_options(args)
-    with model_names(args.imports):  # the user's modules are imported first: a bad one fails before any work
-        with trusted_checkpoints(args.trust_checkpoint):
-            profile, ul_args = prepare(args.profile, tokens, check_device=False)
+    with model_names(args.imports), trusted_checkpoints(args.trust_checkpoint), \
+            allow_downloads(args.allow_download):  # the user's modules first: a bad one fails before any work
+        profile, ul_args = prepare(args.profile, tokens, check_device=False)
         user = parse_overrides(tokens)
         if user.get("data") is not None and "epochs" not in user:
             ul_args["epochs"] = USER_DATA_EPOCHS
@@ -150,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2, default=str))
     else:
         if report is not None:
-            print(report.summary())
+            print(printable(report.summary()))
         else:
             r = records[0]
             print(f"yolo-det verify: profile {profile.name}, 1 run of {len(r.steps)} optimizer steps in "
@@ -161,12 +165,12 @@ def run(args: argparse.Namespace) -> int:
         if save_path is not None:
             print(f"fingerprints saved: {save_path}")
         if against is not None:
-            print(against.summary())
+            print(printable(against.summary()))
         if shown.plot:
             print(f"loss curves: {shown.plot}")
     suites = ([verify_suite(report)] if report is not None else []) + ([against_suite(against)] if against else [])
     emit_ci(args, suites)
-    ok = (report is None or report.identical) and (against is None or against.identical)
+    ok = (report is None or report.identical) and (against is None or against.verified)
     return 0 if ok else 1
 
 
@@ -185,7 +189,7 @@ def _run_resume_at(args: argparse.Namespace, profile: Any, ul_args: dict[str, An
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, default=str))
     else:
-        print(report.summary())
+        print(printable(report.summary()))
         if report.plot:
             print(f"loss curves: {report.plot}")
     emit_ci(args, [verify_suite(report)])

@@ -78,7 +78,9 @@ def _sort_key(p: Path) -> tuple[int, int, str]:
 
 
 def weights_files(weights_dir: str | os.PathLike[str],
-                  before: Mapping[str, tuple[int, int, int, int]] | None = None) -> list[dict[str, Any]]:
+                  before: Mapping[str, tuple[int, int, int, int]] | None = None,
+                  cache: dict[str, tuple[tuple[int, int, int, int], dict[str, Any]]] | None = None
+                  ) -> list[dict[str, Any]]:
     """Every ``*.pt`` weights file in ``weights_dir`` with its weights digest read back from the file.
 
     Resume states (``yolo-det-resume.*.pt``, :mod:`yolo_det.core.resume`) are not weights files and are
@@ -88,6 +90,8 @@ def weights_files(weights_dir: str | os.PathLike[str],
         weights_dir: The run's ``weights`` folder.
         before: :func:`weights_stats` taken when the run started; files it lists unchanged are marked
             ``"written_by_this_run": false``.
+        cache: Entries of earlier calls by file name, reused while the file's identity (device, inode, size,
+            modification time) is unchanged (a run rewriting its record at every checkpoint digests each file once).
 
     Returns:
         ``[{"file", "bytes", "sha256", "written_by_this_run"}]`` (``"error"`` instead of a digest for a
@@ -107,9 +111,15 @@ def weights_files(weights_dir: str | os.PathLike[str],
         entry: dict[str, Any] = {"file": str(p)}
         try:
             st = p.stat()
+            known = cache.get(p.name) if cache is not None else None
+            if known is not None and known[0] == _stat_key(st):
+                out.append(dict(known[1]))
+                continue
             entry["bytes"] = st.st_size
             entry["written_by_this_run"] = before is None or before.get(p.name) != _stat_key(st)
             entry["sha256"] = checkpoint_digest(p)
+            if cache is not None:
+                cache[p.name] = (_stat_key(st), dict(entry))
         except Exception as e:  # a file cut short is reported, not fatal
             entry["sha256"] = None
             entry["error"] = f"{type(e).__name__}: {one_line(e)}"

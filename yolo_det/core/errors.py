@@ -33,6 +33,13 @@ class PatchError(YoloDetError):
     """A YOLOv5 tree could not be patched."""
 
 
+class RunFailed(YoloDetError):
+    """A run that started could not go on because of its surroundings (a full disk, a read-only run folder):
+    one line saying where its record is (or why it could not be written), exit code 1."""
+
+    exit_code = 1
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """Return ``" Did you mean 'x'?"`` for the closest match of ``word`` in ``choices``, or ``""``."""
     match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)

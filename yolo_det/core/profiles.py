@@ -381,8 +381,12 @@ def _load(profile: str | os.PathLike[str] | Profile, *, chain: tuple[str, ...],
     if not path.is_file():
         raise ProfileError(f"profile file '{path}' does not exist; give a built-in name "
                            f"({', '.join(BUILTIN_PROFILES)}) or an existing YAML file")
+    from .untrusted.textfile import TextTooLarge, read_text
+
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path, what="profile")
+    except TextTooLarge as e:
+        raise ProfileError(str(e)) from None
     except (OSError, UnicodeDecodeError) as e:
         raise ProfileError(f"cannot read profile file '{path}': {e}") from None
     return _parse(text, origin=str(path), chain=chain, base_dir=path.parent, ident=os.path.realpath(path))
@@ -461,3 +465,32 @@ def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | N
         source=origin,
         **{p: _phase_settings(phases[p]) for p in PHASES},
     )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# settings of yolo-det's own extensions, registered like any plugin's
+
+
+def _check_bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"must be true or false, got {_type_name(value)} {short(value)}")
+    return value
+
+
+#: Worker-invariant data: every random draw of a training sample keyed by (seed, epoch, sample index), so the
+#: batches do not depend on the loader's worker count (applied by ``session.extensions.DataInvariance``).
+DATA_INVARIANCE = Setting(
+    "data_invariance", False, _check_bool,
+    "augmentation draws keyed by (seed, epoch, sample index): the same batches for any worker count")
+register_setting(DATA_INVARIANCE)
+
+
+def _register_builtin_settings() -> None:
+    """The settings of yolo-det's own extensions (``batch_invariant``), registered like a plugin's."""
+    from .deploy_settings import DEPLOY_SETTINGS
+
+    for name, default, check, doc in DEPLOY_SETTINGS:
+        register_setting(Setting(name, default, check, doc))
+
+
+_register_builtin_settings()

@@ -29,9 +29,11 @@ import torch
 
 from .constants import RECORDED_ENV
 from .fileio import atomic_write_json
+from .record_schema import RECORD_NAME, RECORD_SCHEMA, RecordError, check_record
 
 __all__ = [
     "RECORD_NAME",
+    "RECORD_SCHEMA",
     "build_record",
     "checkpoint_digest",
     "cpu_model",
@@ -42,8 +44,6 @@ __all__ = [
     "write_record",
 ]
 
-RECORD_NAME = "determinism.json"
-RECORD_SCHEMA = 1
 
 def _version(dist: str) -> str | None:
     try:
@@ -111,8 +111,15 @@ def environment() -> dict[str, Any]:
     }
 
 
+#: dtypes NumPy has (others, such as float8, complex32, bits8 and float4, are digested as their raw bytes).
+_NUMPY_DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128,
+                 torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64}
+
+
 def _tensor_bytes(t: torch.Tensor) -> tuple[str, bytes]:
     t = t.detach().to("cpu")
+    if t.dtype not in _NUMPY_DTYPES:  # little-endian raw bytes, as the checkpoint stores them
+        return str(t.dtype), t.contiguous().view(torch.uint8).numpy().tobytes()
     if t.is_floating_point() and t.dtype in (torch.float16, torch.bfloat16, torch.float32):
         return "float", t.float().contiguous().numpy().astype("<f4", copy=False).tobytes()
     if t.is_complex():
@@ -160,10 +167,18 @@ def checkpoint_digest(path: str | os.PathLike[str]) -> str:
 
 
 def write_record(directory: str | os.PathLike[str], record: Mapping[str, Any]) -> Path:
-    """Write ``record`` as ``determinism.json`` in ``directory`` (atomically) and return its path."""
+    """Write ``record`` as ``determinism.json`` in ``directory`` (atomically) and return its path.
+
+    Raises:
+        RecordError: A field of the record has the wrong type for :mod:`yolo_det.core.record_schema`.
+    """
+    content = {**record, "schema": RECORD_SCHEMA}
+    problem = check_record(content)
+    if problem:
+        raise RecordError(f"refusing to write a malformed {RECORD_NAME}: {problem}")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    return atomic_write_json(directory / RECORD_NAME, {"schema": RECORD_SCHEMA, **record})
+    return atomic_write_json(directory / RECORD_NAME, content)
 
 
 def build_record(session: Any, *, framework: str, status: str, state_at_train_start: Mapping[str, Any] | None,

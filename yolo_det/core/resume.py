@@ -22,9 +22,11 @@ every class the pickle names is an inert placeholder).
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
 import random
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,11 +48,15 @@ __all__ = [
     "load_state",
     "read_checkpoint",
     "resume_arguments",
+    "resume_folder",
+    "resume_save_dir",
+    "run_folder_of",
     "host_copy",
     "save_state",
     "StateWriter",
     "set_rng_state",
     "state_path",
+    "previous_state_path",
 ]
 
 #: Format tag stored in every resume-state file.
@@ -130,6 +136,8 @@ def read_checkpoint(path: str | os.PathLike[str]) -> CheckpointInfo:
     if isinstance(args, Inert):
         state = args.state
         args = state if isinstance(state, Mapping) else {}
+    elif isinstance(args, (argparse.Namespace, types.SimpleNamespace)):  # read as values by the allow-list
+        args = vars(args)
     epoch = obj.get("epoch")
     updates = obj.get("updates")
     return CheckpointInfo(
@@ -190,6 +198,12 @@ def state_path(checkpoint: str | os.PathLike[str], rank: int = 0) -> Path:
     checkpoint = Path(checkpoint)
     suffix = f".rank{rank}" if rank > 0 else ""
     return checkpoint.with_name(f"{_PREFIX}.{checkpoint.stem}{suffix}.pt")
+
+
+def previous_state_path(checkpoint: str | os.PathLike[str], rank: int = 0) -> Path:
+    """Where the resume state of the checkpoint before the current one is kept while a new pair is written."""
+    path = state_path(checkpoint, rank)
+    return path.with_name(f"{path.stem}.prev.pt")
 
 
 def save_state(path: str | os.PathLike[str], state: Mapping[str, Any]) -> Path:
@@ -400,7 +414,7 @@ def resume_arguments(args: Mapping[str, Any]) -> tuple[dict[str, Any], Checkpoin
 
 
 def find_state(checkpoint: str | os.PathLike[str], *, rank: int, start_epoch: int, ema: Any,
-               updates: Any) -> tuple[dict[str, Any], dict[str, Any] | None, str | None]:
+               updates: Any, world_size: int | None = None) -> tuple[dict[str, Any], dict[str, Any] | None, str | None]:
     """Look up and check the resume state of ``checkpoint`` for a run resuming at ``start_epoch``.
 
     Args:
@@ -409,6 +423,8 @@ def find_state(checkpoint: str | os.PathLike[str], *, rank: int, start_epoch: in
         start_epoch: The first epoch the resumed run trains.
         ema: The EMA module loaded from the checkpoint (for its weights digest), or ``None``.
         updates: The EMA update count loaded from the checkpoint (a state of another save is refused).
+        world_size: The number of ranks of the resumed run (a state written by a run of another number of
+            ranks is refused: the data order and the gradient sums differ). ``None``: not checked.
 
     Returns:
         ``(info, state, problem)``: the record's resume data, the state to restore (``None`` when it is
@@ -426,21 +442,100 @@ def find_state(checkpoint: str | os.PathLike[str], *, rank: int, start_epoch: in
 
         info["checkpoint_weights_sha256"] = state_dict_digest(ema)
     path = state_path(ckpt, rank)
-    if not path.is_file():
+    candidates = [p for p in (path, previous_state_path(ckpt, rank)) if p.is_file()]
+    if not candidates:
         why = f"{path.name} not found next to it: a checkpoint from a run without yolo-det, or the file was removed"
         info["problem"] = why
         return info, None, why
-    try:
-        state = load_state(path)
-    except Exception as e:
-        info["problem"] = str(e)
-        return info, None, str(e)
-    if updates is None:
-        updates = state.get("updates")
-    if int(state.get("epoch", -2)) != start_epoch - 1 or state.get("updates") != updates:
+    why = ""
+    for path in candidates:  # the newest first; the previous one matches a checkpoint whose successor was not written
+        try:
+            state = load_state(path)
+        except Exception as e:
+            why = str(e)
+            continue
+        want = state.get("updates") if updates is None else updates
+        if int(state.get("epoch", -2)) == start_epoch - 1 and state.get("updates") == want:
+            break
         why = (f"{path.name} belongs to epoch {state.get('epoch')} (updates {state.get('updates')}), "
-               f"the checkpoint to epoch {start_epoch - 1} (updates {updates})")
+               f"the checkpoint to epoch {start_epoch - 1} (updates {want})")
+    else:
+        info["problem"] = why
+        return info, None, why
+    saved_ranks = state.get("world_size")
+    if world_size is not None and saved_ranks is not None and int(saved_ranks) != max(int(world_size), 1):
+        why = (f"{path.name} was written by a run of {saved_ranks} rank(s), this run has {max(int(world_size), 1)}; "
+               "resume with as many ranks to continue bit for bit")
         info["problem"] = why
         return info, None, why
     info.update(state_found=True, state_file=str(path))
     return info, state, None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the folder a resumed run writes into
+
+
+def run_folder_of(checkpoint: str | os.PathLike[str]) -> Path | None:
+    """The run folder holding ``checkpoint`` (``RUN`` for ``RUN/weights/last.pt``); None when the file is not
+    in a ``weights`` folder."""
+    path = Path(checkpoint).expanduser().absolute()
+    return path.parent.parent if path.parent.name == "weights" else None
+
+
+def _same_folder(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    try:
+        return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+    except OSError:
+        return False
+
+
+def resume_folder(checkpoint: str | os.PathLike[str], *, stored: str | None = None,
+                  requested: str | os.PathLike[str] | None = None) -> Path:
+    """The folder a run resumed from ``checkpoint`` writes into: the run folder that holds the checkpoint.
+
+    Ultralytics writes a resumed run into the ``save_dir`` stored in the checkpoint, which for a copied,
+    moved or renamed run folder is another run's folder. yolo-det passes the folder returned here as
+    ``save_dir`` instead, so a resumed run never writes outside the folder that holds its checkpoint.
+
+    Args:
+        checkpoint: The checkpoint being resumed.
+        stored: The ``save_dir`` stored in the checkpoint (for the messages).
+        requested: A ``save_dir`` the caller asked for; it must be that same folder.
+
+    Raises:
+        ConfigError: The checkpoint is not in a run's ``weights`` folder, ``requested`` names another folder,
+            or the folder holds a completed run (whose files resuming would overwrite).
+    """
+    import json
+
+    from .errors import ConfigError
+    from .record import RECORD_NAME
+
+    ckpt = Path(checkpoint).expanduser().absolute()
+    folder = run_folder_of(ckpt)
+    where = f"'{stored}'" if stored else "the folder stored in it"
+    if folder is None:
+        raise ConfigError(f"cannot resume '{ckpt}': it is not in a run's weights/ folder, and the run would write into "
+                          f"{where}; copy it to NEW_RUN/weights/last.pt and resume that")
+    if requested not in (None, "") and not _same_folder(requested, folder):
+        raise ConfigError(f"cannot resume '{ckpt}' into '{requested}': a resumed run writes into the folder that holds "
+                          f"its checkpoint ('{folder}'); copy the run folder to '{requested}' and resume the copy")
+    try:
+        record = json.loads((folder / RECORD_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        record = None
+    if isinstance(record, dict) and record.get("status") == "completed":
+        raise ConfigError(f"cannot resume '{ckpt}': '{folder}' holds a completed run whose files resuming would "
+                          "overwrite; copy the checkpoint to NEW_RUN/weights/last.pt and resume that")
+    return folder
+
+
+def resume_save_dir(checkpoint: str | os.PathLike[str], requested: str | os.PathLike[str] | None = None) -> str:
+    """The ``save_dir`` to pass to a run resumed from ``checkpoint`` (see :func:`resume_folder`)."""
+    stored = None
+    try:
+        stored = read_checkpoint(Path(checkpoint).expanduser()).train_args.get("save_dir")
+    except Exception:  # the framework reports an unreadable checkpoint its own way
+        pass
+    return str(resume_folder(checkpoint, stored=stored if isinstance(stored, str) else None, requested=requested))

@@ -223,6 +223,11 @@ def _build(text: str, origin: str) -> Any:
         with custom_modules():
             from ultralytics.nn import tasks
 
+            from ..analysis.loader import check_yaml_modules
+
+            if isinstance(cfg, dict):  # every layer an allowed module class, before Ultralytics builds anything
+                check_yaml_modules(cfg, text, origin, vars(tasks))
+
             cls = {"detect": tasks.DetectionModel, "segment": tasks.SegmentationModel, "pose": tasks.PoseModel,
                    "obb": tasks.OBBModel, "classify": tasks.ClassificationModel}.get(task, tasks.DetectionModel)
             if "rtdetr" in str(cfg.get("head", "")).lower():

@@ -7,13 +7,17 @@ Three ways in, from simplest:
 - ``model.train(trainer=yolo_det.trainer_class("repro"))``: a trainer class (the trainer of the model's
   task by default; any ``BaseTrainer`` subclass can be the base) that snapshots the state before
   Ultralytics' ``init_seeds`` and restores it after.
-- ``UltralyticsPlugin(profile).register(trainer.callbacks)`` for a trainer someone else builds; the
-  baseline is then the state at the first event, after ``init_seeds``.
+- ``Trainer(overrides=..., _callbacks=UltralyticsPlugin(profile).register(callbacks.get_default_callbacks()))``
+  for a trainer you build yourself: the callbacks must be there when the trainer is built (Ultralytics runs
+  ``on_pretrain_routine_start`` in its constructor). Registering on a trainer that already exists is refused
+  when training starts (its initial weights would differ from the other routes').
 
 Phase boundaries: ``train`` from ``on_pretrain_routine_start`` (right after ``init_seeds``) until
 ``teardown`` (which Ultralytics runs in ``train()``'s ``finally``, after its own ``unset_deterministic``);
 ``val`` between ``on_val_start`` and ``on_val_end`` (inside training and in ``model.val()``); ``deploy``
-between ``on_predict_start``/``on_predict_end`` and ``on_export_start``/``on_export_end``; a streaming
+between ``on_predict_start``/``on_predict_end`` and ``on_export_start``/``on_export_end``. The validator
+(at ``on_val_start``) and the predictor (at each ``on_predict_batch_start``) are handed to the session,
+which applies ``batch_invariant`` to them (:mod:`yolo_det.session.batch_invariance`); a streaming
 ``predict`` is suspended each time it yields an item (the caller's loop body runs under the caller's state).
 
 Endings (see :mod:`yolo_det.core.endings`): every training writes ``determinism.json`` however it ends
@@ -30,7 +34,7 @@ import inspect
 import sys
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,16 +45,20 @@ from ..core.constants import global_rank
 from ..core.endings import describe_ending, one_line, weights_files, weights_stats
 from ..core.errors import YoloDetError
 from ..core.modules import unwrap_model
+from ..core.partial import set_aside_incomplete
 from ..core.profiles import Profile, load_profile
 from ..core.record import RECORD_NAME, build_record, state_dict_digest, write_record
 from ..core.signals import terminate_as_interrupt
 from ..core.state import snapshot
+from ..core.testpoints import reach
+from ..fixes import data_invariance as _data
 from ..fixes.swaps import restore, unswap_modules
 from ..layers.registry import registered_layers
-from ..session.distributed import gather_states, rank_info, ranks_consistent
+from ..session.distributed import gather_states, rank_info, ranks_consistent, terminate_via_launcher
 from ..session.session import DeterminismSession, note_restore_failure
+from . import ultralytics_data as _stream
 from .identity import run_identity
-from .ultralytics_resume import UltralyticsResume, previous_record
+from .ultralytics_resume import UltralyticsResume, previous_record, segments_of
 
 __all__ = ["UltralyticsPlugin", "attach", "detach", "trainer_class"]
 
@@ -68,6 +76,7 @@ _EVENTS = (
     "on_train_end",
     "teardown",
     "on_predict_start",
+    "on_predict_batch_start",
     "on_predict_end",
     "on_export_start",
     "on_export_end",
@@ -101,6 +110,7 @@ class UltralyticsPlugin:
     Attributes:
         session: The run in progress (None between runs).
         record_path: Path of the last ``determinism.json`` written.
+        export_record_path: Path of the last export record written (``<export>.determinism.json``).
         weights_digest: Weights digest of the last completed training run (of its ``last.pt`` as written).
         record_error: Why the last completed run's record could not be written (None when it was).
         warn_record_error: Warn (``UserWarning``) when a completed run's record cannot be written; the
@@ -112,6 +122,7 @@ class UltralyticsPlugin:
         self.record = record
         self.session: DeterminismSession | None = None
         self.record_path: Path | None = None
+        self.export_record_path: Path | None = None
         self.weights_digest: str | None = None
         self.record_error: str | None = None
         self.warn_record_error = True
@@ -125,6 +136,8 @@ class UltralyticsPlugin:
         self._trainer: Any = None  # the trainer of the run in progress (for a record of an early ending)
         self.resume: UltralyticsResume | None = None
         self._previous: dict[str, Any] | None = None
+        self._rank_signals: ExitStack | None = None  # a DDP rank handles SIGTERM like Ctrl-C while it trains
+        self._digests: dict[str, Any] = {}  # weights file digests of the run in progress (by file identity)
         self._portable: dict[str, Any] = {}  # what the checkpoints' YAML keeps under yolo-det's key
 
     # A pickled plugin (Ultralytics' DDP launcher pickles the callbacks) starts fresh in the worker.
@@ -176,11 +189,14 @@ class UltralyticsPlugin:
         self._entered.clear()
         self._trainer = None
         self._weights_before = None
+        self._digests = {}
         resume, self.resume, self._previous = self.resume, None, None
+        rank_signals, self._rank_signals = self._rank_signals, None
         steps = [resume.close if resume is not None else None,
                  session.end if session is not None else None,
                  (lambda: names.__exit__(None, None, None)) if names is not None else None,
-                 *(lock.release for lock in reversed(locks))]
+                 *(lock.release for lock in reversed(locks)),
+                 rank_signals.close if rank_signals is not None else None]
         for step in steps:
             if step is None:
                 continue
@@ -267,19 +283,62 @@ class UltralyticsPlugin:
     def _ensure_train(self, trainer: Any) -> DeterminismSession:
         session = self.begin_run(owner="trainer")
         if "train" not in session.phases:
+            _check_resume_folder(trainer)  # refused here: nothing recorded or touched
             save_dir = getattr(trainer, "save_dir", None)
             if save_dir is not None:
                 if _rank() == -1:  # under DDP the launching process holds it
                     self._locks.append(runlock.acquire(save_dir))  # refused here: nothing recorded or touched
                 session.run_dir = str(save_dir)
                 self._weights_before = weights_stats(Path(save_dir) / "weights")
+                if getattr(trainer, "resume", False):  # read before this run's record replaces it
+                    self._previous = previous_record(str(trainer.args.resume or trainer.args.model))
             session.seed = int(getattr(trainer.args, "seed", 0) or 0)
             rank, world_size = rank_info()
             session.rank = rank
             session.world_size = max(int(getattr(trainer, "world_size", 1) or 1), world_size, 1)
             self._trainer = trainer
+            if _rank() >= 0 and self._rank_signals is None:  # a DDP rank: the launcher stops it with SIGTERM
+                self._rank_signals = ExitStack()
+                self._rank_signals.enter_context(terminate_as_interrupt())
             session.enter("train")
+            self._write_running(trainer)  # from the first second: never the record of another run next to ours
         return session
+
+    def _warn_profile_change(self) -> None:
+        """One line when a resumed run trains under another profile than the part before it."""
+        before = (self._previous or {}).get("profile")
+        if self.resume is not None and self.resume.info is not None and isinstance(before, dict) \
+                and before.get("train") != self.profile.to_dict().get("train"):
+            print(f"yolo-det: resuming under the profile '{self.profile.name}', the run so far trained under "
+                  f"'{before.get('name')}': it continues, but not bit for bit as either would have (recorded)",
+                  file=sys.stderr, flush=True)
+
+    def _refuse_late_registration(self, trainer: Any) -> None:
+        """Refuse a plugin registered on a trainer that already exists: Ultralytics ran ``on_pretrain_routine_start``
+        (where the train phase seeds the run) in the trainer's constructor, without it, and has built the model
+        since, so its initial weights would differ from every other route's for the same seed."""
+        session = self.session
+        if _rank() not in {-1, 0} or (session is not None and "train" in session.phases):
+            return
+        raise YoloDetError(
+            "the yolo-det plugin was registered on a trainer that already existed, so the run would start from "
+            "other initial weights than yolo-det's routes give for the same seed; use yolo_det.attach(model), "
+            "model.train(trainer=yolo_det.trainer_class(...)), or pass the callbacks when building the trainer: "
+            "Trainer(overrides=..., _callbacks=UltralyticsPlugin(...).register(callbacks.get_default_callbacks()))")
+
+    def _write_running(self, trainer: Any) -> None:
+        """Write (replace) the record with status ``running`` (rank 0; a failure to write is kept, not raised)."""
+        if not self.record or _rank() not in {-1, 0}:
+            return
+        try:
+            self._write(trainer, None, running=True)
+        except Exception as e:  # the training goes on; the final record says what it can
+            self.record_error = f"could not write {RECORD_NAME}: {type(e).__name__}: {one_line(e)}"
+
+    def _after_checkpoint(self, trainer: Any) -> None:
+        """After each checkpoint: the record says how many epochs are checkpointed."""
+        self._write_running(trainer)
+        reach("record-updated")
 
     def _back_to_train(self) -> None:
         """Leave any phase entered on top of ``train`` whose end event never came."""
@@ -297,11 +356,14 @@ class UltralyticsPlugin:
     @_callback
     def on_pretrain_routine_end(self, trainer: Any) -> None:
         """Seed the data order, and wrap the scaler when the train phase disables determinism in backward."""
+        self._refuse_late_registration(trainer)
         session = self._ensure_train(trainer)
         settings = self.profile.train
         if self.record and _rank() in {-1, 0}:
             trainer._yolo_det_identity = run_identity(trainer)  # data, start model, arguments (before any swap)
-        session.hand_over("loader", getattr(trainer, "train_loader", None))
+        session.hand_over("loader", getattr(trainer, "train_loader", None), epoch=_stream.start_epoch(trainer))
+        if self.record:
+            _stream.tap(trainer)  # the fingerprint of the first batches, for the record
         model = getattr(trainer, "model", None)
         model = getattr(model, "module", model)  # DistributedDataParallel
         if settings.swaps != "none" and isinstance(model, torch.nn.Module) and not self._swapped_for(trainer):
@@ -312,8 +374,9 @@ class UltralyticsPlugin:
         self._stamp_checkpoint_yaml(trainer)
         self.resume = UltralyticsResume(int(session.seeds()["seed"]), rank=session.rank)
         self.resume.prepare(trainer)
-        if self.resume.info is not None:
-            self._previous = previous_record(self.resume.info["checkpoint"])
+        self.resume.wrap_save(trainer, self._after_checkpoint)
+        self._warn_profile_change()
+        self._write_running(trainer)  # now with the data and model fingerprints
 
     def _stamp_checkpoint_yaml(self, trainer: Any) -> None:
         """The YAML the checkpoints store: torch's names where the model names yolo-det's layers (plain Ultralytics
@@ -362,6 +425,7 @@ class UltralyticsPlugin:
         self._back_to_train()
         if self.resume is not None:
             self.resume.on_train_epoch_start(trainer)
+        _data.set_epoch(getattr(trainer, "train_loader", None), int(getattr(trainer, "epoch", 0)))
 
     @_callback
     def on_train_batch_start(self, trainer: Any) -> None:
@@ -393,7 +457,10 @@ class UltralyticsPlugin:
         """Restore the state the run started from (Ultralytics calls this in ``train()``'s ``finally``)."""
         error = sys.exc_info()[1]  # Ultralytics runs teardown in train()'s finally: the exception ending it
         try:
-            self._record_ending(trainer, error)
+            try:
+                self._record_ending(trainer, error)
+            finally:
+                _stream.untap(trainer)  # the trainer's own preprocess_batch again
         except BaseException as e:
             if error is None:
                 self.end_run()
@@ -410,7 +477,9 @@ class UltralyticsPlugin:
         try:
             self._write(trainer, error)
         except Exception as e:  # never mask the error that ended the run
-            self.record_error = f"could not write {RECORD_NAME}: {type(e).__name__}: {one_line(e)}"
+            where = getattr(trainer, "save_dir", None)
+            self.record_error = (f"could not write {RECORD_NAME}" + (f" in '{where}'" if where is not None else "")
+                                 + f": {type(e).__name__}: {one_line(e)}")
             warnings.warn(f"yolo-det: {self.record_error}", UserWarning, stacklevel=3)
 
     def _record_early_ending(self, error: BaseException) -> None:
@@ -428,18 +497,20 @@ class UltralyticsPlugin:
     def _written_for(self, trainer: Any) -> bool:
         return getattr(trainer, "_yolo_det_record_written", False)
 
-    def _write(self, trainer: Any, error: BaseException | None) -> None:
-        """Write ``determinism.json`` for a run that ended with ``error`` (None: completed)."""
+    def _write(self, trainer: Any, error: BaseException | None, *, running: bool = False) -> None:
+        """Write ``determinism.json`` for a run that ended with ``error`` (None: completed), or one still
+        ``running``."""
         if not self.record or self.session is None:
             return
         save_dir = getattr(trainer, "save_dir", None)
         if save_dir is None:
             return
         stopped = error is not None and bool(getattr(trainer, "_yolo_det_interrupted", False))  # a clean stop
+        running = running and error is None
         # Digests of the files as they are on disk (this run holds the folder: they are its own files).
-        files = weights_files(Path(save_dir) / "weights", self._weights_before)
+        files = set_aside_incomplete(weights_files(Path(save_dir) / "weights", self._weights_before, self._digests))
         weights: dict[str, Any] = {"files": files}
-        if error is None or stopped:
+        if (error is None and not running) or stopped:
             last = Path(getattr(trainer, "last", Path(save_dir) / "weights" / "last.pt")).resolve()
             entry = next((f for f in files if Path(f["file"]).resolve() == last and f.get("sha256")), None)
             if entry is not None:
@@ -454,6 +525,8 @@ class UltralyticsPlugin:
         # stopped on purpose after a saved epoch (verify --resume-at): resumable, not failed
         if stopped and error is not None:
             ending = {"status": "interrupted", "stopped": one_line(error)}
+        if running:
+            ending = {"status": "running"}
         record = build_record(
             self.session,
             framework="ultralytics",
@@ -466,18 +539,26 @@ class UltralyticsPlugin:
             imports=self._portable.get("imports", []),
             checkpoint_yaml_layers=self._portable.get("layers", {}),
             **getattr(trainer, "_yolo_det_identity", {}),
+            data_stream=_stream.data_stream_section(trainer, int(self.session.seeds()["seed"]),
+                                                    getattr(trainer, "_yolo_det_identity", None)),
             **ending,
         )
         if self.resume is not None:
-            record.update(self.resume.record_fields(trainer, self.profile, self._previous))
+            record.update(self.resume.record_fields(trainer, self.profile, self._previous, flush=not running))
+        else:
+            record.update(segments=segments_of(self._previous),
+                          epochs_completed=int(getattr(trainer, "start_epoch", 0) or 0))
         self.record_path = write_record(save_dir, record)
-        trainer._yolo_det_record_written = True
+        if not running:
+            trainer._yolo_det_record_written = True
 
     # -- validation, prediction, export -----------------------------------------------------------------
     @_callback
     def on_val_start(self, validator: Any) -> None:
-        """Enter the val phase (on top of train inside training)."""
+        """Enter the val phase (on top of train inside training) and hand the validator over (its loader)."""
         self._phase_start("val", validator)
+        if self.session is not None:
+            self.session.hand_over("validator", validator, phase="val")
 
     @_callback
     def on_val_end(self, validator: Any) -> None:
@@ -488,6 +569,13 @@ class UltralyticsPlugin:
     def on_predict_start(self, predictor: Any) -> None:
         """Enter the deploy phase for prediction."""
         self._phase_start("deploy", predictor)
+
+    @_callback
+    def on_predict_batch_start(self, predictor: Any) -> None:
+        """Hand the predictor over before its batch is preprocessed (again after a streaming pause)."""
+        session = self.session
+        if session is not None and session.phase == "deploy":
+            session.hand_over("predictor", predictor, phase="deploy")
 
     @_callback
     def on_predict_end(self, predictor: Any) -> None:
@@ -512,12 +600,26 @@ class UltralyticsPlugin:
 def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], owner: Any) -> Callable[..., Any]:
     @functools.wraps(method)
     def call(*args: Any, **kwargs: Any) -> Any:
+        from ..analysis.gate import check_arguments
+        from ..core.untrusted.allow import allowed_user_modules
+        from ..core.untrusted.safeload import guarded_torch_load
+
+        net = getattr(owner, "model", None)
+        # the classes of the model being run are the user's own (built in this process): its checkpoints hold them
+        own = {type(m).__module__ for m in net.modules()} if isinstance(net, torch.nn.Module) else set()
+        with allowed_user_modules(own):
+            check_arguments(kwargs)  # the one gate: every path-valued argument, before Ultralytics reads it
+            with guarded_torch_load():  # whatever Ultralytics then loads goes through the allow-list
+                return _call(*args, **kwargs)
+
+    def _call(*args: Any, **kwargs: Any) -> Any:
         if name == "predict" and kwargs.get("stream"):
             return _guarded_stream(plugin, method(*args, **kwargs))
         if name == "export":
             return _export_standard(plugin, method, owner, args, kwargs)
         if name == "train":
-            with terminate_as_interrupt(), plugin.guard():
+            kwargs = _resume_into_its_folder(owner, kwargs)
+            with terminate_as_interrupt(), plugin.guard(), terminate_via_launcher():
                 lock = _lock_fixed_folder(owner, kwargs)
                 try:
                     return method(*args, **kwargs)
@@ -533,15 +635,73 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
 
 def _export_standard(plugin: UltralyticsPlugin, method: Callable[..., Any], owner: Any, args: tuple[Any, ...],
                      kwargs: dict[str, Any]) -> Any:
-    """Export with standard PyTorch modules (yolo-det layers turned back), then put them back."""
+    """Export with standard PyTorch modules (yolo-det layers turned back), then put them back; then, when the
+    plugin keeps records, compare the export with the PyTorch model and write the export record beside it
+    (:mod:`yolo_det.integrations.export_parity`)."""
     net = getattr(owner, "model", None)
-    records = unswap_modules(net) if isinstance(net, torch.nn.Module) else []
-    try:
-        with plugin.guard():
-            return method(*args, **kwargs)
-    finally:
-        if records and isinstance(net, torch.nn.Module):
-            restore(net, records)
+    with plugin.guard() as session:
+        records = unswap_modules(net) if isinstance(net, torch.nn.Module) else []
+        try:
+            result = method(*args, **kwargs)
+        finally:
+            if records and isinstance(net, torch.nn.Module):
+                restore(net, records)
+        if plugin.record and result and Path(str(result)).exists():
+            from .export_parity import write_export_record
+
+            with session.phase_scope("deploy"):
+                plugin.export_record_path = write_export_record(owner, str(result), profile=plugin.profile)
+    return result
+
+
+def _resume_checkpoint(args: dict[str, Any], model: Any = None) -> str | None:
+    """The checkpoint a training with ``args`` resumes from (None when it does not resume)."""
+    resume = args.get("resume")
+    if isinstance(resume, (str, Path)) and str(resume).strip() not in {"", "False", "false", "True", "true"}:
+        return str(resume)
+    if resume is True or str(resume).strip() in {"True", "true"}:
+        if model is not None:
+            ckpt = getattr(model, "ckpt_path", None)
+            return str(ckpt) if ckpt else None
+        if isinstance(args.get("model"), (str, Path)) and str(args["model"]).endswith(".pt"):
+            return str(args["model"])
+        try:
+            from ultralytics.utils.files import get_latest_run
+
+            return get_latest_run() or None
+        except Exception:
+            return None
+    return None
+
+
+def _resume_into_its_folder(model: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` of ``model.train(**kwargs)`` with ``save_dir`` set to the folder holding the resumed checkpoint
+    (:func:`yolo_det.core.resume.resume_save_dir`); unchanged when the training does not resume."""
+    from ..core.resume import resume_save_dir
+
+    args = {**getattr(model, "overrides", {}), **kwargs}
+    ckpt = _resume_checkpoint(args, model)
+    if ckpt is None:
+        return kwargs
+    return {**kwargs, "save_dir": resume_save_dir(ckpt, args.get("save_dir"))}
+
+
+def _check_resume_folder(trainer: Any) -> None:
+    """Refuse a resumed trainer whose run folder is not the folder holding its checkpoint (a trainer built
+    without yolo-det's routes, e.g. a plugin registered on it later)."""
+    if not getattr(trainer, "resume", False):
+        return
+    from ..core.resume import resume_folder
+
+    ckpt = str(getattr(trainer.args, "resume", None) or getattr(trainer.args, "model", ""))
+    folder = resume_folder(ckpt, requested=None)
+    save_dir = getattr(trainer, "save_dir", None)
+    if save_dir is not None and Path(save_dir).resolve() != folder.resolve():
+        from ..core.errors import ConfigError
+
+        raise ConfigError(f"cannot resume '{ckpt}' into '{save_dir}': a resumed run writes into the folder that holds "
+                          f"its checkpoint ('{folder}'); train with yolo_det.attach(model) or "
+                          "trainer=yolo_det.trainer_class(...), which pass that folder to Ultralytics")
 
 
 def _lock_fixed_folder(model: Any, kwargs: dict[str, Any]) -> runlock.RunLock | None:
@@ -687,6 +847,16 @@ def _trainer_task(cfg: Any, overrides: dict[str, Any] | None) -> str:
     return str(task or "detect")
 
 
+def _resume_overrides(overrides: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A trainer's ``overrides`` with ``save_dir`` set to the folder holding the resumed checkpoint."""
+    from ..core.resume import resume_save_dir
+
+    ckpt = _resume_checkpoint(overrides or {})
+    if ckpt is None or overrides is None:
+        return overrides
+    return {**overrides, "save_dir": resume_save_dir(ckpt, overrides.get("save_dir"))}
+
+
 def _with_profile(base: Any, resolved: Profile, record: bool) -> type:
     """``base`` extended so that it trains under ``resolved``."""
 
@@ -702,6 +872,7 @@ def _with_profile(base: Any, resolved: Profile, record: bool) -> type:
             lock = _lock_planned_folder(cfg, overrides)
             if lock is not None:
                 plugin._locks.append(lock)
+            overrides = _resume_overrides(overrides)
             cbs = {k: list(v) for k, v in (_callbacks or ul_callbacks.get_default_callbacks()).items()}
             plugin.register(cbs)
             base.__init__(self, DEFAULT_CFG if cfg is None else cfg, overrides, cbs)
@@ -712,7 +883,7 @@ def _with_profile(base: Any, resolved: Profile, record: bool) -> type:
             raise
 
     def train(self: Any) -> Any:
-        with terminate_as_interrupt():
+        with terminate_as_interrupt(), terminate_via_launcher():
             try:
                 result = base.train(self)
             except BaseException as error:

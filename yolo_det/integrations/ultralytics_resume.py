@@ -11,7 +11,11 @@ Driven by :class:`~yolo_det.integrations.ultralytics.UltralyticsPlugin`'s callba
   (Ultralytics keeps that in a local variable that restarts at -1 on resume; while the resumed run's value
   differs, the accumulation target is adjusted for the one comparison it feeds, so the optimizer steps at
   the same iterations as in the uninterrupted run).
-- ``on_fit_epoch_end``: after the checkpoint of the epoch is written, every rank writes its state
+- the checkpoint save (rank 0): ``trainer.save_model`` is wrapped so that the resume state of the epoch is
+  written (atomically, the previous state kept as ``...prev.pt``) before the checkpoint is: at every moment
+  the folder holds a checkpoint and the state that matches it, whatever interrupts the run (an exception
+  from a user's ``on_model_save``, SIGTERM, SIGKILL). Then the record is updated (``epochs_completed``).
+- ``on_fit_epoch_end``: ranks > 0 (which write no checkpoint) write their state
   (:func:`yolo_det.core.resume.state_path`).
 """
 
@@ -24,10 +28,11 @@ from typing import Any
 import torch
 
 from ..core.modules import unwrap_model
-from ..core.resume import StateWriter, find_state, get_rng_state, set_rng_state, state_path
+from ..core.resume import StateWriter, find_state, get_rng_state, previous_state_path, set_rng_state, state_path
 from ..core.seeding import epoch_data_seed
+from ..core.testpoints import reach
 
-__all__ = ["NO_STATE_WARNING", "UltralyticsResume", "previous_record"]
+__all__ = ["NO_STATE_WARNING", "UltralyticsResume", "previous_record", "segments_of"]
 
 _EARLY = ("model_buffers", "grads")
 
@@ -48,6 +53,48 @@ def previous_record(checkpoint: str | Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+#: Arguments Ultralytics lets a resumed run change that change the trained weights (``check_resume``'s allowed
+#: list less those that only name or decorate outputs).
+RESULT_OVERRIDES = ("imgsz", "batch", "device", "close_mosaic", "augmentations", "workers", "cache", "patience",
+                    "time", "freeze", "channels_last", "distill_model")
+
+
+def _changed_overrides(ckpt: Path, trainer: Any) -> dict[str, list[Any]]:
+    """``{name: [checkpoint value, value now]}`` for each :data:`RESULT_OVERRIDES` argument the resume changed."""
+    from ..core.resume import read_checkpoint
+
+    try:
+        stored = read_checkpoint(ckpt).train_args
+    except Exception:
+        return {}
+    args = getattr(trainer, "args", None)
+    out = {}
+    for key in RESULT_OVERRIDES:
+        if key in stored and hasattr(args, key):
+            was, now = stored[key], getattr(args, key)
+            if str(was) != str(now):
+                out[key] = [was, now if isinstance(now, (str, int, float, bool, type(None))) else str(now)]
+    return out
+
+
+def segments_of(previous: dict[str, Any] | None, resumed_at: int | None = None) -> list[dict[str, Any]]:
+    """The ``segments`` of a run resumed from a run whose record is ``previous``: its own segments, then the
+    previous part itself (a part whose record still said ``running`` was killed: it says ``killed``, and its
+    ``epochs_completed`` is that of the checkpoint resumed, ``resumed_at``, if the kill came between the
+    checkpoint and the record's update)."""
+    if previous is None:
+        return []
+    earlier = previous.get("segments")
+    part = {k: v for k, v in previous.items() if k != "segments"}
+    if part.get("status") == "running":
+        part["status"] = "killed"
+        part["ending"] = "no ending recorded: the process was killed (SIGKILL, power loss) after its last checkpoint"
+        done = part.get("epochs_completed")
+        if isinstance(resumed_at, int) and (not isinstance(done, int) or done < resumed_at):
+            part["epochs_completed"] = resumed_at
+    return [*(earlier if isinstance(earlier, list) else []), part]
 
 
 def _restore_buffer(dataset: Any, saved: list[int] | None) -> None:
@@ -120,6 +167,8 @@ class UltralyticsResume:
         self._barrier: Any = None
         self._forward_barrier: Any = None
         self.seconds_waiting = 0.0
+        self._wrapped: Any = None
+        self.checkpointed: int | None = None
 
     def _before_forward(self, *args: Any) -> None:
         """Before a forward changes BatchNorm statistics (and its backward the gradients), they must be copied."""
@@ -154,11 +203,17 @@ class UltralyticsResume:
         ckpt = Path(str(trainer.args.resume or trainer.args.model))
         ema = getattr(trainer, "ema", None)
         info, state, why = find_state(ckpt, rank=self.rank, start_epoch=int(getattr(trainer, "start_epoch", 0)),
-                                      ema=getattr(ema, "ema", None), updates=getattr(ema, "updates", None))
+                                      ema=getattr(ema, "ema", None), updates=getattr(ema, "updates", None),
+                                      world_size=max(int(getattr(trainer, "world_size", 1) or 1), 1))
         if state is not None:
             self._pending = state
         else:
             print(NO_STATE_WARNING.format(ckpt=ckpt, why=why), file=sys.stderr, flush=True)
+        info["overrides"] = _changed_overrides(ckpt, trainer)
+        if info["overrides"]:
+            changed = ", ".join(f"{k}={now} (checkpoint: {was})" for k, (was, now) in info["overrides"].items())
+            print(f"yolo-det: resuming with {changed}: the run continues, but not bit for bit as the uninterrupted "
+                  "run would have", file=sys.stderr, flush=True)
         self.info = info
 
     def _restore(self, trainer: Any, state: dict[str, Any]) -> None:
@@ -243,18 +298,51 @@ class UltralyticsResume:
         self._trained = True
 
     # -- saving ---------------------------------------------------------------------------------------
-    def on_fit_epoch_end(self, trainer: Any) -> None:
-        """After the epoch's checkpoint: write this rank's resume state (not after the final epoch)."""
-        if not self._trained:
-            return  # final_eval's extra on_fit_epoch_end, or an epoch redone
-        self._trained = False
+    def wrap_save(self, trainer: Any, after_checkpoint: Any) -> None:
+        """Wrap ``trainer.save_model`` (rank 0): the resume state before the checkpoint, ``after_checkpoint(trainer)``
+        after it (see the module docstring). :meth:`close` takes the wrapper off."""
+        original = getattr(trainer, "save_model", None)
+        if self.rank != 0 or not callable(original) or getattr(original, "_yolo_det_save", False):
+            return
+
+        def save_model() -> Any:
+            self._trained = False  # this epoch's state is written here, not at on_fit_epoch_end
+            self._before_checkpoint(trainer)
+            saved = original()
+            if saved is not False:
+                self.checkpointed = int(getattr(trainer, "epoch", 0)) + 1
+            reach("checkpoint-written")
+            after_checkpoint(trainer)
+            return saved
+
+        save_model._yolo_det_save = True  # type: ignore[attr-defined]
+        trainer.save_model = save_model
+        self._wrapped = trainer
+
+    def _resumable_epoch(self, trainer: Any) -> int | None:
         epoch = int(getattr(trainer, "epoch", 0))
         final = epoch + 1 >= int(getattr(trainer, "epochs", 0))
         if final or getattr(trainer, "stop", False) or not getattr(trainer.args, "save", True):
-            return  # training ends: Ultralytics strips last.pt, there is nothing to resume
-        last = Path(getattr(trainer, "last", Path(trainer.save_dir) / "weights" / "last.pt"))
-        if self.rank == 0 and not last.is_file():
+            return None  # training ends: Ultralytics strips last.pt, there is nothing to resume
+        return epoch
+
+    def _before_checkpoint(self, trainer: Any) -> None:
+        """Write the state of the checkpoint about to be saved, keeping the previous one as ``...prev.pt``."""
+        import os
+
+        epoch = self._resumable_epoch(trainer)
+        if epoch is None:
             return
+        last = Path(getattr(trainer, "last", Path(trainer.save_dir) / "weights" / "last.pt"))
+        path = state_path(last, self.rank)
+        if path.is_file():  # it matches the checkpoint still on disk until the new one replaces it
+            os.replace(path, previous_state_path(last, self.rank))
+        self._submit(trainer, path, epoch)
+        if self._writer is not None:
+            self._writer.wait()  # on disk before the checkpoint is
+        reach("resume-state-written")
+
+    def _submit(self, trainer: Any, path: Path, epoch: int) -> None:
         import time
 
         t0 = time.perf_counter()
@@ -262,9 +350,23 @@ class UltralyticsResume:
             self._writer = StateWriter()
         # BatchNorm buffers and pending gradients change in the next forward/backward, everything else in the
         # next optimizer step: the writer copies them first, and the two hooks wait for what they need.
-        self._writer.submit(state_path(last, self.rank), self.capture(trainer, epoch), early=_EARLY)
+        self._writer.submit(path, self.capture(trainer, epoch), early=_EARLY)
         self.states_written += 1
         self.seconds_saving += time.perf_counter() - t0
+
+    def on_fit_epoch_end(self, trainer: Any) -> None:
+        """Ranks without a checkpoint (DDP ranks > 0), or a trainer whose save is not wrapped: write this rank's
+        resume state after the epoch's checkpoint (not after the final epoch)."""
+        if not self._trained:
+            return  # final_eval's extra on_fit_epoch_end, an epoch redone, or written with the checkpoint
+        self._trained = False
+        epoch = self._resumable_epoch(trainer)
+        if epoch is None:
+            return
+        last = Path(getattr(trainer, "last", Path(trainer.save_dir) / "weights" / "last.pt"))
+        if self.rank == 0 and not last.is_file():
+            return
+        self._submit(trainer, state_path(last, self.rank), epoch)
 
     def capture(self, trainer: Any, epoch: int) -> dict[str, Any]:
         """The state the rest of the run depends on (see :mod:`yolo_det.core.resume`)."""
@@ -299,32 +401,58 @@ class UltralyticsResume:
             },
         }
 
-    def record_fields(self, trainer: Any, profile: Any, previous: dict[str, Any] | None) -> dict[str, Any]:
+    def record_fields(self, trainer: Any, profile: Any, previous: dict[str, Any] | None, *,
+                      flush: bool = True) -> dict[str, Any]:
         """What ``determinism.json`` says about resuming: ``resume`` (None for a fresh run), ``segments``
-        (the records of the earlier parts, oldest first), ``resume_states_written`` and ``epochs_completed``."""
+        (the records of the earlier parts, oldest first), ``resume_states_written`` and ``epochs_completed``
+        (epochs checkpointed). ``flush``: wait for the state writes first (at the end of a run)."""
         error = None
         try:
-            self.flush()
+            if flush:
+                self.flush()
         except Exception as e:
             error = f"{type(e).__name__}: {e}"
             print(f"yolo-det: could not write the resume state: {error}", file=sys.stderr, flush=True)
-        segments: list[Any] = []
-        if self.info is not None and previous is not None:
-            segments = [*previous.get("segments", []), {k: v for k, v in previous.items() if k != "segments"}]
-        train = profile.train
+        segments = segments_of(previous, self.info.get("epoch")) if self.info is not None else []
+        reasons = [] if self.info is None else self._reasons(profile, previous)
         return {
             "resume": None if self.info is None else {
                 **self.info,
-                "bitwise_expected": bool(self.info["state_found"] and train.deterministic and train.backward == "keep"),
+                "bitwise_expected": not reasons,
+                "reasons": reasons,
             },
             "segments": segments,
             "resume_states_written": self.states_written,
             "resume_state_seconds": round(self.seconds_saving, 4),
             "resume_state_write_seconds": round(self.seconds_writing, 4),
             "resume_state_wait_seconds": round(self.seconds_waiting, 4),
-            "epochs_completed": int(getattr(trainer, "epoch", -1)) + 1,
+            "epochs_completed": self.epochs_checkpointed(trainer),
             **({"resume_state_error": error} if error else {}),
         }
+
+    def _reasons(self, profile: Any, previous: dict[str, Any] | None) -> list[str]:
+        """Why the resumed run is not expected to end bit for bit as the uninterrupted one (empty: it is)."""
+        info = self.info or {}
+        train = profile.train
+        reasons = []
+        if not info.get("state_found"):
+            reasons.append(f"no matching resume state ({info.get('problem', 'not found')})")
+        if not train.deterministic or train.backward != "keep":
+            reasons.append(f"the profile '{profile.name}' is not deterministic in training")
+        before = previous.get("profile") if isinstance(previous, dict) else None
+        if isinstance(before, dict) and before.get("train") != profile.to_dict().get("train"):
+            reasons.append(f"the earlier part trained under the profile '{before.get('name')}', this part under "
+                           f"'{profile.name}'")
+        for key, (was, now) in (info.get("overrides") or {}).items():
+            reasons.append(f"{key}={now} differs from the checkpoint's {key}={was}")
+        return reasons
+
+    def epochs_checkpointed(self, trainer: Any) -> int:
+        """Epochs whose checkpoint is on disk: the epoch of ``last.pt`` + 1 (read from the trainer's count of
+        saved epochs, :attr:`checkpointed`, when this part saved any; the resumed-from epoch otherwise)."""
+        if self.checkpointed is not None:
+            return self.checkpointed
+        return int(getattr(trainer, "start_epoch", 0) or 0)
 
     @property
     def seconds_writing(self) -> float:
@@ -353,3 +481,6 @@ class UltralyticsResume:
                 handle.remove()
         self._barrier = self._forward_barrier = None
         self._pending = None
+        wrapped, self._wrapped = self._wrapped, None
+        if wrapped is not None and getattr(wrapped.__dict__.get("save_model"), "_yolo_det_save", False):
+            del wrapped.__dict__["save_model"]

@@ -17,16 +17,30 @@ rank 0 can write one record covering all ranks and check that no rank ran withou
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import torch.distributed as dist
 
 from ..core.constants import global_rank, world_size
 from ..core.profiles import Profile
+from ..core.signals import Terminated
 from ..core.state import snapshot
 from .session import DeterminismSession
 
-__all__ = ["gather_states", "rank_info", "rank_session", "ranks_consistent"]
+__all__ = ["LAUNCHER_MODULES", "PER_RANK_ENV", "gather_states", "launcher_children", "rank_info", "rank_session",
+           "ranks_consistent", "terminate_via_launcher"]
+
+#: Environment variables whose value differs between ranks by design, never a rank problem:
+#: ``PYTHONHASHSEED`` is set to the rank's RNG seed (``seed + 1 + rank``, Ultralytics' and YOLOv5's
+#: ``init_seeds``); it only reaches processes the rank starts later, not the rank itself.
+PER_RANK_ENV: tuple[str, ...] = ("PYTHONHASHSEED",)
 
 
 def rank_info() -> tuple[int, int]:
@@ -64,8 +78,20 @@ def gather_states(session: DeterminismSession) -> list[dict[str, Any]]:
     return out
 
 
+def _state_differences(ref: dict[str, Any], other: dict[str, Any]) -> list[str]:
+    """The settings in which two ranks' states differ where ranks must agree (env variables by name)."""
+    diff = [k for k in sorted(set(ref) | set(other)) if k != "env" and ref.get(k) != other.get(k)]
+    env_ref, env_other = ref.get("env") or {}, other.get("env") or {}
+    diff += [f"env {k}" for k in sorted(set(env_ref) | set(env_other))
+             if k not in PER_RANK_ENV and env_ref.get(k) != env_other.get(k)]
+    return diff
+
+
 def ranks_consistent(states: list[dict[str, Any]]) -> list[str]:
     """Problems with a gathered list: ranks under another profile or flags, or ranks sharing an RNG seed.
+
+    Ranks must agree on the profile, the phases, the torch flags, the environment variables (except
+    :data:`PER_RANK_ENV`) and the sampler seed; their RNG seeds must all differ.
 
     Returns:
         One line per problem; empty when every rank ran the same profile with the same flags and its own seed.
@@ -79,8 +105,8 @@ def ranks_consistent(states: list[dict[str, Any]]) -> list[str]:
             problems.append(f"rank {s['rank']} runs profile '{s['profile']}', rank 0 runs '{ref['profile']}'")
         if s["phases"] != ref["phases"]:
             problems.append(f"rank {s['rank']} is in phases {s['phases']}, rank 0 in {ref['phases']}")
-        if s["state"] != ref["state"]:
-            diff = sorted(k for k in s["state"] if s["state"][k] != ref["state"][k])
+        diff = _state_differences(ref["state"], s["state"])
+        if diff:
             problems.append(f"rank {s['rank']} differs from rank 0 in {', '.join(diff)}")
         if s["seeds"]["sampler_seed"] != ref["seeds"]["sampler_seed"]:
             problems.append(f"rank {s['rank']} shuffles with seed {s['seeds']['sampler_seed']}, rank 0 with "
@@ -89,3 +115,77 @@ def ranks_consistent(states: list[dict[str, Any]]) -> list[str]:
     if len(set(rng)) != len(rng):
         problems.append(f"ranks share RNG seeds: {rng}")
     return problems
+
+
+#: Modules whose ``python -m`` process is a distributed launcher (it starts and supervises the ranks).
+LAUNCHER_MODULES: tuple[str, ...] = ("torch.distributed.run", "torch.distributed.launch")
+
+
+def launcher_children(pid: int | None = None) -> list[int]:
+    """The live child processes of ``pid`` (this process by default) that run a distributed launcher.
+
+    Read from ``/proc`` (Linux); elsewhere the list is empty.
+    """
+    parent = os.getpid() if pid is None else pid
+    found: list[int] = []
+    try:
+        entries = [e for e in os.scandir("/proc") if e.name.isdigit()]
+    except OSError:
+        return found
+    for entry in entries:
+        try:
+            stat = Path(entry.path, "stat").read_text()
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[1]) != parent or fields[0] == "Z":
+                continue
+            argv = Path(entry.path, "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if any(arg.decode(errors="replace") in LAUNCHER_MODULES for arg in argv):
+            found.append(int(entry.name))
+    return found
+
+
+@contextmanager
+def terminate_via_launcher() -> Iterator[None]:
+    """Pass SIGTERM on to the distributed launcher this process started, and end like a terminated run.
+
+    A process that launched its ranks through ``torch.distributed.run`` (Ultralytics' multi-GPU path) only
+    waits for the launcher. Stopping it at once would kill the launcher and leave its ranks running without
+    a parent; instead, while the block runs, SIGTERM is forwarded to the launcher, which stops its ranks
+    with SIGTERM (each rank then ends its run and rank 0 writes the record) and exits. When the launch then
+    fails, :class:`~yolo_det.core.signals.Terminated` is raised from that failure. A SIGTERM that arrives
+    while no launcher runs goes to the handler that was in place before the block (it is restored after).
+    Only in the main thread; elsewhere the block does nothing.
+    """
+    previous = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
+    if previous is None:  # not the main thread, or a handler installed outside Python: left alone
+        yield
+        return
+    forwarded: list[int] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        launchers = launcher_children()
+        if launchers:
+            for pid in launchers:
+                try:
+                    os.kill(pid, signum)
+                except OSError:
+                    continue
+            forwarded.append(signum)
+            return
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    except Exception as error:
+        if forwarded:
+            raise Terminated(forwarded[0]) from error
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)

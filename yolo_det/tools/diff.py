@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError
-from ..core.record import RECORD_NAME, RECORD_SCHEMA
+from ..core.record_schema import MAX_BYTES, RECORD_NAME, RecordError, parse_record
+from .data_stream import explain_data_stream, neutral_args
 
 __all__ = ["DIFF_SCHEMA", "GROUPS", "Difference", "DiffReport", "diff_paths", "diff_records", "load_record"]
 
@@ -112,6 +113,8 @@ class DiffReport:
     notes: list[str] = field(default_factory=list)
     status: dict[str, Any] = field(default_factory=dict)
     warnings: dict[str, int] = field(default_factory=dict)
+    progress: dict[str, str] = field(default_factory=dict)
+    resumed: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def causes(self) -> list[Difference]:
@@ -152,6 +155,10 @@ class DiffReport:
         """One line for people."""
         kind = self.kind
         if kind == "identical":
+            if self.resumed:
+                after = "; ".join(f"run {k.upper()} resumed after epoch {', '.join(map(str, v))}"
+                                  for k, v in self.resumed.items())
+                return f"equivalent: {after}, and the weights are bitwise identical"
             return "these runs should be bitwise identical and are"
         if kind == "nondeterministic":
             seen = sum(self.warnings.values())
@@ -160,8 +167,9 @@ class DiffReport:
                     f"by the profile (see warnings: {hint})")
         if kind == "incomparable":
             missing = [k.upper() for k in ("a", "b") if not self.weights.get(k)]
-            why = ", ".join(f"run {k} ({self.status.get(k.lower(), 'unknown')})" for k in missing)
-            return ("these runs are configured the same, but the weights cannot be compared: no weights digest "
+            why = ", ".join(f"run {k} ({self.progress.get(k.lower()) or self.status.get(k.lower(), 'unknown')})"
+                            for k in missing)
+            return ("these runs are configured the same, but the weights cannot be compared: no final weights "
                     f"for {why}")
         reasons = "; ".join(_short(d) for d in self.causes[:3])
         more = f"; and {len(self.causes) - 3} more" if len(self.causes) > 3 else ""
@@ -185,11 +193,18 @@ class DiffReport:
             "differences": [d.to_dict() for d in self.differences],
             "notes": self.notes,
             "exit_code": self.exit_code,
+            "progress": self.progress,
+            "resumed_after": self.resumed,
         }
 
     def summary(self) -> str:
         """Lines for the terminal: the records, the weights, the differences by group, the verdict."""
         lines = [f"A: {self.a}", f"B: {self.b}"]
+        for key in ("a", "b"):
+            if self.status.get(key) not in ("completed", None):
+                lines.append(f"run {key.upper()}: {self.progress.get(key) or self.status.get(key)}")
+            if self.resumed.get(key):
+                lines.append(f"run {key.upper()}: resumed after epoch {', '.join(map(str, self.resumed[key]))}")
         wa, wb = self.weights.get("a"), self.weights.get("b")
         state = {True: "equal", False: "DIFFERENT", None: "not comparable"}[self.weights_equal]
         lines.append(f"weights: A {(wa or 'none')[:16]}  B {(wb or 'none')[:16]}  ({state})")
@@ -210,7 +225,16 @@ class DiffReport:
             lines.append("no differences in configuration, software or hardware")
         lines.extend(f"note: {n}" for n in self.notes)
         lines.append(f"verdict: {self.verdict}")
-        return "\n".join(lines)
+        return "\n".join(_esc(line) for line in lines)
+
+
+def _esc(value: Any) -> str:
+    """``value`` as text with every non-printable character escaped (a newline, a terminal escape, a bidi mark):
+    text read from a record cannot start a line of its own or change the terminal."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def _show(value: Any, limit: int = 100) -> str:
@@ -246,19 +270,23 @@ def load_record(source: str | Path) -> tuple[dict[str, Any], str]:
     if not path.is_file():
         raise ConfigError(f"'{path}' does not exist; pass a yolo-det run folder or a {RECORD_NAME} file")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ConfigError(f"'{path}' is not a JSON record ({type(e).__name__}); pass a {RECORD_NAME} file") from None
+        with path.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+    except OSError as e:
+        raise ConfigError(f"cannot read '{_esc(path)}' ({type(e).__name__}); pass a {RECORD_NAME} file") from None
+    try:
+        data = json.loads(raw) if len(raw) <= MAX_BYTES else None
+    except (RecursionError, UnicodeDecodeError, ValueError):
+        data = None
     if isinstance(data, dict) and data.get("schema") == VERIFY_SAVED_SCHEMA:  # its record part (the run's own)
         data = data.get("record")
-    if not isinstance(data, dict) or not isinstance(data.get("environment"), dict) or "profile" not in data:
-        raise ConfigError(f"'{path}' is not a yolo-det {RECORD_NAME} (no environment or profile entry)")
-    schema = data.get("schema", 1)
-    if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
-        raise ConfigError(f"'{path}' has an invalid record schema {schema!r}; pass a {RECORD_NAME} written by yolo-det")
-    if schema > RECORD_SCHEMA:
-        raise ConfigError(f"'{path}' has record schema {schema!r}, newer than this yolo-det reads ({RECORD_SCHEMA}); "
-                          "upgrade yolo-det to compare it")
+        raw = json.dumps(data).encode()
+    if isinstance(data, dict) and (not isinstance(data.get("environment"), dict) or "profile" not in data):
+        raise ConfigError(f"'{_esc(path)}' is not a yolo-det {RECORD_NAME} (no environment or profile entry)")
+    try:
+        data = parse_record(raw)
+    except RecordError as e:
+        raise ConfigError(f"'{_esc(path)}' is not a readable {RECORD_NAME}: {e}") from None
     return data, str(path)
 
 
@@ -405,23 +433,33 @@ def _seeds(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
               note="derived from the seed" if seed_differs else None)
 
 
+#: Profile settings and flags that only act on CUDA (cuDNN, TF32, cuBLAS, NCCL): no effect on a CPU run.
+_CUDA_ONLY_SETTINGS = frozenset({"cudnn_benchmark", "cudnn_deterministic", "allow_tf32"})
+_CUDA_ONLY_FLAGS = ("cudnn_", "matmul_fp32_precision", "env.CUBLAS_WORKSPACE_CONFIG", "env.NCCL_")
+_ON_CPU = "no effect: both runs trained on the CPU"
+
+
 def _profile(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
     pa, pb = ra.get("profile") or {}, rb.get("profile") or {}
+    on_cpu = _trained_on_cpu(ra) and _trained_on_cpu(rb)
     c.add("profile", "profile name", _get(pa, "name"), _get(pb, "name"), changes_bits=False,
           note="the settings decide")
     for phase in ("train", "val", "deploy"):
         xa, xb = pa.get(phase) or {}, pb.get(phase) or {}
         for key in sorted(set(xa) | set(xb)):
+            cuda_only = on_cpu and key in _CUDA_ONLY_SETTINGS
+            note = None if phase == "train" else f"the {phase} phase does not change the trained weights"
             c.add("profile", f"{phase}.{key}", xa.get(key, _MISSING), xb.get(key, _MISSING),
-                  changes_bits=phase == "train",
-                  note=None if phase == "train" else f"the {phase} phase does not change the trained weights")
+                  changes_bits=phase == "train" and not cuda_only, note=_ON_CPU if cuda_only else note)
     sa, sb = _flat(ra.get("state_at_train_start") or {}), _flat(rb.get("state_at_train_start") or {})
     if sa and sb:
         seed_differs = _canon(_get(ra, "seeds", "seed")) != _canon(_get(rb, "seeds", "seed"))
         for key in sorted(set(sa) | set(sb)):
             derived = seed_differs and key.endswith("PYTHONHASHSEED")
+            cuda_only = on_cpu and key.startswith(_CUDA_ONLY_FLAGS)
             c.add("profile", f"flag at train start: {key}", sa.get(key, _MISSING), sb.get(key, _MISSING),
-                  changes_bits=not derived, note="derived from the seed" if derived else None)
+                  changes_bits=not derived and not cuda_only,
+                  note="derived from the seed" if derived else _ON_CPU if cuda_only else None)
 
 
 def _flat(state: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -475,8 +513,9 @@ def _environment(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) ->
     seed_differs = _canon(_get(ra, "seeds", "seed")) != _canon(_get(rb, "seeds", "seed"))
     for key in sorted(set(va) | set(vb)):
         derived = seed_differs and key == "PYTHONHASHSEED"  # the profile sets it from the seed
-        c.add("env", key, va.get(key, _MISSING), vb.get(key, _MISSING), changes_bits=not derived,
-              note="derived from the seed" if derived else None)
+        cuda_only = on_cpu and f"env.{key}".startswith(_CUDA_ONLY_FLAGS)
+        c.add("env", key, va.get(key, _MISSING), vb.get(key, _MISSING), changes_bits=not derived and not cuda_only,
+              note="derived from the seed" if derived else _ON_CPU if cuda_only else None)
     env("other", "platform", changes_bits=False, note="the CPU, versions and threads above are what matter")
     env("other", "argv", name="command line", changes_bits=False)
 
@@ -497,6 +536,98 @@ def _swaps_and_warnings(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, A
           note="a symptom: a non-deterministic kernel ran")
 
 
+def _data_stream(c: _Collector, sa: Any, sb: Any) -> None:
+    """The reasons of :mod:`yolo_det.tools.data_stream`; an argument they show cannot change the data does not."""
+    neutral = {f"{k}=" for k in neutral_args(sa, sb)}
+    for d in c.items:
+        if d.group == "args" and d.name in neutral:
+            d.changes_bits, d.note = False, "the data were worker-invariant in both runs"
+    for r in explain_data_stream(sa, sb):
+        c.items.append(Difference("data", r.name, r.a, r.b, r.changes_data, r.note))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# lineage: the parts of a resumed run
+
+#: Arguments a resumed part has by being resumed (never a difference of configuration).
+_RESUME_ARGS = frozenset({"resume", "model", "pretrained"})
+
+
+def _parts(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The parts of a run, oldest first: its ``segments``, then the record itself."""
+    segments = record.get("segments")
+    return [*(s for s in segments if isinstance(s, Mapping)), record] if isinstance(segments, list) else [record]
+
+
+def _span(parts: list[Mapping[str, Any]], i: int) -> str:
+    start = parts[i - 1].get("epochs_completed") if i else 0
+    end = parts[i].get("epochs_completed")
+    if isinstance(start, int) and isinstance(end, int) and end > start:
+        return f"epochs {start + 1}-{end}"
+    return "no epoch checkpointed"
+
+
+def _effective(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A resumed run's record as one run: the first part's start (model fingerprint, model=, resume=) with the
+    rest of the last part's record."""
+    parts = _parts(record)
+    if len(parts) == 1:
+        return record
+    first = parts[0]
+    out = dict(record)
+    if "model" in first:
+        out["model"] = first["model"]
+    for key in ("ultralytics_args", "run"):
+        args, first_args = record.get(key), first.get(key)
+        if isinstance(args, Mapping) and isinstance(first_args, Mapping):
+            out[key] = {**args, **{k: first_args[k] for k in _RESUME_ARGS if k in first_args}}
+    return out
+
+
+def _lineage(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
+    """Each part of a resumed run against the other run: its profile and arguments, and what its resume says."""
+    for label, rec, other in (("A", ra, _parts(rb)[-1]), ("B", rb, _parts(ra)[-1])):
+        parts = _parts(rec)
+        if len(parts) == 1:
+            continue
+        other_train = _get(other, "profile", "train")
+        other_args = _args(other)
+        for i, part in enumerate(parts):
+            name = f"part {i + 1} of {label} ({_span(parts, i)})"
+            train = _get(part, "profile", "train")
+            if _canon(train) != _canon(other_train):
+                mine, theirs = (_get(part, "profile", "name"), _get(other, "profile", "name"))
+                pair = (mine, theirs) if label == "A" else (theirs, mine)
+                c.add("profile", f"{name}: trained under the profile", *pair)
+            args = _args(part)
+            for key in sorted((set(args) & set(other_args)) - OUTPUT_ARGS - _RESUME_ARGS - {"seed", "data", "cfg"}):
+                if _canon(args[key]) != _canon(other_args[key]):
+                    pair = (args[key], other_args[key]) if label == "A" else (other_args[key], args[key])
+                    c.add("args", f"{name}: {key}=", *pair)
+        resume = rec.get("resume")
+        if isinstance(resume, Mapping) and resume.get("bitwise_expected") is False:
+            reasons = resume.get("reasons") or ["the resume state was not used"]
+            c.add("args", f"resume of {label}: not expected bit for bit", "; ".join(map(str, reasons)), "",
+                  note=f"as recorded by run {label}")
+
+
+def _resumed_after(record: Mapping[str, Any]) -> list[int]:
+    return [int(p["resume"]["epoch"]) for p in _parts(record)
+            if isinstance(p.get("resume"), Mapping) and isinstance(p["resume"].get("epoch"), int)]
+
+
+def _progress(record: Mapping[str, Any]) -> str:
+    """How far a run that did not complete got: ``terminated after 2 of 4 epochs``."""
+    status = record.get("status", _MISSING)
+    done, total = record.get("epochs_completed"), _args(record).get("epochs")
+    if status == "running":
+        status = "running, or killed (its record still says running)"
+    if isinstance(done, int):
+        of = f" of {total}" if isinstance(total, int) else ""
+        return f"{status} after {done}{of} epoch(s) checkpointed"
+    return str(status)
+
+
 def diff_records(record_a: Mapping[str, Any], record_b: Mapping[str, Any], *, a: str = "A", b: str = "B") -> DiffReport:
     """Compare two records (see the module docstring).
 
@@ -505,13 +636,17 @@ def diff_records(record_a: Mapping[str, Any], record_b: Mapping[str, Any], *, a:
         a, b: Names for the two (their paths), shown in the report.
     """
     c = _Collector()
+    full_a, full_b = record_a, record_b
+    record_a, record_b = _effective(record_a), _effective(record_b)
     _data(c, record_a, record_b)
     _model(c, record_a, record_b)
     _seeds(c, record_a, record_b)
     _profile(c, record_a, record_b)
+    _lineage(c, full_a, full_b)
     _arguments(c, record_a, record_b)
     _environment(c, record_a, record_b)
     _swaps_and_warnings(c, record_a, record_b)
+    _data_stream(c, record_a.get("data_stream"), record_b.get("data_stream"))
     order = {g: i for i, g in enumerate(GROUPS)}
     items = sorted(c.items, key=lambda d: order[d.group])  # stable: the order of addition within a group
     report = DiffReport(a=a, b=b, differences=items, notes=c.notes)
@@ -522,6 +657,8 @@ def diff_records(record_a: Mapping[str, Any], record_b: Mapping[str, Any], *, a:
         report.ema[key] = weights.get("ema_fp32_sha256")
         report.status[key] = rec.get("status", _MISSING)
         report.warnings[key] = len(rec.get("nondeterminism_warnings") or [])
+        report.progress[key] = _progress(rec)
+    report.resumed = {k: _resumed_after(r) for k, r in (("a", full_a), ("b", full_b)) if _resumed_after(r)}
     return report
 
 

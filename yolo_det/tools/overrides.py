@@ -21,7 +21,9 @@ from ..core import safe_yaml
 from ..core.errors import ConfigError, ModelError, did_you_mean
 from ..core.safe_yaml import short
 
-__all__ = ["check_ultralytics_args", "parse_overrides", "resolve_data", "resolve_model"]
+__all__ = ["MAX_IMGSZ", "check_ultralytics_args", "parse_overrides", "resolve_data", "resolve_data_cfg",
+           "resolve_model",
+           "resolve_model_task"]
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -88,10 +90,17 @@ def check_ultralytics_args(args: Mapping[str, Any], *, reserved: Mapping[str, st
     return checked
 
 
+#: Largest image side accepted (a 16384 x 16384 batch of 2 already takes 6 GB as float32).
+MAX_IMGSZ = 16384
+
+
 def _check_imgsz(value: Any) -> None:
     sizes = value if isinstance(value, (list, tuple)) else [value]
     if not (1 <= len(sizes) <= 2 and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes)):
-        raise ConfigError(f"'imgsz={value}' is not an image size; give a positive integer (imgsz=640) or [h, w]")
+        raise ConfigError(f"'imgsz={short(value)}' is not an image size; give a positive integer (imgsz=640) or [h, w]")
+    if max(sizes) > MAX_IMGSZ:
+        raise ConfigError(f"'imgsz={short(value)}' is beyond {MAX_IMGSZ} pixels a side; give a smaller image size "
+                          "(imgsz=640)")
 
 
 def resolve_model(model: str) -> str:
@@ -100,7 +109,15 @@ def resolve_model(model: str) -> str:
     Raises:
         ModelError: The YAML does not exist, or the checkpoint is not on disk (yolo-det never downloads weights).
     """
-    from ..analysis.models import is_example, resolve_model_yaml
+    return resolve_model_task(model, need_model=False)[0]
+
+
+def resolve_model_task(model: str, *, need_model: bool = True) -> tuple[str, str | None]:
+    """:func:`resolve_model`, and the model's task when the YAML or the checkpoint's model class tells it.
+
+    ``need_model``: a checkpoint must hold a model to start a training from (a resume reads its own checkpoint).
+    """
+    from ..analysis.models import is_example, model_task, resolve_model_yaml
 
     path = Path(model).expanduser()
     if path.suffix in {".yaml", ".yml"}:
@@ -112,37 +129,50 @@ def resolve_model(model: str) -> str:
         from .prechecks import check_model_yaml
 
         check_model_yaml(resolved)  # bounded YAML, every module name known: one line now, not a traceback later
-        return resolved
+        return resolved, model_task(resolved)
     if path.is_file():
-        from ..core.pickle_scan import check_checkpoint
-        from ..core.safeload import trust_checkpoints
+        from ..core.untrusted.safeload import check_checkpoint, checkpoint_globals
 
-        if not trust_checkpoints():
-            # Read the pickle's opcodes, not the pickle: nothing is unpickled before Ultralytics' own loader
-            # (which honours ULTRALYTICS_SAFE_LOAD) does; a file naming os.system & co. is refused here.
-            check_checkpoint(path)
-        return str(path)
+        if path.suffix.lower() != ".pt":
+            raise ModelError(f"model={short(model)} is neither a model YAML (.yaml) nor a PyTorch checkpoint (.pt); "
+                             "Ultralytics trains from these two only")
+        check_checkpoint(path)  # the allow-list, before any work (no-op under --trust-checkpoint)
+        if not need_model:
+            return str(path), None
+        from .prechecks import check_checkpoint_model
+
+        task = check_checkpoint_model(str(path), checkpoint_globals(path))  # no model in it: one line
+        return str(path), task
     raise ModelError(
         f"model '{model}' is not a local file; yolo-det does not download weights: pass a model YAML "
         "(e.g. model=yolov8n.yaml) or the path of a local checkpoint"
     )
 
 
-def resolve_data(data: str) -> str:
+def resolve_data(data: str, task: str | None = None) -> str:
+    """The path :func:`resolve_data_cfg` returns."""
+    return resolve_data_cfg(data, task)[0]
+
+
+def resolve_data_cfg(data: str, task: str | None = None) -> tuple[str, dict[str, Any] | None]:
     """Return the absolute path of a data YAML or a dataset folder (classification), or the name if Ultralytics
-    ships it.
+    ships it; the data must suit the model's ``task`` when it is known.
+
+    Returns:
+        The path (or shipped name) and the data YAML's content, read once (None for a folder).
 
     Raises:
-        ConfigError: Neither a file, a folder nor a dataset name Ultralytics knows.
+        ConfigError: Neither a file, a folder nor a dataset name Ultralytics knows, or data of another task.
     """
+    from .prechecks import check_classify_data, check_data
+
     path = Path(data).expanduser()
     if path.is_dir():  # classification data: a folder with train/ and val/
-        return str(path.resolve())
+        check_classify_data(str(path), task)
+        return str(path.resolve()), None
     if path.is_file():
-        from .prechecks import check_data
-
-        check_data(str(path))
-        return str(path.resolve())
+        cfg = check_data(str(path), task)
+        return str(path.resolve()), cfg
     if path.suffix in {".yaml", ".yml"} and not path.parent.parts:
         from ultralytics.utils.checks import check_yaml
 
@@ -151,9 +181,6 @@ def resolve_data(data: str) -> str:
         except Exception:  # check_yaml may try the network for URLs
             found = None
         if found:
-            from .prechecks import check_data
-
-            check_data(data)
-            return data
+            return data, check_data(data, task)
     raise ConfigError(f"data '{data}' does not exist; pass the path of a dataset YAML (data=path/to/data.yaml) or, "
                       "for classification, of a folder with train/ and val/ (data=path/to/images)")

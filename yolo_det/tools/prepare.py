@@ -10,13 +10,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis.models import model_task
+from ..analysis.gate import check_arguments
 from ..core.errors import ConfigError
 from ..core.profiles import Profile, load_profile
-from ..core.resume import is_resume, resume_arguments
+from ..core.resume import is_resume, resume_arguments, resume_save_dir
 from ..core.safe_yaml import short
-from .overrides import check_ultralytics_args, parse_overrides, resolve_data, resolve_model
-from .prechecks import check_train_args
+from .overrides import (
+    check_ultralytics_args,
+    parse_overrides,
+    resolve_data,
+    resolve_data_cfg,
+    resolve_model,
+    resolve_model_task,
+)
+from .prechecks import check_cfg_file, check_split, check_train_args
 
 __all__ = ["DEMO_DEFAULTS", "RESERVED", "prepare"]
 
@@ -43,8 +50,16 @@ def prepare(profile: str | Profile, tokens: list[str], *,
     """
     resolved = load_profile(profile)
     args = parse_overrides(tokens)
+    given = dict(args)
     if is_resume(args):
-        return resolved, _prepare_resume(args)
+        resumed = _prepare_resume(args)
+        check_arguments(given)  # the one gate, before Ultralytics reads any file (the checks above read safely)
+        return resolved, resumed
+    if args.get("cfg") is not None:  # read once, checked with the key=value arguments, which win over it
+        file_values = check_cfg_file(args.pop("cfg"))
+        # a copy of Ultralytics' default.yaml holds every key: its empty values and the keys yolo-det decides
+        # (deterministic, mode) are Ultralytics' defaults, not the user's choice
+        args = {**{k: v for k, v in file_values.items() if v is not None and k not in RESERVED}, **args}
     demo = args.get("data") is None
     if demo:
         from .demo import demo_data_yaml
@@ -56,18 +71,22 @@ def prepare(profile: str | Profile, tokens: list[str], *,
     args.setdefault("model", DEMO_DEFAULTS["model"])
     if not isinstance(args["model"], str):
         raise ConfigError(f"model= must be a model YAML or a checkpoint path, got {short(args['model'])}")
-    args["model"] = resolve_model(args["model"])
+    args["model"], model_kind = resolve_model_task(args["model"])
+    task = args["task"] if isinstance(args.get("task"), str) and args["task"] else model_kind
+    data_cfg = None
     if demo:
-        task = model_task(args["model"], args.get("task"))
         if task not in (None, "detect"):
             what = "a folder with train/ and val/ class folders" if task == "classify" else "a dataset YAML"
             raise ConfigError(f"the bundled demo data is for detection and '{args['model']}' is a {task} model; "
                               f"pass data= ({what})")
         args["data"] = str(demo_data_yaml())
     else:
-        args["data"] = resolve_data(args["data"])
+        args["data"], data_cfg = resolve_data_cfg(args["data"], task)
     args = check_ultralytics_args(args, reserved=RESERVED)
-    args = check_train_args(args, device=check_device)
+    if "split" in args:
+        check_split(args["split"], data_cfg)
+    args = check_train_args(args, device=check_device, task=task)
+    check_arguments(given)  # the one gate, before Ultralytics reads any file (the checks above read safely)
     return resolved, args
 
 
@@ -77,9 +96,10 @@ def _prepare_resume(args: dict[str, Any]) -> dict[str, Any]:
 
     if isinstance(args.get("data"), str):
         args["data"] = resolve_data(args["data"])
-    args, _, ignored = resume_arguments(args)
+    args, info, ignored = resume_arguments(args)
     args["model"] = resolve_model(args["model"])  # the checkpoint scan a new run's model= gets
     args = check_ultralytics_args(args, reserved=RESERVED)
+    args["save_dir"] = resume_save_dir(info.path)  # the folder holding the checkpoint, never the one stored in it
     if ignored:
         print(f"yolo-det: resuming ignores {', '.join(f'{k}={args[k]}' for k in ignored)}: the checkpoint's "
               "values are used (start a new run to change them)", file=sys.stderr)

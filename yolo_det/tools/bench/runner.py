@@ -114,7 +114,10 @@ def bench(
     before = _state.snapshot()
     try:
         with run_folder(train_args.pop("project", None)) as project, quiet_ultralytics(verbose):
-            model = YOLO(model_src)
+            from ...core.untrusted.safeload import guarded_torch_load
+
+            with guarded_torch_load():  # a checkpoint loads through the allow-list
+                model = YOLO(model_src)
             model.add_callback("on_pretrain_routine_end", run_bench)
             try:
                 model.train(**train_args, project=project, name="bench", exist_ok=True)

@@ -35,6 +35,8 @@ from typing import Any
 from ...core.datafp import is_inside
 from ...core.errors import ConfigError
 from ...core.fileio import atomic_write_text
+from ...core.safe_yaml import short
+from ...core.text import printable
 from ..diff import VERIFY_SAVED_SCHEMA, DiffReport, diff_records
 from .compare import compare_runs
 from .records import Divergence, MicroBatch, RunRecord, StepRecord
@@ -138,60 +140,124 @@ def _fail(path: Any, what: str) -> ConfigError:
     return ConfigError(f"'{path}' is not a usable verify --save file: {what}")
 
 
-def _step_from(data: Any, path: Any) -> StepRecord:
-    if (not isinstance(data, Mapping) or not isinstance(data.get("grads"), list)
-            or not isinstance(data.get("batches"), list)):
-        raise _fail(path, "a step lacks its gradients or batches")
-    batches = []
-    for b in data["batches"]:
-        if not isinstance(b, Mapping) or not isinstance(b.get("data"), str):
-            raise _fail(path, "a batch lacks its data digest")
-        loss = b.get("loss")
-        raw = b.get("raw")
-        batches.append(MicroBatch(index=int(b.get("index", 0)), epoch=int(b.get("epoch", 0)), data=b["data"],
-                                  raw=raw if isinstance(raw, str) else None,
-                                  files=tuple(str(f) for f in b.get("files") or ()),
-                                  loss=tuple(float(x) for x in loss) if isinstance(loss, list) else None))
-    return StepRecord(step=int(data.get("step", 0)), epoch=int(data.get("epoch", 0)), batches=batches,
-                      grads=[str(g) for g in data["grads"]], scale=float(data.get("scale", 1.0)),
-                      weights=data.get("weights") if isinstance(data.get("weights"), str) else None)
+_DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "npu", "")
+_MAX_TEXT = 4096
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_text(v: Any) -> bool:
+    return isinstance(v, str) and len(v) <= _MAX_TEXT
+
+
+def _texts(v: Any) -> bool:
+    return isinstance(v, list) and all(_is_text(x) for x in v)
+
+
+def _check_schema(data: Mapping[str, Any], path: Any) -> None:
+    """Every field of a saved file has the type :func:`save_run` writes; the first one that does not is named."""
+    def need(ok: bool, where: str, what: str) -> None:
+        if not ok:
+            raise _fail(path, f"'{where}' must be {what}")
+
+    for key in ("created", "profile", "device"):
+        need(data.get(key) is None or _is_text(data[key]), key, "a string")
+    need(data.get("args") is None or isinstance(data["args"], Mapping), "args", "a mapping")
+    need(data.get("steps_requested") is None or _is_int(data["steps_requested"]), "steps_requested", "an integer")
+    need(data.get("record") is None or isinstance(data["record"], Mapping), "record", "a mapping (determinism.json)")
+    run = data["run"]
+    need(_texts(run["param_names"]), "run.param_names", "a list of strings")
+    need(run.get("loss_names") is None or _texts(run["loss_names"]), "run.loss_names", "a list of strings")
+    weights = run.get("weights")
+    need(weights is None or (isinstance(weights, Mapping) and all(_is_text(k) and _is_text(v)
+                                                                  for k, v in weights.items())),
+         "run.weights", "a mapping of names to digests")
+    need(run.get("optimizer_steps") is None or (_is_int(run["optimizer_steps"]) and run["optimizer_steps"] >= 0),
+         "run.optimizer_steps", "a non-negative integer")
+    need(run.get("device_type") in _DEVICE_TYPES or run.get("device_type") is None, "run.device_type",
+         f"one of {', '.join(repr(t) for t in _DEVICE_TYPES[:-1])}")
+    n_params = len(run["param_names"])
+    for i, step in enumerate(run["steps"], start=1):
+        at = f"run.steps[{i - 1}]"
+        need(isinstance(step, Mapping), at, "a mapping")
+        for key in ("step", "epoch"):
+            need(step.get(key) is None or _is_int(step[key]), f"{at}.{key}", "an integer")
+        need(step.get("scale") is None or _is_num(step["scale"]), f"{at}.scale", "a number")
+        need(step.get("weights") is None or _is_text(step["weights"]), f"{at}.weights", "a digest (string)")
+        need(_texts(step.get("grads")) and len(step["grads"]) == n_params, f"{at}.grads",
+             f"a list of {n_params} digests (one per parameter)")
+        need(isinstance(step.get("batches"), list), f"{at}.batches", "a list")
+        for j, b in enumerate(step["batches"]):
+            bat = f"{at}.batches[{j}]"
+            need(isinstance(b, Mapping), bat, "a mapping")
+            for key in ("index", "epoch"):
+                need(b.get(key) is None or _is_int(b[key]), f"{bat}.{key}", "an integer")
+            need(_is_text(b.get("data")), f"{bat}.data", "a digest (string)")
+            need(b.get("raw") is None or _is_text(b["raw"]), f"{bat}.raw", "a digest (string)")
+            need(b.get("files") is None or _texts(b["files"]), f"{bat}.files", "a list of paths")
+            need(b.get("loss") is None or (isinstance(b["loss"], list) and all(_is_num(x) for x in b["loss"])),
+                 f"{bat}.loss", "a list of numbers")
+
+
+def _step_from(data: Mapping[str, Any]) -> StepRecord:
+    batches = [MicroBatch(index=int(b.get("index") or 0), epoch=int(b.get("epoch") or 0), data=b["data"],
+                          raw=b.get("raw"), files=tuple(b.get("files") or ()),
+                          loss=tuple(float(x) for x in b["loss"]) if b.get("loss") is not None else None)
+               for b in data["batches"]]
+    return StepRecord(step=int(data.get("step") or 0), epoch=int(data.get("epoch") or 0), batches=batches,
+                      grads=list(data["grads"]), scale=float(data.get("scale", 1.0) or 0.0),
+                      weights=data.get("weights"))
 
 
 def read_saved(data: Any, path: str | os.PathLike[str] = "<data>") -> Saved:
-    """Validate parsed file content and return it as a :class:`Saved`.
+    """Validate parsed file content against the format :func:`save_run` writes and return it as a :class:`Saved`.
+
+    Every field is type-checked (and the determinism record compared with itself) here, before any training,
+    so a malformed file is one line and never a failure after the run.
 
     Raises:
-        ConfigError: Not such a file, a newer version, or a malformed entry (one line).
+        ConfigError: Not such a file, a newer version, or a malformed entry (one line naming it).
     """
     if not isinstance(data, Mapping) or data.get("schema") != SAVED_SCHEMA:
         raise _fail(path, f"no '{SAVED_SCHEMA}' schema (write one with `yolo-det verify --save FILE`)")
     version = data.get("version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise _fail(path, f"invalid version {version!r}")
+        raise _fail(path, f"invalid version {short(version)}")
     if version > SAVED_VERSION:
         raise ConfigError(f"'{path}' is version {version} of the verify --save format; this yolo-det reads up to "
                           f"version {SAVED_VERSION}: upgrade yolo-det on this machine")
     if data.get("digest") != DIGEST:
-        raise _fail(path, f"digests of kind {data.get('digest')!r}, this yolo-det computes {DIGEST!r}")
+        raise _fail(path, f"digests of kind {short(data.get('digest'))}, this yolo-det computes {DIGEST!r}")
     run_data = data.get("run")
     if not isinstance(run_data, Mapping) or not isinstance(run_data.get("steps"), list) \
             or not isinstance(run_data.get("param_names"), list):
         raise _fail(path, "no recorded run")
-    try:
-        steps = [_step_from(s, path) for s in run_data["steps"]]
-    except (TypeError, ValueError) as e:
-        raise _fail(path, f"a malformed step ({e})") from None
-    run = RunRecord(index=1, param_names=[str(n) for n in run_data["param_names"]],
-                    loss_names=[str(n) for n in run_data.get("loss_names") or []], steps=steps,
-                    weights={str(k): str(v) for k, v in (run_data.get("weights") or {}).items()},
+    _check_schema(data, path)
+    steps = [_step_from(s) for s in run_data["steps"]]
+    run = RunRecord(index=1, param_names=list(run_data["param_names"]),
+                    loss_names=list(run_data.get("loss_names") or []), steps=steps,
+                    weights=dict(run_data.get("weights") or {}),
                     optimizer_steps=int(run_data.get("optimizer_steps") or len(steps)), portable=True,
                     device_type=str(run_data.get("device_type") or ""))
     found = data.get("record")
-    record = found if isinstance(found, dict) else {}
+    record = dict(found) if isinstance(found, Mapping) else {}
+    if record:
+        try:  # the environment comparison made after training, tried now on the record itself
+            diff_records(record, record)
+        except ConfigError as e:
+            raise _fail(path, f"its determinism record: {' '.join(str(e).split())}") from None
+        except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as e:
+            raise _fail(path, f"its determinism record is malformed ({type(e).__name__})") from None
     steps_requested = data.get("steps_requested")
-    return Saved(path=str(path), version=version, run=run, record=record, profile=str(data.get("profile", "")),
-                 args=dict(data.get("args") or {}), device=str(data.get("device", "")),
-                 created=str(data.get("created", "")),
+    return Saved(path=str(path), version=version, run=run, record=record, profile=str(data.get("profile") or ""),
+                 args=dict(data.get("args") or {}), device=str(data.get("device") or ""),
+                 created=str(data.get("created") or ""),
                  steps_requested=steps_requested if isinstance(steps_requested, int) else None)
 
 
@@ -202,7 +268,7 @@ def load_saved(path: str | os.PathLike[str]) -> Saved:
         raise ConfigError(f"--against file '{p}' does not exist")
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: nested too deep
         raise _fail(p, f"not JSON ({type(e).__name__})") from None
     return read_saved(data, p)
 
@@ -236,16 +302,23 @@ class AgainstReport:
 
     @property
     def identical(self) -> bool:
-        """True when every step's data, loss, gradients and weights, and the final weights, match."""
+        """True when everything compared matches (across device types: the data and losses only)."""
         return self.divergence is None
+
+    @property
+    def verified(self) -> bool:
+        """True only when the runs are shown bitwise identical: everything matches and gradients and weights were
+        compared (same device type). The saved file's device type only decides what can be compared; a
+        comparison it rules out is never a pass."""
+        return self.identical and not self.across_devices
 
     @property
     def verdict(self) -> str:
         """One line for people."""
         n = self.steps[0] if self.steps else 0
         if self.divergence is None and self.across_devices:
-            return (f"the loader's batches, image files and losses match the saved run at all {n} steps "
-                    "(gradients and weights not compared across device types)")
+            return (f"not verified: the loader's batches, image files and losses match the saved run at all {n} steps, "
+                    "but gradients and weights were not compared (another device type)")
         if self.divergence is None:
             return f"bitwise identical to the saved run: data, loss, gradients and weights match at all {n} steps"
         d = self.divergence
@@ -258,7 +331,9 @@ class AgainstReport:
         return {
             "schema": "yolo-det/verify-against/1",
             "saved": self.saved,
-            "identical": self.identical,
+            "identical": self.verified,
+            "matched": self.identical,
+            "gradients_compared": not self.across_devices,
             "verdict": self.verdict,
             "steps": self.steps,
             "weights": self.weights,
@@ -304,6 +379,7 @@ class AgainstReport:
 
 def _show(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    text = printable(text, newlines=False)  # a value from the saved file never starts a line of its own
     return text if len(text) <= 80 else text[:77] + "..."
 
 

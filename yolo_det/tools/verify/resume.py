@@ -59,9 +59,11 @@ def _train(model_src: str, profile: Profile, train_args: Mapping[str, Any], reco
     """Train once; return False when the run was interrupted by ``_Interrupted``."""
     from ultralytics import YOLO
 
+    from ...core.untrusted.safeload import guarded_torch_load
     from ...integrations.ultralytics import attach
 
-    model = YOLO(model_src)
+    with guarded_torch_load():  # a checkpoint loads through the allow-list
+        model = YOLO(model_src)
     attach(model, profile)
     for event, fn in recorder.callbacks.items():
         model.add_callback(event, fn)

@@ -121,7 +121,10 @@ def record_runs(
             rec = RunRecord(index=index)
             recorder = _Recorder(rec, reference=records[0] if records else None, steps=steps,
                                  keep_bytes=int(keep_mib * 2**20), enabled=record, portable=portable)
-            model = YOLO(model_src)
+            from ...core.untrusted.safeload import guarded_torch_load
+
+            with guarded_torch_load():  # a checkpoint loads through the allow-list
+                model = YOLO(model_src)
             attach(model, resolved)
             for event, fn in recorder.callbacks.items():
                 model.add_callback(event, fn)

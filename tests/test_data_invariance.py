@@ -1,0 +1,325 @@
+"""Worker-invariant data: Ultralytics' own dataset and loader feed the same batches for any worker count."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from yolo_det.core.errors import ConfigError, ProfileError
+from yolo_det.core.profiles import load_profile
+from yolo_det.core.seeding import seed_dataloader
+from yolo_det.fixes import data_invariance as inv
+from yolo_det.tools.data_stream import explain_data_stream, neutral_args
+
+SEED = 3
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+
+HYP = {"imgsz": 64, "mosaic": 1.0, "mixup": 0.5, "fliplr": 0.5, "flipud": 0.2, "degrees": 5.0}
+
+
+def _dataset(data_yaml: str | Path, task: str = "detect") -> Any:
+    from ultralytics.cfg import get_cfg
+    from ultralytics.data import build_yolo_dataset
+    from ultralytics.data.utils import check_det_dataset
+    from ultralytics.utils import DEFAULT_CFG
+
+    cfg = get_cfg(DEFAULT_CFG, {**HYP, "task": task})
+    data = check_det_dataset(str(data_yaml))
+    return build_yolo_dataset(cfg, data["train"], 4, data, mode="train", stride=32)
+
+
+def _ultralytics_loader(dataset: Any, workers: int, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from ultralytics.data import build_dataloader
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)  # Ultralytics caps workers at the CPU count
+    loader = build_dataloader(dataset, batch=4, workers=workers, shuffle=True, device="cpu")
+    assert loader.num_workers == workers  # the count under test is the one that ran
+    return loader
+
+
+def _plain_loader(dataset: Any, workers: int, persistent: bool) -> torch.utils.data.DataLoader:
+    return torch.utils.data.DataLoader(dataset, batch_size=4, shuffle=True, num_workers=workers,
+                                       persistent_workers=persistent, collate_fn=dataset.collate_fn,
+                                       generator=torch.Generator())
+
+
+def _epochs(loader: Any, n: int) -> list[str]:
+    """One digest per epoch of ``loader``'s batches."""
+    out = [inv.batch_digest(list(loader)) for _ in range(n)]
+    if hasattr(loader, "reset"):
+        loader.reset()  # stop Ultralytics' persistent workers
+    return out
+
+
+def _stream(loader: Any, *, invariant: bool, epochs: int = 2, epoch: int = 0) -> list[str]:
+    seed_dataloader(loader, SEED)
+    token = inv.make_invariant(loader, SEED, epoch=epoch) if invariant else None
+    try:
+        return _epochs(loader, epochs)
+    finally:
+        if token is not None:
+            inv.restore(token)
+
+
+@pytest.fixture(scope="module")
+def demo_yaml() -> Path:
+    from yolo_det.tools.demo import demo_data_yaml
+
+    return demo_data_yaml()
+
+
+def test_detect_stream_is_the_same_for_0_1_2_and_4_workers(demo_yaml: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    streams = {w: _stream(_ultralytics_loader(_dataset(demo_yaml), w, monkeypatch), invariant=True)
+               for w in (0, 1, 2, 4)}
+    assert streams[0] == streams[1] == streams[2] == streams[4]
+    assert streams[0][0] != streams[0][1]  # the two epochs differ: the comparison covers changing data
+    # persistent workers on and off (a plain DataLoader): the same stream again
+    for persistent in (True, False):
+        assert _stream(_plain_loader(_dataset(demo_yaml), 2, persistent), invariant=True) == streams[0]
+
+
+def test_without_invariance_the_stream_depends_on_the_worker_count(demo_yaml: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    off = {w: _stream(_ultralytics_loader(_dataset(demo_yaml), w, monkeypatch), invariant=False) for w in (0, 2)}
+    assert off[0] != off[2]
+    on = _stream(_ultralytics_loader(_dataset(demo_yaml), 2, monkeypatch), invariant=True)
+    assert on not in off.values()  # the keyed draws are what changed
+
+
+def test_resume_at_an_epoch_boundary_with_another_worker_count(demo_yaml: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    full = _stream(_ultralytics_loader(_dataset(demo_yaml), 2, monkeypatch), invariant=True, epochs=2)
+    resumed = _stream(_ultralytics_loader(_dataset(demo_yaml), 0, monkeypatch), invariant=True, epochs=1, epoch=1)
+    assert resumed == full[1:]
+    assert resumed != full[:1]
+    # set_epoch on a live loader drops the pass under way and starts the one asked for
+    loader = _ultralytics_loader(_dataset(demo_yaml), 1, monkeypatch)
+    seed_dataloader(loader, SEED)
+    token = inv.make_invariant(loader, SEED)
+    try:
+        next(iter(loader))  # workers started, epoch 0 under way
+        assert inv.set_epoch(loader, 1)
+        assert _epochs(loader, 1) == full[1:]
+    finally:
+        inv.restore(token)
+
+
+def test_segment_stream_is_the_same_for_0_and_2_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.task_data import make_dataset
+
+    data = make_dataset(tmp_path / "seg", "segment", n=12)
+    streams = [_stream(_ultralytics_loader(_dataset(data, "segment"), w, monkeypatch), invariant=True)
+               for w in (0, 2)]
+    assert streams[0] == streams[1]
+    off = [_stream(_ultralytics_loader(_dataset(data, "segment"), w, monkeypatch), invariant=False) for w in (0, 2)]
+    assert off[0] != off[1]
+
+
+def test_in_process_loading_leaves_the_random_generators_and_restores_the_loader(
+        demo_yaml: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dataset = _dataset(demo_yaml)
+    loader = _ultralytics_loader(dataset, 0, monkeypatch)
+    sampler_before = loader.batch_sampler.sampler
+    mosaic = dataset.transforms.transforms[0].transforms[0]
+    assert type(mosaic).__name__ == "Mosaic" and mosaic.buffer_enabled
+    token = inv.make_invariant(loader, SEED)
+    assert inv.data_mode(loader) == inv.MODE_KEYED and not mosaic.buffer_enabled
+    with pytest.raises(ConfigError, match="already"):
+        inv.make_invariant(loader, SEED)
+    random.seed(1)
+    np.random.seed(1)
+    torch.manual_seed(1)
+    states = random.getstate(), np.random.get_state()[1].copy(), torch.get_rng_state()
+    next(iter(loader))
+    assert random.getstate() == states[0]
+    assert np.array_equal(np.random.get_state()[1], states[1])
+    assert torch.equal(torch.get_rng_state(), states[2])
+    inv.restore(token)
+    assert loader.batch_sampler.sampler is sampler_before and "__getitems__" not in vars(dataset)
+    assert mosaic.buffer_enabled and inv.data_mode(loader) == inv.MODE_WORKER
+    next(iter(loader))  # control: Ultralytics' own loading draws from the process generators
+    assert random.getstate() != states[0]
+    loader.reset()
+
+
+def test_loaders_it_cannot_key_are_refused_with_one_line() -> None:
+    data = torch.utils.data.TensorDataset(torch.arange(8))
+    with pytest.raises(ConfigError, match="batch sampler"):
+        inv.make_invariant(torch.utils.data.DataLoader(data, batch_size=None), 0)
+
+    class Running(torch.utils.data.DataLoader):  # an iterator started at construction, without reset()
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.iterator = iter(range(1))
+
+    loader = Running(data, batch_size=2)
+    with pytest.raises(ConfigError, match="before its first iteration"):
+        inv.make_invariant(loader, 0)
+    assert inv.data_mode(loader) == inv.MODE_WORKER and "__getitems__" not in vars(data)
+
+
+def test_sample_seeds_depend_on_every_part_of_the_key() -> None:
+    base = inv.sample_seeds(0, 0, 0)
+    assert inv.sample_seeds(0, 0, 0)[0] == base[0]
+    assert len({inv.sample_seeds(*k)[0] for k in ((0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1))}) == 4
+    with pytest.raises(ValueError, match="index"):
+        inv.sample_seeds(0, 0, -1)
+
+
+def test_the_setting_is_on_in_repro_training_only_and_checked() -> None:
+    repro = load_profile("repro")
+    assert repro.train.extra["data_invariance"] is True
+    assert repro.val.extra["data_invariance"] is False
+    assert load_profile("balanced").train.extra["data_invariance"] is False
+    assert repro.train.replace(data_invariance=False).extra["data_invariance"] is False
+    with pytest.raises(ProfileError, match="'data_invariance' must be true or false"):
+        repro.train.replace(data_invariance="yes")
+
+
+def test_the_session_applies_it_to_a_handed_over_loader_and_undoes_it(demo_yaml: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from yolo_det.session.session import DeterminismSession
+
+    for profile, expected in (("repro", inv.MODE_KEYED), ("balanced", inv.MODE_WORKER)):
+        loader = _ultralytics_loader(_dataset(demo_yaml), 0, monkeypatch)
+        session = DeterminismSession(profile, seed=SEED)
+        session.begin()
+        try:
+            session.enter("train")
+            session.hand_over("loader", loader, epoch=1)
+            assert inv.data_mode(loader) == expected
+            if expected == inv.MODE_KEYED:
+                assert inv.keyed_sampler(loader).next_epoch == 1  # type: ignore[union-attr]
+            session.exit("train")
+            assert inv.data_mode(loader) == inv.MODE_WORKER
+        finally:
+            session.end()
+
+
+def _section(**changes: Any) -> dict[str, Any]:
+    base = {"mode": "keyed", "workers": 2, "seed": 0, "dataset": "d" * 64,
+            "augment": {"mosaic": 1.0}, "fingerprint": "f" * 64, "fingerprint_batches": 2, "fingerprint_epoch": 0}
+    return base | changes
+
+
+def test_diff_explains_a_worker_count_difference() -> None:
+    from yolo_det.tools.diff import diff_records
+
+    keyed = explain_data_stream(_section(), _section(workers=0))
+    assert [(r.name, r.changes_data) for r in keyed] == [("data stream: workers", False),
+                                                         ("data stream: first batches", False)]
+    off = explain_data_stream(_section(mode="worker-stream"), _section(mode="worker-stream", workers=0,
+                                                                        fingerprint="e" * 64))
+    assert off[0].name == "data stream: workers" and off[0].changes_data and "without data_invariance" in off[0].note
+    assert off[-1].name == "data stream: first batches" and "workers" in off[-1].note
+    reasons = {r.name for r in explain_data_stream(_section(), _section(seed=1, dataset="x", fingerprint="e",
+                                                                        augment={"mosaic": 0.0}))}
+    assert {"data stream: seed", "data stream: dataset", "data stream: mosaic=",
+            "data stream: first batches"} <= reasons
+    assert explain_data_stream(_section(), _section()) == [] and neutral_args(_section(), _section()) == {"workers"}
+    assert explain_data_stream(None, _section())[0].changes_data
+
+    def record(section: dict[str, Any]) -> dict[str, Any]:
+        return {"status": "completed", "run": {"workers": section["workers"]}, "data_stream": section}
+
+    report = diff_records(record(_section()), record(_section(workers=0)))
+    workers = [d for d in report.differences if d.name in ("workers=", "data stream: workers")]
+    assert workers and not any(d.changes_bits for d in workers)
+    report = diff_records(record(_section(mode="worker-stream")), record(_section(mode="worker-stream", workers=0)))
+    assert any(d.name == "data stream: workers" and d.changes_bits for d in report.differences)
+
+
+def _workers_trainer(workers: int) -> type:
+    """Ultralytics' detection trainer without its CPU rule (``workers=0`` on a CPU), for this test only."""
+    from ultralytics.models.yolo.detect import DetectionTrainer
+
+    class WorkersTrainer(DetectionTrainer):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.args.workers = workers
+
+    return WorkersTrainer
+
+
+@pytest.mark.slow
+def test_training_gives_the_same_weights_for_0_and_2_workers(tmp_path: Path, demo_yaml: Path) -> None:
+    import json
+
+    from ultralytics import YOLO
+
+    from yolo_det import trainer_class
+    from yolo_det.core.record import RECORD_NAME
+
+    def train(workers: int, epochs: int) -> dict[str, Any]:
+        name = f"w{workers}e{epochs}"
+        YOLO("yolov8n.yaml").train(trainer=trainer_class("repro", base=_workers_trainer(workers)),
+                                   data=str(demo_yaml), project=str(tmp_path), name=name, epochs=epochs, imgsz=64,
+                                   batch=16, device="cpu", workers=workers, close_mosaic=0, mosaic=1.0, seed=SEED,
+                                   plots=False, val=False, exist_ok=True)
+        return json.loads((tmp_path / name / RECORD_NAME).read_text())
+
+    a, b = train(0, 2), train(2, 2)
+    assert (a["data_stream"]["workers"], b["data_stream"]["workers"]) == (0, 2)
+    assert a["data_stream"]["mode"] == b["data_stream"]["mode"] == inv.MODE_KEYED
+    assert a["data_stream"]["fingerprint"] == b["data_stream"]["fingerprint"] is not None
+    assert a["data_stream"]["dataset"] == b["data_stream"]["dataset"] is not None
+    assert a["weights"]["sha256"] == b["weights"]["sha256"]
+    assert train(2, 1)["weights"]["sha256"] != b["weights"]["sha256"]  # the second epoch changed the weights
+
+
+def test_mix_partners_come_from_the_batch_and_each_image_is_decoded_once(demo_yaml: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    dataset = _dataset(demo_yaml)
+    loads: list[int] = []
+    own_load = type(dataset).load_image
+
+    def counting_load(self: Any, i: int, *args: Any, **kwargs: Any) -> Any:
+        loads.append(int(i))
+        return own_load(self, i, *args, **kwargs)
+
+    drawn: list[tuple[int | None, Any]] = []
+    own_draw = inv._BatchPartners.__call__
+
+    def spying_draw(self: Any) -> Any:
+        got = own_draw(self)
+        drawn.append((self.items.current, got))
+        return got
+
+    monkeypatch.setattr(type(dataset), "load_image", counting_load)
+    monkeypatch.setattr(inv._BatchPartners, "__call__", spying_draw)
+    loader = _plain_loader(dataset, 0, False)
+    token = inv.make_invariant(loader, SEED)
+    try:
+        batch = [0, 5, 9, 13, 20, 33, 41, 47]
+        assert len(dataset.__getitems__([(1, i) for i in batch])) == len(batch)
+        assert sorted(loads) == batch  # every image of the batch decoded once, nothing outside it
+        partners = [p for _, got in drawn for p in (got if isinstance(got, list) else [got])]
+        assert len(partners) >= 3 * len(batch)  # mosaic (and mixup) did draw partners
+        assert all(p in batch and p != current for current, got in drawn
+                   for p in (got if isinstance(got, list) else [got]))
+        # a batch with fewer than MIN_BATCH_PARTNERS others draws over the dataset, still decoding each image once
+        loads.clear()
+        tiny = [3, 4]
+        assert len(dataset.__getitems__([(1, i) for i in tiny])) == len(tiny)
+        assert set(tiny) <= set(loads) and len(loads) == len(set(loads)) and set(loads) - set(tiny)
+    finally:
+        inv.restore(token)
+    assert "load_image" not in vars(dataset) and all("get_indexes" not in vars(t) for t in (
+        dataset.transforms.transforms[0].transforms[0], dataset.transforms.transforms[1]))
+    # a loader whose last batch is tiny (48 images in batches of 5: the last holds 3) is worker-invariant too
+    monkeypatch.undo()
+
+    def five(workers: int) -> list[str]:
+        monkeypatch.setattr(os, "cpu_count", lambda: 8)
+        from ultralytics.data import build_dataloader
+
+        loader = build_dataloader(_dataset(demo_yaml), batch=5, workers=workers, shuffle=True, device="cpu")
+        return _stream(loader, invariant=True, epochs=1)
+
+    assert five(0) == five(2)

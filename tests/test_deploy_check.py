@@ -1,0 +1,125 @@
+"""``yolo-det check-deploy``: predictions alone vs in batches vs next to other sizes; val at several batch= values."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import cv2
+import pytest
+import torch
+
+from helpers import DEMO
+from yolo_det.cli import main
+from yolo_det.core.detections import compare_detections
+
+
+def test_compare_detections_verdicts() -> None:
+    ref = torch.tensor([[0.0, 0.0, 10.0, 10.0, 0.9, 1.0], [5.0, 5.0, 20.0, 20.0, 0.5, 0.0]])
+    assert compare_detections(ref, ref.clone(), atol=0)["verdict"] == "bitwise"
+    near = ref.clone()
+    near[1, 2] += 1e-5
+    got = compare_detections(ref, near, atol=1e-4)
+    assert got["verdict"] == "within tolerance" and got["changed"] == [1]
+    assert compare_detections(ref, near, atol=0)["verdict"] == "differs"
+    fewer = compare_detections(ref, ref[:1], atol=1.0)
+    assert fewer["verdict"] == "differs" and fewer["count"] == [2, 1] and fewer["changed"] == [1]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    from ultralytics import YOLO
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("ckpt") / "fresh.pt"
+    YOLO("yolov8n.yaml").save(str(path))
+    return path
+
+
+def _images(folder: Path, n: int = 5) -> Path:
+    folder.mkdir(parents=True)
+    for i, p in enumerate(sorted((DEMO / "images" / "val").glob("*.*"))[:n]):
+        size = [None, (96, 200), (220, 96)][i % 3]
+        im = cv2.imread(str(p))
+        cv2.imwrite(str(folder / f"im{i}.png"), im if size is None else cv2.resize(im, size))
+    return folder
+
+
+@pytest.mark.slow
+def test_check_deploy_finds_the_letterbox_difference_and_the_setting_removes_it(tmp_path, checkpoint, capsys) -> None:
+    images = _images(tmp_path / "images")
+    common = [str(checkpoint), str(images), "--imgsz", "128", "--conf", "0", "--batches", "2,4,8"]
+    plain_json, plain_png = tmp_path / "plain.json", tmp_path / "plain.png"
+    assert main(["check-deploy", *common, "--profile", "balanced", "--json", str(plain_json),
+                 "--plot", str(plain_png)]) == 1
+    out = capsys.readouterr().out
+    assert "\nverdict: differs\n" in out and "batch=8 skipped" in out
+    plain = json.loads(plain_json.read_text())
+    assert plain_png.read_bytes().startswith(b"\x89PNG")
+    changed = [c for c in plain["comparisons"] if c["verdict"] == "differs"]
+    assert changed and {c["image"] for c in changed} >= {"im1.png", "im2.png"}  # the tall and the wide one
+    assert all(c["cause"].startswith("letterbox") and c["changed"] for c in changed)
+    assert plain["largest"]["box"]["value"] > 1.0
+    assert all(c["verdict"] == "bitwise" for c in plain["comparisons"] if c["image"] in {"im0.png", "im3.png"})
+
+    fixed_json = tmp_path / "fixed.json"
+    assert main(["check-deploy", *common, "--profile", "repro", "--json", str(fixed_json)]) == 0
+    fixed = json.loads(fixed_json.read_text())
+    assert fixed["verdict"] == "bitwise" and fixed["deploy_settings"]["batch_invariant"] is True
+    assert all(c["raw_bitwise"] for c in fixed["comparisons"])
+    assert len(fixed["comparisons"]) == len(plain["comparisons"])
+    assert all(im["detections"] > 0 for im in fixed["images"])
+
+
+@pytest.mark.slow
+def test_check_deploy_compares_val_at_several_batch_sizes(tmp_path, checkpoint, capsys) -> None:
+    root = tmp_path / "data"
+    (root / "images").mkdir(parents=True)
+    shutil.copytree(DEMO / "labels" / "val", root / "labels" / "val")
+    _images(root / "images" / "val", n=16)
+    data = root / "data.yaml"
+    data.write_text(f"path: {root}\ntrain: images/val\nval: images/val\nnames: {{0: a, 1: b, 2: c}}\n")
+    report = tmp_path / "val.json"
+    code = main(["check-deploy", str(checkpoint), str(root / "images" / "val"), "--imgsz", "96", "--conf", "0",
+                 "--batches", "2", "--no-mixed", "--max-images", "2", "--profile", str(_val_profile(tmp_path)),
+                 "--data", str(data), "--val-batches", "1,4,16", "--json", str(report)])
+    val = json.loads(report.read_text())["val"]
+    assert code == 0 and val["verdict"] == "bitwise" and set(val["metrics"]) == {"1", "4", "16"}
+    assert "val batch=1,4,16: bitwise" in capsys.readouterr().out
+
+
+def _val_profile(tmp_path: Path) -> Path:
+    path = tmp_path / "inv.yaml"
+    path.write_text("extends: repro\nval:\n  batch_invariant: true\n")
+    return path
+
+
+@pytest.mark.slow
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, checkpoint, capsys) -> None:
+    report = tmp_path / "r.json"
+    assert main(["check-deploy", str(checkpoint), str(tmp_path / "nope"), "--json", str(report)]) == 2
+    assert "image folder" in capsys.readouterr().err and not report.exists()
+    assert main(["check-deploy", str(tmp_path / "no.pt"), str(tmp_path)]) == 2
+    assert "not found" in capsys.readouterr().err
+    assert main(["check-deploy", "--compare", str(checkpoint), str(checkpoint)]) == 2
+    assert "not an export record" in capsys.readouterr().err
+
+
+def test_the_chart_has_a_cell_per_image_and_scenario_and_a_val_panel(tmp_path) -> None:
+    from yolo_det.tools.deploy.plot import deploy_figure, save_deploy_plot
+
+    row = {"verdict": "differs", "max_box_diff": 12.5, "count": [3, 4]}
+    report = {"weights": "w.pt", "profile": "balanced", "verdict": "differs",
+              "images": [{"image": "a.png"}, {"image": "b.png"}],
+              "comparisons": [{"image": "a.png", "scenario": "batch=2", **row},
+                              {"image": "b.png", "scenario": "batch=2", **row, "verdict": "bitwise", "count": [3, 3]},
+                              {"image": "a.png", "scenario": "mixed sizes", **row}],
+              "val": {"batches": [1, 4], "verdict": "differs",
+                      "metrics": {"1": {"metrics/mAP50(B)": 0.5}, "4": {"metrics/mAP50(B)": 0.25}}}}
+    fig = deploy_figure(report)
+    grid, val = fig.axes
+    assert [t.get_text() for t in grid.get_xticklabels()] == ["batch=2", "mixed sizes"]
+    assert sorted(t.get_text() for t in grid.texts) == ["12.5\n3→4", "12.5\n3→4", "="]
+    assert [p.get_height() for p in val.patches] == [0.25]
+    assert save_deploy_plot(report, tmp_path / "c.png").read_bytes().startswith(b"\x89PNG")

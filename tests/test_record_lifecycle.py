@@ -1,0 +1,144 @@
+"""The record and the resume state tell the truth at every moment: a record from the first second, rewritten at
+each checkpoint; a (checkpoint, resume state) pair that is always consistent, whatever interrupts the run."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import ROOT
+from yolo_det.cli import main
+from yolo_det.core.record import RECORD_NAME, checkpoint_digest
+from yolo_det.core.resume import load_state, previous_state_path, read_checkpoint, state_path
+from yolo_det.core.testpoints import hooked
+from yolo_det.tools.prepare import prepare
+
+pytestmark = pytest.mark.slow
+
+TINY = ["imgsz=32", "batch=8", "nbs=8", "fraction=0.25", "val=false", "plots=false", "workers=0", "device=cpu",
+        "exist_ok=true"]
+
+
+def _train(tokens: list[str], *, hook: Any = None, on_model_save: Any = None) -> Any:
+    """Train as ``yolo-det train --profile repro TOKENS`` does, with a test point hook and a user callback."""
+    from ultralytics import YOLO
+
+    from yolo_det.analysis.models import model_names
+    from yolo_det.integrations.ultralytics import attach
+
+    profile, args = prepare("repro", tokens)
+    args = dict(args)
+    with model_names():
+        model = YOLO(args.pop("model"))
+        attach(model, profile)
+        if on_model_save is not None:
+            model.add_callback("on_model_save", on_model_save)
+        with hooked(hook or (lambda point: None)):
+            return model.train(**args)
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], str, Path]:
+    root = tmp_path_factory.mktemp("straight")
+    common = [*TINY, "epochs=3", f"project={root}"]
+    _train([*common, "name=s"])
+    return common, checkpoint_digest(root / "s" / "weights" / "last.pt"), root / "s"
+
+
+def _at_second_save(point: str) -> Any:
+    saves = {"n": 0}
+
+    def hook(reached: str) -> None:
+        if reached == "resume-state-written":
+            saves["n"] += 1
+        if reached == point and saves["n"] == 2:
+            raise KeyboardInterrupt
+
+    return hook
+
+
+def _user_callback_interrupts(trainer: Any) -> None:
+    if trainer.epoch == 1:
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("where", ["resume-state-written", "checkpoint-written", "user on_model_save"])
+def test_an_interruption_around_the_checkpoint_leaves_a_consistent_pair(
+        where: str, straight: tuple[list[str], str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    common, digest, twin = straight
+    tokens = [*[t for t in common if not t.startswith("project=")], f"project={tmp_path}", "name=r"]
+    with pytest.raises(KeyboardInterrupt):
+        if where.startswith("user"):
+            _train(tokens, on_model_save=_user_callback_interrupts)
+        else:
+            _train(tokens, hook=_at_second_save(where))
+    last = tmp_path / "r" / "weights" / "last.pt"
+    epoch = read_checkpoint(last).epoch
+    assert epoch == (0 if where == "resume-state-written" else 1)
+    states = [load_state(p)["epoch"] for p in (state_path(last), previous_state_path(last)) if p.is_file()]
+    assert epoch in states  # the state matching the checkpoint on disk is there
+    record = json.loads((tmp_path / "r" / RECORD_NAME).read_text())
+    assert record["status"] == "interrupted"
+    assert record["epochs_completed"] == epoch + 1
+    assert checkpoint_digest(last) != digest  # the resumed part has weights to change
+
+    assert main(["train", "--profile", "repro", f"resume={last}"]) == 0
+    out = capsys.readouterr()
+    assert "no resume state" not in out.err
+    assert checkpoint_digest(last) == digest, "the resumed run ends bit for bit as the uninterrupted one"
+    resumed = json.loads((tmp_path / "r" / RECORD_NAME).read_text())
+    assert resumed["resume"]["bitwise_expected"] is True and resumed["epochs_completed"] == 3
+    assert [s["status"] for s in resumed["segments"]] == ["interrupted"]
+
+    # diff knows the lineage: the resumed run and its uninterrupted twin are equivalent
+    assert main(["diff", str(twin), str(tmp_path / "r")]) == 0
+    verdict = capsys.readouterr().out.splitlines()[-1]
+    assert verdict == (f"verdict: equivalent: run B resumed after epoch {epoch + 1}, "
+                       "and the weights are bitwise identical")
+
+
+_KILLED = """
+import os, signal, sys
+sys.path.insert(0, {tests!r})
+from test_record_lifecycle import _train
+def hook(point):
+    if point == "record-updated":
+        os.kill(os.getpid(), signal.SIGKILL)
+_train({tokens!r}, hook=hook)
+"""
+
+
+def test_a_killed_run_in_a_reused_folder_never_leaves_the_previous_runs_record(tmp_path: Path,
+                                                                               capsys: pytest.CaptureFixture[str]
+                                                                               ) -> None:
+    folder = [*TINY, f"project={tmp_path}", "name=f"]
+    _train([*folder, "epochs=1", "seed=0"])
+    record_a = json.loads((tmp_path / "f" / RECORD_NAME).read_text())
+    assert record_a["status"] == "completed"
+    shutil.copytree(tmp_path / "f", tmp_path / "a-copy")
+
+    tokens = [*folder, "epochs=2", "seed=1"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", _KILLED.format(tests=str(ROOT / "tests"), tokens=tokens)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+
+    record_b = json.loads((tmp_path / "f" / RECORD_NAME).read_text())
+    assert record_b["status"] == "running" and record_b["seeds"]["seed"] == 1
+    assert record_b["epochs_completed"] == 1 and record_b["run"]["epochs"] == 2
+    last = tmp_path / "f" / "weights" / "last.pt"
+    assert read_checkpoint(last).epoch == 0
+    files = {Path(f["file"]).name: f for f in record_b["weights"]["files"]}
+    assert files["last.pt"]["written_by_this_run"] and files["last.pt"]["sha256"] == checkpoint_digest(last)
+
+    code = main(["diff", str(tmp_path / "a-copy"), str(tmp_path / "f")])
+    out = capsys.readouterr().out
+    assert code == 1 and "and are" not in out.splitlines()[-1]

@@ -1,0 +1,314 @@
+"""Files from others run no code: the allow-list unpickler, the one gate, model and data YAMLs, bounded work."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from tests.hostile.make_corpus import build
+from yolo_det.analysis.gate import NOT_PATHS, PATH_KEYS, allow_downloads, check_arguments
+from yolo_det.core.errors import ConfigError, ModelError
+from yolo_det.core.record import checkpoint_digest, state_dict_digest
+from yolo_det.core.untrusted.safeload import guarded_torch_load, load_checkpoint, read_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Path], Path]:
+    folder = tmp_path_factory.mktemp("hostile")
+    marker = folder / "MARKER"
+    return build(folder / "files", marker), marker
+
+
+def _ultralytics_checkpoint(path: Path, yaml_name: str = "yolov8n.yaml") -> torch.nn.Module:
+    """A checkpoint saved the way Ultralytics' trainer saves one (model, ema, args, metrics)."""
+    from ultralytics.nn.tasks import DetectionModel
+
+    model = DetectionModel(yaml_name, nc=2, verbose=False)
+    torch.save({"epoch": 0, "best_fitness": None, "model": None, "ema": copy.deepcopy(model).half(), "updates": 1,
+                "optimizer": None, "train_args": {"epochs": 1, "model": yaml_name}, "date": "2026-01-01",
+                "version": "8"}, path)
+    return model
+
+
+def test_every_hostile_file_is_refused_by_every_reader(corpus: tuple[dict[str, Path], Path]) -> None:
+    files, marker = corpus
+    assert len(files) >= 25
+    for name, path in files.items():
+        for reader in (load_checkpoint, read_checkpoint):
+            with pytest.raises(ModelError) as err:
+                reader(path)
+            assert "\n" not in str(err.value), name
+    assert not marker.exists()
+
+
+def test_torch_load_guard_routes_through_the_allow_list_and_is_restored(corpus: tuple[dict[str, Path], Path],
+                                                                       tmp_path: Path) -> None:
+    files, marker = corpus
+    real = torch.load
+    with guarded_torch_load():
+        assert torch.load is not real
+        with pytest.raises(ModelError, match="os.system"):
+            torch.load(files["os-system"], map_location="cpu", weights_only=False)
+        with pytest.raises(ModelError, match="legacy"):
+            torch.load(files["legacy-prefix"], weights_only=False)
+    assert torch.load is real and not marker.exists()
+    with pytest.raises(RuntimeError), guarded_torch_load():
+        raise RuntimeError("boom")
+    assert torch.load is real
+
+
+def test_real_checkpoints_load_with_the_same_weights(tmp_path: Path) -> None:
+    ckpt = tmp_path / "last.pt"
+    model = _ultralytics_checkpoint(ckpt)
+    reference = torch.load(ckpt, weights_only=False)["ema"]
+    loaded = load_checkpoint(ckpt)["ema"]
+    assert type(loaded) is type(reference)
+    assert state_dict_digest(loaded) == state_dict_digest(reference) == checkpoint_digest(ckpt)
+    assert state_dict_digest(model.half()) == checkpoint_digest(ckpt)
+    with guarded_torch_load():  # what Ultralytics gets: the object the allow-list made
+        from ultralytics.nn.tasks import load_checkpoint as ultralytics_load
+
+        net, _ = ultralytics_load(str(ckpt))
+    assert state_dict_digest(net.half()) == checkpoint_digest(ckpt)
+
+
+def test_user_blocks_need_import_to_load_but_digest_without(tmp_path: Path) -> None:
+    pkg = tmp_path / "userpkg_blocks.py"
+    pkg.write_text(textwrap.dedent("""\
+        import torch
+        class UserBlock(torch.nn.Module):
+            def __init__(self, c):
+                super().__init__()
+                self.conv = torch.nn.Conv2d(c, c, 1)
+            def forward(self, x):
+                return self.conv(x)
+        """))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import userpkg_blocks
+
+        path = tmp_path / "user.pt"
+        block = userpkg_blocks.UserBlock(4)
+        torch.save({"model": torch.nn.Sequential(block)}, path)
+        with pytest.raises(ModelError, match=r"userpkg_blocks\.UserBlock.*--import"):
+            load_checkpoint(path)
+        assert checkpoint_digest(path) == state_dict_digest(torch.nn.Sequential(block))
+        from yolo_det.analysis.models import model_names
+
+        with model_names(["userpkg_blocks"]):
+            assert type(load_checkpoint(path)["model"][0]) is userpkg_blocks.UserBlock
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("userpkg_blocks", None)
+
+
+def test_swapped_model_checkpoint_loads(tmp_path: Path) -> None:
+    from yolo_det.fixes.swaps import swap_modules
+
+    model = torch.nn.Sequential(torch.nn.Upsample(scale_factor=2, mode="bilinear"), torch.nn.AdaptiveAvgPool2d(2))
+    swap_modules(model, ["0", "1"])
+    assert any(type(m).__module__.startswith("yolo_det.layers") for m in model)
+    torch.save({"model": model}, tmp_path / "swapped.pt")
+    reference = torch.load(tmp_path / "swapped.pt", weights_only=False)["model"]
+    loaded = load_checkpoint(tmp_path / "swapped.pt")["model"]
+    assert [type(m) for m in loaded] == [type(m) for m in reference]
+    assert [vars(m).keys() for m in loaded] == [vars(m).keys() for m in reference]
+
+
+def test_gate_covers_every_path_valued_argument_of_ultralytics() -> None:
+    """Every untyped key of Ultralytics' default.yaml is either gated or named as reading no file, and every
+    bool key Ultralytics' code also treats as a path (``isinstance(args.KEY, (str, Path))``) is gated."""
+    import ultralytics
+    from ultralytics.cfg import (
+        CFG_BOOL_KEYS,
+        CFG_FLOAT_KEYS,
+        CFG_FRACTION_KEYS,
+        CFG_INT_KEYS,
+        CFG_STR_KEYS,
+        DEFAULT_CFG_DICT,
+    )
+
+    typed = CFG_FLOAT_KEYS | CFG_FRACTION_KEYS | CFG_INT_KEYS | CFG_BOOL_KEYS | CFG_STR_KEYS
+    untyped = {k for k, v in DEFAULT_CFG_DICT.items() if k not in typed and not isinstance(v, (bool, int, float))}
+    assert untyped - set(PATH_KEYS) - set(NOT_PATHS) == set()
+    source = "\n".join(p.read_text(encoding="utf-8", errors="replace")
+                       for p in Path(ultralytics.__file__).parent.rglob("*.py"))
+    as_paths = {k for k in CFG_BOOL_KEYS if f"isinstance(self.args.{k}, (str, Path))" in source
+                or f"isinstance({k}, (str, Path))" in source}
+    assert {"resume", "pretrained"} <= as_paths | set(PATH_KEYS)
+    assert as_paths <= set(PATH_KEYS)
+
+
+def test_gate_refuses_hostile_files_behind_every_path_argument(corpus: tuple[dict[str, Path], Path],
+                                                               tmp_path: Path) -> None:
+    files, marker = corpus
+    evil = files["os-system"]
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(f"resume: {evil}\n")
+    tracker = tmp_path / "tracker.yaml"
+    tracker.write_text(f"tracker_type: botsort\nwith_reid: true\nmodel: {evil}\n")
+    for args in ({"model": str(evil)}, {"pretrained": str(evil)}, {"resume": str(evil)},
+                 {"distill_model": str(evil)}, {"cfg": str(cfg)}, {"tracker": str(tracker)}):
+        with pytest.raises(ModelError, match="os.system"):
+            check_arguments(args)
+    assert not marker.exists()
+
+
+def test_model_yaml_names_only_module_classes_and_activations_at_any_level(tmp_path: Path) -> None:
+    from yolo_det.analysis.loader import check_model_file
+
+    base = {"nc": 2, "backbone": [[-1, 1, "Conv", [8, 3, 2]]], "head": [[-1, 1, "Classify", [2]]]}
+    bad = {**base, "backbone": [[-1, 1, "parse_model", [{"activation": "__import__('os').system('x')"}]]]}
+    (tmp_path / "fn.yaml").write_text(yaml.safe_dump(bad))
+    with pytest.raises(ModelError, match="not a module class"):
+        check_model_file(str(tmp_path / "fn.yaml"))
+    nested = {**base, "backbone": [[-1, 1, "Conv", [8, 3, 2, {"activation": "print('x')"}]]]}
+    (tmp_path / "nested.yaml").write_text(yaml.safe_dump(nested))
+    with pytest.raises(ModelError, match="activation"):
+        check_model_file(str(tmp_path / "nested.yaml"))
+    (tmp_path / "ok.yaml").write_text(yaml.safe_dump({**base, "activation": "nn.ReLU()"}))
+    assert check_model_file(str(tmp_path / "ok.yaml")).name == "ok.yaml"
+
+
+def test_p6_name_resolves_to_the_file_ultralytics_builds(tmp_path: Path) -> None:
+    from yolo_det.analysis.loader import check_model_file
+
+    (tmp_path / "yolov8n6.yaml").write_text("nc: 2\nbackbone: []\nhead: []\n")  # checked by name, never built
+    sibling = tmp_path / "yolov8n-p6.yaml"
+    sibling.write_text("nc: 2\nactivation: print('ran')\nbackbone: [[-1, 1, Conv, [8, 3, 2]]]\nhead: []\n")
+    with pytest.raises(ModelError, match=r"yolov8n-p6\.yaml.*activation"):
+        check_model_file(str(tmp_path / "yolov8n6.yaml"))
+
+
+def test_data_download_never_runs_without_opt_in(tmp_path: Path) -> None:
+    marker = tmp_path / "MARKER"
+    data = tmp_path / "data.yaml"
+    data.write_text(f"path: {tmp_path}\ntrain: images/train\nval: images/val\ntest: images/test\nnames: [a]\n"
+                    f"download: |\n  open({str(marker)!r}, 'w')\n")
+    with pytest.raises(ConfigError, match="download"):
+        check_arguments({"data": str(data)})
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "data.yaml").write_text(data.read_text())
+    with pytest.raises(ConfigError, match="download"):
+        check_arguments({"data": str(folder)})
+    with pytest.raises(ConfigError, match="NDJSON"):
+        check_arguments({"data": str(tmp_path / "x.ndjson")})
+    with allow_downloads():
+        check_arguments({"data": str(data)})
+    assert not marker.exists()
+
+
+_CASES_SCRIPT = """
+import contextlib, io, sys
+from yolo_det.cli import main
+for case in sys.argv[1:]:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            rc = main(case.split("|"))
+        except SystemExit as e:
+            rc = e.code
+    lines = [line for line in err.getvalue().splitlines() if line.strip()]
+    print(rc, len(lines), case[:80], "::", lines[-1][:200] if lines else "")
+"""
+
+
+def _run_cases(cases: list[list[str]], cwd: Path) -> list[list[str]]:
+    """Run CLI commands in one fresh process (cheap: one import of torch and Ultralytics); return, per case,
+    ``[exit code, number of stderr lines, case, last line]``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", _CASES_SCRIPT, *("|".join(c) for c in cases)], cwd=cwd, env=env,
+                         capture_output=True, text=True, timeout=600)
+    rows = [line.split(" ", 2) for line in out.stdout.splitlines() if line[:1].isdigit()]
+    assert len(rows) == len(cases), out.stderr[-2000:]
+    return rows
+
+
+def test_commands_refuse_hostile_files_in_one_line_exit_2(corpus: tuple[dict[str, Path], Path],
+                                                          tmp_path: Path) -> None:
+    """Through the CLI (one process per command, the payloads that reached code before): exit 2, one line."""
+    files, marker = corpus
+    cases: list[list[str]] = []
+    for name in ("stack-global-alias", "nested-pickle", "torch-save", "legacy-prefix", "case-colliding",
+                 "model-class-called"):
+        f = str(files[name])
+        cases += [["train", f"model={f}"], ["train", f"pretrained={f}"], ["train", f"resume={f}"],
+                  ["train", f"distill_model={f}"], ["digest", f], ["audit", f], ["verify", f"model={f}"],
+                  ["bench", f"model={f}"]]
+    rows = _run_cases(cases, tmp_path)
+    assert [r for r in rows if r[0] != "2" or r[1] != "1"] == []
+    assert not marker.exists()
+
+
+def test_commands_refuse_hostile_model_and_data_yamls(tmp_path: Path) -> None:
+    """audit, rewrite --check and train refuse YAMLs whose building would run code; nothing runs, exit 2."""
+    marker = tmp_path / "MARKER"
+    run = f"open({str(marker)!r}, 'w').write('ran')"
+    rows = "backbone:\n  - [-1, 1, Conv, [8, 3, 2]]\nhead:\n  - [-1, 1, Classify, [2]]\n"
+    (tmp_path / "fn.yaml").write_text(
+        f"nc: 2\nbackbone:\n  - [-1, 1, parse_model, [{{activation: \"{run}\", backbone: [], head: []}}]]\n"
+        "head:\n  - [-1, 1, Classify, [2]]\n")
+    (tmp_path / "top.yaml").write_text(f"nc: 2\nactivation: \"{run}\"\n{rows}")
+    (tmp_path / "nested.yaml").write_text(
+        f"nc: 2\nbackbone:\n  - [-1, 1, Conv, [8, 3, 2, {{activation: \"{run}\"}}]]\n"
+        "head:\n  - [-1, 1, Classify, [2]]\n")
+    (tmp_path / "yolov8n6.yaml").write_text(f"nc: 2\n{rows}")
+    (tmp_path / "yolov8n-p6.yaml").write_text(f"nc: 2\nactivation: \"{run}\"\n{rows}")
+    (tmp_path / "data.yaml").write_text(f"path: {tmp_path}\ntrain: a\nval: b\ntest: c\nnames: [x]\n"
+                                        f"download: |\n  {run}\n")
+    cases = []
+    for name in ("fn", "top", "nested", "yolov8n6"):
+        f = str(tmp_path / f"{name}.yaml")
+        cases += [["audit", f, "--imgsz", "64"], ["train", f"model={f}"]]
+        if name != "yolov8n6":  # rewrite builds the text it rewrites (no P6 rename): nothing to refuse there
+            cases.append(["rewrite", f, "--check"])
+    cases += [["train", f"data={tmp_path / 'data.yaml'}", "model=yolov8n-cls.yaml"],
+              ["train", f"data={tmp_path}", "model=yolov8n.yaml"],
+              ["train", f"data={tmp_path / 'x.ndjson'}"]]
+    rows = _run_cases(cases, tmp_path)
+    assert [r for r in rows if r[0] != "2" or r[1] != "1"] == []
+    assert not marker.exists()
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+def test_digest_reads_every_dtype_and_names_a_truncated_file(tmp_path: Path) -> None:
+    digests = set()
+    for name in ("float8_e4m3fn", "float8_e5m2", "bits8", "float4_e2m1fn_x2", "complex32"):
+        dtype = getattr(torch, name)
+        raw = torch.arange(8, dtype=torch.uint8)
+        t = raw.view(dtype) if torch.empty(0, dtype=dtype).element_size() == 1 else raw.view(torch.int32).view(dtype)
+        torch.save({"w": t}, tmp_path / f"{name}.pt")
+        digests.add(checkpoint_digest(tmp_path / f"{name}.pt"))
+        torch.save({"w": t.clone().view(torch.uint8).add(1).view(dtype)}, tmp_path / "other.pt")
+        assert checkpoint_digest(tmp_path / "other.pt") != checkpoint_digest(tmp_path / f"{name}.pt")
+    assert len(digests) == 5  # the dtype is part of the digest
+    whole = (tmp_path / "float8_e5m2.pt").read_bytes()
+    (tmp_path / "cut.pt").write_bytes(whole[: len(whole) - 40])
+    with pytest.raises(ModelError, match="truncated"):
+        checkpoint_digest(tmp_path / "cut.pt")
+
+
+def test_profile_over_the_size_limit_is_refused(tmp_path: Path) -> None:
+    from yolo_det.core.errors import ProfileError
+    from yolo_det.core.profiles import load_profile
+    from yolo_det.core.untrusted.textfile import MAX_TEXT_BYTES
+
+    big = tmp_path / "big.yaml"
+    big.write_text("extends: repro\n# " + "x" * MAX_TEXT_BYTES + "\n")
+    with pytest.raises(ProfileError, match="bigger than"):
+        load_profile(big)
+    small = tmp_path / "small.yaml"
+    small.write_text("extends: repro\n# " + "x" * 1000 + "\n")
+    assert load_profile(small).name

@@ -1,0 +1,210 @@
+"""The one gate: every Ultralytics argument that names a file passes here before Ultralytics reads it.
+
+:data:`PATH_KEYS` lists the arguments through which Ultralytics reads a file, with how each is read;
+:data:`NOT_PATHS` lists the other untyped arguments of Ultralytics' ``default.yaml`` and why they read no
+file from others (a test keeps both tables complete against the installed Ultralytics). :func:`check_arguments`
+classifies each value and decides, in every command (through :func:`yolo_det.tools.prepare.prepare`) and
+in the Python API (the guards :func:`yolo_det.attach` puts on ``train/val/predict/export``):
+
+- a checkpoint (``model``, ``pretrained``, ``resume``, ``distill_model``, a tracker's ReID ``model``) must
+  load under the allow-list (:func:`yolo_det.core.untrusted.safeload.check_checkpoint`);
+- a model YAML must name allowed modules only (:func:`yolo_det.analysis.loader.check_model_file`);
+- a ``cfg`` YAML and a tracker YAML are bounded YAML whose own path-valued keys pass the gate too;
+- a data YAML (or each YAML at the top of a data folder) may not have a ``download:`` that Ultralytics would
+  run (a split it names is missing), nor be an ``.ndjson`` file Ultralytics converts (and downloads)
+  elsewhere, unless the user opts in (:func:`downloads_allowed`).
+
+Refusals are :class:`~yolo_det.core.errors.ModelError`/:class:`~yolo_det.core.errors.ConfigError`: one
+line, exit 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..core.errors import ConfigError
+from ..core.untrusted import safe_yaml
+
+__all__ = ["DOWNLOAD_FLAG", "NOT_PATHS", "PATH_KEYS", "check_arguments", "downloads_allowed", "allow_downloads"]
+
+#: The command-line flag that lets a data YAML's ``download:`` run.
+DOWNLOAD_FLAG = "--allow-download"
+
+#: Ultralytics arguments that name a file it reads, and how the gate reads it.
+PATH_KEYS: dict[str, str] = {
+    "model": "model",
+    "pretrained": "checkpoint",
+    "resume": "checkpoint",
+    "distill_model": "model",
+    "cfg": "cfg",
+    "data": "data",
+    "tracker": "tracker",
+}
+#: Untyped arguments of Ultralytics' default.yaml that read no file from others, and why.
+NOT_PATHS: dict[str, str] = {
+    "task": "a task name", "mode": "a mode name", "time": "a number of hours", "device": "a device name",
+    "project": "the output folder (written, not read; checked by the pre-checks)",
+    "name": "the run's folder name (written, not read)", "optimizer": "an optimizer name",
+    "freeze": "layer indices or names", "channels_last": "a switch", "split": "a split name (the data YAML's)",
+    "conf": "a number", "quantize": "a precision", "nms": "a switch",
+    "source": "images or videos to predict on: read as pixels, never unpickled or evaluated",
+    "classes": "class indices", "embed": "layer indices", "line_width": "a number", "format": "an export format",
+    "opset": "a number", "workspace": "a number", "copy_paste_mode": "a mode name",
+    "auto_augment": "a policy name",
+}
+
+_ALLOW_DOWNLOAD: contextvars.ContextVar[bool] = contextvars.ContextVar("yolo_det_allow_download", default=False)
+_CKPT_SUFFIXES = {".pt", ".pth", ".ckpt", ".bin"}
+
+
+@contextlib.contextmanager
+def allow_downloads(allow: bool = True) -> Iterator[None]:
+    """While active, a data YAML's ``download:`` may run (the user's opt-in, ``--allow-download``)."""
+    token = _ALLOW_DOWNLOAD.set(bool(allow))
+    try:
+        yield
+    finally:
+        _ALLOW_DOWNLOAD.reset(token)
+
+
+def downloads_allowed() -> bool:
+    """Whether the user opted in to a data YAML's ``download:`` running."""
+    return _ALLOW_DOWNLOAD.get()
+
+
+def _yaml_mapping(path: Path) -> dict[str, Any]:
+    """The mapping a YAML file holds; ``{}`` for one that is unreadable, malformed or not a mapping (nothing there
+    for the gate to follow: the pre-checks, or Ultralytics, report it)."""
+    try:
+        data = safe_yaml.load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _file(value: Any) -> Path | None:
+    if isinstance(value, (str, os.PathLike)) and not isinstance(value, bool):
+        p = Path(value).expanduser()
+        try:
+            return p if p.is_file() else None
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+def _check_checkpoint(value: Any) -> None:
+    path = _file(value)
+    if path is not None and path.suffix.lower() in _CKPT_SUFFIXES:  # what Ultralytics hands to torch.load
+        from ..core.untrusted.safeload import check_checkpoint
+        from .loader import check_checkpoint_yaml
+
+        check_checkpoint(path)
+        check_checkpoint_yaml(path)
+
+
+def _check_model(value: Any) -> None:
+    if not isinstance(value, (str, os.PathLike)):
+        return
+    text = str(value)
+    if Path(text).suffix.lower() in {".yaml", ".yml"}:
+        from ..core.errors import ModelError
+        from .loader import check_model_file
+
+        try:
+            check_model_file(text)
+        except ModelError as e:
+            if "not found" not in str(e):  # a missing file reads nothing: the pre-checks name it
+                raise
+    else:
+        _check_checkpoint(value)
+
+
+def _check_cfg(value: Any, depth: int) -> None:
+    path = _file(value)
+    if path is None:
+        return
+    check_arguments(_yaml_mapping(path), _depth=depth + 1)
+
+
+def _check_tracker(value: Any) -> None:
+    path = _file(value)
+    if path is None:
+        return
+    cfg = _yaml_mapping(path)
+    for key in ("model", "reid_model"):
+        if key in cfg:
+            _check_checkpoint(cfg[key])
+
+
+def _split_paths(cfg: Mapping[str, Any], base: Path) -> list[Path]:
+    root = cfg.get("path")
+    root_path = Path(str(root)).expanduser() if isinstance(root, str) and root else base
+    if not root_path.is_absolute():
+        root_path = base / root_path
+    out: list[Path] = []
+    for split in ("train", "val", "test", "minival"):
+        value = cfg.get(split)
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and item:
+                p = Path(item).expanduser()
+                out.append(p if p.is_absolute() else root_path / p)
+    return out
+
+
+def _check_data_yaml(path: Path) -> None:
+    cfg = _yaml_mapping(path)
+    script = cfg.get("download")
+    if script in (None, "", False) or downloads_allowed():
+        return
+    missing = [p for p in _split_paths(cfg, path.parent) if not p.exists()]
+    if missing or not _split_paths(cfg, path.parent):
+        raise ConfigError(f"data YAML '{path}' has a 'download:' that Ultralytics would run (split "
+                          f"'{missing[0] if missing else '?'}' is not here); yolo-det never runs it: download the "
+                          f"dataset yourself, or pass {DOWNLOAD_FLAG} if you trust this file")
+
+
+def _check_data(value: Any) -> None:
+    if not isinstance(value, (str, os.PathLike)):
+        return
+    path = Path(value).expanduser()
+    if path.suffix.lower() == ".ndjson" and not downloads_allowed():
+        raise ConfigError(f"data '{value}' is an NDJSON dataset, which Ultralytics converts by downloading its "
+                          f"images outside the dataset folder; convert it yourself, or pass {DOWNLOAD_FLAG}")
+    if path.is_dir():
+        for child in sorted(path.iterdir())[:1000]:
+            if child.suffix.lower() in {".yaml", ".yml"} and child.is_file():
+                _check_data_yaml(child)
+    elif path.is_file() and path.suffix.lower() in {".yaml", ".yml"}:
+        _check_data_yaml(path)
+
+
+def check_arguments(args: Mapping[str, Any], *, _depth: int = 0) -> None:
+    """Pass every path-valued Ultralytics argument in ``args`` through the gate (see the module docstring).
+
+    Raises:
+        ModelError: A checkpoint or model YAML is refused (one line naming why and the opt-in).
+        ConfigError: A cfg, tracker or data file is refused.
+    """
+    if _depth > 4:
+        raise ConfigError("cfg YAMLs nest more than 4 deep (a cfg YAML naming another cfg YAML ...)")
+    for key, kind in PATH_KEYS.items():
+        value = args.get(key)
+        if value is None or isinstance(value, bool):
+            continue
+        if kind == "checkpoint":
+            _check_checkpoint(value)
+        elif kind == "model":
+            _check_model(value)
+        elif kind == "cfg":
+            _check_cfg(value, _depth)
+        elif kind == "data":
+            _check_data(value)
+        elif kind == "tracker":
+            _check_tracker(value)

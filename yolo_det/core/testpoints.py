@@ -1,0 +1,34 @@
+"""Named points in the code where a test can interrupt a run deterministically (no sleeps, no timing).
+
+Code calls :func:`reach` with a point's name; a test installs a hook with :func:`hooked` that raises or
+sends a signal at the point it names. Without a hook, :func:`reach` does nothing.
+
+Points: ``resume-state-written`` (a checkpoint's resume state is on disk, the checkpoint is not written
+yet), ``checkpoint-written`` (the checkpoint is on disk, the record not yet updated), ``record-updated``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+__all__ = ["hooked", "reach"]
+
+_hook: Callable[[str], None] | None = None
+
+
+def reach(point: str) -> None:
+    """Called by the code at ``point``: runs the installed hook, if any."""
+    if _hook is not None:
+        _hook(point)
+
+
+@contextmanager
+def hooked(hook: Callable[[str], None]) -> Iterator[None]:
+    """Install ``hook`` (called with each point's name) for the block; the previous hook is put back."""
+    global _hook
+    previous, _hook = _hook, hook
+    try:
+        yield
+    finally:
+        _hook = previous

@@ -1,0 +1,98 @@
+"""What a checkpoint's pickle may name: an allow-list, checked name by name.
+
+Three kinds of names are allowed:
+
+- **values**: the functions and types yolo-det itself implements or knows to build plain data only
+  (torch's tensor and parameter rebuilders, storage types, dtypes, ``torch.Size``, ``torch.device``,
+  ``OrderedDict``, ``set``/``frozenset``/``slice``/``complex``, ``SimpleNamespace``, Ultralytics'
+  ``IterableSimpleNamespace``, ``argparse.Namespace``, paths, dates, NumPy scalars, dtypes and arrays).
+  Only these may be *called* by the pickle (``REDUCE``);
+- **model classes**: ``nn.Module`` subclasses defined in ``torch.nn``, ``torchvision.ops``, Ultralytics'
+  ``ultralytics.nn`` packages, yolo-det's layers, and the modules the user named with ``--import``
+  (:func:`allowed_user_modules`), plus the plain classes Ultralytics keeps in a model (its loss and
+  assigner classes). They are only *created* (``cls.__new__``) and given their pickled state, never called;
+- nothing else: every other name is refused, with its name.
+
+The module of a model class is imported only when it is one of the installed packages named above or a
+module the user imported; a name is never imported to find out what it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import importlib
+import keyword
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+__all__ = ["CLASS_PACKAGES", "PLAIN_CLASS_MODULES", "allowed_user_modules", "model_class", "user_modules"]
+
+#: Packages whose ``nn.Module`` subclasses a checkpoint may hold.
+CLASS_PACKAGES = ("torch.nn", "torchvision.ops", "ultralytics.nn", "yolo_det.layers")
+#: Modules whose own plain classes (not only modules) Ultralytics keeps inside a model (loss, assigner).
+PLAIN_CLASS_MODULES = frozenset({"ultralytics.utils.loss", "ultralytics.utils.tal", "ultralytics.nn.distill_model"})
+#: Names older Ultralytics versions pickled, and what they are now.
+ALIASES = {
+    ("ultralytics.nn.modules.block", "Silence"): ("torch.nn.modules.linear", "Identity"),
+    ("ultralytics.nn.tasks", "YOLOv10DetectionModel"): ("ultralytics.nn.tasks", "DetectionModel"),
+    ("ultralytics.utils.loss", "v10DetectLoss"): ("ultralytics.utils.loss", "E2EDetectLoss"),
+}
+
+_USER: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("yolo_det_user_modules", default=frozenset())
+
+
+@contextlib.contextmanager
+def allowed_user_modules(names: Iterable[str]) -> Iterator[None]:
+    """While active, the ``nn.Module`` subclasses of the modules ``names`` (imported by the user: ``--import``,
+    ``yolo_det.custom_modules``) are allowed in checkpoints too."""
+    token = _USER.set(_USER.get() | frozenset(n for n in names if isinstance(n, str)))
+    try:
+        yield
+    finally:
+        _USER.reset(token)
+
+
+def user_modules() -> frozenset[str]:
+    """The modules whose classes checkpoints may hold besides the installed packages (see
+    :func:`allowed_user_modules`)."""
+    return _USER.get()
+
+
+def _identifier(text: str) -> bool:
+    return text.isidentifier() and not keyword.iskeyword(text)
+
+
+def _in_package(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def model_class(module: str, name: str) -> type | None:
+    """The class ``module.name`` when a checkpoint may hold it (see the module docstring), else None.
+
+    Imports ``module`` only when it lies in one of :data:`CLASS_PACKAGES` or :data:`PLAIN_CLASS_MODULES`
+    (installed packages), or is a user module already imported.
+    """
+    module, name = ALIASES.get((module, name), (module, name))
+    if not (_identifier(name) and all(_identifier(p) for p in module.split("."))) or name.startswith("_"):
+        return None
+    import torch
+
+    if module in PLAIN_CLASS_MODULES or any(_in_package(module, p) for p in CLASS_PACKAGES):
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            return None
+    elif module in user_modules() and module in sys.modules:
+        mod = sys.modules[module]
+    else:
+        return None
+    obj: Any = getattr(mod, name, None)
+    if not isinstance(obj, type):
+        return None
+    if issubclass(obj, torch.nn.Module):
+        return obj
+    if module in PLAIN_CLASS_MODULES and obj.__module__ == module and not issubclass(obj, BaseException):
+        return obj
+    return None

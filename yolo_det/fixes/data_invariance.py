@@ -1,0 +1,478 @@
+"""Worker-invariant data: every random draw of a training sample is keyed by (seed, epoch, sample index).
+
+A data loader feeds the same batches whatever its worker count when nothing a sample's augmentation draws
+depends on which worker built it or what that worker built before. :func:`make_invariant` makes that so for
+a map-style loader with a batch sampler (Ultralytics' ``build_dataloader``, a plain ``DataLoader``):
+
+- **The key travels with the index.** The loader's batch sampler is wrapped (:class:`KeyedBatchSampler`, in
+  the main process, where the epoch is known): it yields ``(epoch, index)`` pairs instead of indices, and
+  seeds the loader's shuffle generator with :func:`~yolo_det.core.seeding.epoch_data_seed` at the start of
+  every pass, so the order of epoch ``e`` depends on (seed, rank, e) only. Worker copies of the dataset
+  never need to be told the epoch, which also holds with persistent workers and Ultralytics'
+  ``InfiniteDataLoader``.
+- **Each sample reseeds the process RNGs from its key.** The dataset gets an instance attribute
+  ``__getitems__`` (the batch entry point a ``DataLoader`` calls when it exists): for each pair it seeds
+  python's ``random``, numpy's global RNG and torch's CPU generator from a hash of (seed, epoch, index)
+  (:func:`sample_seeds`) and calls the dataset's own ``__getitem__``. In the training process
+  (``workers=0``) the three generators are put back after every batch, so the training's random streams
+  are those a loader running in workers would leave.
+- **Mix partners come from the same batch.** Ultralytics draws mosaic partners from each worker's ``buffer``
+  of recently loaded images, a history that depends on the worker count. A batch, though, is always built by
+  one worker, and which samples it holds is decided by the batch sampler, not by the worker count. Under
+  invariance the mix transforms (``Mosaic``, ``MixUp``, ``CutMix``, ``CopyPaste``) draw their partners with
+  the sample's keyed RNG from the *other* samples of its batch (:data:`MIN_BATCH_PARTNERS` of them at least;
+  a smaller batch draws them uniformly over the dataset instead), and each image is decoded once per batch
+  (a per-batch image cache, freed when the batch is built): a mosaic epoch decodes as many images as it has
+  samples, as an epoch without mosaic does (see docs/data.md).
+
+:func:`restore` undoes everything :func:`make_invariant` changed on the loader, its dataset and transforms.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import BatchSampler, get_worker_info
+
+from ..core.errors import ConfigError
+from ..core.seeding import epoch_data_seed
+
+__all__ = [
+    "MIN_BATCH_PARTNERS",
+    "MODE_KEYED",
+    "MODE_WORKER",
+    "BatchTap",
+    "InvarianceToken",
+    "KeyedBatchSampler",
+    "batch_digest",
+    "data_mode",
+    "keyed_sampler",
+    "make_invariant",
+    "restore",
+    "sample_seeds",
+    "set_epoch",
+]
+
+#: The data-order/augmentation mode of a loader made worker-invariant.
+MODE_KEYED = "keyed"
+#: The mode of a loader left as the framework made it (draws depend on each worker's history).
+MODE_WORKER = "worker-stream"
+
+#: Fewest other samples a batch must hold for its samples to draw mix partners from it (a 2x2 mosaic's three);
+#: a sample of a smaller batch draws its partners uniformly over the dataset, still from its keyed RNG.
+MIN_BATCH_PARTNERS = 3
+
+_PERSON = b"yolo-det/data"  # keeps these seeds apart from every other use of the run's seed
+_MAX_WALK = 64  # transforms visited per dataset (Ultralytics nests a handful)
+
+
+def sample_seeds(seed: int, epoch: int, index: int) -> tuple[int, int, int]:
+    """The seeds of python's ``random``, numpy's global RNG and torch for one sample.
+
+    A hash (BLAKE2b) of (seed, epoch, index): independent of the worker, the rank, the batch and everything
+    loaded before.
+
+    Returns:
+        (python seed: a 128-bit int, numpy seed: a 32-bit int, torch seed: a 63-bit int).
+    """
+    for name, value in (("seed", seed), ("epoch", epoch), ("index", index)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"sample_seeds needs a non-negative integer {name}, got {value!r}")
+    key = b"%d|%d|%d" % (int(seed), int(epoch), int(index))
+    digest = hashlib.blake2b(key, digest_size=28, person=_PERSON).digest()
+    return (int.from_bytes(digest[:16], "little"), int.from_bytes(digest[16:20], "little"),
+            int.from_bytes(digest[20:28], "little") & ((1 << 63) - 1))
+
+
+def _seed_sample(seed: int, epoch: int, index: int) -> None:
+    py_seed, np_seed, torch_seed = sample_seeds(seed, epoch, index)
+    random.seed(py_seed)
+    np.random.seed(np_seed)
+    torch.random.default_generator.manual_seed(torch_seed)
+
+
+class KeyedBatchSampler:
+    """A batch sampler that yields ``(epoch, index)`` pairs, one epoch per pass.
+
+    Pass ``k`` after :meth:`set_epoch` ``(e)`` (or after construction with ``epoch=e``) is epoch ``e + k``.
+    At the start of each pass the loader's shuffle generator is seeded with
+    :func:`~yolo_det.core.seeding.epoch_data_seed` ``(seed, rank, epoch)`` (the order is the one the plugins
+    give the same seed without invariance) and a sampler with ``set_epoch``
+    (``DistributedSampler``) is told the epoch, so the order of an epoch never depends on earlier ones.
+    """
+
+    def __init__(self, inner: Any, *, seed: int, rank: int = 0, epoch: int = 0,
+                 generator: torch.Generator | None = None) -> None:
+        self.inner = inner
+        self.seed = int(seed)
+        self.rank = max(int(rank), 0)
+        self.next_epoch = int(epoch)
+        self.generator = generator
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The next pass is epoch ``epoch`` (the ones after it count on from there)."""
+        self.next_epoch = int(epoch)
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        epoch = self.next_epoch
+        self.next_epoch += 1
+        if self.generator is not None:
+            self.generator.manual_seed(epoch_data_seed(self.seed, self.rank, epoch))
+            # what a DataLoader iterator started right after that seeding draws first (its workers' base seed):
+            # the order is then the one yolo-det gives the same seed without invariance
+            torch.empty((), dtype=torch.int64).random_(generator=self.generator)
+        set_sampler_epoch = getattr(getattr(self.inner, "sampler", None), "set_epoch", None)
+        if callable(set_sampler_epoch):
+            set_sampler_epoch(epoch)
+        for batch in self.inner:
+            yield [(epoch, int(i)) for i in batch]
+
+
+class _KeyedItems:
+    """The dataset's ``__getitems__`` under invariance: each ``(epoch, index)`` reseeded from its key.
+
+    While a batch is built it also holds the batch's partner pool (its distinct indices) and its image cache.
+    """
+
+    def __init__(self, dataset: Any, seed: int) -> None:
+        self.dataset = dataset
+        self.seed = int(seed)
+        self.changed: dict[int, tuple[Any, bool]] = {}  # id -> (mix transform, its buffer_enabled before)
+        self.patched: dict[tuple[int, str], tuple[Any, str, bool, Any]] = {}  # -> (obj, attr, had it, value)
+        self._walked: int | None = None
+        self.pool: list[int] | None = None  # the distinct indices of the batch under construction
+        self.current: int | None = None  # the index of the sample under construction
+        self.images: dict[Any, Any] | None = None  # the batch's decoded images
+
+    def __call__(self, keys: Iterable[Any]) -> list[Any]:
+        dataset = self.dataset
+        getitem = type(dataset).__getitem__
+        transforms = getattr(dataset, "transforms", None)
+        if id(transforms) != self._walked:  # Ultralytics rebuilds them (close_mosaic)
+            _batch_partners(transforms, self)
+            self._walked = id(transforms)
+        keys = list(keys)
+        # in a worker process the generators are the worker's own and reseeded per sample: nothing to keep
+        saved = None if get_worker_info() is not None else (random.getstate(), np.random.get_state(),
+                                                             torch.random.get_rng_state())
+        self.pool = list(dict.fromkeys(int(k[1]) for k in keys if isinstance(k, tuple)))
+        self.images = {}
+        try:
+            out = []
+            for key in keys:
+                if isinstance(key, tuple):
+                    epoch, index = key
+                    _seed_sample(self.seed, epoch, index)
+                    self.current = int(index)
+                    out.append(getitem(dataset, index))
+                else:  # an index from another loader: the dataset as it is
+                    self.current = None
+                    out.append(getitem(dataset, key))
+            return out
+        finally:
+            self.pool = self.current = self.images = None
+            if saved is not None:
+                random.setstate(saved[0])
+                np.random.set_state(saved[1])
+                torch.random.set_rng_state(saved[2])
+
+    def partners(self) -> list[int] | None:
+        """The indices the sample under construction may take mix partners from (None: the dataset's rule)."""
+        if self.pool is None or self.current is None:
+            return None
+        others = [i for i in self.pool if i != self.current]
+        return others if len(others) >= MIN_BATCH_PARTNERS else None
+
+
+class _BatchPartners:
+    """A mix transform's ``get_indexes`` under invariance: partners drawn from the batch (keyed RNG).
+
+    The transform's own rule (uniform over the dataset with its buffer off) gives the number of partners and is
+    the rule used outside a keyed batch, or in a batch with fewer than :data:`MIN_BATCH_PARTNERS` other samples.
+    """
+
+    def __init__(self, transform: Any, items: _KeyedItems, had: bool, before: Any) -> None:
+        self.transform = transform
+        self.items = items
+        self.had = had
+        self.before = before
+
+    def __call__(self) -> Any:
+        own = self.before() if self.had else type(self.transform).get_indexes(self.transform)
+        pool = self.items.partners()
+        if pool is None:
+            return own
+        if isinstance(own, (int, np.integer)):
+            return pool[random.randrange(len(pool))]
+        return [pool[random.randrange(len(pool))] for _ in own]
+
+
+class _BatchImages:
+    """The dataset's ``load_image`` under invariance: each image is decoded once per batch."""
+
+    def __init__(self, items: _KeyedItems, had: bool, before: Any) -> None:
+        self.items = items
+        self.had = had
+        self.before = before
+
+    def __call__(self, i: int, *args: Any, **kwargs: Any) -> Any:
+        dataset = self.items.dataset
+        images = self.items.images
+        if images is None:
+            return self.before(i, *args, **kwargs) if self.had else type(dataset).load_image(dataset, i, *args,
+                                                                                               **kwargs)
+        key = (int(i), args, tuple(sorted(kwargs.items())))
+        if key not in images:
+            images[key] = (self.before(i, *args, **kwargs) if self.had
+                           else type(dataset).load_image(dataset, i, *args, **kwargs))
+        return images[key]
+
+
+def _patch(items: _KeyedItems, obj: Any, attr: str, make: Any) -> None:
+    """Set ``obj.attr`` to ``make(had, before)`` once, remembering what it was for :func:`restore`."""
+    slot = (id(obj), attr)
+    if slot in items.patched:
+        return
+    own = vars(obj) if hasattr(obj, "__dict__") else {}
+    had, before = attr in own, own.get(attr)
+    items.patched[slot] = (obj, attr, had, before)
+    setattr(obj, attr, make(had, before))
+
+
+def _batch_partners(root: Any, items: _KeyedItems) -> None:
+    """Make every mix transform under ``root`` draw its partners from the batch (keyed RNG).
+
+    A mix transform is one with a ``dataset`` and a ``get_indexes`` (Ultralytics' ``BaseMixTransform``); the
+    mosaic buffer is switched off, so the transform's own rule, where it is still used, is uniform over the
+    dataset and never depends on what the worker loaded before.
+    """
+    stack: list[Any] = [root]
+    seen: set[int] = set()
+    while stack and len(seen) < _MAX_WALK:
+        obj = stack.pop()
+        if obj is None or id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(getattr(obj, "buffer_enabled", None), bool) and obj.buffer_enabled:
+            items.changed.setdefault(id(obj), (obj, True))
+            obj.buffer_enabled = False
+        if callable(getattr(obj, "get_indexes", None)) and getattr(obj, "dataset", None) is not None:
+            _patch(items, obj, "get_indexes",
+                   lambda had, before, obj=obj: _BatchPartners(obj, items, had, before))
+        inner = getattr(obj, "transforms", None)
+        if isinstance(inner, (list, tuple)):
+            stack.extend(inner)
+        stack.append(getattr(obj, "pre_transform", None))
+
+
+@dataclass
+class InvarianceToken:
+    """What :func:`make_invariant` changed, for :func:`restore`."""
+
+    loader: Any
+    holder: Any  # the object whose attribute held the batch sampler (the loader, or its _RepeatSampler)
+    attr: str
+    original: Any
+    items: _KeyedItems
+    had_getitems: bool
+    getitems_before: Any = None
+    restored: bool = field(default=False)
+
+
+def _sampler_slot(loader: Any) -> tuple[Any, str]:
+    """Where the loader's batch sampler lives: ``(loader, "batch_sampler")`` or Ultralytics' repeat wrapper."""
+    outer = getattr(loader, "batch_sampler", None)
+    if outer is None:
+        raise ConfigError("data invariance needs a loader that batches with a batch sampler (batch_size set); "
+                          "this one yields single samples")
+    inner = getattr(outer, "sampler", None)
+    if not isinstance(outer, (BatchSampler, KeyedBatchSampler)) and isinstance(inner, (BatchSampler,
+                                                                                           KeyedBatchSampler)):
+        return outer, "sampler"  # InfiniteDataLoader: _RepeatSampler(batch_sampler)
+    return loader, "batch_sampler"
+
+
+def keyed_sampler(loader: Any) -> KeyedBatchSampler | None:
+    """The :class:`KeyedBatchSampler` of a loader made invariant, else None."""
+    try:
+        holder, attr = _sampler_slot(loader)
+    except ConfigError:
+        return None
+    current = getattr(holder, attr, None)
+    return current if isinstance(current, KeyedBatchSampler) else None
+
+
+def data_mode(loader: Any) -> str:
+    """:data:`MODE_KEYED` for a loader made invariant, else :data:`MODE_WORKER`."""
+    return MODE_KEYED if keyed_sampler(loader) is not None else MODE_WORKER
+
+
+def _drop_iterator(loader: Any) -> None:
+    """Stop a loader's live iterator (its workers hold copies made before the change)."""
+    if getattr(loader, "iterator", None) is not None and callable(getattr(loader, "reset", None)):
+        loader.reset()  # Ultralytics' InfiniteDataLoader
+    live = getattr(loader, "_iterator", None)
+    if live is not None:  # a plain DataLoader with persistent workers
+        shutdown = getattr(live, "_shutdown_workers", None)
+        if callable(shutdown):
+            shutdown()
+        loader._iterator = None
+
+
+def make_invariant(loader: Any, seed: int, *, rank: int = 0, epoch: int = 0) -> InvarianceToken:
+    """Make ``loader``'s batches independent of its worker count (see the module docstring).
+
+    Call it before iterating (a live iterator is stopped: its workers hold the old dataset). The next pass
+    over the loader is epoch ``epoch``; :func:`set_epoch` moves it (a resumed run starts at its epoch).
+
+    Args:
+        loader: A ``DataLoader`` (or Ultralytics' ``InfiniteDataLoader``) over a map-style dataset.
+        seed: The run's seed.
+        rank: The process rank (only the shuffle order of a rank depends on it, never the augmentation).
+        epoch: The epoch of the next pass.
+
+    Returns:
+        A token for :func:`restore`.
+
+    Raises:
+        ConfigError: The loader has no batch sampler, is invariant already, or runs workers it cannot stop.
+    """
+    if keyed_sampler(loader) is not None:
+        raise ConfigError("this loader is worker-invariant already; restore() it before making it invariant again")
+    holder, attr = _sampler_slot(loader)
+    dataset = loader.dataset
+    if not hasattr(type(dataset), "__getitem__"):
+        raise ConfigError(f"data invariance needs a map-style dataset (with __getitem__), got {type(dataset).__name__}")
+    _drop_iterator(loader)
+    if getattr(loader, "iterator", None) is not None:
+        raise ConfigError("this loader's workers are already running and it has no reset(); make it worker-invariant "
+                          "before its first iteration")
+    original = getattr(holder, attr)
+    generator = getattr(loader, "generator", None)
+    keyed = KeyedBatchSampler(original, seed=seed, rank=rank, epoch=epoch,
+                              generator=generator if isinstance(generator, torch.Generator) else None)
+    items = _KeyedItems(dataset, seed)
+    had = "__getitems__" in vars(dataset)
+    before = vars(dataset).get("__getitems__")
+    if holder is loader:
+        object.__setattr__(loader, attr, keyed)  # DataLoader refuses to set it after construction
+    else:
+        setattr(holder, attr, keyed)
+    dataset.__getitems__ = items
+    if callable(getattr(dataset, "load_image", None)):
+        _patch(items, dataset, "load_image", lambda had, before: _BatchImages(items, had, before))
+    _batch_partners(getattr(dataset, "transforms", None), items)
+    items._walked = id(getattr(dataset, "transforms", None))
+    return InvarianceToken(loader, holder, attr, original, items, had, before)
+
+
+def set_epoch(loader: Any, epoch: int) -> bool:
+    """Make the next pass of an invariant loader epoch ``epoch``; a pass already under way is dropped.
+
+    Returns:
+        True if the loader is invariant (else nothing is done).
+    """
+    keyed = keyed_sampler(loader)
+    if keyed is None:
+        return False
+    _drop_iterator(loader)
+    keyed.set_epoch(epoch)
+    return True
+
+
+def restore(token: InvarianceToken) -> None:
+    """Undo :func:`make_invariant`: the batch sampler, the dataset's ``__getitems__`` and ``load_image``, the mix
+    transforms."""
+    if token.restored:
+        return
+    token.restored = True
+    _drop_iterator(token.loader)
+    if token.holder is token.loader:
+        object.__setattr__(token.loader, token.attr, token.original)
+    else:
+        setattr(token.holder, token.attr, token.original)
+    dataset = token.items.dataset
+    if token.had_getitems:
+        dataset.__getitems__ = token.getitems_before
+    else:
+        vars(dataset).pop("__getitems__", None)
+    for obj, value in token.items.changed.values():
+        obj.buffer_enabled = value
+    token.items.changed.clear()
+    for obj, attr, had, before in token.items.patched.values():
+        if had:
+            setattr(obj, attr, before)
+        else:
+            vars(obj).pop(attr, None)
+    token.items.patched.clear()
+
+
+def _feed(h: Any, value: Any, name: str) -> None:
+    if isinstance(value, torch.Tensor):
+        arr = value.detach().cpu().contiguous().numpy()
+    elif isinstance(value, np.ndarray):
+        arr = np.ascontiguousarray(value)
+    elif isinstance(value, dict):
+        for key in sorted(value, key=str):
+            _feed(h, value[key], f"{name}.{key}")
+        return
+    elif isinstance(value, (list, tuple)) and value and all(isinstance(v, (torch.Tensor, np.ndarray)) for v in value):
+        for i, v in enumerate(value):
+            _feed(h, v, f"{name}[{i}]")
+        return
+    else:
+        return
+    h.update(f"{name}|{arr.dtype.str}|{arr.shape}|".encode())
+    h.update(arr.tobytes())
+
+
+def batch_digest(batches: Iterable[Any]) -> str:
+    """sha256 of the inputs of ``batches``: every tensor or array of each batch (a dict, tuple or tensor), in
+    key order, with its dtype and shape; other values (file names, shapes as tuples) are left out."""
+    h = hashlib.sha256()
+    for i, batch in enumerate(batches):
+        _feed(h, batch, f"b{i}")
+    return h.hexdigest()
+
+
+class BatchTap:
+    """The fingerprint of the first ``limit`` batches a run trains on (see :func:`batch_digest`).
+
+    :meth:`wrap` puts it in front of a function that receives each batch (the trainer's
+    ``preprocess_batch``): it digests the batch as it arrives, before any change, then calls the function.
+    """
+
+    def __init__(self, limit: int = 2) -> None:
+        self.limit = int(limit)
+        self.seen = 0
+        self._hash = hashlib.sha256()
+
+    @property
+    def digest(self) -> str | None:
+        """The sha256 of the batches seen, or None before the first one."""
+        return self._hash.hexdigest() if self.seen else None
+
+    def feed(self, batch: Any) -> None:
+        """Digest ``batch`` if fewer than ``limit`` were seen."""
+        if self.seen < self.limit:
+            _feed(self._hash, batch, f"b{self.seen}")
+            self.seen += 1
+
+    def wrap(self, fn: Any) -> Any:
+        """``fn`` with this tap in front of it."""
+        def tapped(batch: Any, *args: Any, **kwargs: Any) -> Any:
+            self.feed(batch)
+            return fn(batch, *args, **kwargs)
+
+        tapped.__wrapped__ = fn  # type: ignore[attr-defined]
+        tapped._yolo_det_tap = self  # type: ignore[attr-defined]
+        return tapped
