@@ -180,6 +180,8 @@ def _inverse_counts(wins: Sequence[Windows], like: Tensor) -> Tensor:
 _CHUNK_MIN = 1 << 18
 #: The most chunks the backward splits the batch into.
 _CHUNK_MAX = 16
+#: Gradient elements per plane chunk below which the matrix-product backward does not split further.
+_BANDED_CHUNK_MIN = 1 << 15
 
 
 def _membership(win: Windows, in_size: int, dtype: torch.dtype) -> Tensor:
@@ -230,13 +232,14 @@ def _banded_spread(g: Tensor, wins: tuple[Windows, ...], sizes: tuple[int, ...])
     # per plane: the height axis on the small tensor, one GEMM over all planes (``(g^T M_h)``, shape
     # ``(Ow, Lh)``), then the width axis as a batched GEMM with that operand transposed (no copy),
     # writing the full-size gradient; in plane chunks so the ``(Ow, Lh)`` intermediate stays under
-    # about a twentieth of the gradient
+    # about a twentieth of the gradient (small gradients in one piece: a chunk costs a few calls)
     oh, ow = g.shape[-2:]
     lh, lw = sizes
     planes = g.reshape(-1, oh, ow)
     count = planes.shape[0]
     out = g.new_empty((count, lh, lw))
-    step = -(-count // min(count, max(1, -(-20 * ow // lw)))) if count else 1
+    chunks = min(count, max(1, -(-20 * ow // lw)), max(1, count * lh * lw // _BANDED_CHUNK_MIN))
+    step = -(-count // chunks) if count else 1
     for a in range(0, count, step):
         part = planes[a:a + step]
         cols = torch.matmul(part.transpose(1, 2), mats[0])
