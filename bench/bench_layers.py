@@ -1,7 +1,8 @@
 """Speed and peak memory of yolo-det's deterministic layers against PyTorch, on the CPU.
 
-For each layer, at YOLO neck shapes (batch 16, 64-256 channels, 20x20 to 160x160), one forward plus
-backward is measured for up to three implementations:
+For each layer, at the shapes :func:`shape_set` chooses by rule (pyramid levels 512x20x20, 128x40x40,
+32x80x80 at batch 16, the two extreme levels at batch 1, and for adaptive pooling the window class the
+levels miss), one forward plus backward is measured for up to three implementations:
 
 - ``native``: the PyTorch op (its CUDA backward is the non-deterministic one);
 - ``torch-det``: PyTorch's own deterministic fallback where it has one (the index-based decompositions
@@ -19,12 +20,15 @@ allocation and free, and the peak is the largest amount held above what was allo
 forward (so it counts the output, everything saved for the backward, temporaries and the gradient,
 not the input).
 
+Every row first checks that yolo-det computes the same function as native: output and input
+gradients in float64, largest absolute difference at most 1e-10.
+
 Targets (CPU): time: pooling and padding within 1.3x of native, upsampling at least as fast as
 PyTorch's deterministic decomposition, grid_sample within 3x of native; memory: every layer within
 1.25x of native peak memory. Prints a markdown table and writes JSON; ``--check`` exits 1 when a
-target is missed.
+target is missed or a float64 check fails.
 
-Usage: python bench/bench_layers.py [--rounds 5] [--min-time 0.2] [--threads 1] [--quick]
+Usage: python bench/bench_layers.py [--rounds 5] [--min-time 0.2] [--threads 1] [--quick] [--batches 16,1]
                                    [--only REGEX] [--check] [--out bench/results/layers.json]
 """
 
@@ -369,7 +373,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per case")
     parser.add_argument("--min-time", type=float, default=0.2,
                         help="seconds of blocked_autorange per implementation and round")
-    parser.add_argument("--check", action="store_true", help="exit 1 when a time or memory target is missed")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a time or memory target is missed or a float64 check fails")
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)),
                         help="comma-separated batch sizes: the first at every level, the others at the extreme levels")
     parser.add_argument("--quick", action="store_true",
