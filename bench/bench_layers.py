@@ -373,7 +373,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per case")
     parser.add_argument("--min-time", type=float, default=0.2,
                         help="seconds of blocked_autorange per implementation and round")
-    parser.add_argument("--check", action="store_true", help="exit 1 when a time or memory target is missed or a float64 check fails")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when a time or memory target is missed or a float64 check fails")
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)),
                         help="comma-separated batch sizes: the first at every level, the others at the extreme levels")
     parser.add_argument("--quick", action="store_true",
