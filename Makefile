@@ -1,4 +1,5 @@
-# Two entry points (see README): `make demo` and `make test`. Each installs what it needs first.
+# Two entry points (see README): `make demo` and `make test` (`make test-fast` skips the slow tests).
+# Each installs what it needs first.
 # PYTHON is the interpreter you start from. When it runs inside a virtualenv, that virtualenv is used;
 # otherwise the project's own virtualenv $(VENV) is created from it on first use (a system Python that is
 # "externally managed" (PEP 668) refuses plain pip installs).
@@ -13,7 +14,7 @@ PYTEST_ARGS ?= -n 2
 # Installed without their declared requirements (see requirements-yolov5.txt)
 YOLOV5_NODEPS ?= yolov5==7.0.14 roboflow==1.7.3
 
-.PHONY: venv install install-test demo lint test bench clean
+.PHONY: venv install install-test demo lint test test-fast bench clean
 
 venv:
 	@[ -x "$(PY)" ] || $(PYTHON) -m venv $(VENV)
@@ -39,6 +40,10 @@ lint: install-test
 
 test: lint
 	YOLO_DET_REQUIRE_YOLOV5=1 $(PY) -m pytest $(PYTEST_ARGS)
+
+# The fast lane: every test but those marked slow (they train a model or take more than ~2 s).
+test-fast: install-test
+	$(PY) -m pytest $(PYTEST_ARGS) -m "not slow"
 
 bench: install-test
 	$(PY) bench/bench_plugin.py

@@ -280,6 +280,7 @@ def on_fit_epoch_end(trainer: Any) -> None:
     if rank < 0 or not os.environ.get(ENV_OUT):
         return
     from yolo_det.core.record import state_dict_digest
+    from yolo_det.integrations.trainer_state import state_of
 
     epoch = int(trainer.epoch) + 1
     if epoch > int(trainer.epochs):  # the final validation's call (Ultralytics logs it as one epoch more)
@@ -301,7 +302,7 @@ def on_fit_epoch_end(trainer: Any) -> None:
     if not at or int(at) != epoch:
         return
     if action == "stop":
-        trainer._yolo_det_interrupted = True  # a clean stop after a saved epoch (the run is resumable)
+        state_of(trainer).stopped_on_purpose = True  # a clean stop after a saved epoch (the run is resumable)
         raise Stopped(f"stopped after epoch {epoch}")
     if action == "sigterm" and rank == 0:
         os.kill(int(os.environ[ENV_PARENT]), signal.SIGTERM)

@@ -98,7 +98,8 @@ def assert_float32_as_accurate(ours: Callable[..., torch.Tensor], native: Callab
     yn, gn = outputs_and_grads(native, inputs32, seed, grad_mask)
     yt, gt = outputs_and_grads(truth, inputs64, seed, grad_mask)
     eps = torch.finfo(torch.float32).eps
-    assert y.dtype == yn.dtype and y.shape == yn.shape
+    assert y.dtype == yn.dtype
+    assert y.shape == yn.shape
     for name, a, b, t in [("forward", y, yn, yt)] + [(f"grad {i}", *v) for i, v in enumerate(zip(g, gn, gt))]:
         nan = torch.isnan(t)  # e.g. a mean over no element: NaN in every implementation
         assert torch.equal(torch.isnan(a), nan), f"{name}: NaN where the float64 result has none (or vice versa)"

@@ -7,7 +7,6 @@ imports included), so a cycle closed inside a function still counts.
 from __future__ import annotations
 
 import ast
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import yolo_det
+from helpers import subprocess_env
 
 PACKAGE = Path(yolo_det.__file__).resolve().parent
 
@@ -149,12 +149,13 @@ def test_cli_starts_without_importing_torch(argv: list[str]) -> None:
         "heavy = sorted(m for m in ('torch', 'ultralytics', 'numpy', 'cv2') if m in sys.modules)\n"
         "print('HEAVY=' + ','.join(heavy))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = subprocess_env()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "HEAVY="
 
 
+@pytest.mark.slow
 def test_importing_the_package_does_not_import_torch_but_the_public_api_resolves() -> None:
     code = (
         "import sys, yolo_det\n"
@@ -164,7 +165,7 @@ def test_importing_the_package_does_not_import_torch_but_the_public_api_resolves
         "assert 'torch' in sys.modules\n"
         "assert set(yolo_det.__all__) <= set(dir(yolo_det))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = subprocess_env()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
 
@@ -172,3 +173,58 @@ def test_importing_the_package_does_not_import_torch_but_the_public_api_resolves
 def test_an_unknown_attribute_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no_such_name"):
         yolo_det.no_such_name  # noqa: B018
+
+
+# -- Ultralytics internals: one module ----------------------------------------------------------------------
+#: The one module that imports Ultralytics internals (everything but the public ``from ultralytics import ...``).
+COMPAT = "yolo_det.core.compat"
+
+
+def _ultralytics_internals(name: str) -> list[str]:
+    """``module:line target`` for each import of an Ultralytics internal in ``name`` (any level, any scope)."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"), filename=str(MODULES[name]))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            targets = [node.module or ""]
+        else:
+            continue
+        found += [f"{name}:{node.lineno} {t}" for t in targets if t.startswith("ultralytics.")]
+    return found
+
+
+def test_only_the_compat_module_imports_ultralytics_internals() -> None:
+    wrong = [hit for name in MODULES if name != COMPAT for hit in _ultralytics_internals(name)]
+    assert wrong == []
+    assert _ultralytics_internals(COMPAT) == []  # it imports them by name, lazily
+
+
+def test_the_internals_check_sees_an_internal_import(tmp_path, monkeypatch) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n    from ultralytics.nn import tasks\n    from ultralytics import YOLO\n")
+    monkeypatch.setitem(MODULES, "yolo_det.tools.probe", probe)
+    assert _ultralytics_internals("yolo_det.tools.probe") == ["yolo_det.tools.probe:2 ultralytics.nn"]
+
+
+# -- one home per helper -------------------------------------------------------------------------------------
+#: ``what -> modules allowed to define or call it``.
+ONE_HOME = {
+    "def file_sha256": {"yolo_det.core.fileio"},
+    "def plain_value": {"yolo_det.core.plain"},
+    "tempfile.mkstemp(": {"yolo_det.core.fileio",
+                          # stages every patched file first, then renames them all (and probes writability)
+                          "yolo_det.integrations.patch_yolov5"},
+    "os.replace(": {"yolo_det.core.fileio", "yolo_det.integrations.patch_yolov5",
+                    # renames of a file already written, never a write: the previous resume state kept beside
+                    # the new one, a weights file cut short set aside as FILE.incomplete
+                    "yolo_det.integrations.ultralytics_resume", "yolo_det.core.partial"},
+}
+
+
+@pytest.mark.parametrize("what", sorted(ONE_HOME))
+def test_one_home_per_helper(what: str) -> None:
+    homes = {name for name, path in MODULES.items() if what in path.read_text(encoding="utf-8")}
+    assert homes <= ONE_HOME[what]
+    assert homes

@@ -38,7 +38,8 @@ def _clean_state() -> Iterator[None]:
     yield
     assert (torch.are_deterministic_algorithms_enabled(),
             torch.is_deterministic_algorithms_warn_only_enabled()) == before
-    assert not _get_current_dispatch_mode_stack() and not _get_current_function_mode_stack()
+    assert not _get_current_dispatch_mode_stack()
+    assert not _get_current_function_mode_stack()
 
 
 def _rows(path: Path) -> list[tuple[int, str, int]]:
@@ -59,6 +60,7 @@ def _layers(report: AuditReport) -> set[int]:
 # the test models of data/models
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "module", "kernel"), [
     ("cbam-max", "CBAMMax", "adaptive_max_pool2d_backward_cuda"),
     ("coordatt", "CoordAtt", "adaptive_avg_pool2d_backward_cuda"),
@@ -73,12 +75,14 @@ def test_zoo_models_are_reported_at_their_layer(name: str, module: str, kernel: 
     expected = [(i, line) for i, m, line in _rows(path) if m == module and (m != "nn.Upsample" or "bicubic" in args[i])]
     assert expected, f"{name}.yaml has no {module} row"
     report = audit(path, imgsz=64)
-    assert not report.ok and report.exit_code == 1
+    assert not report.ok
+    assert report.exit_code == 1
     assert {(f.layer, f.yaml_line) for f in report.findings} == set(expected)
     assert {f.kernel for f in report.findings} == {kernel}
     assert all(f.pass_ == "backward" and f.behaviour["strict"] == "raises RuntimeError" for f in report.findings)
 
 
+@pytest.mark.slow
 def test_attention_mix_reports_both_blocks() -> None:
     path = MODELS / "attention-mix.yaml"
     rows = {m: i for i, m, _ in _rows(path)}
@@ -93,13 +97,15 @@ def test_attention_mix_reports_both_blocks() -> None:
                        f"model.{rows['CoordAtt']}.pool_w"}
 
 
+@pytest.mark.slow
 def test_fix_and_profile_columns() -> None:
     report = audit(MODELS / "cbam-max.yaml", imgsz=64, profile="balanced")
     (f,) = report.findings
     assert f.fix == "swap AdaptiveMaxPool2d -> yolo_det.layers.pooling.DetAdaptiveMaxPool2d"
     assert f.under_profile.startswith("no error; non-deterministic")  # balanced turns the flag off in backward
     repro = audit(MODELS / "cbam-max.yaml", imgsz=64, profile="repro").findings[0]
-    assert "DetAdaptiveMaxPool2d" in repro.under_profile and "swaps: auto" in repro.under_profile
+    assert "DetAdaptiveMaxPool2d" in repro.under_profile
+    assert "swaps: auto" in repro.under_profile
     grid = audit(MODELS / "gridsample-up.yaml", imgsz=64).findings[0]
     assert grid.call == "torch.nn.functional.grid_sample"
     assert grid.fix == "replace grid_sample -> yolo_det.layers.grid_sample.grid_sample"
@@ -110,11 +116,15 @@ def test_fix_and_profile_columns() -> None:
 # stock Ultralytics models
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["yolov8n.yaml", "yolo11n.yaml", "yolov5nu.yaml"])
 def test_stock_detectors_audit_clean(name: str) -> None:
     report = audit(name, imgsz=320)
-    assert report.ok and report.findings == [] and report.exit_code == 0
-    assert report.stats["backward_nodes_run"] > 100 and not report.notes
+    assert report.ok
+    assert report.findings == []
+    assert report.exit_code == 0
+    assert report.stats["backward_nodes_run"] > 100
+    assert not report.notes
 
 
 def _stock_row(name: str, module: str) -> tuple[int, int]:
@@ -124,6 +134,7 @@ def _stock_row(name: str, module: str) -> tuple[int, int]:
     return row
 
 
+@pytest.mark.slow
 def test_rtdetr_reports_grid_sample_in_its_decoder() -> None:
     index, line = _stock_row("rtdetr-l.yaml", "RTDETRDecoder")
     report = audit("rtdetr-l.yaml", imgsz=320)
@@ -133,9 +144,11 @@ def test_rtdetr_reports_grid_sample_in_its_decoder() -> None:
     assert len(report.findings) == n_layers  # one MSDeformAttn per decoder layer
     for f in report.findings:
         assert (f.layer, f.yaml_line, f.layer_class, f.module_class) == (index, line, "RTDETRDecoder", "MSDeformAttn")
-        assert f.kernel == "grid_sampler_2d_backward_cuda" and f.call == "torch.nn.functional.grid_sample"
+        assert f.kernel == "grid_sampler_2d_backward_cuda"
+        assert f.call == "torch.nn.functional.grid_sample"
 
 
+@pytest.mark.slow
 def test_yolo_world_v1_reports_its_adaptive_max_pool() -> None:
     index, line = _stock_row("yolov8s-world.yaml", "ImagePoolingAttn")
     report = audit("yolov8s-world.yaml", imgsz=320)
@@ -155,18 +168,22 @@ def _bilinear_yaml(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_bilinear_verdict_depends_on_the_torch_version(tmp_path: Path) -> None:
     path = _bilinear_yaml(tmp_path)
     upsample_rows = {i for i, m, _ in _rows(path) if m == "nn.Upsample"}
     today = audit(path, imgsz=64)
-    assert today.ok and today.findings == []  # the installed torch decomposes bilinear under the flag
+    assert today.ok
+    assert today.findings == []
     old = audit(path, imgsz=64, torch_version="2.0.1")
-    assert not old.ok and old.torch_version == "2.0.1"
+    assert not old.ok
+    assert old.torch_version == "2.0.1"
     expected = {(i, "upsample_bilinear2d_backward_out_cuda") for i in upsample_rows}
     assert {(f.layer, f.kernel) for f in old.findings} == expected
     assert all("decomposition" in f.note for f in old.findings)
 
 
+@pytest.mark.slow
 def test_bilinear_without_the_flag_at_forward_time(tmp_path: Path) -> None:
     path = _bilinear_yaml(tmp_path)
     report = audit(path, imgsz=64, profile="fast")  # fast trains with deterministic algorithms off
@@ -174,6 +191,7 @@ def test_bilinear_without_the_flag_at_forward_time(tmp_path: Path) -> None:
     assert all(f.under_profile == "non-deterministic, no message" for f in report.findings)
 
 
+@pytest.mark.slow
 def test_a_custom_table_for_torch_2_0(tmp_path: Path) -> None:
     # The same model and torch, two tables: one saying bilinear always alerts on 2.0 and one as shipped.
     path = _bilinear_yaml(tmp_path)
@@ -280,18 +298,23 @@ def test_single_ops(case: str) -> None:
     assert {f.entry for f in report.findings} == expected
     assert report.ok is not any(f.effect in ("alert", "silent") for f in report.findings)
     for f in report.findings:
-        assert f.layer is None and f.yaml_line is None  # a plain module: no Ultralytics layers
+        assert f.layer is None
+        assert f.yaml_line is None
 
 
 def test_effects_decide_ok() -> None:
     assert audit(PROBES["sdpa"][0](), imgsz=16).ok  # strict mode picks a deterministic SDPA algorithm
     custom = audit(PROBES["custom Function"][0](), imgsz=16)
     by_entry = {f.entry: f for f in custom.findings}
-    assert by_entry["custom_function"].effect == "review" and by_entry["custom_function"].op == "_TwiceBackward"
-    assert by_entry["histc"].pass_ == "forward" and by_entry["histc"].module == ""
+    assert by_entry["custom_function"].effect == "review"
+    assert by_entry["custom_function"].op == "_TwiceBackward"
+    assert by_entry["histc"].pass_ == "forward"
+    assert by_entry["histc"].module == ""
     assert not custom.ok  # because of the histc in its backward, not because it is custom
     ext = audit(PROBES["extension op"][0](), imgsz=16)
-    assert ext.findings[0].op == "ydtest::scale" and ext.findings[0].effect == "silent" and not ext.ok
+    assert ext.findings[0].op == "ydtest::scale"
+    assert ext.findings[0].effect == "silent"
+    assert not ext.ok
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -322,6 +345,7 @@ def test_loss_pass_needs_an_ultralytics_model() -> None:
 # inputs: YAML, checkpoint, factory, module objects
 
 
+@pytest.mark.slow
 def test_checkpoint_input_keeps_layers_and_lines(tmp_path: Path) -> None:
     with registered(ZOO_MODULES):
         model = load_model(MODELS / "cbam-max.yaml").model
@@ -344,6 +368,7 @@ def test_factory_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert [(f.module, f.module_class, f.layer) for f in report.findings] == [("2", "AdaptiveMaxPool2d", None)]
 
 
+@pytest.mark.slow
 def test_ultralytics_yolo_object_and_model_state_unchanged() -> None:
     from ultralytics import YOLO
 
@@ -354,11 +379,13 @@ def test_ultralytics_yolo_object_and_model_state_unchanged() -> None:
     attrs = {id(m): dict(vars(m)) for m in model.modules()}
     report = audit(yolo, imgsz=64)
     assert {f.layer for f in report.findings} == {10}
-    assert not model.training and all(not m.training for m in model.modules())
+    assert not model.training
+    assert all(not m.training for m in model.modules())
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert all(vars(m).keys() == attrs[id(m)].keys() for m in model.modules())
 
 
+@pytest.mark.slow
 def test_auditing_twice_gives_the_same_report() -> None:
     loaded = load_model("rtdetr-l.yaml")  # its decoder caches anchors: the audit must not leave fakes behind
     first = audit(loaded, imgsz=320)
@@ -379,6 +406,7 @@ def test_bad_model_specs(spec: str, error: type[Exception], message: str) -> Non
         audit(spec)
 
 
+@pytest.mark.slow
 def test_bad_arguments() -> None:
     with pytest.raises(ConfigError, match="not a multiple of the model's stride 32; use 96 or 128"):
         audit("yolov8n.yaml", imgsz=100)
@@ -398,14 +426,17 @@ def test_bad_arguments() -> None:
 # report
 
 
+@pytest.mark.slow
 def test_report_formats() -> None:
     report = audit(MODELS / "attention-mix.yaml", imgsz=64)
     table = report.format_table()
-    assert "adaptive_max_pool2d_backward_cuda" in table and "10 CBAMMax" in table
+    assert "adaptive_max_pool2d_backward_cuda" in table
+    assert "10 CBAMMax" in table
     assert "verdict: NOT deterministic under strict mode: 3 findings (layers 10, 17)" in table
     assert "strict: raises RuntimeError | warn_only: warns; non-deterministic" in table
     data = json.loads(json.dumps(report.to_dict()))
-    assert data["ok"] is False and data["yaml_path"].endswith("attention-mix.yaml")
+    assert data["ok"] is False
+    assert data["yaml_path"].endswith("attention-mix.yaml")
     assert {f["layer"] for f in data["findings"]} == {10, 17}
     assert set(data["findings"][0]) >= {"layer", "module", "module_class", "kernel", "pass", "behaviour", "fix"}
     clean = audit("yolov8n.yaml", imgsz=320).format_table()
@@ -416,12 +447,14 @@ def test_report_formats() -> None:
 # CLI
 
 
+@pytest.mark.slow
 def test_cli_exit_codes_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["audit", "yolov8n.yaml", "--imgsz", "320"]) == 0
     assert "trains under strict determinism" in capsys.readouterr().out
     assert main(["audit", str(MODELS / "cbam-max.yaml"), "--imgsz", "64", "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
-    assert data["findings"][0]["layer"] == 10 and data["findings"][0]["kernel"] == "adaptive_max_pool2d_backward_cuda"
+    assert data["findings"][0]["layer"] == 10
+    assert data["findings"][0]["kernel"] == "adaptive_max_pool2d_backward_cuda"
 
 
 def test_cli_audits_several_models_in_one_process(capsys: pytest.CaptureFixture[str],
@@ -432,19 +465,25 @@ def test_cli_audits_several_models_in_one_process(capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     first, second = out.index("== yolov8n.yaml (1/2) =="), out.index(f"== {cbam} (2/2) ==")
     assert first < out.index("trains under strict determinism") < second
-    assert "adaptive_max_pool2d_backward_cuda" in out[second:] and "adaptive_max_pool2d" not in out[:second]
+    assert "adaptive_max_pool2d_backward_cuda" in out[second:]
+    assert "adaptive_max_pool2d" not in out[:second]
     assert main(["audit", "yolov8n.yaml", "yolov8n.yaml", "--imgsz", "64", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert isinstance(data, list) and len(data) == 2 and all(r["findings"] == [] for r in data)
+    assert isinstance(data, list)
+    assert len(data) == 2
+    assert all(r["findings"] == [] for r in data)
     assert data[0]["model"] == data[1]["model"]
 
 
+@pytest.mark.slow
 def test_cli_several_models_one_bad_prints_nothing(capsys: pytest.CaptureFixture[str],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
     assert main(["audit", "yolov8n.yaml", "missing-model.yaml", "--imgsz", "64"]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and err.count("\n") == 1 and "missing-model.yaml" in err
+    assert out == ""
+    assert err.count("\n") == 1
+    assert "missing-model.yaml" in err
     assert main(["audit", "yolov8n.yaml", "data/models/cbam-max.yaml", "--fix", "-o", "x.yaml"]) == 2
     assert "one model" in capsys.readouterr().err
 
@@ -475,7 +514,9 @@ def test_cli_bad_input_is_one_line_exit_2(argv: list[str], capsys: pytest.Captur
     monkeypatch.chdir(ROOT)
     assert main(["audit", *argv]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and err.startswith("yolo-det: error: ") and err.count("\n") == 1
+    assert out == ""
+    assert err.startswith("yolo-det: error: ")
+    assert err.count("\n") == 1
 
 
 @pytest.mark.parametrize("case", ["malformed", "unknown"])
@@ -483,7 +524,9 @@ def test_cli_bad_yaml(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[s
     path, pattern = _bad_yamls(tmp_path)[case]
     assert main(["audit", str(path), "--imgsz", "64"]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and err.count("\n") == 1 and re.search(pattern, err), err
+    assert out == "", err
+    assert err.count("\n") == 1, err
+    assert re.search(pattern, err), err
 
 
 def test_cli_cuda_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
@@ -520,7 +563,8 @@ def test_device_cuda_confirms_the_findings() -> None:
     assert [f.observed for f in report.findings] == [True] * 3
     assert not [f for f in report.findings if f.entry == "observed"]
     clean = audit("yolov8n.yaml", imgsz=320, device="cuda")
-    assert clean.ok and clean.findings == []
+    assert clean.ok
+    assert clean.findings == []
 
 
 @pytest.mark.gpu

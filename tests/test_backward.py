@@ -68,7 +68,8 @@ def test_disabled_toggle_is_transparent_and_unwrap_returns_original():
 def test_scaler_methods_delegate():
     inner = torch.amp.GradScaler("cpu", enabled=True, init_scale=8.0)
     scaler = ToggleScaler(inner)
-    assert scaler.get_scale() == 8.0 and scaler.is_enabled()
+    assert scaler.get_scale() == 8.0
+    assert scaler.is_enabled()
     p = torch.nn.Parameter(torch.ones(3))
     opt = torch.optim.SGD([p], lr=0.1)
     scaler.scale((p * 2).sum()).backward()
@@ -96,7 +97,8 @@ def test_flag_restored_when_backward_raises():
     x = torch.ones(2, requires_grad=True)
     with pytest.raises(RuntimeError, match="boom in backward"):
         toggled_backward(Boom.apply(x).sum())
-    assert torch.are_deterministic_algorithms_enabled() and not torch.is_deterministic_algorithms_warn_only_enabled()
+    assert torch.are_deterministic_algorithms_enabled()
+    assert not torch.is_deterministic_algorithms_warn_only_enabled()
 
 
 def test_flag_off_stays_off_and_nested_scopes_restore_once():

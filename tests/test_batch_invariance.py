@@ -27,7 +27,8 @@ def _profile(tmp_path: Path, on: bool, phase: str = "deploy") -> Path:
 def test_the_setting_is_in_the_schema_and_on_in_repro_deploy(tmp_path) -> None:
     repro = load_profile("repro")
     assert repro.deploy.extra["batch_invariant"] is True
-    assert repro.val.extra["batch_invariant"] is False and repro.train.extra["batch_invariant"] is False
+    assert repro.val.extra["batch_invariant"] is False
+    assert repro.train.extra["batch_invariant"] is False
     assert load_profile(_profile(tmp_path, True, "val")).val.to_dict()["batch_invariant"] is True
     bad = tmp_path / "bad.yaml"
     bad.write_text("deploy:\n  batch_invariant: 1\n", encoding="utf-8")
@@ -44,7 +45,8 @@ def test_per_image_gives_each_image_the_result_of_a_batch_of_one() -> None:
     alone = [mixing(x[i:i + 1]) for i in range(4)]
     assert not torch.equal(plain[0][1:2], alone[1][0])  # the batch changes the plain result
     for i in range(4):
-        assert torch.equal(wrapped[0][i:i + 1], alone[i][0]) and torch.equal(wrapped[1][0][i:i + 1], alone[i][1][0])
+        assert torch.equal(wrapped[0][i:i + 1], alone[i][0])
+        assert torch.equal(wrapped[1][0][i:i + 1], alone[i][1][0])
     assert concat_outputs([{"a": torch.ones(1, 2), "n": None}] * 3)["a"].shape == (3, 2)
 
 
@@ -64,12 +66,14 @@ def test_hand_over_and_undo_leave_the_users_attributes(tmp_path) -> None:
     predictor.pre_transform = own
     ctx = PhaseContext(None, "deploy", on.deploy)
     token = ext.hand_over(ctx, "predictor", predictor)
-    assert predictor.pre_transform is not own and predictor.inference.__wrapped__.__func__ is _Predictor.inference
+    assert predictor.pre_transform is not own
+    assert predictor.inference.__wrapped__.__func__ is _Predictor.inference
     assert ext.hand_over(ctx, "predictor", predictor) is None  # already in force
     ext.undo(token)
     assert predictor.__dict__ == {"pre_transform": own}
     off = PhaseContext(None, "deploy", load_profile(_profile(tmp_path, False)).deploy)
-    assert ext.hand_over(off, "predictor", predictor) is None and ext.hand_over(ctx, "model", predictor) is None
+    assert ext.hand_over(off, "predictor", predictor) is None
+    assert ext.hand_over(ctx, "model", predictor) is None
 
 
 # -------------------------------------------------------------------------------------------------------
@@ -126,14 +130,16 @@ def test_predictions_do_not_depend_on_the_batch_under_the_setting(tmp_path, fres
     attach(fresh_model, _profile(tmp_path, True))
     alone = _predict(fresh_model, [tall], 1)[0]
     alone_wide = _predict(fresh_model, [wide], 1)[0]
-    assert alone.shape[0] > 0 and not torch.equal(alone, alone_off)  # square letterbox, not the rectangle
+    assert alone.shape[0] > 0
+    assert not torch.equal(alone, alone_off)
     for n in (2, 4, 8):
         batch = [tall, wide, *others][:n]
         got = _predict(fresh_model, batch, n)
         assert torch.equal(got[0], alone), n
         assert torch.equal(got[1], alone_wide), n
     mixed = _predict(fresh_model, [square, wide, tall], 2)  # batches of 2 of another order
-    assert torch.equal(mixed[2], alone) and torch.equal(mixed[1], alone_wide)
+    assert torch.equal(mixed[2], alone)
+    assert torch.equal(mixed[1], alone_wide)
     assert "inference" not in fresh_model.predictor.__dict__  # taken away when the prediction ended
 
 
@@ -181,5 +187,7 @@ def test_val_metrics_do_not_depend_on_batch_under_the_setting(tmp_path, fresh_mo
     assert not _same(off1, off16), "negative control: rectangular val batches change the predictions"
     attach(fresh_model, _profile(tmp_path, True, "val"))
     on = {b: _val(fresh_model, data, b, tmp_path / "on") for b in (1, 4, 16)}
-    assert len(on[1][1]["conf"]) > 0 and _same(on[1], on[4]) and _same(on[1], on[16])
+    assert len(on[1][1]["conf"]) > 0
+    assert _same(on[1], on[4])
+    assert _same(on[1], on[16])
     assert not _same(on[1], off1)  # per-image square letterbox, not the rectangle of batch 1

@@ -26,7 +26,7 @@ def tree(path: Path) -> set[str]:
     return {str(p.relative_to(path)) for p in path.rglob("*")}
 
 
-@pytest.mark.parametrize("argv, needle", [
+@pytest.mark.parametrize(("argv", "needle"), [
     (["--profiles", ""], "--profiles"),
     (["--profiles", "repro,,fast"], "--profiles"),
     (["--profiles", "repro,fsat"], "Did you mean 'fast'"),
@@ -45,8 +45,10 @@ def test_bad_input_exits_2_and_writes_nothing(argv, needle, tmp_path, capsys, mo
     before = tree(tmp_path)
     code = main(["bench", *argv])
     out, err = capsys.readouterr()
-    assert code == 2 and out == ""
-    assert needle in err and len(err.strip().splitlines()) == 1
+    assert code == 2
+    assert out == ""
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1
     assert tree(tmp_path) == before
 
 
@@ -60,7 +62,8 @@ def test_cpu_memory_measure_sees_an_allocation():
     del block
     assert result is not None
     peak, over_start = result
-    assert over_start >= 48 * 2**20 and peak >= over_start
+    assert over_start >= 48 * 2**20
+    assert peak >= over_start
 
 
 def test_isolations_name_real_settings_and_bases():
@@ -68,7 +71,9 @@ def test_isolations_name_real_settings_and_bases():
 
     fields = set(PhaseSettings().to_dict())
     for iso in ISOLATIONS:
-        assert iso.setting in fields and set(iso.changes) <= fields and iso.base in bench_module.BASES
+        assert iso.setting in fields
+        assert set(iso.changes) <= fields
+        assert iso.base in bench_module.BASES
         toggled = bench_module.BASES[iso.base].replace(**iso.changes)
         assert toggled != bench_module.BASES[iso.base]  # the toggle changes something
 
@@ -85,15 +90,20 @@ def test_cli_json_has_one_row_per_profile_and_the_chart_is_a_png(tmp_path, capsy
     assert data["schema"] == "yolo-det/bench/1"
     assert [r["profile"] for r in data["rows"]] == ["fast", "repro", "balanced"]
     for row in data["rows"]:
-        assert row["steps"] == 2 and row["step_ms"] > 0
+        assert row["steps"] == 2
+        assert row["step_ms"] > 0
         assert row["images_per_s"] == pytest.approx(8 / row["step_ms"] * 1e3)
         assert row["time_ratio"] >= 1.0
-    assert min(r["time_ratio"] for r in data["rows"]) == 1.0 and data["fastest"] in {"fast", "repro", "balanced"}
+    assert min(r["time_ratio"] for r in data["rows"]) == 1.0
+    assert data["fastest"] in {"fast", "repro", "balanced"}
     statuses = {s["setting"]: s["status"] for s in data["settings"]}
-    assert statuses["deterministic_algorithms"] == "measured" and statuses["backward"] == "measured"
+    assert statuses["deterministic_algorithms"] == "measured"
+    assert statuses["backward"] == "measured"
     assert statuses["cudnn_benchmark"] == "not applicable on cpu"
-    assert statuses["swaps"] == "measured" and statuses["intercept"] == "measured"  # the built-in scope
-    assert data["overhead"]["per_step_us"] > 0 and data["overhead"]["percent_of_median_step"] > 0
+    assert statuses["swaps"] == "measured"
+    assert statuses["intercept"] == "measured"
+    assert data["overhead"]["per_step_us"] > 0
+    assert data["overhead"]["percent_of_median_step"] > 0
     assert data["plot"] == str(chart)
     assert chart.read_bytes()[:8] == PNG_SIGNATURE
     from PIL import Image
@@ -113,7 +123,8 @@ def test_registered_scope_applies_swaps_around_every_block(tmp_path):
 
     @contextlib.contextmanager
     def fake_swaps(model, settings):
-        assert isinstance(model, torch.nn.Module) and model.training
+        assert isinstance(model, torch.nn.Module)
+        assert model.training
         depth["n"] += 1
         seen.append(settings.swaps)
         try:
@@ -130,14 +141,21 @@ def test_registered_scope_applies_swaps_around_every_block(tmp_path):
         report = bench("repro,fast", args, steps=2, warmup=1, block=1)
     finally:
         unregister_scope(factory)
-    assert depth["n"] == 0 and seen and set(seen) == {"auto"}
+    assert depth["n"] == 0
+    assert seen
+    assert set(seen) == {"auto"}
     rows = {s["setting"]: s for s in report.settings}
-    assert rows["swaps"]["status"] == "measured" and rows["swaps"]["toggled_ms"] > 0
+    assert rows["swaps"]["status"] == "measured"
+    assert rows["swaps"]["toggled_ms"] > 0
     assert rows["intercept"]["status"] == "measured"  # the built-in scope handles it
     repro = report.rows[0]
-    assert repro["profile"] == "repro" and repro["notes"] == []
+    assert repro["profile"] == "repro"
+    assert repro["notes"] == []
     table = report.table()
-    assert "repro" in table and "fast" in table and "bench overhead" in table and "swaps=auto" in table
+    assert "repro" in table
+    assert "fast" in table
+    assert "bench overhead" in table
+    assert "swaps=auto" in table
     assert factory not in [f for f, _ in bench_scopes._SCOPES]
 
 
@@ -168,8 +186,14 @@ def test_a_profile_that_raises_is_reported_and_the_others_still_measured(tmp_pat
     finally:
         unregister_scope(factory)
     repro, fast = report.rows
-    assert repro["error"] and message in repro["error"] and repro["step_ms"] is None and repro["steps"] == 0
-    assert fast["error"] is None and fast["steps"] == 2 and fast["time_ratio"] == 1.0 and report.fastest == "fast"
+    assert repro["error"]
+    assert message in repro["error"]
+    assert repro["step_ms"] is None
+    assert repro["steps"] == 0
+    assert fast["error"] is None
+    assert fast["steps"] == 2
+    assert fast["time_ratio"] == 1.0
+    assert report.fastest == "fast"
     rows = {s["setting"]: s for s in report.settings}
     assert rows["fill_uninitialized_memory"]["status"].startswith("error:")  # its base is strict
     assert rows["deterministic_algorithms"]["status"].startswith("error:")  # strict, toggled from everything off

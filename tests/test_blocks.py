@@ -99,12 +99,17 @@ def test_declared_blocks_build_with_the_channels_their_rules_give(tmp_path, eca_
     with custom_modules(MODULES):
         model = tasks.DetectionModel(str(path), verbose=False)
     add, eca = model.model[6], model.model[4]
-    assert isinstance(add, WeightedAdd) and add.f == [-1, 2] and add.i == 6
-    assert add.conv.in_channels == 64 and add.conv.out_channels == 24  # c_in [64, 64] from Ultralytics, c2 from YAML
+    assert isinstance(add, WeightedAdd)
+    assert add.f == [-1, 2]
+    assert add.i == 6
+    assert add.conv.in_channels == 64
+    assert add.conv.out_channels == 24
     assert model.model[7].conv.in_channels == 24  # the next layer sees the declared output channels
     assert model.model[8].f == [-1, 4]
-    assert isinstance(eca, Eca) and eca.conv.kernel_size == (3,)  # the rule gave 64 channels: k from log2(64)
-    assert 2 in model.save and 4 in model.save
+    assert isinstance(eca, Eca)
+    assert eca.conv.kernel_size == (3,)
+    assert 2 in model.save
+    assert 4 in model.save
     out = model.eval()(torch.zeros(1, 3, 64, 64))
     out = out[0] if isinstance(out, (tuple, list)) else out
     assert out.shape[1] == 4 + 2  # boxes and 2 classes
@@ -122,7 +127,8 @@ def test_parse_model_is_ultralytics_own_outside_and_for_models_without_declared_
     assert tasks.parse_model is before
     torch.manual_seed(0)
     outside = tasks.DetectionModel("yolov8n.yaml", verbose=False).state_dict()
-    assert inside.keys() == outside.keys() and all(torch.equal(inside[k], outside[k]) for k in inside)
+    assert inside.keys() == outside.keys()
+    assert all(torch.equal(inside[k], outside[k]) for k in inside)
 
 
 def test_a_wrong_channel_argument_names_the_layer_and_line(tmp_path):
@@ -130,11 +136,12 @@ def test_a_wrong_channel_argument_names_the_layer_and_line(tmp_path):
     with custom_modules(MODULES), pytest.raises(RuntimeError) as info:
         tasks.DetectionModel(str(path), verbose=False)
     line = build_error(info.value, {"yaml_file": str(path)})
-    assert line is not None and "\n" not in line
+    assert line is not None
+    assert "\n" not in line
     assert f"{path}:7: layer 4 (Squeeze, from -1): RuntimeError: mat1 and mat2" in line
 
 
-@pytest.mark.parametrize("rule, expected", [
+@pytest.mark.parametrize(("rule", "expected"), [
     (lambda c, *a: c, "must return (c_out, args_to_pass)"),
     (lambda c, *a: (0, [c]), "must return (c_out, args_to_pass)"),
     (lambda c, *a: (c, [c, 2, 3, 4]), "check its channel rule (input channels 64 -> 64)"),
@@ -149,7 +156,9 @@ def test_a_wrongly_declared_block_is_one_line_naming_it(tmp_path, rule, expected
     finally:
         undeclare_block(Eca)
     message = str(info.value)
-    assert message.startswith(f"{path}:7: layer 4 (Eca, from -1): ") and expected in message and "\n" not in message
+    assert message.startswith(f"{path}:7: layer 4 (Eca, from -1): ")
+    assert expected in message
+    assert "\n" not in message
 
 
 def test_an_undeclared_multi_input_block_says_to_declare_it(tmp_path, eca_declared):
@@ -157,7 +166,8 @@ def test_an_undeclared_multi_input_block_says_to_declare_it(tmp_path, eca_declar
     with custom_modules(MODULES), pytest.raises(TypeError) as info:
         tasks.DetectionModel(str(path), verbose=False)
     line = build_error(info.value, {"yaml_file": str(path)})
-    assert line is not None and f"{path}:10: layer 6 (Undeclared, from [-1, 2])" in line
+    assert line is not None
+    assert f"{path}:10: layer 6 (Undeclared, from [-1, 2])" in line
     assert "declare them" in line
 
 
@@ -193,7 +203,9 @@ def test_audit_and_rewrite_of_a_bad_layer_are_one_line_exit_2(tmp_path, monkeypa
     for argv in (["audit", "--import", str(mod), str(path)], rewrite):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1 and "layer 4 (Squeeze, from -1)" in err and "m.yaml:7" in err, err
+        assert len(err.splitlines()) == 1, err
+        assert "layer 4 (Squeeze, from -1)" in err, err
+        assert "m.yaml:7" in err, err
     assert not (tmp_path / "o.yaml").exists()
 
 
@@ -207,8 +219,10 @@ def test_audit_of_a_rewritten_yaml_reports_yolo_dets_layers_as_fixed(tmp_path):
     before = audit(str(EXAMPLES / "bicubic-up.yaml"), imgsz=64, batch=1)
     report = audit(str(out), imgsz=64, batch=1)
     assert {f.layer for f in before.findings if f.breaks_determinism} == {10, 13}  # the input has findings
-    assert report.findings == [] and report.ok
+    assert report.findings == []
+    assert report.ok
     assert [(f.layer, f.module_class) for f in report.fixed] == [(10, "DetUpsample"), (13, "DetUpsample")]
     table = report.format_table()
-    assert "fixed: layer 10 (line 19) model.10 DetUpsample" in table and "accept" not in table
+    assert "fixed: layer 10 (line 19) model.10 DetUpsample" in table
+    assert "accept" not in table
     assert report.to_dict()["fixed"][1]["layer"] == 13

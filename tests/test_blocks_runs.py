@@ -17,6 +17,7 @@ import torch
 
 from yolo_det.cli import main
 from yolo_det.core.record import RECORD_NAME
+from yolo_det.integrations.trainer_state import state_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
 
@@ -101,7 +102,7 @@ def _train_until(tokens: list[str], module: str, after: int) -> Path:
 
     def stop(trainer: Any) -> None:
         if trainer.epoch + 1 == after:
-            trainer._yolo_det_interrupted = True
+            state_of(trainer).stopped_on_purpose = True
             raise _Stop
 
     with custom_modules([module]):
@@ -134,7 +135,8 @@ def test_blocks_through_audit_rewrite_train_and_resume(project, capsys):
     # a wrongly declared block: one line naming it, its layer and its line; nothing written
     assert main(["train", "--import", mod, "model=wrong.yaml", "epochs=1", *SMALL, "project=runs", "name=w"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "wrong.yaml:6: layer 3 (Doubler, from -1)" in err, err
+    assert len(err.splitlines()) == 1, err
+    assert "wrong.yaml:6: layer 3 (Doubler, from -1)" in err, err
     assert not (project / "runs").exists()
     # rewrite, and the audit of its output reports yolo-det's layer as fixed
     assert main(["rewrite", "--import", mod, "m.yaml", "-o", "det.yaml"]) == 0
@@ -150,14 +152,17 @@ def test_blocks_through_audit_rewrite_train_and_resume(project, capsys):
     assert record["imports"] == [{"name": NAME, "path": str(project / mod), "sha256": digest}]
     assert record["checkpoint_yaml_layers"] == {"5": "DetUpsample"}
     cfg = torch.load(last, map_location="cpu", weights_only=False)["ema"].yaml
-    assert cfg["head"][0][2] == "nn.Upsample" and cfg["yolo_det"]["imports"] == record["imports"]
+    assert cfg["head"][0][2] == "nn.Upsample"
+    assert cfg["yolo_det"]["imports"] == record["imports"]
     # the module changed since: resuming without --import is one line naming it, nothing written into the run
     original = (project / mod).read_text()
     (project / mod).write_text(original + "# edited\n", encoding="utf-8")
     before = _files(run)
     assert main(["train", f"resume={last}"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and f"--import {NAME}" in err and "changed" in err, err
+    assert len(err.splitlines()) == 1, err
+    assert f"--import {NAME}" in err, err
+    assert "changed" in err, err
     assert _files(run) == before
     # the audit of the checkpoint uses the run's module (unchanged file) and rebuilds yolo-det's layer
     (project / mod).write_text(original, encoding="utf-8")
@@ -167,7 +172,8 @@ def test_blocks_through_audit_rewrite_train_and_resume(project, capsys):
     sys.modules.pop(NAME, None)
     assert main(["train", f"resume={last}"]) == 0
     record = json.loads((run / RECORD_NAME).read_text())
-    assert record["status"] == "completed" and record["imports"][0]["sha256"] == digest
+    assert record["status"] == "completed"
+    assert record["imports"][0]["sha256"] == digest
 
 
 PLAIN = """

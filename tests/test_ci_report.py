@@ -138,8 +138,10 @@ def test_annotations_point_at_the_line_and_cannot_forge_a_command():
     assert lines[0] == ("::error file=dir%2C1/m%3Ax.yaml,line=7,title=yolo-det audit%3A m%2C1%3Ax.yaml::"
                         "bad%0A::error file=x::forged 100%25")
     assert all("\n" not in line for line in lines)
-    assert lines[1].startswith("::error file=two.yaml,line=3,") and lines[1].endswith("::first")
-    assert lines[2].startswith("::error file=two.yaml,line=9,") and lines[2].endswith("::second")
+    assert lines[1].startswith("::error file=two.yaml,line=3,")
+    assert lines[1].endswith("::first")
+    assert lines[2].startswith("::error file=two.yaml,line=9,")
+    assert lines[2].endswith("::second")
 
 
 def test_the_hook_keeps_model_yamls_only(tmp_path):
@@ -176,11 +178,13 @@ def test_verify_gives_one_case_per_compared_quantity():
     other.steps[1].grads = ["g2a", "noise"]
     other.weights = {"model": "n"}
     div = compare_runs(run_record(1), other)
-    assert div is not None and div.kind == "gradients"
+    assert div is not None
+    assert div.kind == "gradients"
     differs = VerifyReport(profile="repro", args={}, runs=[run_record(1), other], divergences=[div],
                            steps_requested=None, seconds=2.0)
     cases = {c.name: c for c in verify_suite(differs).cases}
-    assert cases["gradients"].outcome == "failed" and "step 2" in cases["gradients"].message
+    assert cases["gradients"].outcome == "failed"
+    assert "step 2" in cases["gradients"].message
     assert cases["data"].outcome == cases["loss"].outcome == "skipped"
     assert "matched through step 2" in cases["data"].message
     assert cases["weights"].outcome == "failed"
@@ -220,7 +224,8 @@ def test_audit_junit_and_annotations_name_the_layer_line_and_fix(tmp_path, capsy
     assert cases["tiny.yaml"].is_passed
     failure = cases["gated.yaml"].result[0]
     assert failure.message.startswith("gated.yaml:6: 1 layer finding(s)")
-    assert "MaxGate" in failure.text and "DetAdaptiveMaxPool2d" in failure.text
+    assert "MaxGate" in failure.text
+    assert "DetAdaptiveMaxPool2d" in failure.text
     notes = [line for line in out.splitlines() if line.startswith("::error")]
     assert len(notes) == 1
     assert notes[0].startswith("::error file=gated.yaml,line=6,title=yolo-det audit%3A gated.yaml::layer 3 MaxGate")
@@ -323,7 +328,8 @@ def test_drift_check_passes_unchanged_and_names_the_change_that_moves_the_number
     assert "  seed: " in out
     SCHEMA.validate(str(bad_xml))
     cases = {c.name: c for c in next(iter(JUnitXml.fromfile(str(bad_xml))))}
-    assert not cases["data"].is_passed and "step 1" in cases["data"].result[0].message
+    assert not cases["data"].is_passed
+    assert "step 1" in cases["data"].result[0].message
     assert not cases["environment"].is_passed
     assert cases["environment"].result[0].message.startswith("differs from the saved run in seed")
     assert any(line.startswith("::error title=yolo-det verify --against%3A data::") for line in out.splitlines())

@@ -16,12 +16,20 @@ from yolo_det.cli import main
 
 
 def _project_version() -> str:
-    """The version pyproject.toml declares (what a wheel is built with)."""
+    """The version a wheel is built with: pyproject.toml takes it from ``yolo_det.__version__``, which
+    setuptools reads from the file's text (as here) without importing the package."""
+    import ast
     import re
 
-    found = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
-    assert found is not None
-    return found.group(1)
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert re.search(r'^dynamic = \["version"\]', pyproject, re.M)
+    assert re.search(r'^version = \{ attr = "yolo_det.__version__" \}', pyproject, re.M)
+    assert not re.search(r'^version = "', pyproject, re.M)  # one source only
+    tree = ast.parse((ROOT / "yolo_det" / "__init__.py").read_text())
+    found = [node.value.value for node in tree.body if isinstance(node, ast.Assign)
+             and [getattr(t, "id", None) for t in node.targets] == ["__version__"]]
+    assert len(found) == 1
+    return found[0]
 
 
 def run(argv, capsys):
@@ -37,23 +45,30 @@ def tree(path: Path) -> set[str]:
 def test_help_and_version(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--version"])
-    assert e.value.code == 0 and f"yolo-det {_project_version()}" in capsys.readouterr().out
+    assert e.value.code == 0
+    assert f"yolo-det {_project_version()}" in capsys.readouterr().out
     code, out, _ = run([], capsys)
-    assert code == 2 and "train" in out and "examples:" in out
+    assert code == 2
+    assert "train" in out
+    assert "examples:" in out
 
 
 def test_profiles_list_and_show(capsys, tmp_path):
     code, out, _ = run(["profiles"], capsys)
-    assert code == 0 and all(n in out for n in ("repro", "balanced", "fast"))
+    assert code == 0
+    assert all(n in out for n in ("repro", "balanced", "fast"))
     code, out, _ = run(["profiles", "show", "balanced"], capsys)
-    assert code == 0 and "backward: disable" in out
+    assert code == 0
+    assert "backward: disable" in out
     code, out, _ = run(["profiles", "show", "repro", "--json"], capsys)
     data = json.loads(out)
-    assert code == 0 and data["train"]["deterministic_algorithms"] == "strict"
+    assert code == 0
+    assert data["train"]["deterministic_algorithms"] == "strict"
     user = tmp_path / "u.yaml"
     user.write_text("extends: fast\nval:\n  deterministic_algorithms: warn\n")
     code, out, _ = run(["profiles", "show", str(user), "--json"], capsys)
-    assert code == 0 and json.loads(out)["val"]["deterministic_algorithms"] == "warn"
+    assert code == 0
+    assert json.loads(out)["val"]["deterministic_algorithms"] == "warn"
 
 
 def test_digest_compares_checkpoints(capsys, tmp_path):
@@ -62,7 +77,8 @@ def test_digest_compares_checkpoints(capsys, tmp_path):
     torch.save({"model": m, "date": "b"}, tmp_path / "b.pt")
     torch.save({"model": torch.nn.Linear(2, 2)}, tmp_path / "c.pt")
     code, out, _ = run(["digest", str(tmp_path / "a.pt"), str(tmp_path / "b.pt")], capsys)
-    assert code == 0 and len({line.split()[0] for line in out.splitlines()}) == 1
+    assert code == 0
+    assert len({line.split()[0] for line in out.splitlines()}) == 1
     code, _, _ = run(["digest", str(tmp_path / "a.pt"), str(tmp_path / "c.pt")], capsys)
     assert code == 1
 
@@ -106,14 +122,18 @@ def test_train_bad_input_is_one_line_exit_2_and_writes_nothing(argv, fragment, c
     argv = [a.replace("{bad}", str(bad_profiles)) for a in argv]
     code, out, err = run(["train", *argv, f"project={tmp_path / 'runs'}"], capsys)
     assert code == 2
-    assert err.count("\n") == 1 and err.startswith("yolo-det: error: ") and fragment in err, err
+    assert err.count("\n") == 1, err
+    assert err.startswith("yolo-det: error: "), err
+    assert fragment in err, err
     assert tree(tmp_path) == before
 
 
 def test_debug_env_shows_traceback(capsys, monkeypatch):
     monkeypatch.setenv("YOLO_DET_DEBUG", "1")
     code, _, err = run(["profiles", "show", "repo"], capsys)
-    assert code == 2 and "Traceback" in err and "Did you mean 'repro'?" in err
+    assert code == 2
+    assert "Traceback" in err
+    assert "Did you mean 'repro'?" in err
 
 
 def test_console_entry_runs_as_module():

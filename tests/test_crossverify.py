@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, subprocess_env
 from yolo_det.cli import main
 from yolo_det.core.errors import ConfigError
 from yolo_det.tools.verify import MicroBatch, RunRecord, StepRecord
@@ -22,7 +21,7 @@ STEPS = "3"
 
 
 def run_cli(*argv: str, cache: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), YOLO_OFFLINE="1", YOLO_DET_CACHE=str(cache))
+    env = subprocess_env({"YOLO_DET_CACHE": str(cache)})
     return subprocess.run([sys.executable, "-m", "yolo_det", *argv], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
 
@@ -53,11 +52,14 @@ def edited(saved: Path, tmp_path: Path, edit: Any) -> Path:
 @pytest.mark.slow
 def test_saved_file_is_small_versioned_and_holds_fingerprints_only(saved):
     data = json.loads(saved.read_text())
-    assert data["schema"] == "yolo-det/verify-fingerprints" and data["version"] == SAVED_VERSION
-    assert data["steps_requested"] == 3 and len(data["run"]["steps"]) == 3
+    assert data["schema"] == "yolo-det/verify-fingerprints"
+    assert data["version"] == SAVED_VERSION
+    assert data["steps_requested"] == 3
+    assert len(data["run"]["steps"]) == 3
     step = data["run"]["steps"][0]
     assert len(step["grads"]) == len(data["run"]["param_names"]) > 100
-    assert all(isinstance(g, str) and len(g) == 32 for g in step["grads"]) and len(step["weights"]) == 32
+    assert all(isinstance(g, str) and len(g) == 32 for g in step["grads"])
+    assert len(step["weights"]) == 32
     assert all(not f.startswith("/") for b in step["batches"] for f in b["files"])  # relative to the dataset root
     assert all(len(b["raw"]) == 32 and b["raw"] != b["data"] for b in step["batches"])
     assert data["run"]["device_type"] == "cpu"
@@ -80,9 +82,12 @@ def test_another_seed_names_the_first_step_and_the_seed(saved, capsys, tmp_path,
     code = main(["verify", "--against", str(saved), "--json", *TINY, "seed=1"])
     out = json.loads(capsys.readouterr().out)
     against = out["against"]
-    assert code == 1 and against["identical"] is False
+    assert code == 1
+    assert against["identical"] is False
     first = against["first_divergence"]
-    assert first["step"] == 1 and first["kind"] == "data" and "order" in first["detail"]
+    assert first["step"] == 1
+    assert first["kind"] == "data"
+    assert "order" in first["detail"]
     assert against["verdict"] == "differs from the saved run at step 1 (epoch 1): data"
     causes = [d["name"] for d in against["environment"]["differences"] if d["changes_bits"]]
     assert causes[0] == "seed"
@@ -101,7 +106,8 @@ def test_gradient_noise_at_one_step_names_that_step_and_parameter(saved, capsys,
     out = capsys.readouterr().out
     assert code == 1
     assert "differs from the saved run at step 2 (epoch 1): gradients" in out
-    assert "gradients differ for 1 of " in out and "model.4.m.0.cv1.conv.weight" in out
+    assert "gradients differ for 1 of " in out
+    assert "model.4.m.0.cv1.conv.weight" in out
 
 
 def test_unknown_future_version_and_broken_files_exit_2_before_training(tmp_path, capsys, monkeypatch):
@@ -121,9 +127,13 @@ def test_unknown_future_version_and_broken_files_exit_2_before_training(tmp_path
                          (tmp_path / "missing.json", "does not exist")):
         code = main(["verify", "--against", str(path), *TINY])
         out, err = capsys.readouterr()
-        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and needle in err, (path, err)
+        assert code == 2, (path, err)
+        assert out == ""
+        assert len(err.strip().splitlines()) == 1, (path, err)
+        assert needle in err, (path, err)
     code = main(["verify", "--save", str(tmp_path / "x.txt"), *TINY])
-    assert code == 2 and ".json" in capsys.readouterr().err
+    assert code == 2
+    assert ".json" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -150,13 +160,16 @@ def as_saved(run: RunRecord) -> Any:
 
 def test_same_records_on_two_machines_compare_equal():
     report = compare_against(as_saved(make_run(root="/home/a/data")), make_run(root="/mnt/b/data"))
-    assert report.identical and report.steps == [3, 3]
+    assert report.identical
+    assert report.steps == [3, 3]
     assert "not compared" in report.notes[0]
     here = make_run(root="/mnt/b/data")
     here.steps[0].batches[0].files = ("/mnt/b/data/images/other.png",)
     here.steps[0].batches[0].data = "another image"
     d = compare_against(as_saved(make_run(root="/home/a/data")), here).divergence
-    assert d is not None and (d.step, d.kind) == (1, "data") and d.files == [["images/1.png"], ["images/other.png"]]
+    assert d is not None
+    assert (d.step, d.kind) == (1, "data")
+    assert d.files == [["images/1.png"], ["images/other.png"]]
 
 
 def test_a_cpu_run_against_a_gpu_run_compares_loader_batches_and_losses_only():
@@ -164,14 +177,19 @@ def test_a_cpu_run_against_a_gpu_run_compares_loader_batches_and_losses_only():
     for s in cpu.steps:
         s.grads = ["x"] * 3
     report = compare_against(as_saved(gpu), cpu)
-    assert report.identical and report.across_devices and "gradients and weights were not compared" in report.verdict
-    assert not report.verified and report.to_dict()["identical"] is False  # never a pass: exit 1
+    assert report.identical
+    assert report.across_devices
+    assert "gradients and weights were not compared" in report.verdict
+    assert not report.verified
+    assert report.to_dict()["identical"] is False  # never a pass: exit 1
     cpu.steps[1].batches[0].loss = (0.25000001,)
     d = compare_against(as_saved(gpu), cpu).divergence
-    assert d is not None and (d.step, d.kind) == (2, "loss")
+    assert d is not None
+    assert (d.step, d.kind) == (2, "loss")
     cpu.steps[0].batches[0].raw = "augmented differently"
     d = compare_against(as_saved(gpu), cpu).divergence
-    assert d is not None and (d.step, d.kind) == (1, "data")
+    assert d is not None
+    assert (d.step, d.kind) == (1, "data")
 
 
 def test_weights_after_a_step_differ_while_its_gradients_match():
@@ -180,14 +198,18 @@ def test_weights_after_a_step_differ_while_its_gradients_match():
     here.steps[2].batches[0].loss = (9.0,)
     report = compare_against(as_saved(make_run()), here)
     d = report.divergence
-    assert d is not None and (d.step, d.kind) == (2, "weights") and "optimizer" in d.detail
+    assert d is not None
+    assert (d.step, d.kind) == (2, "weights")
+    assert "optimizer" in d.detail
 
 
 def test_a_different_model_is_named_and_unportable_runs_are_refused():
     here = make_run()
     here.param_names = ["a", "b", "x"]
     d = compare_against(as_saved(make_run()), here).divergence
-    assert d is not None and d.kind == "model" and "c vs x" in d.detail
+    assert d is not None
+    assert d.kind == "model"
+    assert "c vs x" in d.detail
     here.portable = False
     with pytest.raises(ConfigError, match="portable"):
         compare_against(as_saved(make_run()), here)

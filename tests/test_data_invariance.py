@@ -127,9 +127,11 @@ def test_in_process_loading_leaves_the_random_generators_and_restores_the_loader
     loader = _ultralytics_loader(dataset, 0, monkeypatch)
     sampler_before = loader.batch_sampler.sampler
     mosaic = dataset.transforms.transforms[0].transforms[0]
-    assert type(mosaic).__name__ == "Mosaic" and mosaic.buffer_enabled
+    assert type(mosaic).__name__ == "Mosaic"
+    assert mosaic.buffer_enabled
     token = inv.make_invariant(loader, SEED)
-    assert inv.data_mode(loader) == inv.MODE_KEYED and not mosaic.buffer_enabled
+    assert inv.data_mode(loader) == inv.MODE_KEYED
+    assert not mosaic.buffer_enabled
     with pytest.raises(ConfigError, match="already"):
         inv.make_invariant(loader, SEED)
     random.seed(1)
@@ -141,8 +143,10 @@ def test_in_process_loading_leaves_the_random_generators_and_restores_the_loader
     assert np.array_equal(np.random.get_state()[1], states[1])
     assert torch.equal(torch.get_rng_state(), states[2])
     inv.restore(token)
-    assert loader.batch_sampler.sampler is sampler_before and "__getitems__" not in vars(dataset)
-    assert mosaic.buffer_enabled and inv.data_mode(loader) == inv.MODE_WORKER
+    assert loader.batch_sampler.sampler is sampler_before
+    assert "__getitems__" not in vars(dataset)
+    assert mosaic.buffer_enabled
+    assert inv.data_mode(loader) == inv.MODE_WORKER
     next(iter(loader))  # control: Ultralytics' own loading draws from the process generators
     assert random.getstate() != states[0]
     loader.reset()
@@ -161,7 +165,8 @@ def test_loaders_it_cannot_key_are_refused_with_one_line() -> None:
     loader = Running(data, batch_size=2)
     with pytest.raises(ConfigError, match="before its first iteration"):
         inv.make_invariant(loader, 0)
-    assert inv.data_mode(loader) == inv.MODE_WORKER and "__getitems__" not in vars(data)
+    assert inv.data_mode(loader) == inv.MODE_WORKER
+    assert "__getitems__" not in vars(data)
 
 
 def test_sample_seeds_depend_on_every_part_of_the_key() -> None:
@@ -216,13 +221,17 @@ def test_diff_explains_a_worker_count_difference() -> None:
                                                          ("data stream: first batches", False)]
     off = explain_data_stream(_section(mode="worker-stream"), _section(mode="worker-stream", workers=0,
                                                                         fingerprint="e" * 64))
-    assert off[0].name == "data stream: workers" and off[0].changes_data and "without data_invariance" in off[0].note
-    assert off[-1].name == "data stream: first batches" and "workers" in off[-1].note
+    assert off[0].name == "data stream: workers"
+    assert off[0].changes_data
+    assert "without data_invariance" in off[0].note
+    assert off[-1].name == "data stream: first batches"
+    assert "workers" in off[-1].note
     reasons = {r.name for r in explain_data_stream(_section(), _section(seed=1, dataset="x", fingerprint="e",
                                                                         augment={"mosaic": 0.0}))}
     assert {"data stream: seed", "data stream: dataset", "data stream: mosaic=",
             "data stream: first batches"} <= reasons
-    assert explain_data_stream(_section(), _section()) == [] and neutral_args(_section(), _section()) == {"workers"}
+    assert explain_data_stream(_section(), _section()) == []
+    assert neutral_args(_section(), _section()) == {"workers"}
     assert explain_data_stream(None, _section())[0].changes_data
 
     def record(section: dict[str, Any]) -> dict[str, Any]:
@@ -230,7 +239,8 @@ def test_diff_explains_a_worker_count_difference() -> None:
 
     report = diff_records(record(_section()), record(_section(workers=0)))
     workers = [d for d in report.differences if d.name in ("workers=", "data stream: workers")]
-    assert workers and not any(d.changes_bits for d in workers)
+    assert workers
+    assert not any(d.changes_bits for d in workers)
     report = diff_records(record(_section(mode="worker-stream")), record(_section(mode="worker-stream", workers=0)))
     assert any(d.name == "data stream: workers" and d.changes_bits for d in report.differences)
 
@@ -307,10 +317,13 @@ def test_mix_partners_come_from_the_batch_and_each_image_is_decoded_once(demo_ya
         loads.clear()
         tiny = [3, 4]
         assert len(dataset.__getitems__([(1, i) for i in tiny])) == len(tiny)
-        assert set(tiny) <= set(loads) and len(loads) == len(set(loads)) and set(loads) - set(tiny)
+        assert set(tiny) <= set(loads)
+        assert len(loads) == len(set(loads))
+        assert set(loads) - set(tiny)
     finally:
         inv.restore(token)
-    assert "load_image" not in vars(dataset) and all("get_indexes" not in vars(t) for t in (
+    assert "load_image" not in vars(dataset)
+    assert all("get_indexes" not in vars(t) for t in (
         dataset.transforms.transforms[0].transforms[0], dataset.transforms.transforms[1]))
     # a loader whose last batch is tiny (48 images in batches of 5: the last holds 3) is worker-invariant too
     monkeypatch.undo()

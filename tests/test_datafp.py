@@ -40,8 +40,10 @@ def fp(root: Path) -> dict:
 def test_same_data_elsewhere_gives_the_same_fingerprint(tmp_path):
     a, b = copy_demo(tmp_path / "a"), copy_demo(tmp_path / "b")
     fa, fb = fp(a), fp(b)
-    assert fa["sha256"] == fb["sha256"] and fa["splits"] == fb["splits"]
-    assert fa["splits"]["train"]["images"] == 6 and fa["splits"]["train"]["missing_labels"] == 0
+    assert fa["sha256"] == fb["sha256"]
+    assert fa["splits"] == fb["splits"]
+    assert fa["splits"]["train"]["images"] == 6
+    assert fa["splits"]["train"]["missing_labels"] == 0
 
 
 def test_one_changed_label_changes_only_the_labels(tmp_path):
@@ -52,7 +54,8 @@ def test_one_changed_label_changes_only_the_labels(tmp_path):
     label.write_text("\n".join(lines) + "\n")
     sa, sb = fp(a)["splits"]["train"], fp(b)["splits"]["train"]
     assert sa["labels_sha256"] != sb["labels_sha256"]
-    assert sa["list_sha256"] == sb["list_sha256"] and sa["images_sha256"] == sb["images_sha256"]
+    assert sa["list_sha256"] == sb["list_sha256"]
+    assert sa["images_sha256"] == sb["images_sha256"]
 
 
 def test_image_bytes_list_names_and_missing_labels_are_covered(tmp_path):
@@ -80,11 +83,13 @@ def test_image_digests_are_cached_by_size_and_mtime(tmp_path):
     cold = fp(a)
     assert (cold["hashed"], cold["cached"]) == (6, 0)
     files = list((cache_dir() / "datafp").glob("*.json"))
-    assert len(files) == 1 and cache_dir() == tmp_path / "cache"
+    assert len(files) == 1
+    assert cache_dir() == tmp_path / "cache"
     entries = json.loads(files[0].read_text())["entries"]
     assert len(entries) == 6
     warm = fp(a)
-    assert (warm["hashed"], warm["cached"]) == (0, 6) and warm["sha256"] == cold["sha256"]
+    assert (warm["hashed"], warm["cached"]) == (0, 6)
+    assert warm["sha256"] == cold["sha256"]
     # same size, new time: hashed again; the cache never hides a change
     img = Path(images(a)[0])
     data = bytearray(img.read_bytes())
@@ -93,7 +98,8 @@ def test_image_digests_are_cached_by_size_and_mtime(tmp_path):
     st = img.stat()
     os.utime(img, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
     again = fp(a)
-    assert again["hashed"] == 1 and again["sha256"] != cold["sha256"]
+    assert again["hashed"] == 1
+    assert again["sha256"] != cold["sha256"]
 
 
 def test_a_corrupt_or_unwritable_cache_only_costs_time(tmp_path, monkeypatch):
@@ -106,7 +112,8 @@ def test_a_corrupt_or_unwritable_cache_only_costs_time(tmp_path, monkeypatch):
     blocker.write_text("x")
     monkeypatch.setenv("YOLO_DET_CACHE", str(blocker / "sub"))  # a folder that cannot be made
     result = fp(a)
-    assert result["sha256"] == first["sha256"] and result["hashed"] == 6
+    assert result["sha256"] == first["sha256"]
+    assert result["hashed"] == 6
 
 
 def test_classification_splits_hash_the_class_of_each_image(tmp_path):
@@ -114,7 +121,8 @@ def test_classification_splits_hash_the_class_of_each_image(tmp_path):
     files = images(a)
     one = split_fingerprint(files, root=a, classes=[0, 1, 0, 1, 0, 1], cache=DigestCache(None))
     two = split_fingerprint(files, root=a, classes=[0, 1, 0, 1, 0, 0], cache=DigestCache(None))
-    assert one["labels_sha256"] != two["labels_sha256"] and one["images_sha256"] == two["images_sha256"]
+    assert one["labels_sha256"] != two["labels_sha256"]
+    assert one["images_sha256"] == two["images_sha256"]
     assert one["missing_labels"] == 0
 
 

@@ -187,13 +187,15 @@ def test_rank_zero_records_every_rank_and_flags_only_real_differences(straight: 
 def test_sigterm_to_the_launching_process_leaves_a_true_record_and_no_rank(terminated: dict[str, Any]) -> None:
     assert terminated["error"] == "Terminated: terminated by SIGTERM"
     record = terminated["record_json"]
-    assert record["status"] == "terminated" and record["signal"] == "SIGTERM"
+    assert record["status"] == "terminated"
+    assert record["signal"] == "SIGTERM"
     assert record["epochs_completed"] >= 1
     for entry in record["weights"]["files"]:  # what the record says is on disk is on disk
         assert _digest(entry["file"]) == entry["sha256"], entry["file"]
     assert record["rank_problems"] == []
     pids = [seen["start"]["pid"] for seen in terminated["ranks"].values()]
-    assert len(pids) == 2 and not [p for p in pids if _alive(p)]
+    assert len(pids) == 2
+    assert not [p for p in pids if _alive(p)]
 
 
 # -- 6. resume --------------------------------------------------------------------------------------------------
@@ -206,7 +208,8 @@ def test_interrupted_two_rank_run_resumed_with_two_ranks_is_bitwise_equal(
     record = resumed["record_json"]
     assert resumed["error"] is None, resumed["stderr"][-3000:]
     assert record["status"] == "completed"
-    assert record["resume"]["state_found"] and record["resume"]["bitwise_expected"]
+    assert record["resume"]["state_found"]
+    assert record["resume"]["bitwise_expected"]
     for r in ("0", "1"):
         assert list(resumed["ranks"][r]["epochs"]) == ["2"]  # the resumed run trained epoch 2 only
         assert list(straight["ranks"][r]["epochs"]) == ["1", "2"]
@@ -218,18 +221,22 @@ def test_resuming_with_another_number_of_ranks_is_reported_and_not_bitwise(one_r
     record = one_rank["record_json"]
     assert one_rank["error"] is None, one_rank["stderr"][-3000:]
     resume = record["resume"]
-    assert not resume["state_found"] and not resume["bitwise_expected"]
+    assert not resume["state_found"]
+    assert not resume["bitwise_expected"]
     assert "written by a run of 2 rank(s), this run has 1" in resume["problem"]
     lines = [ln for ln in one_rank["stderr"].splitlines() if ln.startswith("yolo-det: no resume state")]
-    assert len(lines) == 1 and "2 rank(s)" in lines[0]
+    assert len(lines) == 1
+    assert "2 rank(s)" in lines[0]
 
 
 # -- the negative control -----------------------------------------------------------------------------------------
 def test_the_checks_fail_without_the_plugin(control: dict[str, Any]) -> None:
     assert control["error"] is None, control["stderr"][-3000:]
     problems = plugin_problems(control, "ddp-proof")
-    assert problems and all(p.startswith("rank ") for p in problems)  # no plugin, profile, swaps, interception
-    assert any("plugin False" in p for p in problems) and any("swapped []" in p for p in problems)
+    assert problems
+    assert all(p.startswith("rank ") for p in problems)
+    assert any("plugin False" in p for p in problems)
+    assert any("swapped []" in p for p in problems)
     # Ultralytics 8.4 seeds its DistributedSampler from the seed itself (older releases did not); the check
     # still tells a sampler seeded otherwise:
     assert seed_problems(control, SEED) == []

@@ -21,10 +21,13 @@ def test_compare_detections_verdicts() -> None:
     near = ref.clone()
     near[1, 2] += 1e-5
     got = compare_detections(ref, near, atol=1e-4)
-    assert got["verdict"] == "within tolerance" and got["changed"] == [1]
+    assert got["verdict"] == "within tolerance"
+    assert got["changed"] == [1]
     assert compare_detections(ref, near, atol=0)["verdict"] == "differs"
     fewer = compare_detections(ref, ref[:1], atol=1.0)
-    assert fewer["verdict"] == "differs" and fewer["count"] == [2, 1] and fewer["changed"] == [1]
+    assert fewer["verdict"] == "differs"
+    assert fewer["count"] == [2, 1]
+    assert fewer["changed"] == [1]
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +57,13 @@ def test_check_deploy_finds_the_letterbox_difference_and_the_setting_removes_it(
     assert main(["check-deploy", *common, "--profile", "balanced", "--json", str(plain_json),
                  "--plot", str(plain_png)]) == 1
     out = capsys.readouterr().out
-    assert "\nverdict: differs\n" in out and "batch=8 skipped" in out
+    assert "\nverdict: differs\n" in out
+    assert "batch=8 skipped" in out
     plain = json.loads(plain_json.read_text())
     assert plain_png.read_bytes().startswith(b"\x89PNG")
     changed = [c for c in plain["comparisons"] if c["verdict"] == "differs"]
-    assert changed and {c["image"] for c in changed} >= {"im1.png", "im2.png"}  # the tall and the wide one
+    assert changed
+    assert {c["image"] for c in changed} >= {"im1.png", "im2.png"}
     assert all(c["cause"].startswith("letterbox") and c["changed"] for c in changed)
     assert plain["largest"]["box"]["value"] > 1.0
     assert all(c["verdict"] == "bitwise" for c in plain["comparisons"] if c["image"] in {"im0.png", "im3.png"})
@@ -66,7 +71,8 @@ def test_check_deploy_finds_the_letterbox_difference_and_the_setting_removes_it(
     fixed_json = tmp_path / "fixed.json"
     assert main(["check-deploy", *common, "--profile", "repro", "--json", str(fixed_json)]) == 0
     fixed = json.loads(fixed_json.read_text())
-    assert fixed["verdict"] == "bitwise" and fixed["deploy_settings"]["batch_invariant"] is True
+    assert fixed["verdict"] == "bitwise"
+    assert fixed["deploy_settings"]["batch_invariant"] is True
     assert all(c["raw_bitwise"] for c in fixed["comparisons"])
     assert len(fixed["comparisons"]) == len(plain["comparisons"])
     assert all(im["detections"] > 0 for im in fixed["images"])
@@ -85,7 +91,9 @@ def test_check_deploy_compares_val_at_several_batch_sizes(tmp_path, checkpoint, 
                  "--batches", "2", "--no-mixed", "--max-images", "2", "--profile", str(_val_profile(tmp_path)),
                  "--data", str(data), "--val-batches", "1,4,16", "--json", str(report)])
     val = json.loads(report.read_text())["val"]
-    assert code == 0 and val["verdict"] == "bitwise" and set(val["metrics"]) == {"1", "4", "16"}
+    assert code == 0
+    assert val["verdict"] == "bitwise"
+    assert set(val["metrics"]) == {"1", "4", "16"}
     assert "val batch=1,4,16: bitwise" in capsys.readouterr().out
 
 
@@ -99,7 +107,8 @@ def _val_profile(tmp_path: Path) -> Path:
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, checkpoint, capsys) -> None:
     report = tmp_path / "r.json"
     assert main(["check-deploy", str(checkpoint), str(tmp_path / "nope"), "--json", str(report)]) == 2
-    assert "image folder" in capsys.readouterr().err and not report.exists()
+    assert "image folder" in capsys.readouterr().err
+    assert not report.exists()
     assert main(["check-deploy", str(tmp_path / "no.pt"), str(tmp_path)]) == 2
     assert "not found" in capsys.readouterr().err
     assert main(["check-deploy", "--compare", str(checkpoint), str(checkpoint)]) == 2

@@ -81,8 +81,10 @@ def write(path: Path, rec: dict[str, Any]) -> Path:
 def test_two_identical_runs_exit_0(runs, capsys):
     a, b = runs.base(), runs.train("seed0-again")
     rec = record(a)
-    assert rec["data"]["splits"]["train"]["images"] == 12 and rec["model"]["kind"] == "yaml"
-    assert rec["ultralytics_args"]["imgsz"] == 64 and rec["environment"]["cpu_model"]
+    assert rec["data"]["splits"]["train"]["images"] == 12
+    assert rec["model"]["kind"] == "yaml"
+    assert rec["ultralytics_args"]["imgsz"] == 64
+    assert rec["environment"]["cpu_model"]
     assert "torch_threads" in rec["environment"]
     code, out, err = diff(capsys, a, b)
     assert code == 0, out + err
@@ -94,13 +96,17 @@ def test_two_identical_runs_exit_0(runs, capsys):
 def test_seed_0_vs_seed_1_names_the_seed(runs, capsys):
     code, out, _ = diff(capsys, runs.base(), runs.train("seed1", "seed=1"), "--json")
     data = json.loads(out)
-    assert code == 1 and data["exit_code"] == 1 and data["kind"] == "expected"
+    assert code == 1
+    assert data["exit_code"] == 1
+    assert data["kind"] == "expected"
     causes = [d for d in data["differences"] if d["changes_bits"]]
-    assert causes[0]["name"] == "seed" and (causes[0]["a"], causes[0]["b"]) == (0, 1)
+    assert causes[0]["name"] == "seed"
+    assert (causes[0]["a"], causes[0]["b"]) == (0, 1)
     assert data["verdict"].startswith("expected to differ because: seed (0 vs 1)")
     # consequences of the seed are shown, but not as causes
     init = next(d for d in data["differences"] if d["name"] == "model: initial weights")
-    assert init["changes_bits"] is False and "seed" in init["note"]
+    assert init["changes_bits"] is False
+    assert "seed" in init["note"]
 
 
 @pytest.mark.slow
@@ -110,7 +116,8 @@ def test_a_record_edited_to_another_torch_names_torch(runs, capsys, tmp_path):
     rec["environment"]["torch"] = "1.13.1"
     code, out, _ = diff(capsys, a, write(tmp_path / "other-torch.json", rec))
     assert code == 1
-    assert "torch: A " in out and "| B 1.13.1" in out
+    assert "torch: A " in out
+    assert "| B 1.13.1" in out
     assert "verdict: configured differently (torch (" in out  # and yet the (recorded) weights are equal
 
 
@@ -119,7 +126,8 @@ def test_datasets_differing_in_one_label_name_the_data(runs, capsys):
     edited = runs.train("edited-label", f"data={runs.edited_data()}")
     code, out, _ = diff(capsys, runs.base(), edited, "--json")
     data = json.loads(out)
-    assert code == 1 and data["kind"] == "expected"
+    assert code == 1
+    assert data["kind"] == "expected"
     causes = [d["name"] for d in data["differences"] if d["changes_bits"]]
     assert causes == ["data: train labels"]  # the copy lives elsewhere: same list, same images
     assert data["verdict"].startswith("expected to differ because: data: train labels")
@@ -137,7 +145,9 @@ def test_checkpoint_starts_with_different_weights_name_the_model(runs, capsys):
     code, out, _ = diff(capsys, a, b, "--json")
     data = json.loads(out)
     causes = [d for d in data["differences"] if d["changes_bits"]]
-    assert code == 1 and causes[0]["group"] == "model" and causes[0]["name"] == "model: checkpoint weights"
+    assert code == 1
+    assert causes[0]["group"] == "model"
+    assert causes[0]["name"] == "model: checkpoint weights"
     assert [d["group"] for d in causes] == ["model"]
     assert "model: checkpoint weights" in data["verdict"]
 
@@ -165,7 +175,8 @@ def test_records_of_older_versions_diff_gracefully(runs, capsys, tmp_path):
     assert "cpu_model: A (not recorded)" in out
     old["seeds"]["seed"] = 5
     code, out, _ = diff(capsys, write(tmp_path / "old5.json", old), runs.base())
-    assert code == 1 and "verdict: configured differently (seed (5 vs 0)), yet their weights are identical" in out
+    assert code == 1
+    assert "verdict: configured differently (seed (5 vs 0)), yet their weights are identical" in out
 
 
 @pytest.mark.slow
@@ -179,7 +190,8 @@ def test_gpu_differences_do_not_count_for_cpu_runs_and_groups_are_ordered(runs):
     rb["profile"]["val"]["deterministic_algorithms"] = "off"
     report = diff_records(ra, rb)
     gpu = next(d for d in report.differences if d.name == "gpus")
-    assert gpu.changes_bits is False and "CPU" in gpu.note
+    assert gpu.changes_bits is False
+    assert "CPU" in gpu.note
     val = next(d for d in report.differences if d.name == "val.deterministic_algorithms")
     assert val.changes_bits is False
     order = list(GROUPS)
@@ -208,7 +220,9 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
     before = sorted(p.name for p in tmp_path.iterdir())
     for name, path in cases.items():
         code, out, err = diff(capsys, ok, path)
-        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, name
+        assert code == 2, name
+        assert out == "", name
+        assert len(err.strip().splitlines()) == 1, name
         assert err.startswith("yolo-det: error: "), name
     assert "newer than this yolo-det reads" in diff(capsys, cases["future"], ok)[2]
     assert sorted(p.name for p in tmp_path.iterdir()) == before
@@ -229,7 +243,9 @@ def test_yolov5_records_without_fingerprints_compare_by_their_arguments():
                 "run": {"weights": weights, "cfg": "", "data": "coco128.yaml", "epochs": 3, "save_dir": "x"}}
 
     same = diff_records(rec("a.pt", "d"), rec("a.pt", "d"))
-    assert same.exit_code == 0 and any("YOLOv5 integration" in n for n in same.notes)
+    assert same.exit_code == 0
+    assert any("YOLOv5 integration" in n for n in same.notes)
     other = diff_records(rec("a.pt", "d"), rec("b.pt", "e"))
     assert [d.name for d in other.causes] == ["model (path; no fingerprint)"]
-    assert other.causes[0].a == {"weights": "a.pt"} and other.exit_code == 1
+    assert other.causes[0].a == {"weights": "a.pt"}
+    assert other.exit_code == 1

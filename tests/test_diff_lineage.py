@@ -58,7 +58,8 @@ def test_a_resume_that_changed_an_argument_is_named_with_its_reason() -> None:
     last["ultralytics_args"]["imgsz"] = 64
     report = diff_records(twin(), last)
     names = [d.name for d in report.causes]
-    assert "part 2 of B (epochs 2-3): imgsz=" in names and "resume of B: not expected bit for bit" in names
+    assert "part 2 of B (epochs 2-3): imgsz=" in names
+    assert "resume of B: not expected bit for bit" in names
     assert report.exit_code == 1
 
 
@@ -68,7 +69,8 @@ def test_cuda_only_flags_have_no_effect_on_a_cpu_run() -> None:
     b["profile"]["train"]["cudnn_benchmark"] = True
     b["environment"] = {**ENV, "env": {"PYTHONHASHSEED": "0", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}}
     report = diff_records(a, b)
-    assert report.exit_code == 0 and not report.causes
+    assert report.exit_code == 0
+    assert not report.causes
     flags = {d.name: d.note for d in report.differences}
     on_cpu = "no effect: both runs trained on the CPU"
     assert flags["train.cudnn_benchmark"] == flags["CUBLAS_WORKSPACE_CONFIG"] == on_cpu
@@ -80,7 +82,8 @@ def test_cuda_only_flags_have_no_effect_on_a_cpu_run() -> None:
 def test_a_stopped_run_compares_on_configuration_and_says_how_far_it_got() -> None:
     stopped = twin(status="terminated", epochs_completed=2, weights={}, signal="SIGTERM")
     report = diff_records(twin(), stopped)
-    assert report.exit_code == 1 and not report.causes
+    assert report.exit_code == 1
+    assert not report.causes
     assert "run B (terminated after 2 of 3 epoch(s) checkpointed)" in report.verdict
     killed = twin(status="running", epochs_completed=1, weights={})
     assert "running, or killed (its record still says running) after 1 of 3" in diff_records(twin(), killed).verdict

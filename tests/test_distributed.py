@@ -149,7 +149,8 @@ def test_two_ranks_twice_give_identical_weights_and_every_rank_runs_the_profile(
         assert all(r["restored"] for r in ranks)
         assert all(r["backward_flags"] == [False] and r["after_flag"] for r in ranks)  # the toggle, on each rank
         states = ranks[0]["states"]
-        assert [s["rank"] for s in states] == [0, 1] and not ranks_consistent(states)
+        assert [s["rank"] for s in states] == [0, 1]
+        assert not ranks_consistent(states)
         assert [s["seeds"]["rng_seed"] for s in states] == [6, 7]  # seed + 1 + rank
         assert all(s["state"]["deterministic_algorithms"] == "strict" for s in states)
     assert [r["digest"] for r in runs[0]] == [r["digest"] for r in runs[1]]  # every rank repeats exactly
@@ -224,5 +225,7 @@ def test_ultralytics_ddp_payload_applies_the_profile_on_a_worker_rank(tmp_path):
     assert out["plugins"] == 1
     assert out["initial_seed"] == 3 + 1 + 1  # the rank seed
     assert out["sampler_seed"] == 3  # the same data seed on every rank
-    assert out["deterministic"] and out["toggle"] == "ToggleScaler"
-    assert out["trainer_profile"] == "balanced" and out["ranks"] == [1]
+    assert out["deterministic"]
+    assert out["toggle"] == "ToggleScaler"
+    assert out["trainer_profile"] == "balanced"
+    assert out["ranks"] == [1]

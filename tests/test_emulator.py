@@ -25,7 +25,8 @@ def _restore_flags() -> Iterator[None]:
     before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
     yield
     torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-    assert not _get_current_dispatch_mode_stack() and not _get_current_function_mode_stack()
+    assert not _get_current_dispatch_mode_stack()
+    assert not _get_current_function_mode_stack()
 
 
 def _mode(mode: str) -> None:
@@ -50,7 +51,8 @@ def test_message_is_the_installed_torchs_own_text() -> None:
     assert alert_message("adaptive_max_pool2d_backward_cuda") == expected
     assert alert_message("k") == load_table().message("k", warn_only=False)
     warn = alert_message("k", warn_only=True)
-    assert warn.startswith(load_table().message("k", warn_only=True)) and "Triggered internally" in warn
+    assert warn.startswith(load_table().message("k", warn_only=True))
+    assert "Triggered internally" in warn
 
 
 def test_strict_raises_cudas_message_in_backward() -> None:
@@ -74,7 +76,8 @@ def test_warn_only_warns_and_runs() -> None:
         F.grid_sample(x, torch.rand(2, 3, 3, 2) * 2 - 1, align_corners=False).sum().backward()
     messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
     assert messages == [alert_message("grid_sampler_2d_backward_cuda", warn_only=True)]
-    assert x.grad is not None and log.by_action("warned")
+    assert x.grad is not None
+    assert log.by_action("warned")
 
 
 def test_flag_off_is_silent_but_logged() -> None:
@@ -103,7 +106,8 @@ def test_backward_toggle_silences_it() -> None:
         with backward_scope():
             y.backward()
         assert torch.are_deterministic_algorithms_enabled()
-    assert x.grad is not None and [e.action for e in log.events] == ["silent"]
+    assert x.grad is not None
+    assert [e.action for e in log.events] == ["silent"]
 
 
 def test_bilinear_alerts_only_when_the_forward_ran_without_the_flag() -> None:
@@ -203,8 +207,10 @@ def test_exits_cleanly_and_nests() -> None:
                 assert inner is outer
                 F.adaptive_max_pool2d(_x(), 1).sum().backward()
     assert len(outer.events) == 1  # one alert, not one per nesting level
-    assert not _get_current_dispatch_mode_stack() and not _get_current_function_mode_stack()
-    assert torch.are_deterministic_algorithms_enabled() and not torch.is_deterministic_algorithms_warn_only_enabled()
+    assert not _get_current_dispatch_mode_stack()
+    assert not _get_current_function_mode_stack()
+    assert torch.are_deterministic_algorithms_enabled()
+    assert not torch.is_deterministic_algorithms_warn_only_enabled()
     # usable again afterwards
     with emulate_cuda_alerts() as log:
         F.adaptive_max_pool2d(_x(), 1).sum()
@@ -216,9 +222,11 @@ def test_no_effect_outside_the_block() -> None:
     x = _x()
     with emulate_cuda_alerts() as log:
         pass
-    assert not _get_current_dispatch_mode_stack() and not _get_current_function_mode_stack()
+    assert not _get_current_dispatch_mode_stack()
+    assert not _get_current_function_mode_stack()
     F.adaptive_max_pool2d(x, 1).sum().backward()  # plain CPU: deterministic kernel, no alert
-    assert x.grad is not None and not log.events
+    assert x.grad is not None
+    assert not log.events
     # the same op inside a block does alert: what made the difference is the block
     with emulate_cuda_alerts(), pytest.raises(RuntimeError, match="adaptive_max_pool2d_backward_cuda"):
         F.adaptive_max_pool2d(_x(), 1).sum().backward()

@@ -1,9 +1,11 @@
 """Runs that end badly, and runs side by side: the record says what happened, the state comes back.
 
-Subprocess tests run ``python -m yolo_det train`` on the demo data and stop it with SIGTERM or SIGINT
-(after the first checkpoint, and at a sweep of start-up moments); in-process tests stop a training
-from one of its callbacks and check the process state; others cover two processes on one run folder,
-two threads, a record that cannot be written and a streaming prediction.
+Every interruption is driven at a named point (the testing hook of :mod:`yolo_det.core.signals`, or a
+callback), never after a sleep. Subprocess tests run ``python -m yolo_det train`` on the demo data and stop
+it with SIGTERM, SIGINT or SIGHUP after the first checkpoint; the command line in process is interrupted at
+every named start-up point; in-process tests stop a training from one of its callbacks and check the process
+state; unit tests cover the handler itself; others cover two processes on one run folder, two threads, a
+record that cannot be written and a streaming prediction.
 """
 
 from __future__ import annotations
@@ -16,59 +18,71 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
+from helpers import subprocess_env
 from statecheck import assert_same_state, global_state
 from yolo_det import attach
 from yolo_det.cli import main
+from yolo_det.core.endings import describe_ending
 from yolo_det.core.record import RECORD_NAME, checkpoint_digest
 from yolo_det.core.resume import is_state_file
 from yolo_det.core.runlock import LOCK_NAME, RunFolderBusy, acquire
-from yolo_det.core.signals import Terminated, terminate_as_interrupt
+from yolo_det.core.signals import (
+    POINTS,
+    TEST_HOOK_ENV,
+    Terminated,
+    defer_stops,
+    exit_code,
+    pending,
+    safe_point,
+    stop_signals,
+)
 from yolo_det.core.state import snapshot
 from yolo_det.session.exclusive import ConcurrentSessionError
 from yolo_det.session.session import DeterminismSession
 
-ROOT = Path(__file__).resolve().parent.parent
 SMALL = {"epochs": 1, "imgsz": 64, "batch": 16, "device": "cpu", "workers": 0, "plots": False, "exist_ok": True}
 
 
 # -- helpers --------------------------------------------------------------------------------------------
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
-    env["YOLO_OFFLINE"] = "1"
-    env.pop("YOLO_DET_DEBUG", None)
-    return env
+def start_train(project: Path, name: str, at: str, epochs: int = 3) -> subprocess.Popen[str]:
+    """``python -m yolo_det train --profile repro`` on the demo data, tiny images, SIGINT at its default,
+    sending itself a signal at a named safe point (``at``: ``POINT:SIGNAL``, see yolo_det.core.signals).
 
-
-def start_train(project: Path, name: str, epochs: int = 50) -> subprocess.Popen[str]:
-    """``python -m yolo_det train --profile repro`` on the demo data, tiny images, SIGINT at its default.
-
-    50 epochs by default: long enough to still run when a test stops it (it never runs to the end).
+    Its output goes to files (``out.txt``, ``err.txt`` beside the run folder), so a stopped process never
+    blocks on a full pipe; :func:`finish` reads them.
     """
     argv = [sys.executable, "-m", "yolo_det", "train", "--profile", "repro", f"epochs={epochs}", "imgsz=64",
             "plots=False", f"project={project}", f"name={name}", "exist_ok=True"]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    project.mkdir(parents=True, exist_ok=True)
+    out, err = (open(project / f"{name}.{kind}.txt", "w") for kind in ("out", "err"))
+    with out, err:
+        return subprocess.Popen(argv, stdout=out, stderr=err, text=True,
+                                env=subprocess_env({TEST_HOOK_ENV: at}),
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
-def wait_for_stable(path: Path, proc: subprocess.Popen[str], timeout: float = 300) -> None:
-    """Wait until ``path`` exists and its size stopped changing (Ultralytics writes checkpoints in place)."""
-    deadline, size = time.time() + timeout, -1
-    while time.time() < deadline:
-        assert proc.poll() is None, proc.communicate()
-        if path.is_file():
-            now = path.stat().st_size
-            if now == size:
-                return
-            size = now
-        time.sleep(0.3)
-    raise AssertionError(f"{path} never appeared")
+def finish(proc: subprocess.Popen[str], project: Path, name: str) -> tuple[str, str]:
+    """Wait for ``proc`` (killing it after 300 s) and return its stdout and stderr."""
+    try:
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return tuple((project / f"{name}.{kind}.txt").read_text() for kind in ("out", "err"))  # type: ignore[return-value]
+
+
+def wait_until_stopped(proc: subprocess.Popen[str]) -> None:
+    """Block until ``proc`` is stopped (SIGSTOP); fail with its output if it ended instead."""
+    pid, status = os.waitpid(proc.pid, os.WUNTRACED)
+    if not os.WIFSTOPPED(status):
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        raise AssertionError(f"the run ended (exit {proc.returncode}) before it stopped itself")
 
 
 def digests_by_cli(files: list[str]) -> dict[str, str]:
@@ -83,7 +97,8 @@ def assert_weights_true(record: dict, run: Path) -> None:
     """Every weights file on disk is listed, with the digest ``yolo-det digest`` gives for it."""
     files = record["weights"]["files"]
     on_disk = sorted(str(p) for p in (run / "weights").glob("*.pt") if not is_state_file(p))
-    assert sorted(f["file"] for f in files) == on_disk and on_disk
+    assert sorted(f["file"] for f in files) == on_disk
+    assert on_disk
     assert all(f["written_by_this_run"] for f in files)
     assert digests_by_cli(on_disk) == {f["file"]: f["sha256"] for f in files}
 
@@ -99,20 +114,26 @@ def stderr_ending(err: str) -> str:
 @pytest.mark.parametrize(("sig", "status", "code", "line"), [
     (signal.SIGTERM, "terminated", 143, "yolo-det: terminated (SIGTERM)"),
     (signal.SIGINT, "interrupted", 130, "yolo-det: interrupted"),
+    (signal.SIGHUP, "terminated", 129, "yolo-det: terminated (SIGHUP)"),
 ])
 def test_cli_stopped_after_first_checkpoint(sig, status, code, line, tmp_path):
-    run = tmp_path / "runs" / "a"
-    proc = start_train(tmp_path / "runs", "a")
+    """Stopped right after the first epoch's checkpoint: exit code, one line, the record, the lock released.
+
+    SIGTERM comes from outside while the run holds the folder (it stops itself there first, so a second run
+    can be refused meanwhile); SIGINT and SIGHUP it sends itself at that point.
+    """
+    runs, run = tmp_path / "runs", tmp_path / "runs" / "a"
+    outside = sig == signal.SIGTERM
+    proc = start_train(runs, "a", at="fit-epoch-end:" + ("SIGSTOP" if outside else signal.Signals(sig).name))
     try:
-        wait_for_stable(run / "weights" / "last.pt", proc)
-        if sig == signal.SIGTERM:
+        if outside:
+            wait_until_stopped(proc)
             # A second run into the same live folder is refused with one line, and writes nothing there
             # (run A is stopped meanwhile, so every change in the folder would be the second run's).
-            proc.send_signal(signal.SIGSTOP)
             before = {p: p.stat().st_mtime_ns for p in run.rglob("*")}
             second = subprocess.run([sys.executable, "-m", "yolo_det", "train", "--profile", "repro", "epochs=1",
-                                     "imgsz=64", f"project={tmp_path / 'runs'}", "name=a", "exist_ok=True"],
-                                    capture_output=True, text=True, env=_env(), timeout=300)
+                                     "imgsz=64", f"project={runs}", "name=a", "exist_ok=True"],
+                                    capture_output=True, text=True, env=subprocess_env(), timeout=300)
             assert second.returncode == 2, second.stderr
             assert second.stderr.strip().splitlines() == [second.stderr.strip()]
             assert f"in use by another yolo-det run (pid {proc.pid}" in second.stderr
@@ -120,41 +141,44 @@ def test_cli_stopped_after_first_checkpoint(sig, status, code, line, tmp_path):
             changed = {p for p in before.keys() & after.keys() if before[p] != after[p]}
             changed |= after.keys() ^ before.keys()
             proc.send_signal(signal.SIGCONT)
+            proc.send_signal(sig)  # acted on at the next safe point (this one, or the next epoch's start)
             assert not changed, changed
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=300)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        out, err = finish(proc, runs, "a")
     assert proc.returncode == code, err[-3000:]
     assert stderr_ending(err) == line
     assert "weights sha256" not in out
     record = json.loads((run / RECORD_NAME).read_text())
-    assert record["status"] == status and record["signal"] == signal.Signals(sig).name
-    assert "sha256" not in record["weights"] and "ema_fp32_sha256" not in record["weights"]
+    assert record["status"] == status
+    assert record["signal"] == signal.Signals(sig).name
+    assert "sha256" not in record["weights"]
+    assert "ema_fp32_sha256" not in record["weights"]
     assert_weights_true(record, run)
     assert record["environment"]["argv"][1:3] == ["train", "--profile"]  # this run's record, nobody else's
     assert not (run / LOCK_NAME).exists()
 
 
-@pytest.mark.slow
-def test_cli_interrupted_at_any_moment_of_start_up(tmp_path):
-    """SIGINT at moments from yolo-det's first line to the first epoch: exit 130, one line, never a traceback.
+# every named point from the command line's first line to the end of the first epoch
+START_UP = POINTS[:POINTS.index("epoch-end") + 1]
 
-    (The first 0.3 s cover the interpreter's own start-up, before any yolo-det code can run.)
-    """
-    results = []
-    for i, delay in enumerate((0.3, 0.6, 1.0, 1.6, 2.3, 3.2, 4.5, 6.0)):
-        proc = start_train(tmp_path / "runs", f"s{i}", epochs=1)
-        time.sleep(delay)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=300)
-        results.append((delay, proc.returncode, stderr_ending(err)))
-        record = tmp_path / "runs" / f"s{i}" / RECORD_NAME
-        if record.exists():  # stopped after the run folder existed: the record says so
-            assert json.loads(record.read_text())["status"] == "interrupted"
-    assert [r for r in results if r[1:] != (130, "yolo-det: interrupted")] == []
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", START_UP)
+def test_cli_interrupted_at_any_moment_of_start_up(point, tmp_path, monkeypatch, capsys):
+    """SIGINT at each named moment from yolo-det's first line to the first epoch's end: 130, one line, and
+    a record saying ``interrupted`` once the run folder exists (the command line, in process)."""
+    monkeypatch.setenv(TEST_HOOK_ENV, f"{point}:SIGINT")
+    code = main(["train", "--profile", "repro", "epochs=1", "imgsz=64", "plots=False", f"project={tmp_path}",
+                 "name=s", "exist_ok=True"])
+    err = capsys.readouterr().err
+    assert code == 130
+    assert stderr_ending(err) == "yolo-det: interrupted"
+    record = tmp_path / "s" / RECORD_NAME
+    if POINTS.index(point) >= POINTS.index("train-begin"):  # the run folder existed: the record says so
+        assert json.loads(record.read_text())["status"] == "interrupted"
+    else:
+        assert not record.exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 INTERRUPT_IN_TORCH_IMPORT = """
@@ -179,45 +203,51 @@ def test_interrupt_inside_torch_lazy_import_is_one_line_and_130(tmp_path):
     """The start-up moment the issue names: torch imports torch._dynamo lazily in use_deterministic_algorithms."""
     proc = subprocess.run([sys.executable, "-c", INTERRUPT_IN_TORCH_IMPORT, "train", "--profile", "repro", "epochs=1",
                            "imgsz=64", f"project={tmp_path}", "name=x", "exist_ok=True"],
-                          capture_output=True, text=True, env=_env(), timeout=600)
+                          capture_output=True, text=True, env=subprocess_env(), timeout=600)
     assert proc.returncode == 130, proc.stderr[-3000:]
     assert stderr_ending(proc.stderr) == "yolo-det: interrupted"
     assert "fired True deterministic False" in proc.stdout  # it hit the import; the process state is as it was
 
 
 EXEC_INTERRUPTED = """
-import os, signal, sys
-from yolo_det.core.signals import forget_handled_interrupt
+import signal, sys
+from yolo_det.core.signals import stop_signals
 try:
-    exec("import os, signal; os.kill(os.getpid(), signal.SIGINT)")  # how dataclasses builds methods
+    if sys.argv[1:] == ["yolo-det"]:
+        with stop_signals():
+            exec("import signal; signal.raise_signal(signal.SIGINT)")  # how dataclasses builds methods
+            print("exec returned", flush=True)
+    else:
+        exec("import signal; signal.raise_signal(signal.SIGINT)")
 except KeyboardInterrupt:
-    if sys.argv[1:] == ["forget"]:
-        forget_handled_interrupt()
-raise SystemExit(130)
+    raise SystemExit(130)
 """
 
 
-@pytest.mark.parametrize("forget", [False, True])
-def test_an_interrupt_handled_inside_exec_keeps_the_exit_code(forget, tmp_path):
-    """CPython remembers a KeyboardInterrupt raised in a string exec; under ``python -m`` it then ends the
-    process by SIGINT instead of the exit code chosen. The command line makes it forget a handled one."""
+def test_an_interrupt_inside_exec_waits_and_keeps_the_exit_code(tmp_path):
+    """CPython remembers a KeyboardInterrupt raised in code run by ``exec``; under ``python -m`` (3.11 at
+    least) it then ends the process by SIGINT instead of the exit code chosen. Under yolo-det's handler
+    the interrupt is raised after ``exec`` returns, and the exit code is the one chosen."""
     (tmp_path / "probe").mkdir()
     (tmp_path / "probe" / "__init__.py").write_text("")
     (tmp_path / "probe" / "__main__.py").write_text(EXEC_INTERRUPTED)
-    env = _env()
-    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
-    proc = subprocess.run([sys.executable, "-m", "probe", *(["forget"] if forget else [])], env=env, timeout=120,
-                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    if forget:
-        assert proc.returncode == 130
-    elif sys.version_info[:2] <= (3, 11):  # the interpreter's behaviour the helper exists for
-        assert proc.returncode == -signal.SIGINT
+    env = subprocess_env(path=[tmp_path])
+
+    def probe(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "probe", *args], env=env, timeout=120, capture_output=True,
+                              text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+    ours = probe("yolo-det")
+    assert ours.returncode == 130, ours.stderr
+    assert ours.stdout == "exec returned\n"
+    if sys.version_info[:2] <= (3, 11):  # the interpreter's behaviour the handler avoids
+        assert probe().returncode == -signal.SIGINT
 
 
 # -- in process: the state comes back ----------------------------------------------------------------------
 def _send_at(event: str, sig: int):
     def callback(trainer):
-        os.kill(os.getpid(), sig)
+        signal.raise_signal(sig)  # the handler runs before this returns
 
     return event, callback
 
@@ -226,12 +256,14 @@ def _send_at(event: str, sig: int):
 @pytest.mark.parametrize(("sig", "exc", "status"), [
     (signal.SIGTERM, Terminated, "terminated"),
     (signal.SIGINT, KeyboardInterrupt, "interrupted"),
+    (signal.SIGHUP, Terminated, "terminated"),
 ])
 def test_in_process_signal_restores_state_and_records(sig, exc, status, tmp_path, demo_data):
     from ultralytics import YOLO
 
     previous_term = signal.signal(signal.SIGTERM, signal.SIG_DFL)
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous_hup = signal.signal(signal.SIGHUP, signal.SIG_DFL)
     try:
         torch.use_deterministic_algorithms(True, warn_only=True)  # the user's own state, to be given back
         run = tmp_path / "run"
@@ -241,16 +273,24 @@ def test_in_process_signal_restores_state_and_records(sig, exc, status, tmp_path
         plugin = attach(model, "repro")
         model.add_callback(*_send_at("on_model_save", sig))
         before = global_state()
-        with pytest.raises(exc):
+        with pytest.raises(exc) as info:
             model.train(data=demo_data, project=str(tmp_path), name="run", **{**SMALL, "epochs": 2})
+        # noted during the checkpoint, acted on at the next safe point
+        assert "on_fit_epoch_end" in [entry.name for entry in info.traceback]
         assert_same_state(before, global_state())
-        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler lasted only as long as the run
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers lasted only as long as the run
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
         assert plugin.session is None
     finally:
         signal.signal(signal.SIGTERM, previous_term)
         signal.signal(signal.SIGINT, previous_int)
+        signal.signal(signal.SIGHUP, previous_hup)
     record = json.loads((run / RECORD_NAME).read_text())
-    assert record["status"] == status and record["signal"] == signal.Signals(sig).name
+    assert record["status"] == status
+    assert record["signal"] == signal.Signals(sig).name
+    if status == "terminated":
+        assert record["signal_number"] == int(sig)
     files = {Path(f["file"]).name: f for f in record["weights"]["files"]}
     assert set(files) == {"last.pt", "best.pt", "epoch7.pt"}
     assert not files.pop("epoch7.pt")["written_by_this_run"]
@@ -279,35 +319,122 @@ def test_failed_run_names_the_error(tmp_path, demo_data):
     assert record["weights"]["files"] == []
 
 
-def test_terminate_handler_is_temporary_and_leaves_user_handlers_alone():
-    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    try:
-        with terminate_as_interrupt() as installed:
-            assert installed and signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-            with terminate_as_interrupt() as nested:  # the outer one stays
-                assert not nested
-            with pytest.raises(Terminated) as info:
-                os.kill(os.getpid(), signal.SIGTERM)
-                time.sleep(1)  # the handler runs between bytecodes
-            assert info.value.exit_code == 143 and isinstance(info.value, KeyboardInterrupt)
-            os.kill(os.getpid(), signal.SIGTERM)  # a second one while ending is ignored
-            time.sleep(0.1)
-        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+@pytest.fixture
+def default_handlers():
+    """SIGINT, SIGTERM and SIGHUP at Python's defaults for the test, and put back as found afterwards."""
+    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL,
+                signal.SIGHUP: signal.SIG_DFL}
+    found = {sig: signal.signal(sig, handler) for sig, handler in defaults.items()}
+    yield defaults
+    for sig, handler in found.items():
+        signal.signal(sig, handler)
 
-        def mine(signum, frame):  # the user's own handler wins
-            pass
 
-        signal.signal(signal.SIGTERM, mine)
-        with terminate_as_interrupt() as installed:
-            assert not installed and signal.getsignal(signal.SIGTERM) is mine
+def test_stop_handlers_are_temporary_nested_and_main_thread_only(default_handlers):
+    with stop_signals() as installed:
+        assert installed
+        for sig, default in default_handlers.items():
+            assert signal.getsignal(sig) is not default
+        with stop_signals() as nested:  # the outer one stays
+            assert not nested
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
         result: list[bool] = []
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        worker = threading.Thread(target=lambda: result.append(terminate_as_interrupt().__enter__()))
+        worker = threading.Thread(target=lambda: result.append(stop_signals().__enter__()))
         worker.start()
         worker.join()
         assert result == [False]  # only the main thread can take signals
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    assert {sig: signal.getsignal(sig) for sig in default_handlers} == default_handlers
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)])
+def test_outside_a_training_a_stop_is_raised_at_once_and_only_once(sig, code, default_handlers):
+    with stop_signals():
+        with pytest.raises(KeyboardInterrupt) as info:
+            signal.raise_signal(sig)
+        assert exit_code(info.value) == code
+        assert isinstance(info.value, Terminated) == (sig != signal.SIGINT)
+        signal.raise_signal(sig)  # a second one while ending is ignored: the clean-up runs
+    ending = describe_ending(info.value)
+    assert ending["status"] == ("interrupted" if sig == signal.SIGINT else "terminated")
+    assert ending["signal"] == signal.Signals(sig).name
+
+
+def test_during_a_training_a_stop_waits_for_a_safe_point(default_handlers):
+    with stop_signals():
+        release = defer_stops()
+        signal.raise_signal(signal.SIGTERM)  # mid-batch: only noted
+        assert pending() == signal.SIGTERM
+        with pytest.raises(Terminated):
+            safe_point("batch-end")
+        assert pending() is None
+        release()
+        release()  # idempotent
+    with stop_signals():
+        release = defer_stops()
+        signal.raise_signal(signal.SIGINT)
+        with pytest.raises(KeyboardInterrupt):  # a second one before the safe point: at once
+            signal.raise_signal(signal.SIGINT)
+        release()
+
+
+def test_a_stop_inside_the_import_machinery_or_exec_waits(default_handlers, tmp_path, monkeypatch):
+    class SignalDuringImport:
+        def find_spec(self, name, path=None, target=None):
+            if name == "yolo_det_probe_module":
+                signal.raise_signal(signal.SIGINT)
+            return None
+
+    (tmp_path / "yolo_det_probe_module.py").write_text("VALUE = 1\n")
+    sys.modules.pop("yolo_det_probe_module", None)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "meta_path", [SignalDuringImport(), *sys.meta_path])
+    steps = []
+    with pytest.raises(KeyboardInterrupt):
+        with stop_signals():
+            import yolo_det_probe_module  # noqa: F401
+            steps.append("imported")
+            exec("import signal; signal.raise_signal(signal.SIGINT)")  # while the first is still pending
+            steps.append("exec returned")
+    assert steps == ["imported"]  # the second signal before a safe point was acted on at once
+    sys.modules.pop("yolo_det_probe_module", None)
+    with pytest.raises(KeyboardInterrupt):
+        with stop_signals():
+            exec("import signal; signal.raise_signal(signal.SIGINT)")
+            steps.append("exec returned")
+            assert pending() == signal.SIGINT
+    assert steps == ["imported", "exec returned"]  # raised when the block ended, its first safe point
+
+
+def test_user_handlers_are_called_kept_and_win(default_handlers):
+    calls = []
+
+    def mine(signum, frame):
+        calls.append(signum)
+
+    signal.signal(signal.SIGTERM, mine)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    with stop_signals():
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN  # ignored on purpose: left alone
+        signal.raise_signal(signal.SIGHUP)
+        with pytest.raises(Terminated):
+            signal.raise_signal(signal.SIGTERM)
+        assert calls == [signal.SIGTERM]  # theirs ran too
+        signal.signal(signal.SIGINT, mine)  # set during the block: stays afterwards
+    assert signal.getsignal(signal.SIGTERM) is mine
+    assert signal.getsignal(signal.SIGINT) is mine
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+
+
+def test_the_testing_hook_fires_once_at_its_point(default_handlers, monkeypatch):
+    monkeypatch.setenv(TEST_HOOK_ENV, "batch-end:SIGHUP")
+    with stop_signals():
+        release = defer_stops()
+        safe_point("batch-start")  # another point: nothing
+        with pytest.raises(Terminated) as info:
+            safe_point("batch-end")
+        assert info.value.signal_name == "SIGHUP"
+        safe_point("batch-end")  # once only
+        release()
 
 
 # -- restoring never replaces the error ---------------------------------------------------------------------
@@ -322,7 +449,8 @@ def test_restore_survives_a_broken_torch_dynamo(monkeypatch):
     with pytest.raises(KeyboardInterrupt) as info:
         with session.run():
             session.enter("train")
-            assert torch.are_deterministic_algorithms_enabled() and snapshot() != base
+            assert torch.are_deterministic_algorithms_enabled()
+            assert snapshot() != base
             monkeypatch.setattr(torch, "use_deterministic_algorithms", broken)
             raise KeyboardInterrupt
     assert type(info.value) is KeyboardInterrupt
@@ -355,9 +483,10 @@ def test_a_restore_step_that_fails_is_a_note_on_the_original_error(monkeypatch):
 @contextlib.contextmanager
 def held_elsewhere(folder: Path):
     """Another process holding ``folder``'s run lock; SIGKILLed afterwards (no clean-up at all)."""
-    code = ("import sys, time; from yolo_det.core.runlock import acquire; acquire(sys.argv[1]); "
-            "print('locked', flush=True); time.sleep(120)")
-    holder = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE, text=True, env=_env())
+    code = ("import signal, sys; from yolo_det.core.runlock import acquire; acquire(sys.argv[1]); "
+            "print('locked', flush=True); signal.pause()")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE, text=True,
+                              env=subprocess_env())
     try:
         assert holder.stdout.readline().strip() == "locked"
         yield holder
@@ -380,6 +509,7 @@ def test_run_folder_lock_refuses_a_live_holder_and_ignores_a_dead_one(tmp_path):
     assert not (folder / LOCK_NAME).exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("way", ["attach", "trainer_class"])
 def test_a_live_run_folder_is_refused_before_anything_is_written(way, tmp_path, demo_data):
     from ultralytics import YOLO
@@ -461,11 +591,13 @@ def test_record_that_cannot_be_written_is_a_warning_after_the_digest(tmp_path):
                                                                              "determinism record"))]
     digest = checkpoint_digest(run / "weights" / "last.pt")
     assert lines[0] == f"weights sha256: {digest}"
-    assert lines[1].startswith(f"yolo-det: warning: could not write {RECORD_NAME} in '{run}'") and len(lines) == 2
+    assert lines[1].startswith(f"yolo-det: warning: could not write {RECORD_NAME} in '{run}'")
+    assert len(lines) == 2
     assert (run / RECORD_NAME).is_dir()
 
 
 # -- streaming prediction -------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_streaming_predict_applies_deploy_only_while_the_generator_runs(demo_data):
     from ultralytics import YOLO
 
@@ -485,7 +617,8 @@ def test_streaming_predict_applies_deploy_only_while_the_generator_runs(demo_dat
         if seen == 2:
             torch.use_deterministic_algorithms(False)  # the user changes their state between items
             before = global_state()
-    assert seen == count > 2 and inside == ["strict"] * count  # fast's deploy phase, in force inside the generator
+    assert seen == count > 2
+    assert inside == ["strict"] * count
     assert_same_state(before, global_state())  # what they changed is what they get back
 
     torch.use_deterministic_algorithms(True)

@@ -70,10 +70,13 @@ def test_every_export_gets_a_parity_record(build, tmp_path, monkeypatch, capsys)
             assert plugin.export_record_path == export_record_path(exported)
             records[fmt] = json.loads(plugin.export_record_path.read_text())
             rec = records[fmt]
-            assert rec["kind"] == "export" and rec["error"] is None
-            assert rec["export"]["sha256"] == export_digest(exported) and rec["export"]["format"] == fmt
+            assert rec["kind"] == "export"
+            assert rec["error"] is None
+            assert rec["export"]["sha256"] == export_digest(exported)
+            assert rec["export"]["format"] == fmt
             assert rec["weights"]["state_sha256"] == state_dict_digest(model.model)
-            assert rec["profile"]["name"] == "repro" and rec["deploy_settings"]["batch_invariant"] is True
+            assert rec["profile"]["name"] == "repro"
+            assert rec["deploy_settings"]["batch_invariant"] is True
             numerics = rec["parity"]["numerics"]
             assert 0 <= numerics["raw_mean_abs_diff"] <= numerics["raw_max_abs_diff"] < 1e-3
             assert rec["parity"]["preprocessing"]["export"] == {"imgsz": [64, 64], "dynamic": False,
@@ -84,14 +87,18 @@ def test_every_export_gets_a_parity_record(build, tmp_path, monkeypatch, capsys)
         images = _images(tmp_path / "images")
         ts = export_parity(model, tmp_path / records["torchscript"]["export"]["file"], images=images, pt_rect=False,
                            conf=0.0)
-        assert ts["numerics"]["images"][0]["count"][0] > 0 and ts["numerics"]["detections_match"]
-        assert ts["preprocessing"]["mismatches"] == [] and ts["cause"] is None
+        assert ts["numerics"]["images"][0]["count"][0] > 0
+        assert ts["numerics"]["detections_match"]
+        assert ts["preprocessing"]["mismatches"] == []
+        assert ts["cause"] is None
 
     same = compare_export_records(records["onnx"], records["onnx"])
-    assert same.verdict == "same" and same.exit_code == 0
+    assert same.verdict == "same"
+    assert same.exit_code == 0
     other = compare_export_records(records["torchscript"], records["onnx"])
     keys = {k for _, k, _, _ in other.differences}
-    assert other.verdict == "same weights, other export" and {"export.sha256", "export.format"} <= keys
+    assert other.verdict == "same weights, other export"
+    assert {"export.sha256", "export.format"} <= keys
     changed = json.loads(json.dumps(records["onnx"]))
     changed["deploy_settings"]["batch_invariant"] = False
     assert ("deploy", "deploy_settings.batch_invariant", True, False) in \
@@ -111,10 +118,13 @@ def test_a_mismatched_preprocessing_is_reported_as_the_cause(tmp_path, monkeypat
     assert not export_record_path(exported).exists()
     images = _images(tmp_path / "images")
     matched = export_parity(model, exported, images=images, pt_rect=False, conf=0.0)
-    assert matched["cause"] is None and matched["preprocessing"]["detections"] != "differs"
+    assert matched["cause"] is None
+    assert matched["preprocessing"]["detections"] != "differs"
     rect = export_parity(model, exported, images=images, pt_rect=True, conf=0.0)
-    assert rect["verdict"] == "differs" and rect["numerics"]["detections_match"]
-    assert rect["cause"].startswith("preprocessing: letterbox: rectangular") and "dynamic=True" in rect["cause"]
+    assert rect["verdict"] == "differs"
+    assert rect["numerics"]["detections_match"]
+    assert rect["cause"].startswith("preprocessing: letterbox: rectangular")
+    assert "dynamic=True" in rect["cause"]
     sized = export_parity(model, exported, images=images, pt_imgsz=96, pt_rect=False, conf=0.0)
     assert sized["cause"].startswith("preprocessing: imgsz: the PyTorch model predicts at 96x96, "
                                      "the export takes 64x64")

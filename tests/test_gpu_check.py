@@ -3,34 +3,38 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 import torch
 
-from helpers import ROOT
+from helpers import ROOT, subprocess_env
 
 SCRIPT = ROOT / "bench" / "gpu_check.py"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this test checks the CPU path of the GPU check")
 def test_gpu_check_on_cpu_skips_the_gpu_steps_and_writes_one_file(tmp_path):
     out = tmp_path / "results" / "gpu.json"
-    env = {**os.environ, "YOLO_OFFLINE": "1"}
+    env = subprocess_env()
     proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["gpu.json"]
     data = json.loads(out.read_text())
-    assert data["schema"] == "yolo-det/gpu-check/1" and data["cuda"] is False and data["device"] is None
+    assert data["schema"] == "yolo-det/gpu-check/1"
+    assert data["cuda"] is False
+    assert data["device"] is None
     names = [c["name"] for c in data["checks"]]
     assert names == ["verify_repro_stock", "verify_repro_attention", "strict_plain_attention", "bench_profiles"]
     for check in data["checks"]:
-        assert check["status"] == "skipped" and "no CUDA device" in check["message"]
+        assert check["status"] == "skipped"
+        assert "no CUDA device" in check["message"]
     assert any("attention-mix.yaml" in c["title"] for c in data["checks"])
-    assert "GPU steps skipped" in data["summary"] and data["summary"].splitlines()[0] in proc.stdout
+    assert "GPU steps skipped" in data["summary"]
+    assert data["summary"].splitlines()[0] in proc.stdout
     assert data["environment"]["torch"] == torch.__version__
 
 
@@ -52,7 +56,9 @@ def test_gpu_check_names_the_missing_attention_model(tmp_path, monkeypatch):
                                         bench_imgsz=64, device="0")
     results = gpu_check.run_checks(args)
     status = {c["name"]: (c["status"], c["message"]) for c in results["checks"]}
-    assert status["verify_repro_stock"][0] == "passed" and status["bench_profiles"][0] == "passed"
+    assert status["verify_repro_stock"][0] == "passed"
+    assert status["bench_profiles"][0] == "passed"
     for name in ("verify_repro_attention", "strict_plain_attention"):
-        assert status[name][0] == "skipped" and "absent.yaml does not exist" in status[name][1]
+        assert status[name][0] == "skipped"
+        assert "absent.yaml does not exist" in status[name][1]
     assert [c[0] for c in calls] == ["verify", "bench"]

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import subprocess_env
 from yolo_det.tools.bench.stats import iqr, ratio_interval, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +28,7 @@ def _load():
 @pytest.mark.slow
 def test_cpu_form_runs_skips_the_gpu_steps_and_writes_one_file(tmp_path):
     out = tmp_path / "results" / "protocol.json"
-    env = {**os.environ, "YOLO_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    env = subprocess_env()
     proc = subprocess.run([sys.executable, str(SCRIPT), "--ci", "--out", str(out), "--imgsz", "32", "--batch", "2",
                            "--steps", "2", "--block", "1", "--warmup", "0"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)
@@ -36,13 +36,19 @@ def test_cpu_form_runs_skips_the_gpu_steps_and_writes_one_file(tmp_path):
     written = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
     assert written == ["results/protocol.json"]  # nothing else (the bench's run folder is temporary)
     doc = json.loads(out.read_text())
-    assert doc["schema"] == "yolo-det/gpu-protocol/1" and doc["form"] == "ci-cpu" and doc["cuda"] is False
-    assert len(doc["skipped"]) == 2 and all("skipped, --ci was given" in s for s in doc["skipped"])
+    assert doc["schema"] == "yolo-det/gpu-protocol/1"
+    assert doc["form"] == "ci-cpu"
+    assert doc["cuda"] is False
+    assert len(doc["skipped"]) == 2
+    assert all("skipped, --ci was given" in s for s in doc["skipped"])
     (result,) = doc["results"]
-    assert result["status"] == "measured" and result["model"] == "yolov8n.yaml" and result["device"] == "cpu"
+    assert result["status"] == "measured"
+    assert result["model"] == "yolov8n.yaml"
+    assert result["device"] == "cpu"
     profiles = {p["profile"]: p for p in result["summary"]["profiles"]}
     assert set(profiles) == {"repro", "balanced", "fast"}
-    assert profiles["fast"]["verdict"] == "reference" and profiles["fast"]["ratio_to_reference"] == 1.0
+    assert profiles["fast"]["verdict"] == "reference"
+    assert profiles["fast"]["ratio_to_reference"] == 1.0
     for name in ("repro", "balanced"):
         p = profiles[name]
         assert p["ratio_low"] <= p["ratio_to_reference"] <= p["ratio_high"]
@@ -52,7 +58,8 @@ def test_cpu_form_runs_skips_the_gpu_steps_and_writes_one_file(tmp_path):
     assert settings["allow_tf32"]["status"] == "not applicable on cpu"
     assert settings["deterministic_algorithms"]["status"] == "measured"
     assert result["summary"]["kernel_changes"] == {}  # no CUDA kernels profiled on the CPU
-    assert "NOT a GPU measurement" in doc["summary"] and "ratio to fast" in doc["summary"]
+    assert "NOT a GPU measurement" in doc["summary"]
+    assert "ratio to fast" in doc["summary"]
     assert doc["summary"].splitlines()[0] in proc.stdout
 
 
@@ -72,7 +79,8 @@ def test_kernel_changes_rank_the_kernels_that_moved_most():
     names = [c["name"] for c in changes["repro"]]
     assert names[:2] == ["conv_deterministic", "conv_autotuned"]
     by = {c["name"]: c for c in changes["repro"]}
-    assert by["conv_autotuned"]["delta_us"] == -900.0 and by["index_put_sorted"]["reference_us"] == 0.0
+    assert by["conv_autotuned"]["delta_us"] == -900.0
+    assert by["index_put_sorted"]["reference_us"] == 0.0
     assert names[-1] == "gemm"  # 1 us: the smallest change
     assert gp.kernel_changes([{"profile": "repro", "kernels": []}]) == {}
 
@@ -82,9 +90,11 @@ def test_ratio_interval_separates_signal_from_noise():
     same = [100.0 + ((i + 2) % 5) for i in range(40)]
     slower = [t * 1.3 for t in base]
     r, lo, hi = ratio_interval(same, base)
-    assert lo <= 1.0 <= hi and verdict(r, lo, hi) == "within noise"
+    assert lo <= 1.0 <= hi
+    assert verdict(r, lo, hi) == "within noise"
     r, lo, hi = ratio_interval(slower, base)
-    assert lo > 1.2 and verdict(r, lo, hi) == "slower"
+    assert lo > 1.2
+    assert verdict(r, lo, hi) == "slower"
     r, lo, hi = ratio_interval(base, slower)
     assert verdict(r, lo, hi) == "faster"
     assert ratio_interval(slower, base) == ratio_interval(slower, base)  # fixed seed: reproducible

@@ -35,15 +35,19 @@ def test_a_weights_file_cut_short_is_set_aside(tmp_path: Path) -> None:
     _checkpoint(weights / "epoch1.pt")
     whole = (weights / "last.pt").read_bytes()
     (weights / "last.pt").write_bytes(whole[: len(whole) // 2])  # the write the full disk cut short
-    assert is_complete_checkpoint(weights / "epoch1.pt") and not is_complete_checkpoint(weights / "last.pt")
+    assert is_complete_checkpoint(weights / "epoch1.pt")
+    assert not is_complete_checkpoint(weights / "last.pt")
     files = set_aside_incomplete(weights_files(weights, before))
     by_name = {Path(f.get("renamed_from", f["file"])).name: f for f in files}
-    assert by_name["last.pt"]["incomplete"] is True and by_name["last.pt"]["sha256"] is None
+    assert by_name["last.pt"]["incomplete"] is True
+    assert by_name["last.pt"]["sha256"] is None
     assert by_name["last.pt"]["file"] == str(weights / ("last.pt" + INCOMPLETE_SUFFIX))
     assert not (weights / "last.pt").exists()  # nothing named like a checkpoint holds half of one
     assert (weights / ("last.pt" + INCOMPLETE_SUFFIX)).read_bytes() == whole[: len(whole) // 2]
-    assert "incomplete" not in by_name["epoch1.pt"] and by_name["epoch1.pt"]["sha256"]
-    assert "incomplete" not in by_name["best.pt"] and (weights / "best.pt").exists()
+    assert "incomplete" not in by_name["epoch1.pt"]
+    assert by_name["epoch1.pt"]["sha256"]
+    assert "incomplete" not in by_name["best.pt"]
+    assert (weights / "best.pt").exists()
     # a second cut-short file of the same name does not replace the first one set aside
     (weights / "last.pt").write_bytes(b"PK\x03\x04 cut")
     again = set_aside_incomplete(weights_files(weights, before))
@@ -81,12 +85,16 @@ def test_a_full_disk_stops_the_run_with_one_line_and_a_true_record(tmp_path: Pat
     run = tmp_path / "runs" / "r"
     lines = [ln for ln in done.stderr.splitlines() if ln.startswith("yolo-det: error:")]
     assert done.returncode == 1, done.stderr[-2000:]
-    assert "Traceback" not in done.stderr and len(lines) == 1 and "File too large" in lines[0]
+    assert "Traceback" not in done.stderr
+    assert len(lines) == 1
+    assert "File too large" in lines[0]
     assert str(run / "determinism.json") in lines[0]
     record = json.loads((run / "determinism.json").read_text())
-    assert record["status"] == "failed" and record["error"]["type"] == "OSError"
+    assert record["status"] == "failed"
+    assert record["error"]["type"] == "OSError"
     entry = next(f for f in record["weights"]["files"] if f.get("renamed_from", "").endswith("last.pt"))
-    assert entry["incomplete"] is True and not (run / "weights" / "last.pt").exists()
+    assert entry["incomplete"] is True
+    assert not (run / "weights" / "last.pt").exists()
     assert (run / "weights" / ("last.pt" + INCOMPLETE_SUFFIX)).stat().st_size == 1_000_000
 
 
@@ -121,7 +129,9 @@ def test_an_edited_device_type_never_turns_a_comparison_into_a_pass() -> None:
     assert not compare_against(saved, here).verified
     saved.run.device_type = "cuda"  # the file edited: "trained on another device type"
     report = compare_against(saved, here)
-    assert report.identical and not report.verified and report.to_dict()["identical"] is False
+    assert report.identical
+    assert not report.verified
+    assert report.to_dict()["identical"] is False
 
 
 def test_key_value_arguments_after_an_option_are_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -145,7 +155,8 @@ def test_a_relative_project_and_the_name_stay_inside_the_runs_folder(tmp_path: P
     from yolo_det.tools.prechecks import run_dir
 
     where = run_dir({"project": "mine", "name": "exp"}, "detect")
-    assert where.parent.name == "mine" and where.name.startswith("exp")
+    assert where.parent.name == "mine"
+    assert where.name.startswith("exp")
     assert Path(SETTINGS["runs_dir"]).name in where.parts or "tmp" in where.parts
     assert run_dir({"project": str(tmp_path), "name": "exp"}, "detect") == (tmp_path / "exp").resolve()
 
@@ -159,4 +170,5 @@ def test_sys_exit_during_training_is_never_a_success(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(train_command, "train", exits)
     assert main(["train", "epochs=1"]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "sys.exit(0) was called during the run" in err
+    assert err.count("\n") == 1
+    assert "sys.exit(0) was called during the run" in err

@@ -44,11 +44,15 @@ def test_run_identity_covers_data_model_and_arguments(tmp_path):
     net = Net()
     ident = run_identity(fake_trainer(root, net, "my.pt"))
     data = ident["data"]
-    assert data["splits"]["train"]["images"] == 4 and data["splits"]["val"]["images"] == 3
-    assert data["hashed"] == 7 and data["root"] == str(root)
+    assert data["splits"]["train"]["images"] == 4
+    assert data["splits"]["val"]["images"] == 3
+    assert data["hashed"] == 7
+    assert data["root"] == str(root)
     model = ident["model"]
-    assert model["kind"] == "checkpoint" and model["start_weights_sha256"] == state_dict_digest(net)
-    assert model["parameters"] == sum(p.numel() for p in net.parameters()) and "architecture_sha256" in model
+    assert model["kind"] == "checkpoint"
+    assert model["start_weights_sha256"] == state_dict_digest(net)
+    assert model["parameters"] == sum(p.numel() for p in net.parameters())
+    assert "architecture_sha256" in model
     assert ident["ultralytics_args"] == {"data": str(root / "x.yaml"), "imgsz": 64, "model": "my.pt",
                                          "save_dir": "/tmp/r", "split": "val"}
 
@@ -73,7 +77,8 @@ def test_yaml_start_hashes_the_yaml_text(tmp_path):
     one.write_text(text)
     two.write_text(text + "\n# a comment\n")
     fa, fb = model_fingerprint(Net(), str(one)), model_fingerprint(Net(), str(two))
-    assert fa["kind"] == "yaml" and fa["yaml_sha256"] != fb["yaml_sha256"]
+    assert fa["kind"] == "yaml"
+    assert fa["yaml_sha256"] != fb["yaml_sha256"]
 
 
 def test_a_part_that_fails_is_recorded_as_an_error_not_raised(tmp_path):
@@ -83,5 +88,6 @@ def test_a_part_that_fails_is_recorded_as_an_error_not_raised(tmp_path):
                               test_loader=None, model=None)
     ident = run_identity(trainer)
     assert "FileNotFoundError" in ident["data"]["error"]
-    assert ident["model"]["kind"] == "yaml" and "start_weights_sha256" not in ident["model"]
+    assert ident["model"]["kind"] == "yaml"
+    assert "start_weights_sha256" not in ident["model"]
     assert ident["ultralytics_args"]["model"] == "m.yaml"

@@ -44,11 +44,32 @@ def test_new_files_get_the_modes_of_open_and_replaced_files_keep_theirs(tmp_path
         assert _mode(path) == 0o666 & ~mask
         os.chmod(path, 0o600)
         atomic_write_text(path, "x: 2\n")
-        assert _mode(path) == 0o600 and path.read_text() == "x: 2\n"
+        assert _mode(path) == 0o600
+        assert path.read_text() == "x: 2\n"
         out = demo.generate(tmp_path / "demo", n_train=1, n_val=1)
         files = [p for p in (tmp_path / "demo").rglob("*") if p.is_file()] + [out]
-        assert len(files) == 5 and {_mode(p) for p in files} == {0o666 & ~mask}
+        assert len(files) == 5
+        assert {_mode(p) for p in files} == {0o666 & ~mask}
         assert not list(tmp_path.rglob(".*.tmp"))
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077])
+def test_resume_states_and_patched_files_get_the_same_modes(tmp_path, mask):
+    """Every writer goes through core.fileio: a resume state (torch.save) gets the umask mode too."""
+    from yolo_det.core.fileio import atomic_file
+    from yolo_det.core.resume import save_state
+
+    with _umask(mask):
+        state = save_state(tmp_path / "weights" / "yolo-det-resume.last.pt", {"epoch": 1})
+        assert _mode(state) == 0o666 & ~mask
+        os.chmod(state, 0o640)
+        save_state(state, {"epoch": 2})
+        assert _mode(state) == 0o640
+    with pytest.raises(KeyboardInterrupt), atomic_file(tmp_path / "half.bin") as f:
+        f.write(b"half")
+        raise KeyboardInterrupt  # interrupted mid-write: nothing left, no temporary file
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["weights"]
+    assert [p.name for p in (tmp_path / "weights").iterdir()] == ["yolo-det-resume.last.pt"]
 
 
 def test_an_installed_package_writes_demo_data_into_the_user_cache(tmp_path, monkeypatch):
@@ -63,7 +84,8 @@ def test_an_installed_package_writes_demo_data_into_the_user_cache(tmp_path, mon
     monkeypatch.setattr(demo.generate, "__kwdefaults__", {"n_train": 2, "n_val": 1, "seed": 0})
     assert demo.default_demo_folder() == tmp_path / "cache" / "demo"
     path = demo.demo_data_yaml()
-    assert path == tmp_path / "cache" / "demo.yaml" and (tmp_path / "cache" / "demo" / ".complete").is_file()
+    assert path == tmp_path / "cache" / "demo.yaml"
+    assert (tmp_path / "cache" / "demo" / ".complete").is_file()
     assert demo.main([]) == 0
     assert list((site / "data").iterdir()) == []
     assert demo.demo_data_yaml() == path  # generated once
@@ -72,7 +94,8 @@ def test_an_installed_package_writes_demo_data_into_the_user_cache(tmp_path, mon
 def test_examples_are_package_files_and_resolve_by_name(tmp_path, monkeypatch):
     from yolo_det.analysis.models import EXAMPLES, example_names, resolve_model_yaml
 
-    assert EXAMPLES.parent.parent == ROOT / "yolo_det" and "cbam-max.yaml" in example_names()
+    assert EXAMPLES.parent.parent == ROOT / "yolo_det"
+    assert "cbam-max.yaml" in example_names()
     monkeypatch.chdir(tmp_path)
     assert resolve_model_yaml("cbam-max.yaml") == (EXAMPLES / "cbam-max.yaml").resolve()
     (tmp_path / "cbam-max.yaml").write_text("nc: 1\n")  # a file in the current folder wins
@@ -123,7 +146,8 @@ def test_wheel_install_trains_from_an_empty_folder(tmp_path):
         [str(python), "-c", "import yolo_det; from yolo_det.analysis.models import resolve_model_yaml as r; "
                             "print('PATHS', yolo_det.__file__, r('cbam-max.yaml'))"],
         check=True, env=env, cwd=empty, capture_output=True, text=True).stdout.split("PATHS ")[-1].split()
-    assert probe[0].startswith(purelib) and probe[1].startswith(purelib)  # the wheel's files, not the checkout's
+    assert probe[0].startswith(purelib)
+    assert probe[1].startswith(purelib)
 
     proc = subprocess.run([str(venv / "bin" / "yolo-det"), "train", "--profile", "repro", "epochs=1"],
                           env=env, cwd=empty, capture_output=True, text=True, timeout=300,
@@ -132,12 +156,15 @@ def test_wheel_install_trains_from_an_empty_folder(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "weights sha256: " in proc.stdout
     demo_yaml = tmp_path / "cache" / "demo.yaml"
-    assert demo_yaml.is_file() and _mode(demo_yaml) == 0o644
+    assert demo_yaml.is_file()
+    assert _mode(demo_yaml) == 0o644
     images = list((tmp_path / "cache" / "demo" / "images" / "train").glob("*.png"))
-    assert len(images) == demo.N_TRAIN and {_mode(p) for p in images} == {0o644}
+    assert len(images) == demo.N_TRAIN
+    assert {_mode(p) for p in images} == {0o644}
     assert not (Path(purelib) / "data").exists()  # nothing written beside the package
     record = Path(proc.stdout.split("determinism record: ")[-1].split()[0])
-    assert record.is_file() and _mode(record) == 0o644
+    assert record.is_file()
+    assert _mode(record) == 0o644
     # The budget is CPU time (what the test costs), not wall time (which a loaded shared machine stretches).
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = usage.ru_utime + usage.ru_stime - cpu_before

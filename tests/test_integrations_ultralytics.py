@@ -114,23 +114,28 @@ def test_phases_are_in_force_during_each_call_and_state_is_restored(tmp_path, de
 
     seen["val"].clear()
     model.val(data=demo_data, imgsz=64, batch=8, device="cpu", plots=False, project=str(tmp_path), name="val")
-    assert seen["val"] == {("warn", False, False)} and snapshot() == base
+    assert seen["val"] == {("warn", False, False)}
+    assert snapshot() == base
 
     image = next((Path(demo_data).parent / "demo" / "images" / "val").glob("*.png"))
     model.predict(str(image), imgsz=64, device="cpu", verbose=False)
-    assert seen["deploy"] == {("off", True, False)} and snapshot() == base
+    assert seen["deploy"] == {("off", True, False)}
+    assert snapshot() == base
     list(model.predict(str(image), imgsz=64, device="cpu", verbose=False, stream=True))
     assert snapshot() == base
 
     seen["deploy"].clear()
     model.export(format="torchscript", imgsz=64, device="cpu")
-    assert seen["deploy"] == {("off", True, False)} and snapshot() == base
+    assert seen["deploy"] == {("off", True, False)}
+    assert snapshot() == base
 
     record = json.loads((tmp_path / "run" / RECORD_NAME).read_text())
-    assert record["status"] == "completed" and record["profile"]["name"] == "probe"
+    assert record["status"] == "completed"
+    assert record["profile"]["name"] == "probe"
     assert record["state_at_train_start"]["deterministic_algorithms"] == "strict"
     assert record["state_before"]["deterministic_algorithms"] == "warn"
-    assert record["seeds"]["seed"] == 0 and record["seeds"]["rng_seed"] == 1
+    assert record["seeds"]["seed"] == 0
+    assert record["seeds"]["rng_seed"] == 1
     assert record["weights"]["sha256"] == checkpoint_digest(tmp_path / "run" / "weights" / "last.pt")
     assert plugin.weights_digest == record["weights"]["sha256"]
     assert record["environment"]["torch"] == torch.__version__
@@ -157,7 +162,8 @@ def test_exception_mid_training_restores_state_and_records_failure(tmp_path, dem
         model.train(data=demo_data, project=str(tmp_path), name="fail", **SMALL)
     assert snapshot() == base
     record = json.loads((tmp_path / "fail" / RECORD_NAME).read_text())
-    assert record["status"] == "failed" and "sha256" not in record["weights"]
+    assert record["status"] == "failed"
+    assert "sha256" not in record["weights"]
 
 
 def test_trainer_class_backward_flag_and_data_order(tmp_path, demo_data):
@@ -178,7 +184,9 @@ def test_trainer_class_backward_flag_and_data_order(tmp_path, demo_data):
         assert snapshot() == base
         forward = {flag for kind, flag in FlagProbe.log if kind == "forward"}
         backward = {flag for kind, flag in FlagProbe.log if kind == "backward"}
-        assert forward == {True} and backward == {backward_flag} and set(after_step) == {True}, profile
+        assert forward == {True}, profile
+        assert backward == {backward_flag}, profile
+        assert set(after_step) == {True}, profile
         record = json.loads((tmp_path / f"{profile}{seed}" / RECORD_NAME).read_text())
         assert record["backward_toggles"] == (0 if backward_flag else len(after_step))
         assert len(base_cls.first_batches) == 1
@@ -197,7 +205,8 @@ def test_cli_train_twice_gives_the_same_weights_digest(tmp_path, capsys):
         line = next(li for li in out.splitlines() if li.startswith("weights sha256: "))
         digests.append(line.split(": ")[1])
         assert f"determinism record: {tmp_path / name / RECORD_NAME}" in out
-    assert digests[0] == digests[1] and len(digests[0]) == 64
+    assert digests[0] == digests[1]
+    assert len(digests[0]) == 64
 
 
 def test_plugin_pickles_without_its_run_state():
@@ -209,4 +218,5 @@ def test_plugin_pickles_without_its_run_state():
         clone = pickle.loads(pickle.dumps(plugin))
     finally:
         plugin.end_run()
-    assert clone.session is None and clone.profile == plugin.profile
+    assert clone.session is None
+    assert clone.profile == plugin.profile

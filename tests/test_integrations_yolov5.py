@@ -132,7 +132,8 @@ def test_without_a_profile_yolov5_runs_as_before(tmp_path: Path) -> None:
     assert YOLOV5_INIT_SEEDS_CALLS == [(3, True)]  # opt.seed + 1 + RANK, as YOLOv5 calls it
     torch.manual_seed(3)
     assert torch.equal(SEEN["first_rand"], torch.rand(4))
-    assert SEEN["run"] is None and SEEN["model"] is SEEN["built"]
+    assert SEEN["run"] is None
+    assert SEEN["model"] is SEEN["built"]
     assert set(SEEN["backward"]) == {"strict"}  # YOLOv5's own init_seeds switched strict mode on ...
     assert _mode() == "strict"  # ... and, as plain YOLOv5, nothing gives the state back
     assert not (tmp_path / "run" / RECORD_NAME).exists()
@@ -148,13 +149,16 @@ def test_repro_trains_strict_restores_and_records(tmp_path: Path) -> None:
     assert SEEN["forward"] == SEEN["backward"] == SEEN["after_backward"] == ["strict"] * 3
     assert SEEN["val"] == ["strict"]
     run = SEEN["run"]
-    assert isinstance(run, ydet.YOLOv5Run) and run.model is SEEN["built"] and SEEN["model"] is SEEN["built"]
+    assert isinstance(run, ydet.YOLOv5Run)
+    assert run.model is SEEN["built"]
+    assert SEEN["model"] is SEEN["built"]
     torch.manual_seed(rank_seed(3, 0))
     assert torch.equal(SEEN["first_rand"], torch.rand(4))
 
     record = _record(tmp_path)
     assert run.record_path == tmp_path / "run" / RECORD_NAME
-    assert record["status"] == "completed" and record["framework"] == "yolov5"
+    assert record["status"] == "completed"
+    assert record["framework"] == "yolov5"
     assert record["profile"]["name"] == "repro"
     assert record["state_before"]["deterministic_algorithms"] == "warn"
     assert record["state_at_train_start"]["deterministic_algorithms"] == "strict"
@@ -162,12 +166,16 @@ def test_repro_trains_strict_restores_and_records(tmp_path: Path) -> None:
     assert record["state_during_backward"]["deterministic_algorithms"] == "strict"
     assert record["backward"] == {"calls": 3, "modes_seen": ["strict"], "disabled": False}
     assert record["backward_toggles"] == 0
-    assert record["seeds"]["seed"] == 3 and record["seeds"]["rng_seed"] == rank_seed(3, 0)
+    assert record["seeds"]["seed"] == 3
+    assert record["seeds"]["rng_seed"] == rank_seed(3, 0)
     last = tmp_path / "run" / "weights" / "last.pt"
-    assert record["weights"]["file"] == str(last) and record["weights"]["sha256"] == checkpoint_digest(last)
+    assert record["weights"]["file"] == str(last)
+    assert record["weights"]["sha256"] == checkpoint_digest(last)
     assert {f["file"]: f["sha256"] for f in record["weights"]["files"]}[str(last)] == checkpoint_digest(last)
-    assert record["model"]["class"] == "torch.nn.modules.linear.Linear" and record["model"]["parameters"] == 10
-    assert record["run"]["det_profile"] == "repro" and record["run"]["save_dir"] == str(tmp_path / "run")
+    assert record["model"]["class"] == "torch.nn.modules.linear.Linear"
+    assert record["model"]["parameters"] == 10
+    assert record["run"]["det_profile"] == "repro"
+    assert record["run"]["save_dir"] == str(tmp_path / "run")
     assert record["run"]["script"] == __file__
     assert [(e["event"], e["phase"]) for e in record["phase_events"]] == [
         ("enter", "train"), ("enter", "val"), ("exit", "val")]
@@ -219,7 +227,8 @@ def test_each_rank_seeds_itself_and_only_rank_0_records(tmp_path: Path, monkeypa
 def test_the_run_provides_yolov5s_font(tmp_path: Path) -> None:
     train({}, _opt(tmp_path, "repro"), "cpu", None)
     font = tmp_path / "yolov5-config" / "Arial.ttf"
-    assert font.is_file() and font.stat().st_size > 10_000
+    assert font.is_file()
+    assert font.stat().st_size > 10_000
     assert _record(tmp_path)["fonts"] == [str(font)]
 
 
@@ -227,7 +236,8 @@ def test_an_unknown_profile_fails_before_anything_runs(tmp_path: Path) -> None:
     before = _state.snapshot()
     with pytest.raises(ProfileError, match="Did you mean 'repro'"):
         train({}, _opt(tmp_path, "repo"), "cpu", None)
-    assert _state.snapshot() == before and SEEN == {}
+    assert _state.snapshot() == before
+    assert SEEN == {}
     assert not (tmp_path / "run").exists()
 
 
@@ -236,7 +246,8 @@ def test_a_negative_seed_is_refused(tmp_path: Path) -> None:
     opt.seed = -1
     with pytest.raises(ConfigError, match="--seed must be a non-negative integer"):
         train({}, opt, "cpu", None)
-    assert SEEN == {} and _mode() == "off"
+    assert SEEN == {}
+    assert _mode() == "off"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -266,7 +277,8 @@ def test_deployment_runs_under_the_deploy_phase_and_restores() -> None:
     assert detect_run(weights="a.pt", det_profile=None) == {"weights": "a.pt"}  # the option's default
     assert SEEN["deploy"] == ["off", "off"]
     assert detect_run(weights="a.pt", det_profile="fast") == {"weights": "a.pt"}  # not passed on to run()
-    assert SEEN["deploy"][-1] == "strict" and _mode() == "off"
+    assert SEEN["deploy"][-1] == "strict"
+    assert _mode() == "off"
     with pytest.raises(RuntimeError, match="deploy failed"):
         detect_run(fail=True, det_profile="repro")
     assert _mode() == "off"
@@ -277,11 +289,13 @@ def test_deployment_runs_under_the_deploy_phase_and_restores() -> None:
 def test_validation_alone_and_inside_a_run(tmp_path: Path) -> None:
     val_run(model=None)
     val_run(model=None, det_profile="repro")
-    assert SEEN["val"] == ["off", "strict"] and _mode() == "off"
+    assert SEEN["val"] == ["off", "strict"]
+    assert _mode() == "off"
     profile_file = tmp_path / "loose-val.yaml"
     profile_file.write_text("extends: repro\nval:\n  deterministic_algorithms: warn\n")
     train({}, _opt(tmp_path, str(profile_file)), "cpu", None)
-    assert SEEN["val"][-1] == "warn" and set(SEEN["forward"]) == {"strict"}
+    assert SEEN["val"][-1] == "warn"
+    assert set(SEEN["forward"]) == {"strict"}
 
 
 def test_backward_and_prepare_model_outside_a_run_are_plain() -> None:
@@ -393,12 +407,14 @@ def test_patched_yolov5_trains_one_epoch_under_repro_offline(yolov5_copy: Path) 
     assert result["after_detect"] == result["before"]
     assert result["detect_modes"] == [[True, False]]  # every forward of detect.py ran under strict mode
     assert result["bad_profile"] == 2
-    assert "argument --det-profile: unknown profile 'repo'" in proc.stderr and "Did you mean 'repro'?" in proc.stderr
+    assert "argument --det-profile: unknown profile 'repo'" in proc.stderr
+    assert "Did you mean 'repro'?" in proc.stderr
 
     save_dir = root / "runs" / "repro"
     assert (root / result["save_dir"]).resolve() == save_dir.resolve()
     record = json.loads((save_dir / RECORD_NAME).read_text())
-    assert record["status"] == "completed" and record["framework"] == "yolov5"
+    assert record["status"] == "completed"
+    assert record["framework"] == "yolov5"
     assert record["profile"]["name"] == "repro"
     assert record["state_before"]["deterministic_algorithms"] == "warn"
     assert record["state_at_train_start"]["deterministic_algorithms"] == "strict"
@@ -409,13 +425,16 @@ def test_patched_yolov5_trains_one_epoch_under_repro_offline(yolov5_copy: Path) 
     assert record["seeds"]["rng_seed"] == rank_seed(0, 0)
     assert record["model"]["class"] == "yolov5.models.yolo.DetectionModel"
     phases = [(e["event"], e["phase"]) for e in record["phase_events"]]
-    assert phases[0] == ("enter", "train") and phases.count(("enter", "val")) == 2  # epoch end, then best.pt
+    assert phases[0] == ("enter", "train")
+    assert phases.count(("enter", "val")) == 2
     assert record["weights"]["file"] == str(save_dir / "weights" / "last.pt")
     assert re.fullmatch(r"[0-9a-f]{64}", record["weights"]["sha256"])
     assert record["environment"]["yolov5"] is not None
     font = root / "yolov5-config" / "Arial.ttf"
-    assert record["fonts"] == [str(font)] and font.is_file()
-    assert record["run"]["det_profile"] == "repro" and record["run"]["imgsz"] == 64
+    assert record["fonts"] == [str(font)]
+    assert font.is_file()
+    assert record["run"]["det_profile"] == "repro"
+    assert record["run"]["imgsz"] == 64
 
 
 _CBAM_DRIVER = """
@@ -493,4 +512,5 @@ def test_cbam_max_under_the_cuda_emulator(yolov5_copy: Path, plain_yolov5_copy: 
     balanced = json.loads((yolov5_copy / "runs" / "balanced" / RECORD_NAME).read_text())
     assert balanced["swaps"] == []
     assert balanced["state_at_train_start"]["deterministic_algorithms"] == "strict"
-    assert balanced["backward"]["modes_seen"] == ["off"] and balanced["backward"]["disabled"]
+    assert balanced["backward"]["modes_seen"] == ["off"]
+    assert balanced["backward"]["disabled"]

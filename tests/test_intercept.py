@@ -71,7 +71,8 @@ def test_attributes_are_restored_after_nesting_and_errors():
     assert not is_active()
     with pytest.raises(ValueError), interception():
         with interception():
-            assert is_active() and getattr(F.grid_sample, "_yolo_det_router", False)
+            assert is_active()
+            assert getattr(F.grid_sample, "_yolo_det_router", False)
         assert is_active()  # the outer scope still routes
         with suspended():
             assert F.grid_sample is ORIGINALS["grid_sample"]

@@ -48,6 +48,8 @@ def test_registering_on_an_existing_trainer_is_refused_in_one_line(tmp_path: Pat
     with pytest.raises(YoloDetError) as e:
         trainer.train()
     message = str(e.value)
-    assert "\n" not in message and "registered on a trainer that already existed" in message
-    assert "yolo_det.attach(model)" in message and "_callbacks=" in message
+    assert "\n" not in message
+    assert "registered on a trainer that already existed" in message
+    assert "yolo_det.attach(model)" in message
+    assert "_callbacks=" in message
     assert not (tmp_path / "late" / RECORD_NAME).exists()

@@ -54,9 +54,11 @@ def test_tables_are_built_outside_fake_mode():
     with FakeTensorMode():
         x = torch.randn(2, 3, 11, 7, device="cuda")
         y = L.interpolate(x, size=(23, 5), mode="bicubic", align_corners=True)
-        assert isinstance(y, FakeTensor) and y.shape == (2, 3, 23, 5)
+        assert isinstance(y, FakeTensor)
+        assert y.shape == (2, 3, 23, 5)
     amap = L.upsample._interp_map("bicubic", 2, 0, 11, 23, None, True, False)
-    assert type(amap.index) is torch.Tensor and amap.index.device.type == "cpu"
+    assert type(amap.index) is torch.Tensor
+    assert amap.index.device.type == "cpu"
 
 
 class _Redirect(TorchFunctionMode):
@@ -154,6 +156,7 @@ def test_amp_plan_probes_accelerators_with_fake_tensors():
     finally:
         torch.set_autocast_enabled("cuda", enabled)
         torch.set_autocast_dtype("cuda", dtype)
-    assert active and compute == torch.float32
+    assert active
+    assert compute == torch.float32
     assert out in (torch.float32, torch.float16)  # fp32 where upsample_bicubic2d is on CUDA's fp32 list (2.14)
     assert sample == (torch.float32, torch.float32, True)

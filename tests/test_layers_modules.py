@@ -55,7 +55,8 @@ def test_same_constructor_attributes_repr_and_state(case):
     assert det.state_dict() == {} == ref.state_dict()
     det.load_state_dict(ref.state_dict(), strict=True)
     clone = copy.deepcopy(det)
-    assert type(clone) is type(det) and repr(clone) == repr(det)
+    assert type(clone) is type(det)
+    assert repr(clone) == repr(det)
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)

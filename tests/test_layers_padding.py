@@ -52,7 +52,7 @@ def test_channels_last_layout_is_kept_like_torch(mode):
     assert y.stride() == ref.stride()
 
 
-@pytest.mark.parametrize("mode,value", [("constant", 2.5), ("circular", None)])
+@pytest.mark.parametrize(("mode", "value"), [("constant", 2.5), ("circular", None)])
 def test_other_modes_pass_through(mode, value):
     x = torch.randn(2, 3, 5, 6)
     assert torch.equal(P.pad(x, (1, 2, 1, 1), mode, value), F.pad(x, (1, 2, 1, 1), mode=mode, value=value))
@@ -73,7 +73,7 @@ def test_invalid_arguments_raise_like_torch(args):
         P.pad(x, pads, mode, value)
 
 
-@pytest.mark.parametrize("cls,ref,arg", [
+@pytest.mark.parametrize(("cls", "ref", "arg"), [
     (P.DetReflectionPad1d, torch.nn.ReflectionPad1d, 2), (P.DetReflectionPad2d, torch.nn.ReflectionPad2d, (1, 2, 0, 3)),
     (P.DetReflectionPad3d, torch.nn.ReflectionPad3d, 1), (P.DetReplicationPad1d, torch.nn.ReplicationPad1d, (0, 3)),
     (P.DetReplicationPad2d, torch.nn.ReplicationPad2d, 2),

@@ -151,7 +151,7 @@ def _max_grad(x: torch.Tensor, out, g: torch.Tensor, combine: bool) -> torch.Ten
     return P._max_input_grad(g, index, x.shape, reach, combine)
 
 
-@pytest.mark.parametrize("shape,out", GENERAL)
+@pytest.mark.parametrize(("shape", "out"), GENERAL)
 @pytest.mark.parametrize("pattern", ["normal", "ints", "relu", "const", "nan"])
 @pytest.mark.parametrize("combine", [False, True])
 def test_max_pool_general_windows_gradient_is_bit_identical(shape, out, pattern, combine):
@@ -198,7 +198,7 @@ def test_reach_counts_overlapping_neighbours():
     assert P._reach(P._windows(1, 4)) == 3
 
 
-@pytest.mark.parametrize("shape,out", [((1, 2, 7, 9), (4, 4)), ((2, 1, 5, 6), (9, 11)), ((1, 2, 10, 7), (3, 5)),
+@pytest.mark.parametrize(("shape", "out"), [((1, 2, 7, 9), (4, 4)), ((2, 1, 5, 6), (9, 11)), ((1, 2, 10, 7), (3, 5)),
                                        ((2, 11, 10), (4, 3))])
 def test_general_window_gradients_pass_gradcheck(shape, out):
     g = torch.Generator().manual_seed(5)
@@ -209,7 +209,7 @@ def test_general_window_gradients_pass_gradcheck(shape, out):
     assert torch.autograd.gradgradcheck(lambda t: P.adaptive_max_pool2d(t, out), (x,))
 
 
-@pytest.mark.parametrize("shape,out", GENERAL)
+@pytest.mark.parametrize(("shape", "out"), GENERAL)
 def test_general_window_average_matches_torch_exactly_forward(shape, out):
     # the forward is ATen's own kernel: bit-identical; the gradient agrees to float64 rounding
     x = make_input("normal", shape, torch.float32, 4)

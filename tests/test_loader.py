@@ -22,8 +22,11 @@ def test_layer_lines() -> None:
 
 def test_ultralytics_names_resolve_with_their_scale() -> None:
     loaded = load_model("yolov8n.yaml")
-    assert loaded.kind == "yaml" and loaded.yaml_path is not None and loaded.yaml_path.name == "yolov8.yaml"
-    assert loaded.stride == 32 and loaded.channels == 3
+    assert loaded.kind == "yaml"
+    assert loaded.yaml_path is not None
+    assert loaded.yaml_path.name == "yolov8.yaml"
+    assert loaded.stride == 32
+    assert loaded.channels == 3
     assert len(loaded.layer_lines) == len(loaded.model.model)
     assert loaded.model.yaml["scale"] == "n"
 
@@ -42,7 +45,9 @@ def test_module_and_state_dict_checkpoints(tmp_path: Path) -> None:
         load_model(tmp_path / "m.pt")
     with trusted_checkpoints():
         loaded = load_model(tmp_path / "m.pt")
-    assert loaded.kind == "checkpoint" and loaded.channels == 1 and loaded.stride is None
+    assert loaded.kind == "checkpoint"
+    assert loaded.channels == 1
+    assert loaded.stride is None
     torch.save(module.state_dict(), tmp_path / "sd.pt")
     with trusted_checkpoints(), pytest.raises(ModelError, match="holds no model"):
         load_model(tmp_path / "sd.pt")
@@ -69,7 +74,8 @@ def test_bad_yamls(tmp_path: Path, text: str, pattern: str) -> None:
     path.write_text(text, encoding="utf-8")
     with pytest.raises(ModelError) as err:
         load_model(path)
-    assert re.search(pattern, str(err.value)) and "\n" not in str(err.value), str(err.value)
+    assert re.search(pattern, str(err.value)), str(err.value)
+    assert "\n" not in str(err.value), str(err.value)
 
 
 def test_factory_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

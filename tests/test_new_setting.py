@@ -73,7 +73,8 @@ def test_the_new_setting_is_read_from_a_profile_and_shown(tmp_path, marker) -> N
     assert profile.train.replace(test_marker="other").extra["test_marker"] == "other"
     assert pickle.loads(pickle.dumps(profile.train)) == profile.train
     again = _profile(tmp_path, profile.to_yaml())
-    assert again.train == profile.train and again.val == profile.val
+    assert again.train == profile.train
+    assert again.val == profile.val
 
 
 def test_the_new_setting_is_applied_and_undone_in_a_phase(tmp_path, marker) -> None:

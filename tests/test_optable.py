@@ -86,7 +86,8 @@ def test_bilinear_rule_depends_on_the_torch_version() -> None:
 def test_active_entries_differ_between_versions() -> None:
     old = {e.id for e, _ in TABLE.active("2.0.1")}
     new = {e.id for e, _ in TABLE.active(RUNNING)}
-    assert "reflection_pad2d" in old and "reflection_pad2d" not in new
+    assert "reflection_pad2d" in old
+    assert "reflection_pad2d" not in new
     assert {"adaptive_max_pool2d", "grid_sampler_2d"} <= old & new
 
 
@@ -137,7 +138,8 @@ def test_entries_without_a_swap_say_toggle_or_accept() -> None:
 
 def test_behaviour_per_effect() -> None:
     assert BEHAVIOUR["alert"]["strict"] == "raises RuntimeError"
-    assert "warns" in BEHAVIOUR["alert"]["warn"] and "non-deterministic" in BEHAVIOUR["alert"]["warn"]
+    assert "warns" in BEHAVIOUR["alert"]["warn"]
+    assert "non-deterministic" in BEHAVIOUR["alert"]["warn"]
     assert BEHAVIOUR["warn_only"]["strict"] == "deterministic algorithm"
     assert all("non-deterministic" in text for text in BEHAVIOUR["silent"].values())
 
@@ -145,7 +147,8 @@ def test_behaviour_per_effect() -> None:
 def test_decomposition_branches_are_in_the_installed_functional_py() -> None:
     # The table's native_path entries rely on these Python-level branches of torch/nn/functional.py.
     source = Path(torch.nn.functional.__file__).read_text(encoding="utf-8")
-    assert "_upsample_linear_vec" in source and "_replication_pad" in source
+    assert "_upsample_linear_vec" in source
+    assert "_replication_pad" in source
     assert "torch.are_deterministic_algorithms_enabled()" in source
     native = {e.id for e, when in TABLE.active(RUNNING) if when == "native_path"}
     assert {"upsample_bilinear2d", "replication_pad"} <= native
@@ -250,7 +253,8 @@ def _table(body: str) -> str:
 
 def test_parse_a_minimal_table() -> None:
     table = parse_table(_table(GOOD_ENTRY), "t.yaml")
-    assert [e.id for e in table] == ["a"] and table.entry("a").line == 5
+    assert [e.id for e in table] == ["a"]
+    assert table.entry("a").line == 5
     assert table.message("k", warn_only=True) == "k y"
 
 

@@ -108,9 +108,11 @@ def test_reverse_restores_the_exact_text(tree: Path, capsys: pytest.CaptureFixtu
     pristine = {rel: (tree / rel).read_bytes() for rel in pv.FILES}
     assert _cli(capsys, tree)[0] == 0
     rc, out, _ = _cli(capsys, tree, "--check", "--reverse")
-    assert rc == 1 and "train.py: would unpatch" in out
+    assert rc == 1
+    assert "train.py: would unpatch" in out
     rc, out, _ = _cli(capsys, tree, "--reverse")
-    assert rc == 0 and f"{len(pv.FILES)} file(s) unpatched" in out
+    assert rc == 0
+    assert f"{len(pv.FILES)} file(s) unpatched" in out
     assert {rel: (tree / rel).read_bytes() for rel in pv.FILES} == pristine
     assert _cli(capsys, tree, "--check")[0] == 1
     assert _cli(capsys, tree, "--reverse")[1].startswith("train.py: unchanged")
@@ -123,7 +125,8 @@ def test_default_profile_option_and_switching_it(tree: Path, capsys: pytest.Capt
     assert "ydet.add_argument(parser, default='repro')  # yolo-det" in text
     assert _cli(capsys, tree, "--check", "--profile", "repro")[0] == 0
     rc, out, _ = _cli(capsys, tree, "--check", "--profile", "balanced")
-    assert rc == 1 and "default='balanced'" in out
+    assert rc == 1
+    assert "default='balanced'" in out
     assert _cli(capsys, tree, "--profile", "balanced")[0] == 0
     new = (tree / "train.py").read_text(encoding="utf-8")
     assert [a for a, b in zip(text.splitlines(), new.splitlines()) if a != b] == [
@@ -135,7 +138,8 @@ def test_default_profile_option_and_switching_it(tree: Path, capsys: pytest.Capt
 def test_diff_writes_nothing_and_applies(tree: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     before = _digest(tree)
     rc, out, _ = _cli(capsys, tree, "--diff")
-    assert rc == 0 and out.startswith("diff --git a/train.py b/train.py\n")
+    assert rc == 0
+    assert out.startswith("diff --git a/train.py b/train.py\n")
     assert _digest(tree) == before
     applied = _apply_diff(tree, out)
     assert _cli(capsys, tree, "--no-backup")[0] == 0
@@ -174,8 +178,11 @@ def test_unrecognised_file_refuses_the_whole_tree(tree: Path, capsys: pytest.Cap
                    encoding="utf-8")
     before = _digest(tree)
     rc, out, err = _cli(capsys, tree)
-    assert rc == 2 and err.count("\n") == 1
-    assert str(seg) in err and "`scaler.scale(loss).backward()`" in err and "found none" in err
+    assert rc == 2
+    assert err.count("\n") == 1
+    assert str(seg) in err
+    assert "`scaler.scale(loss).backward()`" in err
+    assert "found none" in err
     assert "nothing was changed" in err
     assert _digest(tree) == before  # train.py, val.py, ... untouched too
     assert _cli(capsys, tree, "--check")[0] == 1
@@ -186,7 +193,10 @@ def test_an_unknown_marked_line_anywhere_refuses_the_whole_tree(tree: Path, caps
     det.write_text(det.read_text(encoding="utf-8") + "print('hi')  # yolo-det\n", encoding="utf-8")
     before = _digest(tree)
     rc, _, err = _cli(capsys, tree)
-    assert rc == 2 and err.count("\n") == 1 and "is marked '# yolo-det'" in err and "detect.py" in err
+    assert rc == 2
+    assert err.count("\n") == 1
+    assert "is marked '# yolo-det'" in err
+    assert "detect.py" in err
     assert _digest(tree) == before
 
 
@@ -211,16 +221,20 @@ def test_not_a_yolov5_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     for target in (tmp_path, tmp_path / "missing"):
         before = _digest(tmp_path)
         rc, out, err = _cli(capsys, target)
-        assert rc == 2 and out == ""
-        assert err.count("\n") == 1 and "YOLOv5" in err
+        assert rc == 2
+        assert out == ""
+        assert err.count("\n") == 1
+        assert "YOLOv5" in err
         assert _digest(tmp_path) == before
 
 
 def test_unknown_profile(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = _digest(tree)
     rc, _, err = _cli(capsys, tree, "--profile", "repo")
-    assert rc == 2 and err.count("\n") == 1
-    assert "unknown profile 'repo'" in err and "Did you mean 'repro'?" in err
+    assert rc == 2
+    assert err.count("\n") == 1
+    assert "unknown profile 'repo'" in err
+    assert "Did you mean 'repro'?" in err
     assert _digest(tree) == before
 
 
@@ -232,7 +246,9 @@ def test_read_only_files(tree: Path, capsys: pytest.CaptureFixture[str]) -> None
         rc, _, err = _cli(capsys, tree)
     finally:
         target.chmod(0o644)
-    assert rc == 2 and err.count("\n") == 1 and "detect.py is read-only" in err
+    assert rc == 2
+    assert err.count("\n") == 1
+    assert "detect.py is read-only" in err
     assert _digest(tree) == before
 
 
@@ -249,8 +265,10 @@ def test_read_only_folder(tree: Path, capsys: pytest.CaptureFixture[str], monkey
 
     monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
     rc, _, err = _cli(capsys, tree)
-    assert rc == 2 and err.count("\n") == 1
-    assert "cannot write in" in err and "segment" in err
+    assert rc == 2
+    assert err.count("\n") == 1
+    assert "cannot write in" in err
+    assert "segment" in err
     assert _digest(tree) == before
 
 
@@ -347,10 +365,15 @@ def test_symlinked_folder_outside_the_tree_is_refused(tree: Path, tmp_path: Path
     (tree / "segment").symlink_to(outside, target_is_directory=True)
     before, before_outside = _snapshot(tree), _snapshot(outside)
     rc, out, err = _cli(capsys, tree)
-    assert rc == 2 and err.count("\n") == 1 and "outside the tree" in err and "segment" in err, err
-    assert _snapshot(tree) == before and _snapshot(outside) == before_outside
+    assert rc == 2, err
+    assert err.count("\n") == 1, err
+    assert "outside the tree" in err, err
+    assert "segment" in err, err
+    assert _snapshot(tree) == before
+    assert _snapshot(outside) == before_outside
     rc, _, err = _cli(capsys, tree, "--check")
-    assert rc == 2 and "outside the tree" in err
+    assert rc == 2
+    assert "outside the tree" in err
 
 
 def test_symlinked_file_outside_the_tree_is_refused(tree: Path, tmp_path: Path,
@@ -361,8 +384,12 @@ def test_symlinked_file_outside_the_tree_is_refused(tree: Path, tmp_path: Path,
     text = outside.read_bytes()
     before = _snapshot(tree)
     rc, _, err = _cli(capsys, tree)
-    assert rc == 2 and err.count("\n") == 1 and "detect.py is a symbolic link" in err and "outside the tree" in err
-    assert _snapshot(tree) == before and outside.read_bytes() == text
+    assert rc == 2
+    assert err.count("\n") == 1
+    assert "detect.py is a symbolic link" in err
+    assert "outside the tree" in err
+    assert _snapshot(tree) == before
+    assert outside.read_bytes() == text
 
 
 def test_symlinked_file_inside_the_tree_stays_a_link(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -371,12 +398,14 @@ def test_symlinked_file_inside_the_tree_stays_a_link(tree: Path, capsys: pytest.
     original = (tree / "detect_impl.py").read_bytes()
     rc, _, err = _cli(capsys, tree)
     assert rc == 0, err
-    assert (tree / "detect.py").is_symlink() and str((tree / "detect.py").readlink()) == "detect_impl.py"
+    assert (tree / "detect.py").is_symlink()
+    assert str((tree / "detect.py").readlink()) == "detect_impl.py"
     assert "ydet" in (tree / "detect_impl.py").read_text()
     assert (tree / ("detect.py" + pv.BACKUP_SUFFIX)).read_bytes() == original
     rc, _, _ = _cli(capsys, tree, "--reverse")
     assert rc == 0
-    assert (tree / "detect.py").is_symlink() and (tree / "detect_impl.py").read_bytes() == original
+    assert (tree / "detect.py").is_symlink()
+    assert (tree / "detect_impl.py").read_bytes() == original
 
 
 def test_two_links_to_one_file_are_refused(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -384,7 +413,8 @@ def test_two_links_to_one_file_are_refused(tree: Path, capsys: pytest.CaptureFix
     (tree / "segment" / "val.py").symlink_to("../val.py")
     before = _snapshot(tree)
     rc, _, err = _cli(capsys, tree)
-    assert rc == 2 and "are the same file" in err
+    assert rc == 2
+    assert "are the same file" in err
     assert _snapshot(tree) == before
 
 

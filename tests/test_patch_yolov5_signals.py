@@ -46,8 +46,11 @@ def trees(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str
     with _hook(points.append):
         pv.apply_plan(pv.plan(work))
     patched = _snapshot(work)
-    assert patched != original and pv.JOURNAL not in patched
-    assert points[0] == "journal" and "commit" in points and points[-1].startswith("cleanup:")
+    assert patched != original
+    assert pv.JOURNAL not in patched
+    assert points[0] == "journal"
+    assert "commit" in points
+    assert points[-1].startswith("cleanup:")
     return root, original, patched, points
 
 
@@ -138,7 +141,8 @@ def _killed_at(root: Path, point: str) -> None:
         finally:
             os._exit(3)
     _, status = os.waitpid(pid, 0)
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, point
+    assert os.WIFSIGNALED(status), point
+    assert os.WTERMSIG(status) == signal.SIGKILL, point
 
 
 def test_sigkill_at_every_point_then_the_next_run(trees, tmp_path: Path, capsys) -> None:
@@ -148,7 +152,8 @@ def test_sigkill_at_every_point_then_the_next_run(trees, tmp_path: Path, capsys)
         _copy(template, root)
         _killed_at(root, point)
         if point == "journal":  # killed before the first write
-            assert pv.pending_journal(root) is None and _snapshot(root) == original
+            assert pv.pending_journal(root) is None
+            assert _snapshot(root) == original
         else:  # --check refuses to judge a half-changed tree
             assert pv.pending_journal(root) is not None, point
             assert main(["patch-yolov5", str(root), "--check"]) == 2

@@ -68,7 +68,8 @@ def test_optimizers_are_ultralytics_own() -> None:
 def test_run_folder(tmp_path: Path) -> None:
     args = {"project": str(tmp_path / "new" / "runs"), "name": 7}
     prechecks.check_run_folder(args)
-    assert args["name"] == "7" and not (tmp_path / "new").exists()
+    assert args["name"] == "7"
+    assert not (tmp_path / "new").exists()
     (tmp_path / "file").write_text("x")
     for bad, match in [({"project": str(tmp_path / "file")}, "is not a folder"),
                        ({"project": str(tmp_path / "file" / "sub")}, "which is not a folder"),
@@ -137,14 +138,17 @@ def test_train_model_yaml_with_an_unknown_module(tmp_path: Path) -> None:
         prepare("repro", [f"model={tmp_path / 'bad.yaml'}"])
 
 
+@pytest.mark.slow
 def test_scientific_notation_trains(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """lr0=1e-3 and weight_decay=5e-4 are numbers, as Ultralytics' own command line reads them, and train."""
     _, args = prepare("repro", ["lr0=1e-3", "weight_decay=5e-4"])
-    assert args["lr0"] == 0.001 and args["weight_decay"] == 0.0005
+    assert args["lr0"] == 0.001
+    assert args["weight_decay"] == 0.0005
     code = main(["train", "lr0=1e-3", "weight_decay=5e-4", "optimizer=SGD", "epochs=1", "imgsz=64",
                  f"project={tmp_path}", "name=sci", "plots=false"])
     out, err = capsys.readouterr()
     assert code == 0, err[-2000:]
     saved = yaml.safe_load((tmp_path / "sci" / "args.yaml").read_text())
-    assert saved["lr0"] == 0.001 and saved["weight_decay"] == 0.0005
+    assert saved["lr0"] == 0.001
+    assert saved["weight_decay"] == 0.0005
     assert "weights sha256:" in out

@@ -21,14 +21,22 @@ def test_builtins_load_and_have_the_documented_intent():
     repro, balanced, fast = (load_profile(n) for n in ("repro", "balanced", "fast"))
     for phase in PHASES:
         s = repro.phase(phase)
-        assert s.deterministic_algorithms == "strict" and s.backward == "keep"
-        assert not s.cudnn_benchmark and s.cudnn_deterministic and not s.allow_tf32
-    assert repro.train.swaps == "auto" and repro.train.intercept
+        assert s.deterministic_algorithms == "strict"
+        assert s.backward == "keep"
+        assert not s.cudnn_benchmark
+        assert s.cudnn_deterministic
+        assert not s.allow_tf32
+    assert repro.train.swaps == "auto"
+    assert repro.train.intercept
     assert repro.deploy.swaps == "none"  # deploy keeps standard modules (export)
-    assert balanced.train.deterministic_algorithms == "strict" and balanced.train.backward == "disable"
+    assert balanced.train.deterministic_algorithms == "strict"
+    assert balanced.train.backward == "disable"
     assert balanced.val.backward == "keep"
-    assert fast.train.deterministic_algorithms == "off" and fast.train.cudnn_benchmark and fast.train.allow_tf32
-    assert fast.val.deterministic_algorithms == "strict" and not fast.val.cudnn_benchmark
+    assert fast.train.deterministic_algorithms == "off"
+    assert fast.train.cudnn_benchmark
+    assert fast.train.allow_tf32
+    assert fast.val.deterministic_algorithms == "strict"
+    assert not fast.val.cudnn_benchmark
     assert "bitwise" in balanced.description  # the trade-off is stated
 
 
@@ -44,9 +52,13 @@ train:
   seed: 7
 """)
     p = load_profile(path)
-    assert p.name == "mine" and p.source == str(path)
-    assert p.train.cudnn_benchmark and p.train.seed == 7 and p.train.swaps == "auto"  # inherited
-    assert not p.val.cudnn_benchmark and p.val.seed is None
+    assert p.name == "mine"
+    assert p.source == str(path)
+    assert p.train.cudnn_benchmark
+    assert p.train.seed == 7
+    assert p.train.swaps == "auto"
+    assert not p.val.cudnn_benchmark
+    assert p.val.seed is None
     assert all(not p.phase(ph).fill_uninitialized_memory for ph in PHASES)
     assert dict(p.deploy.env) == {"NCCL_ALGO": "Ring"}  # a defaults mapping replaces the inherited one
     assert p.description == load_profile("repro").description
@@ -66,7 +78,8 @@ def test_extends_a_relative_file_and_detects_cycles(tmp_path):
         load_profile(tmp_path / "a.yaml")
     write(tmp_path, "extends: fast\ntrain:\n  allow_tf32: false\n", name="base.yaml")
     child = load_profile(write(tmp_path, "extends: base.yaml\n", name="child.yaml"))
-    assert child.train.deterministic_algorithms == "off" and not child.train.allow_tf32
+    assert child.train.deterministic_algorithms == "off"
+    assert not child.train.allow_tf32
 
 
 def test_roundtrip_through_yaml(tmp_path):
@@ -81,8 +94,10 @@ def test_unknown_name_suggests_close_match():
     with pytest.raises(ProfileError) as e:
         load_profile("repo")
     msg = str(e.value)
-    assert "unknown profile 'repo'" in msg and "Did you mean 'repro'?" in msg
-    assert "balanced, fast, repro" in msg and "\n" not in msg
+    assert "unknown profile 'repo'" in msg
+    assert "Did you mean 'repro'?" in msg
+    assert "balanced, fast, repro" in msg
+    assert "\n" not in msg
 
 
 def test_missing_file():
@@ -125,7 +140,8 @@ def test_empty_and_non_mapping_files(tmp_path):
 
 def test_yaml_off_reads_as_off_not_false(tmp_path):
     p = load_profile(write(tmp_path, "train:\n  deterministic_algorithms: off\n"))
-    assert p.train.deterministic_algorithms == "off" and not p.train.deterministic
+    assert p.train.deterministic_algorithms == "off"
+    assert not p.train.deterministic
 
 
 def test_phase_lookup_and_replace():
@@ -133,8 +149,10 @@ def test_phase_lookup_and_replace():
     with pytest.raises(ProfileError, match="Did you mean 'train'"):
         p.phase("trian")
     s = p.train.replace(cudnn_benchmark=True)
-    assert s.cudnn_benchmark and not p.train.cudnn_benchmark
+    assert s.cudnn_benchmark
+    assert not p.train.cudnn_benchmark
     with pytest.raises(ProfileError, match="must be true or false"):
         p.train.replace(cudnn_benchmark="yes")
-    assert isinstance(p, Profile) and load_profile(p) is p
+    assert isinstance(p, Profile)
+    assert load_profile(p) is p
     assert hash(p.train) == hash(load_profile("repro").train)

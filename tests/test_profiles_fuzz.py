@@ -31,7 +31,8 @@ def check(path) -> None:
     try:
         profile = load_profile(path)
     except ProfileError as e:
-        assert "\n" not in str(e) and str(e)
+        assert "\n" not in str(e)
+        assert str(e)
         return
     assert isinstance(profile, Profile)
     for phase in PHASES:

@@ -52,7 +52,8 @@ def _start_launcher() -> subprocess.Popen[str]:
     # argv names torch.distributed.run as a launcher's does ("python -m torch.distributed.run ...")
     proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER, "torch.distributed.run"], stdout=subprocess.PIPE,
                             text=True)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
     return proc
 
 
@@ -66,7 +67,8 @@ def test_sigterm_goes_to_the_launcher_and_ends_as_terminated() -> None:
             out, _ = proc.communicate(timeout=60)
             if proc.returncode:
                 raise subprocess.CalledProcessError(proc.returncode, "launcher")
-        assert out.strip() == "stopped" and proc.returncode == 3
+        assert out.strip() == "stopped"
+        assert proc.returncode == 3
         assert isinstance(info.value.__cause__, subprocess.CalledProcessError)
     finally:
         if proc.poll() is None:

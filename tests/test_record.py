@@ -69,7 +69,8 @@ def test_non_checkpoints_are_rejected_in_one_line(tmp_path):
                            ("missing.pt", "does not exist")):
         with pytest.raises(ModelError) as e:
             load_checkpoint_state(tmp_path / name)
-        assert fragment in str(e.value) and "\n" not in str(e.value)
+        assert fragment in str(e.value)
+        assert "\n" not in str(e.value)
 
 
 def test_environment_and_record_file(tmp_path):
@@ -80,7 +81,8 @@ def test_environment_and_record_file(tmp_path):
     path = write_record(tmp_path / "run", {"status": "completed", "environment": env, "profile": {"name": "repro"}})
     assert path.name == RECORD_NAME
     data = json.loads(path.read_text())
-    assert data["schema"] == RECORD_SCHEMA and data["status"] == "completed"
+    assert data["schema"] == RECORD_SCHEMA
+    assert data["status"] == "completed"
     assert not [p for p in path.parent.iterdir() if p.name != RECORD_NAME]  # no temporary left behind
 
 
@@ -95,7 +97,8 @@ def test_one_record_builder_gives_the_shared_schema_and_framework_keys_after_it(
     shared = ["status", "framework", "profile", "seeds", "environment", "state_before", "state_at_train_start",
               "backward_toggles", "swaps", "routed_calls", "nondeterminism_warnings", "weights", "run", "phase_events"]
     assert list(record) == [*shared, "extra_key"]
-    assert record["seeds"]["seed"] == 5 and record["profile"]["name"] == "repro"
+    assert record["seeds"]["seed"] == 5
+    assert record["profile"]["name"] == "repro"
     assert [e["event"] for e in record["phase_events"]] == ["enter"]
     json.dumps(record)  # plain data
 

@@ -95,7 +95,8 @@ def test_an_interruption_around_the_checkpoint_leaves_a_consistent_pair(
     assert "no resume state" not in out.err
     assert checkpoint_digest(last) == digest, "the resumed run ends bit for bit as the uninterrupted one"
     resumed = json.loads((tmp_path / "r" / RECORD_NAME).read_text())
-    assert resumed["resume"]["bitwise_expected"] is True and resumed["epochs_completed"] == 3
+    assert resumed["resume"]["bitwise_expected"] is True
+    assert resumed["epochs_completed"] == 3
     assert [s["status"] for s in resumed["segments"]] == ["interrupted"]
 
     # diff knows the lineage: the resumed run and its uninterrupted twin are equivalent
@@ -132,13 +133,17 @@ def test_a_killed_run_in_a_reused_folder_never_leaves_the_previous_runs_record(t
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
 
     record_b = json.loads((tmp_path / "f" / RECORD_NAME).read_text())
-    assert record_b["status"] == "running" and record_b["seeds"]["seed"] == 1
-    assert record_b["epochs_completed"] == 1 and record_b["run"]["epochs"] == 2
+    assert record_b["status"] == "running"
+    assert record_b["seeds"]["seed"] == 1
+    assert record_b["epochs_completed"] == 1
+    assert record_b["run"]["epochs"] == 2
     last = tmp_path / "f" / "weights" / "last.pt"
     assert read_checkpoint(last).epoch == 0
     files = {Path(f["file"]).name: f for f in record_b["weights"]["files"]}
-    assert files["last.pt"]["written_by_this_run"] and files["last.pt"]["sha256"] == checkpoint_digest(last)
+    assert files["last.pt"]["written_by_this_run"]
+    assert files["last.pt"]["sha256"] == checkpoint_digest(last)
 
     code = main(["diff", str(tmp_path / "a-copy"), str(tmp_path / "f")])
     out = capsys.readouterr().out
-    assert code == 1 and "and are" not in out.splitlines()[-1]
+    assert code == 1
+    assert "and are" not in out.splitlines()[-1]

@@ -53,7 +53,8 @@ def test_every_wrong_typed_field_is_one_line(field: str) -> None:
     value, message = BAD[field]
     with pytest.raises(RecordError) as e:
         parse_record(json.dumps(_with(field, value)))
-    assert message in str(e.value) and "\n" not in str(e.value)
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
 
 
 def test_deep_large_and_non_json_records_are_refused_in_one_line() -> None:
@@ -64,7 +65,8 @@ def test_deep_large_and_non_json_records_are_refused_in_one_line() -> None:
                           (b"\xff\xfe", "not a JSON record")):
         with pytest.raises(RecordError) as e:
             parse_record(text)
-        assert message in str(e.value) and "\n" not in str(e.value)
+        assert message in str(e.value)
+        assert "\n" not in str(e.value)
     with pytest.raises(RecordError, match="more than the 100 a record may have"):
         parse_record(json.dumps(BASE), max_bytes=100)
 
@@ -76,7 +78,8 @@ def test_newer_schema_is_refused_with_what_to_do() -> None:
 def test_docs_record_md_is_generated_from_the_schema() -> None:
     page = (ROOT / "docs" / "record.md").read_text(encoding="utf-8")
     assert page == record_doc(), "docs/record.md is stale: python -m yolo_det.core.record_schema > docs/record.md"
-    assert "| `resume.bitwise_expected` | boolean |" in page and "| `epochs_completed` | integer |" in page
+    assert "| `resume.bitwise_expected` | boolean |" in page
+    assert "| `epochs_completed` | integer |" in page
 
 
 @pytest.mark.parametrize("field", list(BAD))
@@ -87,7 +90,9 @@ def test_diff_of_a_malformed_record_is_one_line_exit_2(field: str, tmp_path: Pat
     bad.write_text(json.dumps(_with(field, BAD[field][0])))
     assert main(["diff", str(good), str(bad)]) == 2
     out = capsys.readouterr()
-    assert out.out == "" and out.err.count("\n") == 1 and BAD[field][1] in out.err
+    assert out.out == ""
+    assert out.err.count("\n") == 1
+    assert BAD[field][1] in out.err
 
 
 def test_diff_of_a_100000_deep_record_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -96,7 +101,8 @@ def test_diff_of_a_100000_deep_record_is_one_line_exit_2(tmp_path: Path, capsys:
     bad.write_text('{"profile": {}, "environment": {}, "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
     assert main(["diff", str(good), str(bad)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"deeper than {MAX_DEPTH}" in err
+    assert err.count("\n") == 1
+    assert f"deeper than {MAX_DEPTH}" in err
 
 
 def test_diff_reads_json_without_importing_torch(tmp_path: Path) -> None:
@@ -119,7 +125,10 @@ def test_text_from_a_record_cannot_forge_a_verdict_line(tmp_path: Path, capsys: 
     (tmp_path / "b.json").write_text(json.dumps(b))
     assert main(["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 1
     out = capsys.readouterr().out
-    assert "\x1b" not in out and "\x07" not in out
+    assert "\x1b" not in out
+    assert "\x07" not in out
     verdicts = [line for line in out.splitlines() if line.startswith("verdict:")]
-    assert len(verdicts) == 1 and "and are" not in verdicts[0]
-    assert "\\nverdict:" in out and "\\x1b[2K" in out
+    assert len(verdicts) == 1
+    assert "and are" not in verdicts[0]
+    assert "\\nverdict:" in out
+    assert "\\x1b[2K" in out

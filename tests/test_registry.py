@@ -28,16 +28,19 @@ def test_register_is_idempotent_and_undoable() -> None:
     try:
         register_ultralytics_modules({"YdtBlockA": BlockA})
         register_ultralytics_modules({"YdtBlockA": BlockA})  # same object again: no-op
-        assert vars(tasks)["YdtBlockA"] is BlockA and registered_names()["YdtBlockA"] is BlockA
+        assert vars(tasks)["YdtBlockA"] is BlockA
+        assert registered_names()["YdtBlockA"] is BlockA
     finally:
         unregister_ultralytics_modules(["YdtBlockA"])
-    assert "YdtBlockA" not in vars(tasks) and "YdtBlockA" not in registered_names()
+    assert "YdtBlockA" not in vars(tasks)
+    assert "YdtBlockA" not in registered_names()
 
 
 def test_a_clash_registers_nothing() -> None:
     with pytest.raises(ConfigError, match="already defines it"):
         register_ultralytics_modules({"YdtFresh": BlockA, "Conv": BlockB})  # Conv is Ultralytics' own
-    assert "YdtFresh" not in vars(tasks) and vars(tasks)["Conv"] is not BlockB
+    assert "YdtFresh" not in vars(tasks)
+    assert vars(tasks)["Conv"] is not BlockB
 
 
 @pytest.mark.parametrize("mapping", [{"nn.Foo": BlockA}, {"not an identifier": BlockA}, {"YdtX": 3}, {"YdtX": nn}])
@@ -56,7 +59,8 @@ def test_registered_restores_the_namespace_exactly() -> None:
         assert "YdtTemp" not in vars(tasks)
         with pytest.raises(RuntimeError), registered({"YdtTemp": BlockB}):
             raise RuntimeError("boom")
-        assert "YdtTemp" not in vars(tasks) and "YdtTemp" not in registered_names()
+        assert "YdtTemp" not in vars(tasks)
+        assert "YdtTemp" not in registered_names()
     finally:
         unregister_ultralytics_modules(["YdtKept"])
     assert vars(tasks) == before

@@ -19,6 +19,7 @@ from yolo_det.cli import main
 from yolo_det.core.errors import ConfigError, ModelError
 from yolo_det.core.record import RECORD_NAME, checkpoint_digest
 from yolo_det.core.resume import get_rng_state, load_state, read_checkpoint, set_rng_state, state_path
+from yolo_det.integrations.trainer_state import state_of
 from yolo_det.tools.prepare import prepare
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,7 +42,7 @@ def _train_interrupted(tokens: list[str], after: int) -> Path:
 
     def stop(trainer: Any) -> None:
         if trainer.epoch + 1 == after:
-            trainer._yolo_det_interrupted = True
+            state_of(trainer).stopped_on_purpose = True
             raise _Stop
 
     with model_names():
@@ -81,9 +82,11 @@ def test_interrupted_and_resumed_through_the_cli_ends_bit_for_bit(case: str, tmp
 
     last = _train_interrupted([*common, "name=part"], after)
     state = state_path(last)
-    assert state.is_file() and load_state(state)["epoch"] == after - 1
+    assert state.is_file()
+    assert load_state(state)["epoch"] == after - 1
     first = json.loads((tmp_path / "part" / RECORD_NAME).read_text())
-    assert first["status"] == "interrupted" and first["epochs_completed"] == after
+    assert first["status"] == "interrupted"
+    assert first["epochs_completed"] == after
     assert read_checkpoint(last).resumable
 
     code, out, err = _cli([f"resume={last}"], capsys)
@@ -94,9 +97,13 @@ def test_interrupted_and_resumed_through_the_cli_ends_bit_for_bit(case: str, tmp
     assert record["status"] == "completed"
     assert record["weights"]["ema_fp32_sha256"] == straight_record["weights"]["ema_fp32_sha256"]
     resume = record["resume"]
-    assert resume["resumed"] and resume["state_found"] and resume["bitwise_expected"]
-    assert resume["epoch"] == after and resume["checkpoint"] == str(last)
-    assert len(resume["checkpoint_sha256"]) == 64 and len(resume["checkpoint_weights_sha256"]) == 64
+    assert resume["resumed"]
+    assert resume["state_found"]
+    assert resume["bitwise_expected"]
+    assert resume["epoch"] == after
+    assert resume["checkpoint"] == str(last)
+    assert len(resume["checkpoint_sha256"]) == 64
+    assert len(resume["checkpoint_weights_sha256"]) == 64
     assert [s["status"] for s in record["segments"]] == ["interrupted"]
     assert record["segments"][0]["epochs_completed"] == after
     assert record["run"]["data"] == straight_record["run"]["data"]
@@ -126,13 +133,17 @@ def test_resume_on_the_users_dataset_trains_on_it(tmp_path: Path, capsys: pytest
               "plots=false", "workers=0", "device=cpu"]
     last = _train_interrupted(common, 1)
     profile, args = prepare("repro", [f"resume={last}"])
-    assert "data" not in args and "imgsz" not in args and "batch" not in args  # no demo defaults
+    assert "data" not in args
+    assert "imgsz" not in args
+    assert "batch" not in args
     code, _, _ = _cli([f"resume={last}"], capsys)
     assert code == 0
     record = json.loads((tmp_path / "mine" / RECORD_NAME).read_text())
-    assert record["run"]["data"] == str(data_yaml) and record["resume"]["state_found"]
+    assert record["run"]["data"] == str(data_yaml)
+    assert record["resume"]["state_found"]
     ckpt = torch.load(last, map_location="cpu", weights_only=False)
-    assert ckpt["model"].nc == 2 and ckpt["train_args"]["data"] == str(data_yaml)
+    assert ckpt["model"].nc == 2
+    assert ckpt["train_args"]["data"] == str(data_yaml)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -154,14 +165,16 @@ def test_resume_keeps_the_checkpoints_arguments_and_lists_what_it_ignores(tmp_pa
     err = capsys.readouterr().err
     assert args == {"model": str(ckpt), "resume": str(ckpt), "lr0": 0.5, "epochs": 4, "batch": 4, "device": "cpu",
                     "save_dir": str(tmp_path / "run")}
-    assert err.count("\n") == 1 and "resuming ignores lr0=0.5:" in err  # epochs=4 is the checkpoint's own value
-    assert "batch" not in err and "device" not in err  # Ultralytics lets a resume change these
+    assert err.count("\n") == 1
+    assert "resuming ignores lr0=0.5:" in err
+    assert "batch" not in err
+    assert "device" not in err
     _, args = prepare("repro", ["resume=true", f"model={ckpt}"])
     assert args == {"model": str(ckpt), "resume": True, "save_dir": str(tmp_path / "run")}
     assert capsys.readouterr().err == ""
 
 
-@pytest.mark.parametrize("tokens, message", [
+@pytest.mark.parametrize(("tokens", "message"), [
     (["resume=true"], "resume=True needs the checkpoint"),
     (["resume=missing.pt"], "does not exist"),
     (["resume=FINISHED"], "cannot be resumed: its training finished"),
@@ -172,7 +185,8 @@ def test_resume_errors_are_one_line_and_exit_2(tokens: list[str], message: str, 
     tokens = [t.replace("FINISHED", str(finished)).replace("missing.pt", str(tmp_path / "missing.pt")) for t in tokens]
     assert main(["train", *tokens, f"project={tmp_path}"]) == 2
     err = capsys.readouterr().err.strip()
-    assert message in err and "\n" not in err
+    assert message in err
+    assert "\n" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["finished.pt"]  # nothing written
 
 
@@ -188,7 +202,9 @@ def test_reading_a_checkpoint_runs_none_of_its_code(tmp_path: Path, monkeypatch:
                 "train_args": {"data": "d.yaml", "save_dir": Path("runs/x")}}, path)
     info = read_checkpoint(path)
     assert not (tmp_path / "PWNED").exists()
-    assert info.epoch == 2 and info.updates == 3 and info.resumable
+    assert info.epoch == 2
+    assert info.updates == 3
+    assert info.resumable
     assert info.train_args == {"data": "d.yaml", "save_dir": "runs/x"}
     with pytest.raises(ModelError, match="not a training checkpoint"):
         torch.save({"weights": torch.ones(1)}, tmp_path / "plain.pt")
@@ -213,7 +229,8 @@ def test_state_files_never_match_ultralytics_latest_run_glob(tmp_path: Path) -> 
     """``resume=True`` without a path resumes the newest ``last*.pt``: a state file must never be taken for it."""
     for rank in (0, 1):
         name = state_path(tmp_path / "weights" / "last.pt", rank).name
-        assert not name.startswith("last") and name.endswith(".pt")
+        assert not name.startswith("last")
+        assert name.endswith(".pt")
     assert state_path(tmp_path / "last.pt", 1) != state_path(tmp_path / "last.pt", 0)
 
 
@@ -226,7 +243,8 @@ def test_verify_resume_at(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     common = ["epochs=2", "imgsz=64", "plots=false"]
     assert main(["verify", "--profile", "repro", "--resume-at", "1", *common, f"project={tmp_path / 'a'}"]) == 0
     out = capsys.readouterr().out
-    assert "bitwise identical" in out and "interrupted after epoch 1 and resumed" in out
+    assert "bitwise identical" in out
+    assert "interrupted after epoch 1 and resumed" in out
 
     code = main(["verify", "--profile", "repro", "--resume-at", "1", "--drop-resume-state", "--json", *common,
                  f"project={tmp_path / 'b'}"])
@@ -234,13 +252,16 @@ def test_verify_resume_at(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert code == 1
     report = json.loads(out)
     first = report["first_divergence"]
-    assert first["run"] == 2 and first["epoch"] == 1 and first["kind"] in {"data", "loss", "gradients"}
+    assert first["run"] == 2
+    assert first["epoch"] == 1
+    assert first["kind"] in {"data", "loss", "gradients"}
     assert "no resume state for" in err
     record = json.loads((tmp_path / "b" / "verify-resumed" / RECORD_NAME).read_text())
-    assert record["resume"]["state_found"] is False and record["resume"]["bitwise_expected"] is False
+    assert record["resume"]["state_found"] is False
+    assert record["resume"]["bitwise_expected"] is False
 
 
-@pytest.mark.parametrize("tokens, message", [
+@pytest.mark.parametrize(("tokens", "message"), [
     (["--resume-at", "3", "epochs=3"], "leaves nothing to resume"),
     (["--resume-at", "0", "epochs=3"], "--resume-at must be an epoch number"),
     (["--resume-at", "1", "--steps", "2", "epochs=3"], "drop --runs, --steps, --save and --against"),
@@ -249,7 +270,8 @@ def test_verify_resume_at(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 def test_verify_resume_at_bad_input(tokens: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["verify", *tokens]) == 2
     err = capsys.readouterr().err.strip()
-    assert message in err and "\n" not in err
+    assert message in err
+    assert "\n" not in err
 
 
 def test_resume_errors_raise_config_error(tmp_path: Path) -> None:
@@ -267,7 +289,8 @@ def test_state_writer_writes_what_was_there_when_it_was_copied(tmp_path: Path) -
     live.add_(1)
     writer.close()
     state = load_state(tmp_path / "s.pt")
-    assert state["epoch"] == 1 and torch.equal(state["x"], torch.zeros(1000))
+    assert state["epoch"] == 1
+    assert torch.equal(state["x"], torch.zeros(1000))
     assert torch.equal(state["nested"]["y"][0], torch.zeros(1000))
     assert not list(tmp_path.glob(".*tmp"))  # the temporary file was renamed into place
 

@@ -31,6 +31,7 @@ def train_interrupted(tokens: list[str], after: int = 1) -> Path:
     from ultralytics import YOLO
 
     from yolo_det.analysis.models import model_names
+    from yolo_det.integrations.trainer_state import state_of
     from yolo_det.integrations.ultralytics import attach
 
     profile, args = prepare("repro", tokens)
@@ -38,7 +39,7 @@ def train_interrupted(tokens: list[str], after: int = 1) -> Path:
 
     def stop(trainer: Any) -> None:
         if trainer.epoch + 1 == after:
-            trainer._yolo_det_interrupted = True
+            state_of(trainer).stopped_on_purpose = True
             raise _Stop
 
     with model_names():
@@ -103,7 +104,8 @@ def test_resuming_a_copied_moved_or_renamed_run_writes_only_into_its_own_folder(
     after = hashes(target)
     assert after["weights/last.pt"] != before_target["weights/last.pt"]  # the resumed run wrote here
     record = json.loads((target / RECORD_NAME).read_text())
-    assert record["status"] == "completed" and record["run"]["save_dir"] == str(target)
+    assert record["status"] == "completed"
+    assert record["run"]["save_dir"] == str(target)
     assert read_checkpoint(target / "weights" / "last.pt").epoch == -1  # finished and stripped, in place
 
 
@@ -119,7 +121,8 @@ def test_a_completed_runs_files_never_change_by_resuming(interrupted: Path, tmp_
     shutil.copy(interrupted / "weights" / "last.pt", done / "weights" / "epoch0.pt")
     before = hashes(done)
     code, err = _resume(done / "weights" / "epoch0.pt", capsys)
-    assert code == 2 and err.count("\n") == 1
+    assert code == 2
+    assert err.count("\n") == 1
     assert f"'{done}' holds a completed run" in err
     assert hashes(done) == before
 
@@ -134,7 +137,9 @@ def test_resume_into_another_folder_is_refused_in_one_line_naming_both(tmp_path:
     assert resume_folder(ckpt) == run
     with pytest.raises(ConfigError) as e:
         resume_folder(ckpt, requested=tmp_path / "other")
-    assert str(tmp_path / "other") in str(e.value) and f"('{run}')" in str(e.value) and "\n" not in str(e.value)
+    assert str(tmp_path / "other") in str(e.value)
+    assert f"('{run}')" in str(e.value)
+    assert "\n" not in str(e.value)
     loose = tmp_path / "last.pt"
     shutil.copy(ckpt, loose)
     with pytest.raises(ConfigError, match="not in a run's weights/ folder"):
@@ -149,7 +154,9 @@ def test_the_cli_refuses_a_checkpoint_outside_a_weights_folder(tmp_path: Path,
     torch.save({"epoch": 1, "optimizer": {"state": {}}, "updates": 3,
                 "train_args": {"model": "yolov8n.yaml", "data": "x.yaml", "save_dir": str(tmp_path / "a")}}, ckpt)
     code, err = _resume(ckpt, capsys)
-    assert code == 2 and err.count("\n") == 1 and "not in a run's weights/ folder" in err
+    assert code == 2
+    assert err.count("\n") == 1
+    assert "not in a run's weights/ folder" in err
     assert str(tmp_path / "a") in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
 
@@ -186,5 +193,7 @@ def test_a_part_killed_before_its_record_caught_up_is_a_killed_segment_with_its_
     killed = {"status": "running", "epochs_completed": 1, "segments": [earlier], "profile": {"name": "repro"}}
     parts = segments_of(killed, resumed_at=2)  # killed after epoch 2's checkpoint, before its record update
     assert [p["status"] for p in parts] == ["interrupted", "killed"]
-    assert parts[1]["epochs_completed"] == 2 and "killed" in parts[1]["ending"] and "segments" not in parts[1]
+    assert parts[1]["epochs_completed"] == 2
+    assert "killed" in parts[1]["ending"]
+    assert "segments" not in parts[1]
     assert segments_of({"status": "interrupted", "epochs_completed": 2}, resumed_at=2)[0]["status"] == "interrupted"

@@ -74,18 +74,23 @@ def test_patched_yolov5_resumes_bit_for_bit(yolov5_copy: Path) -> None:  # noqa:
     weights = root / "runs" / "part" / "weights"
     assert state_path(weights / "last.pt").is_file()
     first = json.loads((root / "runs" / "part" / RECORD_NAME).read_text())
-    assert first["status"] == "failed" and first["resume_states_written"] == 2
+    assert first["status"] == "failed"
+    assert first["resume_states_written"] == 2
     _drive(root, "resume", "part")
     straight = checkpoint_digest(root / "runs" / "straight" / "weights" / "last.pt")
     assert checkpoint_digest(weights / "last.pt") == straight
 
     record = json.loads((root / "runs" / "part" / RECORD_NAME).read_text())
-    assert record["status"] == "completed" and record["weights"]["sha256"] == straight
-    assert record["resume"]["resumed"] and record["resume"]["state_found"] and record["resume"]["epoch"] == 2
+    assert record["status"] == "completed"
+    assert record["weights"]["sha256"] == straight
+    assert record["resume"]["resumed"]
+    assert record["resume"]["state_found"]
+    assert record["resume"]["epoch"] == 2
     assert record["resume"]["bitwise_expected"] is True
     assert len(record["resume"]["checkpoint_sha256"]) == 64
     assert [s["status"] for s in record["segments"]] == ["failed"]  # the first part's record is kept
-    assert record["run"]["seed"] == 3 and record["run"]["det_profile"] == "repro"
+    assert record["run"]["seed"] == 3
+    assert record["run"]["det_profile"] == "repro"
 
     # Without the resume state: a warning, a record that says so, and other weights.
     _drive(root, "part", "nostate", "3")
@@ -93,9 +98,11 @@ def test_patched_yolov5_resumes_bit_for_bit(yolov5_copy: Path) -> None:  # noqa:
     for f in nostate.glob("yolo-det-resume.*"):
         f.unlink()
     proc = _drive(root, "resume", "nostate")
-    assert "no resume state for" in proc.stderr and "not bit for bit" in proc.stderr
+    assert "no resume state for" in proc.stderr
+    assert "not bit for bit" in proc.stderr
     record = json.loads((root / "runs" / "nostate" / RECORD_NAME).read_text())
-    assert record["resume"]["state_found"] is False and record["resume"]["bitwise_expected"] is False
+    assert record["resume"]["state_found"] is False
+    assert record["resume"]["bitwise_expected"] is False
     assert "not found" in record["resume"]["problem"]
     assert checkpoint_digest(nostate / "last.pt") != straight
 

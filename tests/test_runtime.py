@@ -35,8 +35,10 @@ def test_quiet_ultralytics_moves_logs_to_stderr_and_puts_everything_back(capsys)
     with _stdout_handler() as (logger, handler):
         _check_routed_and_restored(logger, handler)
     out, err = capsys.readouterr()
-    assert "routed" in err and "routed" not in out
-    assert "dropped" not in err and "dropped" not in out
+    assert "routed" in err
+    assert "routed" not in out
+    assert "dropped" not in err
+    assert "dropped" not in out
 
 
 def _check_routed_and_restored(logger: logging.Logger, handler: logging.StreamHandler) -> None:
@@ -61,8 +63,10 @@ def test_quiet_ultralytics_verbose_keeps_info_and_can_drop_prints(capsys):
         with quiet_ultralytics(level=logging.ERROR):
             logger.warning("hidden")
     out, err = capsys.readouterr()
-    assert "kept" in err and "kept" not in out
-    assert "printed" not in out and "printed" not in err
+    assert "kept" in err
+    assert "kept" not in out
+    assert "printed" not in out
+    assert "printed" not in err
     assert "hidden" not in out + err
 
 

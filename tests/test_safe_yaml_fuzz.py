@@ -83,7 +83,9 @@ FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCh
 
 def _one_line(e: Exception) -> None:
     text = str(e)
-    assert text and "\n" not in text and len(text) <= MAX_MESSAGE, text[:2000]
+    assert text, text[:2000]
+    assert "\n" not in text, text[:2000]
+    assert len(text) <= MAX_MESSAGE, text[:2000]
 
 
 @FUZZ
@@ -140,8 +142,10 @@ def test_legitimate_aliases_and_numbers_still_load() -> None:
     assert safe_yaml.load("a: &a [1, 2]\nb: *a\n") == {"a": [1, 2], "b": [1, 2]}
     assert safe_yaml.load("base: &b {x: 1}\nd: {<<: *b, y: 2}\n")["d"] == {"x": 1, "y": 2}
     assert safe_yaml.load("v: 1e-3") == {"v": "1e-3"}  # YAML 1.1 for files
-    assert safe_yaml.load("1e-3", numbers=True) == 0.001 and safe_yaml.load("5E4", numbers=True) == 50000.0
-    assert safe_yaml.load("-2.5e+2", numbers=True) == -250.0 and safe_yaml.load("1e", numbers=True) == "1e"
+    assert safe_yaml.load("1e-3", numbers=True) == 0.001
+    assert safe_yaml.load("5E4", numbers=True) == 50000.0
+    assert safe_yaml.load("-2.5e+2", numbers=True) == -250.0
+    assert safe_yaml.load("1e", numbers=True) == "1e"
     assert parse_overrides(["lr0=1e-3", "weight_decay=5e-4", "name=1e3x"]) == {"lr0": 0.001, "weight_decay": 0.0005,
                                                                                 "name": "1e3x"}
     with pytest.raises(yaml.YAMLError):

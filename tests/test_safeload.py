@@ -16,6 +16,7 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import subprocess_env
 from yolo_det.cli import main
 from yolo_det.core import safeload
 from yolo_det.core.errors import ModelError
@@ -109,7 +110,8 @@ def test_check_refuses_a_hostile_checkpoint_without_running_it(tmp_path: Path, v
     torch.save({"model": nn.Linear(2, 2), "extra": Marker(marker, via)}, path, pickle_protocol=protocol)
     with pytest.raises(ModelError) as e:
         check_checkpoint(path)
-    assert TRUST_FLAG in str(e.value) and "\n" not in str(e.value)
+    assert TRUST_FLAG in str(e.value)
+    assert "\n" not in str(e.value)
     with pytest.raises(ModelError):  # the inspection reader refuses the call too
         safeload.checkpoint_state_dict(path)
     with trusted_checkpoints():  # ... and under the opt-in keeps it as a placeholder, still running nothing
@@ -162,20 +164,26 @@ def test_commands_refuse_a_hostile_checkpoint(evil: tuple[Path, Path], argv: lis
     args = [*argv[:-1], argv[-1] + str(path)] if argv[-1] == "model=" else [*argv, str(path)]
     code, out, err = _cli(capsys, *args)
     assert code == 2, (out, err)
-    assert err.count("\n") == 1 and err.startswith("yolo-det: error: ") and TRUST_FLAG in err and "exec" in err
+    assert err.count("\n") == 1
+    assert err.startswith("yolo-det: error: ")
+    assert TRUST_FLAG in err
+    assert "exec" in err
     assert not marker.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
+@pytest.mark.slow
 def test_train_with_ultralytics_safe_load_in_a_fresh_process(evil: tuple[Path, Path], tmp_path: Path) -> None:
     """ULTRALYTICS_SAFE_LOAD=1 is read when Ultralytics is imported: a fresh process, as a user runs it."""
     path, marker = evil
-    env = {**os.environ, "ULTRALYTICS_SAFE_LOAD": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = subprocess_env({"ULTRALYTICS_SAFE_LOAD": "1"})
     proc = subprocess.run([sys.executable, "-m", "yolo_det", "train", f"model={path}", f"project={tmp_path}/runs"],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert proc.stderr.count("\n") == 1 and TRUST_FLAG in proc.stderr
-    assert not marker.exists() and not (tmp_path / "runs").exists()
+    assert proc.stderr.count("\n") == 1
+    assert TRUST_FLAG in proc.stderr
+    assert not marker.exists()
+    assert not (tmp_path / "runs").exists()
 
 
 def test_train_precheck_never_unpickles_with_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -204,7 +212,8 @@ def test_trust_flag_hands_the_file_over(evil: tuple[Path, Path], capsys: pytest.
     with pytest.raises(ModelError, match="builtins.exec"):
         checkpoint_digest(path)
     with trusted_checkpoints():
-        assert out.split()[0] == checkpoint_digest(path) and not marker.exists()
+        assert out.split()[0] == checkpoint_digest(path)
+        assert not marker.exists()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -230,13 +239,15 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["plain", "custom"])
 def test_real_checkpoints_digest_as_before(trained: dict[str, Path], which: str) -> None:
     path = trained[which]
     assert checkpoint_digest(path) == _reference_digest(path)
     sd = safeload.checkpoint_state_dict(path)
     ref = _reference_model(path).state_dict()
-    assert list(sd) == list(ref) and all(torch.equal(sd[k], ref[k]) for k in ref)
+    assert list(sd) == list(ref)
+    assert all(torch.equal(sd[k], ref[k]) for k in ref)
     if which == "custom":
         with pytest.raises(ModelError, match="UserBlock"):  # a class of the user's: only with --import
             check_checkpoint(path)
@@ -244,11 +255,13 @@ def test_real_checkpoints_digest_as_before(trained: dict[str, Path], which: str)
 
         with model_names([UserBlock.__module__]):
             check_checkpoint(path)
-        assert "model.1.scale" in sd and "model.1.scratch" not in sd  # non-persistent buffers stay out
+        assert "model.1.scale" in sd
+        assert "model.1.scratch" not in sd
     else:
         check_checkpoint(path)
 
 
+@pytest.mark.slow
 def test_digest_command_and_the_record_agree(trained: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _cli(capsys, "digest", str(trained["plain"]), str(trained["custom"]))
     assert code == 1  # different weights
@@ -256,6 +269,7 @@ def test_digest_command_and_the_record_agree(trained: dict[str, Path], capsys: p
     assert out.split()[2] == _reference_digest(trained["custom"])
 
 
+@pytest.mark.slow
 def test_audit_rebuilds_a_checkpoint_from_its_stored_yaml(trained: dict[str, Path],
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     path = trained["plain"]
@@ -268,14 +282,19 @@ def test_audit_rebuilds_a_checkpoint_from_its_stored_yaml(trained: dict[str, Pat
     assert safe["findings"] == trusted["findings"]
 
 
+@pytest.mark.slow
 def test_audit_of_a_checkpoint_with_the_users_block_asks_for_the_flag(trained: dict[str, Path],
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _cli(capsys, "audit", str(trained["custom"]), "--imgsz", "64")
-    assert code == 2 and err.count("\n") == 1 and "UserBlock" in err and TRUST_FLAG in err
+    assert code == 2
+    assert err.count("\n") == 1
+    assert "UserBlock" in err
+    assert TRUST_FLAG in err
     code, out, err = _cli(capsys, "audit", str(trained["custom"]), "--imgsz", "64", TRUST_FLAG)
     assert code in (0, 1), err
 
 
+@pytest.mark.slow
 def test_train_accepts_a_real_checkpoint_with_the_users_block(trained: dict[str, Path]) -> None:
     from yolo_det.analysis.models import model_names
     from yolo_det.tools.prepare import prepare

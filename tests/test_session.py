@@ -20,15 +20,19 @@ def test_nested_phases_return_to_the_outer_phase_and_end_restores_baseline():
     session = DeterminismSession("fast", seed=3)
     session.begin()
     session.enter("train")
-    assert session.phase == "train" and torch.backends.cudnn.benchmark
+    assert session.phase == "train"
+    assert torch.backends.cudnn.benchmark
     assert not torch.are_deterministic_algorithms_enabled()
     session.enter("val")
     assert session.phases == ("train", "val")
-    assert not torch.backends.cudnn.benchmark and torch.are_deterministic_algorithms_enabled()
+    assert not torch.backends.cudnn.benchmark
+    assert torch.are_deterministic_algorithms_enabled()
     session.exit("val")
-    assert torch.backends.cudnn.benchmark and not torch.are_deterministic_algorithms_enabled()
+    assert torch.backends.cudnn.benchmark
+    assert not torch.are_deterministic_algorithms_enabled()
     session.end()
-    assert snapshot() == base and not session.active
+    assert snapshot() == base
+    assert not session.active
     session.end()  # idempotent
 
 
@@ -60,7 +64,9 @@ def test_train_entry_seeds_with_the_rank_seed():
     random.seed(rank_seed(11, 2))
     assert (random.random(), float(torch.rand(()))) == a
     seeds = session.seeds()
-    assert seeds["rank_rng_seeds"] == [12, 13, 14, 15] and seeds["rng_seed"] == 14 and seeds["sampler_seed"] == 11
+    assert seeds["rank_rng_seeds"] == [12, 13, 14, 15]
+    assert seeds["rng_seed"] == 14
+    assert seeds["sampler_seed"] == 11
 
 
 def test_profile_seed_wins_over_run_seed(tmp_path):
@@ -110,7 +116,8 @@ def test_failing_extension_leaves_no_trace():
     session.add_extension(bad)
     with pytest.raises(ValueError), session.run():
         session.enter("train")
-    assert snapshot() == base and session.phase is None
+    assert snapshot() == base
+    assert session.phase is None
 
 
 def test_every_concern_of_a_phase_is_an_extension_applied_in_order_and_undone_in_reverse():
@@ -154,16 +161,21 @@ def test_a_handed_over_scaler_and_model_are_undone_with_the_phase():
     session = DeterminismSession("balanced")  # train: backward disable; swaps none
     with session.run():
         session.enter("train")
-        assert session.wrap_scaler(holder) and isinstance(holder.scaler, ToggleScaler)
+        assert session.wrap_scaler(holder)
+        assert isinstance(holder.scaler, ToggleScaler)
         assert not session.wrap_scaler(holder)  # already wrapped: nothing more
-        assert session.prepare_model(net) == [] and session.swaps() == []
+        assert session.prepare_model(net) == []
+        assert session.swaps() == []
         session.exit("train")
         assert holder.scaler is original
     repro = DeterminismSession("repro")  # train: swaps auto, backward keep
     with repro.run():
         repro.enter("train")
-        assert not repro.wrap_scaler(holder) and holder.scaler is original
+        assert not repro.wrap_scaler(holder)
+        assert holder.scaler is original
         records = repro.prepare_model(net, imgsz=32)
-        assert [r.path for r in records] == ["1"] and type(net[1]).__name__ == "DetAdaptiveMaxPool2d"
+        assert [r.path for r in records] == ["1"]
+        assert type(net[1]).__name__ == "DetAdaptiveMaxPool2d"
         assert repro.swaps() == [r.to_dict() for r in records]
-    assert type(net[1]) is nn.AdaptiveMaxPool2d and repro.swaps() == []
+    assert type(net[1]) is nn.AdaptiveMaxPool2d
+    assert repro.swaps() == []

@@ -41,9 +41,12 @@ def test_warn_only_and_env_unset_roundtrip(monkeypatch):
                              env={"NCCL_ALGO": None, "CUBLAS_WORKSPACE_CONFIG": ":16:8"})
     with phase_scope(settings):
         assert not torch.are_deterministic_algorithms_enabled()
-        assert "NCCL_ALGO" not in os.environ and os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+        assert "NCCL_ALGO" not in os.environ
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
     after = snapshot()
-    assert after == base and after.mode == "warn" and os.environ["NCCL_ALGO"] == "Tree"
+    assert after == base
+    assert after.mode == "warn"
+    assert os.environ["NCCL_ALGO"] == "Tree"
 
 
 def test_phase_scope_restores_on_error():
@@ -79,4 +82,5 @@ def test_snapshot_serialises_what_is_set(monkeypatch, flag, warn_only, mode):
     assert data["deterministic_algorithms"] == mode
     assert data["cudnn_benchmark"] is (not flag)
     assert data["env"]["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
-    assert "PYTHONHASHSEED" in data["env"] and data["env"]["PYTHONHASHSEED"] is None
+    assert "PYTHONHASHSEED" in data["env"]
+    assert data["env"]["PYTHONHASHSEED"] is None

@@ -54,7 +54,8 @@ def test_auto_swaps_exactly_the_non_deterministic_layers_and_keeps_the_function(
         "gmax": "DetAdaptiveMaxPool2d", "rows": "DetAdaptiveAvgPool2d", "up": "DetUpsample",
         "pad": "DetReflectionPad1d"}
     assert {r.path: r.reason for r in records}["gmax"] == "adaptive_max_pool2d_backward_cuda"
-    assert type(net.gavg) is nn.AdaptiveAvgPool2d and type(net.near) is nn.Upsample
+    assert type(net.gavg) is nn.AdaptiveAvgPool2d
+    assert type(net.near) is nn.Upsample
     after = run(net, x)
     assert torch.allclose(after[0], before[0], rtol=0, atol=1e-10)
     assert all(torch.allclose(a, b, rtol=0, atol=1e-10) for a, b in zip(after[1], before[1]))
@@ -71,6 +72,15 @@ def test_all_policy_swaps_every_registered_class_and_none_swaps_nothing():
         swap_modules(net, "some")
 
 
+def test_the_0_1_policy_keyword_still_works_with_a_deprecation_warning():
+    with pytest.warns(DeprecationWarning, match=r"swap_modules\(model, 'all'\)"):
+        paths = {r.path for r in swap_modules(Net(), policy="all")}
+    assert paths == {"gmax", "gavg", "rows", "up", "near", "pad"}
+    with pytest.warns(DeprecationWarning, match="deprecated"), \
+            pytest.raises(ConfigError, match="both modules and policy="):
+        swap_modules(Net(), ["gmax"], policy="all")
+
+
 def test_swap_keeps_attributes_hooks_mode_device_dtype_and_state():
     m = nn.AdaptiveMaxPool2d(3)
     m.i, m.f, m.type, m.np = 7, -1, "torch.nn.modules.pooling.AdaptiveMaxPool2d", 0  # Ultralytics' attributes
@@ -80,9 +90,12 @@ def test_swap_keeps_attributes_hooks_mode_device_dtype_and_state():
     m.eval()
     holder = nn.Sequential(m).to(torch.float64)
     swap_modules(holder, "all")
-    assert type(holder[0]) is layers.DetAdaptiveMaxPool2d and holder[0] is m
+    assert type(holder[0]) is layers.DetAdaptiveMaxPool2d
+    assert holder[0] is m
     assert (m.i, m.f, m.type, m.np) == (7, -1, "torch.nn.modules.pooling.AdaptiveMaxPool2d", 0)
-    assert not m.training and m.output_size == 3 and repr(m) == "DetAdaptiveMaxPool2d(output_size=3)"
+    assert not m.training
+    assert m.output_size == 3
+    assert repr(m) == "DetAdaptiveMaxPool2d(output_size=3)"
     holder(torch.randn(1, 2, 6, 6, dtype=torch.float64))
     assert calls == ["pre", "fwd"]
     assert m.state_dict() == {}
@@ -93,7 +106,8 @@ def test_swap_keeps_parameters_of_losses():
     holder = nn.ModuleDict({"loss": nn.CrossEntropyLoss(weight=weight, ignore_index=1)})
     keys = set(holder.state_dict())
     swap_modules(holder, "all")
-    assert type(holder["loss"]) is layers.DetCrossEntropyLoss and set(holder.state_dict()) == keys
+    assert type(holder["loss"]) is layers.DetCrossEntropyLoss
+    assert set(holder.state_dict()) == keys
     logits, target = torch.randn(2, 3, 4, 4, dtype=torch.float64), torch.randint(0, 3, (2, 4, 4))
     expected = nn.CrossEntropyLoss(weight=weight.double(), ignore_index=1)(logits, target)
     holder.double()
@@ -116,7 +130,8 @@ def test_pickled_swapped_model_loads_as_pytorch_classes_and_deepcopy_keeps_the_s
     torch.save(net, buffer)
     buffer.seek(0)
     loaded = torch.load(buffer, weights_only=False)
-    assert type(loaded.gmax) is nn.AdaptiveMaxPool2d and type(loaded.up) is nn.Upsample
+    assert type(loaded.gmax) is nn.AdaptiveMaxPool2d
+    assert type(loaded.up) is nn.Upsample
     assert loaded.up.mode == "bicubic"
     # and in a process where yolo-det cannot even be imported
     plain = nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveMaxPool2d(1), nn.Upsample(scale_factor=2, mode="bicubic"))
@@ -170,10 +185,13 @@ def test_the_decision_is_separate_and_swap_modules_swaps_exactly_the_decided_set
     assert set(decided) == {"gmax", "rows", "up", "pad"}
     assert all(type(m).__module__.startswith("torch.") for m in net.children())  # deciding changed nothing
     records = swap_modules(net, ["gmax", "pad"])
-    assert {r.path for r in records} == {"gmax", "pad"} and {r.reason for r in records} == {"requested"}
-    assert type(net.up) is nn.Upsample and type(net.gmax).__name__ == "DetAdaptiveMaxPool2d"
+    assert {r.path for r in records} == {"gmax", "pad"}
+    assert {r.reason for r in records} == {"requested"}
+    assert type(net.up) is nn.Upsample
+    assert type(net.gmax).__name__ == "DetAdaptiveMaxPool2d"
     restore(net, records)
-    assert type(net.gmax) is nn.AdaptiveMaxPool2d and type(net.pad) is nn.ReflectionPad1d
+    assert type(net.gmax) is nn.AdaptiveMaxPool2d
+    assert type(net.pad) is nn.ReflectionPad1d
     with pytest.raises(ConfigError, match="cannot swap 'conv'"):
         swap_modules(net, ["conv"])
     with pytest.raises(ConfigError, match="cannot swap 'nope'"):
@@ -188,6 +206,7 @@ def test_restore_also_undoes_an_unswap():
     swap_modules(net, "all")
     swapped_classes = {p: type(m) for p, m in net.named_modules()}
     records = unswap_modules(net)
-    assert records and all(type(m).__module__.startswith("torch.") for m in net.children())
+    assert records
+    assert all(type(m).__module__.startswith("torch.") for m in net.children())
     restore(net, records)
     assert {p: type(m) for p, m in net.named_modules()} == swapped_classes

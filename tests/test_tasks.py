@@ -33,7 +33,8 @@ def test_each_task_trains_twice_with_equal_digests(task, tmp_path, capsys):
                  f"project={tmp_path}", "name=cli"]) == 0
     out = capsys.readouterr().out
     cli = _record(tmp_path / "cli")
-    assert cli["status"] == "completed" and cli["run"]["task"] == task
+    assert cli["status"] == "completed"
+    assert cli["run"]["task"] == task
     assert f"weights sha256: {cli['weights']['sha256']}" in out
 
     seen: list[type] = []
@@ -46,14 +47,17 @@ def test_each_task_trains_twice_with_equal_digests(task, tmp_path, capsys):
     assert [c.__name__ for c in seen] == [f"YoloDet{expected}"]
     assert expected in [b.__name__ for b in seen[0].__mro__]
     again = _record(tmp_path / "cls")
-    assert again["status"] == "completed" and again["profile"]["name"] == "repro"
+    assert again["status"] == "completed"
+    assert again["profile"]["name"] == "repro"
     assert again["weights"]["sha256"] == cli["weights"]["sha256"]
 
 
 def test_demo_data_is_refused_for_a_model_of_another_task(capsys):
     assert main(["train", "model=yolov8n-cls.yaml", "epochs=1"]) == 2
     err = capsys.readouterr().err
-    assert "demo data is for detection" in err and "classify" in err and len(err.strip().splitlines()) == 1
+    assert "demo data is for detection" in err
+    assert "classify" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_classify_data_may_be_a_folder(tmp_path):
@@ -70,7 +74,8 @@ def test_trainer_class_with_a_base_keeps_it():
     from yolo_det import trainer_class
 
     cls = trainer_class("repro", base=SegmentationTrainer)
-    assert issubclass(cls, SegmentationTrainer) and cls.__name__ == "YoloDetSegmentationTrainer"
+    assert issubclass(cls, SegmentationTrainer)
+    assert cls.__name__ == "YoloDetSegmentationTrainer"
     default = trainer_class("repro")
     from ultralytics.models.yolo.detect import DetectionTrainer
 

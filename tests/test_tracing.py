@@ -55,7 +55,8 @@ def test_hooks_hand_each_call_to_the_handler_and_leave_no_mode_behind() -> None:
     assert torch.equal(y, torch.ones(1, 1, 2, 2))
     assert "aten::max_pool2d_with_indices" in ops or "aten::max_pool2d" in ops
     assert "max_pool2d" in calls or "_max_pool2d" in calls
-    assert not _get_current_dispatch_mode_stack() and not _get_current_function_mode_stack()
+    assert not _get_current_dispatch_mode_stack()
+    assert not _get_current_function_mode_stack()
 
 
 def test_a_handler_may_stand_in_for_the_op() -> None:
@@ -79,11 +80,13 @@ def test_node_metadata_reaches_the_backward_of_the_node() -> None:
     x = torch.ones(2, requires_grad=True)
     y = (x * 3).sum()
     node = output_node(y)
-    assert node is not None and output_node(3) is None
+    assert node is not None
+    assert output_node(3) is None
     node_metadata(node)["tag"] = "sum"
     with DispatchHook(on_op):
         y.backward()
-    assert "sum" in seen and current_node() is None
+    assert "sum" in seen
+    assert current_node() is None
 
 
 def test_tensors_and_fakes() -> None:
@@ -94,4 +97,6 @@ def test_tensors_and_fakes() -> None:
 
     with FakeTensorMode() as mode:
         fake = mode.from_tensor(a)
-    assert any_fake((fake,), {}) and any_fake((), {"x": [fake]}) and not any_fake((a,), {"x": b})
+    assert any_fake((fake,), {})
+    assert any_fake((), {"x": [fake]})
+    assert not any_fake((a,), {"x": b})

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -14,6 +13,7 @@ import torch
 from torch import nn
 from ultralytics.nn import tasks
 
+from helpers import subprocess_env
 from yolo_det.analysis.models import EXAMPLES
 from yolo_det.analysis.names import custom_modules, module_classes
 from yolo_det.analysis.zoo import ZOO_MODULES
@@ -66,10 +66,12 @@ def test_registered_keeps_the_users_binding_and_removes_only_what_it_added(monke
     monkeypatch.setitem(vars(tasks), "CBAMMax", Mine)
     before = dict(vars(tasks))
     with registered(ZOO_MODULES) as kept:
-        assert kept == ["CBAMMax"] and vars(tasks)["CBAMMax"] is Mine
+        assert kept == ["CBAMMax"]
+        assert vars(tasks)["CBAMMax"] is Mine
         assert vars(tasks)["CoordAtt"] is ZOO_MODULES["CoordAtt"]
         vars(tasks)["CoordAtt"] = Later  # the user rebinds a name the block added: theirs stays
-    assert vars(tasks)["CoordAtt"] is Later and vars(tasks)["CBAMMax"] is Mine
+    assert vars(tasks)["CoordAtt"] is Later
+    assert vars(tasks)["CBAMMax"] is Mine
     del vars(tasks)["CoordAtt"]
     assert vars(tasks) == before
 
@@ -90,16 +92,19 @@ def test_custom_modules_registers_defined_classes_only_and_never_replaces(tmp_pa
     before = dict(vars(tasks))
     try:
         with custom_modules(str(blocks)) as added:
-            assert vars(tasks)["YdtGate"].__module__ == "ydt_user_blocks" and "YdtGate" in added
-            assert vars(tasks)["Conv"] is before["Conv"] and "Conv" not in added  # Ultralytics' Conv stays
-            assert "C2f" not in added and vars(tasks)["DetUpsample"].__name__ == "DetUpsample"
+            assert vars(tasks)["YdtGate"].__module__ == "ydt_user_blocks"
+            assert "YdtGate" in added
+            assert vars(tasks)["Conv"] is before["Conv"]
+            assert "Conv" not in added
+            assert "C2f" not in added
+            assert vars(tasks)["DetUpsample"].__name__ == "DetUpsample"
         assert set(module_classes(sys.modules["ydt_user_blocks"])) == {"YdtGate", "Conv"}
     finally:
         sys.modules.pop("ydt_user_blocks", None)
     assert vars(tasks) == before
 
 
-@pytest.mark.parametrize("spec, message", [
+@pytest.mark.parametrize(("spec", "message"), [
     ("ydt_no_such_module", "cannot import 'ydt_no_such_module'"),
     ("raises.py", "it raised ZeroDivisionError"),
     ("missing.py", "no such file"),
@@ -110,7 +115,8 @@ def test_a_module_that_cannot_be_imported_is_one_line_exit_2(spec, message, tmp_
     out = tmp_path / "out.yaml"
     assert main(["rewrite", "--import", spec, str(EXAMPLES / "bicubic-up.yaml"), "-o", str(out)]) == 2
     err = capsys.readouterr().err
-    assert message in err and len(err.strip().splitlines()) == 1
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
     assert not out.exists()
     sys.modules.pop("raises", None)
     with pytest.raises(ConfigError, match="cannot import"), custom_modules(spec):
@@ -123,10 +129,13 @@ def test_yolo_det_names_resolve_where_the_user_binds_the_example_names(user_name
     out = tmp_path / "mix.yaml"
     assert main(["rewrite", str(src), "-o", str(out), "--policy", "all", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert UserCBAM.built > 0 and UserCoordAtt.built > 0
+    assert UserCBAM.built > 0
+    assert UserCoordAtt.built > 0
     text = out.read_text()
-    assert "DetCBAMMax" not in text and "DetCoordAtt" not in text  # the user's blocks are never renamed
-    assert result["changed"] and "DetUpsample" in text  # yolo-det's layer names are still written...
+    assert "DetCBAMMax" not in text
+    assert "DetCoordAtt" not in text
+    assert result["changed"]
+    assert "DetUpsample" in text
     UserCBAM.built = 0
     assert main(["audit", str(out), "--imgsz", "64"]) == 0  # ...and resolve; the user's gates are deterministic
     assert UserCBAM.built > 0
@@ -139,10 +148,12 @@ def test_train_and_verify_build_the_users_classes(user_names, tmp_path, capsys):
     assert "weights sha256:" in capsys.readouterr().out
     ckpt = torch.load(tmp_path / "run" / "weights" / "last.pt", map_location="cpu", weights_only=False)
     layers = ckpt["model"].model
-    assert type(layers[10]) is UserCBAM and type(layers[17]) is UserCoordAtt
+    assert type(layers[10]) is UserCBAM
+    assert type(layers[17]) is UserCoordAtt
     UserCBAM.built = 0
     assert main(["verify", "--steps", "1", "model=attention-mix.yaml", *SMALL]) == 0
-    assert UserCBAM.built >= 2 and "bitwise identical" in capsys.readouterr().out
+    assert UserCBAM.built >= 2
+    assert "bitwise identical" in capsys.readouterr().out
 
 
 BLOCKS = '''
@@ -180,11 +191,14 @@ def test_audit_import_names_the_users_layer(tmp_path, monkeypatch, capsys):
     try:
         assert main(["audit", "my.yaml", "--imgsz", "64"]) == 2
         err = capsys.readouterr().err
-        assert "unknown module 'MaxGate'" in err and "--import" in err
+        assert "unknown module 'MaxGate'" in err
+        assert "--import" in err
         assert main(["audit", "--import", "mypkg.blocks", "my.yaml", "--imgsz", "64", "--json"]) == 1
         report = json.loads(capsys.readouterr().out)
         (finding,) = report["findings"]
-        assert finding["layer"] == 10 and finding["layer_class"] == "MaxGate" and finding["module"] == "model.10.pool"
+        assert finding["layer"] == 10
+        assert finding["layer_class"] == "MaxGate"
+        assert finding["module"] == "model.10.pool"
         from yolo_det import audit
 
         assert not audit("my.yaml", imgsz=64, modules=["mypkg.blocks"]).ok
@@ -197,7 +211,7 @@ def test_audit_import_names_the_users_layer(tmp_path, monkeypatch, capsys):
 @pytest.mark.slow
 def test_train_import_in_a_fresh_process_twice_with_equal_digests(tmp_path):
     project = _user_project(tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "YOLO_OFFLINE": "1"}
+    env = subprocess_env()
     digests = []
     for name in ("a", "b"):
         proc = subprocess.run(

@@ -61,23 +61,35 @@ def test_data_order_difference_wins_over_loss_and_gradients():
     b.data, b.files, b.loss = "other", ("c.png", "d.png"), (9.0, 9.0)
     run.steps[1].grads = ["x", "y", "z"]
     d = compare_runs(ref, run)
-    assert d is not None and d.step == 2 and d.kind == "data" and d.data_differs and d.loss_differs
-    assert d.files == [["a.png", "b.png"], ["c.png", "d.png"]] and "order" in d.detail
-    assert set(d.loss_components) == {"box", "cls"} and d.parameters_differing == 3
+    assert d is not None
+    assert d.step == 2
+    assert d.kind == "data"
+    assert d.data_differs
+    assert d.loss_differs
+    assert d.files == [["a.png", "b.png"], ["c.png", "d.png"]]
+    assert "order" in d.detail
+    assert set(d.loss_components) == {"box", "cls"}
+    assert d.parameters_differing == 3
 
 
 def test_same_files_different_pixels_is_data_content():
     ref, run = make_run(1), make_run(2)
     run.steps[0].batches[0].data = "other"
     d = compare_runs(ref, run)
-    assert d is not None and d.kind == "data" and d.step == 1 and "content" in d.detail and d.files is None
+    assert d is not None
+    assert d.kind == "data"
+    assert d.step == 1
+    assert "content" in d.detail
+    assert d.files is None
 
 
 def test_loss_difference_is_a_forward_difference():
     ref, run = make_run(1), make_run(2)
     run.steps[2].batches[0].loss = (1.0 / 3, math.nextafter(2.0 / 3, 1.0))
     d = compare_runs(ref, run)
-    assert d is not None and (d.kind, d.step) == ("loss", 3) and list(d.loss_components) == ["cls"]
+    assert d is not None
+    assert (d.kind, d.step) == ("loss", 3)
+    assert list(d.loss_components) == ["cls"]
     assert d.note == "the gradients of this step are identical"
 
 
@@ -88,8 +100,10 @@ def test_gradient_difference_is_measured_from_kept_values():
     ref.kept_until = 2
     run.kept = {2: {"p2": torch.tensor([1.0, -2.0, 3.25, 0.5])}}
     d = compare_runs(ref, run)
-    assert d is not None and (d.kind, d.step, d.parameter) == ("gradients", 2, "p2")
-    assert d.max_abs_diff == pytest.approx(0.25) and d.reference_abs_max == pytest.approx(3.0)
+    assert d is not None
+    assert (d.kind, d.step, d.parameter) == ("gradients", 2, "p2")
+    assert d.max_abs_diff == pytest.approx(0.25)
+    assert d.reference_abs_max == pytest.approx(3.0)
     assert (d.parameters_differing, d.parameters_total) == (1, 3)
 
 
@@ -100,7 +114,8 @@ def test_amp_scale_is_divided_out_of_the_difference():
     ref.kept = {1: {"p0": torch.tensor([1024.0])}}
     run.kept = {1: {"p0": torch.tensor([2048.0])}}
     d = compare_runs(ref, run)
-    assert d is not None and d.max_abs_diff == pytest.approx(1.0)
+    assert d is not None
+    assert d.max_abs_diff == pytest.approx(1.0)
 
 
 def test_gradient_difference_without_kept_values_names_the_parameter_and_says_why():
@@ -108,19 +123,24 @@ def test_gradient_difference_without_kept_values_names_the_parameter_and_says_wh
     ref.kept_until = 2
     run.steps[4].grads[1] = "changed"
     d = compare_runs(ref, run)
-    assert d is not None and d.parameter == "p1" and d.max_abs_diff is None and "--keep-mib" in (d.note or "")
+    assert d is not None
+    assert d.parameter == "p1"
+    assert d.max_abs_diff is None
+    assert "--keep-mib" in (d.note or "")
 
 
 def test_different_step_counts_and_final_weights():
     ref, run = make_run(1, steps=3), make_run(2, steps=2)
     d = compare_runs(ref, run)
-    assert d is not None and (d.kind, d.step) == ("steps", 3)
+    assert d is not None
+    assert (d.kind, d.step) == ("steps", 3)
     ref, run = make_run(1), make_run(2)
     run.weights = {"model": "other", "ema": "e"}
     run.final_diff = [("model.0.weight", 0.5), ("model.1.bias", 0.1)]
     ref.final_state = {"model.0.weight": torch.ones(2), "model.1.bias": torch.full((1,), -4.0)}
     d = compare_runs(ref, run)
-    assert d is not None and (d.kind, d.parameter, d.max_abs_diff) == ("weights", "model.0.weight", 0.5)
+    assert d is not None
+    assert (d.kind, d.parameter, d.max_abs_diff) == ("weights", "model.0.weight", 0.5)
     assert d.reference_abs_max == 1.0
 
 
@@ -128,7 +148,8 @@ def test_state_diff_compares_bits():
     a = {"w": torch.tensor([0.0, 1.0, float("nan")]), "n": torch.tensor([3])}
     b = {"w": torch.tensor([-0.0, 1.0, float("nan")]), "n": torch.tensor([3])}
     diff = verify_recorder._state_diff(a, b)
-    assert [k for k, _ in diff] == ["w"] and diff[0][1] == 0.0  # signed zero: different bits, no size
+    assert [k for k, _ in diff] == ["w"]
+    assert diff[0][1] == 0.0
     assert verify_recorder._state_diff(a, {k: v.clone() for k, v in a.items()}) == []
     c = {"w": torch.tensor([0.0, 1.5, float("nan")]), "n": torch.tensor([3])}
     assert verify_recorder._state_diff(a, c) == [("w", 0.5)]
@@ -141,7 +162,9 @@ def test_plot_marks_the_divergence(tmp_path):
                                         divergences=[compare_runs(ref, run)], steps_requested=3, seconds=1.0)
     path = plot_losses(report, tmp_path / "curves.png")
     assert_png(path)
-    assert not report.identical and "NOT reproducible" in report.summary() and "step 2" in report.summary()
+    assert not report.identical
+    assert "NOT reproducible" in report.summary()
+    assert "step 2" in report.summary()
 
 
 def test_summary_says_when_fewer_steps_ran_than_asked():
@@ -149,12 +172,16 @@ def test_summary_says_when_fewer_steps_ran_than_asked():
     report = verify_module.VerifyReport(profile="repro", args={"epochs": 3}, runs=runs, divergences=[],
                                         steps_requested=20, seconds=1.0)
     note = report.steps_note
-    assert note is not None and "asked for 20 optimizer steps, the runs made 3" in note
-    assert "epochs ran out (epochs=3)" in note and "pass epochs=20" in note
-    assert f"note: {note}" in report.summary() and report.to_dict()["steps_note"] == note
+    assert note is not None
+    assert "asked for 20 optimizer steps, the runs made 3" in note
+    assert "epochs ran out (epochs=3)" in note
+    assert "pass epochs=20" in note
+    assert f"note: {note}" in report.summary()
+    assert report.to_dict()["steps_note"] == note
     enough = verify_module.VerifyReport(profile="repro", args={"epochs": 3}, runs=runs, divergences=[],
                                         steps_requested=3, seconds=1.0)
-    assert enough.steps_note is None and "note:" not in enough.summary()
+    assert enough.steps_note is None
+    assert "note:" not in enough.summary()
     unknown = verify_module.VerifyReport(profile="repro", args={}, runs=runs, divergences=[], steps_requested=5,
                                          seconds=1.0)
     assert "raise epochs=" in (unknown.steps_note or "")
@@ -171,10 +198,12 @@ def test_identical_chart_says_so_in_words_without_a_log_axis(tmp_path):
                                         seconds=1.0)
     fig = loss_figure(report)
     bottom = fig.axes[1]
-    assert bottom.get_yscale() == "linear" and not bottom.get_lines()[1:]  # only the zero line
+    assert bottom.get_yscale() == "linear"
+    assert not bottom.get_lines()[1:]
     assert [t.get_text() for t in bottom.get_yticklabels()] == ["0"]
     text = _texts(fig)
-    assert "bitwise identical: 3 runs x 6 steps" in text and "0 at every step" in text
+    assert "bitwise identical: 3 runs x 6 steps" in text
+    assert "0 at every step" in text
     assert_png(plot_losses(report, tmp_path / "same.png"))
 
 
@@ -188,20 +217,26 @@ def test_diverging_chart_marks_the_first_divergence_on_a_clean_log_axis(tmp_path
     run.steps[9].grads[0] = "changed"  # the gradients differ first, at step 10
     report = verify_module.VerifyReport(profile="fast", args={}, runs=[ref, run],
                                         divergences=[compare_runs(ref, run)], steps_requested=30, seconds=1.0)
-    assert report.first.step == 10 and report.first.kind == "gradients"
+    assert report.first.step == 10
+    assert report.first.kind == "gradients"
     fig = loss_figure(report)
     fig.canvas.draw()
     bottom = fig.axes[1]
     assert bottom.get_yscale() == "log"  # relative difference: positive, no symlog, no negative ticks
     labels = [t.get_text() for t in bottom.get_yticklabels() if t.get_text()]
-    assert 0 < len(labels) <= 8 and not any(lab.startswith(("-", "\u2212")) for lab in labels)
+    assert 0 < len(labels) <= 8
+    assert not any(lab.startswith(("-", "\u2212")) for lab in labels)
     lo, hi = bottom.get_ylim()
-    assert lo > 0 and hi > lo
+    assert lo > 0
+    assert hi > lo
     red = [line for ax in fig.axes for line in ax.get_lines() if line.get_color() == "red"]
-    assert len(red) == 2 and all(list(line.get_xdata()) == [10, 10] for line in red)  # both panels
-    assert "first divergence: step 10 (gradients)" in _texts(fig) and "diverge at step 10" in _texts(fig)
+    assert len(red) == 2
+    assert all(list(line.get_xdata()) == [10, 10] for line in red)
+    assert "first divergence: step 10 (gradients)" in _texts(fig)
+    assert "diverge at step 10" in _texts(fig)
     labels = bottom.get_legend_handles_labels()[1]
-    assert "run 2 vs run 1" in labels and "run 2: loss identical" in labels  # steps 1-11: loss bits equal
+    assert "run 2 vs run 1" in labels
+    assert "run 2: loss identical" in labels
     assert_png(plot_losses(report, tmp_path / "diverged.png"))
 
 
@@ -209,7 +244,7 @@ def test_diverging_chart_marks_the_first_divergence_on_a_clean_log_axis(tmp_path
 # bad input (fast: nothing trains)
 
 
-@pytest.mark.parametrize("argv, needle", [
+@pytest.mark.parametrize(("argv", "needle"), [
     (["--runs", "1"], "--runs"),
     (["--steps", "0"], "--steps"),
     (["--keep-mib", "-1"], "--keep-mib"),
@@ -227,7 +262,9 @@ def test_bad_input_exits_2_and_writes_nothing(argv, needle, tmp_path, capsys, mo
     code = main(["verify", *argv, f"project={tmp_path / 'runs'}"])
     out, err = capsys.readouterr()
     assert code == 2
-    assert needle in err and len(err.strip().splitlines()) == 1 and out == ""
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1
+    assert out == ""
     assert tree(tmp_path) == before
 
 
@@ -300,7 +337,8 @@ def test_demo_with_repro_is_bitwise_identical(tmp_path, capsys):
                  f"project={tmp_path / 'runs'}"])
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert "bitwise identical" in out and "NOT reproducible" not in out
+    assert "bitwise identical" in out
+    assert "NOT reproducible" not in out
     assert out.count(" 3 steps in ") == 2  # both runs stopped after exactly 3 optimizer steps
     assert_png(plot)
     assert snapshot() == before
@@ -314,17 +352,24 @@ def test_gradient_noise_is_caught_at_its_step_and_parameter(tmp_path):
     report = verify("repro", args, runs=2, steps=3, callbacks=noise.callbacks)
     assert not report.identical
     d = report.first
-    assert d is not None and (d.run, d.step, d.kind, d.parameter) == (2, step, "gradients", name)
-    assert not d.data_differs and not d.loss_differs and d.parameters_differing == 1
+    assert d is not None
+    assert (d.run, d.step, d.kind, d.parameter) == (2, step, "gradients", name)
+    assert not d.data_differs
+    assert not d.loss_differs
+    assert d.parameters_differing == 1
     assert len(noise.noise) == 2
     assert d.max_abs_diff == pytest.approx(abs(noise.noise[0] - noise.noise[1]), rel=1e-3, abs=1e-6)
     data = json.loads(json.dumps(report.to_dict()))
-    assert data["schema"] == "yolo-det/verify/1" and data["identical"] is False and data["steps"] == [3, 3]
-    assert data["first_divergence"]["step"] == step and data["first_divergence"]["parameter"] == name
+    assert data["schema"] == "yolo-det/verify/1"
+    assert data["identical"] is False
+    assert data["steps"] == [3, 3]
+    assert data["first_divergence"]["step"] == step
+    assert data["first_divergence"]["parameter"] == name
     assert data["comparisons"][0]["final_weights"]["parameters_differing"] >= 1
     assert data["loss"][0][0] == data["loss"][1][0]  # identical before the noise
     for trainer in noise.trainers:  # the recorder put the trainer's methods back
-        assert "optimizer_step" not in trainer.__dict__ and "preprocess_batch" not in trainer.__dict__
+        assert "optimizer_step" not in trainer.__dict__
+        assert "preprocess_batch" not in trainer.__dict__
 
 
 @pytest.mark.slow
@@ -340,8 +385,11 @@ def test_strict_mode_crash_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch)
     before = snapshot()
     code = main(["verify", "--profile", "repro", "--steps", "1", *TINY, f"project={tmp_path}"])
     out, err = capsys.readouterr()
-    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
-    assert "run 1 stopped" in err and "balanced" in err
+    assert code == 2
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert "run 1 stopped" in err
+    assert "balanced" in err
     assert snapshot() == before
 
 
@@ -356,8 +404,14 @@ def test_unseeded_data_order_exits_1_and_says_data_order(tmp_path, capsys, monke
     code = main(["verify", "--profile", "repro", "--steps", "2", "--json", *TINY, f"project={tmp_path}"])
     out, _ = capsys.readouterr()
     data = json.loads(out)
-    assert code == 1 and data["identical"] is False and data["verdict"] == "diverged"
+    assert code == 1
+    assert data["identical"] is False
+    assert data["verdict"] == "diverged"
     d = data["first_divergence"]
-    assert (d["step"], d["kind"]) == (1, "data") and d["differs"]["data"]
-    assert d["files"] is not None and d["files"][0] != d["files"][1] and "order" in d["detail"]
-    assert d["parameter"] is not None and d["max_abs_diff"] > 0
+    assert (d["step"], d["kind"]) == (1, "data")
+    assert d["differs"]["data"]
+    assert d["files"] is not None
+    assert d["files"][0] != d["files"][1]
+    assert "order" in d["detail"]
+    assert d["parameter"] is not None
+    assert d["max_abs_diff"] > 0

@@ -28,7 +28,8 @@ def test_records_each_occurrence_and_shows_each_message_once(recwarn):
     log.stop()
     entries = log.entries()
     assert len(entries) == 1
-    assert entries[0]["count"] == 4 and entries[0]["phases"] == ["train", "val"]
+    assert entries[0]["count"] == 4
+    assert entries[0]["phases"] == ["train", "val"]
     assert entries[0]["category"] == "UserWarning"
     assert shown == [MSG, "something unrelated"]
     assert warnings.filters == filters

@@ -56,10 +56,12 @@ def test_rewrite_changes_only_the_needed_names_and_reverse_restores_the_text():
     assert result.changes[0].reason == "upsample_bicubic2d_backward_out_cuda"
     before, after = MODEL.splitlines(), result.text.splitlines()
     changed = [i for i, (a, b) in enumerate(zip(before, after)) if a != b]
-    assert changed == [result.changes[0].line - 1] and len(before) == len(after)
+    assert changed == [result.changes[0].line - 1]
+    assert len(before) == len(after)
     assert after[changed[0]] == ('  - [-1, 1, DetUpsample, [None, 2, "bicubic"]]   '
                                  "# 9  bicubic: no deterministic CUDA backward")
-    assert result.layers == 22 and result.params > 0
+    assert result.layers == 22
+    assert result.params > 0
     back = rewrite_yaml_text(result.text, reverse=True, origin="m.yaml")
     assert back.text == MODEL
     assert [c.reason for c in back.changes] == ["reverse"]
@@ -68,7 +70,8 @@ def test_rewrite_changes_only_the_needed_names_and_reverse_restores_the_text():
 def test_older_torch_and_policy_all_rewrite_more():
     old = rewrite_yaml_text(MODEL, torch_version="2.0.1")
     assert [c.layer for c in old.changes] == [4, 9, 12]  # reflection pad 2d and bilinear alert there
-    assert "'DetReflectionPad2d'" in old.text and '"DetUpsample", [None, 2, "bilinear"]' in old.text
+    assert "'DetReflectionPad2d'" in old.text
+    assert '"DetUpsample", [None, 2, "bilinear"]' in old.text
     every = rewrite_yaml_text(MODEL, policy="all")
     assert [c.layer for c in every.changes] == [4, 9, 12]
     assert rewrite_yaml_text(every.text, reverse=True).text == MODEL
@@ -90,7 +93,8 @@ def test_example_blocks_become_their_deterministic_variants_and_back():
     text = (Path(__file__).resolve().parent.parent / "data" / "models" / "cbam-max.yaml").read_text()
     result = rewrite_yaml_text(text)
     assert [(c.layer, c.old, c.new) for c in result.changes] == [(10, "CBAMMax", "DetCBAMMax")]
-    assert "adaptive_max_pool2d_backward_cuda" in result.changes[0].reason and result.inside_blocks == []
+    assert "adaptive_max_pool2d_backward_cuda" in result.changes[0].reason
+    assert result.inside_blocks == []
     assert rewrite_yaml_text(result.text, reverse=True).text == text
 
 
@@ -100,7 +104,8 @@ def test_the_users_blocks_are_listed_never_renamed(monkeypatch):
     monkeypatch.setitem(vars(tasks), "CBAMMax", _UsersCBAM)
     text = (Path(__file__).resolve().parent.parent / "data" / "models" / "cbam-max.yaml").read_text()
     result = rewrite_yaml_text(text)
-    assert result.changes == [] and result.text == text
+    assert result.changes == []
+    assert result.text == text
     assert [(b["layer"], b["module"]) for b in result.inside_blocks] == [(10, "model.10.max_pool")]
 
 
@@ -109,10 +114,12 @@ def test_file_rewrite_check_and_in_place(tmp_path, capsys):
     src.write_text(MODEL)
     digest = sha(src)
     assert main(["rewrite", str(src), "--check"]) == 1
-    assert sha(src) == digest and sorted(p.name for p in tmp_path.iterdir()) == ["m.yaml"]
+    assert sha(src) == digest
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.yaml"]
     out = tmp_path / "m-det.yaml"
     assert main(["rewrite", str(src), "-o", str(out)]) == 0
-    assert sha(src) == digest and "DetUpsample" in out.read_text()
+    assert sha(src) == digest
+    assert "DetUpsample" in out.read_text()
     assert main(["rewrite", str(out), "--check"]) == 0  # nothing left to rewrite
     assert main(["audit", str(out), "--imgsz", "64"]) == 0  # the rewritten YAML builds and audits clean
     assert main(["rewrite", str(out), "--reverse", "--in-place"]) == 0
@@ -154,7 +161,9 @@ def test_bad_input_one_line_exit_2_input_untouched(argv, fragment, tmp_path, cap
     finally:
         ro.chmod(stat.S_IRWXU)
     err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1 and fragment in err, err
+    assert code == 2, err
+    assert err.count("\n") == 1, err
+    assert fragment in err, err
     assert {p: sha(p) for p in tmp_path.rglob("*") if p.is_file()} == before
 
 
@@ -179,7 +188,8 @@ def test_every_rewritten_example_builds_and_audits_clean(name, tmp_path, capsys)
     out = tmp_path / f"{name}-det.yaml"
     assert main(["rewrite", f"{name}.yaml", "-o", str(out), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["changed"] and result["inside_blocks"] == []  # everything was fixed in the YAML
+    assert result["changed"]
+    assert result["inside_blocks"] == []
     assert main(["audit", str(out), "--imgsz", "64"]) == 0
     if name == "cbam-max":  # the Python entry point builds the rewritten YAML too
         assert yolo_det.audit(str(out), imgsz=64).ok

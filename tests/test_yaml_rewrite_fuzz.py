@@ -41,7 +41,8 @@ def test_rewrite_round_trips_or_fails_cleanly(text, policy):
     try:
         result = rewrite_yaml_text(text, policy=policy, origin="fuzz.yaml", imgsz=64)
     except (ModelError, ConfigError) as e:
-        assert "\n" not in str(e) and str(e).startswith("fuzz.yaml")
+        assert "\n" not in str(e)
+        assert str(e).startswith("fuzz.yaml")
         return
     # rewrite_yaml_text rebuilds the output and compares layer and parameter counts before returning
     assert result.layers == text.count("\n  - ")

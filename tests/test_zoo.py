@@ -45,7 +45,8 @@ def test_blocks_keep_channels_and_train(block: torch.nn.Module) -> None:
     scale = 2 if isinstance(block, GridSampleUpsample) else 1
     assert y.shape == (2, 32, 8 * scale, 12 * scale)
     y.square().mean().backward()
-    assert x.grad is not None and torch.isfinite(x.grad).all()
+    assert x.grad is not None
+    assert torch.isfinite(x.grad).all()
     assert all(p.grad is not None for p in block.parameters())
 
 
@@ -59,8 +60,10 @@ def test_grid_sample_upsample_starts_as_bilinear_upsampling() -> None:
 
 def test_blocks_use_the_ops_they_are_meant_to_exercise() -> None:
     cbam, coord = CBAMMax(16), CoordAtt(16)
-    assert isinstance(cbam.max_pool, torch.nn.AdaptiveMaxPool2d) and cbam.max_pool.output_size == 1
-    assert coord.pool_h.output_size == (None, 1) and coord.pool_w.output_size == (1, None)
+    assert isinstance(cbam.max_pool, torch.nn.AdaptiveMaxPool2d)
+    assert cbam.max_pool.output_size == 1
+    assert coord.pool_h.output_size == (None, 1)
+    assert coord.pool_w.output_size == (1, None)
 
 
 @pytest.mark.parametrize(("cls", "args"), [(CBAMMax, (0,)), (CBAMMax, (16, 16, 5)), (CoordAtt, (-1,)),
@@ -75,7 +78,8 @@ def test_model_yamls_build_and_run(name: str) -> None:
     with registered(ZOO_MODULES):
         loaded = load_model(MODELS / f"{name}.yaml")
     model = loaded.model.train()
-    assert loaded.stride == 32 and model.yaml["nc"] == 3
+    assert loaded.stride == 32
+    assert model.yaml["nc"] == 3
     out = model(torch.zeros(2, 3, 64, 64))
     assert {"boxes", "scores", "feats"} <= set(out)
     assert sum(p.numel() for p in model.parameters()) < 2_000_000  # small enough to train on a CPU in seconds
@@ -127,7 +131,8 @@ def test_strict_training_fails_with_the_cuda_message(name: str, tmp_path: Path) 
 def test_warn_only_training_warns_and_completes(name: str, tmp_path: Path) -> None:
     with emulate_cuda_alerts() as log:
         plugin = _train(name, _profile(tmp_path, "warn"), tmp_path)
-    assert log.by_action("warned") and not log.by_action("raised")
+    assert log.by_action("warned")
+    assert not log.by_action("raised")
     record = json.loads(Path(plugin.record_path).read_text(encoding="utf-8"))
     assert record["status"] == "completed"
     messages = [w["message"] for w in record["nondeterminism_warnings"]]

@@ -2,8 +2,9 @@
 
 ``main(argv) -> int`` runs in process (tests call it directly). A known error (bad profile, bad
 ``key=value``, missing file, ...) prints one line on stderr and returns 2; set ``YOLO_DET_DEBUG=1`` to
-see the traceback instead. Ctrl-C (SIGINT) prints one line and returns 130; SIGTERM, handled like
-Ctrl-C while a command runs, prints one line and returns 143. Each command is a module of
+see the traceback instead. Ctrl-C (SIGINT) prints one line and returns 130; SIGTERM and SIGHUP, handled
+like Ctrl-C while a command runs, print one line and return 143 and 129. A training stops at the next
+batch or epoch boundary, anything else at once (:mod:`yolo_det.core.signals`). Each command is a module of
 :mod:`yolo_det.commands` with a ``configure(parser)`` and a ``run(args) -> int``; this module only
 dispatches, and imports a command's module only when that command runs (``--help``, ``--version`` and
 ``profiles`` start without torch).
@@ -99,26 +100,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = False
     try:
         debug = os.environ.get("YOLO_DET_DEBUG", "") not in {"", "0", "false", "False"}
-        from .core.signals import terminate_as_interrupt
+        from .core.signals import safe_point, stop_signals
 
-        with terminate_as_interrupt():  # SIGTERM ends a command like Ctrl-C: clean-up, record, exit 143
+        with stop_signals():  # SIGINT, SIGTERM, SIGHUP: clean-up, record, exit 130, 143, 129
+            safe_point("cli-start")
             tokens = list(sys.argv[1:] if argv is None else argv)
             parser = build_parser(_command_of(tokens))
             args, extra = parser.parse_known_args(tokens)
             _take_extra(args, extra)
+            safe_point("cli-parsed")
             if getattr(args, "_run", None) is None:
                 parser.print_help()
                 return 2
-            return int(args._run(args) or 0)
+            code = int(args._run(args) or 0)
+            safe_point("cli-end")
+            return code
     except YoloDetError as e:
         if debug:
             traceback.print_exc()
         print(f"yolo-det: error: {_one_line(e)}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM while a command runs (yolo_det.core.signals.Terminated)
-        from .core.signals import Terminated, exit_code, forget_handled_interrupt
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP while a command runs (core.signals.Terminated)
+        from .core.signals import Terminated, exit_code
 
-        forget_handled_interrupt()
         what = f"terminated ({e.signal_name})" if isinstance(e, Terminated) else "interrupted"
         print(f"yolo-det: {what}", file=sys.stderr)
         return exit_code(e)

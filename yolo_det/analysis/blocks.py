@@ -130,7 +130,7 @@ class _Row:
 
 
 def _tasks() -> Any:
-    from ultralytics.nn import tasks
+    from ..core.compat import tasks
 
     return tasks
 

@@ -148,7 +148,7 @@ def check_model_file(spec: str) -> Path:
     Raises:
         ModelError: Not found, malformed, or naming what is not allowed (file, line, what to do).
     """
-    from ultralytics.nn import tasks
+    from ..core.compat import tasks
 
     path = resolve_model_yaml(spec)
     if path is None:
@@ -167,8 +167,7 @@ def check_checkpoint_yaml(path: str | Path) -> None:
     Raises:
         ModelError: The stored YAML names what is not allowed.
     """
-    from ultralytics.nn import tasks
-
+    from ..core.compat import tasks
     from ..core.untrusted.safeload import checkpoint_model_yaml, trust_checkpoints
 
     if trust_checkpoints():
@@ -183,7 +182,7 @@ def check_checkpoint_yaml(path: str | Path) -> None:
 
 
 def _model_class(cfg: Mapping[str, Any]) -> Any:
-    from ultralytics.nn import tasks
+    from ..core.compat import tasks
 
     head = cfg["head"][-1][2] if cfg.get("head") else ""
     name = _HEAD_CLASSES.get(head)
@@ -220,7 +219,7 @@ def _first_conv_channels(model: Any) -> int:
 
 def _is_ultralytics_wrapper(obj: Any) -> bool:
     try:
-        from ultralytics.engine.model import Model
+        from ..core.compat import Model
     except ImportError:  # pragma: no cover - ultralytics is a dependency
         return False
     return isinstance(obj, Model)
@@ -256,7 +255,7 @@ def _from_module(model: Any, source: str, kind: str) -> LoadedModel:
 
 
 def _load_yaml(spec: str) -> LoadedModel:
-    from ultralytics.nn import tasks
+    from ..core.compat import tasks
 
     path = resolve_model_yaml(spec)
     if path is None:
@@ -299,8 +298,7 @@ def _load_checkpoint(path: Path, source: str) -> LoadedModel:
 def _rebuild_checkpoint(path: Path, source: str) -> LoadedModel:
     import copy
 
-    from ultralytics.nn import tasks
-
+    from ..core.compat import tasks
     from ..core.untrusted.safeload import checkpoint_model_yaml, trust_hint
 
     found = checkpoint_model_yaml(path)

@@ -52,7 +52,7 @@ def resolve_model_yaml(model: str | Path) -> Path | None:
             return local.resolve()
     if path.parent.parts:  # a path with folders that does not exist
         return None
-    from ultralytics.utils.checks import check_yaml
+    from ..core.compat import check_yaml
 
     for candidate in (unified.name, path.name):
         try:
@@ -92,7 +92,8 @@ def model_task(model: str, task: Any = None) -> str | None:
         return None
     try:
         import yaml
-        from ultralytics.nn.tasks import guess_model_task
+
+        from ..core.compat import guess_model_task
 
         cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
         return str(guess_model_task(cfg)) if isinstance(cfg, dict) else None

@@ -28,9 +28,10 @@ its path and the weights digest are printed at the end. However the run ends, th
 (completed, failed, interrupted, terminated) and lists every weights file left with its digest.
 Exit codes: 0 trained (also when the record could not be written: a warning after the digest), 2 a
 bad argument or a run folder in use by another live yolo-det run, 130 interrupted (Ctrl-C, SIGINT),
-143 terminated (SIGTERM), 1 the training failed (a full disk or a run folder that became unwritable: one line
-naming the record, whose status is 'failed'; a weights file cut short is renamed FILE.incomplete; also when
-something calls sys.exit() mid-run).
+143 terminated (SIGTERM), 129 terminated (SIGHUP), 1 the training failed (a full disk or a run folder that
+became unwritable: one line naming the record, whose status is 'failed'; a weights file cut short is renamed
+FILE.incomplete; also when something calls sys.exit() mid-run). A signal stops the training at the next
+batch or epoch boundary.
 
 To continue an interrupted run, pass its checkpoint: `resume=True model=RUN/weights/last.pt` (or
 `resume=RUN/weights/last.pt`). The checkpoint's own arguments are used (no demo defaults); overrides

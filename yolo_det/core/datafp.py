@@ -33,14 +33,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .fileio import atomic_write_text
+from .fileio import atomic_write_text, file_sha256
 
 __all__ = ["FINGERPRINT_VERSION", "DigestCache", "cache_dir", "dataset_fingerprint", "file_sha256", "is_inside",
            "split_fingerprint"]
 
 FINGERPRINT_VERSION = 1
 CACHE_VERSION = 1
-_CHUNK = 1 << 20
 
 
 def cache_dir() -> Path:
@@ -56,18 +55,6 @@ def cache_dir() -> Path:
         return home / "Library" / "Caches" / "yolo-det"
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else home / ".cache") / "yolo-det"
-
-
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    """SHA-256 hex digest of a file's bytes (read in 1 MiB chunks)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            chunk = f.read(_CHUNK)
-            if not chunk:
-                break
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class DigestCache:

@@ -1,8 +1,8 @@
 """How a run ended, and which weights files it left on disk, for ``determinism.json``.
 
 Four endings: ``completed``; ``failed`` (an exception: its type and a one-line message);
-``interrupted`` (SIGINT, Ctrl-C: :class:`KeyboardInterrupt`); ``terminated`` (a signal yolo-det
-handles like Ctrl-C, SIGTERM: :class:`~yolo_det.core.signals.Terminated`).
+``interrupted`` (SIGINT, Ctrl-C: :class:`KeyboardInterrupt`); ``terminated`` (SIGTERM or SIGHUP, which
+yolo-det handles like Ctrl-C: :class:`~yolo_det.core.signals.Terminated`; the record names the signal).
 
 Every weights file in the run's ``weights`` folder (``last.pt``, ``best.pt``, ``epochN.pt``) is listed
 with the digest of the file as it is on disk (read back with :func:`~yolo_det.core.record.checkpoint_digest`,

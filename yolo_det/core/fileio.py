@@ -1,21 +1,29 @@
-"""Atomic file writes, and checking an output path before any work starts.
+"""Atomic file writes, file digests, and checking an output path before any work starts.
 
-A file yolo-det writes is first written to a temporary file in the same folder, flushed to disk and
-then renamed over the target, so a reader never sees half a file and a crash never leaves one.
+The one home of these helpers: every file yolo-det writes goes through :func:`atomic_file` (or the
+``atomic_write_*`` functions built on it): it is first written to a temporary file in the same folder,
+flushed and then renamed over the target, so a reader never sees half a file and a crash never leaves one.
+A new file gets the mode ``open()`` would give it (``0o666`` less the umask); a replaced file keeps its mode.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from .errors import ConfigError
 
-__all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "new_file_mode"]
+__all__ = ["atomic_file", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "check_output_path",
+           "file_sha256", "new_file_mode"]
+
+_CHUNK = 1 << 20
 
 _umask_lock = threading.Lock()
 
@@ -28,14 +36,17 @@ def new_file_mode() -> int:
     return 0o666 & ~mask
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int | None = None) -> Path:
-    """Write ``data`` to ``path`` atomically and return the path.
+@contextmanager
+def atomic_file(path: str | os.PathLike[str], *, mode: int | None = None, sync: bool = True) -> Iterator[IO[bytes]]:
+    """A binary file to write; when the block ends without an error it replaces ``path`` atomically.
 
     Args:
         path: Target file. Its folder must exist.
-        data: The bytes to write.
         mode: Permission bits for the new file; by default those of the file being replaced, else those of
             any new file (``0o666`` less the umask; ``mkstemp``'s private ``0o600`` is never left behind).
+        sync: ``fsync`` the data before the rename (off for large files that are checked when read back).
+
+    On an error (or an interrupt) the temporary file is removed and ``path`` is left as it was.
     """
     path = Path(path)
     if mode is None:
@@ -46,15 +57,22 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int |
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int | None = None) -> Path:
+    """Write ``data`` to ``path`` atomically and return the path (see :func:`atomic_file` for ``mode``)."""
+    with atomic_file(path, mode=mode) as f:
+        f.write(data)
+    return Path(path)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str, *, mode: int | None = None) -> Path:
@@ -65,6 +83,15 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, *, mode: int | No
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
     """Write ``obj`` as indented, key-sorted JSON to ``path`` atomically and return the path."""
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """SHA-256 hex digest of a file's bytes (read in 1 MiB chunks)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def check_output_path(path: str | os.PathLike[str] | None, *, suffix: str | tuple[str, ...],

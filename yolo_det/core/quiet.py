@@ -28,7 +28,7 @@ def quiet_ultralytics(verbose: bool = False, *, level: int = logging.WARNING,
         drop_stdout: Also swallow what the block prints to ``sys.stdout`` (model summaries while building).
     """
     try:
-        from ultralytics.utils import LOGGER
+        from .compat import LOGGER
     except ImportError:  # pragma: no cover - ultralytics is a dependency
         yield
         return

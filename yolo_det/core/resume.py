@@ -23,7 +23,6 @@ every class the pickle names is an inert placeholder).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import random
 import types
@@ -36,6 +35,8 @@ import numpy as np
 import torch
 
 from .errors import ModelError
+from .fileio import atomic_file, file_sha256
+from .plain import plain_value
 from .safeload import Inert
 from .safeload import read_checkpoint as safe_read
 
@@ -94,26 +95,15 @@ class CheckpointInfo:
         return self.epoch >= 0 and self.has_optimizer
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+def _inert_text(value: Any) -> str:
     if isinstance(value, Inert):  # a pathlib.Path and the like: keep its text
         args = value.__dict__.get("inert_args", ())
         return "/".join(str(a) for a in args) if args and all(isinstance(a, str) for a in args) else repr(value)
     return str(value)
 
 
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    """SHA-256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+def _plain(value: Any) -> Any:
+    return plain_value(value, _inert_text)
 
 
 def read_checkpoint(path: str | os.PathLike[str]) -> CheckpointInfo:
@@ -213,19 +203,10 @@ def save_state(path: str | os.PathLike[str], state: Mapping[str, Any]) -> Path:
     reader sees the old file or the new one, never half of one. There is no fsync (Ultralytics does not sync
     its checkpoints either); a file torn by a power loss fails to load and is reported, never used.
     """
-    import tempfile
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save({"format": FORMAT, **state}, f)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path, sync=False) as f:
+        torch.save({"format": FORMAT, **state}, f)
     return path
 
 
@@ -537,5 +518,5 @@ def resume_save_dir(checkpoint: str | os.PathLike[str], requested: str | os.Path
     try:
         stored = read_checkpoint(Path(checkpoint).expanduser()).train_args.get("save_dir")
     except Exception:  # the framework reports an unreadable checkpoint its own way
-        pass
+        stored = None
     return str(resume_folder(checkpoint, stored=stored if isinstance(stored, str) else None, requested=requested))

@@ -1,36 +1,77 @@
-"""SIGTERM handled like Ctrl-C while a run is in progress.
+"""Stop signals acted on at safe points.
 
-Schedulers, ``timeout``, Docker and Kubernetes stop a process with SIGTERM, whose default action kills
-Python without running a single ``finally``: no state restored, no record written. While
-:func:`terminate_as_interrupt` is active (the duration of a training run), SIGTERM raises
-:class:`Terminated` in the main thread instead, a :class:`KeyboardInterrupt` subclass, so every clean-up
-that runs for Ctrl-C runs for it too and the record can say ``terminated``.
+Schedulers, ``timeout``, Docker and Kubernetes stop a process with SIGTERM, a closed terminal sends
+SIGHUP, a user presses Ctrl-C (SIGINT). SIGTERM's and SIGHUP's default action kills Python without
+running a single ``finally`` (no state restored, no record written), and Python's SIGINT raises
+:class:`KeyboardInterrupt` at whatever bytecode runs, also inside the import machinery or code built by
+``exec``, where CPython can swallow it or remember it past the ``except`` that handled it.
 
-The handler is installed only when it can be given back exactly: in the main thread, and only where
-SIGTERM still has its default action (a handler or ``SIG_IGN`` the user set wins and is left alone).
-The previous handler is restored when the block ends. A second SIGTERM while the run is already ending
-is ignored (the clean-up is running; a scheduler that wants the process gone sends SIGKILL).
+While :func:`stop_signals` is active (a command of the command line, a ``model.train()``), yolo-det's
+handler takes these three signals and only *notes* the stop. The stop is acted on, by raising
+:class:`KeyboardInterrupt` (SIGINT) or :class:`Terminated` (SIGTERM, SIGHUP; a ``KeyboardInterrupt``
+subclass, so every clean-up that runs for Ctrl-C runs for it too), at a *safe point*:
+
+- during a training (between :func:`defer_stops` and its release: from the moment the train phase is
+  entered until the run ends), at the next :func:`safe_point`: a batch or epoch boundary (a stop noted
+  after the last one lets the run finish and is raised when the :func:`stop_signals` block ends);
+- outside a training, at once, from the handler, unless the signal landed in the import machinery or in
+  code run by ``exec``; then at the next :func:`safe_point` or when the :func:`stop_signals` block ends.
+
+A second stop signal while a stop is noted but not yet acted on is acted on at once (press Ctrl-C twice
+to leave a long batch); once a stop was raised, further stop signals are ignored (the clean-up is
+running; a scheduler that wants the process gone sends SIGKILL).
+
+Handlers the user installed are kept: theirs is called after the stop is noted (a signal set to
+``SIG_IGN`` is left ignored, and yolo-det installs nothing for it). Handlers are installed only in the
+main thread, and each is put back when the outermost block ends, unless the user replaced it meanwhile.
+
+Testing hook: ``YOLO_DET_TEST_SIGNAL_AT=POINT[:SIGNAL]`` (``SIGINT`` by default) makes the process send
+itself the signal the first time it reaches the safe point named ``POINT`` (:data:`POINTS`) while
+:func:`stop_signals` is active (once per outermost block), so tests
+stop a run at a named moment instead of after a sleep.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
-__all__ = ["Terminated", "exit_code", "forget_handled_interrupt", "terminate_as_interrupt"]
+__all__ = ["POINTS", "TEST_HOOK_ENV", "Terminated", "defer_stops", "exit_code", "pending", "safe_point",
+           "stop_signals"]
 
-_installed = False
+#: The environment variable of the testing hook.
+TEST_HOOK_ENV = "YOLO_DET_TEST_SIGNAL_AT"
+
+#: The named safe points, in the order a command-line training reaches them.
+POINTS = (
+    "cli-start",          # the command line's first line, handlers installed
+    "cli-parsed",         # arguments parsed, the command's module imported
+    "train-begin",        # Ultralytics: on_pretrain_routine_start (the train phase is entered)
+    "train-setup",        # Ultralytics: on_pretrain_routine_end (model, data loaders built)
+    "train-start",        # Ultralytics: on_train_start
+    "epoch-start",        # on_train_epoch_start
+    "batch-start",        # on_train_batch_start; YOLOv5: each backward
+    "batch-end",          # on_train_batch_end
+    "epoch-end",          # on_train_epoch_end (before validation and the checkpoint)
+    "fit-epoch-end",      # on_fit_epoch_end (after the epoch's checkpoint and resume state)
+    "cli-end",            # the command returned
+)
+
+_STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 class Terminated(KeyboardInterrupt):
-    """A run stopped by a signal (SIGTERM) while yolo-det's handler was installed.
+    """A run stopped by SIGTERM or SIGHUP while yolo-det's handler was installed.
 
     Attributes:
         signum: The signal number.
-        signal_name: Its name (``SIGTERM``).
+        signal_name: Its name (``SIGTERM``, ``SIGHUP``).
     """
 
     def __init__(self, signum: int) -> None:
@@ -40,7 +81,7 @@ class Terminated(KeyboardInterrupt):
 
     @property
     def exit_code(self) -> int:
-        """``128 + signum`` (143 for SIGTERM), the shell's convention for a process ended by a signal."""
+        """``128 + signum`` (143 for SIGTERM, 129 for SIGHUP), the shell's convention for a signal."""
         return 128 + self.signum
 
 
@@ -49,52 +90,139 @@ def exit_code(exc: BaseException) -> int:
     return exc.exit_code if isinstance(exc, Terminated) else 128 + int(signal.SIGINT)
 
 
-@contextmanager
-def terminate_as_interrupt() -> Iterator[bool]:
-    """Raise :class:`Terminated` on SIGTERM for the duration of the block (main thread, default handler only).
+class _Stops:
+    """The process's stop state while :func:`stop_signals` is active (main thread only)."""
 
-    Nested blocks leave the outer block's handler in place.
+    def __init__(self) -> None:
+        self.depth = 0                      # nested stop_signals blocks
+        self.previous: dict[int, Any] = {}  # signum -> the handler found (put back at the end)
+        self.deferring = 0                  # nested trainings in progress
+        self.pending: int | None = None     # a stop noted, not yet acted on
+        self.raised = False                 # a stop was acted on: the run is ending
+        self.fired: set[str] = set()        # testing hook: points fired in this block
+
+    def reset(self) -> None:
+        self.previous.clear()
+        self.deferring = 0
+        self.pending = None
+        self.raised = False
+        self.fired.clear()
+
+
+_STOPS = _Stops()
+
+
+def _exception(signum: int) -> KeyboardInterrupt:
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
+def _unsafe(frame: FrameType | None) -> bool:
+    """Whether ``frame`` (or a caller) is the import machinery or code run by ``exec``."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.startswith("<frozen importlib"):
+            return True
+        if name == "<string>" and frame.f_back is not None:  # exec'd (``python -c`` code is the outermost)
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _raise_pending() -> None:
+    signum, _STOPS.pending = _STOPS.pending, None
+    if signum is not None and not _STOPS.raised:
+        _STOPS.raised = True
+        raise _exception(signum)
+
+
+def _handler(signum: int, frame: FrameType | None) -> None:
+    stops = _STOPS
+    again = stops.pending is not None
+    if not stops.raised and not again:
+        stops.pending = signum
+    user = stops.previous.get(signum)
+    if callable(user) and user is not signal.default_int_handler:
+        user(signum, frame)  # the user's handler still runs (it may raise: their choice)
+    if stops.raised or stops.depth == 0:
+        return
+    if again:  # a second signal before the first was acted on: now
+        stops.pending = None
+        stops.raised = True
+        raise _exception(signum)
+    if stops.deferring == 0 and not _unsafe(frame):
+        _raise_pending()
+
+
+@contextmanager
+def stop_signals() -> Iterator[bool]:
+    """Take SIGINT, SIGTERM and SIGHUP for the block; act on them at safe points (see the module).
+
+    Nested blocks leave the outer block's handlers in place. A stop still pending when the outermost
+    block ends without an error is raised there.
 
     Yields:
-        Whether this block installed the handler.
+        Whether this block installed the handlers (False in a nested block or outside the main thread).
     """
-    global _installed
-    if _installed or threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    stops = _STOPS
+    main = threading.current_thread() is threading.main_thread()
+    if stops.depth or not main:
         yield False
+        if main and stops.deferring == 0:
+            _raise_pending()
         return
-    raised = False
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        nonlocal raised
-        if raised:  # already ending: let the clean-up finish
-            return
-        raised = True
-        raise Terminated(signum)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    _installed = True
+    installed: dict[int, Any] = {}
     try:
+        for sig in _STOP_SIGNALS:
+            current = signal.getsignal(sig)
+            if current is signal.SIG_IGN or current is None:  # ignored on purpose, or not set from Python
+                continue
+            installed[int(sig)] = current
+            signal.signal(sig, _handler)
+        stops.previous.update(installed)
+        stops.depth = 1
         yield True
+        _raise_pending()
     finally:
-        _installed = False
-        signal.signal(signal.SIGTERM, previous)
+        stops.depth = 0
+        for signum, previous in installed.items():
+            if signal.getsignal(signum) is _handler:  # a handler the user set during the block stays
+                signal.signal(signum, previous)
+        stops.reset()
 
 
-def forget_handled_interrupt() -> None:
-    """Tell CPython that the KeyboardInterrupt just handled was handled.
+def defer_stops() -> Callable[[], None]:
+    """Note stops instead of raising them at once until the returned function is called (a training).
 
-    CPython (3.8 to 3.11 at least) sets an internal flag when a KeyboardInterrupt leaves code run from a
-    string by ``exec`` (``dataclasses`` builds its methods that way, so an interrupt during an import can
-    land there), and keeps it even when the interrupt is caught further up; ``python -m`` then ends the
-    process by killing it with SIGINT instead of exiting with the code the program returned. The command
-    line calls this after it has handled an interrupt, so its exit code is the one it chose. Does
-    nothing where the flag cannot be found.
+    The returned function is idempotent; it never raises.
     """
-    try:
-        import ctypes
+    _STOPS.deferring += 1
+    released = False
 
-        flag = ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt")
-    except Exception:  # another interpreter or version: nothing to forget
-        return
-    flag.value = 0
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            _STOPS.deferring = max(0, _STOPS.deferring - 1)
+
+    return release
+
+
+def pending() -> int | None:
+    """The number of the stop signal noted and not yet acted on, if any."""
+    return _STOPS.pending
+
+
+def safe_point(name: str) -> None:
+    """A point where a noted stop is acted on (raised); the testing hook's ``POINT`` names it.
+
+    Raises:
+        KeyboardInterrupt: a SIGINT was noted (:class:`Terminated` for SIGTERM or SIGHUP).
+    """
+    hook = os.environ.get(TEST_HOOK_ENV)
+    if hook and _STOPS.depth and name not in _STOPS.fired:
+        point, _, sig = hook.partition(":")
+        if point == name:
+            _STOPS.fired.add(name)
+            signal.raise_signal(getattr(signal, sig or "SIGINT"))  # handlers run before this returns
+    if _STOPS.depth and _STOPS.pending is not None and threading.current_thread() is threading.main_thread():
+        _raise_pending()

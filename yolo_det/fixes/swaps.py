@@ -26,6 +26,7 @@ model YAMLs (see :mod:`yolo_det.fixes.yaml_rewrite`).
 from __future__ import annotations
 
 import copyreg
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -89,7 +90,7 @@ class SwapRecord:
 
 
 def swap_modules(model: nn.Module, modules: Mapping[str, str] | Iterable[str] | str = "auto", *, imgsz: int = 64,
-                 torch_version: str | None = None) -> list[SwapRecord]:
+                 torch_version: str | None = None, policy: str | None = None) -> list[SwapRecord]:
     """Swap the given modules of ``model`` for their deterministic equivalents, in place.
 
     Args:
@@ -100,6 +101,8 @@ def swap_modules(model: nn.Module, modules: Mapping[str, str] | Iterable[str] | 
             any interception).
         imgsz: Input size of the audit trace when ``modules`` is ``auto``.
         torch_version: Decide ``auto`` for this torch version instead of the running one.
+        policy: Deprecated (0.1.0's name for a policy): ``swap_modules(model, policy="all")`` is
+            ``swap_modules(model, "all")``; it warns (``DeprecationWarning``) and will be removed.
 
     Returns:
         One record per swapped module (empty when nothing needed a swap).
@@ -107,6 +110,12 @@ def swap_modules(model: nn.Module, modules: Mapping[str, str] | Iterable[str] | 
     Raises:
         ConfigError: An unknown policy, or a path that is not a module with a registered equivalent.
     """
+    if policy is not None:
+        warnings.warn("swap_modules(policy=...) is deprecated; pass the policy as the second argument: "
+                      f"swap_modules(model, {policy!r})", DeprecationWarning, stacklevel=2)
+        if modules != "auto":
+            raise ConfigError("swap_modules() got both modules and policy=; pass one of them (policy= is deprecated)")
+        modules = policy
     if isinstance(modules, str):
         from .intercept import suspended
 

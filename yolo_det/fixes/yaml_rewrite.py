@@ -221,9 +221,8 @@ def _build(text: str, origin: str) -> Any:
     task = _guess_task(cfg)
     try:
         with custom_modules():
-            from ultralytics.nn import tasks
-
             from ..analysis.loader import check_yaml_modules
+            from ..core.compat import tasks
 
             if isinstance(cfg, dict):  # every layer an allowed module class, before Ultralytics builds anything
                 check_yaml_modules(cfg, text, origin, vars(tasks))
@@ -252,7 +251,7 @@ def _build(text: str, origin: str) -> Any:
 
 def _guess_task(cfg: Any) -> str:
     try:
-        from ultralytics.nn.tasks import guess_model_task
+        from ..core.compat import guess_model_task
 
         return guess_model_task(cfg)
     except Exception:  # fall back to detection
@@ -297,9 +296,8 @@ def rewrite_yaml_text(text: str, *, reverse: bool = False, policy: str = "auto",
 def _zoo_blocks() -> dict[str, str]:
     """Zoo block name -> deterministic variant, for the names that resolve to the zoo's own class right now
     (a name bound to the user's class is the user's: it is never renamed)."""
-    from ultralytics.nn import tasks
-
     from ..analysis.zoo import DET_VARIANTS, ZOO_MODULES
+    from ..core.compat import tasks
 
     ns = vars(tasks)
     return {name: det for name, det in DET_VARIANTS.items() if ns.get(name) is ZOO_MODULES[name]

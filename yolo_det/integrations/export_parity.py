@@ -85,17 +85,14 @@ def _raw(out: Any) -> torch.Tensor:
 
 
 def _nms(raw: torch.Tensor, conf: float, iou: float, end2end: bool) -> torch.Tensor:
-    try:
-        from ultralytics.utils.nms import non_max_suppression
-    except ImportError:  # older Ultralytics
-        from ultralytics.utils.ops import non_max_suppression  # type: ignore[attr-defined,no-redef]
+    from ..core.compat import non_max_suppression
     kwargs = {"end2end": True} if end2end else {}
     return non_max_suppression(raw, conf, iou, **kwargs)[0][:, :6].cpu()
 
 
 def _letterbox(image: np.ndarray, shape: Sequence[int], *, auto: bool, stride: int) -> torch.Tensor:
     """``image`` (BGR, HWC) letterboxed as Ultralytics' predictor does, as a (1, 3, h, w) float tensor."""
-    from ultralytics.data.augment import LetterBox
+    from ..core.compat import LetterBox
 
     boxed: Any = LetterBox((int(shape[0]), int(shape[1])), auto=auto, stride=stride)(image=image)
     x = torch.from_numpy(np.ascontiguousarray(boxed[..., ::-1].transpose(2, 0, 1))).float() / 255
@@ -112,7 +109,7 @@ def _read_images(images: Sequence[Any] | None) -> list[tuple[str, np.ndarray]]:
     import cv2
 
     if images is None:
-        from ultralytics.utils import ASSETS
+        from ..core.compat import ASSETS
 
         images = sorted(Path(ASSETS).glob("*.jpg"))
     out: list[tuple[str, np.ndarray]] = []
@@ -148,8 +145,7 @@ def export_parity(model: Any, export: str | os.PathLike[str], *, images: Sequenc
     Returns:
         ``numerics``, ``preprocessing``, ``verdict`` and ``cause`` (None when the detections match).
     """
-    from ultralytics.nn.autobackend import AutoBackend
-    from ultralytics.utils import ops
+    from ..core.compat import AutoBackend, ops
 
     net = getattr(model, "model", model)
     if not isinstance(net, torch.nn.Module):

@@ -55,7 +55,7 @@ def ensure_local_font(folders: Iterable[str | os.PathLike[str]] | None = None, n
 def _font_folders() -> list[Path]:
     folders = []
     try:
-        from ultralytics.utils import USER_CONFIG_DIR
+        from ..core.compat import USER_CONFIG_DIR
 
         folders.append(Path(USER_CONFIG_DIR))
     except ImportError:  # pragma: no cover - ultralytics is a dependency

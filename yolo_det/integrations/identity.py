@@ -26,6 +26,7 @@ from typing import Any
 
 from ..core.datafp import dataset_fingerprint
 from ..core.modules import unwrap_model
+from ..core.plain import plain_value
 from ..core.record import state_dict_digest
 
 __all__ = ["model_fingerprint", "plain_args", "plain_value", "run_identity", "trainer_data_fingerprint"]
@@ -34,19 +35,6 @@ __all__ = ["model_fingerprint", "plain_args", "plain_value", "run_identity", "tr
 def _error(e: BaseException) -> dict[str, str]:
     first = str(e).splitlines()[0] if str(e) else ""
     return {"error": f"{type(e).__name__}: {first}"[:300]}
-
-
-def plain_value(value: Any) -> Any:
-    """``value`` as plain JSON data: paths as text, mappings and sequences recursively, anything else by repr."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, Mapping):
-        return {str(k): plain_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain_value(v) for v in value]
-    return repr(value) if not hasattr(value, "__fspath__") else str(value)
 
 
 def plain_args(args: Any) -> dict[str, Any]:

@@ -55,7 +55,7 @@ from types import FrameType
 from typing import Any, Literal
 
 from ..core.errors import PatchError, ProfileError
-from ..core.fileio import atomic_write_text
+from ..core.fileio import atomic_write_text, new_file_mode
 from ..core.profiles import load_profile
 
 __all__ = [
@@ -555,7 +555,7 @@ def _write_temp(target: Path, text: str, staged: Path | None = None) -> Path:
     try:
         mode = target.stat().st_mode & 0o777
     except FileNotFoundError:
-        mode = 0o644
+        mode = new_file_mode()  # as open() would make it: 0o666 less the umask
     if staged is None:
         fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     else:

@@ -22,7 +22,8 @@ which applies ``batch_invariant`` to them (:mod:`yolo_det.session.batch_invarian
 
 Endings (see :mod:`yolo_det.core.endings`): every training writes ``determinism.json`` however it ends
 (``completed``, ``failed``, ``interrupted``, ``terminated``), with every weights file digested from disk;
-SIGTERM is handled like Ctrl-C for the duration of ``model.train()`` (:mod:`yolo_det.core.signals`); the
+SIGINT, SIGTERM and SIGHUP stop ``model.train()`` at the next batch or epoch boundary once the train phase
+is entered, at once before (:mod:`yolo_det.core.signals`); the
 run folder is locked against other live runs (:mod:`yolo_det.core.runlock`); one session per process
 (:mod:`yolo_det.session.exclusive`).
 """
@@ -41,6 +42,8 @@ from typing import Any
 import torch
 
 from ..core import runlock
+from ..core.compat import EVENTS as _EVENTS
+from ..core.compat import TASK_TRAINERS, task_trainer
 from ..core.constants import global_rank
 from ..core.endings import describe_ending, one_line, weights_files, weights_stats
 from ..core.errors import YoloDetError
@@ -48,7 +51,7 @@ from ..core.modules import unwrap_model
 from ..core.partial import set_aside_incomplete
 from ..core.profiles import Profile, load_profile
 from ..core.record import RECORD_NAME, build_record, state_dict_digest, write_record
-from ..core.signals import terminate_as_interrupt
+from ..core.signals import defer_stops, safe_point, stop_signals
 from ..core.state import snapshot
 from ..core.testpoints import reach
 from ..fixes import data_invariance as _data
@@ -58,29 +61,11 @@ from ..session.distributed import gather_states, rank_info, ranks_consistent, te
 from ..session.session import DeterminismSession, note_restore_failure
 from . import ultralytics_data as _stream
 from .identity import run_identity
+from .trainer_state import state_of
 from .ultralytics_resume import UltralyticsResume, previous_record, segments_of
 
 __all__ = ["UltralyticsPlugin", "attach", "detach", "trainer_class"]
 
-_EVENTS = (
-    "on_pretrain_routine_start",
-    "on_pretrain_routine_end",
-    "on_train_start",
-    "on_train_epoch_start",
-    "on_train_batch_start",
-    "on_train_batch_end",
-    "on_train_epoch_end",
-    "on_fit_epoch_end",
-    "on_val_start",
-    "on_val_end",
-    "on_train_end",
-    "teardown",
-    "on_predict_start",
-    "on_predict_batch_start",
-    "on_predict_end",
-    "on_export_start",
-    "on_export_end",
-)
 _ATTACHED = "_yolo_det_plugin"
 _GUARDED = ("train", "val", "predict", "export")
 _RUN_ARGS = ("task", "model", "data", "epochs", "imgsz", "batch", "device", "seed", "deterministic", "amp",
@@ -136,8 +121,9 @@ class UltralyticsPlugin:
         self._trainer: Any = None  # the trainer of the run in progress (for a record of an early ending)
         self.resume: UltralyticsResume | None = None
         self._previous: dict[str, Any] | None = None
-        self._rank_signals: ExitStack | None = None  # a DDP rank handles SIGTERM like Ctrl-C while it trains
+        self._rank_signals: ExitStack | None = None  # a DDP rank takes stop signals while it trains
         self._digests: dict[str, Any] = {}  # weights file digests of the run in progress (by file identity)
+        self._release_stops: Callable[[], None] | None = None  # stops wait for a safe point while training
         self._portable: dict[str, Any] = {}  # what the checkpoints' YAML keeps under yolo-det's key
 
     # A pickled plugin (Ultralytics' DDP launcher pickles the callbacks) starts fresh in the worker.
@@ -192,7 +178,9 @@ class UltralyticsPlugin:
         self._digests = {}
         resume, self.resume, self._previous = self.resume, None, None
         rank_signals, self._rank_signals = self._rank_signals, None
-        steps = [resume.close if resume is not None else None,
+        release_stops, self._release_stops = self._release_stops, None
+        steps = [release_stops,
+                 resume.close if resume is not None else None,
                  session.end if session is not None else None,
                  (lambda: names.__exit__(None, None, None)) if names is not None else None,
                  *(lock.release for lock in reversed(locks)),
@@ -299,8 +287,9 @@ class UltralyticsPlugin:
             self._trainer = trainer
             if _rank() >= 0 and self._rank_signals is None:  # a DDP rank: the launcher stops it with SIGTERM
                 self._rank_signals = ExitStack()
-                self._rank_signals.enter_context(terminate_as_interrupt())
+                self._rank_signals.enter_context(stop_signals())
             session.enter("train")
+            self._release_stops = defer_stops()
             self._write_running(trainer)  # from the first second: never the record of another run next to ours
         return session
 
@@ -352,6 +341,7 @@ class UltralyticsPlugin:
     def on_pretrain_routine_start(self, trainer: Any) -> None:
         """Enter the train phase right after Ultralytics' ``init_seeds``."""
         self._ensure_train(trainer)
+        safe_point("train-begin")
 
     @_callback
     def on_pretrain_routine_end(self, trainer: Any) -> None:
@@ -360,7 +350,7 @@ class UltralyticsPlugin:
         session = self._ensure_train(trainer)
         settings = self.profile.train
         if self.record and _rank() in {-1, 0}:
-            trainer._yolo_det_identity = run_identity(trainer)  # data, start model, arguments (before any swap)
+            state_of(trainer).identity = run_identity(trainer)  # data, start model, arguments (before any swap)
         session.hand_over("loader", getattr(trainer, "train_loader", None), epoch=_stream.start_epoch(trainer))
         if self.record:
             _stream.tap(trainer)  # the fingerprint of the first batches, for the record
@@ -369,7 +359,7 @@ class UltralyticsPlugin:
         if settings.swaps != "none" and isinstance(model, torch.nn.Module) and not self._swapped_for(trainer):
             imgsz = getattr(trainer.args, "imgsz", 64)
             session.prepare_model(model, imgsz=int(max(imgsz) if isinstance(imgsz, (list, tuple)) else imgsz))
-            trainer._yolo_det_swapped = True
+            state_of(trainer).swapped = True
         session.wrap_scaler(trainer)  # backward: disable -> a ToggleScaler until the train phase ends
         self._stamp_checkpoint_yaml(trainer)
         self.resume = UltralyticsResume(int(session.seeds()["seed"]), rank=session.rank)
@@ -377,6 +367,7 @@ class UltralyticsPlugin:
         self.resume.wrap_save(trainer, self._after_checkpoint)
         self._warn_profile_change()
         self._write_running(trainer)  # now with the data and model fingerprints
+        safe_point("train-setup")
 
     def _stamp_checkpoint_yaml(self, trainer: Any) -> None:
         """The YAML the checkpoints store: torch's names where the model names yolo-det's layers (plain Ultralytics
@@ -398,6 +389,7 @@ class UltralyticsPlugin:
         self._observed = snapshot().to_dict()
         if self.session is not None:
             self._ranks = gather_states(self.session)
+        safe_point("train-start")
 
     @_callback
     def on_train_end(self, trainer: Any) -> None:
@@ -414,7 +406,7 @@ class UltralyticsPlugin:
         except Exception as e:  # the training itself succeeded
             self.record_error = (f"could not write {RECORD_NAME} in '{trainer.save_dir}': "
                                  f"{type(e).__name__}: {one_line(e)}")
-            trainer._yolo_det_record_written = True  # the failure is this run's answer; never rewrite it as failed
+            state_of(trainer).record_written = True  # the failure is this run's answer; never rewrite it as failed
             if self.warn_record_error:
                 warnings.warn(f"yolo-det: {self.record_error}", UserWarning, stacklevel=2)
 
@@ -425,25 +417,29 @@ class UltralyticsPlugin:
         self._back_to_train()
         if self.resume is not None:
             self.resume.on_train_epoch_start(trainer)
+        safe_point("epoch-start")
         _data.set_epoch(getattr(trainer, "train_loader", None), int(getattr(trainer, "epoch", 0)))
 
     @_callback
     def on_train_batch_start(self, trainer: Any) -> None:
-        """Count the iteration (resume bookkeeping)."""
+        """Count the iteration (resume bookkeeping); a safe point for a noted stop."""
         if self.resume is not None:
             self.resume.on_train_batch_start(trainer)
+        safe_point("batch-start")
 
     @_callback
     def on_train_batch_end(self, trainer: Any) -> None:
-        """Note optimizer steps (resume bookkeeping)."""
+        """Note optimizer steps (resume bookkeeping); a safe point for a noted stop."""
         if self.resume is not None:
             self.resume.on_train_batch_end(trainer)
+        safe_point("batch-end")
 
     @_callback
     def on_train_epoch_end(self, trainer: Any) -> None:
         """Mark the epoch trained (its resume state is written after its checkpoint)."""
         if self.resume is not None:
             self.resume.on_train_epoch_end(trainer)
+        safe_point("epoch-end")
 
     @_callback
     def on_fit_epoch_end(self, trainer: Any) -> None:
@@ -451,6 +447,7 @@ class UltralyticsPlugin:
         self._back_to_train()
         if self.resume is not None:
             self.resume.on_fit_epoch_end(trainer)
+        safe_point("fit-epoch-end")
 
     @_callback
     def teardown(self, trainer: Any) -> None:
@@ -492,10 +489,10 @@ class UltralyticsPlugin:
 
     @staticmethod
     def _swapped_for(trainer: Any) -> bool:
-        return getattr(trainer, "_yolo_det_swapped", False)
+        return state_of(trainer).swapped
 
     def _written_for(self, trainer: Any) -> bool:
-        return getattr(trainer, "_yolo_det_record_written", False)
+        return state_of(trainer).record_written
 
     def _write(self, trainer: Any, error: BaseException | None, *, running: bool = False) -> None:
         """Write ``determinism.json`` for a run that ended with ``error`` (None: completed), or one still
@@ -505,7 +502,7 @@ class UltralyticsPlugin:
         save_dir = getattr(trainer, "save_dir", None)
         if save_dir is None:
             return
-        stopped = error is not None and bool(getattr(trainer, "_yolo_det_interrupted", False))  # a clean stop
+        stopped = error is not None and state_of(trainer).stopped_on_purpose  # a clean stop
         running = running and error is None
         # Digests of the files as they are on disk (this run holds the folder: they are its own files).
         files = set_aside_incomplete(weights_files(Path(save_dir) / "weights", self._weights_before, self._digests))
@@ -538,9 +535,9 @@ class UltralyticsPlugin:
             rank_problems=ranks_consistent(self._ranks) if self._ranks else [],
             imports=self._portable.get("imports", []),
             checkpoint_yaml_layers=self._portable.get("layers", {}),
-            **getattr(trainer, "_yolo_det_identity", {}),
+            **(state_of(trainer).identity or {}),
             data_stream=_stream.data_stream_section(trainer, int(self.session.seeds()["seed"]),
-                                                    getattr(trainer, "_yolo_det_identity", None)),
+                                                    state_of(trainer).identity),
             **ending,
         )
         if self.resume is not None:
@@ -550,7 +547,7 @@ class UltralyticsPlugin:
                           epochs_completed=int(getattr(trainer, "start_epoch", 0) or 0))
         self.record_path = write_record(save_dir, record)
         if not running:
-            trainer._yolo_det_record_written = True
+            state_of(trainer).record_written = True
 
     # -- validation, prediction, export -----------------------------------------------------------------
     @_callback
@@ -619,7 +616,7 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
             return _export_standard(plugin, method, owner, args, kwargs)
         if name == "train":
             kwargs = _resume_into_its_folder(owner, kwargs)
-            with terminate_as_interrupt(), plugin.guard(), terminate_via_launcher():
+            with stop_signals(), plugin.guard(), terminate_via_launcher():
                 lock = _lock_fixed_folder(owner, kwargs)
                 try:
                     return method(*args, **kwargs)
@@ -666,7 +663,7 @@ def _resume_checkpoint(args: dict[str, Any], model: Any = None) -> str | None:
         if isinstance(args.get("model"), (str, Path)) and str(args["model"]).endswith(".pt"):
             return str(args["model"])
         try:
-            from ultralytics.utils.files import get_latest_run
+            from ..core.compat import get_latest_run
 
             return get_latest_run() or None
         except Exception:
@@ -720,7 +717,7 @@ def _lock_planned_folder(cfg: Any, overrides: dict[str, Any] | None) -> runlock.
     if _rank() != -1:
         return None
     try:
-        from ultralytics.cfg import DEFAULT_CFG, DEFAULT_CFG_DICT, get_cfg, get_save_dir
+        from ..core.compat import DEFAULT_CFG, DEFAULT_CFG_DICT, get_cfg, get_save_dir
 
         overrides = {k: v for k, v in (overrides or {}).items() if k in DEFAULT_CFG_DICT}
         args = get_cfg(DEFAULT_CFG if cfg is None else cfg, overrides)
@@ -807,19 +804,7 @@ def detach(model: Any) -> None:
         model.callbacks[event] = [f for f in model.callbacks[event] if not _is_plugin_callback(f)]
 
 
-#: Ultralytics task -> (module, trainer class) of the trainer Ultralytics itself uses for it.
-TASK_TRAINERS: dict[str, tuple[str, str]] = {
-    "detect": ("ultralytics.models.yolo.detect", "DetectionTrainer"),
-    "segment": ("ultralytics.models.yolo.segment", "SegmentationTrainer"),
-    "pose": ("ultralytics.models.yolo.pose", "PoseTrainer"),
-    "obb": ("ultralytics.models.yolo.obb", "OBBTrainer"),
-    "classify": ("ultralytics.models.yolo.classify", "ClassificationTrainer"),
-}
-
-
 def _task_trainer(task: str) -> type:
-    import importlib
-
     if task not in TASK_TRAINERS:
         try:  # a task of a newer Ultralytics (its YOLO class maps every task to its trainer)
             from ultralytics import YOLO
@@ -828,8 +813,7 @@ def _task_trainer(task: str) -> type:
         except Exception:
             raise YoloDetError(f"no Ultralytics trainer for task '{task}'; choose from {', '.join(TASK_TRAINERS)} "
                                "or pass base= (a BaseTrainer subclass)") from None
-    module, name = TASK_TRAINERS[task]
-    return getattr(importlib.import_module(module), name)
+    return task_trainer(task)
 
 
 def _trainer_task(cfg: Any, overrides: dict[str, Any] | None) -> str:
@@ -862,8 +846,8 @@ def _with_profile(base: Any, resolved: Profile, record: bool) -> type:
 
     def __init__(self: Any, cfg: Any = None, overrides: dict[str, Any] | None = None,
                  _callbacks: dict[str, list[Any]] | None = None) -> None:
-        from ultralytics.utils import DEFAULT_CFG
-        from ultralytics.utils import callbacks as ul_callbacks
+        from ..core.compat import DEFAULT_CFG
+        from ..core.compat import callbacks as ul_callbacks
 
         plugin = UltralyticsPlugin(type(self).yolo_det_profile, record=type(self).yolo_det_record)
         self.yolo_det = plugin
@@ -883,7 +867,7 @@ def _with_profile(base: Any, resolved: Profile, record: bool) -> type:
             raise
 
     def train(self: Any) -> Any:
-        with terminate_as_interrupt(), terminate_via_launcher():
+        with stop_signals(), terminate_via_launcher():
             try:
                 result = base.train(self)
             except BaseException as error:
@@ -916,7 +900,7 @@ def trainer_class(profile: Profile | str = "repro", base: type | None = None, *,
         record: Write ``determinism.json`` into the run directory.
     """
     resolved = load_profile(profile)
-    from ultralytics.engine.trainer import BaseTrainer
+    from ..core.compat import BaseTrainer
 
     if base is not None:
         if not inspect.isclass(base) or not issubclass(base, BaseTrainer):

@@ -44,12 +44,12 @@ import torch
 from ..core.constants import global_rank, world_size
 from ..core.endings import describe_ending, one_line, weights_files, weights_stats
 from ..core.errors import ConfigError, ProfileError, YoloDetError
+from ..core.plain import plain_value
 from ..core.profiles import Profile, load_profile
 from ..core.record import RECORD_NAME, build_record, write_record
-from ..core.signals import terminate_as_interrupt
+from ..core.signals import defer_stops, safe_point, stop_signals
 from ..core.state import snapshot
 from ..session.session import DeterminismSession, note_restore_failure
-from .identity import plain_value
 from .yolov5_resume import YOLOv5Resume
 
 __all__ = [
@@ -153,14 +153,16 @@ class YOLOv5Run:
     @contextmanager
     def training(self) -> Iterator[YOLOv5Run]:
         """Begin the run, enter ``train``; on exit write the record and restore the baseline, on error too."""
-        with terminate_as_interrupt():  # SIGTERM ends the run like Ctrl-C: recorded as terminated
+        with stop_signals():  # SIGINT, SIGTERM, SIGHUP stop the run at the next batch: recorded
             self.session.begin()
+            release_stops = defer_stops()
             try:
                 self.fonts = _provide_font(self.script)
                 self.session.enter("train")
                 self._weights_before = weights_stats(self._weights_dir())
                 yield self
             except BaseException as error:
+                release_stops()
                 try:
                     if self.record and self.rank in {-1, 0}:
                         self._write_record(error)
@@ -168,6 +170,7 @@ class YOLOv5Run:
                     note_restore_failure(error, e)
                 self.session.end_after(error)
                 raise
+            release_stops()
             try:
                 if self.record and self.rank in {-1, 0}:
                     self._write_record(None)
@@ -198,6 +201,7 @@ class YOLOv5Run:
 
     def backward(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """``tensor.backward(*args, **kwargs)`` under the phase in force (see :func:`backward`)."""
+        safe_point("batch-start")  # a noted stop ends the run here, between batches
         if self.state_at_train_start is None:
             self.state_at_train_start = snapshot().to_dict()
         if tensor.requires_grad:

@@ -49,7 +49,7 @@ _added: dict[str, Any] = {}
 
 def _namespace() -> dict[str, Any]:
     try:
-        from ultralytics.nn import tasks
+        from ..core.compat import tasks
     except ImportError as e:  # pragma: no cover - ultralytics is a dependency
         raise ConfigError(f"registering model-YAML modules needs ultralytics ({e}); pip install ultralytics") from None
     return vars(tasks)

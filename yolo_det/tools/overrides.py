@@ -70,7 +70,7 @@ def check_ultralytics_args(args: Mapping[str, Any], *, reserved: Mapping[str, st
     Raises:
         ConfigError: An unknown or reserved key, or a value of the wrong type or range.
     """
-    from ultralytics.cfg import DEFAULT_CFG_DICT, check_cfg
+    from ..core.compat import DEFAULT_CFG_DICT, check_cfg
 
     reserved = reserved or {}
     for key in args:
@@ -174,7 +174,7 @@ def resolve_data_cfg(data: str, task: str | None = None) -> tuple[str, dict[str,
         cfg = check_data(str(path), task)
         return str(path.resolve()), cfg
     if path.suffix in {".yaml", ".yml"} and not path.parent.parts:
-        from ultralytics.utils.checks import check_yaml
+        from ..core.compat import check_yaml
 
         try:
             found = check_yaml(data, hard=False)

@@ -119,7 +119,7 @@ def check_device(device: Any) -> None:
 def optimizer_names() -> tuple[str, ...]:
     """The optimizer names the installed Ultralytics accepts (read from its trainer, without running it)."""
     try:
-        from ultralytics.engine.trainer import BaseTrainer
+        from ..core.compat import BaseTrainer
 
         source = inspect.getsource(BaseTrainer.build_optimizer)
         m = re.search(r"optimizers\s*=\s*(\{[^}]*\})", source)
@@ -193,7 +193,7 @@ def run_dir(args: Mapping[str, Any], task: str | None) -> Path:
     computed as Ultralytics computes it, without creating anything."""
     from types import SimpleNamespace
 
-    from ultralytics.cfg import get_save_dir
+    from ..core.compat import get_save_dir
 
     ns = SimpleNamespace(project=args.get("project"), name=args.get("name"), task=task or "detect", mode="train",
                          exist_ok=bool(args.get("exist_ok", False)))
@@ -322,7 +322,7 @@ def check_data(data: str, task: str | None = None) -> dict[str, Any] | None:
         raise ConfigError(f"data={short(data)} is a dataset YAML but the model is a classify model, which trains on a "
                           "folder with train/ and val/ holding one folder per class: pass data=path/to/images")
     if not path.is_file():
-        from ultralytics.utils.checks import check_yaml
+        from ..core.compat import check_yaml
 
         try:
             found = check_yaml(data, hard=False)
@@ -349,7 +349,7 @@ def check_data(data: str, task: str | None = None) -> dict[str, Any] | None:
     if task == "pose" and cfg.get("kpt_shape") is None:
         raise ConfigError(f"data '{data}' has no 'kpt_shape:' but the model is a pose model; pass a pose dataset YAML "
                           "(with kpt_shape: [keypoints, dims]) or a model of the data's task")
-    from ultralytics.utils import DATASETS_DIR
+    from ..core.compat import DATASETS_DIR
 
     root_value = cfg.get("path")
     if root_value is not None and not isinstance(root_value, str):
@@ -391,8 +391,7 @@ def check_cfg_file(cfg: Any) -> dict[str, Any]:
         ConfigError: Not a .yaml file, not readable, malformed, beyond bounds, or a key Ultralytics does not know
             (a data YAML given as cfg= is caught here).
     """
-    from ultralytics.cfg import DEFAULT_CFG_DICT
-
+    from ..core.compat import DEFAULT_CFG_DICT
     from ..core.errors import did_you_mean
 
     if not isinstance(cfg, str) or Path(cfg).suffix.lower() not in DATA_SUFFIXES:
@@ -450,10 +449,9 @@ def check_model_yaml(model: str) -> None:
     Raises:
         ModelError: Not found, malformed, beyond bounds, or a module name is unknown (file, line, close match).
     """
-    from ultralytics.nn import tasks
-
     from ..analysis.loader import _read_yaml, check_yaml_modules
     from ..analysis.models import model_names, resolve_model_yaml
+    from ..core.compat import tasks
 
     path = resolve_model_yaml(model)
     if path is None:

@@ -490,7 +490,7 @@ def _loss_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, 
     work = copy.deepcopy(model).cpu().float()
     args = getattr(work, "args", None)
     if args is None or isinstance(args, dict):
-        from ultralytics.cfg import get_cfg
+        from ...core.compat import get_cfg
 
         work.args = get_cfg(overrides={k: v for k, v in (args or {}).items() if k in ("box", "cls", "dfl", "mask_ratio",
                                                                                     "overlap_mask", "pose", "kobj")})

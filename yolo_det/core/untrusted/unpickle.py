@@ -302,7 +302,7 @@ class SafeUnpickler(pickle._Unpickler):
             return _numpy_values().get((module, name))
         if (module, name) in {("ultralytics.utils", "IterableSimpleNamespace"),
                               ("ultralytics.yolo.utils", "IterableSimpleNamespace")}:
-            from ultralytics.utils import IterableSimpleNamespace
+            from ..compat import IterableSimpleNamespace
 
             self._types.add(IterableSimpleNamespace)
             return IterableSimpleNamespace

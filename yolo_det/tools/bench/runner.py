@@ -226,7 +226,7 @@ class _Runner:
 
     # -- steps ----------------------------------------------------------------------------------------
     def _step_fn(self) -> Callable[[dict[str, Any]], None]:
-        from ultralytics.utils.torch_utils import autocast
+        from ...core.compat import autocast
 
         t = self.trainer
         amp = torch.bfloat16 if getattr(t.args, "amp", None) == "bf16" else bool(t.amp)

@@ -24,6 +24,7 @@ from ...core.errors import ConfigError
 from ...core.profiles import Profile, load_profile
 from ...core.quiet import quiet_ultralytics
 from ...core.resume import state_path
+from ...integrations.trainer_state import state_of
 from ..runtime import run_folder
 from .compare import compare_runs
 from .recorder import _Recorder
@@ -134,7 +135,7 @@ def verify_resume(
         def interrupt(trainer: Any) -> None:
             if int(trainer.epoch) + 1 == resume_at:
                 part1._drain()  # the digests of the last steps are kept (a failing run drops them)
-                trainer._yolo_det_interrupted = True
+                state_of(trainer).stopped_on_purpose = True
                 raise _Interrupted(f"stopped after epoch {resume_at}")
 
         t0 = time.perf_counter()

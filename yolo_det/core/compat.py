@@ -1,0 +1,109 @@
+"""Every Ultralytics internal yolo-det touches, in one place.
+
+Ultralytics' public API is ``from ultralytics import YOLO`` (and the model's methods). Everything else
+yolo-det relies on, the callback events, the trainers of each task, ``ultralytics.nn.tasks`` (where model
+YAMLs resolve layer names), the configuration helpers, is named here and nowhere else, so an Ultralytics
+release that moves or renames one breaks this module and its contract tests (``tests/test_compat.py``),
+not a layer of its own. ``tests/test_architecture.py`` fails when another module imports an Ultralytics
+internal.
+
+The names resolve lazily (``from yolo_det.core.compat import tasks`` imports ``ultralytics.nn.tasks`` when
+that line runs), so importing this module imports nothing. It lives in the bottom layer because layers
+from ``layers`` up to ``tools`` use Ultralytics internals; it imports nothing of yolo-det.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["EVENTS", "INTERNALS", "TASK_TRAINERS", "internal"]
+
+#: ``name -> (module, attribute)`` (attribute None: the module itself) of each Ultralytics internal.
+INTERNALS: dict[str, tuple[str, str | None]] = {
+    # model YAMLs: the namespace layer names resolve in, and the task a model YAML is for
+    "tasks": ("ultralytics.nn.tasks", None),
+    "guess_model_task": ("ultralytics.nn.tasks", "guess_model_task"),
+    # configuration: defaults, checks, the run folder a configuration gives
+    "DEFAULT_CFG": ("ultralytics.utils", "DEFAULT_CFG"),
+    "DEFAULT_CFG_DICT": ("ultralytics.cfg", "DEFAULT_CFG_DICT"),
+    "get_cfg": ("ultralytics.cfg", "get_cfg"),
+    "check_cfg": ("ultralytics.cfg", "check_cfg"),
+    "get_save_dir": ("ultralytics.cfg", "get_save_dir"),
+    "check_yaml": ("ultralytics.utils.checks", "check_yaml"),
+    "DATASETS_DIR": ("ultralytics.utils", "DATASETS_DIR"),
+    "USER_CONFIG_DIR": ("ultralytics.utils", "USER_CONFIG_DIR"),
+    "LOGGER": ("ultralytics.utils", "LOGGER"),
+    # engine: the model base class, the trainer base class, the default callbacks
+    "Model": ("ultralytics.engine.model", "Model"),
+    "BaseTrainer": ("ultralytics.engine.trainer", "BaseTrainer"),
+    "callbacks": ("ultralytics.utils.callbacks", None),
+    # mixed precision as Ultralytics' trainer uses it
+    "autocast": ("ultralytics.utils.torch_utils", "autocast"),
+    # the namespace checkpoints store their arguments in (allowed by the checkpoint unpickler)
+    "IterableSimpleNamespace": ("ultralytics.utils", "IterableSimpleNamespace"),
+    # the newest run folder (resume=True without a path)
+    "get_latest_run": ("ultralytics.utils.files", "get_latest_run"),
+    # preprocessing and postprocessing as predict() does them (batch invariance, export parity)
+    "LetterBox": ("ultralytics.data.augment", "LetterBox"),
+    "non_max_suppression": ("ultralytics.utils.nms", "non_max_suppression"),
+    "ops": ("ultralytics.utils.ops", None),
+    "ASSETS": ("ultralytics.utils", "ASSETS"),
+    # running an exported model (ONNX, TorchScript, ...) as predict() runs it
+    "AutoBackend": ("ultralytics.nn.autobackend", "AutoBackend"),
+}
+
+#: The Ultralytics callback events the plugin registers (each in Ultralytics' default callbacks).
+EVENTS: tuple[str, ...] = (
+    "on_pretrain_routine_start",
+    "on_pretrain_routine_end",
+    "on_train_start",
+    "on_train_epoch_start",
+    "on_train_batch_start",
+    "on_train_batch_end",
+    "on_train_epoch_end",
+    "on_fit_epoch_end",
+    "on_val_start",
+    "on_val_end",
+    "on_train_end",
+    "teardown",
+    "on_predict_start",
+    "on_predict_batch_start",
+    "on_predict_end",
+    "on_export_start",
+    "on_export_end",
+)
+
+#: Ultralytics task -> (module, trainer class) of the trainer Ultralytics itself uses for it.
+TASK_TRAINERS: dict[str, tuple[str, str]] = {
+    "detect": ("ultralytics.models.yolo.detect", "DetectionTrainer"),
+    "segment": ("ultralytics.models.yolo.segment", "SegmentationTrainer"),
+    "pose": ("ultralytics.models.yolo.pose", "PoseTrainer"),
+    "obb": ("ultralytics.models.yolo.obb", "OBBTrainer"),
+    "classify": ("ultralytics.models.yolo.classify", "ClassificationTrainer"),
+}
+
+
+def internal(name: str) -> Any:
+    """The Ultralytics internal called ``name`` in :data:`INTERNALS` (imported now).
+
+    Raises:
+        AttributeError: ``name`` is not one of them.
+    """
+    try:
+        module, attribute = INTERNALS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    mod = importlib.import_module(module)
+    return mod if attribute is None else getattr(mod, attribute)
+
+
+def task_trainer(task: str) -> type:
+    """The trainer class Ultralytics uses for ``task`` (KeyError for a task not in :data:`TASK_TRAINERS`)."""
+    module, name = TASK_TRAINERS[task]
+    trainer: type = getattr(importlib.import_module(module), name)
+    return trainer
+
+
+def __getattr__(name: str) -> Any:  # ``from yolo_det.core.compat import tasks``
+    return internal(name)
