@@ -232,8 +232,8 @@ def test_average_gradient_works_in_batch_chunks():
     assert chunked.numel() > P._CHUNK_MIN  # large enough to be split
 
 
-@pytest.mark.parametrize("shape,out,n", [((2, 16, 40, 40), 6, 2), ((1, 32, 20, 20), (3, 7), 2), ((2, 8, 13), 5, 1),
-                                         ((3, 9, 11), (4, 4), 2)])
+@pytest.mark.parametrize(("shape", "out", "n"), [((2, 16, 40, 40), 6, 2), ((1, 32, 20, 20), (3, 7), 2),
+                                                 ((2, 8, 13), 5, 1), ((3, 9, 11), (4, 4), 2)])
 def test_banded_average_gradient_equals_window_spread_and_torch(shape, out, n):
     # the matrix-product backward (CPU, overlapping windows): PyTorch's gradient to float64 rounding,
     # and the gather/slice-add formulation's
@@ -269,4 +269,5 @@ def test_non_finite_average_gradient_stays_in_its_windows(bad):
     ref = x.detach().clone().requires_grad_()
     F.adaptive_avg_pool2d(ref, 4).backward(grad)
     torch.testing.assert_close(ours, ref.grad, rtol=0, atol=1e-14, equal_nan=True)
-    assert torch.isfinite(ours[0]).all() and not torch.isfinite(ours[1, 2]).all()
+    assert torch.isfinite(ours[0]).all()
+    assert not torch.isfinite(ours[1, 2]).all()
