@@ -1,7 +1,8 @@
 """Speed and peak memory of yolo-det's deterministic layers against PyTorch, on the CPU.
 
-For each layer, at YOLO neck shapes (batch 16, 64-256 channels, 20x20 to 160x160), one forward plus
-backward is measured for up to three implementations:
+For each layer, at the shapes :func:`shape_set` chooses by rule (pyramid levels 512x20x20, 128x40x40,
+32x80x80 at batch 16, the two extreme levels at batch 1, and for adaptive pooling the window class the
+levels miss), one forward plus backward is measured for up to three implementations:
 
 - ``native``: the PyTorch op (its CUDA backward is the non-deterministic one);
 - ``torch-det``: PyTorch's own deterministic fallback where it has one (the index-based decompositions
@@ -19,18 +20,22 @@ allocation and free, and the peak is the largest amount held above what was allo
 forward (so it counts the output, everything saved for the backward, temporaries and the gradient,
 not the input).
 
+Every row first checks that yolo-det computes the same function as native: output and input
+gradients in float64, largest absolute difference at most 1e-10.
+
 Targets (CPU): time: pooling and padding within 1.3x of native, upsampling at least as fast as
 PyTorch's deterministic decomposition, grid_sample within 3x of native; memory: every layer within
 1.25x of native peak memory. Prints a markdown table and writes JSON; ``--check`` exits 1 when a
-target is missed.
+target is missed or a float64 check fails.
 
-Usage: python bench/bench_layers.py [--rounds 5] [--min-time 0.2] [--threads 1] [--quick]
+Usage: python bench/bench_layers.py [--rounds 5] [--min-time 0.2] [--threads 1] [--quick] [--batches 16,1]
                                    [--only REGEX] [--check] [--out bench/results/layers.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import re
@@ -39,6 +44,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -62,6 +68,8 @@ TARGETS = {"pooling": ("native", 1.3), "padding": ("native", 1.3), "upsample": (
            "grid_sample": ("native", 3.0)}
 #: Largest allowed yolo-det / native peak memory of forward + backward, for every layer.
 MEMORY_TARGET = 1.25
+#: Largest allowed absolute float64 difference from native (output and gradients): the same function.
+FLOAT64_ATOL = 1e-10
 
 
 @dataclass
@@ -74,8 +82,17 @@ class Case:
     impls: dict[str, Fn]
     extra: Callable[[tuple[int, ...]], torch.Tensor] | None = None  # second input (grid, target)
     extra_grad: bool = False
+    pool_out: tuple[int | None, ...] | None = None
     rounds: dict[str, list[Measurement]] = field(default_factory=dict)
+    float64_error: float | None = None
     peak: dict[str, float | None] = field(default_factory=dict)
+
+
+def _grid_scaled(factor: int) -> Callable[[tuple[int, ...]], torch.Tensor]:
+    def make(shape: tuple[int, ...]) -> torch.Tensor:
+        return torch.rand(shape[0], shape[2] * factor, shape[3] * factor, 2) * 2.2 - 1.1
+
+    return make
 
 
 def _grid(size: tuple[int, int]) -> Callable[[tuple[int, ...]], torch.Tensor]:
@@ -89,71 +106,108 @@ def _target(shape: tuple[int, ...]) -> torch.Tensor:
     return torch.randint(0, shape[1], (shape[0],) + shape[2:])
 
 
-def build_cases(batch: int, scale: int) -> list[Case]:
-    """The benchmark grid; ``scale`` divides the spatial sizes (``--quick``)."""
+#: Pyramid levels (channels, square map side): the same elements per image at every level, as in a
+#: detection neck's P5/P4/P3 (most channels on the smallest map, fewest on the largest).
+LEVELS = ((512, 20), (128, 40), (32, 80))
+#: Batch sizes: the first gets every level, the others the two extreme levels.
+BATCHES = (16, 1)
 
-    def s(c: int, hw: int) -> tuple[int, int, int, int]:
-        return (batch, c, hw // scale, hw // scale)
 
+def _windows_kind(sizes: tuple[int, ...], out: tuple[int | None, ...] | None) -> str:
+    """How adaptive pooling windows lie on the map: ``global``, ``tile`` (divide it) or ``overlap``."""
+    if out is None:
+        return "-"
+    outs = [s if o is None else o for s, o in zip(sizes, out)]
+    if all(o == 1 for o in outs):
+        return "global"
+    return "tile" if all(s % o == 0 for s, o in zip(sizes, outs)) else "overlap"
+
+
+def _tiling_side(out: tuple[int | None, ...]) -> int:
+    """The square map side nearest to the middle level's whose windows divide it for ``out``."""
+    step = math.lcm(*[o for o in out if o is not None])
+    mid = LEVELS[len(LEVELS) // 2][1]
+    return max(step, round(mid / step) * step)
+
+
+def shape_set(batches: tuple[int, ...], scale: int, pool_out: tuple[int | None, ...] | None = None,
+              channels: int | None = None) -> list[tuple[int, int, int, int]]:
+    """The shapes of one layer, by rule: the first batch at every level, the other batches at the two
+    extreme levels (small map with many channels, large map with few); for adaptive pooling with
+    output ``pool_out``, also the window class the levels miss (a map its windows divide, at the
+    first batch and the middle level's channels) when the output is not global. ``channels`` fixes the
+    channel count (a layer whose channel axis is not a feature width, e.g. attention heads)."""
+    def shape(b: int, c: int, hw: int) -> tuple[int, int, int, int]:
+        return (b, channels or c, max(1, hw // scale), max(1, hw // scale))
+
+    shapes = [shape(batches[0], c, hw) for c, hw in LEVELS]
+    for b in batches[1:]:
+        shapes += [shape(b, *LEVELS[0]), shape(b, *LEVELS[-1])]
+    if pool_out is not None:
+        kinds = {_windows_kind(sh[2:], pool_out) for sh in shapes}
+        if "overlap" in kinds and "tile" not in kinds:
+            side = _tiling_side(pool_out) // scale
+            side -= side % math.lcm(*[o for o in pool_out if o is not None])
+            shapes.append((batches[0], channels or LEVELS[len(LEVELS) // 2][0], side, side))
+    return list(dict.fromkeys(shapes))
+
+
+def build_cases(batches: tuple[int, ...], scale: int) -> list[Case]:
+    """The benchmark grid: every layer at :func:`shape_set`'s shapes; ``scale`` divides the map sides
+    (``--quick``)."""
     cases: list[Case] = []
-    for c, hw in [(256, 20), (128, 40), (64, 80)]:
-        cases.append(Case("pooling", "AdaptiveMaxPool2d(1)", s(c, hw), {
-            "native": lambda x, _: F.adaptive_max_pool2d(x, 1), "yolo-det": lambda x, _: L.adaptive_max_pool2d(x, 1)}))
-    for c, hw in [(256, 20), (128, 40), (64, 80)]:
-        cases.append(Case("pooling", "AdaptiveMaxPool2d(3)", s(c, hw), {
-            "native": lambda x, _: F.adaptive_max_pool2d(x, 3), "yolo-det": lambda x, _: L.adaptive_max_pool2d(x, 3)}))
-    for c, hw in [(256, 20), (128, 40)]:
-        cases.append(Case("pooling", "AdaptiveMaxPool2d((5,7))", s(c, hw), {
-            "native": lambda x, _: F.adaptive_max_pool2d(x, (5, 7)),
-            "yolo-det": lambda x, _: L.adaptive_max_pool2d(x, (5, 7))}))
-    for c, hw in [(128, 40), (64, 80)]:
-        cases.append(Case("pooling", "AdaptiveAvgPool2d((None,1))", s(c, hw), {
-            "native": lambda x, _: F.adaptive_avg_pool2d(x, (None, 1)),
-            "yolo-det": lambda x, _: L.adaptive_avg_pool2d(x, (None, 1))}))
-    for c, hw in [(256, 20), (128, 40), (64, 80)]:
-        cases.append(Case("pooling", "AdaptiveAvgPool2d(6)", s(c, hw), {
-            "native": lambda x, _: F.adaptive_avg_pool2d(x, 6), "yolo-det": lambda x, _: L.adaptive_avg_pool2d(x, 6)}))
-    for c, hw in [(128, 40), (64, 80)]:
-        impls: dict[str, Fn] = {"native": lambda x, _: F.interpolate(x, scale_factor=2, mode="bilinear")}
-        if _upsample_linear_vec is not None:
-            impls["torch-det"] = lambda x, _: _upsample_linear_vec(x, [x.shape[2] * 2, x.shape[3] * 2], False, None)
-        impls["yolo-det"] = lambda x, _: L.interpolate(x, scale_factor=2, mode="bilinear")
-        cases.append(Case("upsample", "bilinear x2", s(c, hw), impls))
-    cases.append(Case("upsample", "bilinear x2 align_corners", s(128, 40), {
+
+    def add(group: str, name: str, impls: dict[str, Fn], pool_out: tuple[int | None, ...] | None = None,
+            channels: int | None = None, **kw: Any) -> None:
+        for sh in shape_set(batches, scale, pool_out, channels):
+            cases.append(Case(group, name, sh, impls, pool_out=pool_out, **kw))
+
+    for out in [(1, 1), (3, 3), (5, 7)]:
+        label = f"({out[0]},{out[1]})" if out[0] != out[1] else str(out[0])
+        add("pooling", f"AdaptiveMaxPool2d({label})", {
+            "native": lambda x, _, o=out: F.adaptive_max_pool2d(x, o),
+            "yolo-det": lambda x, _, o=out: L.adaptive_max_pool2d(x, o)}, out)
+    for aout in [(None, 1), (6, 6)]:
+        label = "(None,1)" if aout[0] is None else str(aout[0])
+        add("pooling", f"AdaptiveAvgPool2d({label})", {
+            "native": lambda x, _, o=aout: F.adaptive_avg_pool2d(x, o),
+            "yolo-det": lambda x, _, o=aout: L.adaptive_avg_pool2d(x, o)}, aout)
+    impls: dict[str, Fn] = {"native": lambda x, _: F.interpolate(x, scale_factor=2, mode="bilinear")}
+    if _upsample_linear_vec is not None:
+        impls["torch-det"] = lambda x, _: _upsample_linear_vec(x, [x.shape[2] * 2, x.shape[3] * 2], False, None)
+    impls["yolo-det"] = lambda x, _: L.interpolate(x, scale_factor=2, mode="bilinear")
+    add("upsample", "bilinear x2", impls)
+    add("upsample", "bilinear x2 align_corners", {
         "native": lambda x, _: F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True),
         **({"torch-det": lambda x, _: _upsample_linear_vec(x, [x.shape[2] * 2, x.shape[3] * 2], True, None)}
            if _upsample_linear_vec is not None else {}),
-        "yolo-det": lambda x, _: L.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True)}))
-    for c, hw in [(128, 40), (64, 80)]:
-        cases.append(Case("upsample", "bicubic x2", s(c, hw), {
-            "native": lambda x, _: F.interpolate(x, scale_factor=2, mode="bicubic"),
-            "yolo-det": lambda x, _: L.interpolate(x, scale_factor=2, mode="bicubic")}))
-    cases.append(Case("upsample", "bilinear antialias /2", s(64, 160), {
+        "yolo-det": lambda x, _: L.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True)})
+    add("upsample", "bicubic x2", {
+        "native": lambda x, _: F.interpolate(x, scale_factor=2, mode="bicubic"),
+        "yolo-det": lambda x, _: L.interpolate(x, scale_factor=2, mode="bicubic")})
+    add("upsample", "bilinear antialias /2", {
         "native": lambda x, _: F.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True),
-        "yolo-det": lambda x, _: L.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True)}))
-    for c, hw, out in [(64, 40, 80), (128, 20, 40)]:  # DySample-style: 2x upsampling by sampling
-        cases.append(Case("grid_sample", f"grid_sample border {out}x{out}", s(c, hw), {
-            "native": lambda x, g: F.grid_sample(x, g, padding_mode="border", align_corners=False),
-            "yolo-det": lambda x, g: L.grid_sample(x, g, padding_mode="border", align_corners=False)},
-            extra=_grid((out // scale, out // scale)), extra_grad=True))
-    cases.append(Case("grid_sample", "grid_sample zeros 300x4 points", (batch * 8 // 4, 32, 40 // scale, 40 // scale), {
-        # MSDeformAttn-style: one level, 8 heads of 32 channels, 300 queries x 4 points
+        "yolo-det": lambda x, _: L.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True)})
+    add("grid_sample", "grid_sample border 2x (DySample)", {  # 2x upsampling by sampling
+        "native": lambda x, g: F.grid_sample(x, g, padding_mode="border", align_corners=False),
+        "yolo-det": lambda x, g: L.grid_sample(x, g, padding_mode="border", align_corners=False)},
+        extra=_grid_scaled(2), extra_grad=True)
+    add("grid_sample", "grid_sample zeros 300x4 points", {
+        # MSDeformAttn-style: one level, heads of 32 channels (N = images x heads), 300 queries x 4 points
         "native": lambda x, g: F.grid_sample(x, g, padding_mode="zeros", align_corners=False),
         "yolo-det": lambda x, g: L.grid_sample(x, g, padding_mode="zeros", align_corners=False)},
-        extra=_grid((300, 4)), extra_grad=True))
-    for c, hw in [(128, 40), (64, 80)]:
-        cases.append(Case("padding", "ReflectionPad2d(1)", s(c, hw), {
-            "native": lambda x, _: F.pad(x, (1, 1, 1, 1), mode="reflect"),
-            "yolo-det": lambda x, _: L.pad(x, (1, 1, 1, 1), mode="reflect")}))
-    for c, hw in [(128, 40), (64, 80)]:
-        impls = {"native": lambda x, _: F.pad(x, (2, 2, 2, 2), mode="replicate")}
-        if _replication_pad is not None:
-            impls["torch-det"] = lambda x, _: _replication_pad(x, (2, 2, 2, 2))
-        impls["yolo-det"] = lambda x, _: L.pad(x, (2, 2, 2, 2), mode="replicate")
-        cases.append(Case("padding", "ReplicationPad2d(2)", s(c, hw), impls))
-    cases.append(Case("loss", "cross_entropy (N,C,H,W)", (batch, 32, 80 // scale, 80 // scale), {
+        channels=32, extra=_grid((300, 4)), extra_grad=True)
+    add("padding", "ReflectionPad2d(1)", {
+        "native": lambda x, _: F.pad(x, (1, 1, 1, 1), mode="reflect"),
+        "yolo-det": lambda x, _: L.pad(x, (1, 1, 1, 1), mode="reflect")})
+    impls = {"native": lambda x, _: F.pad(x, (2, 2, 2, 2), mode="replicate")}
+    if _replication_pad is not None:
+        impls["torch-det"] = lambda x, _: _replication_pad(x, (2, 2, 2, 2))
+    impls["yolo-det"] = lambda x, _: L.pad(x, (2, 2, 2, 2), mode="replicate")
+    add("padding", "ReplicationPad2d(2)", impls)
+    add("loss", "cross_entropy (N,C,H,W)", {
         "native": lambda x, t: F.cross_entropy(x, t), "yolo-det": lambda x, t: L.cross_entropy(x, t)},
-        extra=_target))
+        extra=_target)
     return cases
 
 
@@ -172,6 +226,24 @@ def _step(fn: Fn, x: torch.Tensor, extra: torch.Tensor | None) -> None:
         extra.grad = None
     out = fn(x, extra)  # type: ignore[arg-type]
     out.backward(torch.ones_like(out))
+
+
+def float64_error(case: Case) -> float:
+    """Largest absolute difference between yolo-det and native, float64, over the output and every
+    input gradient (one forward + backward with a fixed random output gradient)."""
+    x, extra = _inputs(case)
+    x = x.detach().double()
+    if extra is not None and extra.is_floating_point():
+        extra = extra.detach().double()
+    results = []
+    for name in ("native", "yolo-det"):
+        xi = x.clone().requires_grad_()
+        ei = extra.clone().requires_grad_() if extra is not None and case.extra_grad else extra
+        out = case.impls[name](xi, ei)  # type: ignore[arg-type]
+        grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)
+        leaves = [xi] + ([ei] if ei is not None and case.extra_grad else [])
+        results.append([out.detach(), *torch.autograd.grad(out, leaves, grad)])
+    return max(float((a - b).abs().max()) if a.numel() else 0.0 for a, b in zip(*results))
 
 
 def _peak_bytes(fn: Fn, x: torch.Tensor, extra: torch.Tensor | None) -> float | None:
@@ -206,6 +278,7 @@ def _measure(fn: Fn, x: torch.Tensor, extra: torch.Tensor | None, threads: int, 
 
 def run(cases: list[Case], rounds: int, threads: int, min_time: float) -> None:
     for case in cases:
+        case.float64_error = float64_error(case)
         x, extra = _inputs(case)
         names = list(case.impls)
         for name in names:  # warm-up (and build yolo-det's cached tables)
@@ -217,7 +290,8 @@ def run(cases: list[Case], rounds: int, threads: int, min_time: float) -> None:
         case.peak = {n: _peak_bytes(case.impls[n], x, extra) for n in names}
         summary = "  ".join(f"{n} {stats['median_ms']:8.2f} ms (IQR {stats['iqr_ms']:.2f})"
                             for n in names for stats in [_stats(case, n)])
-        print(f"  {case.group:11s} {case.name:32s} {str(case.shape):22s} {summary}", flush=True)
+        print(f"  {case.group:11s} {case.name:32s} {str(case.shape):22s} {summary}  "
+              f"float64 diff {case.float64_error:.1e}", flush=True)
 
 
 def _stats(case: Case, impl: str) -> dict[str, float]:
@@ -245,9 +319,10 @@ def _fmt(v: float | None, spec: str = ".1f") -> str:
 
 def report(cases: list[Case]) -> list[dict]:
     rows = []
-    print("\n| layer | input | native ms (IQR) | torch-det ms | yolo-det ms (IQR) | time ratio (IQR) | time target | "
+    print("\n| layer | input | windows | float64 diff | native ms (IQR) | torch-det ms | yolo-det ms (IQR) | "
+          "time ratio (IQR) | time target | "
           "peak MB native | peak MB yolo-det | memory ratio | memory target |")
-    print("|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|")
+    print("|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|")
     for case in cases:
         stats = {n: _stats(case, n) for n in case.impls}
         target = TARGETS.get(case.group)
@@ -264,7 +339,11 @@ def report(cases: list[Case]) -> list[dict]:
         if mb.get("native") and mb.get("yolo-det") is not None:
             mem_ratio = mb["yolo-det"] / mb["native"]
         mem_ok = None if mem_ratio is None else mem_ratio <= MEMORY_TARGET
-        row = {"group": case.group, "layer": case.name, "shape": list(case.shape), "stats": stats,
+        windows = _windows_kind(case.shape[2:], case.pool_out)
+        row = {"group": case.group, "layer": case.name, "shape": list(case.shape), "windows": windows,
+               "float64_max_abs_diff": case.float64_error,
+               "float64_same_function": case.float64_error is not None and case.float64_error <= FLOAT64_ATOL,
+               "stats": stats,
                "ratio_native": ratio_native, "ratio_torch_det": ratio_tdet,
                "time_target": None if not target else {"reference": target[0], "max_ratio": target[1], "met": time_ok},
                "peak_mb": mb, "memory_ratio": mem_ratio,
@@ -282,7 +361,8 @@ def report(cases: list[Case]) -> list[dict]:
             ratio_text = f"{time_ratio['median']:.2f}{ref} ({time_ratio['iqr']:.2f})"
         time_text = "-" if time_ok is None else f"{'met' if time_ok else 'MISSED'} (<= {target[1]}x {target[0]})"
         mem_text = "-" if mem_ok is None else f"{'met' if mem_ok else 'MISSED'} (<= {MEMORY_TARGET}x)"
-        print(f"| {case.name} | {'x'.join(map(str, case.shape))} | {ms('native')} | "
+        print(f"| {case.name} | {'x'.join(map(str, case.shape))} | {windows} | {_fmt(case.float64_error, '.0e')} | "
+              f"{ms('native')} | "
               f"{ms('torch-det').split(' ')[0]} | {ms('yolo-det')} | {ratio_text} | {time_text} | "
               f"{_fmt(mb.get('native'))} | {_fmt(mb.get('yolo-det'))} | {_fmt(mem_ratio, '.2f')} | {mem_text} |")
     return rows
@@ -293,8 +373,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per case")
     parser.add_argument("--min-time", type=float, default=0.2,
                         help="seconds of blocked_autorange per implementation and round")
-    parser.add_argument("--check", action="store_true", help="exit 1 when a time or memory target is missed")
-    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when a time or memory target is missed or a float64 check fails")
+    parser.add_argument("--batches", default=",".join(map(str, BATCHES)),
+                        help="comma-separated batch sizes: the first at every level, the others at the extreme levels")
     parser.add_argument("--quick", action="store_true",
                         help="quarter spatial sizes: a smoke run (the targets are judged at the default shapes; "
                              "tiny tensors stay below the layers' chunking thresholds)")
@@ -305,10 +387,16 @@ def main() -> int:
     args = parser.parse_args()
     if args.rounds < 1 or args.threads < 1 or args.min_time <= 0:
         parser.error("--rounds and --threads must be at least 1 and --min-time positive")
+    try:
+        batches = tuple(int(b) for b in args.batches.split(","))
+    except ValueError:
+        batches = ()
+    if not batches or min(batches) < 1:
+        parser.error("--batches takes positive integers separated by commas, e.g. 16,1")
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)  # the warm-up and the memory runs too
 
-    cases = build_cases(args.batch, 4 if args.quick else 1)
+    cases = build_cases(batches, 4 if args.quick else 1)
     if args.only:
         cases = [c for c in cases if re.search(args.only, f"{c.group} {c.name}")]
     print(f"torch {torch.__version__}, {args.threads} thread(s), {os.cpu_count()} CPUs, "
@@ -323,12 +411,16 @@ def main() -> int:
     atomic_write_json(args.out, {
         "torch": torch.__version__, "threads": args.threads, "cpus": os.cpu_count(), "timer": "torch.utils.benchmark "
         "Timer.blocked_autorange", "min_time_s": args.min_time,
-        "rounds": args.rounds, "batch": args.batch, "quick": args.quick, "dtype": "float32",
+        "rounds": args.rounds, "batches": list(batches), "levels": [list(lv) for lv in LEVELS],
+        "shape_rule": "first batch at every (channels, map) level; other batches at the first and last level; "
+                      "adaptive pooling adds a map its windows divide when no level's does", "quick": args.quick,
+        "dtype": "float32",
         "peak_memory": "largest CPU-allocator bytes held above the pre-forward state during one forward+backward "
                        "(torch.profiler memory timeline)", "rows": rows})
     print(f"\nwrote {args.out}")
     missed = [f"{r['layer']} {'x'.join(map(str, r['shape']))}" for r in rows
-              if (r["time_target"] and r["time_target"]["met"] is False) or r["memory_target"]["met"] is False]
+              if (r["time_target"] and r["time_target"]["met"] is False) or r["memory_target"]["met"] is False
+              or not r["float64_same_function"]]
     if missed:
         print("targets missed: " + "; ".join(missed))
     return 1 if (args.check and missed) else 0

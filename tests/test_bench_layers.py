@@ -20,7 +20,7 @@ def test_quick_run_reports_time_and_memory_ratios_with_targets(tmp_path):
     out = tmp_path / "layers.json"
     env = subprocess_env()
     proc = subprocess.run([sys.executable, str(SCRIPT), "--quick",
-                           "--rounds", "2", "--min-time", "0.01", "--batch", "2",
+                           "--rounds", "2", "--min-time", "0.01", "--batches", "2",
                            "--only", r"AdaptiveMaxPool2d\(3\)|bilinear x2$", "--out", str(out)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -30,8 +30,10 @@ def test_quick_run_reports_time_and_memory_ratios_with_targets(tmp_path):
     assert data["threads"] == 1
     assert data["timer"].startswith("torch.utils.benchmark")
     layers = {(r["layer"], tuple(r["shape"])) for r in data["rows"]}
-    assert len(layers) == 5  # three max-pool shapes, two bilinear shapes
+    assert len(layers) == 7  # max pool: three levels and the map its windows divide; bilinear: three levels
     for row in data["rows"]:
+        assert row["float64_same_function"]
+        assert row["float64_max_abs_diff"] <= 1e-10
         for impl, st in row["stats"].items():
             assert st["median_ms"] > 0, impl
             assert st["iqr_ms"] >= 0, impl
@@ -51,3 +53,44 @@ def test_quick_run_reports_time_and_memory_ratios_with_targets(tmp_path):
             assert target["max_ratio"] == 1.3
         assert target["met"] == ((row["ratio_native"] if target["reference"] == "native" else row["ratio_torch_det"])
                                  ["median"] <= target["max_ratio"])
+
+
+def _bench_module(monkeypatch):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_layers_under_test", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_shape_rule_covers_batches_levels_and_both_window_classes(monkeypatch):
+    bench = _bench_module(monkeypatch)
+    shapes = bench.shape_set((16, 1), 1, pool_out=(6, 6))
+    assert (16, 128, 40, 40) in shapes  # the overlapping 7-8 pixel windows
+    assert {s[0] for s in shapes} == {16, 1}
+    assert {s[1] for s in shapes} == {32, 128, 512}
+    kinds = {bench._windows_kind(s[2:], (6, 6)) for s in shapes}
+    assert kinds == {"tile", "overlap"}
+    # outputs whose windows tile every level get no extra map; a global output has no overlap class
+    assert len(bench.shape_set((16, 1), 1, pool_out=(None, 1))) == len(bench.shape_set((16, 1), 1)) == 5
+    assert bench._windows_kind((20, 20), (1, 1)) == "global"
+    # --quick keeps a tiling map tiling
+    quick = bench.shape_set((2,), 4, pool_out=(3, 3))
+    assert any(bench._windows_kind(s[2:], (3, 3)) == "tile" for s in quick)
+    assert any(bench._windows_kind(s[2:], (3, 3)) == "overlap" for s in quick)
+
+
+def test_float64_check_catches_a_different_function(monkeypatch):
+    bench = _bench_module(monkeypatch)
+    import torch.nn.functional as F
+
+    same = bench.Case("pooling", "avg", (2, 3, 13, 11), {
+        "native": lambda x, _: F.adaptive_avg_pool2d(x, 4),
+        "yolo-det": lambda x, _: bench.L.adaptive_avg_pool2d(x, 4)}, pool_out=(4, 4))
+    wrong = bench.Case("pooling", "avg", (2, 3, 13, 11), {
+        "native": lambda x, _: F.adaptive_avg_pool2d(x, 4),
+        "yolo-det": lambda x, _: F.adaptive_avg_pool2d(x * 1.0001, 4)}, pool_out=(4, 4))
+    assert bench.float64_error(same) <= bench.FLOAT64_ATOL
+    assert bench.float64_error(wrong) > bench.FLOAT64_ATOL

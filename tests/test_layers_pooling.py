@@ -225,8 +225,49 @@ def test_average_gradient_works_in_batch_chunks():
     x = torch.randn(16, 64, 40, 40, generator=g, dtype=torch.float64)
     grad = torch.randn(16, 64, 6, 6, generator=g, dtype=torch.float64)
     wins = (P._windows(40, 6), P._windows(40, 6))
-    chunked = P.DetAdaptiveAvgPoolGrad.apply(grad, wins, (40, 40))
+    chunked = P._chunked_spread(grad * P._inverse_counts(wins, grad), wins, (40, 40))
     ref = x.clone().requires_grad_()
     F.adaptive_avg_pool2d(ref, 6).backward(grad)
     torch.testing.assert_close(chunked, ref.grad, rtol=0, atol=1e-15)
-    assert chunked.numel() > P._CHUNK_MIN  # the chunked path ran
+    assert chunked.numel() > P._CHUNK_MIN  # large enough to be split
+
+
+@pytest.mark.parametrize(("shape", "out", "n"), [((2, 16, 40, 40), 6, 2), ((1, 32, 20, 20), (3, 7), 2),
+                                                 ((2, 8, 13), 5, 1), ((3, 9, 11), (4, 4), 2)])
+def test_banded_average_gradient_equals_window_spread_and_torch(shape, out, n):
+    # the matrix-product backward (CPU, overlapping windows): PyTorch's gradient to float64 rounding,
+    # and the gather/slice-add formulation's
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(shape, generator=g, dtype=torch.float64, requires_grad=True)
+    pool = P.adaptive_avg_pool1d if n == 1 else P.adaptive_avg_pool2d
+    native = F.adaptive_avg_pool1d if n == 1 else F.adaptive_avg_pool2d
+    y = pool(x, out)
+    grad = torch.randn(y.shape, generator=g, dtype=torch.float64)
+    sizes = shape[-n:]
+    wins = tuple(P._windows(s, o) for s, o in zip(sizes, y.shape[-n:]))
+    scaled = grad * P._inverse_counts(wins, grad)
+    assert P._banded_ok(grad, wins)
+    banded = P._banded_spread(grad, wins, sizes)
+    torch.testing.assert_close(banded, P._chunked_spread(scaled, wins, sizes), rtol=0, atol=1e-15)
+    (ours,) = torch.autograd.grad(y, x, grad)
+    ref = x.detach().clone().requires_grad_()
+    native(ref, out).backward(grad)
+    assert torch.equal(y, native(x, out))
+    torch.testing.assert_close(ours, ref.grad, rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
+def test_non_finite_average_gradient_stays_in_its_windows(bad):
+    # a matrix product would turn 0 * inf into NaN everywhere; a non-finite gradient takes the
+    # gather path and reaches only the positions its window covers, like PyTorch's
+    x = torch.randn(2, 3, 13, 11, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(2, 3, 4, 4, dtype=torch.float64)
+    grad[1, 2, 1, 3] = bad
+    wins = (P._windows(13, 4), P._windows(11, 4))
+    assert not P._banded_ok(grad, wins)
+    (ours,) = torch.autograd.grad(P.adaptive_avg_pool2d(x, 4), x, grad)
+    ref = x.detach().clone().requires_grad_()
+    F.adaptive_avg_pool2d(ref, 4).backward(grad)
+    torch.testing.assert_close(ours, ref.grad, rtol=0, atol=1e-14, equal_nan=True)
+    assert torch.isfinite(ours[0]).all()
+    assert not torch.isfinite(ours[1, 2]).all()

@@ -14,7 +14,10 @@ forward and replace every backward with one that uses no atomics:
   PyTorch's bit for bit, ``return_indices`` included) and saves only what the native op saves:
 
   - *average*: nothing. Backward (:class:`DetAdaptiveAvgPoolGrad`): each output gradient divided by its
-    window size, then spread back one axis at a time, output axes first (the tensor is small there):
+    window size, then spread back one axis at a time, output axes first (the tensor is small there).
+    On the CPU (1-D and 2-D, float32/float64, each position in at most two windows, finite gradient)
+    as one 0/1 window-membership matrix product per axis, ``M_h^T @ g @ M_w``: a dot product with at
+    most two non-zero terms has one possible result whatever the BLAS summation order. Otherwise:
     every input position takes the value of the first window holding it with one ``index_select``,
     positions shared with the next window get that window's value added with one slice add per window.
     Gathers and slice adds only; done in batch chunks so no full-size intermediate exists.
@@ -177,39 +180,112 @@ def _inverse_counts(wins: Sequence[Windows], like: Tensor) -> Tensor:
 _CHUNK_MIN = 1 << 18
 #: The most chunks the backward splits the batch into.
 _CHUNK_MAX = 16
+#: Gradient elements per plane chunk below which the matrix-product backward does not split further.
+_BANDED_CHUNK_MIN = 1 << 15
+
+
+def _membership(win: Windows, in_size: int, dtype: torch.dtype) -> Tensor:
+    """The ``(O, L)`` 0/1 matrix of an axis's windows: row ``j`` is 1 on window ``j``'s positions."""
+    starts, ends = win
+    pos = torch.arange(in_size)
+    lo = torch.tensor(starts).unsqueeze(1)
+    hi = torch.tensor(ends).unsqueeze(1)
+    return ((pos >= lo) & (pos < hi)).to(dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _banded_constants(wins: tuple[Windows, ...], sizes: tuple[int, ...], dtype: torch.dtype) -> list[Tensor]:
+    """Per axis, the membership matrix with row ``j`` divided by window ``j``'s length (so the
+    products also apply the average's ``1 / window size``). CPU tensors built once: no mode or
+    autograd state of the caller is captured, see :func:`_banded_ok`."""
+    with torch.inference_mode(False), torch.no_grad():
+        mats = []
+        for w, s in zip(wins, sizes):
+            lengths = torch.tensor([float(e - b) for b, e in zip(*w)], dtype=torch.float64).unsqueeze(1)
+            mats.append((_membership(w, s, torch.float64) / lengths).to(dtype))
+        return mats
+
+
+def _banded_ok(g: Tensor, wins: Sequence[Windows]) -> bool:
+    """Whether :func:`_banded_spread` applies: on the CPU, for
+    one or two axes, float32/float64, every position in at most two windows, a finite gradient (a
+    plain tensor: not a FakeTensor or other subclass, whose values cannot be read; no dispatch mode
+    active, so the cached constants are plain CPU tensors)."""
+    return (type(g) is Tensor and g.device.type == "cpu" and len(wins) <= 2
+            and torch._C._len_torch_dispatch_stack() == 0
+            and g.dtype in (torch.float32, torch.float64) and all(_reach(w) <= 1 for w in wins)
+            and bool(torch.isfinite(g.sum())))  # any inf/NaN makes the sum non-finite (overflow: the safe side)
+
+
+def _banded_spread(g: Tensor, wins: tuple[Windows, ...], sizes: tuple[int, ...]) -> Tensor:
+    """The average's input gradient as one matrix product per axis, ``M_h^T @ g @ M_w`` (the
+    membership matrices scaled by ``1 / window length``, :func:`_banded_constants`).
+
+    Every element of each product is a dot product whose only non-zero terms are the (at most two)
+    windows holding that position; the other terms are exact zeros (the gradient is finite), so
+    whatever summation order or blocking the BLAS kernel picks (thread count included), the result
+    is the same bits: the rounded sum of those two terms. Deterministic without relying on the
+    kernel's order. (Not used on CUDA, where TF32 matmul settings would round the operands.)"""
+    mats = _banded_constants(wins, sizes, g.dtype)
+    if len(wins) == 1:
+        return torch.matmul(g, mats[0])
+    # per plane: the height axis on the small tensor, one GEMM over all planes (``(g^T M_h)``, shape
+    # ``(Ow, Lh)``), then the width axis as a batched GEMM with that operand transposed (no copy),
+    # writing the full-size gradient; in plane chunks so the ``(Ow, Lh)`` intermediate stays under
+    # about a twentieth of the gradient (small gradients in one piece: a chunk costs a few calls)
+    oh, ow = g.shape[-2:]
+    lh, lw = sizes
+    planes = g.reshape(-1, oh, ow)
+    count = planes.shape[0]
+    out = g.new_empty((count, lh, lw))
+    chunks = min(count, max(1, -(-20 * ow // lw)), max(1, count * lh * lw // _BANDED_CHUNK_MIN))
+    step = -(-count // chunks) if count else 1
+    for a in range(0, count, step):
+        part = planes[a:a + step]
+        cols = torch.matmul(part.transpose(1, 2), mats[0])
+        torch.bmm(cols.transpose(1, 2), mats[1].expand(part.shape[0], ow, lw), out=out[a:a + step])
+    return out.view(*g.shape[:-2], lh, lw)
+
+
+def _chunked_spread(scaled: Tensor, wins: Sequence[Windows], sizes: Sequence[int]) -> Tensor:
+    """The window sum's adjoint by :func:`_window_spread`, one axis at a time (the output's axes
+    first), in chunks along the first axis so that the intermediate results exist for one chunk at
+    a time and the last axis writes straight into the gradient."""
+    n = len(wins)
+    first = scaled.dim() - n
+    shape = list(scaled.shape[:first]) + list(sizes)
+    out = scaled.new_empty(shape)
+    total = out.numel()
+    if first == 0 or scaled.shape[0] <= 1 or total <= _CHUNK_MIN:
+        ranges = [(0, scaled.shape[0])] if first > 0 else [(0, 0)]
+    else:
+        chunks = min(_CHUNK_MAX, scaled.shape[0], -(-total // _CHUNK_MIN))
+        step = -(-scaled.shape[0] // chunks)
+        ranges = [(a, min(step, scaled.shape[0] - a)) for a in range(0, scaled.shape[0], step)]
+    for a, b in ranges:
+        part = scaled if first == 0 else scaled.narrow(0, a, b)
+        target = out if first == 0 else out.narrow(0, a, b)
+        for axis in reversed(range(1, n)):
+            part = _window_spread(part, first + axis, wins[axis], sizes[axis])
+        _window_spread(part, first, wins[0], sizes[0], out=target)
+    return out
 
 
 class DetAdaptiveAvgPoolGrad(torch.autograd.Function):
     """The input gradient of adaptive average pooling over the last ``n`` axes.
 
-    Each output gradient is divided by its window size once, then spread back one axis at a time
-    (:func:`_window_spread`, the output's axes first, while the tensor is small), in chunks along the
-    first axis so that the intermediate results exist for one chunk at a time and the last axis writes
-    straight into the gradient. Its own backward (the pooling's double backward) is the pooling.
+    Each output gradient is divided by its window size once, then spread back over its window:
+    :func:`_banded_spread` (one matrix product per axis) where :func:`_banded_ok` allows it, else
+    :func:`_chunked_spread` (gathers and slice adds). Its own backward (the pooling's double
+    backward) is the pooling.
     """
 
     @staticmethod
     def forward(ctx: Any, g: Tensor, wins: tuple[Windows, ...], sizes: tuple[int, ...]) -> Tensor:
         ctx.outs = [len(w[0]) for w in wins]
-        n = len(wins)
-        first = g.dim() - n
-        scaled = g * _inverse_counts(wins, g)
-        shape = list(g.shape[:first]) + list(sizes)
-        out = g.new_empty(shape)
-        total = out.numel()
-        if first == 0 or g.shape[0] <= 1 or total <= _CHUNK_MIN:
-            ranges = [(0, g.shape[0])] if first > 0 else [(0, 0)]
-        else:
-            chunks = min(_CHUNK_MAX, g.shape[0], -(-total // _CHUNK_MIN))
-            step = -(-g.shape[0] // chunks)
-            ranges = [(a, min(step, g.shape[0] - a)) for a in range(0, g.shape[0], step)]
-        for a, b in ranges:
-            part = scaled if first == 0 else scaled.narrow(0, a, b)
-            target = out if first == 0 else out.narrow(0, a, b)
-            for axis in reversed(range(1, n)):
-                part = _window_spread(part, first + axis, wins[axis], sizes[axis])
-            _window_spread(part, first, wins[0], sizes[0], out=target)
-        return out
+        if _banded_ok(g, wins):
+            return _banded_spread(g, wins, sizes)
+        return _chunked_spread(g * _inverse_counts(wins, g), wins, sizes)
 
     @staticmethod
     def backward(ctx: Any, gg: Tensor) -> tuple[Tensor, None, None]:
