@@ -177,8 +177,13 @@ def test_reading_a_checkpoint_runs_none_of_its_code(tmp_path: Path, monkeypatch:
     path = tmp_path / "evil.pt"
     torch.save({"epoch": 2, "optimizer": {"x": torch.ones(2)}, "ema": _Evil(), "updates": 3,
                 "train_args": {"data": "d.yaml", "save_dir": Path("runs/x")}}, path)
-    info = read_checkpoint(path)
+    with pytest.raises(ModelError, match=r"system, which is not on yolo-det's allow-list"):
+        read_checkpoint(path)  # refused in one line, before anything it names is called
     assert not (tmp_path / "PWNED").exists()
+    clean = tmp_path / "clean.pt"
+    torch.save({"epoch": 2, "optimizer": {"x": torch.ones(2)}, "ema": None, "updates": 3,
+                "train_args": {"data": "d.yaml", "save_dir": Path("runs/x")}}, clean)
+    info = read_checkpoint(clean)
     assert info.epoch == 2
     assert info.updates == 3
     assert info.resumable

@@ -401,7 +401,10 @@ def test_unseeded_data_order_exits_1_and_says_data_order(tmp_path, capsys, monke
         return verify(*args, callbacks=shuffle.callbacks, **kwargs)
 
     monkeypatch.setattr(verify_command, "verify", verify_with_shuffle)
-    code = main(["verify", "--profile", "repro", "--steps", "2", "--json", *TINY, f"project={tmp_path}"])
+    # the loader's own generator shuffles only without worker-invariant data (which keys the order itself)
+    profile = tmp_path / "repro-loader-order.yaml"
+    profile.write_text("name: repro-loader-order\nextends: repro\ntrain:\n  data_invariance: false\n")
+    code = main(["verify", "--profile", str(profile), "--steps", "2", "--json", *TINY, f"project={tmp_path}"])
     out, _ = capsys.readouterr()
     data = json.loads(out)
     assert code == 1

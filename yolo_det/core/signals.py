@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -100,6 +101,7 @@ class _Stops:
         self.pending: int | None = None     # a stop noted, not yet acted on
         self.raised = False                 # a stop was acted on: the run is ending
         self.fired: set[str] = set()        # testing hook: points fired in this block
+        self.outer: set[int] = set()        # the frames that entered the outermost block (outside it)
 
     def reset(self) -> None:
         self.previous.clear()
@@ -107,6 +109,7 @@ class _Stops:
         self.pending = None
         self.raised = False
         self.fired.clear()
+        self.outer.clear()
 
 
 _STOPS = _Stops()
@@ -117,8 +120,11 @@ def _exception(signum: int) -> KeyboardInterrupt:
 
 
 def _unsafe(frame: FrameType | None) -> bool:
-    """Whether ``frame`` (or a caller) is the import machinery or code run by ``exec``."""
-    while frame is not None:
+    """Whether ``frame`` (or a caller inside the :func:`stop_signals` block) is the import machinery or code run
+    by ``exec``. The frames that entered the block are not looked at: a program that is itself run by ``exec``
+    (a test runner's worker, an embedding application) is not inside an ``exec`` the block started."""
+    outer = _STOPS.outer
+    while frame is not None and id(frame) not in outer:
         name = frame.f_code.co_filename
         if name.startswith("<frozen importlib"):
             return True
@@ -179,6 +185,10 @@ def stop_signals() -> Iterator[bool]:
             installed[int(sig)] = current
             signal.signal(sig, _handler)
         stops.previous.update(installed)
+        caller: FrameType | None = sys._getframe(1)
+        while caller is not None:  # alive for the whole block: their ids cannot be reused meanwhile
+            stops.outer.add(id(caller))
+            caller = caller.f_back
         stops.depth = 1
         yield True
         _raise_pending()
@@ -193,8 +203,12 @@ def stop_signals() -> Iterator[bool]:
 def defer_stops() -> Callable[[], None]:
     """Note stops instead of raising them at once until the returned function is called (a training).
 
-    The returned function is idempotent; it never raises.
+    The returned function is idempotent; it never raises. Outside a :func:`stop_signals` block nothing
+    is deferred (no handler of ours would note a stop), so a training that never ends cleanly cannot
+    leave a deferral behind for a later block.
     """
+    if _STOPS.depth == 0:
+        return lambda: None
     _STOPS.deferring += 1
     released = False
 

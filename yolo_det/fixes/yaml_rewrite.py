@@ -244,7 +244,8 @@ def _build(text: str, origin: str) -> Any:
 
         named = build_error(e, {"yaml_file": origin})
         if named:
-            raise ModelError(f"the model YAML does not build: {named}") from None
+            where = "" if named.startswith(str(origin)) else f"{origin}: "
+            raise ModelError(f"{where}the model YAML does not build: {named}") from None
         raise ModelError(f"{origin}: the model YAML does not build: {type(e).__name__}: "
                          f"{' '.join(str(e).split())[:300]}") from None
 

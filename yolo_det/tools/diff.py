@@ -542,8 +542,34 @@ def _data_stream(c: _Collector, sa: Any, sb: Any) -> None:
     for d in c.items:
         if d.group == "args" and d.name in neutral:
             d.changes_bits, d.note = False, "the data were worker-invariant in both runs"
-    for r in explain_data_stream(sa, sb):
-        c.items.append(Difference("data", r.name, r.a, r.b, r.changes_data, r.note))
+    causes = {d.name: d for d in c.items if d.changes_bits}
+    stream = explain_data_stream(sa, sb)
+    own = [r for r in stream if r.changes_data and r.name != "data stream: first batches"]
+    for r in stream:
+        changes, note = r.changes_data, r.note
+        # a reason another group already names is its consequence, not a second cause
+        origin = _stream_origin(r.name, causes)
+        if changes and origin is not None:
+            changes, note = False, f"follows from {origin}"
+        elif changes and r.name == "data stream: first batches":
+            left = [x.name.removeprefix("data stream: ") for x in own if _stream_origin(x.name, causes) is None]
+            if not left and causes:
+                changes, note = False, f"an effect of {', '.join(list(causes)[:3])}"
+        c.items.append(Difference("data", r.name, r.a, r.b, changes, note))
+
+
+def _stream_origin(name: str, causes: Mapping[str, Difference]) -> str | None:
+    """The difference listed elsewhere that a data-stream reason restates (the seed, the dataset's bytes, an
+    augmentation argument), or None."""
+    what = name.removeprefix("data stream: ")
+    if what == "seed" and "seed" in causes:
+        return "the seed"
+    if what == "dataset":
+        found = next((n for n, d in causes.items() if d.group == "data"), None)
+        return found
+    if what.endswith("=") and what in causes:
+        return f"the argument {what}"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------------

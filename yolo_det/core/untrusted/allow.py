@@ -7,10 +7,11 @@ Three kinds of names are allowed:
   ``OrderedDict``, ``set``/``frozenset``/``slice``/``complex``, ``SimpleNamespace``, Ultralytics'
   ``IterableSimpleNamespace``, ``argparse.Namespace``, paths, dates, NumPy scalars, dtypes and arrays).
   Only these may be *called* by the pickle (``REDUCE``);
-- **model classes**: ``nn.Module`` subclasses defined in ``torch.nn``, ``torchvision.ops``, Ultralytics'
-  ``ultralytics.nn`` packages, yolo-det's layers, and the modules the user named with ``--import``
-  (:func:`allowed_user_modules`), plus the plain classes Ultralytics keeps in a model (its loss and
-  assigner classes). They are only *created* (``cls.__new__``) and given their pickled state, never called;
+- **model classes**: ``nn.Module`` subclasses defined in ``torch.nn``, ``torchvision.ops``,
+  ``torchvision.transforms``, Ultralytics' ``ultralytics.nn`` packages, yolo-det's layers, and the modules
+  the user named with ``--import`` (:func:`allowed_user_modules`), plus the plain classes Ultralytics keeps
+  in a model (its loss and assigner classes, and a classifier's torchvision transforms such as ``Compose``).
+  They are only *created* (``cls.__new__``) and given their pickled state, never called;
 - nothing else: every other name is refused, with its name.
 
 The module of a model class is imported only when it is one of the installed packages named above or a
@@ -30,9 +31,11 @@ from typing import Any
 __all__ = ["CLASS_PACKAGES", "PLAIN_CLASS_MODULES", "allowed_user_modules", "model_class", "user_modules"]
 
 #: Packages whose ``nn.Module`` subclasses a checkpoint may hold.
-CLASS_PACKAGES = ("torch.nn", "torchvision.ops", "ultralytics.nn", "yolo_det.layers")
+CLASS_PACKAGES = ("torch.nn", "torchvision.ops", "torchvision.transforms", "ultralytics.nn", "yolo_det.layers")
 #: Modules whose own plain classes (not only modules) Ultralytics keeps inside a model (loss, assigner).
-PLAIN_CLASS_MODULES = frozenset({"ultralytics.utils.loss", "ultralytics.utils.tal", "ultralytics.nn.distill_model"})
+PLAIN_CLASS_MODULES = frozenset({"ultralytics.utils.loss", "ultralytics.utils.tal", "ultralytics.nn.distill_model",
+                                 # a classifier keeps its preprocessing (Compose, ToTensor) in the checkpoint
+                                 "torchvision.transforms.transforms"})
 #: Names older Ultralytics versions pickled, and what they are now.
 ALIASES = {
     ("ultralytics.nn.modules.block", "Silence"): ("torch.nn.modules.linear", "Identity"),

@@ -214,6 +214,15 @@ def _path(*parts: Any) -> pathlib.PurePath:
     return pathlib.Path(*parts)
 
 
+def _interpolation_mode(value: Any) -> Any:
+    """torchvision's ``InterpolationMode`` member named by ``value`` (a classifier's resize transform)."""
+    from torchvision.transforms import InterpolationMode
+
+    if not isinstance(value, str) or value not in {m.value for m in InterpolationMode}:
+        raise ModelError(f"malformed interpolation mode in checkpoint: {str(value)[:40]!r}")
+    return InterpolationMode(value)
+
+
 #: The functions and types a checkpoint's pickle may call (everything else is refused).
 VALUES: dict[tuple[str, str], Any] = {
     ("collections", "OrderedDict"): collections.OrderedDict,
@@ -300,6 +309,8 @@ class SafeUnpickler(pickle._Unpickler):
             return getattr(torch, name)
         if module.startswith("numpy"):
             return _numpy_values().get((module, name))
+        if (module, name) == ("torchvision.transforms.functional", "InterpolationMode"):
+            return _interpolation_mode
         if (module, name) in {("ultralytics.utils", "IterableSimpleNamespace"),
                               ("ultralytics.yolo.utils", "IterableSimpleNamespace")}:
             from ..compat import IterableSimpleNamespace

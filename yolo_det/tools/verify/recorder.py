@@ -52,6 +52,16 @@ class _Recorder:
             "teardown": self.teardown,
         }
 
+    def add_to(self, model: Any) -> None:
+        """Register the callbacks on an Ultralytics ``model``; ``teardown`` first of all, so that the recorder,
+        which wraps the trainer's methods last, puts them back first (whatever wrapped them before it, such as
+        the plugin's data tap, then finds its own wrapper to take away)."""
+        for event, fn in self.callbacks.items():
+            if event == "teardown":
+                model.callbacks.setdefault(event, []).insert(0, fn)
+            else:
+                model.add_callback(event, fn)
+
     # -- wrapping -----------------------------------------------------------------------------------
     def on_pretrain_routine_end(self, trainer: Any) -> None:
         self._trainer = trainer

@@ -66,8 +66,7 @@ def _train(model_src: str, profile: Profile, train_args: Mapping[str, Any], reco
     with guarded_torch_load():  # a checkpoint loads through the allow-list
         model = YOLO(model_src)
     attach(model, profile)
-    for event, fn in recorder.callbacks.items():
-        model.add_callback(event, fn)
+    recorder.add_to(model)
     for event, fn in (extra or {}).items():
         model.add_callback(event, fn)
     try:

@@ -126,8 +126,7 @@ def record_runs(
             with guarded_torch_load():  # a checkpoint loads through the allow-list
                 model = YOLO(model_src)
             attach(model, resolved)
-            for event, fn in recorder.callbacks.items():
-                model.add_callback(event, fn)
+            recorder.add_to(model)
             for event, fns in (callbacks or {}).items():
                 for fn in fns:
                     model.add_callback(event, fn)
