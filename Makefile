@@ -33,9 +33,10 @@ demo: install
 	@# the audit exits 1 for this model on purpose (it names its non-deterministic layers); 2 would be an error
 	$(PY) -m yolo_det audit data/models/attention-mix.yaml --imgsz 64; code=$$?; [ $$code -le 1 ]
 
-# ruff (config: ruff.toml) and mypy (config: [tool.mypy] in pyproject.toml); `make test` runs them first
+# ruff check, ruff format --check (config: ruff.toml) and mypy (config: [tool.mypy] in pyproject.toml); `make test` runs them first
 lint: install-test
 	$(PY) -m ruff check yolo_det tests bench
+	$(PY) -m ruff format --check yolo_det tests bench
 	$(PY) -m mypy yolo_det
 
 test: lint

@@ -36,8 +36,9 @@ print(time.perf_counter() - t)
 
 def _cold(model: str, imgsz: int) -> float:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    out = subprocess.run([sys.executable, "-c", COLD, model, str(imgsz)], cwd=ROOT, env=env, capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", COLD, model, str(imgsz)], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+    )
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -73,31 +74,69 @@ def main(argv: list[str] | None = None) -> int:
         assert report is not None
         params = sum(p.numel() for p in loaded.model.parameters())
         row = {
-            "model": model, "params_m": round(params / 1e6, 1), "ops": report.stats["ops"],
-            "nodes": report.stats["autograd_nodes"], "findings": len(report.findings),
-            "load_s": statistics.median(loads), "trace_s": statistics.median(traces),
+            "model": model,
+            "params_m": round(params / 1e6, 1),
+            "ops": report.stats["ops"],
+            "nodes": report.stats["autograd_nodes"],
+            "findings": len(report.findings),
+            "load_s": statistics.median(loads),
+            "trace_s": statistics.median(traces),
             "total_s": statistics.median(totals),
             "cold_s": None if args.no_cold else _cold(model, args.imgsz),
         }
         row["vs_target"] = row["total_s"] / TARGET_S
         rows.append(row)
 
-    print(f"yolo-det audit wall time: imgsz {args.imgsz}, median of {args.repeats} (warm process); "
-          f"torch {torch.__version__}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.1f}")
-    header = ("model", "params (M)", "aten ops", "nodes", "findings", "load s", "trace s", "total s", "total/target",
-              "fresh process s")
-    table = [header] + [(r["model"], f"{r['params_m']}", str(r["ops"]), str(r["nodes"]), str(r["findings"]),
-                         f"{r['load_s']:.2f}", f"{r['trace_s']:.2f}", f"{r['total_s']:.2f}", f"{r['vs_target']:.2f}",
-                         "-" if r["cold_s"] is None else f"{r['cold_s']:.2f}") for r in rows]
+    print(
+        f"yolo-det audit wall time: imgsz {args.imgsz}, median of {args.repeats} (warm process); "
+        f"torch {torch.__version__}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
+    header = (
+        "model",
+        "params (M)",
+        "aten ops",
+        "nodes",
+        "findings",
+        "load s",
+        "trace s",
+        "total s",
+        "total/target",
+        "fresh process s",
+    )
+    table = [header] + [
+        (
+            r["model"],
+            f"{r['params_m']}",
+            str(r["ops"]),
+            str(r["nodes"]),
+            str(r["findings"]),
+            f"{r['load_s']:.2f}",
+            f"{r['trace_s']:.2f}",
+            f"{r['total_s']:.2f}",
+            f"{r['vs_target']:.2f}",
+            "-" if r["cold_s"] is None else f"{r['cold_s']:.2f}",
+        )
+        for r in rows
+    ]
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     for r in table:
         print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
-    print(f"target: total under {TARGET_S:.0f} s per model; 'fresh process' adds imports (torch, ultralytics) and "
-          "FakeTensorMode's one-time set-up")
+    print(
+        f"target: total under {TARGET_S:.0f} s per model; 'fresh process' adds imports (torch, ultralytics) and "
+        "FakeTensorMode's one-time set-up"
+    )
     if args.json:
-        atomic_write_json(args.json, {"imgsz": args.imgsz, "repeats": args.repeats, "torch": torch.__version__,
-                                      "load_average": os.getloadavg()[0], "rows": rows})
+        atomic_write_json(
+            args.json,
+            {
+                "imgsz": args.imgsz,
+                "repeats": args.repeats,
+                "torch": torch.__version__,
+                "load_average": os.getloadavg()[0],
+                "rows": rows,
+            },
+        )
     return 0
 
 

@@ -90,10 +90,20 @@ def _stages(model: str, imgsz: int) -> dict[str, float]:
     findings = _match(trace, table, torch_version(), loaded, prof.train)
     findings, fixed = entry._split_fixed(findings, loaded.model)
     mark("match")
-    report = AuditReport(model=loaded.source, findings=findings, fixed=fixed, torch_version=torch_version(),
-                         running_torch=torch_version(), profile=prof.name, imgsz=imgsz, batch=2, device="fake-cuda",
-                         yaml_path=str(loaded.yaml_path) if loaded.yaml_path else None, notes=list(trace.notes),
-                         stats={"ops": trace.counts["ops"]})
+    report = AuditReport(
+        model=loaded.source,
+        findings=findings,
+        fixed=fixed,
+        torch_version=torch_version(),
+        running_torch=torch_version(),
+        profile=prof.name,
+        imgsz=imgsz,
+        batch=2,
+        device="fake-cuda",
+        yaml_path=str(loaded.yaml_path) if loaded.yaml_path else None,
+        notes=list(trace.notes),
+        stats={"ops": trace.counts["ops"]},
+    )
     text = report.format_table()
     mark("report")
     if not text:
@@ -102,8 +112,11 @@ def _stages(model: str, imgsz: int) -> dict[str, float]:
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    return {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+    }
 
 
 def _child_cpu(cmd: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
@@ -168,8 +181,10 @@ def _profile_summary(path: Path) -> dict[str, object]:
             where = Path(filename).relative_to(ROOT) if ROOT in Path(filename).parents else filename
             rows.append({"function": f"{where}:{line}({func})", "self_s": round(tt, 4), "cumulative_s": round(ct, 4)})
     rows.sort(key=lambda r: -float(r["self_s"]))  # type: ignore[arg-type]
-    return {"self_cpu_s_by_package": {k: round(v, 3) for k, v in sorted(self_cpu.items())},
-            "yolo_det_top_self": rows[:15]}
+    return {
+        "self_cpu_s_by_package": {k: round(v, 3) for k, v in sorted(self_cpu.items())},
+        "yolo_det_top_self": rows[:15],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,8 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         runs = []
         for _ in range(args.repeats):
-            _cpu, proc = _child_cpu([sys.executable, script, "--child", "stages", "--model", args.model,
-                                     "--imgsz", str(args.imgsz)], work)
+            _cpu, proc = _child_cpu(
+                [sys.executable, script, "--child", "stages", "--model", args.model, "--imgsz", str(args.imgsz)], work
+            )
             runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         stages = {k: round(statistics.median(r[k] for r in runs), 3) for k in runs[0]}
         command = [sys.executable, "-m", "yolo_det", "audit", args.model, "--imgsz", str(args.imgsz)]
@@ -206,8 +222,21 @@ def main(argv: list[str] | None = None) -> int:
         _cpu, proc = _child_cpu([sys.executable, "-X", "importtime", *command[1:]], work)
         imports = _importtime(proc.stderr)
         pstats_path = work / "audit.pstats"
-        _child_cpu([sys.executable, script, "--child", "profile", "--model", args.model, "--imgsz", str(args.imgsz),
-                    "--profile-out", str(pstats_path)], work)
+        _child_cpu(
+            [
+                sys.executable,
+                script,
+                "--child",
+                "profile",
+                "--model",
+                args.model,
+                "--imgsz",
+                str(args.imgsz),
+                "--profile-out",
+                str(pstats_path),
+            ],
+            work,
+        )
         profile = _profile_summary(pstats_path)
 
     ours = {k: v for k, v in stages.items() if k not in NOT_OURS}
@@ -215,20 +244,33 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     result = {
-        "model": args.model, "imgsz": args.imgsz, "repeats": args.repeats, "clock": "CPU time (user + system), "
-        "time.process_time() per stage, getrusage(RUSAGE_CHILDREN) for the command", "torch": torch.__version__,
-        "python": platform.python_version(), "cpus": os.cpu_count(), "load_average": list(os.getloadavg()),
-        "stages_cpu_s": stages, "stage_runs": runs,
+        "model": args.model,
+        "imgsz": args.imgsz,
+        "repeats": args.repeats,
+        "clock": "CPU time (user + system), time.process_time() per stage, getrusage(RUSAGE_CHILDREN) for the command",
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "load_average": list(os.getloadavg()),
+        "stages_cpu_s": stages,
+        "stage_runs": runs,
         "stage_sum_cpu_s": round(sum(stages.values()), 3),
-        "command_cpu_s": [round(t, 3) for t in totals], "command_cpu_median_s": round(statistics.median(totals), 3),
-        "yolo_det_own_cpu_s": own, "yolo_det_own_stages": ours, "target_s": TARGET_S, "target_met": own < TARGET_S,
-        "importtime_self_wall_s_by_package": imports, "cprofile": profile,
+        "command_cpu_s": [round(t, 3) for t in totals],
+        "command_cpu_median_s": round(statistics.median(totals), 3),
+        "yolo_det_own_cpu_s": own,
+        "yolo_det_own_stages": ours,
+        "target_s": TARGET_S,
+        "target_met": own < TARGET_S,
+        "importtime_self_wall_s_by_package": imports,
+        "cprofile": profile,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(args.out, result)
     width = max(map(len, stages))
-    print(f"yolo-det audit {args.model} --imgsz {args.imgsz}: CPU seconds per stage (median of {args.repeats} "
-          "fresh processes)")
+    print(
+        f"yolo-det audit {args.model} --imgsz {args.imgsz}: CPU seconds per stage (median of {args.repeats} "
+        "fresh processes)"
+    )
     for k, v in stages.items():
         print(f"  {k:{width}s} {v:7.3f}{'' if k in NOT_OURS else '  (yolo-det)'}")
     print(f"  {'sum':{width}s} {result['stage_sum_cpu_s']:7.3f}   whole command: {result['command_cpu_median_s']:.3f}")

@@ -60,8 +60,9 @@ def _large_dataset(root: Path, n: int = 192, size: int = 160) -> str:
     return str(yaml_path)
 
 
-def _loader(data_yaml: str, imgsz: int, batch: int, workers: int, invariant: bool,
-            cache: str | None = None) -> tuple[Any, Any]:
+def _loader(
+    data_yaml: str, imgsz: int, batch: int, workers: int, invariant: bool, cache: str | None = None
+) -> tuple[Any, Any]:
     from ultralytics.cfg import get_cfg
     from ultralytics.data import build_dataloader, build_yolo_dataset
     from ultralytics.data.utils import check_det_dataset
@@ -92,8 +93,9 @@ def _cpu_seconds(loader: Any) -> float:
     return total
 
 
-def _images_per_second(data_yaml: str, imgsz: int, batch: int, workers: int, invariant: bool,
-                       cache: str | None) -> tuple[float, float]:
+def _images_per_second(
+    data_yaml: str, imgsz: int, batch: int, workers: int, invariant: bool, cache: str | None
+) -> tuple[float, float]:
     """(images per wall-clock second, images per CPU second of the process and its workers)."""
     from yolo_det.fixes.data_invariance import restore
 
@@ -141,8 +143,9 @@ def _decodes_per_image(data_yaml: str, imgsz: int, batch: int, invariant: bool, 
             restore(token)
 
 
-def _measure(name: str, data_yaml: str, imgsz: int, batch: int, workers: int, rounds: int,
-             cache: str | None = None) -> dict[str, Any]:
+def _measure(
+    name: str, data_yaml: str, imgsz: int, batch: int, workers: int, rounds: int, cache: str | None = None
+) -> dict[str, Any]:
     wall: dict[bool, list[float]] = {False: [], True: []}
     cpu: dict[bool, list[float]] = {False: [], True: []}
     wall_ratio, cpu_ratio = [], []
@@ -154,19 +157,32 @@ def _measure(name: str, data_yaml: str, imgsz: int, batch: int, workers: int, ro
             cpu[inv].append(got[inv][1])
         wall_ratio.append(got[True][0] / got[False][0])
         cpu_ratio.append(got[True][1] / got[False][1])
-        print(f"{name} round {r}: images/s wall off {got[False][0]:.1f} on {got[True][0]:.1f}; "
-              f"images per CPU-s off {got[False][1]:.1f} on {got[True][1]:.1f}", flush=True)
+        print(
+            f"{name} round {r}: images/s wall off {got[False][0]:.1f} on {got[True][0]:.1f}; "
+            f"images per CPU-s off {got[False][1]:.1f} on {got[True][1]:.1f}",
+            flush=True,
+        )
     cpu_med, wall_med = statistics.median(cpu_ratio), statistics.median(wall_ratio)
     decodes = {inv: round(_decodes_per_image(data_yaml, imgsz, batch, inv, cache), 3) for inv in (False, True)}
-    return {"dataset": name, "cache": cache, "imgsz": imgsz, "batch": batch, "workers": workers, "rounds": rounds,
-            "decodes_per_image_off": decodes[False], "decodes_per_image_on": decodes[True],
-            "images_per_cpu_s_off": round(statistics.median(cpu[False]), 2),
-            "images_per_cpu_s_on": round(statistics.median(cpu[True]), 2),
-            "cpu_ratio_on_off": round(cpu_med, 4), "cost": round(1 - cpu_med, 4),
-            "images_per_s_off": round(statistics.median(wall[False]), 2),
-            "images_per_s_on": round(statistics.median(wall[True]), 2),
-            "wall_ratio_on_off": round(wall_med, 4), "wall_cost": round(1 - wall_med, 4),
-            "within_target": 1 - cpu_med <= TARGET}
+    return {
+        "dataset": name,
+        "cache": cache,
+        "imgsz": imgsz,
+        "batch": batch,
+        "workers": workers,
+        "rounds": rounds,
+        "decodes_per_image_off": decodes[False],
+        "decodes_per_image_on": decodes[True],
+        "images_per_cpu_s_off": round(statistics.median(cpu[False]), 2),
+        "images_per_cpu_s_on": round(statistics.median(cpu[True]), 2),
+        "cpu_ratio_on_off": round(cpu_med, 4),
+        "cost": round(1 - cpu_med, 4),
+        "images_per_s_off": round(statistics.median(wall[False]), 2),
+        "images_per_s_on": round(statistics.median(wall[True]), 2),
+        "wall_ratio_on_off": round(wall_med, 4),
+        "wall_cost": round(1 - wall_med, 4),
+        "within_target": 1 - cpu_med <= TARGET,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,17 +202,22 @@ def main(argv: list[str] | None = None) -> int:
         large = _large_dataset(Path(tmp))
         results.append(_measure("large", large, 160, 4, args.workers, args.rounds))
         results.append(_measure("large", large, 160, 4, args.workers, args.rounds, cache="ram"))
-    out = {"target": TARGET, "measure": "median over interleaved rounds of (invariant / Ultralytics) loader "
-                                        "throughput in images per CPU second of the process and its workers "
-                                        "(cost) and per wall-clock second (wall_cost), 3 timed epochs per round "
-                                        "after one warm-up epoch; decodes_per_image: image decodes per image "
-                                        "fed in the second epoch without workers (counted)",
-           "results": results, "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
-                                           "torch": torch.__version__}}
+    out = {
+        "target": TARGET,
+        "measure": "median over interleaved rounds of (invariant / Ultralytics) loader "
+        "throughput in images per CPU second of the process and its workers "
+        "(cost) and per wall-clock second (wall_cost), 3 timed epochs per round "
+        "after one warm-up epoch; decodes_per_image: image decodes per image "
+        "fed in the second epoch without workers (counted)",
+        "results": results,
+        "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__},
+    }
     atomic_write_json(args.out, out)
     for r in results:
-        print(f"{r['dataset']} cache={r['cache']}: cost {100 * r['cost']:+.1f}% of CPU throughput, "
-              f"{100 * r['wall_cost']:+.1f}% of wall-clock throughput (target {100 * TARGET:.0f}%)")
+        print(
+            f"{r['dataset']} cache={r['cache']}: cost {100 * r['cost']:+.1f}% of CPU throughput, "
+            f"{100 * r['wall_cost']:+.1f}% of wall-clock throughput (target {100 * TARGET:.0f}%)"
+        )
     return 0
 
 

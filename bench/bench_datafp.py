@@ -61,8 +61,11 @@ def _alone(repeats: int) -> dict[str, float]:
             t0 = time.perf_counter()
             dataset_fingerprint(splits, root=demo.parent)
             warm.append(time.perf_counter() - t0)
-    return {"cold_s": statistics.median(cold), "warm_s": statistics.median(warm),
-            "images": sum(len(v) for v in splits.values())}
+    return {
+        "cold_s": statistics.median(cold),
+        "warm_s": statistics.median(warm),
+        "images": sum(len(v) for v in splits.values()),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,8 +83,13 @@ def main(argv: list[str] | None = None) -> int:
             for label in ("cold", "warm"):
                 seconds, record = _train(list(args.overrides), str(Path(tmp) / "runs"), label)
                 data = record["data"]
-                runs[label] = {"training_s": round(seconds, 3), "fingerprint_s": data["seconds"],
-                               "ratio": data["seconds"] / seconds, "hashed": data["hashed"], "cached": data["cached"]}
+                runs[label] = {
+                    "training_s": round(seconds, 3),
+                    "fingerprint_s": data["seconds"],
+                    "ratio": data["seconds"] / seconds,
+                    "hashed": data["hashed"],
+                    "cached": data["cached"],
+                }
         alone = _alone(args.repeats)
     finally:
         if saved is None:
@@ -98,10 +106,14 @@ def main(argv: list[str] | None = None) -> int:
     }
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     for label, r in runs.items():
-        print(f"{label:4s} cache: fingerprint {r['fingerprint_s'] * 1e3:.1f} ms ({r['hashed']} hashed, "
-              f"{r['cached']} cached) / training {r['training_s']:.1f} s = {r['ratio']:.3%} (target < {TARGET:.0%})")
-    print(f"alone ({alone['images']} images, median of {args.repeats}): cold {alone['cold_s'] * 1e3:.1f} ms, "
-          f"warm {alone['warm_s'] * 1e3:.1f} ms")
+        print(
+            f"{label:4s} cache: fingerprint {r['fingerprint_s'] * 1e3:.1f} ms ({r['hashed']} hashed, "
+            f"{r['cached']} cached) / training {r['training_s']:.1f} s = {r['ratio']:.3%} (target < {TARGET:.0%})"
+        )
+    print(
+        f"alone ({alone['images']} images, median of {args.repeats}): cold {alone['cold_s'] * 1e3:.1f} ms, "
+        f"warm {alone['warm_s'] * 1e3:.1f} ms"
+    )
     print(f"written: {args.out}")
     return 0 if result["ok"] else 1
 

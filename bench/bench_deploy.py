@@ -47,8 +47,9 @@ def _profiles(folder: Path) -> dict[str, Path]:
     out = {}
     for name, on in (("plain", False), ("batch_invariant", True)):
         out[name] = folder / f"{name}.yaml"
-        out[name].write_text(f"name: repro-{name}\nextends: repro\ndeploy:\n  batch_invariant: {str(on).lower()}\n",
-                             encoding="utf-8")
+        out[name].write_text(
+            f"name: repro-{name}\nextends: repro\ndeploy:\n  batch_invariant: {str(on).lower()}\n", encoding="utf-8"
+        )
     return out
 
 
@@ -66,8 +67,9 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def identity(model: Any, images: list[Any], profile: Path, *, imgsz: int, batches: list[int],
-             device: str) -> dict[str, Any]:
+def identity(
+    model: Any, images: list[Any], profile: Path, *, imgsz: int, batches: list[int], device: str
+) -> dict[str, Any]:
     """Whether each image's detections at every ``batch=`` equal those at ``batch=1``, bit for bit."""
     import torch
 
@@ -84,8 +86,9 @@ def identity(model: Any, images: list[Any], profile: Path, *, imgsz: int, batche
     return out
 
 
-def _time_paths(model: Any, profiles: dict[str, Path], images: list[Any], *, imgsz: int, batch: int, rounds: int,
-                device: str) -> dict[str, list[float]]:
+def _time_paths(
+    model: Any, profiles: dict[str, Path], images: list[Any], *, imgsz: int, batch: int, rounds: int, device: str
+) -> dict[str, list[float]]:
     """Milliseconds per image of each path, one number per round; rounds interleaved, order alternating."""
     import yolo_det
 
@@ -94,7 +97,7 @@ def _time_paths(model: Any, profiles: dict[str, Path], images: list[Any], *, img
         yolo_det.attach(model, str(profiles[name]), record=False)
         _predict(model, images, imgsz=imgsz, batch=batch, device=device)
     for r in range(rounds):
-        for name in (PATHS if r % 2 == 0 else PATHS[::-1]):
+        for name in PATHS if r % 2 == 0 else PATHS[::-1]:
             yolo_det.attach(model, str(profiles[name]), record=False)
             _sync(device)
             t0 = time.perf_counter()
@@ -109,8 +112,15 @@ def _time_paths(model: Any, profiles: dict[str, Path], images: list[Any], *, img
 SHAPES = {"square": 1.0, "3:4": 0.75}
 
 
-def measure(*, model_name: str = "yolov8n.yaml", imgsz: int = 320, batch: int = 8, rounds: int = 7,
-            device: str = "cpu", check_batches: list[int] | None = None) -> dict[str, Any]:
+def measure(
+    *,
+    model_name: str = "yolov8n.yaml",
+    imgsz: int = 320,
+    batch: int = 8,
+    rounds: int = 7,
+    device: str = "cpu",
+    check_batches: list[int] | None = None,
+) -> dict[str, Any]:
     """Time both paths (interleaved rounds) for each image shape and check batch identity; return the document."""
     import torch
     from ultralytics import YOLO
@@ -136,11 +146,17 @@ def measure(*, model_name: str = "yolov8n.yaml", imgsz: int = 320, batch: int = 
             }
         images = _images(batch, (imgsz, imgsz * 3 // 4))
         batches = check_batches or sorted({2, batch})
-        checks = {name: identity(model, images, profiles[name], imgsz=imgsz, batches=batches, device=device)
-                  for name in PATHS}
+        checks = {
+            name: identity(model, images, profiles[name], imgsz=imgsz, batches=batches, device=device) for name in PATHS
+        }
     return {
-        "model": model_name, "imgsz": imgsz, "batch": batch, "rounds": rounds, "device": device,
-        "torch_threads": torch.get_num_threads(), "load_average": list(os.getloadavg()),
+        "model": model_name,
+        "imgsz": imgsz,
+        "batch": batch,
+        "rounds": rounds,
+        "device": device,
+        "torch_threads": torch.get_num_threads(),
+        "load_average": list(os.getloadavg()),
         "shapes": shapes,
         "identical_to_batch_1": checks,
         "environment": environment(),
@@ -161,9 +177,11 @@ def main(argv: list[str] | None = None) -> int:
 
     atomic_write_json(args.out, doc)
     for label, row in doc["shapes"].items():
-        print(f"{label:>6} {row['image_shape']}: plain {row['median_ms_per_image']['plain']:.1f} ms/image, "
-              f"batch_invariant {row['median_ms_per_image']['batch_invariant']:.1f} ms/image, "
-              f"cost {row['cost_percent']:+.1f}%")
+        print(
+            f"{label:>6} {row['image_shape']}: plain {row['median_ms_per_image']['plain']:.1f} ms/image, "
+            f"batch_invariant {row['median_ms_per_image']['batch_invariant']:.1f} ms/image, "
+            f"cost {row['cost_percent']:+.1f}%"
+        )
     print(json.dumps(doc["identical_to_batch_1"]))
     print(f"results: {args.out}")
     return 0

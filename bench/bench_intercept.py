@@ -81,11 +81,19 @@ def main() -> int:
                 with interception():
                     routed.append(step())
                 plain.append(step())
-        rows.append({"model": name, "steps": args.steps, "plain_ms": statistics.median(plain) * 1e3,
-                     "intercepted_ms": statistics.median(routed) * 1e3,
-                     "ratio": statistics.median(routed) / statistics.median(plain)})
-    print(f"\nTraining step (forward, backward, SGD), imgsz {args.imgsz}, batch {args.batch}, CPU "
-          f"({os.cpu_count()} cores), {args.steps} interleaved steps each")
+        rows.append(
+            {
+                "model": name,
+                "steps": args.steps,
+                "plain_ms": statistics.median(plain) * 1e3,
+                "intercepted_ms": statistics.median(routed) * 1e3,
+                "ratio": statistics.median(routed) / statistics.median(plain),
+            }
+        )
+    print(
+        f"\nTraining step (forward, backward, SGD), imgsz {args.imgsz}, batch {args.batch}, CPU "
+        f"({os.cpu_count()} cores), {args.steps} interleaved steps each"
+    )
     print("| model | without (ms) | with interception (ms) | ratio |")
     print("|---|---:|---:|---:|")
     for r in rows:

@@ -64,8 +64,12 @@ except ImportError:  # pragma: no cover - older torch names
 Fn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 #: Ratio targets: group -> (reference implementation, largest allowed yolo-det / reference time).
-TARGETS = {"pooling": ("native", 1.3), "padding": ("native", 1.3), "upsample": ("torch-det", 1.0),
-           "grid_sample": ("native", 3.0)}
+TARGETS = {
+    "pooling": ("native", 1.3),
+    "padding": ("native", 1.3),
+    "upsample": ("torch-det", 1.0),
+    "grid_sample": ("native", 3.0),
+}
 #: Largest allowed yolo-det / native peak memory of forward + backward, for every layer.
 MEMORY_TARGET = 1.25
 #: Largest allowed absolute float64 difference from native (output and gradients): the same function.
@@ -130,13 +134,15 @@ def _tiling_side(out: tuple[int | None, ...]) -> int:
     return max(step, round(mid / step) * step)
 
 
-def shape_set(batches: tuple[int, ...], scale: int, pool_out: tuple[int | None, ...] | None = None,
-              channels: int | None = None) -> list[tuple[int, int, int, int]]:
+def shape_set(
+    batches: tuple[int, ...], scale: int, pool_out: tuple[int | None, ...] | None = None, channels: int | None = None
+) -> list[tuple[int, int, int, int]]:
     """The shapes of one layer, by rule: the first batch at every level, the other batches at the two
     extreme levels (small map with many channels, large map with few); for adaptive pooling with
     output ``pool_out``, also the window class the levels miss (a map its windows divide, at the
     first batch and the middle level's channels) when the output is not global. ``channels`` fixes the
     channel count (a layer whose channel axis is not a feature width, e.g. attention heads)."""
+
     def shape(b: int, c: int, hw: int) -> tuple[int, int, int, int]:
         return (b, channels or c, max(1, hw // scale), max(1, hw // scale))
 
@@ -157,57 +163,114 @@ def build_cases(batches: tuple[int, ...], scale: int) -> list[Case]:
     (``--quick``)."""
     cases: list[Case] = []
 
-    def add(group: str, name: str, impls: dict[str, Fn], pool_out: tuple[int | None, ...] | None = None,
-            channels: int | None = None, **kw: Any) -> None:
+    def add(
+        group: str,
+        name: str,
+        impls: dict[str, Fn],
+        pool_out: tuple[int | None, ...] | None = None,
+        channels: int | None = None,
+        **kw: Any,
+    ) -> None:
         for sh in shape_set(batches, scale, pool_out, channels):
             cases.append(Case(group, name, sh, impls, pool_out=pool_out, **kw))
 
     for out in [(1, 1), (3, 3), (5, 7)]:
         label = f"({out[0]},{out[1]})" if out[0] != out[1] else str(out[0])
-        add("pooling", f"AdaptiveMaxPool2d({label})", {
-            "native": lambda x, _, o=out: F.adaptive_max_pool2d(x, o),
-            "yolo-det": lambda x, _, o=out: L.adaptive_max_pool2d(x, o)}, out)
+        add(
+            "pooling",
+            f"AdaptiveMaxPool2d({label})",
+            {
+                "native": lambda x, _, o=out: F.adaptive_max_pool2d(x, o),
+                "yolo-det": lambda x, _, o=out: L.adaptive_max_pool2d(x, o),
+            },
+            out,
+        )
     for aout in [(None, 1), (6, 6)]:
         label = "(None,1)" if aout[0] is None else str(aout[0])
-        add("pooling", f"AdaptiveAvgPool2d({label})", {
-            "native": lambda x, _, o=aout: F.adaptive_avg_pool2d(x, o),
-            "yolo-det": lambda x, _, o=aout: L.adaptive_avg_pool2d(x, o)}, aout)
+        add(
+            "pooling",
+            f"AdaptiveAvgPool2d({label})",
+            {
+                "native": lambda x, _, o=aout: F.adaptive_avg_pool2d(x, o),
+                "yolo-det": lambda x, _, o=aout: L.adaptive_avg_pool2d(x, o),
+            },
+            aout,
+        )
     impls: dict[str, Fn] = {"native": lambda x, _: F.interpolate(x, scale_factor=2, mode="bilinear")}
     if _upsample_linear_vec is not None:
         impls["torch-det"] = lambda x, _: _upsample_linear_vec(x, [x.shape[2] * 2, x.shape[3] * 2], False, None)
     impls["yolo-det"] = lambda x, _: L.interpolate(x, scale_factor=2, mode="bilinear")
     add("upsample", "bilinear x2", impls)
-    add("upsample", "bilinear x2 align_corners", {
-        "native": lambda x, _: F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True),
-        **({"torch-det": lambda x, _: _upsample_linear_vec(x, [x.shape[2] * 2, x.shape[3] * 2], True, None)}
-           if _upsample_linear_vec is not None else {}),
-        "yolo-det": lambda x, _: L.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True)})
-    add("upsample", "bicubic x2", {
-        "native": lambda x, _: F.interpolate(x, scale_factor=2, mode="bicubic"),
-        "yolo-det": lambda x, _: L.interpolate(x, scale_factor=2, mode="bicubic")})
-    add("upsample", "bilinear antialias /2", {
-        "native": lambda x, _: F.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True),
-        "yolo-det": lambda x, _: L.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True)})
-    add("grid_sample", "grid_sample border 2x (DySample)", {  # 2x upsampling by sampling
-        "native": lambda x, g: F.grid_sample(x, g, padding_mode="border", align_corners=False),
-        "yolo-det": lambda x, g: L.grid_sample(x, g, padding_mode="border", align_corners=False)},
-        extra=_grid_scaled(2), extra_grad=True)
-    add("grid_sample", "grid_sample zeros 300x4 points", {
-        # MSDeformAttn-style: one level, heads of 32 channels (N = images x heads), 300 queries x 4 points
-        "native": lambda x, g: F.grid_sample(x, g, padding_mode="zeros", align_corners=False),
-        "yolo-det": lambda x, g: L.grid_sample(x, g, padding_mode="zeros", align_corners=False)},
-        channels=32, extra=_grid((300, 4)), extra_grad=True)
-    add("padding", "ReflectionPad2d(1)", {
-        "native": lambda x, _: F.pad(x, (1, 1, 1, 1), mode="reflect"),
-        "yolo-det": lambda x, _: L.pad(x, (1, 1, 1, 1), mode="reflect")})
+    add(
+        "upsample",
+        "bilinear x2 align_corners",
+        {
+            "native": lambda x, _: F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True),
+            **(
+                {"torch-det": lambda x, _: _upsample_linear_vec(x, [x.shape[2] * 2, x.shape[3] * 2], True, None)}
+                if _upsample_linear_vec is not None
+                else {}
+            ),
+            "yolo-det": lambda x, _: L.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True),
+        },
+    )
+    add(
+        "upsample",
+        "bicubic x2",
+        {
+            "native": lambda x, _: F.interpolate(x, scale_factor=2, mode="bicubic"),
+            "yolo-det": lambda x, _: L.interpolate(x, scale_factor=2, mode="bicubic"),
+        },
+    )
+    add(
+        "upsample",
+        "bilinear antialias /2",
+        {
+            "native": lambda x, _: F.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True),
+            "yolo-det": lambda x, _: L.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True),
+        },
+    )
+    add(
+        "grid_sample",
+        "grid_sample border 2x (DySample)",
+        {  # 2x upsampling by sampling
+            "native": lambda x, g: F.grid_sample(x, g, padding_mode="border", align_corners=False),
+            "yolo-det": lambda x, g: L.grid_sample(x, g, padding_mode="border", align_corners=False),
+        },
+        extra=_grid_scaled(2),
+        extra_grad=True,
+    )
+    add(
+        "grid_sample",
+        "grid_sample zeros 300x4 points",
+        {
+            # MSDeformAttn-style: one level, heads of 32 channels (N = images x heads), 300 queries x 4 points
+            "native": lambda x, g: F.grid_sample(x, g, padding_mode="zeros", align_corners=False),
+            "yolo-det": lambda x, g: L.grid_sample(x, g, padding_mode="zeros", align_corners=False),
+        },
+        channels=32,
+        extra=_grid((300, 4)),
+        extra_grad=True,
+    )
+    add(
+        "padding",
+        "ReflectionPad2d(1)",
+        {
+            "native": lambda x, _: F.pad(x, (1, 1, 1, 1), mode="reflect"),
+            "yolo-det": lambda x, _: L.pad(x, (1, 1, 1, 1), mode="reflect"),
+        },
+    )
     impls = {"native": lambda x, _: F.pad(x, (2, 2, 2, 2), mode="replicate")}
     if _replication_pad is not None:
         impls["torch-det"] = lambda x, _: _replication_pad(x, (2, 2, 2, 2))
     impls["yolo-det"] = lambda x, _: L.pad(x, (2, 2, 2, 2), mode="replicate")
     add("padding", "ReplicationPad2d(2)", impls)
-    add("loss", "cross_entropy (N,C,H,W)", {
-        "native": lambda x, t: F.cross_entropy(x, t), "yolo-det": lambda x, t: L.cross_entropy(x, t)},
-        extra=_target)
+    add(
+        "loss",
+        "cross_entropy (N,C,H,W)",
+        {"native": lambda x, t: F.cross_entropy(x, t), "yolo-det": lambda x, t: L.cross_entropy(x, t)},
+        extra=_target,
+    )
     return cases
 
 
@@ -252,8 +315,9 @@ def _peak_bytes(fn: Fn, x: torch.Tensor, extra: torch.Tensor | None) -> float | 
 
     x.grad = None
     try:
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
-                     with_stack=True) as prof:
+        with profile(
+            activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True
+        ) as prof:
             _step(fn, x, extra)
         timeline = prof._memory_profile().timeline
     except Exception:  # private API: report no number rather than a wrong one
@@ -269,10 +333,15 @@ def _peak_bytes(fn: Fn, x: torch.Tensor, extra: torch.Tensor | None) -> float | 
     return float(peak)
 
 
-def _measure(fn: Fn, x: torch.Tensor, extra: torch.Tensor | None, threads: int, min_time: float,
-             label: str) -> Measurement:
-    timer = Timer(stmt="step(fn, x, extra)", globals={"step": _step, "fn": fn, "x": x, "extra": extra},
-                  num_threads=threads, label=label)
+def _measure(
+    fn: Fn, x: torch.Tensor, extra: torch.Tensor | None, threads: int, min_time: float, label: str
+) -> Measurement:
+    timer = Timer(
+        stmt="step(fn, x, extra)",
+        globals={"step": _step, "fn": fn, "x": x, "extra": extra},
+        num_threads=threads,
+        label=label,
+    )
     return timer.blocked_autorange(min_run_time=min_time)
 
 
@@ -288,10 +357,16 @@ def run(cases: list[Case], rounds: int, threads: int, min_time: float) -> None:
             for name in names if r % 2 == 0 else reversed(names):
                 case.rounds[name].append(_measure(case.impls[name], x, extra, threads, min_time, case.name))
         case.peak = {n: _peak_bytes(case.impls[n], x, extra) for n in names}
-        summary = "  ".join(f"{n} {stats['median_ms']:8.2f} ms (IQR {stats['iqr_ms']:.2f})"
-                            for n in names for stats in [_stats(case, n)])
-        print(f"  {case.group:11s} {case.name:32s} {str(case.shape):22s} {summary}  "
-              f"float64 diff {case.float64_error:.1e}", flush=True)
+        summary = "  ".join(
+            f"{n} {stats['median_ms']:8.2f} ms (IQR {stats['iqr_ms']:.2f})"
+            for n in names
+            for stats in [_stats(case, n)]
+        )
+        print(
+            f"  {case.group:11s} {case.name:32s} {str(case.shape):22s} {summary}  "
+            f"float64 diff {case.float64_error:.1e}",
+            flush=True,
+        )
 
 
 def _stats(case: Case, impl: str) -> dict[str, float]:
@@ -319,9 +394,11 @@ def _fmt(v: float | None, spec: str = ".1f") -> str:
 
 def report(cases: list[Case]) -> list[dict]:
     rows = []
-    print("\n| layer | input | windows | float64 diff | native ms (IQR) | torch-det ms | yolo-det ms (IQR) | "
-          "time ratio (IQR) | time target | "
-          "peak MB native | peak MB yolo-det | memory ratio | memory target |")
+    print(
+        "\n| layer | input | windows | float64 diff | native ms (IQR) | torch-det ms | yolo-det ms (IQR) | "
+        "time ratio (IQR) | time target | "
+        "peak MB native | peak MB yolo-det | memory ratio | memory target |"
+    )
     print("|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|")
     for case in cases:
         stats = {n: _stats(case, n) for n in case.impls}
@@ -340,14 +417,21 @@ def report(cases: list[Case]) -> list[dict]:
             mem_ratio = mb["yolo-det"] / mb["native"]
         mem_ok = None if mem_ratio is None else mem_ratio <= MEMORY_TARGET
         windows = _windows_kind(case.shape[2:], case.pool_out)
-        row = {"group": case.group, "layer": case.name, "shape": list(case.shape), "windows": windows,
-               "float64_max_abs_diff": case.float64_error,
-               "float64_same_function": case.float64_error is not None and case.float64_error <= FLOAT64_ATOL,
-               "stats": stats,
-               "ratio_native": ratio_native, "ratio_torch_det": ratio_tdet,
-               "time_target": None if not target else {"reference": target[0], "max_ratio": target[1], "met": time_ok},
-               "peak_mb": mb, "memory_ratio": mem_ratio,
-               "memory_target": {"reference": "native", "max_ratio": MEMORY_TARGET, "met": mem_ok}}
+        row = {
+            "group": case.group,
+            "layer": case.name,
+            "shape": list(case.shape),
+            "windows": windows,
+            "float64_max_abs_diff": case.float64_error,
+            "float64_same_function": case.float64_error is not None and case.float64_error <= FLOAT64_ATOL,
+            "stats": stats,
+            "ratio_native": ratio_native,
+            "ratio_torch_det": ratio_tdet,
+            "time_target": None if not target else {"reference": target[0], "max_ratio": target[1], "met": time_ok},
+            "peak_mb": mb,
+            "memory_ratio": mem_ratio,
+            "memory_target": {"reference": "native", "max_ratio": MEMORY_TARGET, "met": mem_ok},
+        }
         rows.append(row)
 
         def ms(name: str, stats: dict[str, dict[str, float]] = stats) -> str:
@@ -361,28 +445,42 @@ def report(cases: list[Case]) -> list[dict]:
             ratio_text = f"{time_ratio['median']:.2f}{ref} ({time_ratio['iqr']:.2f})"
         time_text = "-" if time_ok is None else f"{'met' if time_ok else 'MISSED'} (<= {target[1]}x {target[0]})"
         mem_text = "-" if mem_ok is None else f"{'met' if mem_ok else 'MISSED'} (<= {MEMORY_TARGET}x)"
-        print(f"| {case.name} | {'x'.join(map(str, case.shape))} | {windows} | {_fmt(case.float64_error, '.0e')} | "
-              f"{ms('native')} | "
-              f"{ms('torch-det').split(' ')[0]} | {ms('yolo-det')} | {ratio_text} | {time_text} | "
-              f"{_fmt(mb.get('native'))} | {_fmt(mb.get('yolo-det'))} | {_fmt(mem_ratio, '.2f')} | {mem_text} |")
+        print(
+            f"| {case.name} | {'x'.join(map(str, case.shape))} | {windows} | {_fmt(case.float64_error, '.0e')} | "
+            f"{ms('native')} | "
+            f"{ms('torch-det').split(' ')[0]} | {ms('yolo-det')} | {ratio_text} | {time_text} | "
+            f"{_fmt(mb.get('native'))} | {_fmt(mb.get('yolo-det'))} | {_fmt(mem_ratio, '.2f')} | {mem_text} |"
+        )
     return rows
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per case")
-    parser.add_argument("--min-time", type=float, default=0.2,
-                        help="seconds of blocked_autorange per implementation and round")
-    parser.add_argument("--check", action="store_true",
-                        help="exit 1 when a time or memory target is missed or a float64 check fails")
-    parser.add_argument("--batches", default=",".join(map(str, BATCHES)),
-                        help="comma-separated batch sizes: the first at every level, the others at the extreme levels")
-    parser.add_argument("--quick", action="store_true",
-                        help="quarter spatial sizes: a smoke run (the targets are judged at the default shapes; "
-                             "tiny tensors stay below the layers' chunking thresholds)")
+    parser.add_argument(
+        "--min-time", type=float, default=0.2, help="seconds of blocked_autorange per implementation and round"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 when a time or memory target is missed or a float64 check fails"
+    )
+    parser.add_argument(
+        "--batches",
+        default=",".join(map(str, BATCHES)),
+        help="comma-separated batch sizes: the first at every level, the others at the extreme levels",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="quarter spatial sizes: a smoke run (the targets are judged at the default shapes; "
+        "tiny tensors stay below the layers' chunking thresholds)",
+    )
     parser.add_argument("--only", default=None, help="regular expression on 'group layer' to select cases")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="intra-op threads for the timed runs (torch.utils.benchmark's num_threads; default 1)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="intra-op threads for the timed runs (torch.utils.benchmark's num_threads; default 1)",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results/layers.json"))
     args = parser.parse_args()
     if args.rounds < 1 or args.threads < 1 or args.min_time <= 0:
@@ -399,28 +497,45 @@ def main() -> int:
     cases = build_cases(batches, 4 if args.quick else 1)
     if args.only:
         cases = [c for c in cases if re.search(args.only, f"{c.group} {c.name}")]
-    print(f"torch {torch.__version__}, {args.threads} thread(s), {os.cpu_count()} CPUs, "
-          f"{platform.processor() or platform.machine()}, {args.rounds} interleaved rounds of blocked_autorange "
-          f"({args.min_time} s), float32, forward+backward")
+    print(
+        f"torch {torch.__version__}, {args.threads} thread(s), {os.cpu_count()} CPUs, "
+        f"{platform.processor() or platform.machine()}, {args.rounds} interleaved rounds of blocked_autorange "
+        f"({args.min_time} s), float32, forward+backward"
+    )
     try:
         run(cases, args.rounds, args.threads, args.min_time)
     finally:
         torch.set_num_threads(previous_threads)
     rows = report(cases)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(args.out, {
-        "torch": torch.__version__, "threads": args.threads, "cpus": os.cpu_count(), "timer": "torch.utils.benchmark "
-        "Timer.blocked_autorange", "min_time_s": args.min_time,
-        "rounds": args.rounds, "batches": list(batches), "levels": [list(lv) for lv in LEVELS],
-        "shape_rule": "first batch at every (channels, map) level; other batches at the first and last level; "
-                      "adaptive pooling adds a map its windows divide when no level's does", "quick": args.quick,
-        "dtype": "float32",
-        "peak_memory": "largest CPU-allocator bytes held above the pre-forward state during one forward+backward "
-                       "(torch.profiler memory timeline)", "rows": rows})
+    atomic_write_json(
+        args.out,
+        {
+            "torch": torch.__version__,
+            "threads": args.threads,
+            "cpus": os.cpu_count(),
+            "timer": "torch.utils.benchmark Timer.blocked_autorange",
+            "min_time_s": args.min_time,
+            "rounds": args.rounds,
+            "batches": list(batches),
+            "levels": [list(lv) for lv in LEVELS],
+            "shape_rule": "first batch at every (channels, map) level; other batches at the first and last level; "
+            "adaptive pooling adds a map its windows divide when no level's does",
+            "quick": args.quick,
+            "dtype": "float32",
+            "peak_memory": "largest CPU-allocator bytes held above the pre-forward state during one forward+backward "
+            "(torch.profiler memory timeline)",
+            "rows": rows,
+        },
+    )
     print(f"\nwrote {args.out}")
-    missed = [f"{r['layer']} {'x'.join(map(str, r['shape']))}" for r in rows
-              if (r["time_target"] and r["time_target"]["met"] is False) or r["memory_target"]["met"] is False
-              or not r["float64_same_function"]]
+    missed = [
+        f"{r['layer']} {'x'.join(map(str, r['shape']))}"
+        for r in rows
+        if (r["time_target"] and r["time_target"]["met"] is False)
+        or r["memory_target"]["met"] is False
+        or not r["float64_same_function"]
+    ]
     if missed:
         print("targets missed: " + "; ".join(missed))
     return 1 if (args.check and missed) else 0

@@ -43,8 +43,9 @@ defaults:
 """
 
 
-def run_once(config: str, args: argparse.Namespace, workdir: Path, profile_path: Path,
-             index: int) -> list[tuple[float, float]]:
+def run_once(
+    config: str, args: argparse.Namespace, workdir: Path, profile_path: Path, index: int
+) -> list[tuple[float, float]]:
     from ultralytics import YOLO
 
     import yolo_det
@@ -58,12 +59,27 @@ def run_once(config: str, args: argparse.Namespace, workdir: Path, profile_path:
     elif config == "repro":
         yolo_det.attach(model, "repro")
     model.add_callback("on_train_batch_start", lambda t: start.append((time.perf_counter(), time.process_time())))
-    model.add_callback("on_train_batch_end", lambda t: times.append(
-        (time.perf_counter() - start[-1][0], time.process_time() - start[-1][1])))
-    model.train(data=str(demo_data_yaml()), epochs=args.epochs, imgsz=args.imgsz, batch=args.batch, device="cpu",
-                workers=0, plots=False, val=False, project=str(workdir), name=f"{config}{index}", exist_ok=True,
-                deterministic=True, seed=0, verbose=False)
-    return times[args.warmup:]
+    model.add_callback(
+        "on_train_batch_end",
+        lambda t: times.append((time.perf_counter() - start[-1][0], time.process_time() - start[-1][1])),
+    )
+    model.train(
+        data=str(demo_data_yaml()),
+        epochs=args.epochs,
+        imgsz=args.imgsz,
+        batch=args.batch,
+        device="cpu",
+        workers=0,
+        plots=False,
+        val=False,
+        project=str(workdir),
+        name=f"{config}{index}",
+        exist_ok=True,
+        deterministic=True,
+        seed=0,
+        verbose=False,
+    )
+    return times[args.warmup :]
 
 
 def main() -> int:
@@ -92,18 +108,39 @@ def main() -> int:
                 steps[config] += run_once(config, args, workdir, profile_path, r)
     wall = {c: statistics.median(w for w, _ in v) for c, v in steps.items()}
     cpu = {c: statistics.median(p for _, p in v) for c, v in steps.items()}
-    rows = [{"config": c, "steps": len(steps[c]), "median_step_s": wall[c], "ratio": wall[c] / wall["ultralytics"],
-             "median_step_cpu_s": cpu[c], "cpu_ratio": cpu[c] / cpu["ultralytics"]} for c in configs]
-    print(f"\nTraining step, yolov8n.yaml, imgsz {args.imgsz}, batch {args.batch}, CPU "
-          f"({os.cpu_count()} cores), {args.rounds} interleaved rounds")
+    rows = [
+        {
+            "config": c,
+            "steps": len(steps[c]),
+            "median_step_s": wall[c],
+            "ratio": wall[c] / wall["ultralytics"],
+            "median_step_cpu_s": cpu[c],
+            "cpu_ratio": cpu[c] / cpu["ultralytics"],
+        }
+        for c in configs
+    ]
+    print(
+        f"\nTraining step, yolov8n.yaml, imgsz {args.imgsz}, batch {args.batch}, CPU "
+        f"({os.cpu_count()} cores), {args.rounds} interleaved rounds"
+    )
     print("| config | steps | median step, wall (ms) | ratio | median step, process CPU time (ms) | ratio |")
     print("|---|---:|---:|---:|---:|---:|")
     for row in rows:
-        print(f"| {row['config']} | {row['steps']} | {row['median_step_s'] * 1e3:.1f} | {row['ratio']:.3f} | "
-              f"{row['median_step_cpu_s'] * 1e3:.1f} | {row['cpu_ratio']:.3f} |")
+        print(
+            f"| {row['config']} | {row['steps']} | {row['median_step_s'] * 1e3:.1f} | {row['ratio']:.3f} | "
+            f"{row['median_step_cpu_s'] * 1e3:.1f} | {row['cpu_ratio']:.3f} |"
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(args.out, {"imgsz": args.imgsz, "batch": args.batch, "rounds": args.rounds, "rows": rows,
-                                 "environment": __import__("yolo_det").environment()})
+    atomic_write_json(
+        args.out,
+        {
+            "imgsz": args.imgsz,
+            "batch": args.batch,
+            "rounds": args.rounds,
+            "rows": rows,
+            "environment": __import__("yolo_det").environment(),
+        },
+    )
     return 0
 
 

@@ -78,14 +78,30 @@ def train(args: argparse.Namespace, *, with_state: bool) -> dict[str, Any]:
         UltralyticsResume.on_fit_epoch_end = lambda self, trainer: None  # type: ignore[method-assign]
     try:
         with tempfile.TemporaryDirectory(prefix="bench-resume-") as tmp, quiet_ultralytics(False):
-            model.train(data=str(args.data), epochs=args.epochs, imgsz=args.imgsz, batch=args.batch, device="cpu",
-                        workers=0, plots=False, project=tmp, name="run", exist_ok=True)
+            model.train(
+                data=str(args.data),
+                epochs=args.epochs,
+                imgsz=args.imgsz,
+                batch=args.batch,
+                device="cpu",
+                workers=0,
+                plots=False,
+                project=tmp,
+                name="run",
+                exist_ok=True,
+            )
             record = json.loads(Path(plugin.record_path).read_text()) if plugin.record_path else {}
     finally:
         UltralyticsResume.on_fit_epoch_end = saved  # type: ignore[method-assign]
     waited = record.get("resume_state_wait_seconds")
-    return {"epochs": epochs, "blocking": blocking, "repeated_block": repeated_block,
-            "repeated_write": repeated_write, "bytes": sizes[0] if sizes else None, "waited": waited or 0.0}
+    return {
+        "epochs": epochs,
+        "blocking": blocking,
+        "repeated_block": repeated_block,
+        "repeated_write": repeated_write,
+        "bytes": sizes[0] if sizes else None,
+        "waited": waited or 0.0,
+    }
 
 
 def main() -> int:
@@ -110,8 +126,12 @@ def main() -> int:
     block = capture + run["waited"] / states
     write = statistics.median(run["repeated_write"])
     result = {
-        "model": "yolov8n.yaml", "data": "demo (48 train / 16 val images)", "imgsz": args.imgsz,
-        "batch": args.batch, "epochs": args.epochs, "device": "cpu",
+        "model": "yolov8n.yaml",
+        "data": "demo (48 train / 16 val images)",
+        "imgsz": args.imgsz,
+        "batch": args.batch,
+        "epochs": args.epochs,
+        "device": "cpu",
         "epoch_seconds_without_state": [round(x, 4) for x in base["epochs"]],
         "epoch_seconds_with_state": [round(x, 4) for x in run["epochs"]],
         "blocking_seconds_in_run": [round(x, 4) for x in run["blocking"]],
@@ -127,11 +147,15 @@ def main() -> int:
         "write_percent_if_synchronous": round(100 * (block + write) / epoch, 3),
     }
     print(f"epoch, median: {epoch:.3f} s with the state, {statistics.median(base['epochs']):.3f} s without")
-    print(f"training thread per state: capture {capture * 1000:.1f} ms (median of {len(run['blocking'])}) + wait for "
-          f"the write before the next step {run['waited'] / states * 1000:.1f} ms (mean) = {block * 1000:.1f} ms "
-          f"= {result['cost_percent']:.2f}% of an epoch")
-    print(f"background write, median: {write * 1000:.1f} ms ({result['state_file_bytes']} bytes; "
-          f"{result['write_percent_if_synchronous']:.1f}% of an epoch if it were written in the training thread)")
+    print(
+        f"training thread per state: capture {capture * 1000:.1f} ms (median of {len(run['blocking'])}) + wait for "
+        f"the write before the next step {run['waited'] / states * 1000:.1f} ms (mean) = {block * 1000:.1f} ms "
+        f"= {result['cost_percent']:.2f}% of an epoch"
+    )
+    print(
+        f"background write, median: {write * 1000:.1f} ms ({result['state_file_bytes']} bytes; "
+        f"{result['write_percent_if_synchronous']:.1f}% of an epoch if it were written in the training thread)"
+    )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")

@@ -309,16 +309,20 @@ def on_fit_epoch_end(trainer: Any) -> None:
 
 
 #: The harness's callbacks, by Ultralytics event.
-EVENTS = {"on_pretrain_routine_end": on_pretrain_routine_end, "on_train_start": on_train_start,
-          "on_fit_epoch_end": on_fit_epoch_end}
+EVENTS = {
+    "on_pretrain_routine_end": on_pretrain_routine_end,
+    "on_train_start": on_train_start,
+    "on_fit_epoch_end": on_fit_epoch_end,
+}
 
 
 install_in_rank()
 
 
 # -- checks of what the ranks observed (shared by the tests and bench/gpu_ddp.py) --------------------------
-def plugin_problems(run: dict[str, Any], profile: str, *, world_size: int = 2, backend: str = "gloo",
-                    toggle: bool = False) -> list[str]:
+def plugin_problems(
+    run: dict[str, Any], profile: str, *, world_size: int = 2, backend: str = "gloo", toggle: bool = False
+) -> list[str]:
     """Where a rank of ``run`` (a :func:`launch` result) did not train under the plugin; empty: every rank did."""
     problems = []
     ranks = run.get("ranks") or {}
@@ -350,8 +354,9 @@ def seed_problems(run: dict[str, Any], seed: int) -> list[str]:
     for r, seen in sorted((run.get("ranks") or {}).items()):
         start = seen["start"]
         if start["sampler"] != "DistributedSampler" or start["sampler_seed"] != seed:
-            problems.append(f"rank {r}: {start['sampler']} seeded with {start['sampler_seed']}, "
-                            f"the user's seed is {seed}")
+            problems.append(
+                f"rank {r}: {start['sampler']} seeded with {start['sampler_seed']}, the user's seed is {seed}"
+            )
         if start["torch_initial_seed"] != seed + 1 + int(r):
             problems.append(f"rank {r}: torch seed {start['torch_initial_seed']}, expected {seed + 1 + int(r)}")
         orders.append(set(start["sampler_order"] or []))
@@ -361,10 +366,22 @@ def seed_problems(run: dict[str, Any], seed: int) -> list[str]:
 
 
 # -- the launching process ------------------------------------------------------------------------------
-def launch(out: Path, *, model: str = "yolov8n.yaml", data: str | None = None, epochs: int = 2, seed: int = 0,
-           profile: str | None = "repro", devices: str | None = None, resume: str | None = None,
-           at: str | None = None, skew: str | None = None, project: Path | None = None, name: str = "ddp",
-           **train_args: Any) -> dict[str, Any]:
+def launch(
+    out: Path,
+    *,
+    model: str = "yolov8n.yaml",
+    data: str | None = None,
+    epochs: int = 2,
+    seed: int = 0,
+    profile: str | None = "repro",
+    devices: str | None = None,
+    resume: str | None = None,
+    at: str | None = None,
+    skew: str | None = None,
+    project: Path | None = None,
+    name: str = "ddp",
+    **train_args: Any,
+) -> dict[str, Any]:
     """Train through Ultralytics' DDP launcher on CPU ranks, in this process (the launching process).
 
     Args:
@@ -408,9 +425,24 @@ def launch(out: Path, *, model: str = "yolov8n.yaml", data: str | None = None, e
 
                 data = str(demo_data_yaml())
             yolo = ultralytics.YOLO(model)
-            args = {"data": data, "epochs": epochs, "seed": seed, "device": devices or "0,1", "imgsz": 64, "batch": 4,
-                    "nbs": 4, "workers": 0, "plots": False, "val": False, "amp": False, "exist_ok": True,
-                    "project": str(project or out), "name": name, "verbose": False, **train_args}
+            args = {
+                "data": data,
+                "epochs": epochs,
+                "seed": seed,
+                "device": devices or "0,1",
+                "imgsz": 64,
+                "batch": 4,
+                "nbs": 4,
+                "workers": 0,
+                "plots": False,
+                "val": False,
+                "amp": False,
+                "exist_ok": True,
+                "project": str(project or out),
+                "name": name,
+                "verbose": False,
+                **train_args,
+            }
         if profile is not None:
             import yolo_det
 
@@ -454,15 +486,29 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import ddp_cpu as harness
 
-    result = harness.launch(a.out, model=a.model, data=a.data, epochs=a.epochs, seed=a.seed,
-                            profile=None if a.no_plugin else a.profile, devices=a.devices, resume=a.resume,
-                            at=a.at, skew=a.skew, name=a.name,
-                            **({"fraction": a.fraction} if a.fraction != 1.0 and not a.resume else {}))
+    result = harness.launch(
+        a.out,
+        model=a.model,
+        data=a.data,
+        epochs=a.epochs,
+        seed=a.seed,
+        profile=None if a.no_plugin else a.profile,
+        devices=a.devices,
+        resume=a.resume,
+        at=a.at,
+        skew=a.skew,
+        name=a.name,
+        **({"fraction": a.fraction} if a.fraction != 1.0 and not a.resume else {}),
+    )
     record = Path(result["save_dir"] or "", "determinism.json") if result.get("save_dir") else None
     if record is not None and record.exists():
         rec = json.loads(record.read_text())
-        result["record"] = {"path": str(record), "status": rec.get("status"), "rank_problems": rec.get("rank_problems"),
-                            "sha256": (rec.get("weights") or {}).get("sha256")}
+        result["record"] = {
+            "path": str(record),
+            "status": rec.get("status"),
+            "rank_problems": rec.get("rank_problems"),
+            "sha256": (rec.get("weights") or {}).get("sha256"),
+        }
     print(json.dumps(result, default=str))
     return 0 if result["error"] is None else 1
 

@@ -66,8 +66,20 @@ def amp_check_skipped() -> Iterator[None]:
 def _verify_args(model: str, device: str) -> dict[str, Any]:
     from yolo_det.tools.prepare import prepare
 
-    _, args = prepare("repro", [f"model={model}", "imgsz=128", "batch=16", "nbs=16", "epochs=3", f"device={device}",
-                                "workers=2", "plots=False", "val=False"])
+    _, args = prepare(
+        "repro",
+        [
+            f"model={model}",
+            "imgsz=128",
+            "batch=16",
+            "nbs=16",
+            "epochs=3",
+            f"device={device}",
+            "workers=2",
+            "plots=False",
+            "val=False",
+        ],
+    )
     return args
 
 
@@ -79,8 +91,11 @@ def check_verify(model: str, steps: int, device: str) -> dict[str, Any]:
     data = report.to_dict()
     status = "passed" if report.identical else "failed"
     message = "bitwise identical" if report.identical else report.summary().splitlines()[-1]
-    return {"status": status, "message": message,
-            "details": {k: data[k] for k in ("steps", "run_seconds", "weights", "first_divergence")}}
+    return {
+        "status": status,
+        "message": message,
+        "details": {k: data[k] for k in ("steps", "run_seconds", "weights", "first_divergence")},
+    }
 
 
 def check_strict_plain(model: str, device: str) -> dict[str, Any]:
@@ -122,8 +137,12 @@ def check_bench(steps: int, device: str, imgsz: int) -> dict[str, Any]:
 
     _, args = prepare("repro", [f"model={STOCK_MODEL}", f"imgsz={imgsz}", "batch=16", f"device={device}", "workers=2"])
     report = bench("repro,balanced,fast", args, steps=steps, warmup=5, block=5)
-    return {"status": "passed", "message": f"fastest: {report.fastest}", "table": report.table(),
-            "details": report.to_dict()}
+    return {
+        "status": "passed",
+        "message": f"fastest: {report.fastest}",
+        "table": report.table(),
+        "details": report.to_dict(),
+    }
 
 
 def cuda_available() -> bool:
@@ -142,20 +161,35 @@ def run_checks(args: argparse.Namespace) -> dict[str, Any]:
     dev = args.device
     attention = Path(args.attention_model)
     no_cuda = "skipped: no CUDA device on this machine (the GPU steps need one)"
-    no_model = (f"skipped: {attention} does not exist yet (the attention test model is added with the "
-                "deterministic layers)")
+    no_model = (
+        f"skipped: {attention} does not exist yet (the attention test model is added with the deterministic layers)"
+    )
 
     plan: list[tuple[str, str, Callable[[], dict[str, Any]], str | None]] = [
-        ("verify_repro_stock", f"verify --profile repro on {STOCK_MODEL}: bitwise identical",
-         lambda: check_verify(STOCK_MODEL, args.steps, dev), None if active else no_cuda),
-        ("verify_repro_attention", f"verify --profile repro on {attention.name}: bitwise identical",
-         lambda: check_verify(str(attention), args.steps, dev),
-         no_cuda if not active else (None if attention.is_file() else no_model)),
-        ("strict_plain_attention", f"plain Ultralytics, strict determinism, no swaps, on {attention.name}: raises",
-         lambda: check_strict_plain(str(attention), dev),
-         no_cuda if not active else (None if attention.is_file() else no_model)),
-        ("bench_profiles", f"bench repro, balanced, fast on {STOCK_MODEL} at imgsz {args.bench_imgsz}",
-         lambda: check_bench(args.bench_steps, dev, args.bench_imgsz), None if active else no_cuda),
+        (
+            "verify_repro_stock",
+            f"verify --profile repro on {STOCK_MODEL}: bitwise identical",
+            lambda: check_verify(STOCK_MODEL, args.steps, dev),
+            None if active else no_cuda,
+        ),
+        (
+            "verify_repro_attention",
+            f"verify --profile repro on {attention.name}: bitwise identical",
+            lambda: check_verify(str(attention), args.steps, dev),
+            no_cuda if not active else (None if attention.is_file() else no_model),
+        ),
+        (
+            "strict_plain_attention",
+            f"plain Ultralytics, strict determinism, no swaps, on {attention.name}: raises",
+            lambda: check_strict_plain(str(attention), dev),
+            no_cuda if not active else (None if attention.is_file() else no_model),
+        ),
+        (
+            "bench_profiles",
+            f"bench repro, balanced, fast on {STOCK_MODEL} at imgsz {args.bench_imgsz}",
+            lambda: check_bench(args.bench_steps, dev, args.bench_imgsz),
+            None if active else no_cuda,
+        ),
     ]
     checks = []
     started = time.perf_counter()
@@ -171,8 +205,11 @@ def run_checks(args: argparse.Namespace) -> dict[str, Any]:
                 try:
                     result = fn()
                 except Exception as e:  # a failing step is a result, the next steps still run
-                    result = {"status": "error", "message": f"{type(e).__name__}: {' '.join(str(e).split())[:400]}",
-                              "traceback": traceback.format_exc(limit=8)}
+                    result = {
+                        "status": "error",
+                        "message": f"{type(e).__name__}: {' '.join(str(e).split())[:400]}",
+                        "traceback": traceback.format_exc(limit=8),
+                    }
             checks.append({"name": name, "title": title, **result, "seconds": round(time.perf_counter() - t0, 2)})
     env = environment()
     return {
@@ -189,9 +226,16 @@ def run_checks(args: argparse.Namespace) -> dict[str, Any]:
 
 def summarize(results: dict[str, Any]) -> str:
     """The short text summary stored under "summary" and printed."""
-    lines = [f"yolo-det GPU check, {results['date']}: "
-             + (f"CUDA on {results['gpu']}" if results["cuda"] else
-                "no CUDA device: GPU steps skipped" if results["device"] is None else "CPU smoke test (--device cpu)")]
+    lines = [
+        f"yolo-det GPU check, {results['date']}: "
+        + (
+            f"CUDA on {results['gpu']}"
+            if results["cuda"]
+            else "no CUDA device: GPU steps skipped"
+            if results["device"] is None
+            else "CPU smoke test (--device cpu)"
+        )
+    ]
     for c in results["checks"]:
         lines.append(f"  [{c['status']:>7}] {c['title']} ({c['seconds']:.0f} s): {c['message']}")
     for c in results["checks"]:
@@ -209,11 +253,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(DEFAULT_OUT), help=f"results file (default: {DEFAULT_OUT})")
     parser.add_argument("--attention-model", default=str(ATTENTION_MODEL), help="the attention test model YAML")
     parser.add_argument("--steps", type=int, default=8, help="optimizer steps per verify run (default: 8)")
-    parser.add_argument("--bench-steps", type=int, default=30,
-                        help="measured steps per bench configuration (default: 30)")
+    parser.add_argument(
+        "--bench-steps", type=int, default=30, help="measured steps per bench configuration (default: 30)"
+    )
     parser.add_argument("--bench-imgsz", type=int, default=640, help="image size of the bench (default: 640)")
-    parser.add_argument("--device", default="0",
-                        help="CUDA device (default: 0); 'cpu' runs the steps on the CPU to smoke-test this script")
+    parser.add_argument(
+        "--device",
+        default="0",
+        help="CUDA device (default: 0); 'cpu' runs the steps on the CPU to smoke-test this script",
+    )
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

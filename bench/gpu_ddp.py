@@ -75,8 +75,14 @@ def plan(gpus: int) -> tuple[bool, list[str]]:
 
 
 def _launch(work: Path, out: str, env: dict[str, str], *args: str) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, str(HERE / "ddp_cpu.py"), "--out", str(work / out), *args], cwd=work,
-                          env=env, capture_output=True, text=True, timeout=3600)
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "ddp_cpu.py"), "--out", str(work / out), *args],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if not lines:
         return {"error": f"no result (exit {proc.returncode}): {proc.stderr[-2000:]}", "ranks": {}}
@@ -100,8 +106,13 @@ def run_proofs(gpus: int, epochs: int, algo: str, proto: str, work: Path) -> dic
     from ddp_cpu import plugin_problems, seed_problems
 
     (work / "profile.yaml").write_text(PROFILE.format(algo=algo, proto=proto))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "YOLO_OFFLINE": "1", "NCCL_ALGO": algo, "NCCL_PROTO": proto}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "YOLO_OFFLINE": "1",
+        "NCCL_ALGO": algo,
+        "NCCL_PROTO": proto,
+    }
     devices = ",".join(str(i) for i in range(gpus))
     seed = 5
     base = ["--profile", str(work / "profile.yaml"), "--devices", devices, "--epochs", str(epochs)]
@@ -110,12 +121,14 @@ def run_proofs(gpus: int, epochs: int, algo: str, proto: str, work: Path) -> dic
         "b": _launch(work, "b", env, *base, "--seed", str(seed), "--name", "b"),
         "other": _launch(work, "other", env, *base, "--seed", str(seed + 1), "--name", "other"),
         "stopped": _launch(work, "stopped", env, *base, "--seed", str(seed), "--name", "stopped", "--at", "stop@1"),
-        "terminated": _launch(work, "terminated", env, *base, "--seed", str(seed), "--name", "terminated",
-                              "--at", "sigterm@1"),
+        "terminated": _launch(
+            work, "terminated", env, *base, "--seed", str(seed), "--name", "terminated", "--at", "sigterm@1"
+        ),
     }
     stopped_last = Path(runs["stopped"].get("save_dir") or work, "weights", "last.pt")
-    runs["resumed"] = _launch(work, "resumed", env, "--resume", str(stopped_last), "--profile",
-                              str(work / "profile.yaml"))
+    runs["resumed"] = _launch(
+        work, "resumed", env, "--resume", str(stopped_last), "--profile", str(work / "profile.yaml")
+    )
     a, b, other = runs["a"], runs["b"], runs["other"]
     proofs: dict[str, list[str]] = {name: [] for name in PROOFS}
     p1, p2, p3, p4, p5, p6 = PROOFS
@@ -132,8 +145,9 @@ def run_proofs(gpus: int, epochs: int, algo: str, proto: str, work: Path) -> dic
     for r, seen in a["ranks"].items():
         env_seen = seen["start"]["state"]["env"]
         if (env_seen.get("NCCL_ALGO"), env_seen.get("NCCL_PROTO")) != (algo, proto):
-            proofs[p4].append(f"rank {r} ran with NCCL_ALGO={env_seen.get('NCCL_ALGO')} "
-                              f"NCCL_PROTO={env_seen.get('NCCL_PROTO')}")
+            proofs[p4].append(
+                f"rank {r} ran with NCCL_ALGO={env_seen.get('NCCL_ALGO')} NCCL_PROTO={env_seen.get('NCCL_PROTO')}"
+            )
     term = runs["terminated"]
     if (term.get("record_json") or {}).get("status") != "terminated":
         proofs[p5].append(f"record status {(term.get('record_json') or {}).get('status')}")
@@ -145,9 +159,17 @@ def run_proofs(gpus: int, epochs: int, algo: str, proto: str, work: Path) -> dic
         final = str(epochs)
         if resumed["ranks"].get(r, {}).get("epochs", {}).get(final) != a["ranks"][r]["epochs"].get(final):
             proofs[p6].append(f"rank {r}: the resumed run differs after epoch {final}")
-    return {"proofs": proofs, "runs": {k: {"error": v.get("error"), "save_dir": v.get("save_dir"),
-                                           "record_status": (v.get("record_json") or {}).get("status")}
-                                       for k, v in runs.items()}}
+    return {
+        "proofs": proofs,
+        "runs": {
+            k: {
+                "error": v.get("error"),
+                "save_dir": v.get("save_dir"),
+                "record_status": (v.get("record_json") or {}).get("status"),
+            }
+            for k, v in runs.items()
+        },
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,8 +185,13 @@ def main(argv: list[str] | None = None) -> int:
     found = torch.cuda.device_count() if torch.cuda.is_available() else 0
     gpus = found if a.gpus is None else min(a.gpus, found)
     runnable, skipped = plan(gpus)
-    doc: dict[str, Any] = {"schema": "yolo-det/gpu-ddp/1", "date": dt.datetime.now(dt.timezone.utc).isoformat(),
-                           "gpus": gpus, "torch": torch.__version__, "skipped": skipped}
+    doc: dict[str, Any] = {
+        "schema": "yolo-det/gpu-ddp/1",
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "gpus": gpus,
+        "torch": torch.__version__,
+        "skipped": skipped,
+    }
     if runnable:
         if a.epochs < 2:
             parser.error("--epochs must be 2 or more (the resume proof stops after epoch 1)")

@@ -54,10 +54,16 @@ os.environ.setdefault("YOLO_OFFLINE", "1")  # never probe the network (set befor
 DEFAULT_OUT = ROOT / "bench" / "results" / "gpu_protocol.json"
 PROFILES = ("repro", "balanced", "fast")
 REFERENCE = "fast"
-GPU_FORM = {"models": ("yolov8s.yaml", "yolov8m.yaml"), "imgsz": 640, "batch": 32, "steps": 40, "block": 5,
-            "warmup": 10, "kernel_steps": 3}
-CI_FORM = {"models": ("yolov8n.yaml",), "imgsz": 64, "batch": 4, "steps": 4, "block": 2, "warmup": 1,
-           "kernel_steps": 0}
+GPU_FORM = {
+    "models": ("yolov8s.yaml", "yolov8m.yaml"),
+    "imgsz": 640,
+    "batch": 32,
+    "steps": 40,
+    "block": 5,
+    "warmup": 10,
+    "kernel_steps": 3,
+}
+CI_FORM = {"models": ("yolov8n.yaml",), "imgsz": 64, "batch": 4, "steps": 4, "block": 2, "warmup": 1, "kernel_steps": 0}
 
 
 @contextlib.contextmanager
@@ -109,25 +115,42 @@ def summarize_bench(data: dict[str, Any], reference: str = REFERENCE) -> dict[st
     for r in rows:
         entry: dict[str, Any] = {"profile": r["profile"], "error": r.get("error"), "steps": r.get("steps")}
         if r.get("step_ms") is not None:
-            entry.update(step_ms=r["step_ms"], iqr_ms=[r["step_ms_q1"], r["step_ms_q3"]],
-                         images_per_s=r["images_per_s"], peak_memory_bytes=r["peak_memory_bytes"])
+            entry.update(
+                step_ms=r["step_ms"],
+                iqr_ms=[r["step_ms_q1"], r["step_ms_q3"]],
+                images_per_s=r["images_per_s"],
+                peak_memory_bytes=r["peak_memory_bytes"],
+            )
             if ref is not None and r is not ref and r.get("step_times_ms") and ref.get("step_times_ms"):
                 ratio, low, high = ratio_interval(r["step_times_ms"], ref["step_times_ms"])
-                entry.update(ratio_to_reference=ratio, ratio_low=low, ratio_high=high,
-                             verdict=verdict(ratio, low, high))
+                entry.update(
+                    ratio_to_reference=ratio, ratio_low=low, ratio_high=high, verdict=verdict(ratio, low, high)
+                )
             elif r is ref:
                 entry.update(ratio_to_reference=1.0, ratio_low=1.0, ratio_high=1.0, verdict="reference")
         profiles.append(entry)
-    settings = [{"setting": s["setting"], "label": s["label"], "status": s["status"], "cost_pct": s.get("cost_pct"),
-                 "cost_pct_low": s.get("cost_pct_low"), "cost_pct_high": s.get("cost_pct_high"),
-                 "verdict": s.get("verdict")} for s in data["settings"]]
+    settings = [
+        {
+            "setting": s["setting"],
+            "label": s["label"],
+            "status": s["status"],
+            "cost_pct": s.get("cost_pct"),
+            "cost_pct_low": s.get("cost_pct_low"),
+            "cost_pct_high": s.get("cost_pct_high"),
+            "verdict": s.get("verdict"),
+        }
+        for s in data["settings"]
+    ]
     return {"profiles": profiles, "settings": settings, "kernel_changes": kernel_changes(rows, reference)}
 
 
 def _markdown(result: dict[str, Any]) -> str:
-    lines = [f"### {result['model']} at imgsz {result['imgsz']}, batch {result['batch']} on {result['device']}", "",
-             f"| profile | median step | IQR | ratio to {REFERENCE} (95% CI) | verdict | images/s |",
-             "|---|---:|---:|---:|---|---:|"]
+    lines = [
+        f"### {result['model']} at imgsz {result['imgsz']}, batch {result['batch']} on {result['device']}",
+        "",
+        f"| profile | median step | IQR | ratio to {REFERENCE} (95% CI) | verdict | images/s |",
+        "|---|---:|---:|---:|---|---:|",
+    ]
     for p in result["summary"]["profiles"]:
         if p.get("step_ms") is None:
             lines.append(f"| {p['profile']} | raised: {p['error']} | | | | |")
@@ -136,8 +159,10 @@ def _markdown(result: dict[str, Any]) -> str:
         if p.get("ratio_low") is not None:
             ci = f"{p['ratio_to_reference']:.3f} ({p['ratio_low']:.3f}-{p['ratio_high']:.3f})"
         iqr = f"{p['iqr_ms'][0]:.1f}-{p['iqr_ms'][1]:.1f} ms"
-        lines.append(f"| {p['profile']} | {p['step_ms']:.1f} ms | {iqr} | {ci} | "
-                     f"{p.get('verdict') or '-'} | {p['images_per_s']:.1f} |")
+        lines.append(
+            f"| {p['profile']} | {p['step_ms']:.1f} ms | {iqr} | {ci} | "
+            f"{p.get('verdict') or '-'} | {p['images_per_s']:.1f} |"
+        )
     lines += ["", "| setting (toggled alone) | cost | 95% CI | verdict |", "|---|---:|---:|---|"]
     for s in result["summary"]["settings"]:
         if s["status"] != "measured":
@@ -172,34 +197,68 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     device = args.device if cuda else "cpu"
     skipped = []
     if not cuda:
-        why = "--ci was given" if args.ci else ("--device cpu was given" if args.device == "cpu"
-                                                else "no CUDA device on this machine")
-        skipped = [f"GPU-bound configurations (yolov8s/yolov8m at 640, batch 32, AMP): skipped, {why}; "
-                   f"ran the CI-sized CPU form instead",
-                   f"kernel attribution with torch.profiler: skipped, {why} (needs CUDA kernels)"]
+        why = (
+            "--ci was given"
+            if args.ci
+            else ("--device cpu was given" if args.device == "cpu" else "no CUDA device on this machine")
+        )
+        skipped = [
+            f"GPU-bound configurations (yolov8s/yolov8m at 640, batch 32, AMP): skipped, {why}; "
+            f"ran the CI-sized CPU form instead",
+            f"kernel attribution with torch.profiler: skipped, {why} (needs CUDA kernels)",
+        ]
         for line in skipped:
             print(f"gpu_protocol: {line}", file=sys.stderr, flush=True)
     results = []
     started = time.perf_counter()
     with _amp_check_skipped(cuda):
         for model in form["models"]:
-            tokens = [f"model={model}", f"imgsz={form['imgsz']}", f"batch={form['batch']}", f"device={device}",
-                      "workers=0", f"amp={cuda}"]
-            print(f"gpu_protocol: bench {','.join(PROFILES)} on {model}, imgsz {form['imgsz']}, batch {form['batch']} "
-                  f"({device}) ...", file=sys.stderr, flush=True)
+            tokens = [
+                f"model={model}",
+                f"imgsz={form['imgsz']}",
+                f"batch={form['batch']}",
+                f"device={device}",
+                "workers=0",
+                f"amp={cuda}",
+            ]
+            print(
+                f"gpu_protocol: bench {','.join(PROFILES)} on {model}, imgsz {form['imgsz']}, batch {form['batch']} "
+                f"({device}) ...",
+                file=sys.stderr,
+                flush=True,
+            )
             t0 = time.perf_counter()
             try:
                 _, train_args = prepare("repro", tokens)
-                report = bench(",".join(PROFILES), train_args, steps=form["steps"], warmup=form["warmup"],
-                               block=form["block"], kernel_steps=form["kernel_steps"] if cuda else 0)
+                report = bench(
+                    ",".join(PROFILES),
+                    train_args,
+                    steps=form["steps"],
+                    warmup=form["warmup"],
+                    block=form["block"],
+                    kernel_steps=form["kernel_steps"] if cuda else 0,
+                )
                 data = report.to_dict()
-                entry: dict[str, Any] = {"model": model, "imgsz": form["imgsz"], "batch": form["batch"],
-                                         "device": data["device"], "device_name": data["device_name"],
-                                         "status": "measured", "bench": data, "summary": summarize_bench(data)}
+                entry: dict[str, Any] = {
+                    "model": model,
+                    "imgsz": form["imgsz"],
+                    "batch": form["batch"],
+                    "device": data["device"],
+                    "device_name": data["device_name"],
+                    "status": "measured",
+                    "bench": data,
+                    "summary": summarize_bench(data),
+                }
             except Exception as e:
-                entry = {"model": model, "imgsz": form["imgsz"], "batch": form["batch"], "device": device,
-                         "status": "error", "message": f"{type(e).__name__}: {' '.join(str(e).split())[:400]}",
-                         "traceback": traceback.format_exc(limit=8)}
+                entry = {
+                    "model": model,
+                    "imgsz": form["imgsz"],
+                    "batch": form["batch"],
+                    "device": device,
+                    "status": "error",
+                    "message": f"{type(e).__name__}: {' '.join(str(e).split())[:400]}",
+                    "traceback": traceback.format_exc(limit=8),
+                }
             entry["seconds"] = round(time.perf_counter() - t0, 1)
             results.append(entry)
     deploy = _deploy_section(args, cuda, device)
@@ -243,8 +302,11 @@ def _deploy_section(args: argparse.Namespace, cuda: bool, device: str) -> dict[s
 
 def summarize(doc: dict[str, Any]) -> str:
     """The markdown summary stored under "summary" and printed."""
-    head = ("GPU form" if doc["form"] == "gpu" else
-            "CI-sized CPU form (NOT a GPU measurement: the numbers only show that the protocol runs)")
+    head = (
+        "GPU form"
+        if doc["form"] == "gpu"
+        else "CI-sized CPU form (NOT a GPU measurement: the numbers only show that the protocol runs)"
+    )
     lines = [f"yolo-det GPU cost protocol, {doc['date']}: {head}"]
     lines += [f"- {s}" for s in doc["skipped"]]
     for r in doc["results"]:
@@ -256,12 +318,16 @@ def summarize(doc: dict[str, Any]) -> str:
     deploy = doc.get("deploy")
     if deploy and deploy.get("status") == "measured":
         for label, row in deploy["shapes"].items():
-            lines.append(f"- deploy {label}: batch_invariant costs {row['cost_percent']:+.1f}% "
-                         f"({row['median_ms_per_image']['plain']:.2f} -> "
-                         f"{row['median_ms_per_image']['batch_invariant']:.2f} ms/image)")
+            lines.append(
+                f"- deploy {label}: batch_invariant costs {row['cost_percent']:+.1f}% "
+                f"({row['median_ms_per_image']['plain']:.2f} -> "
+                f"{row['median_ms_per_image']['batch_invariant']:.2f} ms/image)"
+            )
         for path, checks in deploy["identical_to_batch_1"].items():
-            lines.append(f"- deploy {path}: bitwise images vs batch=1: "
-                         + ", ".join(f"batch={b} {c['bitwise_images']}/{c['images']}" for b, c in checks.items()))
+            lines.append(
+                f"- deploy {path}: bitwise images vs batch=1: "
+                + ", ".join(f"batch={b} {c['bitwise_images']}/{c['images']}" for b, c in checks.items())
+            )
     elif deploy:
         lines.append(f"- deploy: {deploy.get('reason') or deploy.get('message')}")
     lines += ["", f"total {doc['seconds']:.0f} s"]
@@ -275,11 +341,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="0", help="CUDA device (default 0); 'cpu' runs the CI-sized CPU form")
     parser.add_argument("--ci", action="store_true", help="the CI-sized CPU form even where CUDA exists")
     parser.add_argument("--models", default=None, help="comma-separated model YAMLs (default: per form)")
-    parser.add_argument("--deploy", action="store_true",
-                        help="also measure the batch-invariant deploy path and its batch identity (GPU only)")
+    parser.add_argument(
+        "--deploy",
+        action="store_true",
+        help="also measure the batch-invariant deploy path and its batch identity (GPU only)",
+    )
     for key in ("imgsz", "batch", "steps", "block", "warmup", "kernel_steps"):
-        parser.add_argument(f"--{key.replace('_', '-')}", type=int, default=None,
-                            help=f"override (GPU form {GPU_FORM[key]}, CI form {CI_FORM[key]})")
+        parser.add_argument(
+            f"--{key.replace('_', '-')}",
+            type=int,
+            default=None,
+            help=f"override (GPU form {GPU_FORM[key]}, CI form {CI_FORM[key]})",
+        )
     args = parser.parse_args(argv)
     for key in ("imgsz", "batch", "steps", "block"):
         value = getattr(args, key)
@@ -295,8 +368,11 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write_json(out, doc)
     print(doc["summary"])
     print(f"results: {out}")
-    return 1 if any(r["status"] == "error" for r in doc["results"]) or doc.get("deploy", {}).get("status") == "error" \
+    return (
+        1
+        if any(r["status"] == "error" for r in doc["results"]) or doc.get("deploy", {}).get("status") == "error"
         else 0
+    )
 
 
 if __name__ == "__main__":

@@ -18,8 +18,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "cost.md"
 RESULTS = ROOT / "bench" / "results"
-BLOCK = re.compile(r"(<!-- generated from bench/results/(?P<name>[\w.-]+\.json) -->\n)(?P<body>.*?)"
-                   r"(<!-- end generated -->)", re.S)
+BLOCK = re.compile(
+    r"(<!-- generated from bench/results/(?P<name>[\w.-]+\.json) -->\n)(?P<body>.*?)"
+    r"(<!-- end generated -->)",
+    re.S,
+)
 
 
 def _number(value: float) -> str:
@@ -32,13 +35,16 @@ def profile_table(result: dict) -> str:
     lines = [f"| profile (train phase) | median step | images/s | {memory} | vs fastest |", "|---|---|---|---|---|"]
     for row in result["rows"]:
         mib = row["peak_memory_bytes"] / 2**20
-        lines.append(f"| {row['profile']} | {_number(row['step_ms'])} ms | {_number(row['images_per_s'])} | "
-                     f"{mib:.0f} MiB | {row['time_ratio']:.2f}x |")
+        lines.append(
+            f"| {row['profile']} | {_number(row['step_ms'])} ms | {_number(row['images_per_s'])} | "
+            f"{mib:.0f} MiB | {row['time_ratio']:.2f}x |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def render(page: str) -> str:
     """``page`` with every generated block rewritten from its JSON file."""
+
     def block(m: re.Match[str]) -> str:
         result = json.loads((RESULTS / m.group("name")).read_text(encoding="utf-8"))
         return m.group(1) + profile_table(result) + m.group(4)

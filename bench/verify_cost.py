@@ -57,12 +57,17 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"warning: repeat {r + 1}: the runs were not identical", file=sys.stderr)
             wall[kind].append(time.perf_counter() - w0)
             cpu[kind].append(time.process_time() - c0)
-        print(f"repeat {r + 1}/{args.repeats}: one run {wall['plain'][-1]:.2f} s wall / {cpu['plain'][-1]:.2f} s CPU, "
-              f"verify {wall['verify'][-1]:.2f} s wall / {cpu['verify'][-1]:.2f} s CPU", file=sys.stderr)
+        print(
+            f"repeat {r + 1}/{args.repeats}: one run {wall['plain'][-1]:.2f} s wall / {cpu['plain'][-1]:.2f} s CPU, "
+            f"verify {wall['verify'][-1]:.2f} s wall / {cpu['verify'][-1]:.2f} s CPU",
+            file=sys.stderr,
+        )
     steps = runs[0].optimizer_steps
-    print(f"verify cost: {args.profile}, {ul_args['model']}, imgsz {ul_args.get('imgsz')}, "
-          f"batch {ul_args.get('batch')}, {steps} optimizer steps per run, device {ul_args.get('device')}, "
-          f"{args.repeats} repeats (medians)")
+    print(
+        f"verify cost: {args.profile}, {ul_args['model']}, imgsz {ul_args.get('imgsz')}, "
+        f"batch {ul_args.get('batch')}, {steps} optimizer steps per run, device {ul_args.get('device')}, "
+        f"{args.repeats} repeats (medians)"
+    )
     print(f"{'':<36}{'wall s':>9}{'CPU s':>9}")
     ratios = {}
     for label, kind in (("one plain run", "plain"), ("verify: 2 recorded runs + compare", "verify")):
@@ -72,8 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'ratio (target <= ' + str(TARGET) + ')':<36}{ratios['wall']:>8.2f}x{ratios['CPU']:>8.2f}x")
     extra = statistics.median(cpu["verify"]) - 2 * statistics.median(cpu["plain"])
     per_step = extra / max(2 * steps, 1) * 1e3
-    print(f"verify minus two plain runs: {extra:+.2f} CPU s ({per_step:+.1f} CPU ms per recorded "
-          "step; a negative value is within the noise)")
+    print(
+        f"verify minus two plain runs: {extra:+.2f} CPU s ({per_step:+.1f} CPU ms per recorded "
+        "step; a negative value is within the noise)"
+    )
     return 0 if min(ratios.values()) <= TARGET else 1
 
 

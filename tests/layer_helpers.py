@@ -32,8 +32,9 @@ def make_input(pattern: str, shape: Sequence[int], dtype: torch.dtype, seed: int
     return x.to(dtype)
 
 
-def outputs_and_grads(fn: Callable[..., torch.Tensor], inputs: Sequence[torch.Tensor], seed: int,
-                      grad_mask: Sequence[bool] | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def outputs_and_grads(
+    fn: Callable[..., torch.Tensor], inputs: Sequence[torch.Tensor], seed: int, grad_mask: Sequence[bool] | None = None
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Run ``fn`` on fresh leaf copies of ``inputs``; backpropagate a random upstream gradient.
 
     Returns the output and the gradients of the inputs selected by ``grad_mask`` (floating inputs by
@@ -49,9 +50,16 @@ def outputs_and_grads(fn: Callable[..., torch.Tensor], inputs: Sequence[torch.Te
     return out.detach(), grads
 
 
-def assert_same_function(ours: Callable[..., torch.Tensor], native: Callable[..., torch.Tensor],
-                         inputs: Sequence[torch.Tensor], *, atol: float, rtol: float = 0.0, seed: int = 0,
-                         grad_mask: Sequence[bool] | None = None) -> None:
+def assert_same_function(
+    ours: Callable[..., torch.Tensor],
+    native: Callable[..., torch.Tensor],
+    inputs: Sequence[torch.Tensor],
+    *,
+    atol: float,
+    rtol: float = 0.0,
+    seed: int = 0,
+    grad_mask: Sequence[bool] | None = None,
+) -> None:
     """Assert ``ours`` and ``native`` agree on the output and on every input gradient (same shapes and dtypes)."""
     y1, g1 = outputs_and_grads(ours, inputs, seed, grad_mask)
     y2, g2 = outputs_and_grads(native, inputs, seed, grad_mask)
@@ -79,10 +87,16 @@ def _max_abs(t: torch.Tensor) -> float:
     return float(t.abs().max()) if t.numel() else 0.0
 
 
-def assert_float32_as_accurate(ours: Callable[..., torch.Tensor], native: Callable[..., torch.Tensor],
-                               inputs: Sequence[torch.Tensor], *, seed: int = 0, ulps: float = 4.0,
-                               truth: Callable[..., torch.Tensor] | None = None,
-                               grad_mask: Sequence[bool] | None = None) -> None:
+def assert_float32_as_accurate(
+    ours: Callable[..., torch.Tensor],
+    native: Callable[..., torch.Tensor],
+    inputs: Sequence[torch.Tensor],
+    *,
+    seed: int = 0,
+    ulps: float = 4.0,
+    truth: Callable[..., torch.Tensor] | None = None,
+    grad_mask: Sequence[bool] | None = None,
+) -> None:
     """Assert ``ours`` in float32 is as accurate as ``native`` in float32, forward and gradients.
 
     Both are compared with the float64 result of the native op on the same (float32-representable)
@@ -110,10 +124,17 @@ def assert_float32_as_accurate(ours: Callable[..., torch.Tensor], native: Callab
         assert err <= bound, f"{name}: float32 error {err:.3g} > PyTorch's {err_native:.3g} + {ulps} ulps ({bound:.3g})"
 
 
-def check_matches(ours: Callable[..., torch.Tensor], native: Callable[..., torch.Tensor],
-                  inputs: Sequence[torch.Tensor], dtype: torch.dtype, *, seed: int = 0, ulps: float = 4.0,
-                  truth: Callable[..., torch.Tensor] | None = None,
-                  grad_mask: Sequence[bool] | None = None) -> None:
+def check_matches(
+    ours: Callable[..., torch.Tensor],
+    native: Callable[..., torch.Tensor],
+    inputs: Sequence[torch.Tensor],
+    dtype: torch.dtype,
+    *,
+    seed: int = 0,
+    ulps: float = 4.0,
+    truth: Callable[..., torch.Tensor] | None = None,
+    grad_mask: Sequence[bool] | None = None,
+) -> None:
     """float64: forward and gradients within 1e-10 of the native op; float32: see :func:`assert_float32_as_accurate`."""
     if dtype == torch.float64:
         inputs64 = [t.to(torch.float64) if t.is_floating_point() else t for t in inputs]

@@ -11,11 +11,27 @@ import torch.nn.functional as F
 
 from yolo_det.core.state import snapshot
 
-_FUNCTIONAL = ("grid_sample", "interpolate", "upsample", "adaptive_avg_pool2d", "adaptive_max_pool2d",
-               "adaptive_max_pool2d_with_indices", "adaptive_avg_pool1d", "adaptive_max_pool1d", "pad",
-               "cross_entropy", "nll_loss")
-_ENV = ("CUBLAS_WORKSPACE_CONFIG", "PYTHONHASHSEED", "NCCL_ALGO", "NCCL_PROTO", "CUDA_LAUNCH_BLOCKING",
-        "YOLO_DET_DEBUG")
+_FUNCTIONAL = (
+    "grid_sample",
+    "interpolate",
+    "upsample",
+    "adaptive_avg_pool2d",
+    "adaptive_max_pool2d",
+    "adaptive_max_pool2d_with_indices",
+    "adaptive_avg_pool1d",
+    "adaptive_max_pool1d",
+    "pad",
+    "cross_entropy",
+    "nll_loss",
+)
+_ENV = (
+    "CUBLAS_WORKSPACE_CONFIG",
+    "PYTHONHASHSEED",
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+    "CUDA_LAUNCH_BLOCKING",
+    "YOLO_DET_DEBUG",
+)
 
 
 def global_state() -> dict[str, Any]:

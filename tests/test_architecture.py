@@ -213,13 +213,19 @@ def test_the_internals_check_sees_an_internal_import(tmp_path, monkeypatch) -> N
 ONE_HOME = {
     "def file_sha256": {"yolo_det.core.fileio"},
     "def plain_value": {"yolo_det.core.plain"},
-    "tempfile.mkstemp(": {"yolo_det.core.fileio",
-                          # stages every patched file first, then renames them all (and probes writability)
-                          "yolo_det.integrations.patch_yolov5"},
-    "os.replace(": {"yolo_det.core.fileio", "yolo_det.integrations.patch_yolov5",
-                    # renames of a file already written, never a write: the previous resume state kept beside
-                    # the new one, a weights file cut short set aside as FILE.incomplete
-                    "yolo_det.integrations.ultralytics_resume", "yolo_det.core.partial"},
+    "tempfile.mkstemp(": {
+        "yolo_det.core.fileio",
+        # stages every patched file first, then renames them all (and probes writability)
+        "yolo_det.integrations.patch_yolov5",
+    },
+    "os.replace(": {
+        "yolo_det.core.fileio",
+        "yolo_det.integrations.patch_yolov5",
+        # renames of a file already written, never a write: the previous resume state kept beside
+        # the new one, a weights file cut short set aside as FILE.incomplete
+        "yolo_det.integrations.ultralytics_resume",
+        "yolo_det.core.partial",
+    },
 }
 
 

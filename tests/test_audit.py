@@ -36,8 +36,10 @@ from yolo_det.layers.registry import registered
 def _clean_state() -> Iterator[None]:
     before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
     yield
-    assert (torch.are_deterministic_algorithms_enabled(),
-            torch.is_deterministic_algorithms_warn_only_enabled()) == before
+    assert (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    ) == before
     assert not _get_current_dispatch_mode_stack()
     assert not _get_current_function_mode_stack()
 
@@ -61,12 +63,15 @@ def _layers(report: AuditReport) -> set[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "module", "kernel"), [
-    ("cbam-max", "CBAMMax", "adaptive_max_pool2d_backward_cuda"),
-    ("coordatt", "CoordAtt", "adaptive_avg_pool2d_backward_cuda"),
-    ("gridsample-up", "GridSampleUpsample", "grid_sampler_2d_backward_cuda"),
-    ("bicubic-up", "nn.Upsample", "upsample_bicubic2d_backward_out_cuda"),
-])
+@pytest.mark.parametrize(
+    ("name", "module", "kernel"),
+    [
+        ("cbam-max", "CBAMMax", "adaptive_max_pool2d_backward_cuda"),
+        ("coordatt", "CoordAtt", "adaptive_avg_pool2d_backward_cuda"),
+        ("gridsample-up", "GridSampleUpsample", "grid_sampler_2d_backward_cuda"),
+        ("bicubic-up", "nn.Upsample", "upsample_bicubic2d_backward_out_cuda"),
+    ],
+)
 def test_zoo_models_are_reported_at_their_layer(name: str, module: str, kernel: str) -> None:
     path = MODELS / f"{name}.yaml"
     rows = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -93,8 +98,11 @@ def test_attention_mix_reports_both_blocks() -> None:
         (rows["CoordAtt"], "CoordAtt", "AdaptiveAvgPool2d", "adaptive_avg_pool2d"),
     }
     modules = {f.module for f in report.findings}
-    assert modules == {f"model.{rows['CBAMMax']}.max_pool", f"model.{rows['CoordAtt']}.pool_h",
-                       f"model.{rows['CoordAtt']}.pool_w"}
+    assert modules == {
+        f"model.{rows['CBAMMax']}.max_pool",
+        f"model.{rows['CoordAtt']}.pool_h",
+        f"model.{rows['CoordAtt']}.pool_w",
+    }
 
 
 @pytest.mark.slow
@@ -153,7 +161,8 @@ def test_yolo_world_v1_reports_its_adaptive_max_pool() -> None:
     index, line = _stock_row("yolov8s-world.yaml", "ImagePoolingAttn")
     report = audit("yolov8s-world.yaml", imgsz=320)
     assert {(f.layer, f.yaml_line, f.layer_class, f.entry) for f in report.findings} == {
-        (index, line, "ImagePoolingAttn", "adaptive_max_pool2d")}
+        (index, line, "ImagePoolingAttn", "adaptive_max_pool2d")
+    }
     assert {f.module for f in report.findings} == {f"model.{index}.im_pools.{k}" for k in range(3)}
 
 
@@ -195,11 +204,15 @@ def test_bilinear_without_the_flag_at_forward_time(tmp_path: Path) -> None:
 def test_a_custom_table_for_torch_2_0(tmp_path: Path) -> None:
     # The same model and torch, two tables: one saying bilinear always alerts on 2.0 and one as shipped.
     path = _bilinear_yaml(tmp_path)
-    text = (Path(load_table().source) if Path(load_table().source).is_file() else
-            ROOT / "yolo_det" / "data" / "nondeterministic_ops.yaml").read_text(encoding="utf-8")
+    text = (
+        Path(load_table().source)
+        if Path(load_table().source).is_file()
+        else ROOT / "yolo_det" / "data" / "nondeterministic_ops.yaml"
+    ).read_text(encoding="utf-8")
     custom = tmp_path / "table.yaml"
-    custom.write_text(text.replace('- {torch: ">=2.1", when: native_path}', '- {torch: ">=2.1", when: always}'),
-                      encoding="utf-8")
+    custom.write_text(
+        text.replace('- {torch: ">=2.1", when: native_path}', '- {torch: ">=2.1", when: always}'), encoding="utf-8"
+    )
     assert audit(path, imgsz=64).ok
     assert not audit(path, imgsz=64, table=custom).ok
 
@@ -211,8 +224,9 @@ def test_a_custom_table_for_torch_2_0(tmp_path: Path) -> None:
 class _Probe(nn.Module):
     """A 1x1 convolution (so that gradients flow) followed by the op under test."""
 
-    def __init__(self, op: Callable[[Any, torch.Tensor], Any], weight: torch.Tensor | None = None,
-                 **modules: nn.Module) -> None:
+    def __init__(
+        self, op: Callable[[Any, torch.Tensor], Any], weight: torch.Tensor | None = None, **modules: nn.Module
+    ) -> None:
         super().__init__()
         self.conv = nn.Conv2d(3, 4, 1)
         self.w = nn.Parameter(weight) if weight is not None else None
@@ -253,40 +267,73 @@ def _grid(x: torch.Tensor) -> torch.Tensor:
 
 PROBES: dict[str, tuple[Callable[[], nn.Module], set[str]]] = {
     "adaptive max pool": (lambda: _Probe(lambda s, x: s.p(x), p=nn.AdaptiveMaxPool2d(1)), {"adaptive_max_pool2d"}),
-    "adaptive avg pool (None,1)": (lambda: _Probe(lambda s, x: s.p(x), p=nn.AdaptiveAvgPool2d((None, 1))),
-                                   {"adaptive_avg_pool2d"}),
+    "adaptive avg pool (None,1)": (
+        lambda: _Probe(lambda s, x: s.p(x), p=nn.AdaptiveAvgPool2d((None, 1))),
+        {"adaptive_avg_pool2d"},
+    ),
     "adaptive avg pool 1": (lambda: _Probe(lambda s, x: s.p(x), p=nn.AdaptiveAvgPool2d(1)), set()),
     "bilinear": (lambda: _Probe(lambda s, x: s.p(x), p=nn.Upsample(scale_factor=2, mode="bilinear")), set()),
-    "bilinear antialias": (lambda: _Probe(
-                               lambda s, x: F.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True)),
-                           {"upsample_bilinear2d_aa"}),
-    "bicubic": (lambda: _Probe(lambda s, x: s.p(x), p=nn.Upsample(scale_factor=2, mode="bicubic")),
-                {"upsample_bicubic2d"}),
+    "bilinear antialias": (
+        lambda: _Probe(lambda s, x: F.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True)),
+        {"upsample_bilinear2d_aa"},
+    ),
+    "bicubic": (
+        lambda: _Probe(lambda s, x: s.p(x), p=nn.Upsample(scale_factor=2, mode="bicubic")),
+        {"upsample_bicubic2d"},
+    ),
     "nearest": (lambda: _Probe(lambda s, x: s.p(x), p=nn.Upsample(scale_factor=2)), set()),
     "reflection pad 2d": (lambda: _Probe(lambda s, x: s.p(x), p=nn.ReflectionPad2d(1)), set()),
-    "reflection pad 1d": (lambda: _Probe(lambda s, x: s.p(x.flatten(2)), p=nn.ReflectionPad1d(1)),
-                          {"reflection_pad1d"}),
+    "reflection pad 1d": (
+        lambda: _Probe(lambda s, x: s.p(x.flatten(2)), p=nn.ReflectionPad1d(1)),
+        {"reflection_pad1d"},
+    ),
     "replication pad 2d": (lambda: _Probe(lambda s, x: s.p(x), p=nn.ReplicationPad2d(1)), set()),
     "grid_sample": (lambda: _Probe(lambda s, x: F.grid_sample(x, _grid(x), align_corners=False)), {"grid_sampler_2d"}),
-    "grid_sample cudnn": (lambda: _Probe(lambda s, x: F.grid_sample(x, _grid(x), align_corners=True)),
-                          {"cudnn_grid_sampler"}),
-    "cross entropy 4-D": (lambda: _Probe(lambda s, x: F.cross_entropy(x, torch.zeros_like(x[:, 0], dtype=torch.long))),
-                          {"nll_loss2d"}),
-    "cross entropy 2-D": (lambda: _Probe(
-                              lambda s, x: F.cross_entropy(x.mean((2, 3)),
-                                                           torch.zeros_like(x[:, 0, 0, 0], dtype=torch.long))),
-                          set()),
-    "deform_conv2d": (lambda: _Probe(lambda s, x: torchvision.ops.deform_conv2d(
-        x, torch.zeros(x.shape[0], 18, x.shape[2], x.shape[3], device=x.device), s.w, padding=1),
-        weight=torch.zeros(4, 4, 3, 3)), {"deform_conv2d"}),
+    "grid_sample cudnn": (
+        lambda: _Probe(lambda s, x: F.grid_sample(x, _grid(x), align_corners=True)),
+        {"cudnn_grid_sampler"},
+    ),
+    "cross entropy 4-D": (
+        lambda: _Probe(lambda s, x: F.cross_entropy(x, torch.zeros_like(x[:, 0], dtype=torch.long))),
+        {"nll_loss2d"},
+    ),
+    "cross entropy 2-D": (
+        lambda: _Probe(lambda s, x: F.cross_entropy(x.mean((2, 3)), torch.zeros_like(x[:, 0, 0, 0], dtype=torch.long))),
+        set(),
+    ),
+    "deform_conv2d": (
+        lambda: _Probe(
+            lambda s, x: torchvision.ops.deform_conv2d(
+                x, torch.zeros(x.shape[0], 18, x.shape[2], x.shape[3], device=x.device), s.w, padding=1
+            ),
+            weight=torch.zeros(4, 4, 3, 3),
+        ),
+        {"deform_conv2d"},
+    ),
     "custom Function": (lambda: _Probe(lambda s, x: _Twice.apply(x)), {"custom_function", "histc"}),
     "extension op": (lambda: _Probe(lambda s, x: _ext_scale(x)), {"extension"}),
-    "embedding_bag max": (lambda: _Probe(lambda s, x: F.embedding_bag(
-        torch.zeros(4, dtype=torch.long, device=x.device), x.flatten(1)[:, :3], torch.tensor([0, 2], device=x.device),
-        mode="max")), {"embedding_bag_max"}),
-    "embedding_bag sum": (lambda: _Probe(lambda s, x: F.embedding_bag(
-        torch.zeros(4, dtype=torch.long, device=x.device), x.flatten(1)[:, :3], torch.tensor([0, 2], device=x.device),
-        mode="sum")), set()),
+    "embedding_bag max": (
+        lambda: _Probe(
+            lambda s, x: F.embedding_bag(
+                torch.zeros(4, dtype=torch.long, device=x.device),
+                x.flatten(1)[:, :3],
+                torch.tensor([0, 2], device=x.device),
+                mode="max",
+            )
+        ),
+        {"embedding_bag_max"},
+    ),
+    "embedding_bag sum": (
+        lambda: _Probe(
+            lambda s, x: F.embedding_bag(
+                torch.zeros(4, dtype=torch.long, device=x.device),
+                x.flatten(1)[:, :3],
+                torch.tensor([0, 2], device=x.device),
+                mode="sum",
+            )
+        ),
+        set(),
+    ),
     "sdpa": (lambda: _Probe(lambda s, x: F.scaled_dot_product_attention(x, x, x)), {"sdpa"}),
 }
 
@@ -332,7 +379,8 @@ def test_loss_pass_reports_the_losss_own_ops() -> None:
     assert audit(loaded, imgsz=64, loss=True).ok  # bilinear under the flag: decomposed on today's torch
     old = audit(loaded, imgsz=64, loss=True, torch_version="2.0.1")
     assert {(f.module, f.module_class, f.entry, f.call) for f in old.findings} == {
-        ("(loss)", "v8SegmentationLoss", "upsample_bilinear2d", "torch.nn.functional.interpolate")}
+        ("(loss)", "v8SegmentationLoss", "upsample_bilinear2d", "torch.nn.functional.interpolate")
+    }
     assert audit(loaded, imgsz=64, torch_version="2.0.1").ok  # without loss=True the loss is not looked at
 
 
@@ -358,11 +406,14 @@ def test_checkpoint_input_keeps_layers_and_lines(tmp_path: Path) -> None:
 
 
 def test_factory_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "my_models_ydt.py").write_text(textwrap.dedent("""
+    (tmp_path / "my_models_ydt.py").write_text(
+        textwrap.dedent("""
         from torch import nn
         def build():
             return nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveMaxPool2d(2))
-    """), encoding="utf-8")
+    """),
+        encoding="utf-8",
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     report = audit("my_models_ydt:build", imgsz=32)
     assert [(f.module, f.module_class, f.layer) for f in report.findings] == [("2", "AdaptiveMaxPool2d", None)]
@@ -395,12 +446,15 @@ def test_auditing_twice_gives_the_same_report() -> None:
     assert torch.isfinite(out[0]).all()
 
 
-@pytest.mark.parametrize(("spec", "error", "message"), [
-    ("missing.yaml", ModelError, "not found"),
-    ("missing.pt", ModelError, "not found"),
-    ("no_such_pkg_ydt.sub:make", ModelError, "cannot import"),
-    ("yolo_det.analysis.zoo:nothing_here", ModelError, "has no callable 'nothing_here'"),
-])
+@pytest.mark.parametrize(
+    ("spec", "error", "message"),
+    [
+        ("missing.yaml", ModelError, "not found"),
+        ("missing.pt", ModelError, "not found"),
+        ("no_such_pkg_ydt.sub:make", ModelError, "cannot import"),
+        ("yolo_det.analysis.zoo:nothing_here", ModelError, "has no callable 'nothing_here'"),
+    ],
+)
 def test_bad_model_specs(spec: str, error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=re.escape(message)):
         audit(spec)
@@ -457,8 +511,9 @@ def test_cli_exit_codes_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert data["findings"][0]["kernel"] == "adaptive_max_pool2d_backward_cuda"
 
 
-def test_cli_audits_several_models_in_one_process(capsys: pytest.CaptureFixture[str],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_audits_several_models_in_one_process(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(ROOT)
     cbam = "data/models/cbam-max.yaml"
     assert main(["audit", "yolov8n.yaml", cbam, "--imgsz", "64"]) == 1  # the worst verdict decides
@@ -476,8 +531,9 @@ def test_cli_audits_several_models_in_one_process(capsys: pytest.CaptureFixture[
 
 
 @pytest.mark.slow
-def test_cli_several_models_one_bad_prints_nothing(capsys: pytest.CaptureFixture[str],
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_several_models_one_bad_prints_nothing(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(ROOT)
     assert main(["audit", "yolov8n.yaml", "missing-model.yaml", "--imgsz", "64"]) == 2
     out, err = capsys.readouterr()
@@ -500,17 +556,21 @@ def _bad_yamls(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     }
 
 
-@pytest.mark.parametrize("argv", [
-    ["missing-model.yaml"],
-    ["data/models/cbam-max.yaml", "--imgsz", "100"],
-    ["data/models/cbam-max.yaml", "--imgsz", "0"],
-    ["data/models/cbam-max.yaml", "--imgsz", "abc"],
-    ["data/models/cbam-max.yaml", "--profile", "nope"],
-    ["data/models/cbam-max.yaml", "--device", "tpu"],
-    ["weights-that-do-not-exist.pt"],
-])
-def test_cli_bad_input_is_one_line_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str],
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["missing-model.yaml"],
+        ["data/models/cbam-max.yaml", "--imgsz", "100"],
+        ["data/models/cbam-max.yaml", "--imgsz", "0"],
+        ["data/models/cbam-max.yaml", "--imgsz", "abc"],
+        ["data/models/cbam-max.yaml", "--profile", "nope"],
+        ["data/models/cbam-max.yaml", "--device", "tpu"],
+        ["weights-that-do-not-exist.pt"],
+    ],
+)
+def test_cli_bad_input_is_one_line_exit_2(
+    argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(ROOT)
     assert main(["audit", *argv]) == 2
     out, err = capsys.readouterr()

@@ -22,8 +22,10 @@ def test_fix_rewrites_nameable_layers_and_the_copy_audits_clean(tmp_path, capsys
     assert data["remaining"] == 0
     assert [c["layer"] for c in data["rewrite"]["changes"]] == [10, 13]
     assert out.read_text().count("DetUpsample") == 2
-    for name, old, new in (("cbam-max", "CBAMMax", "DetCBAMMax"), ("gridsample-up", "GridSampleUpsample",
-                                                                   "DetGridSampleUpsample")):
+    for name, old, new in (
+        ("cbam-max", "CBAMMax", "DetCBAMMax"),
+        ("gridsample-up", "GridSampleUpsample", "DetGridSampleUpsample"),
+    ):
         fixed = tmp_path / f"{name}.yaml"
         assert main(["audit", str(MODELS / f"{name}.yaml"), "--imgsz", "64", "--fix", "-o", str(fixed)]) == 0
         text = capsys.readouterr().out
@@ -52,8 +54,10 @@ def test_fix_says_what_remains_in_the_copy_and_why(tmp_path, capsys, monkeypatch
     assert main(["audit", str(MODELS / "cbam-max.yaml"), "--imgsz", "64", "--fix", "-o", str(out)]) == 1
     text = capsys.readouterr().out
     assert f"wrote {out} (an unchanged copy: no layer could be renamed)" in text
-    assert (f"layer 10 model.10.max_pool (adaptive_max_pool2d_backward_cuda): remains in {out} (inside the block: a "
-            "YAML cannot name it); swapped at training time by the repro profile") in text
+    assert (
+        f"layer 10 model.10.max_pool (adaptive_max_pool2d_backward_cuda): remains in {out} (inside the block: a "
+        "YAML cannot name it); swapped at training time by the repro profile"
+    ) in text
     assert f"verdict: 1 finding(s) remain in {out}; 1 handled at training time" in text
     assert "every finding is fixed" not in text
     assert main(["audit", str(out), "--imgsz", "64"]) == 1

@@ -17,14 +17,24 @@ class FlagProbe(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x):
-        FlagProbe.log.append(("forward", torch.are_deterministic_algorithms_enabled(),
-                              torch.is_deterministic_algorithms_warn_only_enabled()))
+        FlagProbe.log.append(
+            (
+                "forward",
+                torch.are_deterministic_algorithms_enabled(),
+                torch.is_deterministic_algorithms_warn_only_enabled(),
+            )
+        )
         return x.clone()
 
     @staticmethod
     def backward(ctx, grad):
-        FlagProbe.log.append(("backward", torch.are_deterministic_algorithms_enabled(),
-                              torch.is_deterministic_algorithms_warn_only_enabled()))
+        FlagProbe.log.append(
+            (
+                "backward",
+                torch.are_deterministic_algorithms_enabled(),
+                torch.is_deterministic_algorithms_warn_only_enabled(),
+            )
+        )
         return grad
 
 

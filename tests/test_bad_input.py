@@ -79,11 +79,16 @@ CASES = [
     ("train-project-dev-null", ["train", "project=/dev/null"], "is not a folder"),
     ("train-project-under-a-file", ["train", "project={d}/text.pt/runs"], "which is not a folder"),
     ("train-profile-env-nul", ["train", "--profile", "{d}/nul-profile.yaml"], "NUL"),
-    ("train-override-alias-bomb",
-     ["train", "epochs=" + "[&a [1,1,1,1,1,1,1,1,1,1], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a], "
-                                   "&c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b], &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c], "
-                                   "&e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d], [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]]"],
-     "aliases expand to more than"),
+    (
+        "train-override-alias-bomb",
+        [
+            "train",
+            "epochs=" + "[&a [1,1,1,1,1,1,1,1,1,1], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a], "
+            "&c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b], &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c], "
+            "&e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d], [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]]",
+        ],
+        "aliases expand to more than",
+    ),
     ("train-override-deep", ["train", "imgsz=" + "[" * 3000 + "]" * 3000], "nested more than"),
     ("train-profile-alias-bomb", ["train", "--profile", "{d}/bomb-profile.yaml"], "aliases expand to more than"),
     ("train-profile-deep", ["train", "--profile", "{d}/deep-profile.yaml"], "nested more than"),
@@ -95,8 +100,11 @@ CASES = [
     ("audit-activation-code", ["audit", "{d}/act-code.yaml", "--imgsz", "64"], "'activation:"),
     ("rewrite-activation-code", ["rewrite", "{d}/act-code.yaml", "-o", "{d}/out.yaml"], "'activation:"),
     ("audit-model-alias-bomb", ["audit", "{d}/bomb-model.yaml"], "aliases expand to more than"),
-    ("rewrite-model-alias-bomb", ["rewrite", "{d}/bomb-model.yaml", "-o", "{d}/out.yaml"],
-     "aliases expand to more than"),
+    (
+        "rewrite-model-alias-bomb",
+        ["rewrite", "{d}/bomb-model.yaml", "-o", "{d}/out.yaml"],
+        "aliases expand to more than",
+    ),
     ("rewrite-model-deep", ["rewrite", "{d}/deep-model.yaml", "-o", "{d}/out.yaml"], "nested more than"),
     ("patch-folder-links-outside", ["patch-yolov5", "{d}/linked-yolov5"], "outside the tree"),
     # the command line itself
@@ -156,20 +164,28 @@ CASES = [
     ("train-data-empty-images", ["train", "data={d}/empty-images.yaml"], "hold no image files"),
     ("train-data-not-a-mapping", ["train", "data={d}/notmodel-list.yaml"], "must be a mapping"),
     ("train-data-number", ["train", "data=5"], "data= must be a path"),
-    ("train-classify-with-yaml", ["train", "model=yolov8n-cls.yaml", "data={d}/data-ok.yaml"],
-     "is a dataset YAML but the model is a classify model"),
-    ("train-pose-without-kpt-shape", ["train", "model=yolov8n-pose.yaml", "data={d}/data-ok.yaml"],
-     "has no 'kpt_shape:'"),
-    ("train-classify-folder-without-train", ["train", "model=yolov8n-cls.yaml", "data={d}/images"],
-     "needs train/"),
+    (
+        "train-classify-with-yaml",
+        ["train", "model=yolov8n-cls.yaml", "data={d}/data-ok.yaml"],
+        "is a dataset YAML but the model is a classify model",
+    ),
+    (
+        "train-pose-without-kpt-shape",
+        ["train", "model=yolov8n-pose.yaml", "data={d}/data-ok.yaml"],
+        "has no 'kpt_shape:'",
+    ),
+    ("train-classify-folder-without-train", ["train", "model=yolov8n-cls.yaml", "data={d}/images"], "needs train/"),
     ("train-classify-demo", ["train", "model=yolov8n-cls.yaml"], "the bundled demo data is for detection"),
     # --import: whatever the module raises is one line, exit 2; nothing trained is never a success
     ("train-import-exit-0", ["train", "--import", "{d}/exit0.py"], "it called sys.exit(0)"),
     ("train-import-exit-3", ["train", "--import", "{d}/exit3.py"], "it called sys.exit(3)"),
     ("train-import-base-exception", ["train", "--import", "{d}/base_exc.py"], "it raised Boom"),
     ("train-import-generator-exit", ["train", "--import", "{d}/gen_exit.py"], "it raised GeneratorExit"),
-    ("train-import-after-overrides", ["train", "epochs=1", "--import", "{d}/exit0.py", "model=yolov8n.yaml"],
-     "it called sys.exit(0)"),
+    (
+        "train-import-after-overrides",
+        ["train", "epochs=1", "--import", "{d}/exit0.py", "model=yolov8n.yaml"],
+        "it called sys.exit(0)",
+    ),
     ("train-import-missing", ["train", "epochs=1", "--import", "nosuch_module_x", "imgsz=64"], "nosuch_module_x"),
     ("verify-import-exit-0", ["verify", "--import", "{d}/exit0.py"], "it called sys.exit(0)"),
     ("bench-device-tpu", ["bench", "device=tpu"], "is not a device yolo-det trains on"),
@@ -194,7 +210,8 @@ CASES = [
 
 # 10 ** 10 nodes from 400 bytes: every level is ten aliases of the one before
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{n}: &{n} [{', '.join(['*' + p] * 10)}]\n" for p, n in zip("abcdefghi", "bcdefghij"))
+    f"{n}: &{n} [{', '.join(['*' + p] * 10)}]\n" for p, n in zip("abcdefghi", "bcdefghij")
+)
 
 
 class _Marker:
@@ -230,8 +247,9 @@ def scratch(d: Path) -> None:
     (d / "p").mkdir()
     (d / "p" / "up.yaml").write_text("extends: ../p/up.yaml\n")
     marker = d / "MARKER"  # created if anything unpickles evil.pt, or evaluates act-code.yaml's activation
-    torch.save({"model": None, "ema": torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1)), "x": _Marker(marker)},
-               d / "evil.pt")
+    torch.save(
+        {"model": None, "ema": torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1)), "x": _Marker(marker)}, d / "evil.pt"
+    )
     torch.save(torch.nn.Conv2d(3, 4, 1).state_dict(), d / "state-dict.pt")
     (d / "act-code.yaml").write_text(f"activation: open({str(marker)!r}, 'w').close() or nn.SiLU()\n" + model)
     (d / "bomb-model.yaml").write_text(BOMB + model)
@@ -279,10 +297,26 @@ def scratch(d: Path) -> None:
     def against(name: str, edit) -> None:
         batch = {"index": 0, "epoch": 0, "data": "d", "raw": "r", "files": ["images/a.jpg"], "loss": [0.5]}
         step = {"step": 1, "epoch": 0, "scale": 1.0, "weights": "w", "grads": ["g", "h"], "batches": [batch]}
-        run = {"param_names": ["a", "b"], "loss_names": ["box"], "weights": {"model": "m"}, "optimizer_steps": 1,
-               "device_type": "cpu", "steps": [step]}
-        data = {"schema": "yolo-det/verify-fingerprints", "version": 1, "digest": "fingerprint/1", "created": "now",
-                "profile": "repro", "args": {}, "steps_requested": None, "device": "cpu", "run": run, "record": {}}
+        run = {
+            "param_names": ["a", "b"],
+            "loss_names": ["box"],
+            "weights": {"model": "m"},
+            "optimizer_steps": 1,
+            "device_type": "cpu",
+            "steps": [step],
+        }
+        data = {
+            "schema": "yolo-det/verify-fingerprints",
+            "version": 1,
+            "digest": "fingerprint/1",
+            "created": "now",
+            "profile": "repro",
+            "args": {},
+            "steps_requested": None,
+            "device": "cpu",
+            "run": run,
+            "record": {},
+        }
         edit(data)
         (d / f"against-{name}.json").write_text(json.dumps(data))
 
@@ -298,16 +332,26 @@ def scratch(d: Path) -> None:
 
 
 def state_of(d: Path) -> dict[str, tuple[str, float]]:
-    return {str(p.relative_to(d)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime)
-            for p in sorted(d.rglob("*")) if p.is_file()} | {str(p.relative_to(d)) + "/": ("dir", 0.0)
-                                                           for p in d.rglob("*") if p.is_dir()}
+    return {
+        str(p.relative_to(d)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime)
+        for p in sorted(d.rglob("*"))
+        if p.is_file()
+    } | {str(p.relative_to(d)) + "/": ("dir", 0.0) for p in d.rglob("*") if p.is_dir()}
 
 
 def test_the_table_is_broad():
     assert len(CASES) >= 100
     assert len({name for name, _, _ in CASES}) == len(CASES)
-    assert {argv[0] for _, argv, _ in CASES} >= {"train", "profiles", "digest", "audit", "rewrite", "verify",
-                                                  "bench", "patch-yolov5"}
+    assert {argv[0] for _, argv, _ in CASES} >= {
+        "train",
+        "profiles",
+        "digest",
+        "audit",
+        "rewrite",
+        "verify",
+        "bench",
+        "patch-yolov5",
+    }
 
 
 @pytest.mark.parametrize(("name", "argv", "fragment"), CASES, ids=[c[0] for c in CASES])

@@ -42,11 +42,11 @@ def test_per_image_gives_each_image_the_result_of_a_batch_of_one() -> None:
 
     x = torch.arange(24, dtype=torch.float32).reshape(4, 6)
     plain, wrapped = mixing(x), per_image(mixing)(x)
-    alone = [mixing(x[i:i + 1]) for i in range(4)]
+    alone = [mixing(x[i : i + 1]) for i in range(4)]
     assert not torch.equal(plain[0][1:2], alone[1][0])  # the batch changes the plain result
     for i in range(4):
-        assert torch.equal(wrapped[0][i:i + 1], alone[i][0])
-        assert torch.equal(wrapped[1][0][i:i + 1], alone[i][1][0])
+        assert torch.equal(wrapped[0][i : i + 1], alone[i][0])
+        assert torch.equal(wrapped[1][0][i : i + 1], alone[i][1][0])
     assert concat_outputs([{"a": torch.ones(1, 2), "n": None}] * 3)["a"].shape == (3, 2)
 
 
@@ -120,8 +120,9 @@ def test_predictions_do_not_depend_on_the_batch_under_the_setting(tmp_path, fres
     alone_off = _predict(fresh_model, [tall], 1)[0]
     mixed_off = _predict(fresh_model, [tall, square, wide], 3)[0]
     assert alone_off.shape[0] > 0
-    assert alone_off.shape != mixed_off.shape or not torch.equal(alone_off, mixed_off), \
+    assert alone_off.shape != mixed_off.shape or not torch.equal(alone_off, mixed_off), (
         "negative control: with the setting off, an image next to other sizes gets other detections"
+    )
     # On the CPU the raw kernels are batch-invariant: same-size neighbours leave the output bit-identical
     # with the setting off too (on CUDA they do not: cuDNN picks kernels by the batch's shape).
     same_off = _predict(fresh_model, [tall, ims["4"], ims["7"]], 3)[0]
@@ -153,8 +154,10 @@ def _val_set(root: Path) -> Path:
         im = cv2.imread(str(p))
         cv2.imwrite(str(images / p.name), im if size is None else cv2.resize(im, size))
     data = root / "data.yaml"
-    data.write_text(f"path: {root}\ntrain: images/val\nval: images/val\nnames: {{0: circle, 1: square, 2: triangle}}\n",
-                    encoding="utf-8")
+    data.write_text(
+        f"path: {root}\ntrain: images/val\nval: images/val\nnames: {{0: circle, 1: square, 2: triangle}}\n",
+        encoding="utf-8",
+    )
     return data
 
 
@@ -167,8 +170,19 @@ def _val(model, data: Path, batch: int, out: Path) -> tuple[dict, dict]:
 
     model.add_callback("on_val_batch_end", grab)
     try:
-        metrics = model.val(data=str(data), imgsz=96, batch=batch, conf=0.0, device="cpu", workers=0, plots=False,
-                            verbose=False, project=str(out), name=f"b{batch}", exist_ok=True)
+        metrics = model.val(
+            data=str(data),
+            imgsz=96,
+            batch=batch,
+            conf=0.0,
+            device="cpu",
+            workers=0,
+            plots=False,
+            verbose=False,
+            project=str(out),
+            name=f"b{batch}",
+            exist_ok=True,
+        )
     finally:
         model.callbacks["on_val_batch_end"].remove(grab)
     return dict(metrics.results_dict), seen

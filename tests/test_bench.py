@@ -26,20 +26,23 @@ def tree(path: Path) -> set[str]:
     return {str(p.relative_to(path)) for p in path.rglob("*")}
 
 
-@pytest.mark.parametrize(("argv", "needle"), [
-    (["--profiles", ""], "--profiles"),
-    (["--profiles", "repro,,fast"], "--profiles"),
-    (["--profiles", "repro,fsat"], "Did you mean 'fast'"),
-    (["--profiles", "repro,repro"], "more than once"),
-    (["--steps", "0"], "--steps"),
-    (["--warmup", "-1"], "--warmup"),
-    (["--block", "0"], "--block"),
-    (["resume=True"], "resume"),
-    (["device=0,1"], "one device"),
-    (["imgsz"], "key=value"),
-    (["--plot", "chart.svg"], ".png"),
-    (["--plot", "nowhere/chart.png"], "does not exist"),
-])
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--profiles", ""], "--profiles"),
+        (["--profiles", "repro,,fast"], "--profiles"),
+        (["--profiles", "repro,fsat"], "Did you mean 'fast'"),
+        (["--profiles", "repro,repro"], "more than once"),
+        (["--steps", "0"], "--steps"),
+        (["--warmup", "-1"], "--warmup"),
+        (["--block", "0"], "--block"),
+        (["resume=True"], "resume"),
+        (["device=0,1"], "one device"),
+        (["imgsz"], "key=value"),
+        (["--plot", "chart.svg"], ".png"),
+        (["--plot", "nowhere/chart.png"], "does not exist"),
+    ],
+)
 def test_bad_input_exits_2_and_writes_nothing(argv, needle, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     before = tree(tmp_path)
@@ -82,8 +85,19 @@ def test_isolations_name_real_settings_and_bases():
 def test_cli_json_has_one_row_per_profile_and_the_chart_is_a_png(tmp_path, capsys):
     before = snapshot()
     chart = tmp_path / "cost.png"
-    code = main(["bench", "--profiles", "fast,repro,balanced", *FAST, "--json", "--plot", str(chart), *TINY,
-                 f"project={tmp_path / 'runs'}"])
+    code = main(
+        [
+            "bench",
+            "--profiles",
+            "fast,repro,balanced",
+            *FAST,
+            "--json",
+            "--plot",
+            str(chart),
+            *TINY,
+            f"project={tmp_path / 'runs'}",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     data = json.loads(out)  # stdout is JSON only

@@ -19,10 +19,28 @@ SCRIPT = ROOT / "bench" / "bench_layers.py"
 def test_quick_run_reports_time_and_memory_ratios_with_targets(tmp_path):
     out = tmp_path / "layers.json"
     env = subprocess_env()
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick",
-                           "--rounds", "2", "--min-time", "0.01", "--batches", "2",
-                           "--only", r"AdaptiveMaxPool2d\(3\)|bilinear x2$", "--out", str(out)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--quick",
+            "--rounds",
+            "2",
+            "--min-time",
+            "0.01",
+            "--batches",
+            "2",
+            "--only",
+            r"AdaptiveMaxPool2d\(3\)|bilinear x2$",
+            "--out",
+            str(out),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "| time ratio (IQR) |" in proc.stdout
     assert "memory target" in proc.stdout
@@ -51,8 +69,10 @@ def test_quick_run_reports_time_and_memory_ratios_with_targets(tmp_path):
         else:
             assert target["reference"] == "native"
             assert target["max_ratio"] == 1.3
-        assert target["met"] == ((row["ratio_native"] if target["reference"] == "native" else row["ratio_torch_det"])
-                                 ["median"] <= target["max_ratio"])
+        assert target["met"] == (
+            (row["ratio_native"] if target["reference"] == "native" else row["ratio_torch_det"])["median"]
+            <= target["max_ratio"]
+        )
 
 
 def _bench_module(monkeypatch):
@@ -86,11 +106,25 @@ def test_float64_check_catches_a_different_function(monkeypatch):
     bench = _bench_module(monkeypatch)
     import torch.nn.functional as F
 
-    same = bench.Case("pooling", "avg", (2, 3, 13, 11), {
-        "native": lambda x, _: F.adaptive_avg_pool2d(x, 4),
-        "yolo-det": lambda x, _: bench.L.adaptive_avg_pool2d(x, 4)}, pool_out=(4, 4))
-    wrong = bench.Case("pooling", "avg", (2, 3, 13, 11), {
-        "native": lambda x, _: F.adaptive_avg_pool2d(x, 4),
-        "yolo-det": lambda x, _: F.adaptive_avg_pool2d(x * 1.0001, 4)}, pool_out=(4, 4))
+    same = bench.Case(
+        "pooling",
+        "avg",
+        (2, 3, 13, 11),
+        {
+            "native": lambda x, _: F.adaptive_avg_pool2d(x, 4),
+            "yolo-det": lambda x, _: bench.L.adaptive_avg_pool2d(x, 4),
+        },
+        pool_out=(4, 4),
+    )
+    wrong = bench.Case(
+        "pooling",
+        "avg",
+        (2, 3, 13, 11),
+        {
+            "native": lambda x, _: F.adaptive_avg_pool2d(x, 4),
+            "yolo-det": lambda x, _: F.adaptive_avg_pool2d(x * 1.0001, 4),
+        },
+        pool_out=(4, 4),
+    )
     assert bench.float64_error(same) <= bench.FLOAT64_ATOL
     assert bench.float64_error(wrong) > bench.FLOAT64_ATOL

@@ -66,7 +66,8 @@ class Undeclared(WeightedAdd):
 
 def model_yaml(tmp_path, attention="[-1, 1, Eca, [2]]", add="WeightedAdd", add_args="[]"):
     path = tmp_path / "m.yaml"
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         nc: 2
         backbone:
           - [-1, 1, Conv, [16, 3, 2]]
@@ -80,7 +81,9 @@ def model_yaml(tmp_path, attention="[-1, 1, Eca, [2]]", add="WeightedAdd", add_a
           - [-1, 1, Conv, [48, 3, 2]]
           - [[-1, 4], 1, Concat, [1]]
           - [[6, 8], 1, Detect, [nc]]
-        """), encoding="utf-8")
+        """),
+        encoding="utf-8",
+    )
     return path
 
 
@@ -141,12 +144,15 @@ def test_a_wrong_channel_argument_names_the_layer_and_line(tmp_path):
     assert f"{path}:7: layer 4 (Squeeze, from -1): RuntimeError: mat1 and mat2" in line
 
 
-@pytest.mark.parametrize(("rule", "expected"), [
-    (lambda c, *a: c, "must return (c_out, args_to_pass)"),
-    (lambda c, *a: (0, [c]), "must return (c_out, args_to_pass)"),
-    (lambda c, *a: (c, [c, 2, 3, 4]), "check its channel rule (input channels 64 -> 64)"),
-    (lambda c, *a: 1 / 0, "its channel rule raised ZeroDivisionError"),
-])
+@pytest.mark.parametrize(
+    ("rule", "expected"),
+    [
+        (lambda c, *a: c, "must return (c_out, args_to_pass)"),
+        (lambda c, *a: (0, [c]), "must return (c_out, args_to_pass)"),
+        (lambda c, *a: (c, [c, 2, 3, 4]), "check its channel rule (input channels 64 -> 64)"),
+        (lambda c, *a: 1 / 0, "its channel rule raised ZeroDivisionError"),
+    ],
+)
 def test_a_wrongly_declared_block_is_one_line_naming_it(tmp_path, rule, expected):
     path = model_yaml(tmp_path)
     declare_block(Eca, channels=rule)
@@ -187,7 +193,8 @@ def test_parse_model_restored_on_error():
 
 def test_audit_and_rewrite_of_a_bad_layer_are_one_line_exit_2(tmp_path, monkeypatch, capsys):
     mod = tmp_path / "blocks_bad.py"
-    mod.write_text(textwrap.dedent("""\
+    mod.write_text(
+        textwrap.dedent("""\
         import torch
         from torch import nn
         class Squeeze(nn.Module):
@@ -196,7 +203,9 @@ def test_audit_and_rewrite_of_a_bad_layer_are_one_line_exit_2(tmp_path, monkeypa
                 self.fc = nn.Linear(c1, c1)
             def forward(self, x):
                 return x * torch.sigmoid(self.fc(x.mean((2, 3))))[..., None, None]
-        """), encoding="utf-8")
+        """),
+        encoding="utf-8",
+    )
     path = model_yaml(tmp_path, attention="[-1, 1, Squeeze, [128]]", add="Concat", add_args="[1]")
     monkeypatch.chdir(tmp_path)
     rewrite = ["rewrite", "--import", str(mod), str(path), "-o", "o.yaml"]

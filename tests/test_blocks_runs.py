@@ -180,8 +180,14 @@ def test_a_rewritten_checkpoint_fine_tunes_in_plain_ultralytics(tmp_path, monkey
     best = tmp_path / "runs" / "a" / "weights" / "best.pt"
     image = next((Path(demo_data_yaml()).parent / "demo" / "images" / "val").glob("*"))
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", ""), "YOLO_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-c", PLAIN, str(best), str(demo_data_yaml()), str(tmp_path / "plain"),
-                           str(image)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", PLAIN, str(best), str(demo_data_yaml()), str(tmp_path / "plain"), str(image)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "imported: []" in done.stdout  # the process never imported yolo_det
     assert list((tmp_path / "plain" / "ft" / "weights").glob("last.torchscript"))

@@ -82,13 +82,24 @@ def user_project(folder: Path) -> Path:
 
 def suites_of_every_kind() -> list[CheckSuite]:
     return [
-        CheckSuite("yolo-det audit", seconds=1.5,
-                   properties={"profile": "repro", "note": 'a "quoted" & <odd> value'}, cases=[
-            CheckCase("clean.yaml", "yolo-det.audit"),
-            CheckCase("bad.yaml", "yolo-det.audit", "failed", message="layer 3 breaks it", details="line one\nline two",
-                      file="models/bad.yaml", line=6),
-            CheckCase("odd\x1bname\x00.yaml", "yolo-det.audit", "error", message="could not read \x07 it"),
-        ]),
+        CheckSuite(
+            "yolo-det audit",
+            seconds=1.5,
+            properties={"profile": "repro", "note": 'a "quoted" & <odd> value'},
+            cases=[
+                CheckCase("clean.yaml", "yolo-det.audit"),
+                CheckCase(
+                    "bad.yaml",
+                    "yolo-det.audit",
+                    "failed",
+                    message="layer 3 breaks it",
+                    details="line one\nline two",
+                    file="models/bad.yaml",
+                    line=6,
+                ),
+                CheckCase("odd\x1bname\x00.yaml", "yolo-det.audit", "error", message="could not read \x07 it"),
+            ],
+        ),
         CheckSuite("yolo-det verify", cases=[CheckCase("loss", "v", "skipped", message="not compared")]),
     ]
 
@@ -117,26 +128,40 @@ def test_junit_output_validates_against_the_junit_schema_and_counts_every_outcom
 def test_the_schema_refuses_what_ci_systems_would_not_read():
     good = junit_xml(suites_of_every_kind()).decode()
     SCHEMA.validate(good)
-    for broken in (good.replace('<testcase name="clean.yaml" ', "<testcase "),      # a case without a name
-                   good.replace('tests="3"', 'tests="three"', 1),                    # a count that is not a number
-                   good.replace("<skipped ", "<skip ")):                              # an element JUnit has not
+    for broken in (
+        good.replace('<testcase name="clean.yaml" ', "<testcase "),  # a case without a name
+        good.replace('tests="3"', 'tests="three"', 1),  # a count that is not a number
+        good.replace("<skipped ", "<skip "),
+    ):  # an element JUnit has not
         assert broken != good
         with pytest.raises(xmlschema.XMLSchemaValidationError):
             SCHEMA.validate(broken)
 
 
 def test_annotations_point_at_the_line_and_cannot_forge_a_command():
-    suite = CheckSuite("yolo-det audit", cases=[
-        CheckCase("ok.yaml", "a"),
-        CheckCase("m,1:x.yaml", "a", "failed", message="bad\n::error file=x::forged 100%", file="dir,1/m:x.yaml",
-                  line=7),
-        CheckCase("two.yaml", "a", "failed", message="two places", file="two.yaml",
-                  notes=(("two.yaml", 3, "first"), ("two.yaml", 9, "second"))),
-    ])
+    suite = CheckSuite(
+        "yolo-det audit",
+        cases=[
+            CheckCase("ok.yaml", "a"),
+            CheckCase(
+                "m,1:x.yaml", "a", "failed", message="bad\n::error file=x::forged 100%", file="dir,1/m:x.yaml", line=7
+            ),
+            CheckCase(
+                "two.yaml",
+                "a",
+                "failed",
+                message="two places",
+                file="two.yaml",
+                notes=(("two.yaml", 3, "first"), ("two.yaml", 9, "second")),
+            ),
+        ],
+    )
     lines = github_annotations([suite])
     assert len(lines) == 3  # the passed case gives none; one per place of the second failure
-    assert lines[0] == ("::error file=dir%2C1/m%3Ax.yaml,line=7,title=yolo-det audit%3A m%2C1%3Ax.yaml::"
-                        "bad%0A::error file=x::forged 100%25")
+    assert lines[0] == (
+        "::error file=dir%2C1/m%3Ax.yaml,line=7,title=yolo-det audit%3A m%2C1%3Ax.yaml::"
+        "bad%0A::error file=x::forged 100%25"
+    )
     assert all("\n" not in line for line in lines)
     assert lines[1].startswith("::error file=two.yaml,line=3,")
     assert lines[1].endswith("::first")
@@ -150,8 +175,10 @@ def test_the_hook_keeps_model_yamls_only(tmp_path):
     (project / "profile.yaml").write_text("name: mine\nextends: repro\n")
     (project / "broken.yaml").write_text("backbone: [\n")
     (project / "notes.txt").write_text("backbone: []\n")
-    names = [str(project / n) for n in ("tiny.yaml", "data.yaml", "profile.yaml", "broken.yaml", "notes.txt",
-                                        "deleted.yaml", "gated.yaml")]
+    names = [
+        str(project / n)
+        for n in ("tiny.yaml", "data.yaml", "profile.yaml", "broken.yaml", "notes.txt", "deleted.yaml", "gated.yaml")
+    ]
     models, other = split_model_yamls(names)
     assert models == [names[0], names[6]]
     assert other == names[1:6]
@@ -169,19 +196,25 @@ def run_record(index: int, steps: int = 3) -> RunRecord:
 def test_verify_gives_one_case_per_compared_quantity():
     from yolo_det.tools.verify.compare import compare_runs
 
-    same = VerifyReport(profile="repro", args={}, runs=[run_record(1), run_record(2)], divergences=[],
-                        steps_requested=None, seconds=2.0)
+    same = VerifyReport(
+        profile="repro", args={}, runs=[run_record(1), run_record(2)], divergences=[], steps_requested=None, seconds=2.0
+    )
     suite = verify_suite(same)
     assert [(c.name, c.outcome) for c in suite.cases] == [
-        ("data", "passed"), ("loss", "passed"), ("gradients", "passed"), ("weights", "passed")]
+        ("data", "passed"),
+        ("loss", "passed"),
+        ("gradients", "passed"),
+        ("weights", "passed"),
+    ]
     other = run_record(2)
     other.steps[1].grads = ["g2a", "noise"]
     other.weights = {"model": "n"}
     div = compare_runs(run_record(1), other)
     assert div is not None
     assert div.kind == "gradients"
-    differs = VerifyReport(profile="repro", args={}, runs=[run_record(1), other], divergences=[div],
-                           steps_requested=None, seconds=2.0)
+    differs = VerifyReport(
+        profile="repro", args={}, runs=[run_record(1), other], divergences=[div], steps_requested=None, seconds=2.0
+    )
     cases = {c.name: c for c in verify_suite(differs).cases}
     assert cases["gradients"].outcome == "failed"
     assert "step 2" in cases["gradients"].message
@@ -193,8 +226,16 @@ def test_verify_gives_one_case_per_compared_quantity():
 
 
 def test_against_a_saved_run_names_the_quantity_and_the_environment():
-    saved = read_saved({"schema": "yolo-det/verify-fingerprints", "version": 1, "digest": "fingerprint/1",
-                        "run": _run_to_dict(run_record(1)), "record": {}}, "baseline.json")
+    saved = read_saved(
+        {
+            "schema": "yolo-det/verify-fingerprints",
+            "version": 1,
+            "digest": "fingerprint/1",
+            "run": _run_to_dict(run_record(1)),
+            "record": {},
+        },
+        "baseline.json",
+    )
     here = run_record(2)
     here.steps[0].batches[0].data = "another batch"
     here.weights = {"model": "n"}
@@ -213,8 +254,21 @@ def test_audit_junit_and_annotations_name_the_layer_line_and_fix(tmp_path, capsy
     project = user_project(tmp_path / "proj")
     monkeypatch.chdir(project)
     xml = tmp_path / "audit.xml"
-    code = main(["audit", "--import", "blocks.py", "tiny.yaml", "gated.yaml", "--imgsz", "64",
-                 "--junit", str(xml), "--annotations", "github"])
+    code = main(
+        [
+            "audit",
+            "--import",
+            "blocks.py",
+            "tiny.yaml",
+            "gated.yaml",
+            "--imgsz",
+            "64",
+            "--junit",
+            str(xml),
+            "--annotations",
+            "github",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 1
     SCHEMA.validate(str(xml))
@@ -233,8 +287,23 @@ def test_audit_junit_and_annotations_name_the_layer_line_and_fix(tmp_path, capsy
 
     # --fail-on unhandled: the repro profile swaps the pool (passes); balanced leaves it non-deterministic
     assert main(["audit", "--import", "blocks.py", "gated.yaml", "--imgsz", "64", "--fail-on", "unhandled"]) == 0
-    assert main(["audit", "--import", "blocks.py", "gated.yaml", "--imgsz", "64", "--fail-on", "unhandled",
-                 "--profile", "balanced"]) == 1
+    assert (
+        main(
+            [
+                "audit",
+                "--import",
+                "blocks.py",
+                "gated.yaml",
+                "--imgsz",
+                "64",
+                "--fail-on",
+                "unhandled",
+                "--profile",
+                "balanced",
+            ]
+        )
+        == 1
+    )
     assert "--fail-on unhandled" not in capsys.readouterr().out  # not the hook's output: the table
     assert sorted(p.name for p in project.iterdir()) == ["blocks.py", "gated.yaml", "tiny.yaml"]
 
@@ -268,14 +337,29 @@ def test_pre_commit_refuses_a_commit_that_adds_a_max_pool_block(tmp_path):
     (project / "blocks.py").write_text(BLOCKS)
     (project / ".pre-commit-config.yaml").write_text(
         f"repos:\n  - repo: {repo_url}\n    rev: {rev}\n    hooks:\n      - id: yolo-det-audit-system\n"
-        "        args: [--import, blocks.py, --imgsz, '64']\n")
+        "        args: [--import, blocks.py, --imgsz, '64']\n"
+    )
     bindir = str(Path(sys.executable).parent)
-    env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""), PRE_COMMIT_HOME=str(tmp_path / "pc"),
-               PYTHONPATH=str(ROOT), YOLO_OFFLINE="1", GIT_AUTHOR_NAME="u", GIT_AUTHOR_EMAIL="u@u",
-               GIT_COMMITTER_NAME="u", GIT_COMMITTER_EMAIL="u@u")
+    env = dict(
+        os.environ,
+        PATH=bindir + os.pathsep + os.environ.get("PATH", ""),
+        PRE_COMMIT_HOME=str(tmp_path / "pc"),
+        PYTHONPATH=str(ROOT),
+        YOLO_OFFLINE="1",
+        GIT_AUTHOR_NAME="u",
+        GIT_AUTHOR_EMAIL="u@u",
+        GIT_COMMITTER_NAME="u",
+        GIT_COMMITTER_EMAIL="u@u",
+    )
     assert git(project, "init", "-q", env=env).returncode == 0
-    install = subprocess.run([sys.executable, "-m", "pre_commit", "install"], cwd=project, env=env,
-                             capture_output=True, text=True, timeout=600)
+    install = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "install"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert install.returncode == 0, install.stdout + install.stderr
     git(project, "add", ".", env=env)
     clean = git(project, "commit", "-qm", "a clean model", env=env)
@@ -302,15 +386,22 @@ def baseline(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("baseline")
     path = folder / "baseline.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT), YOLO_OFFLINE="1", YOLO_DET_CACHE=str(folder / "cache"))
-    proc = subprocess.run([sys.executable, "-m", "yolo_det", "verify", "--steps", "2", "--save", str(path), *DRIFT],
-                          cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "yolo_det", "verify", "--steps", "2", "--save", str(path), *DRIFT],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return path
 
 
 @pytest.mark.slow
-def test_drift_check_passes_unchanged_and_names_the_change_that_moves_the_numbers(baseline, tmp_path, capsys,
-                                                                                   monkeypatch):
+def test_drift_check_passes_unchanged_and_names_the_change_that_moves_the_numbers(
+    baseline, tmp_path, capsys, monkeypatch
+):
     monkeypatch.setenv("YOLO_DET_CACHE", str(tmp_path / "cache"))
     ok_xml, bad_xml = tmp_path / "ok.xml", tmp_path / "bad.xml"
     assert main(["verify", "--against", str(baseline), "--junit", str(ok_xml), *DRIFT]) == 0
@@ -320,8 +411,9 @@ def test_drift_check_passes_unchanged_and_names_the_change_that_moves_the_number
 
     # the baseline ran with Ultralytics' default seed (0); another seed moves the numbers as an upgrade would
     assert json.loads(baseline.read_text())["record"]["seeds"]
-    code = main(["verify", "--against", str(baseline), "--junit", str(bad_xml), "--annotations", "github", *DRIFT,
-                 "seed=1"])
+    code = main(
+        ["verify", "--against", str(baseline), "--junit", str(bad_xml), "--annotations", "github", *DRIFT, "seed=1"]
+    )
     out = capsys.readouterr().out
     assert code == 1
     assert "differs from the saved run at step 1 (epoch 1): data" in out
@@ -341,9 +433,15 @@ def test_diff_gives_a_weights_case_and_one_case_per_cause():
 
     same = DiffReport(a="runs/a", b="runs/b", weights={"a": "ab" * 32, "b": "ab" * 32})
     assert [(c.name, c.outcome) for c in diff_suite(same).cases] == [("weights", "passed"), ("configuration", "passed")]
-    other = DiffReport(a="runs/a", b="runs/c", weights={"a": "ab" * 32, "b": "cd" * 32}, differences=[
-        Difference(group="seeds", name="seed", a=0, b=1),
-        Difference(group="environment", name="hostname", a="x", b="y", changes_bits=False)])
+    other = DiffReport(
+        a="runs/a",
+        b="runs/c",
+        weights={"a": "ab" * 32, "b": "cd" * 32},
+        differences=[
+            Difference(group="seeds", name="seed", a=0, b=1),
+            Difference(group="environment", name="hostname", a="x", b="y", changes_bits=False),
+        ],
+    )
     cases = diff_suite(other).cases
     assert [(c.name, c.outcome) for c in cases] == [("weights", "failed"), ("configuration seed", "failed")]
     assert cases[1].message == "seed: 0 | 1"

@@ -26,8 +26,11 @@ def _project_version() -> str:
     assert re.search(r'^version = \{ attr = "yolo_det.__version__" \}', pyproject, re.M)
     assert not re.search(r'^version = "', pyproject, re.M)  # one source only
     tree = ast.parse((ROOT / "yolo_det" / "__init__.py").read_text())
-    found = [node.value.value for node in tree.body if isinstance(node, ast.Assign)
-             and [getattr(t, "id", None) for t in node.targets] == ["__version__"]]
+    found = [
+        node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["__version__"]
+    ]
     assert len(found) == 1
     return found[0]
 
@@ -85,8 +88,10 @@ def test_digest_compares_checkpoints(capsys, tmp_path):
 
 BAD_TRAIN = [
     (["--profile", "repo"], "Did you mean 'repro'?"),
-    (["--profile", "{bad}/p.yaml"], ":3: malformed YAML: expected ',' or ']', but got '<stream end>' "
-                                   "(while parsing a flow sequence at line 2)"),
+    (
+        ["--profile", "{bad}/p.yaml"],
+        ":3: malformed YAML: expected ',' or ']', but got '<stream end>' (while parsing a flow sequence at line 2)",
+    ),
     (["--profile", "{bad}/unknown.yaml"], ":2: in 'train': unknown setting 'cudnn_benchmrk'"),
     (["--profile", "{bad}/types.yaml"], "'seed' must be null or an integer"),
     (["epochs"], "expected key=value, got 'epochs'"),
@@ -115,8 +120,9 @@ def bad_profiles(tmp_path) -> Path:
 
 
 @pytest.mark.parametrize(("argv", "fragment"), BAD_TRAIN)
-def test_train_bad_input_is_one_line_exit_2_and_writes_nothing(argv, fragment, capsys, tmp_path, bad_profiles,
-                                                               monkeypatch):
+def test_train_bad_input_is_one_line_exit_2_and_writes_nothing(
+    argv, fragment, capsys, tmp_path, bad_profiles, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     before = tree(tmp_path)
     argv = [a.replace("{bad}", str(bad_profiles)) for a in argv]
@@ -137,8 +143,13 @@ def test_debug_env_shows_traceback(capsys, monkeypatch):
 
 
 def test_console_entry_runs_as_module():
-    proc = subprocess.run([sys.executable, "-m", "yolo_det", "profiles", "show", "nope"], cwd=ROOT,
-                          capture_output=True, text=True, env={**os.environ, "YOLO_DET_DEBUG": ""})
+    proc = subprocess.run(
+        [sys.executable, "-m", "yolo_det", "profiles", "show", "nope"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "YOLO_DET_DEBUG": ""},
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("yolo-det: error: unknown profile 'nope'")
     assert "Traceback" not in proc.stderr

@@ -29,8 +29,16 @@ def test_every_internal_resolves(name):
 def test_the_internals_are_what_yolo_det_uses_them_as():
     from yolo_det.core.compat import BaseTrainer, Model, callbacks, get_save_dir, guess_model_task, tasks
 
-    for name in ("DetectionModel", "SegmentationModel", "PoseModel", "OBBModel", "ClassificationModel",
-                 "RTDETRDetectionModel", "yaml_model_load", "parse_model"):
+    for name in (
+        "DetectionModel",
+        "SegmentationModel",
+        "PoseModel",
+        "OBBModel",
+        "ClassificationModel",
+        "RTDETRDetectionModel",
+        "yaml_model_load",
+        "parse_model",
+    ):
         assert hasattr(tasks, name), name
     assert guess_model_task({"head": [[-1, 1, "Classify", [10]]]}) == "classify"
     for method in ("train", "run_callbacks", "add_callback", "save_model", "_setup_train"):
@@ -65,6 +73,7 @@ def test_an_unknown_name_is_an_attribute_error():
 
 def test_importing_compat_imports_no_ultralytics():
     code = "import sys, yolo_det.core.compat; print(sorted(m for m in sys.modules if m.startswith('ultralytics')))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(),
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(), timeout=120
+    )
     assert out.stdout.strip() == "[]", out.stderr

@@ -22,8 +22,9 @@ STEPS = "3"
 
 def run_cli(*argv: str, cache: Path) -> subprocess.CompletedProcess[str]:
     env = subprocess_env({"YOLO_DET_CACHE": str(cache)})
-    return subprocess.run([sys.executable, "-m", "yolo_det", *argv], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "yolo_det", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +97,7 @@ def test_another_seed_names_the_first_step_and_the_seed(saved, capsys, tmp_path,
 @pytest.mark.slow
 def test_gradient_noise_at_one_step_names_that_step_and_parameter(saved, capsys, tmp_path, monkeypatch):
     """The saved run's gradient fingerprint of one parameter at step 2 is changed, as noise in its gradient would."""
+
     def noise(data: dict[str, Any]) -> None:
         names = data["run"]["param_names"]
         k = names.index("model.4.m.0.cv1.conv.weight")
@@ -123,8 +125,12 @@ def test_unknown_future_version_and_broken_files_exit_2_before_training(tmp_path
     broken.write_text("{")
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"schema": 1}))
-    for path, needle in ((future, "upgrade yolo-det"), (broken, "not JSON"), (other, "schema"),
-                         (tmp_path / "missing.json", "does not exist")):
+    for path, needle in (
+        (future, "upgrade yolo-det"),
+        (broken, "not JSON"),
+        (other, "schema"),
+        (tmp_path / "missing.json", "does not exist"),
+    ):
         code = main(["verify", "--against", str(path), *TINY])
         out, err = capsys.readouterr()
         assert code == 2, (path, err)
@@ -141,11 +147,18 @@ def test_unknown_future_version_and_broken_files_exit_2_before_training(tmp_path
 
 
 def make_run(steps: int = 3, *, root: str = "/data/set", device: str = "cpu") -> RunRecord:
-    rec = RunRecord(index=1, param_names=["a", "b", "c"], loss_names=["box"], portable=True, data_root=root,
-                    device_type=device)
+    rec = RunRecord(
+        index=1, param_names=["a", "b", "c"], loss_names=["box"], portable=True, data_root=root, device_type=device
+    )
     for s in range(1, steps + 1):
-        mb = MicroBatch(index=s - 1, epoch=0, data=f"d{s}-{device}", files=(f"{root}/images/{s}.png",), loss=(1.0 / s,),
-                        raw=f"raw{s}")
+        mb = MicroBatch(
+            index=s - 1,
+            epoch=0,
+            data=f"d{s}-{device}",
+            files=(f"{root}/images/{s}.png",),
+            loss=(1.0 / s,),
+            raw=f"raw{s}",
+        )
         rec.steps.append(StepRecord(step=s, epoch=0, batches=[mb], grads=[f"g{s}{k}" for k in "abc"], weights=f"w{s}"))
     rec.weights = {"model": "m"}
     return rec
@@ -154,8 +167,16 @@ def make_run(steps: int = 3, *, root: str = "/data/set", device: str = "cpu") ->
 def as_saved(run: RunRecord) -> Any:
     from yolo_det.tools.verify.crossverify import _run_to_dict
 
-    return read_saved({"schema": "yolo-det/verify-fingerprints", "version": 1, "digest": "fingerprint/1",
-                       "run": _run_to_dict(run), "record": {}}, "saved.json")
+    return read_saved(
+        {
+            "schema": "yolo-det/verify-fingerprints",
+            "version": 1,
+            "digest": "fingerprint/1",
+            "run": _run_to_dict(run),
+            "record": {},
+        },
+        "saved.json",
+    )
 
 
 def test_same_records_on_two_machines_compare_equal():

@@ -44,9 +44,15 @@ def _ultralytics_loader(dataset: Any, workers: int, monkeypatch: pytest.MonkeyPa
 
 
 def _plain_loader(dataset: Any, workers: int, persistent: bool) -> torch.utils.data.DataLoader:
-    return torch.utils.data.DataLoader(dataset, batch_size=4, shuffle=True, num_workers=workers,
-                                       persistent_workers=persistent, collate_fn=dataset.collate_fn,
-                                       generator=torch.Generator())
+    return torch.utils.data.DataLoader(
+        dataset,
+        batch_size=4,
+        shuffle=True,
+        num_workers=workers,
+        persistent_workers=persistent,
+        collate_fn=dataset.collate_fn,
+        generator=torch.Generator(),
+    )
 
 
 def _epochs(loader: Any, n: int) -> list[str]:
@@ -75,8 +81,9 @@ def demo_yaml() -> Path:
 
 
 def test_detect_stream_is_the_same_for_0_1_2_and_4_workers(demo_yaml: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    streams = {w: _stream(_ultralytics_loader(_dataset(demo_yaml), w, monkeypatch), invariant=True)
-               for w in (0, 1, 2, 4)}
+    streams = {
+        w: _stream(_ultralytics_loader(_dataset(demo_yaml), w, monkeypatch), invariant=True) for w in (0, 1, 2, 4)
+    }
     assert streams[0] == streams[1] == streams[2] == streams[4]
     assert streams[0][0] != streams[0][1]  # the two epochs differ: the comparison covers changing data
     # persistent workers on and off (a plain DataLoader): the same stream again
@@ -84,16 +91,18 @@ def test_detect_stream_is_the_same_for_0_1_2_and_4_workers(demo_yaml: Path, monk
         assert _stream(_plain_loader(_dataset(demo_yaml), 2, persistent), invariant=True) == streams[0]
 
 
-def test_without_invariance_the_stream_depends_on_the_worker_count(demo_yaml: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_invariance_the_stream_depends_on_the_worker_count(
+    demo_yaml: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     off = {w: _stream(_ultralytics_loader(_dataset(demo_yaml), w, monkeypatch), invariant=False) for w in (0, 2)}
     assert off[0] != off[2]
     on = _stream(_ultralytics_loader(_dataset(demo_yaml), 2, monkeypatch), invariant=True)
     assert on not in off.values()  # the keyed draws are what changed
 
 
-def test_resume_at_an_epoch_boundary_with_another_worker_count(demo_yaml: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resume_at_an_epoch_boundary_with_another_worker_count(
+    demo_yaml: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     full = _stream(_ultralytics_loader(_dataset(demo_yaml), 2, monkeypatch), invariant=True, epochs=2)
     resumed = _stream(_ultralytics_loader(_dataset(demo_yaml), 0, monkeypatch), invariant=True, epochs=1, epoch=1)
     assert resumed == full[1:]
@@ -114,15 +123,15 @@ def test_segment_stream_is_the_same_for_0_and_2_workers(tmp_path: Path, monkeypa
     from tests.task_data import make_dataset
 
     data = make_dataset(tmp_path / "seg", "segment", n=12)
-    streams = [_stream(_ultralytics_loader(_dataset(data, "segment"), w, monkeypatch), invariant=True)
-               for w in (0, 2)]
+    streams = [_stream(_ultralytics_loader(_dataset(data, "segment"), w, monkeypatch), invariant=True) for w in (0, 2)]
     assert streams[0] == streams[1]
     off = [_stream(_ultralytics_loader(_dataset(data, "segment"), w, monkeypatch), invariant=False) for w in (0, 2)]
     assert off[0] != off[1]
 
 
 def test_in_process_loading_leaves_the_random_generators_and_restores_the_loader(
-        demo_yaml: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    demo_yaml: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     dataset = _dataset(demo_yaml)
     loader = _ultralytics_loader(dataset, 0, monkeypatch)
     sampler_before = loader.batch_sampler.sampler
@@ -187,8 +196,9 @@ def test_the_setting_is_on_in_repro_training_only_and_checked() -> None:
         repro.train.replace(data_invariance="yes")
 
 
-def test_the_session_applies_it_to_a_handed_over_loader_and_undoes_it(demo_yaml: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_session_applies_it_to_a_handed_over_loader_and_undoes_it(
+    demo_yaml: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from yolo_det.session.session import DeterminismSession
 
     for profile, expected in (("repro", inv.MODE_KEYED), ("balanced", inv.MODE_WORKER)):
@@ -208,8 +218,16 @@ def test_the_session_applies_it_to_a_handed_over_loader_and_undoes_it(demo_yaml:
 
 
 def _section(**changes: Any) -> dict[str, Any]:
-    base = {"mode": "keyed", "workers": 2, "seed": 0, "dataset": "d" * 64,
-            "augment": {"mosaic": 1.0}, "fingerprint": "f" * 64, "fingerprint_batches": 2, "fingerprint_epoch": 0}
+    base = {
+        "mode": "keyed",
+        "workers": 2,
+        "seed": 0,
+        "dataset": "d" * 64,
+        "augment": {"mosaic": 1.0},
+        "fingerprint": "f" * 64,
+        "fingerprint_batches": 2,
+        "fingerprint_epoch": 0,
+    }
     return base | changes
 
 
@@ -217,19 +235,30 @@ def test_diff_explains_a_worker_count_difference() -> None:
     from yolo_det.tools.diff import diff_records
 
     keyed = explain_data_stream(_section(), _section(workers=0))
-    assert [(r.name, r.changes_data) for r in keyed] == [("data stream: workers", False),
-                                                         ("data stream: first batches", False)]
-    off = explain_data_stream(_section(mode="worker-stream"), _section(mode="worker-stream", workers=0,
-                                                                        fingerprint="e" * 64))
+    assert [(r.name, r.changes_data) for r in keyed] == [
+        ("data stream: workers", False),
+        ("data stream: first batches", False),
+    ]
+    off = explain_data_stream(
+        _section(mode="worker-stream"), _section(mode="worker-stream", workers=0, fingerprint="e" * 64)
+    )
     assert off[0].name == "data stream: workers"
     assert off[0].changes_data
     assert "without data_invariance" in off[0].note
     assert off[-1].name == "data stream: first batches"
     assert "workers" in off[-1].note
-    reasons = {r.name for r in explain_data_stream(_section(), _section(seed=1, dataset="x", fingerprint="e",
-                                                                        augment={"mosaic": 0.0}))}
-    assert {"data stream: seed", "data stream: dataset", "data stream: mosaic=",
-            "data stream: first batches"} <= reasons
+    reasons = {
+        r.name
+        for r in explain_data_stream(
+            _section(), _section(seed=1, dataset="x", fingerprint="e", augment={"mosaic": 0.0})
+        )
+    }
+    assert {
+        "data stream: seed",
+        "data stream: dataset",
+        "data stream: mosaic=",
+        "data stream: first batches",
+    } <= reasons
     assert explain_data_stream(_section(), _section()) == []
     assert neutral_args(_section(), _section()) == {"workers"}
     assert explain_data_stream(None, _section())[0].changes_data
@@ -268,10 +297,23 @@ def test_training_gives_the_same_weights_for_0_and_2_workers(tmp_path: Path, dem
 
     def train(workers: int, epochs: int) -> dict[str, Any]:
         name = f"w{workers}e{epochs}"
-        YOLO("yolov8n.yaml").train(trainer=trainer_class("repro", base=_workers_trainer(workers)),
-                                   data=str(demo_yaml), project=str(tmp_path), name=name, epochs=epochs, imgsz=64,
-                                   batch=16, device="cpu", workers=workers, close_mosaic=0, mosaic=1.0, seed=SEED,
-                                   plots=False, val=False, exist_ok=True)
+        YOLO("yolov8n.yaml").train(
+            trainer=trainer_class("repro", base=_workers_trainer(workers)),
+            data=str(demo_yaml),
+            project=str(tmp_path),
+            name=name,
+            epochs=epochs,
+            imgsz=64,
+            batch=16,
+            device="cpu",
+            workers=workers,
+            close_mosaic=0,
+            mosaic=1.0,
+            seed=SEED,
+            plots=False,
+            val=False,
+            exist_ok=True,
+        )
         return json.loads((tmp_path / name / RECORD_NAME).read_text())
 
     a, b = train(0, 2), train(2, 2)
@@ -283,8 +325,9 @@ def test_training_gives_the_same_weights_for_0_and_2_workers(tmp_path: Path, dem
     assert train(2, 1)["weights"]["sha256"] != b["weights"]["sha256"]  # the second epoch changed the weights
 
 
-def test_mix_partners_come_from_the_batch_and_each_image_is_decoded_once(demo_yaml: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mix_partners_come_from_the_batch_and_each_image_is_decoded_once(
+    demo_yaml: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     dataset = _dataset(demo_yaml)
     loads: list[int] = []
     own_load = type(dataset).load_image
@@ -311,8 +354,9 @@ def test_mix_partners_come_from_the_batch_and_each_image_is_decoded_once(demo_ya
         assert sorted(loads) == batch  # every image of the batch decoded once, nothing outside it
         partners = [p for _, got in drawn for p in (got if isinstance(got, list) else [got])]
         assert len(partners) >= 3 * len(batch)  # mosaic (and mixup) did draw partners
-        assert all(p in batch and p != current for current, got in drawn
-                   for p in (got if isinstance(got, list) else [got]))
+        assert all(
+            p in batch and p != current for current, got in drawn for p in (got if isinstance(got, list) else [got])
+        )
         # a batch with fewer than MIN_BATCH_PARTNERS others draws over the dataset, still decoding each image once
         loads.clear()
         tiny = [3, 4]
@@ -323,8 +367,10 @@ def test_mix_partners_come_from_the_batch_and_each_image_is_decoded_once(demo_ya
     finally:
         inv.restore(token)
     assert "load_image" not in vars(dataset)
-    assert all("get_indexes" not in vars(t) for t in (
-        dataset.transforms.transforms[0].transforms[0], dataset.transforms.transforms[1]))
+    assert all(
+        "get_indexes" not in vars(t)
+        for t in (dataset.transforms.transforms[0].transforms[0], dataset.transforms.transforms[1])
+    )
     # a loader whose last batch is tiny (48 images in batches of 5: the last holds 3) is worker-invariant too
     monkeypatch.undo()
 

@@ -130,9 +130,10 @@ def test_default_cache_dir_follows_the_platform_rules(monkeypatch, tmp_path):
     monkeypatch.delenv("YOLO_DET_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("LOCALAPPDATA", str(tmp_path / "local"))
-    expected = {"win32": tmp_path / "local" / "yolo-det" / "Cache",
-                "darwin": Path.home() / "Library" / "Caches" / "yolo-det",
-                }.get(sys.platform, tmp_path / "xdg" / "yolo-det")
+    expected = {
+        "win32": tmp_path / "local" / "yolo-det" / "Cache",
+        "darwin": Path.home() / "Library" / "Caches" / "yolo-det",
+    }.get(sys.platform, tmp_path / "xdg" / "yolo-det")
     assert cache_dir() == expected
     monkeypatch.setenv("YOLO_DET_CACHE", str(tmp_path / "mine"))
     assert cache_dir() == tmp_path / "mine"

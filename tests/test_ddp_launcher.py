@@ -47,15 +47,27 @@ train:
   swaps: all
   intercept: true
 """
-TOGGLE = KEEP.replace("name: ddp-proof", "name: ddp-toggle").replace("  swaps: all\n",
-                                                                    "  swaps: all\n  backward: disable\n")
+TOGGLE = KEEP.replace("name: ddp-proof", "name: ddp-toggle").replace(
+    "  swaps: all\n", "  swaps: all\n  backward: disable\n"
+)
 
 
 def _launch(tmp: Path, out: str, *args: str) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "1", "YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(tmp / "ultralytics-config")}
-    proc = subprocess.run([sys.executable, str(HARNESS), "--out", str(tmp / out), *args], cwd=tmp, env=env,
-                          capture_output=True, text=True, timeout=900)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+        "YOLO_OFFLINE": "1",
+        "YOLO_CONFIG_DIR": str(tmp / "ultralytics-config"),
+    }
+    proc = subprocess.run(
+        [sys.executable, str(HARNESS), "--out", str(tmp / out), *args],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     assert lines, f"the harness printed no result (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
     result = json.loads(lines[-1])
@@ -74,8 +86,18 @@ def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _args(tmp: Path, profile: str = "keep", *, epochs: int = 2, seed: int = SEED, name: str) -> list[str]:
-    return ["--profile", str(tmp / f"{profile}.yaml"), "--epochs", str(epochs), "--seed", str(seed),
-            "--fraction", "0.34", "--name", name]
+    return [
+        "--profile",
+        str(tmp / f"{profile}.yaml"),
+        "--epochs",
+        str(epochs),
+        "--seed",
+        str(seed),
+        "--fraction",
+        "0.34",
+        "--name",
+        name,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +115,14 @@ def stopped(tmp: Path) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def resumed(tmp: Path, stopped: dict[str, Any]) -> dict[str, Any]:
     """The stopped run resumed with 2 ranks (the checkpoint's device=0,1)."""
-    return _launch(tmp, "resumed", "--resume", str(Path(stopped["save_dir"]) / "weights" / "last.pt"),
-                   "--profile", str(tmp / "keep.yaml"))
+    return _launch(
+        tmp,
+        "resumed",
+        "--resume",
+        str(Path(stopped["save_dir"]) / "weights" / "last.pt"),
+        "--profile",
+        str(tmp / "keep.yaml"),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +140,16 @@ def terminated(tmp: Path) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def one_rank(tmp: Path, terminated: dict[str, Any]) -> dict[str, Any]:
     """The terminated 2-rank run resumed in one process (device=cpu)."""
-    return _launch(tmp, "one-rank", "--resume", str(Path(terminated["save_dir"]) / "weights" / "last.pt"),
-                   "--profile", str(tmp / "toggle.yaml"), "--devices", "cpu")
+    return _launch(
+        tmp,
+        "one-rank",
+        "--resume",
+        str(Path(terminated["save_dir"]) / "weights" / "last.pt"),
+        "--profile",
+        str(tmp / "toggle.yaml"),
+        "--devices",
+        "cpu",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -169,8 +205,9 @@ def test_another_seed_gives_other_weights(straight: dict[str, Any], other_seed: 
 
 
 # -- 4. one record, with every rank, rank problems only where ranks must agree ---------------------------------
-def test_rank_zero_records_every_rank_and_flags_only_real_differences(straight: dict[str, Any],
-                                                                      other_seed: dict[str, Any]) -> None:
+def test_rank_zero_records_every_rank_and_flags_only_real_differences(
+    straight: dict[str, Any], other_seed: dict[str, Any]
+) -> None:
     record = straight["record_json"]
     assert record["status"] == "completed"
     assert [s["rank"] for s in record["ranks"]] == [0, 1]
@@ -200,11 +237,14 @@ def test_sigterm_to_the_launching_process_leaves_a_true_record_and_no_rank(termi
 
 # -- 6. resume --------------------------------------------------------------------------------------------------
 def test_interrupted_two_rank_run_resumed_with_two_ranks_is_bitwise_equal(
-        straight: dict[str, Any], stopped: dict[str, Any], resumed: dict[str, Any]) -> None:
+    straight: dict[str, Any], stopped: dict[str, Any], resumed: dict[str, Any]
+) -> None:
     assert stopped["record_json"]["status"] == "interrupted"
     weights = Path(stopped["save_dir"]) / "weights"
-    assert {p.name for p in weights.glob("yolo-det-resume.*")} >= {"yolo-det-resume.last.pt",
-                                                                   "yolo-det-resume.last.rank1.pt"}
+    assert {p.name for p in weights.glob("yolo-det-resume.*")} >= {
+        "yolo-det-resume.last.pt",
+        "yolo-det-resume.last.rank1.pt",
+    }
     record = resumed["record_json"]
     assert resumed["error"] is None, resumed["stderr"][-3000:]
     assert record["status"] == "completed"

@@ -54,8 +54,10 @@ def test_check_deploy_finds_the_letterbox_difference_and_the_setting_removes_it(
     images = _images(tmp_path / "images")
     common = [str(checkpoint), str(images), "--imgsz", "128", "--conf", "0", "--batches", "2,4,8"]
     plain_json, plain_png = tmp_path / "plain.json", tmp_path / "plain.png"
-    assert main(["check-deploy", *common, "--profile", "balanced", "--json", str(plain_json),
-                 "--plot", str(plain_png)]) == 1
+    assert (
+        main(["check-deploy", *common, "--profile", "balanced", "--json", str(plain_json), "--plot", str(plain_png)])
+        == 1
+    )
     out = capsys.readouterr().out
     assert "\nverdict: differs\n" in out
     assert "batch=8 skipped" in out
@@ -87,9 +89,30 @@ def test_check_deploy_compares_val_at_several_batch_sizes(tmp_path, checkpoint, 
     data = root / "data.yaml"
     data.write_text(f"path: {root}\ntrain: images/val\nval: images/val\nnames: {{0: a, 1: b, 2: c}}\n")
     report = tmp_path / "val.json"
-    code = main(["check-deploy", str(checkpoint), str(root / "images" / "val"), "--imgsz", "96", "--conf", "0",
-                 "--batches", "2", "--no-mixed", "--max-images", "2", "--profile", str(_val_profile(tmp_path)),
-                 "--data", str(data), "--val-batches", "1,4,16", "--json", str(report)])
+    code = main(
+        [
+            "check-deploy",
+            str(checkpoint),
+            str(root / "images" / "val"),
+            "--imgsz",
+            "96",
+            "--conf",
+            "0",
+            "--batches",
+            "2",
+            "--no-mixed",
+            "--max-images",
+            "2",
+            "--profile",
+            str(_val_profile(tmp_path)),
+            "--data",
+            str(data),
+            "--val-batches",
+            "1,4,16",
+            "--json",
+            str(report),
+        ]
+    )
     val = json.loads(report.read_text())["val"]
     assert code == 0
     assert val["verdict"] == "bitwise"
@@ -119,13 +142,22 @@ def test_the_chart_has_a_cell_per_image_and_scenario_and_a_val_panel(tmp_path) -
     from yolo_det.tools.deploy.plot import deploy_figure, save_deploy_plot
 
     row = {"verdict": "differs", "max_box_diff": 12.5, "count": [3, 4]}
-    report = {"weights": "w.pt", "profile": "balanced", "verdict": "differs",
-              "images": [{"image": "a.png"}, {"image": "b.png"}],
-              "comparisons": [{"image": "a.png", "scenario": "batch=2", **row},
-                              {"image": "b.png", "scenario": "batch=2", **row, "verdict": "bitwise", "count": [3, 3]},
-                              {"image": "a.png", "scenario": "mixed sizes", **row}],
-              "val": {"batches": [1, 4], "verdict": "differs",
-                      "metrics": {"1": {"metrics/mAP50(B)": 0.5}, "4": {"metrics/mAP50(B)": 0.25}}}}
+    report = {
+        "weights": "w.pt",
+        "profile": "balanced",
+        "verdict": "differs",
+        "images": [{"image": "a.png"}, {"image": "b.png"}],
+        "comparisons": [
+            {"image": "a.png", "scenario": "batch=2", **row},
+            {"image": "b.png", "scenario": "batch=2", **row, "verdict": "bitwise", "count": [3, 3]},
+            {"image": "a.png", "scenario": "mixed sizes", **row},
+        ],
+        "val": {
+            "batches": [1, 4],
+            "verdict": "differs",
+            "metrics": {"1": {"metrics/mAP50(B)": 0.5}, "4": {"metrics/mAP50(B)": 0.25}},
+        },
+    }
     fig = deploy_figure(report)
     grid, val = fig.axes
     assert [t.get_text() for t in grid.get_xticklabels()] == ["batch=2", "mixed sizes"]

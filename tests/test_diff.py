@@ -29,8 +29,18 @@ class Runs:
         if name not in self.done:
             with pytest.MonkeyPatch.context() as mp:
                 mp.setenv("YOLO_DET_CACHE", str(self.root / "cache"))
-                code = main(["train", "--profile", "repro", *TINY, f"project={self.root / 'runs'}", f"name={name}",
-                             "exist_ok=True", *extra])
+                code = main(
+                    [
+                        "train",
+                        "--profile",
+                        "repro",
+                        *TINY,
+                        f"project={self.root / 'runs'}",
+                        f"name={name}",
+                        "exist_ok=True",
+                        *extra,
+                    ]
+                )
             assert code == 0
             self.done[name] = self.root / "runs" / name
         return self.done[name]
@@ -158,8 +168,10 @@ def test_same_configuration_different_weights_blames_non_determinism(runs, capsy
     rec["weights"]["sha256"] = "0" * 64
     code, out, _ = diff(capsys, runs.base(), write(tmp_path / "b.json", rec))
     assert code == 1
-    assert ("verdict: these runs should be bitwise identical but their weights differ: non-determinism not covered "
-            "by the profile (see warnings") in out
+    assert (
+        "verdict: these runs should be bitwise identical but their weights differ: non-determinism not covered "
+        "by the profile (see warnings"
+    ) in out
 
 
 @pytest.mark.slow
@@ -237,10 +249,17 @@ def test_a_verify_save_file_is_read_for_its_record(tmp_path):
 
 def test_yolov5_records_without_fingerprints_compare_by_their_arguments():
     def rec(weights: str, digest: str) -> dict[str, Any]:
-        return {"schema": 1, "framework": "yolov5", "status": "completed", "profile": {"name": "repro"},
-                "seeds": {"seed": 0}, "environment": {"torch": "2.4.0"}, "weights": {"sha256": digest},
-                "model": {"class": "models.yolo.Model", "parameters": 7000000, "device": "cuda:0"},
-                "run": {"weights": weights, "cfg": "", "data": "coco128.yaml", "epochs": 3, "save_dir": "x"}}
+        return {
+            "schema": 1,
+            "framework": "yolov5",
+            "status": "completed",
+            "profile": {"name": "repro"},
+            "seeds": {"seed": 0},
+            "environment": {"torch": "2.4.0"},
+            "weights": {"sha256": digest},
+            "model": {"class": "models.yolo.Model", "parameters": 7000000, "device": "cuda:0"},
+            "run": {"weights": weights, "cfg": "", "data": "coco128.yaml", "epochs": 3, "save_dir": "x"},
+        }
 
     same = diff_records(rec("a.pt", "d"), rec("a.pt", "d"))
     assert same.exit_code == 0

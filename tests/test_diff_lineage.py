@@ -8,29 +8,65 @@ from typing import Any
 
 from yolo_det.tools.diff import diff_records
 
-PROFILE = {"name": "repro", "train": {"deterministic_algorithms": "strict", "cudnn_benchmark": False,
-                                       "allow_tf32": False}, "val": {}, "deploy": {}}
-FAST = {"name": "fast", "train": {"deterministic_algorithms": "off", "cudnn_benchmark": True, "allow_tf32": True},
-        "val": {}, "deploy": {}}
+PROFILE = {
+    "name": "repro",
+    "train": {"deterministic_algorithms": "strict", "cudnn_benchmark": False, "allow_tf32": False},
+    "val": {},
+    "deploy": {},
+}
+FAST = {
+    "name": "fast",
+    "train": {"deterministic_algorithms": "off", "cudnn_benchmark": True, "allow_tf32": True},
+    "val": {},
+    "deploy": {},
+}
 ENV = {"torch": "2.4.0", "cuda_available": False, "env": {"PYTHONHASHSEED": "0"}, "gpus": [], "cpu_model": "x"}
-ARGS = {"model": "yolov8n.yaml", "data": "d.yaml", "epochs": 3, "imgsz": 32, "batch": 8, "device": "cpu",
-        "resume": False, "save_dir": "runs/s"}
-MODEL = {"kind": "yaml", "architecture_sha256": "a" * 64, "yaml_sha256": "b" * 64, "start_weights_sha256": "c" * 64,
-         "source": "yolov8n.yaml"}
+ARGS = {
+    "model": "yolov8n.yaml",
+    "data": "d.yaml",
+    "epochs": 3,
+    "imgsz": 32,
+    "batch": 8,
+    "device": "cpu",
+    "resume": False,
+    "save_dir": "runs/s",
+}
+MODEL = {
+    "kind": "yaml",
+    "architecture_sha256": "a" * 64,
+    "yaml_sha256": "b" * 64,
+    "start_weights_sha256": "c" * 64,
+    "source": "yolov8n.yaml",
+}
 
 
 def twin(**extra: Any) -> dict[str, Any]:
-    return {"schema": 2, "status": "completed", "framework": "ultralytics", "profile": PROFILE, "seeds": {"seed": 0},
-            "environment": ENV, "ultralytics_args": dict(ARGS), "model": MODEL, "epochs_completed": 3,
-            "weights": {"sha256": "d" * 64}, "segments": [], "resume": None, **extra}
+    return {
+        "schema": 2,
+        "status": "completed",
+        "framework": "ultralytics",
+        "profile": PROFILE,
+        "seeds": {"seed": 0},
+        "environment": ENV,
+        "ultralytics_args": dict(ARGS),
+        "model": MODEL,
+        "epochs_completed": 3,
+        "weights": {"sha256": "d" * 64},
+        "segments": [],
+        "resume": None,
+        **extra,
+    }
 
 
 def resumed(first_profile: dict[str, Any] = PROFILE, **last: Any) -> dict[str, Any]:
     first = twin(status="interrupted", profile=first_profile, epochs_completed=1, weights={})
     args = {**ARGS, "resume": "runs/r/weights/last.pt", "model": "runs/r/weights/last.pt", "save_dir": "runs/r"}
-    record = twin(ultralytics_args=args, model={**MODEL, "kind": "checkpoint", "start_weights_sha256": "e" * 64},
-                  segments=[first], resume={"resumed": True, "epoch": 1, "state_found": True,
-                                            "bitwise_expected": True, "reasons": []})
+    record = twin(
+        ultralytics_args=args,
+        model={**MODEL, "kind": "checkpoint", "start_weights_sha256": "e" * 64},
+        segments=[first],
+        resume={"resumed": True, "epoch": 1, "state_found": True, "bitwise_expected": True, "reasons": []},
+    )
     record.update(last)
     return record
 
@@ -53,8 +89,15 @@ def test_a_part_under_another_profile_is_named() -> None:
 
 
 def test_a_resume_that_changed_an_argument_is_named_with_its_reason() -> None:
-    last = resumed(resume={"resumed": True, "epoch": 1, "state_found": True, "bitwise_expected": False,
-                           "reasons": ["imgsz=64 differs from the checkpoint's imgsz=32"]})
+    last = resumed(
+        resume={
+            "resumed": True,
+            "epoch": 1,
+            "state_found": True,
+            "bitwise_expected": False,
+            "reasons": ["imgsz=64 differs from the checkpoint's imgsz=32"],
+        }
+    )
     last["ultralytics_args"]["imgsz"] = 64
     report = diff_records(twin(), last)
     names = [d.name for d in report.causes]

@@ -31,8 +31,9 @@ STEPS = 3
 def _worker(rank: int, init_file: str, out_dir: str, mode: str) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD), YOLO_OFFLINE="1")
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD,
-                            timeout=timedelta(seconds=60))
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD, timeout=timedelta(seconds=60)
+    )
     from yolo_det.core.record import state_dict_digest
     from yolo_det.core.state import snapshot
     from yolo_det.session.distributed import gather_states, rank_session
@@ -94,7 +95,8 @@ def _train(rank: int, session, mode: str, *, use_profile: bool) -> dict:
     scaler = ToggleScaler(torch.amp.GradScaler("cpu", enabled=False), enabled=toggle)
     seen_in_backward: list[bool] = []
     hook = model.model[0].conv.weight.register_hook(
-        lambda g: seen_in_backward.append(torch.are_deterministic_algorithms_enabled()))
+        lambda g: seen_in_backward.append(torch.are_deterministic_algorithms_enabled())
+    )
     for step, batch in enumerate(loader):
         if step == STEPS:
             break
@@ -106,8 +108,11 @@ def _train(rank: int, session, mode: str, *, use_profile: bool) -> dict:
         optimizer.step()
         optimizer.zero_grad()
     hook.remove()
-    out = {"model": model, "backward_flags": sorted(set(seen_in_backward)),
-           "after_flag": torch.are_deterministic_algorithms_enabled()}
+    out = {
+        "model": model,
+        "backward_flags": sorted(set(seen_in_backward)),
+        "after_flag": torch.are_deterministic_algorithms_enabled(),
+    }
     if not use_profile:
         out["states"] = gather_states(_plain_session(rank))
     return out
@@ -118,8 +123,9 @@ def _plain_session(rank: int):
     from yolo_det.session.session import DeterminismSession
 
     s = DeterminismSession("fast", seed=5, rank=rank, world_size=WORLD)
-    s.profile = type(s.profile)(name="none", description="", train=s.profile.train, val=s.profile.val,
-                                deploy=s.profile.deploy)
+    s.profile = type(s.profile)(
+        name="none", description="", train=s.profile.train, val=s.profile.val, deploy=s.profile.deploy
+    )
     return s
 
 
@@ -129,13 +135,17 @@ def launch(tmp_path: Path, mode: str, tag: str) -> list[dict]:
     init_file = tmp_path / f"{tag}.init"
     try:
         # fork: the ranks inherit the imported modules instead of importing torch and Ultralytics again
-        mp.start_processes(_worker, args=(str(init_file), str(out_dir), mode), nprocs=WORLD, join=True,
-                           start_method="fork")
+        mp.start_processes(
+            _worker, args=(str(init_file), str(out_dir), mode), nprocs=WORLD, join=True, start_method="fork"
+        )
         error = None
     except Exception as e:
         error = str(e)
-    results = [json.loads((out_dir / f"rank{r}.json").read_text()) for r in range(WORLD)
-               if (out_dir / f"rank{r}.json").exists()]
+    results = [
+        json.loads((out_dir / f"rank{r}.json").read_text())
+        for r in range(WORLD)
+        if (out_dir / f"rank{r}.json").exists()
+    ]
     return [dict(r, launch_error=error) for r in results]
 
 
@@ -174,7 +184,7 @@ def test_a_failing_rank_ends_the_run_with_a_clear_error_and_restores_state(tmp_p
         assert by_rank[0]["error"] is not None
 
 
-CHILD = r'''
+CHILD = r"""
 import json, sys, types
 import cloudpickle, torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
@@ -198,7 +208,7 @@ print(json.dumps({
     "trainer_profile": payload["trainer"].yolo_det_profile.name,
     "ranks": [s["rank"] for s in next(iter(plugins))._ranks],
 }))
-'''
+"""
 
 
 def test_ultralytics_ddp_payload_applies_the_profile_on_a_worker_rank(tmp_path):
@@ -218,8 +228,9 @@ def test_ultralytics_ddp_payload_applies_the_profile_on_a_worker_rank(tmp_path):
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     env = {**os.environ, "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "YOLO_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, str(script), str(payload)], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(payload)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["plugins"] == 1

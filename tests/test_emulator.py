@@ -16,8 +16,10 @@ from yolo_det.analysis.emulator import alert_message, emulate_cuda_alerts
 from yolo_det.analysis.optable import load_table
 from yolo_det.core.backward import backward_scope
 
-STRICT_TAIL = ("does not have a deterministic implementation, but you set 'torch.use_deterministic_algorithms(True)'. "
-               "You can turn off determinism just for this operation")
+STRICT_TAIL = (
+    "does not have a deterministic implementation, but you set 'torch.use_deterministic_algorithms(True)'. "
+    "You can turn off determinism just for this operation"
+)
 
 
 @pytest.fixture(autouse=True)

@@ -56,14 +56,31 @@ def start_train(project: Path, name: str, at: str, epochs: int = 3) -> subproces
     Its output goes to files (``out.txt``, ``err.txt`` beside the run folder), so a stopped process never
     blocks on a full pipe; :func:`finish` reads them.
     """
-    argv = [sys.executable, "-m", "yolo_det", "train", "--profile", "repro", f"epochs={epochs}", "imgsz=64",
-            "plots=False", f"project={project}", f"name={name}", "exist_ok=True"]
+    argv = [
+        sys.executable,
+        "-m",
+        "yolo_det",
+        "train",
+        "--profile",
+        "repro",
+        f"epochs={epochs}",
+        "imgsz=64",
+        "plots=False",
+        f"project={project}",
+        f"name={name}",
+        "exist_ok=True",
+    ]
     project.mkdir(parents=True, exist_ok=True)
     out, err = (open(project / f"{name}.{kind}.txt", "w") for kind in ("out", "err"))
     with out, err:
-        return subprocess.Popen(argv, stdout=out, stderr=err, text=True,
-                                env=subprocess_env({TEST_HOOK_ENV: at}),
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        return subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=err,
+            text=True,
+            env=subprocess_env({TEST_HOOK_ENV: at}),
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
 
 
 def finish(proc: subprocess.Popen[str], project: Path, name: str) -> tuple[str, str]:
@@ -111,11 +128,14 @@ def stderr_ending(err: str) -> str:
 
 # -- the command line stopped by a signal ---------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.parametrize(("sig", "status", "code", "line"), [
-    (signal.SIGTERM, "terminated", 143, "yolo-det: terminated (SIGTERM)"),
-    (signal.SIGINT, "interrupted", 130, "yolo-det: interrupted"),
-    (signal.SIGHUP, "terminated", 129, "yolo-det: terminated (SIGHUP)"),
-])
+@pytest.mark.parametrize(
+    ("sig", "status", "code", "line"),
+    [
+        (signal.SIGTERM, "terminated", 143, "yolo-det: terminated (SIGTERM)"),
+        (signal.SIGINT, "interrupted", 130, "yolo-det: interrupted"),
+        (signal.SIGHUP, "terminated", 129, "yolo-det: terminated (SIGHUP)"),
+    ],
+)
 def test_cli_stopped_after_first_checkpoint(sig, status, code, line, tmp_path):
     """Stopped right after the first epoch's checkpoint: exit code, one line, the record, the lock released.
 
@@ -131,9 +151,25 @@ def test_cli_stopped_after_first_checkpoint(sig, status, code, line, tmp_path):
             # A second run into the same live folder is refused with one line, and writes nothing there
             # (run A is stopped meanwhile, so every change in the folder would be the second run's).
             before = {p: p.stat().st_mtime_ns for p in run.rglob("*")}
-            second = subprocess.run([sys.executable, "-m", "yolo_det", "train", "--profile", "repro", "epochs=1",
-                                     "imgsz=64", f"project={runs}", "name=a", "exist_ok=True"],
-                                    capture_output=True, text=True, env=subprocess_env(), timeout=300)
+            second = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "yolo_det",
+                    "train",
+                    "--profile",
+                    "repro",
+                    "epochs=1",
+                    "imgsz=64",
+                    f"project={runs}",
+                    "name=a",
+                    "exist_ok=True",
+                ],
+                capture_output=True,
+                text=True,
+                env=subprocess_env(),
+                timeout=300,
+            )
             assert second.returncode == 2, second.stderr
             assert second.stderr.strip().splitlines() == [second.stderr.strip()]
             assert f"in use by another yolo-det run (pid {proc.pid}" in second.stderr
@@ -159,7 +195,7 @@ def test_cli_stopped_after_first_checkpoint(sig, status, code, line, tmp_path):
 
 
 # every named point from the command line's first line to the end of the first epoch
-START_UP = POINTS[:POINTS.index("epoch-end") + 1]
+START_UP = POINTS[: POINTS.index("epoch-end") + 1]
 
 
 @pytest.mark.slow
@@ -168,8 +204,19 @@ def test_cli_interrupted_at_any_moment_of_start_up(point, tmp_path, monkeypatch,
     """SIGINT at each named moment from yolo-det's first line to the first epoch's end: 130, one line, and
     a record saying ``interrupted`` once the run folder exists (the command line, in process)."""
     monkeypatch.setenv(TEST_HOOK_ENV, f"{point}:SIGINT")
-    code = main(["train", "--profile", "repro", "epochs=1", "imgsz=64", "plots=False", f"project={tmp_path}",
-                 "name=s", "exist_ok=True"])
+    code = main(
+        [
+            "train",
+            "--profile",
+            "repro",
+            "epochs=1",
+            "imgsz=64",
+            "plots=False",
+            f"project={tmp_path}",
+            "name=s",
+            "exist_ok=True",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 130
     assert stderr_ending(err) == "yolo-det: interrupted"
@@ -201,9 +248,25 @@ raise SystemExit(code)
 @pytest.mark.slow
 def test_interrupt_inside_torch_lazy_import_is_one_line_and_130(tmp_path):
     """The start-up moment the issue names: torch imports torch._dynamo lazily in use_deterministic_algorithms."""
-    proc = subprocess.run([sys.executable, "-c", INTERRUPT_IN_TORCH_IMPORT, "train", "--profile", "repro", "epochs=1",
-                           "imgsz=64", f"project={tmp_path}", "name=x", "exist_ok=True"],
-                          capture_output=True, text=True, env=subprocess_env(), timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            INTERRUPT_IN_TORCH_IMPORT,
+            "train",
+            "--profile",
+            "repro",
+            "epochs=1",
+            "imgsz=64",
+            f"project={tmp_path}",
+            "name=x",
+            "exist_ok=True",
+        ],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=600,
+    )
     assert proc.returncode == 130, proc.stderr[-3000:]
     assert stderr_ending(proc.stderr) == "yolo-det: interrupted"
     assert "fired True deterministic False" in proc.stdout  # it hit the import; the process state is as it was
@@ -234,8 +297,14 @@ def test_an_interrupt_inside_exec_waits_and_keeps_the_exit_code(tmp_path):
     env = subprocess_env(path=[tmp_path])
 
     def probe(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "probe", *args], env=env, timeout=120, capture_output=True,
-                              text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        return subprocess.run(
+            [sys.executable, "-m", "probe", *args],
+            env=env,
+            timeout=120,
+            capture_output=True,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
 
     ours = probe("yolo-det")
     assert ours.returncode == 130, ours.stderr
@@ -253,11 +322,14 @@ def _send_at(event: str, sig: int):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("sig", "exc", "status"), [
-    (signal.SIGTERM, Terminated, "terminated"),
-    (signal.SIGINT, KeyboardInterrupt, "interrupted"),
-    (signal.SIGHUP, Terminated, "terminated"),
-])
+@pytest.mark.parametrize(
+    ("sig", "exc", "status"),
+    [
+        (signal.SIGTERM, Terminated, "terminated"),
+        (signal.SIGINT, KeyboardInterrupt, "interrupted"),
+        (signal.SIGHUP, Terminated, "terminated"),
+    ],
+)
 def test_in_process_signal_restores_state_and_records(sig, exc, status, tmp_path, demo_data):
     from ultralytics import YOLO
 
@@ -322,8 +394,11 @@ def test_failed_run_names_the_error(tmp_path, demo_data):
 @pytest.fixture
 def default_handlers():
     """SIGINT, SIGTERM and SIGHUP at Python's defaults for the test, and put back as found afterwards."""
-    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL,
-                signal.SIGHUP: signal.SIG_DFL}
+    defaults = {
+        signal.SIGINT: signal.default_int_handler,
+        signal.SIGTERM: signal.SIG_DFL,
+        signal.SIGHUP: signal.SIG_DFL,
+    }
     found = {sig: signal.signal(sig, handler) for sig, handler in defaults.items()}
     yield defaults
     for sig, handler in found.items():
@@ -392,6 +467,7 @@ def test_a_stop_inside_the_import_machinery_or_exec_waits(default_handlers, tmp_
     with pytest.raises(KeyboardInterrupt):
         with stop_signals():
             import yolo_det_probe_module  # noqa: F401
+
             steps.append("imported")
             exec("import signal; signal.raise_signal(signal.SIGINT)")  # while the first is still pending
             steps.append("exec returned")
@@ -483,10 +559,13 @@ def test_a_restore_step_that_fails_is_a_note_on_the_original_error(monkeypatch):
 @contextlib.contextmanager
 def held_elsewhere(folder: Path):
     """Another process holding ``folder``'s run lock; SIGKILLed afterwards (no clean-up at all)."""
-    code = ("import signal, sys; from yolo_det.core.runlock import acquire; acquire(sys.argv[1]); "
-            "print('locked', flush=True); signal.pause()")
-    holder = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE, text=True,
-                              env=subprocess_env())
+    code = (
+        "import signal, sys; from yolo_det.core.runlock import acquire; acquire(sys.argv[1]); "
+        "print('locked', flush=True); signal.pause()"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE, text=True, env=subprocess_env()
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         yield holder
@@ -556,8 +635,9 @@ def test_a_second_thread_is_refused_naming_the_first(tmp_path, demo_data):
         in_thread_a = snapshot()  # what thread A put in force: must be left exactly as it is
         model = YOLO("yolov8n.yaml")
         attach(model, "fast")
-        with pytest.raises(ConcurrentSessionError,
-                           match="profile 'repro' in thread 'trainer-A', run folder 'runs/first'"):
+        with pytest.raises(
+            ConcurrentSessionError, match="profile 'repro' in thread 'trainer-A', run folder 'runs/first'"
+        ):
             model.train(data=demo_data, project=str(tmp_path), name="b", **SMALL)
         assert snapshot() == in_thread_a
         assert not (tmp_path / "b").exists()
@@ -584,11 +664,25 @@ def test_record_that_cannot_be_written_is_a_warning_after_the_digest(tmp_path):
     (run / RECORD_NAME).mkdir(parents=True)  # determinism.json is a directory
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        code = main(["train", "--profile", "fast", "epochs=1", "imgsz=64", "plots=False",
-                     f"project={tmp_path / 'runs'}", "name=ro", "exist_ok=True"])
+        code = main(
+            [
+                "train",
+                "--profile",
+                "fast",
+                "epochs=1",
+                "imgsz=64",
+                "plots=False",
+                f"project={tmp_path / 'runs'}",
+                "name=ro",
+                "exist_ok=True",
+            ]
+        )
     assert code == 0
-    lines = [line for line in out.getvalue().splitlines() if line.startswith(("weights sha256", "yolo-det:",
-                                                                             "determinism record"))]
+    lines = [
+        line
+        for line in out.getvalue().splitlines()
+        if line.startswith(("weights sha256", "yolo-det:", "determinism record"))
+    ]
     digest = checkpoint_digest(run / "weights" / "last.pt")
     assert lines[0] == f"weights sha256: {digest}"
     assert lines[1].startswith(f"yolo-det: warning: could not write {RECORD_NAME} in '{run}'")

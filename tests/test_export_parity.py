@@ -79,14 +79,21 @@ def test_every_export_gets_a_parity_record(build, tmp_path, monkeypatch, capsys)
             assert rec["deploy_settings"]["batch_invariant"] is True
             numerics = rec["parity"]["numerics"]
             assert 0 <= numerics["raw_mean_abs_diff"] <= numerics["raw_max_abs_diff"] < 1e-3
-            assert rec["parity"]["preprocessing"]["export"] == {"imgsz": [64, 64], "dynamic": False,
-                                                                "letterbox": "square", "batch": 1}
-        assert sorted(type(m).__name__ for m in model.model.modules()
-                      if type(m).__module__.startswith("yolo_det")) == swapped  # swaps put back after export
+            assert rec["parity"]["preprocessing"]["export"] == {
+                "imgsz": [64, 64],
+                "dynamic": False,
+                "letterbox": "square",
+                "batch": 1,
+            }
+        assert (
+            sorted(type(m).__name__ for m in model.model.modules() if type(m).__module__.startswith("yolo_det"))
+            == swapped
+        )  # swaps put back after export
         # the exported models on the same inputs as the PyTorch model, with boxes to compare
         images = _images(tmp_path / "images")
-        ts = export_parity(model, tmp_path / records["torchscript"]["export"]["file"], images=images, pt_rect=False,
-                           conf=0.0)
+        ts = export_parity(
+            model, tmp_path / records["torchscript"]["export"]["file"], images=images, pt_rect=False, conf=0.0
+        )
         assert ts["numerics"]["images"][0]["count"][0] > 0
         assert ts["numerics"]["detections_match"]
         assert ts["preprocessing"]["mismatches"] == []
@@ -101,8 +108,9 @@ def test_every_export_gets_a_parity_record(build, tmp_path, monkeypatch, capsys)
     assert {"export.sha256", "export.format"} <= keys
     changed = json.loads(json.dumps(records["onnx"]))
     changed["deploy_settings"]["batch_invariant"] = False
-    assert ("deploy", "deploy_settings.batch_invariant", True, False) in \
-        compare_export_records(records["onnx"], changed).differences
+    assert ("deploy", "deploy_settings.batch_invariant", True, False) in compare_export_records(
+        records["onnx"], changed
+    ).differences
     a, b = (export_record_path(tmp_path / records[f]["export"]["file"]) for f in ("torchscript", "onnx"))
     assert compare_record_files(a, b).verdict == other.verdict
     capsys.readouterr()
@@ -126,5 +134,6 @@ def test_a_mismatched_preprocessing_is_reported_as_the_cause(tmp_path, monkeypat
     assert rect["cause"].startswith("preprocessing: letterbox: rectangular")
     assert "dynamic=True" in rect["cause"]
     sized = export_parity(model, exported, images=images, pt_imgsz=96, pt_rect=False, conf=0.0)
-    assert sized["cause"].startswith("preprocessing: imgsz: the PyTorch model predicts at 96x96, "
-                                     "the export takes 64x64")
+    assert sized["cause"].startswith(
+        "preprocessing: imgsz: the PyTorch model predicts at 96x96, the export takes 64x64"
+    )

@@ -12,14 +12,30 @@ pytestmark = pytest.mark.slow
 
 # Every training event Ultralytics fires (it declares on_before_zero_grad and optimizer_step but never fires them).
 TRAIN_EVENTS = (
-    "on_pretrain_routine_start", "on_pretrain_routine_end", "on_train_start", "on_train_epoch_start",
-    "on_train_batch_start", "on_train_batch_end", "on_train_epoch_end", "on_val_start",
-    "on_val_batch_start", "on_val_batch_end", "on_val_end", "on_fit_epoch_end", "on_model_save", "on_train_end",
+    "on_pretrain_routine_start",
+    "on_pretrain_routine_end",
+    "on_train_start",
+    "on_train_epoch_start",
+    "on_train_batch_start",
+    "on_train_batch_end",
+    "on_train_epoch_end",
+    "on_val_start",
+    "on_val_batch_start",
+    "on_val_batch_end",
+    "on_val_end",
+    "on_fit_epoch_end",
+    "on_model_save",
+    "on_train_end",
     "teardown",
 )
 VAL_EVENTS = ("on_val_start", "on_val_batch_start", "on_val_batch_end", "on_val_end")
-PREDICT_EVENTS = ("on_predict_start", "on_predict_batch_start", "on_predict_postprocess_end",
-                  "on_predict_batch_end", "on_predict_end")
+PREDICT_EVENTS = (
+    "on_predict_start",
+    "on_predict_batch_start",
+    "on_predict_postprocess_end",
+    "on_predict_batch_end",
+    "on_predict_end",
+)
 EXPORT_EVENTS = ("on_export_start", "on_export_end")
 SMALL = {"epochs": 1, "imgsz": 64, "batch": 16, "device": "cpu", "workers": 0, "plots": False, "exist_ok": True}
 
@@ -156,8 +172,13 @@ def test_fault_inside_toggled_backward_during_training(tmp_path, demo_data):
     model = YOLO("yolov8n.yaml")  # Ultralytics' Model() sets CUBLAS_WORKSPACE_CONFIG itself
     before = global_state()
     with pytest.raises(Injected):
-        model.train(trainer=trainer_class("balanced", base=BoomTrainer), data=demo_data,
-                                   project=str(tmp_path), name="boom", **SMALL)
+        model.train(
+            trainer=trainer_class("balanced", base=BoomTrainer),
+            data=demo_data,
+            project=str(tmp_path),
+            name="boom",
+            **SMALL,
+        )
     assert_same_state(before, global_state())
     assert torch.are_deterministic_algorithms_enabled()
 

@@ -8,8 +8,16 @@ import torch
 from yolo_det.tools import fingerprint
 from yolo_det.tools.fingerprint import combine, device_digests, tensor_digest, tensor_digests
 
-DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.uint8,
-          torch.bool]
+DTYPES = [
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.float64,
+    torch.int64,
+    torch.int32,
+    torch.uint8,
+    torch.bool,
+]
 PATHS = {"cpu-sha256": tensor_digests, "device-sums": device_digests}
 
 

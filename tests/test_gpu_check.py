@@ -19,8 +19,14 @@ SCRIPT = ROOT / "bench" / "gpu_check.py"
 def test_gpu_check_on_cpu_skips_the_gpu_steps_and_writes_one_file(tmp_path):
     out = tmp_path / "results" / "gpu.json"
     env = subprocess_env()
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["gpu.json"]
     data = json.loads(out.read_text())
@@ -46,14 +52,17 @@ def test_gpu_check_names_the_missing_attention_model(tmp_path, monkeypatch):
         sys.path.remove(str(SCRIPT.parent))
     monkeypatch.setattr(gpu_check, "cuda_available", lambda: True)
     calls = []
-    monkeypatch.setattr(gpu_check, "check_verify",
-                        lambda *a: calls.append(("verify", a)) or {"status": "passed", "message": "ok"})
-    monkeypatch.setattr(gpu_check, "check_bench",
-                        lambda *a: calls.append(("bench", a)) or {"status": "passed", "message": "ok"})
+    monkeypatch.setattr(
+        gpu_check, "check_verify", lambda *a: calls.append(("verify", a)) or {"status": "passed", "message": "ok"}
+    )
+    monkeypatch.setattr(
+        gpu_check, "check_bench", lambda *a: calls.append(("bench", a)) or {"status": "passed", "message": "ok"}
+    )
     monkeypatch.setattr(gpu_check, "amp_check_skipped", lambda: __import__("contextlib").nullcontext())
     monkeypatch.setattr(gpu_check, "check_strict_plain", lambda *a: pytest.fail("needs the attention model"))
-    args = gpu_check.argparse.Namespace(attention_model=str(tmp_path / "absent.yaml"), steps=3, bench_steps=2,
-                                        bench_imgsz=64, device="0")
+    args = gpu_check.argparse.Namespace(
+        attention_model=str(tmp_path / "absent.yaml"), steps=3, bench_steps=2, bench_imgsz=64, device="0"
+    )
     results = gpu_check.run_checks(args)
     status = {c["name"]: (c["status"], c["message"]) for c in results["checks"]}
     assert status["verify_repro_stock"][0] == "passed"

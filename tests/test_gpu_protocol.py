@@ -29,9 +29,30 @@ def _load():
 def test_cpu_form_runs_skips_the_gpu_steps_and_writes_one_file(tmp_path):
     out = tmp_path / "results" / "protocol.json"
     env = subprocess_env()
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--ci", "--out", str(out), "--imgsz", "32", "--batch", "2",
-                           "--steps", "2", "--block", "1", "--warmup", "0"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--ci",
+            "--out",
+            str(out),
+            "--imgsz",
+            "32",
+            "--batch",
+            "2",
+            "--steps",
+            "2",
+            "--block",
+            "1",
+            "--warmup",
+            "0",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     written = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
     assert written == ["results/protocol.json"]  # nothing else (the bench's run folder is temporary)
@@ -66,12 +87,22 @@ def test_cpu_form_runs_skips_the_gpu_steps_and_writes_one_file(tmp_path):
 def test_kernel_changes_rank_the_kernels_that_moved_most():
     gp = _load()
     rows = [
-        {"profile": "fast", "kernels": [{"name": "conv_autotuned", "self_us_per_step": 900.0},
-                                        {"name": "scatter_add_atomic", "self_us_per_step": 50.0},
-                                        {"name": "gemm", "self_us_per_step": 400.0}]},
-        {"profile": "repro", "kernels": [{"name": "conv_deterministic", "self_us_per_step": 1500.0},
-                                         {"name": "index_put_sorted", "self_us_per_step": 80.0},
-                                         {"name": "gemm", "self_us_per_step": 401.0}]},
+        {
+            "profile": "fast",
+            "kernels": [
+                {"name": "conv_autotuned", "self_us_per_step": 900.0},
+                {"name": "scatter_add_atomic", "self_us_per_step": 50.0},
+                {"name": "gemm", "self_us_per_step": 400.0},
+            ],
+        },
+        {
+            "profile": "repro",
+            "kernels": [
+                {"name": "conv_deterministic", "self_us_per_step": 1500.0},
+                {"name": "index_put_sorted", "self_us_per_step": 80.0},
+                {"name": "gemm", "self_us_per_step": 401.0},
+            ],
+        },
         {"profile": "balanced", "kernels": None},
     ]
     changes = gp.kernel_changes(rows)

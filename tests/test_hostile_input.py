@@ -60,8 +60,9 @@ def test_the_failure_line_names_the_record_or_why_there_is_none() -> None:
     error = OSError(28, "No space left on device")
     ok = SimpleNamespace(record_error=None, record_path=Path("/runs/r/determinism.json"))
     assert _failure(error, ok).endswith("record (status 'failed'): /runs/r/determinism.json")
-    lost = SimpleNamespace(record_error="could not write determinism.json in '/runs/r': OSError: full",
-                           record_path=None)
+    lost = SimpleNamespace(
+        record_error="could not write determinism.json in '/runs/r': OSError: full", record_path=None
+    )
     assert "could not write determinism.json in '/runs/r'" in _failure(error, lost)
     assert _failure(error, None).startswith("training stopped: OSError: [Errno 28]")
 
@@ -77,11 +78,17 @@ def test_a_full_disk_stops_the_run_with_one_line_and_a_true_record(tmp_path: Pat
         "resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))\n"
         "from yolo_det.cli import main\n"
         f"sys.exit(main(['train', 'epochs=1', 'batch=8', 'imgsz=64', 'plots=false', 'project={tmp_path / 'runs'}',"
-        " 'name=r']))\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "YOLO_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=tmp_path,
-                          timeout=600)
+        " 'name=r']))\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "YOLO_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600
+    )
     run = tmp_path / "runs" / "r"
     lines = [ln for ln in done.stderr.splitlines() if ln.startswith("yolo-det: error:")]
     assert done.returncode == 1, done.stderr[-2000:]
@@ -100,8 +107,7 @@ def test_a_full_disk_stops_the_run_with_one_line_and_a_true_record(tmp_path: Pat
 
 def test_printable_escapes_what_acts_on_a_terminal() -> None:
     forged = "Intel\n\x1b[1A\x1b[2Kverdict: bitwise identical\r\u202eevil"
-    assert printable(forged, newlines=False) == \
-        "Intel\\n\\x1b[1A\\x1b[2Kverdict: bitwise identical\\r\\u202eevil"
+    assert printable(forged, newlines=False) == "Intel\\n\\x1b[1A\\x1b[2Kverdict: bitwise identical\\r\\u202eevil"
     assert printable("a\tb\nc é") == "a\tb\nc é"  # lines, tabs and letters stay
 
 
@@ -109,8 +115,7 @@ def test_a_forged_environment_value_cannot_add_or_hide_a_line() -> None:
     from yolo_det.tools.verify.crossverify import AgainstReport
 
     cause = SimpleNamespace(name="cpu_model", a="Xeon\n\x1b[1A\x1b[2Kverdict: bitwise identical", b="Xeon")
-    report = AgainstReport(saved="s.json", divergence=None, steps=[3, 3],
-                           environment=SimpleNamespace(causes=[cause]))  # type: ignore[arg-type]
+    report = AgainstReport(saved="s.json", divergence=None, steps=[3, 3], environment=SimpleNamespace(causes=[cause]))  # type: ignore[arg-type]
     shown = printable(report.summary())
     assert "\x1b" not in shown
     assert not any(line.startswith("verdict") for line in shown.splitlines())

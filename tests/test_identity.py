@@ -53,8 +53,13 @@ def test_run_identity_covers_data_model_and_arguments(tmp_path):
     assert model["start_weights_sha256"] == state_dict_digest(net)
     assert model["parameters"] == sum(p.numel() for p in net.parameters())
     assert "architecture_sha256" in model
-    assert ident["ultralytics_args"] == {"data": str(root / "x.yaml"), "imgsz": 64, "model": "my.pt",
-                                         "save_dir": "/tmp/r", "split": "val"}
+    assert ident["ultralytics_args"] == {
+        "data": str(root / "x.yaml"),
+        "imgsz": 64,
+        "model": "my.pt",
+        "save_dir": "/tmp/r",
+        "split": "val",
+    }
 
 
 def test_other_weights_or_architecture_change_the_model_fingerprint():
@@ -82,10 +87,13 @@ def test_yaml_start_hashes_the_yaml_text(tmp_path):
 
 
 def test_a_part_that_fails_is_recorded_as_an_error_not_raised(tmp_path):
-    trainer = SimpleNamespace(args=SimpleNamespace(model="m.yaml", split="val"), data={},
-                              train_loader=SimpleNamespace(
-                                  dataset=SimpleNamespace(im_files=[str(tmp_path / "gone.png")])),
-                              test_loader=None, model=None)
+    trainer = SimpleNamespace(
+        args=SimpleNamespace(model="m.yaml", split="val"),
+        data={},
+        train_loader=SimpleNamespace(dataset=SimpleNamespace(im_files=[str(tmp_path / "gone.png")])),
+        test_loader=None,
+        model=None,
+    )
     ident = run_identity(trainer)
     assert "FileNotFoundError" in ident["data"]["error"]
     assert ident["model"]["kind"] == "yaml"

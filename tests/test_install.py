@@ -120,38 +120,87 @@ def test_wheel_install_trains_from_an_empty_folder(tmp_path):
     cpu_before = before.ru_utime + before.ru_stime
     times = {}
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-    env.update(YOLO_OFFLINE="1", PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1",
-               YOLO_DET_CACHE=str(tmp_path / "cache"), YOLO_CONFIG_DIR=str(tmp_path / "ultralytics"))
+    env.update(
+        YOLO_OFFLINE="1",
+        PIP_NO_INDEX="1",
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+        YOLO_DET_CACHE=str(tmp_path / "cache"),
+        YOLO_CONFIG_DIR=str(tmp_path / "ultralytics"),
+    )
     src = _source_copy(tmp_path / "src")
     (src.parent / "dist").mkdir()
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(tmp_path / "dist"), str(src)], check=True, env=env, cwd=tmp_path, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "dist"),
+            str(src),
+        ],
+        check=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     (wheel,) = (tmp_path / "dist").glob("yolo_det-*.whl")
     times["wheel"] = time.perf_counter() - started
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, env=env, timeout=120)
     python = venv / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, env=env, capture_output=True, text=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     # the current environment's packages (torch, ultralytics, ...), seen after the venv's own (a venv made from
     # inside a venv with --system-site-packages would see the base interpreter's instead)
     ours = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
     (Path(purelib) / "_current_env.pth").write_text("\n".join(ours) + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                    str(wheel)], check=True, env=env, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)],
+        check=True,
+        env=env,
+        timeout=300,
+    )
     times["install"] = time.perf_counter() - started
     empty = tmp_path / "empty"
     empty.mkdir()
-    probe = subprocess.run(
-        [str(python), "-c", "import yolo_det; from yolo_det.analysis.models import resolve_model_yaml as r; "
-                            "print('PATHS', yolo_det.__file__, r('cbam-max.yaml'))"],
-        check=True, env=env, cwd=empty, capture_output=True, text=True).stdout.split("PATHS ")[-1].split()
+    probe = (
+        subprocess.run(
+            [
+                str(python),
+                "-c",
+                "import yolo_det; from yolo_det.analysis.models import resolve_model_yaml as r; "
+                "print('PATHS', yolo_det.__file__, r('cbam-max.yaml'))",
+            ],
+            check=True,
+            env=env,
+            cwd=empty,
+            capture_output=True,
+            text=True,
+        )
+        .stdout.split("PATHS ")[-1]
+        .split()
+    )
     assert probe[0].startswith(purelib)
     assert probe[1].startswith(purelib)
 
-    proc = subprocess.run([str(venv / "bin" / "yolo-det"), "train", "--profile", "repro", "epochs=1"],
-                          env=env, cwd=empty, capture_output=True, text=True, timeout=300,
-                          preexec_fn=lambda: os.umask(0o022))
+    proc = subprocess.run(
+        [str(venv / "bin" / "yolo-det"), "train", "--profile", "repro", "epochs=1"],
+        env=env,
+        cwd=empty,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=lambda: os.umask(0o022),
+    )
     times["train"] = time.perf_counter() - started
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "weights sha256: " in proc.stdout

@@ -96,9 +96,9 @@ def test_phases_are_in_force_during_each_call_and_state_is_restored(tmp_path, de
     model = YOLO("yolov8n.yaml")
     plugin = attach(model, probe_profile)
     assert attach(model, probe_profile) is plugin  # idempotent
-    assert sum(
-        1 for fns in model.callbacks.values() for f in fns if getattr(f, "__self__", None) is plugin
-    ) == len(plugin.callbacks)
+    assert sum(1 for fns in model.callbacks.values() for f in fns if getattr(f, "__self__", None) is plugin) == len(
+        plugin.callbacks
+    )
     seen: dict[str, set] = {"train": set(), "val": set(), "deploy": set()}
     model.add_callback("on_train_batch_start", lambda t: seen["train"].add(flags()))
     model.add_callback("on_val_batch_start", lambda v: seen["val"].add(flags()))
@@ -176,11 +176,18 @@ def test_trainer_class_backward_flag_and_data_order(tmp_path, demo_data):
         FlagProbe.log.clear()
         after_step: list[bool] = []
         model = YOLO("yolov8n.yaml")
-        model.add_callback("on_train_batch_end",
-                           lambda t, a=after_step: a.append(torch.are_deterministic_algorithms_enabled()))
+        model.add_callback(
+            "on_train_batch_end", lambda t, a=after_step: a.append(torch.are_deterministic_algorithms_enabled())
+        )
         base = snapshot()
-        model.train(trainer=trainer_class(profile, base=base_cls), data=demo_data, project=str(tmp_path),
-                    name=f"{profile}{seed}", seed=seed, **SMALL)
+        model.train(
+            trainer=trainer_class(profile, base=base_cls),
+            data=demo_data,
+            project=str(tmp_path),
+            name=f"{profile}{seed}",
+            seed=seed,
+            **SMALL,
+        )
         assert snapshot() == base
         forward = {flag for kind, flag in FlagProbe.log if kind == "forward"}
         backward = {flag for kind, flag in FlagProbe.log if kind == "backward"}
@@ -198,8 +205,18 @@ def test_trainer_class_backward_flag_and_data_order(tmp_path, demo_data):
 def test_cli_train_twice_gives_the_same_weights_digest(tmp_path, capsys):
     digests = []
     for name in ("a", "b"):
-        code = main(["train", "--profile", "repro", "epochs=1", "imgsz=64", f"project={tmp_path}", f"name={name}",
-                     "plots=false"])
+        code = main(
+            [
+                "train",
+                "--profile",
+                "repro",
+                "epochs=1",
+                "imgsz=64",
+                f"project={tmp_path}",
+                f"name={name}",
+                "plots=false",
+            ]
+        )
         assert code == 0
         out = capsys.readouterr().out
         line = next(li for li in out.splitlines() if li.startswith("weights sha256: "))

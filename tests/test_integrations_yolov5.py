@@ -98,8 +98,9 @@ def train(hyp: dict[str, Any], opt: argparse.Namespace, device: str, callbacks: 
 
 
 def _opt(tmp_path: Path, profile: str | None, **extra: Any) -> argparse.Namespace:
-    return argparse.Namespace(seed=3, save_dir=str(tmp_path / "run"), det_profile=profile, epochs=1,
-                              batch_size=8, weights="", **extra)
+    return argparse.Namespace(
+        seed=3, save_dir=str(tmp_path / "run"), det_profile=profile, epochs=1, batch_size=8, weights="", **extra
+    )
 
 
 def _record(tmp_path: Path) -> dict[str, Any]:
@@ -178,7 +179,10 @@ def test_repro_trains_strict_restores_and_records(tmp_path: Path) -> None:
     assert record["run"]["save_dir"] == str(tmp_path / "run")
     assert record["run"]["script"] == __file__
     assert [(e["event"], e["phase"]) for e in record["phase_events"]] == [
-        ("enter", "train"), ("enter", "val"), ("exit", "val")]
+        ("enter", "train"),
+        ("enter", "val"),
+        ("exit", "val"),
+    ]
     assert "torch" in record["environment"]
 
 
@@ -335,9 +339,17 @@ def yolov5_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
         files = sorted((data / "images" / split).iterdir())[:count]
         (data / f"{split}.txt").write_text("".join(f"{f}\n" for f in files))
     names = demo["names"]
-    (root / "data.yaml").write_text(yaml.safe_dump(
-        {"path": str(data), "train": "train.txt", "val": "val.txt", "nc": len(names),
-         "names": [names[i] for i in sorted(names)]}))
+    (root / "data.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "path": str(data),
+                "train": "train.txt",
+                "val": "val.txt",
+                "nc": len(names),
+                "names": [names[i] for i in sorted(names)],
+            }
+        )
+    )
     model = (package / "models" / "yolov5n.yaml").read_text(encoding="utf-8")
     model = re.sub(r"^nc: \d+", f"nc: {len(names)}", model, flags=re.M)
     model = re.sub(r"^width_multiple: [\d.]+", "width_multiple: 0.125", model, flags=re.M)
@@ -347,17 +359,19 @@ def yolov5_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _offline_env(root: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({
-        "PYTHONPATH": os.pathsep.join([str(root), str(ROOT)]),  # the patched copy and this checkout's yolo_det
-        "YOLOV5_CONFIG_DIR": str(root / "yolov5-config"),  # empty: the run must provide Arial.ttf itself
-        "YOLO_CONFIG_DIR": str(root / "ultralytics-config"),
-        "ULTRALYTICS_SKIP_REQUIREMENTS_CHECKS": "1",  # yolov5's main() would check (and pip install) requirements
-        "YOLOv5_AUTOINSTALL": "false",  # the same for a repository clone
-        "HF_HUB_OFFLINE": "1",  # train() asks the Hugging Face hub about --weights
-        "WANDB_MODE": "disabled",
-        "MPLBACKEND": "Agg",
-        "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1",  # yolov5 7.0 unpickles its checkpoints with torch.load defaults
-    })
+    env.update(
+        {
+            "PYTHONPATH": os.pathsep.join([str(root), str(ROOT)]),  # the patched copy and this checkout's yolo_det
+            "YOLOV5_CONFIG_DIR": str(root / "yolov5-config"),  # empty: the run must provide Arial.ttf itself
+            "YOLO_CONFIG_DIR": str(root / "ultralytics-config"),
+            "ULTRALYTICS_SKIP_REQUIREMENTS_CHECKS": "1",  # yolov5's main() would check (and pip install) requirements
+            "YOLOv5_AUTOINSTALL": "false",  # the same for a repository clone
+            "HF_HUB_OFFLINE": "1",  # train() asks the Hugging Face hub about --weights
+            "WANDB_MODE": "disabled",
+            "MPLBACKEND": "Agg",
+            "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1",  # yolov5 7.0 unpickles its checkpoints with torch.load defaults
+        }
+    )
     env.pop("RANK", None)
     env.pop("LOCAL_RANK", None)
     env.pop("WORLD_SIZE", None)
@@ -399,8 +413,9 @@ print("RESULT " + json.dumps({"save_dir": str(opt.save_dir), "before": before, "
 def test_patched_yolov5_trains_one_epoch_under_repro_offline(yolov5_copy: Path) -> None:
     root = yolov5_copy
     (root / "driver.py").write_text(textwrap.dedent(_DRIVER).replace("BATCH", str(_BATCH)))
-    proc = subprocess.run([sys.executable, "driver.py"], cwd=root, env=_offline_env(root), capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "driver.py"], cwd=root, env=_offline_env(root), capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.split("RESULT ", 1)[1])
     assert result["after_train"] == result["before"]  # plain YOLOv5 would leave strict mode on
@@ -494,15 +509,22 @@ def test_cbam_max_under_the_cuda_emulator(yolov5_copy: Path, plain_yolov5_copy: 
     for root, mode in ((plain_yolov5_copy, "plain"), (yolov5_copy, "repro"), (yolov5_copy, "balanced")):
         _cbam_model(root, tiny)
         (root / "cbam_driver.py").write_text(textwrap.dedent(_CBAM_DRIVER).replace("BATCH", str(_BATCH)))
-        proc = subprocess.run([sys.executable, "cbam_driver.py", mode], cwd=root, env=_offline_env(root),
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [sys.executable, "cbam_driver.py", mode],
+            cwd=root,
+            env=_offline_env(root),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert "RESULT " in proc.stdout, proc.stderr[-3000:]
         results[mode] = json.loads(proc.stdout.split("RESULT ", 1)[1])
 
     assert not results["plain"]["ok"]
     assert results["plain"]["error"].startswith(
         "adaptive_max_pool2d_backward_cuda does not have a deterministic implementation, but you set "
-        "'torch.use_deterministic_algorithms(True)'")
+        "'torch.use_deterministic_algorithms(True)'"
+    )
     for mode in ("repro", "balanced"):
         assert results[mode]["ok"], results[mode]
     repro = json.loads((yolov5_copy / "runs" / "repro" / RECORD_NAME).read_text())

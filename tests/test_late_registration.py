@@ -13,16 +13,28 @@ from yolo_det.integrations.ultralytics import UltralyticsPlugin, attach
 
 pytestmark = pytest.mark.slow
 
-SMALL = {"epochs": 1, "imgsz": 32, "batch": 8, "nbs": 8, "fraction": 0.25, "val": False, "plots": False,
-         "workers": 0, "device": "cpu", "exist_ok": True, "seed": 3}
+SMALL = {
+    "epochs": 1,
+    "imgsz": 32,
+    "batch": 8,
+    "nbs": 8,
+    "fraction": 0.25,
+    "val": False,
+    "plots": False,
+    "workers": 0,
+    "device": "cpu",
+    "exist_ok": True,
+    "seed": 3,
+}
 
 
 def _start_weights(folder: Path) -> str:
     return json.loads((folder / RECORD_NAME).read_text())["model"]["start_weights_sha256"]
 
 
-def test_callbacks_given_to_the_trainer_start_from_the_documented_routes_weights(tmp_path: Path,
-                                                                                 demo_data: str) -> None:
+def test_callbacks_given_to_the_trainer_start_from_the_documented_routes_weights(
+    tmp_path: Path, demo_data: str
+) -> None:
     from ultralytics import YOLO
     from ultralytics.models.yolo.detect import DetectionTrainer
     from ultralytics.utils import callbacks
@@ -32,9 +44,10 @@ def test_callbacks_given_to_the_trainer_start_from_the_documented_routes_weights
     model.train(data=demo_data, project=str(tmp_path), name="attach", **SMALL)
 
     plugin = UltralyticsPlugin("repro")
-    trainer = DetectionTrainer(overrides={"model": "yolov8n.yaml", "data": demo_data, "project": str(tmp_path),
-                                          "name": "built", **SMALL},
-                               _callbacks=plugin.register(callbacks.get_default_callbacks()))
+    trainer = DetectionTrainer(
+        overrides={"model": "yolov8n.yaml", "data": demo_data, "project": str(tmp_path), "name": "built", **SMALL},
+        _callbacks=plugin.register(callbacks.get_default_callbacks()),
+    )
     trainer.train()
     assert _start_weights(tmp_path / "built") == _start_weights(tmp_path / "attach")
 
@@ -42,8 +55,9 @@ def test_callbacks_given_to_the_trainer_start_from_the_documented_routes_weights
 def test_registering_on_an_existing_trainer_is_refused_in_one_line(tmp_path: Path, demo_data: str) -> None:
     from ultralytics.models.yolo.detect import DetectionTrainer
 
-    trainer = DetectionTrainer(overrides={"model": "yolov8n.yaml", "data": demo_data, "project": str(tmp_path),
-                                          "name": "late", **SMALL})
+    trainer = DetectionTrainer(
+        overrides={"model": "yolov8n.yaml", "data": demo_data, "project": str(tmp_path), "name": "late", **SMALL}
+    )
     UltralyticsPlugin("repro").register(trainer.callbacks)
     with pytest.raises(YoloDetError) as e:
         trainer.train()

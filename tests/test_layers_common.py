@@ -30,8 +30,9 @@ def test_axis_map_round_trips_a_dense_matrix_and_transposes():
     assert torch.equal(_dense(amap.transpose()), matrix)
     assert amap.transpose().transpose() is amap
     x = torch.randn(3, 7, 2, dtype=torch.float64)
-    torch.testing.assert_close(C.apply_axis_map(x, 1, amap), torch.einsum("oi,bic->boc", matrix.t(), x),
-                               rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        C.apply_axis_map(x, 1, amap), torch.einsum("oi,bic->boc", matrix.t(), x), rtol=0, atol=1e-12
+    )
 
 
 def test_window_mean_and_identity():
@@ -96,9 +97,12 @@ def test_results_do_not_depend_on_matmul_precision_settings():
     grid = torch.rand(2, 6, 5, 2) * 2 - 1
 
     def run():
-        return [L.interpolate(x, scale_factor=1.7, mode="bicubic"), L.adaptive_avg_pool2d(x, (5, 4)),
-                L.grid_sample(x, grid, align_corners=False),
-                L.interpolate(x, size=(5, 6), mode="bilinear", antialias=True)]
+        return [
+            L.interpolate(x, scale_factor=1.7, mode="bicubic"),
+            L.adaptive_avg_pool2d(x, (5, 4)),
+            L.grid_sample(x, grid, align_corners=False),
+            L.interpolate(x, size=(5, 6), mode="bilinear", antialias=True),
+        ]
 
     reference = run()
     old_precision = torch.get_float32_matmul_precision()
@@ -143,8 +147,11 @@ def test_amp_plan_probes_accelerators_with_fake_tensors():
         return F.interpolate(torch.zeros(1, 1, 4, 4, dtype=torch.float16, device=device), size=5, mode="bicubic")
 
     def sample_probe(device):
-        return F.grid_sample(torch.zeros(1, 1, 2, 2, dtype=torch.float16, device=device),
-                             torch.zeros(1, 1, 1, 2, dtype=torch.float32, device=device), align_corners=False)
+        return F.grid_sample(
+            torch.zeros(1, 1, 2, 2, dtype=torch.float16, device=device),
+            torch.zeros(1, 1, 1, 2, dtype=torch.float32, device=device),
+            align_corners=False,
+        )
 
     enabled, dtype = torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
     torch.set_autocast_enabled("cuda", True)

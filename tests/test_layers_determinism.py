@@ -27,17 +27,25 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import yolo_det.layers as L
 
-FORBIDDEN_NODE = re.compile(r"^(Adaptive(Avg|Max)Pool\dDBackward|Upsample\w*Backward|GridSampler\dDBackward|"
-                            r"ReflectionPad\dDBackward|ReplicationPad\dDBackward|NllLoss2DBackward)")
+FORBIDDEN_NODE = re.compile(
+    r"^(Adaptive(Avg|Max)Pool\dDBackward|Upsample\w*Backward|GridSampler\dDBackward|"
+    r"ReflectionPad\dDBackward|ReplicationPad\dDBackward|NllLoss2DBackward)"
+)
 OUR_NODES = {
-    "DetAxisMapBackward", "DetSeparableMapBackward", "DetAdaptiveMaxPoolBackward", "DetAdaptiveAvgPoolBackward",
-    "DetPadBackward", "DetGridSampleBackward",
+    "DetAxisMapBackward",
+    "DetSeparableMapBackward",
+    "DetAdaptiveMaxPoolBackward",
+    "DetAdaptiveAvgPoolBackward",
+    "DetPadBackward",
+    "DetGridSampleBackward",
 }
 # The adaptive pooling *forward* kernels are deterministic on CUDA (one thread per output, no atomics): the
 # layers use them and replace only the backward, so only the backward kernels are forbidden here.
-FORBIDDEN_OP = re.compile(r"^(_?adaptive_(avg|max)_pool\dd_backward|upsample_\w+_backward|_upsample_\w+_backward|"
-                          r"grid_sampler_\dd_backward|reflection_pad\dd_backward|replication_pad\dd_backward|"
-                          r"nll_loss2d_\w+|scatter_add_?|index_add_?)$")
+FORBIDDEN_OP = re.compile(
+    r"^(_?adaptive_(avg|max)_pool\dd_backward|upsample_\w+_backward|_upsample_\w+_backward|"
+    r"grid_sampler_\dd_backward|reflection_pad\dd_backward|replication_pad\dd_backward|"
+    r"nll_loss2d_\w+|scatter_add_?|index_add_?)$"
+)
 
 
 def _grid(device: str) -> torch.Tensor:
@@ -50,59 +58,106 @@ def _target(device: str) -> torch.Tensor:
 
 # name -> (yolo-det call, native call); each takes (x, device) with x of shape (2, 8, 20, 18)
 LAYERS = {
-    "adaptive_avg_pool2d(None,1)": (lambda x, d: L.adaptive_avg_pool2d(x, (None, 1)),
-                                    lambda x, d: F.adaptive_avg_pool2d(x, (None, 1))),
-    "adaptive_avg_pool2d(6,5)": (lambda x, d: L.adaptive_avg_pool2d(x, (6, 5)),
-                                 lambda x, d: F.adaptive_avg_pool2d(x, (6, 5))),
-    "adaptive_avg_pool2d(4,3)": (lambda x, d: L.adaptive_avg_pool2d(x, (4, 3)),
-                                 lambda x, d: F.adaptive_avg_pool2d(x, (4, 3))),
-    "adaptive_avg_pool1d": (lambda x, d: L.adaptive_avg_pool1d(x.flatten(2), 7),
-                            lambda x, d: F.adaptive_avg_pool1d(x.flatten(2), 7)),
-    "adaptive_avg_pool3d": (lambda x, d: L.adaptive_avg_pool3d(x.unsqueeze(2), (1, 3, 7)),
-                            lambda x, d: F.adaptive_avg_pool3d(x.unsqueeze(2), (1, 3, 7))),
+    "adaptive_avg_pool2d(None,1)": (
+        lambda x, d: L.adaptive_avg_pool2d(x, (None, 1)),
+        lambda x, d: F.adaptive_avg_pool2d(x, (None, 1)),
+    ),
+    "adaptive_avg_pool2d(6,5)": (
+        lambda x, d: L.adaptive_avg_pool2d(x, (6, 5)),
+        lambda x, d: F.adaptive_avg_pool2d(x, (6, 5)),
+    ),
+    "adaptive_avg_pool2d(4,3)": (
+        lambda x, d: L.adaptive_avg_pool2d(x, (4, 3)),
+        lambda x, d: F.adaptive_avg_pool2d(x, (4, 3)),
+    ),
+    "adaptive_avg_pool1d": (
+        lambda x, d: L.adaptive_avg_pool1d(x.flatten(2), 7),
+        lambda x, d: F.adaptive_avg_pool1d(x.flatten(2), 7),
+    ),
+    "adaptive_avg_pool3d": (
+        lambda x, d: L.adaptive_avg_pool3d(x.unsqueeze(2), (1, 3, 7)),
+        lambda x, d: F.adaptive_avg_pool3d(x.unsqueeze(2), (1, 3, 7)),
+    ),
     "adaptive_max_pool2d(1)": (lambda x, d: L.adaptive_max_pool2d(x, 1), lambda x, d: F.adaptive_max_pool2d(x, 1)),
     "adaptive_max_pool2d(3)": (lambda x, d: L.adaptive_max_pool2d(x, 3), lambda x, d: F.adaptive_max_pool2d(x, 3)),
-    "adaptive_max_pool2d(5,6)": (lambda x, d: L.adaptive_max_pool2d(x, (5, 6)),
-                                 lambda x, d: F.adaptive_max_pool2d(x, (5, 6))),
-    "adaptive_max_pool1d": (lambda x, d: L.adaptive_max_pool1d(x.flatten(2), 7),
-                            lambda x, d: F.adaptive_max_pool1d(x.flatten(2), 7)),
-    "interpolate bicubic": (lambda x, d: L.interpolate(x, scale_factor=2, mode="bicubic"),
-                            lambda x, d: F.interpolate(x, scale_factor=2, mode="bicubic")),
-    "interpolate bilinear aa": (lambda x, d: L.interpolate(x, size=(9, 7), mode="bilinear", antialias=True),
-                                lambda x, d: F.interpolate(x, size=(9, 7), mode="bilinear", antialias=True)),
+    "adaptive_max_pool2d(5,6)": (
+        lambda x, d: L.adaptive_max_pool2d(x, (5, 6)),
+        lambda x, d: F.adaptive_max_pool2d(x, (5, 6)),
+    ),
+    "adaptive_max_pool1d": (
+        lambda x, d: L.adaptive_max_pool1d(x.flatten(2), 7),
+        lambda x, d: F.adaptive_max_pool1d(x.flatten(2), 7),
+    ),
+    "interpolate bicubic": (
+        lambda x, d: L.interpolate(x, scale_factor=2, mode="bicubic"),
+        lambda x, d: F.interpolate(x, scale_factor=2, mode="bicubic"),
+    ),
+    "interpolate bilinear aa": (
+        lambda x, d: L.interpolate(x, size=(9, 7), mode="bilinear", antialias=True),
+        lambda x, d: F.interpolate(x, size=(9, 7), mode="bilinear", antialias=True),
+    ),
     "interpolate linear": (
         lambda x, d: L.interpolate(x.flatten(2), scale_factor=1.5, mode="linear", align_corners=True),
-        lambda x, d: F.interpolate(x.flatten(2), scale_factor=1.5, mode="linear", align_corners=True)),
-    "interpolate area": (lambda x, d: L.interpolate(x, size=(7, 5), mode="area"),
-                         lambda x, d: F.interpolate(x, size=(7, 5), mode="area")),
-    "interpolate bilinear": (lambda x, d: L.interpolate(x, scale_factor=2, mode="bilinear"),
-                             # the deterministic flag makes PyTorch decompose bilinear on CUDA: a plain kernel call
-                             lambda x, d: torch._C._nn.upsample_bilinear2d(x, (40, 36), False, None)),
-    "grid_sample zeros": (lambda x, d: L.grid_sample(x, _grid(d).requires_grad_(), align_corners=False),
-                          lambda x, d: F.grid_sample(x, _grid(d).requires_grad_(), align_corners=False)),
-    "grid_sample border": (lambda x, d: L.grid_sample(x, _grid(d), padding_mode="border", align_corners=True),
-                           lambda x, d: F.grid_sample(x, _grid(d), padding_mode="border", align_corners=True)),
-    "pad reflect 2d": (lambda x, d: L.pad(x, (1, 2, 3, 1), mode="reflect"),
-                       lambda x, d: torch._C._nn.reflection_pad2d(x, (1, 2, 3, 1))),
-    "pad reflect 1d": (lambda x, d: L.pad(x.flatten(2), (3, 2), mode="reflect"),
-                       lambda x, d: F.pad(x.flatten(2), (3, 2), mode="reflect")),
-    "pad replicate 3d": (lambda x, d: L.pad(x.unsqueeze(2), (1, 2, 3, 1, 1, 0), mode="replicate"),
-                         lambda x, d: torch._C._nn.replication_pad3d(x.unsqueeze(2), (1, 2, 3, 1, 1, 0))),
-    "cross_entropy": (lambda x, d: L.cross_entropy(x, _target(d), label_smoothing=0.1),
-                      lambda x, d: F.cross_entropy(x, _target(d), label_smoothing=0.1)),
-    "nll_loss": (lambda x, d: L.nll_loss(x.log_softmax(1), _target(d)),
-                 lambda x, d: F.nll_loss(x.log_softmax(1), _target(d))),
+        lambda x, d: F.interpolate(x.flatten(2), scale_factor=1.5, mode="linear", align_corners=True),
+    ),
+    "interpolate area": (
+        lambda x, d: L.interpolate(x, size=(7, 5), mode="area"),
+        lambda x, d: F.interpolate(x, size=(7, 5), mode="area"),
+    ),
+    "interpolate bilinear": (
+        lambda x, d: L.interpolate(x, scale_factor=2, mode="bilinear"),
+        # the deterministic flag makes PyTorch decompose bilinear on CUDA: a plain kernel call
+        lambda x, d: torch._C._nn.upsample_bilinear2d(x, (40, 36), False, None),
+    ),
+    "grid_sample zeros": (
+        lambda x, d: L.grid_sample(x, _grid(d).requires_grad_(), align_corners=False),
+        lambda x, d: F.grid_sample(x, _grid(d).requires_grad_(), align_corners=False),
+    ),
+    "grid_sample border": (
+        lambda x, d: L.grid_sample(x, _grid(d), padding_mode="border", align_corners=True),
+        lambda x, d: F.grid_sample(x, _grid(d), padding_mode="border", align_corners=True),
+    ),
+    "pad reflect 2d": (
+        lambda x, d: L.pad(x, (1, 2, 3, 1), mode="reflect"),
+        lambda x, d: torch._C._nn.reflection_pad2d(x, (1, 2, 3, 1)),
+    ),
+    "pad reflect 1d": (
+        lambda x, d: L.pad(x.flatten(2), (3, 2), mode="reflect"),
+        lambda x, d: F.pad(x.flatten(2), (3, 2), mode="reflect"),
+    ),
+    "pad replicate 3d": (
+        lambda x, d: L.pad(x.unsqueeze(2), (1, 2, 3, 1, 1, 0), mode="replicate"),
+        lambda x, d: torch._C._nn.replication_pad3d(x.unsqueeze(2), (1, 2, 3, 1, 1, 0)),
+    ),
+    "cross_entropy": (
+        lambda x, d: L.cross_entropy(x, _target(d), label_smoothing=0.1),
+        lambda x, d: F.cross_entropy(x, _target(d), label_smoothing=0.1),
+    ),
+    "nll_loss": (
+        lambda x, d: L.nll_loss(x.log_softmax(1), _target(d)),
+        lambda x, d: F.nll_loss(x.log_softmax(1), _target(d)),
+    ),
     "DetAdaptiveMaxPool2d": (lambda x, d: L.DetAdaptiveMaxPool2d(3)(x), lambda x, d: torch.nn.AdaptiveMaxPool2d(3)(x)),
-    "DetAdaptiveAvgPool2d": (lambda x, d: L.DetAdaptiveAvgPool2d((1, None))(x),
-                             lambda x, d: torch.nn.AdaptiveAvgPool2d((1, None))(x)),
-    "DetUpsample": (lambda x, d: L.DetUpsample(scale_factor=2, mode="bicubic")(x),
-                    lambda x, d: torch.nn.Upsample(scale_factor=2, mode="bicubic")(x)),
-    "DetReflectionPad2d": (lambda x, d: L.DetReflectionPad2d(2)(x),
-                           lambda x, d: torch._C._nn.reflection_pad2d(x, [2] * 4)),
-    "DetReplicationPad2d": (lambda x, d: L.DetReplicationPad2d(2)(x),
-                            lambda x, d: torch._C._nn.replication_pad2d(x, [2] * 4)),
-    "DetCrossEntropyLoss": (lambda x, d: L.DetCrossEntropyLoss()(x, _target(d)),
-                            lambda x, d: torch.nn.CrossEntropyLoss()(x, _target(d))),
+    "DetAdaptiveAvgPool2d": (
+        lambda x, d: L.DetAdaptiveAvgPool2d((1, None))(x),
+        lambda x, d: torch.nn.AdaptiveAvgPool2d((1, None))(x),
+    ),
+    "DetUpsample": (
+        lambda x, d: L.DetUpsample(scale_factor=2, mode="bicubic")(x),
+        lambda x, d: torch.nn.Upsample(scale_factor=2, mode="bicubic")(x),
+    ),
+    "DetReflectionPad2d": (
+        lambda x, d: L.DetReflectionPad2d(2)(x),
+        lambda x, d: torch._C._nn.reflection_pad2d(x, [2] * 4),
+    ),
+    "DetReplicationPad2d": (
+        lambda x, d: L.DetReplicationPad2d(2)(x),
+        lambda x, d: torch._C._nn.replication_pad2d(x, [2] * 4),
+    ),
+    "DetCrossEntropyLoss": (
+        lambda x, d: L.DetCrossEntropyLoss()(x, _target(d)),
+        lambda x, d: torch.nn.CrossEntropyLoss()(x, _target(d)),
+    ),
 }
 
 

@@ -32,8 +32,14 @@ def grid_case(draw: st.DrawFn) -> tuple[tuple[int, ...], torch.Tensor]:
 
 
 @settings(max_examples=80, deadline=None)
-@given(case=grid_case(), padding_mode=st.sampled_from(["zeros", "border", "reflection"]), align_corners=st.booleans(),
-       pattern=patterns, dtype=float_dtypes, seed=seeds)
+@given(
+    case=grid_case(),
+    padding_mode=st.sampled_from(["zeros", "border", "reflection"]),
+    align_corners=st.booleans(),
+    pattern=patterns,
+    dtype=float_dtypes,
+    seed=seeds,
+)
 def test_grid_sample_matches_torch(case, padding_mode, align_corners, pattern, dtype, seed):
     shape, grid = case
     x = make_input(pattern, shape, dtype, seed)

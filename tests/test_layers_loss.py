@@ -25,12 +25,20 @@ def loss_case(draw: st.DrawFn) -> dict:
         target = torch.randint(0, c, (n,) + spatial, generator=gen)
     ignore = -100 if probabilities else draw(st.sampled_from([-100, 0, c - 1]))  # torch: no ignore_index for them
     if not probabilities and draw(st.booleans()):  # some ignored targets (sometimes all of them)
-        target = torch.where(torch.rand(target.shape, generator=gen) < draw(st.sampled_from([0.3, 1.0])),
-                             torch.full_like(target, ignore), target)
+        target = torch.where(
+            torch.rand(target.shape, generator=gen) < draw(st.sampled_from([0.3, 1.0])),
+            torch.full_like(target, ignore),
+            target,
+        )
     weight = torch.rand(c, generator=gen, dtype=torch.float64) + 0.1 if draw(st.booleans()) else None
-    return {"shape": (n, c) + spatial, "target": target, "weight": weight, "ignore_index": ignore,
-            "reduction": draw(st.sampled_from(["mean", "sum", "none"])),
-            "label_smoothing": draw(st.sampled_from([0.0, 0.0, 0.1, 0.35]))}
+    return {
+        "shape": (n, c) + spatial,
+        "target": target,
+        "weight": weight,
+        "ignore_index": ignore,
+        "reduction": draw(st.sampled_from(["mean", "sum", "none"])),
+        "label_smoothing": draw(st.sampled_from([0.0, 0.0, 0.1, 0.35])),
+    }
 
 
 @settings(max_examples=80, deadline=None)
@@ -39,15 +47,23 @@ def test_cross_entropy_matches_torch(case, pattern, dtype, seed):
     x = make_input(pattern, case["shape"], dtype, seed)
     target = case["target"].to(dtype) if case["target"].is_floating_point() else case["target"]
     weight = None if case["weight"] is None else case["weight"].to(dtype)
-    kwargs = {"ignore_index": case["ignore_index"], "reduction": case["reduction"],
-              "label_smoothing": case["label_smoothing"]}
+    kwargs = {
+        "ignore_index": case["ignore_index"],
+        "reduction": case["reduction"],
+        "label_smoothing": case["label_smoothing"],
+    }
     # float32: the same PyTorch kernels on a flattened layout; only the order of the final reduction
     # over the N*d1*... positions differs
     # the weight is an input too, so the float64 reference gets a float64 copy
     inputs = [x, target] + ([] if weight is None else [weight])
-    check_matches(lambda t, y, *w: L.cross_entropy(t, y, *w, **kwargs),
-                  lambda t, y, *w: F.cross_entropy(t, y, *w, **kwargs), inputs, dtype, seed=seed,
-                  grad_mask=[True, False, False][:len(inputs)])
+    check_matches(
+        lambda t, y, *w: L.cross_entropy(t, y, *w, **kwargs),
+        lambda t, y, *w: F.cross_entropy(t, y, *w, **kwargs),
+        inputs,
+        dtype,
+        seed=seed,
+        grad_mask=[True, False, False][: len(inputs)],
+    )
 
 
 @settings(max_examples=50, deadline=None)
@@ -60,8 +76,14 @@ def test_nll_loss_matches_torch(case, pattern, dtype, seed):
     weight = None if case["weight"] is None else case["weight"].to(dtype)
     kwargs = {"ignore_index": case["ignore_index"], "reduction": case["reduction"]}
     inputs = [x, target] + ([] if weight is None else [weight])
-    check_matches(lambda t, y, *w: L.nll_loss(t, y, *w, **kwargs), lambda t, y, *w: F.nll_loss(t, y, *w, **kwargs),
-                  inputs, dtype, seed=seed, grad_mask=[True, False, False][:len(inputs)])
+    check_matches(
+        lambda t, y, *w: L.nll_loss(t, y, *w, **kwargs),
+        lambda t, y, *w: F.nll_loss(t, y, *w, **kwargs),
+        inputs,
+        dtype,
+        seed=seed,
+        grad_mask=[True, False, False][: len(inputs)],
+    )
 
 
 @pytest.mark.filterwarnings("ignore:size_average and reduce args will be deprecated")
@@ -69,10 +91,14 @@ def test_legacy_reduction_arguments():
     x = torch.randn(2, 4, 3, 3, dtype=torch.float64)
     t = torch.randint(0, 4, (2, 3, 3))
     for size_average, reduce in [(False, None), (None, False), (True, True)]:
-        torch.testing.assert_close(L.cross_entropy(x, t, size_average=size_average, reduce=reduce),
-                                   F.cross_entropy(x, t, size_average=size_average, reduce=reduce))
-        torch.testing.assert_close(L.nll_loss(x, t, size_average=size_average, reduce=reduce),
-                                   F.nll_loss(x, t, size_average=size_average, reduce=reduce))
+        torch.testing.assert_close(
+            L.cross_entropy(x, t, size_average=size_average, reduce=reduce),
+            F.cross_entropy(x, t, size_average=size_average, reduce=reduce),
+        )
+        torch.testing.assert_close(
+            L.nll_loss(x, t, size_average=size_average, reduce=reduce),
+            F.nll_loss(x, t, size_average=size_average, reduce=reduce),
+        )
 
 
 def test_two_dimensional_input_passes_through():

@@ -75,8 +75,9 @@ def test_same_outputs_and_gradients(case):
     torch.testing.assert_close(xs[0].grad, xs[1].grad, rtol=0, atol=1e-10)
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if len(c[4]) == 4],
-                         ids=[i for i, c in zip(IDS, CASES) if len(c[4]) == 4])
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if len(c[4]) == 4], ids=[i for i, c in zip(IDS, CASES) if len(c[4]) == 4]
+)
 def test_channels_last_input(case):
     det, ref, shape = _pair(case)
     x = torch.randn(shape, dtype=torch.float64)
@@ -100,10 +101,14 @@ def test_under_cpu_autocast(case, in_dtype):
 
 def test_loss_modules_are_drop_ins():
     w = torch.rand(4)
-    for det_cls, ref_cls, kwargs in [(L.DetCrossEntropyLoss, nn.CrossEntropyLoss, {"label_smoothing": 0.1}),
-                                     (L.DetNLLLoss, nn.NLLLoss, {})]:
-        det, ref = det_cls(weight=w, ignore_index=2, reduction="sum", **kwargs), ref_cls(weight=w, ignore_index=2,
-                                                                                         reduction="sum", **kwargs)
+    for det_cls, ref_cls, kwargs in [
+        (L.DetCrossEntropyLoss, nn.CrossEntropyLoss, {"label_smoothing": 0.1}),
+        (L.DetNLLLoss, nn.NLLLoss, {}),
+    ]:
+        det, ref = (
+            det_cls(weight=w, ignore_index=2, reduction="sum", **kwargs),
+            ref_cls(weight=w, ignore_index=2, reduction="sum", **kwargs),
+        )
         assert isinstance(det, ref_cls)
         assert repr(det) == repr(ref).replace(ref_cls.__name__, det_cls.__name__, 1)
         assert det.state_dict().keys() == ref.state_dict().keys()

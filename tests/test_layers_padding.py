@@ -58,12 +58,15 @@ def test_other_modes_pass_through(mode, value):
     assert torch.equal(P.pad(x, (1, 2, 1, 1), mode, value), F.pad(x, (1, 2, 1, 1), mode=mode, value=value))
 
 
-@pytest.mark.parametrize("args", [
-    ((5, 0), "reflect", None),  # pad >= size
-    ((1, 1, 1), "reflect", None),  # odd length
-    ((1, 1), "reflect", 0.0),  # value with a non-constant mode
-    ((1, 1, 1, 1, 1, 1, 1, 1), "replicate", None),  # 4 padded axes
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ((5, 0), "reflect", None),  # pad >= size
+        ((1, 1, 1), "reflect", None),  # odd length
+        ((1, 1), "reflect", 0.0),  # value with a non-constant mode
+        ((1, 1, 1, 1, 1, 1, 1, 1), "replicate", None),  # 4 padded axes
+    ],
+)
 def test_invalid_arguments_raise_like_torch(args):
     x = torch.randn(2, 3, 4, 5)
     pads, mode, value = args
@@ -73,12 +76,17 @@ def test_invalid_arguments_raise_like_torch(args):
         P.pad(x, pads, mode, value)
 
 
-@pytest.mark.parametrize(("cls", "ref", "arg"), [
-    (P.DetReflectionPad1d, torch.nn.ReflectionPad1d, 2), (P.DetReflectionPad2d, torch.nn.ReflectionPad2d, (1, 2, 0, 3)),
-    (P.DetReflectionPad3d, torch.nn.ReflectionPad3d, 1), (P.DetReplicationPad1d, torch.nn.ReplicationPad1d, (0, 3)),
-    (P.DetReplicationPad2d, torch.nn.ReplicationPad2d, 2),
-    (P.DetReplicationPad3d, torch.nn.ReplicationPad3d, (1, 0, 2, 1, 0, 1)),
-])
+@pytest.mark.parametrize(
+    ("cls", "ref", "arg"),
+    [
+        (P.DetReflectionPad1d, torch.nn.ReflectionPad1d, 2),
+        (P.DetReflectionPad2d, torch.nn.ReflectionPad2d, (1, 2, 0, 3)),
+        (P.DetReflectionPad3d, torch.nn.ReflectionPad3d, 1),
+        (P.DetReplicationPad1d, torch.nn.ReplicationPad1d, (0, 3)),
+        (P.DetReplicationPad2d, torch.nn.ReplicationPad2d, 2),
+        (P.DetReplicationPad3d, torch.nn.ReplicationPad3d, (1, 0, 2, 1, 0, 1)),
+    ],
+)
 def test_modules_match_torch_modules(cls, ref, arg):
     det, native = cls(arg), ref(arg)
     nd = int(cls.__name__[-2])

@@ -40,8 +40,9 @@ def pool2d_case(draw: st.DrawFn) -> tuple[tuple[int, ...], object]:
 def test_adaptive_avg_pool2d_matches_torch(case, pattern, dtype, seed):
     shape, out = case
     x = make_input(pattern, shape, dtype, seed)
-    check_matches(lambda t: P.adaptive_avg_pool2d(t, out), lambda t: F.adaptive_avg_pool2d(t, out), [x], dtype,
-                  seed=seed)
+    check_matches(
+        lambda t: P.adaptive_avg_pool2d(t, out), lambda t: F.adaptive_avg_pool2d(t, out), [x], dtype, seed=seed
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -49,8 +50,9 @@ def test_adaptive_avg_pool2d_matches_torch(case, pattern, dtype, seed):
 def test_adaptive_max_pool2d_matches_torch(case, pattern, dtype, seed):
     shape, out = case
     x = make_input(pattern, shape, dtype, seed)
-    check_matches(lambda t: P.adaptive_max_pool2d(t, out), lambda t: F.adaptive_max_pool2d(t, out), [x], dtype,
-                  seed=seed)
+    check_matches(
+        lambda t: P.adaptive_max_pool2d(t, out), lambda t: F.adaptive_max_pool2d(t, out), [x], dtype, seed=seed
+    )
     # max pooling copies values: forward and indices are bit-identical in every dtype
     y, idx = P.adaptive_max_pool2d(x, out, return_indices=True)
     y_ref, idx_ref = F.adaptive_max_pool2d(x, out, return_indices=True)
@@ -63,22 +65,30 @@ def test_adaptive_max_pool2d_matches_torch(case, pattern, dtype, seed):
 def test_adaptive_pool1d_matches_torch(length, data, pattern, dtype, seed):
     out = data.draw(axis_out(length).filter(lambda o: o is not None))
     x = make_input(pattern, (2, 3, length), dtype, seed)
-    check_matches(lambda t: P.adaptive_avg_pool1d(t, out), lambda t: F.adaptive_avg_pool1d(t, out), [x], dtype,
-                  seed=seed)
-    check_matches(lambda t: P.adaptive_max_pool1d(t, out), lambda t: F.adaptive_max_pool1d(t, out), [x], dtype,
-                  seed=seed)
+    check_matches(
+        lambda t: P.adaptive_avg_pool1d(t, out), lambda t: F.adaptive_avg_pool1d(t, out), [x], dtype, seed=seed
+    )
+    check_matches(
+        lambda t: P.adaptive_max_pool1d(t, out), lambda t: F.adaptive_max_pool1d(t, out), [x], dtype, seed=seed
+    )
     y, idx = P.adaptive_max_pool1d(x, out, return_indices=True)
     assert torch.equal(idx, F.adaptive_max_pool1d(x, out, return_indices=True)[1])
 
 
 @settings(max_examples=25, deadline=None)
-@given(sizes=st.tuples(st.integers(1, 7), st.integers(1, 7), st.integers(1, 7)), data=st.data(), pattern=patterns,
-       dtype=float_dtypes, seed=seeds)
+@given(
+    sizes=st.tuples(st.integers(1, 7), st.integers(1, 7), st.integers(1, 7)),
+    data=st.data(),
+    pattern=patterns,
+    dtype=float_dtypes,
+    seed=seeds,
+)
 def test_adaptive_avg_pool3d_matches_torch(sizes, data, pattern, dtype, seed):
     out = tuple(data.draw(axis_out(s)) for s in sizes)
     x = make_input(pattern, (2, 2) + sizes, dtype, seed)
-    check_matches(lambda t: P.adaptive_avg_pool3d(t, out), lambda t: F.adaptive_avg_pool3d(t, out), [x], dtype,
-                  seed=seed)
+    check_matches(
+        lambda t: P.adaptive_avg_pool3d(t, out), lambda t: F.adaptive_avg_pool3d(t, out), [x], dtype, seed=seed
+    )
 
 
 @pytest.mark.parametrize("out", [1, (2, 2), (3, 3)])
@@ -139,8 +149,14 @@ def test_invalid_arguments_raise_torch_errors():
 # General windows: the native forward, the replaced backward
 # ----------------------------------------------------------------------------------------------------
 
-GENERAL = [((2, 3, 20, 20), (3, 3)), ((2, 3, 40, 40), (5, 7)), ((1, 2, 7, 9), (4, 4)), ((2, 2, 5, 6), (9, 11)),
-           ((2, 2, 13, 3), (6, 2)), ((3, 11, 10), (4, 3))]
+GENERAL = [
+    ((2, 3, 20, 20), (3, 3)),
+    ((2, 3, 40, 40), (5, 7)),
+    ((1, 2, 7, 9), (4, 4)),
+    ((2, 2, 5, 6), (9, 11)),
+    ((2, 2, 13, 3), (6, 2)),
+    ((3, 11, 10), (4, 3)),
+]
 
 
 def _max_grad(x: torch.Tensor, out, g: torch.Tensor, combine: bool) -> torch.Tensor:
@@ -198,8 +214,9 @@ def test_reach_counts_overlapping_neighbours():
     assert P._reach(P._windows(1, 4)) == 3
 
 
-@pytest.mark.parametrize(("shape", "out"), [((1, 2, 7, 9), (4, 4)), ((2, 1, 5, 6), (9, 11)), ((1, 2, 10, 7), (3, 5)),
-                                       ((2, 11, 10), (4, 3))])
+@pytest.mark.parametrize(
+    ("shape", "out"), [((1, 2, 7, 9), (4, 4)), ((2, 1, 5, 6), (9, 11)), ((1, 2, 10, 7), (3, 5)), ((2, 11, 10), (4, 3))]
+)
 def test_general_window_gradients_pass_gradcheck(shape, out):
     g = torch.Generator().manual_seed(5)
     x = torch.randn(shape, generator=g, dtype=torch.float64, requires_grad=True)
@@ -215,8 +232,9 @@ def test_general_window_average_matches_torch_exactly_forward(shape, out):
     x = make_input("normal", shape, torch.float32, 4)
     assert torch.equal(P.adaptive_avg_pool2d(x, out), F.adaptive_avg_pool2d(x, out))
     xd = x.double()
-    check_matches(lambda t: P.adaptive_avg_pool2d(t, out), lambda t: F.adaptive_avg_pool2d(t, out), [xd],
-                  torch.float64, seed=0)
+    check_matches(
+        lambda t: P.adaptive_avg_pool2d(t, out), lambda t: F.adaptive_avg_pool2d(t, out), [xd], torch.float64, seed=0
+    )
 
 
 def test_average_gradient_works_in_batch_chunks():
@@ -232,8 +250,10 @@ def test_average_gradient_works_in_batch_chunks():
     assert chunked.numel() > P._CHUNK_MIN  # large enough to be split
 
 
-@pytest.mark.parametrize(("shape", "out", "n"), [((2, 16, 40, 40), 6, 2), ((1, 32, 20, 20), (3, 7), 2),
-                                                 ((2, 8, 13), 5, 1), ((3, 9, 11), (4, 4), 2)])
+@pytest.mark.parametrize(
+    ("shape", "out", "n"),
+    [((2, 16, 40, 40), 6, 2), ((1, 32, 20, 20), (3, 7), 2), ((2, 8, 13), 5, 1), ((3, 9, 11), (4, 4), 2)],
+)
 def test_banded_average_gradient_equals_window_spread_and_torch(shape, out, n):
     # the matrix-product backward (CPU, overlapping windows): PyTorch's gradient to float64 rounding,
     # and the gather/slice-add formulation's

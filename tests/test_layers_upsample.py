@@ -17,8 +17,9 @@ HAS_LANCZOS = "lanczos" in (F.interpolate.__doc__ or "")
 
 @st.composite
 def interp_case(draw: st.DrawFn) -> tuple[tuple[int, ...], dict]:
-    mode = draw(st.sampled_from(["linear", "bilinear", "bicubic", "trilinear", "area"] +
-                                (["lanczos"] if HAS_LANCZOS else [])))
+    mode = draw(
+        st.sampled_from(["linear", "bilinear", "bicubic", "trilinear", "area"] + (["lanczos"] if HAS_LANCZOS else []))
+    )
     nd = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3, "lanczos": 2}.get(mode) or draw(st.integers(1, 3))
     top = 7 if nd == 3 else 14
     spatial = tuple(draw(st.integers(1, top)) for _ in range(nd))
@@ -56,6 +57,7 @@ def _references(shape: tuple[int, ...], kwargs: dict):
       PyTorch's forward).
     """
     if not kwargs.get("antialias"):
+
         def native(t: torch.Tensor) -> torch.Tensor:
             return F.interpolate(t, **kwargs)
 
@@ -133,8 +135,9 @@ def test_width_one_antialias_follows_the_separable_definition():
     expected = F.interpolate(x.contiguous(memory_format=torch.channels_last), **kwargs)
     # the same resampling, one axis at a time, never producing a width-1 output
     rows = F.interpolate(x, scale_factor=(0.5, 1.0), mode="bilinear", antialias=True)
-    separable = F.interpolate(rows.transpose(2, 3), scale_factor=(0.5, 1.0), mode="bilinear",
-                              antialias=True).transpose(2, 3)
+    separable = F.interpolate(rows.transpose(2, 3), scale_factor=(0.5, 1.0), mode="bilinear", antialias=True).transpose(
+        2, 3
+    )
     torch.testing.assert_close(expected, separable, rtol=0, atol=1e-12)
     torch.testing.assert_close(U.interpolate(x, **kwargs), separable, rtol=0, atol=1e-12)
     assert float((F.interpolate(x, **kwargs) - separable).abs().max()) > 1e-3  # the kernel's bug
@@ -146,16 +149,19 @@ def test_nearest_modes_pass_through(mode):
     assert torch.equal(U.interpolate(x, scale_factor=2, mode=mode), F.interpolate(x, scale_factor=2, mode=mode))
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"scale_factor": 2, "mode": "area", "align_corners": True},
-    {"size": 4, "scale_factor": 2, "mode": "bilinear"},
-    {"mode": "bilinear"},
-    {"size": 4, "mode": "bilinear", "recompute_scale_factor": True},
-    {"size": 4, "mode": "linear"},
-    {"size": (4, 4, 4), "mode": "bilinear"},
-    {"scale_factor": 2, "mode": "trilinear"},
-    {"scale_factor": 2, "mode": "bicubic", "antialias": True, "align_corners": True, "size": 3},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"scale_factor": 2, "mode": "area", "align_corners": True},
+        {"size": 4, "scale_factor": 2, "mode": "bilinear"},
+        {"mode": "bilinear"},
+        {"size": 4, "mode": "bilinear", "recompute_scale_factor": True},
+        {"size": 4, "mode": "linear"},
+        {"size": (4, 4, 4), "mode": "bilinear"},
+        {"scale_factor": 2, "mode": "trilinear"},
+        {"scale_factor": 2, "mode": "bicubic", "antialias": True, "align_corners": True, "size": 3},
+    ],
+)
 def test_invalid_arguments_raise_like_torch(kwargs):
     x = torch.randn(1, 2, 4, 4)
     with pytest.raises((ValueError, NotImplementedError, TypeError, RuntimeError)) as native:
@@ -177,8 +183,12 @@ def test_half_precision_is_computed_in_float32():
 
 def test_module_forward_and_bilinear_alias():
     x = torch.randn(2, 3, 6, 5, dtype=torch.float64)
-    for det, ref in [(U.DetUpsample(scale_factor=1.5, mode="bicubic", align_corners=True),
-                      torch.nn.Upsample(scale_factor=1.5, mode="bicubic", align_corners=True)),
-                     (U.DetUpsample(size=(4, 9), mode="bilinear"), torch.nn.Upsample(size=(4, 9), mode="bilinear")),
-                     (U.DetUpsamplingBilinear2d(scale_factor=2), torch.nn.UpsamplingBilinear2d(scale_factor=2))]:
+    for det, ref in [
+        (
+            U.DetUpsample(scale_factor=1.5, mode="bicubic", align_corners=True),
+            torch.nn.Upsample(scale_factor=1.5, mode="bicubic", align_corners=True),
+        ),
+        (U.DetUpsample(size=(4, 9), mode="bilinear"), torch.nn.Upsample(size=(4, 9), mode="bilinear")),
+        (U.DetUpsamplingBilinear2d(scale_factor=2), torch.nn.UpsamplingBilinear2d(scale_factor=2)),
+    ]:
         torch.testing.assert_close(det(x), ref(x), rtol=0, atol=1e-12)

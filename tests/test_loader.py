@@ -14,8 +14,10 @@ from yolo_det.core.errors import ModelError
 
 
 def test_layer_lines() -> None:
-    text = ("nc: 3\nbackbone:\n  # c\n  - [-1, 1, Conv, [16, 3, 2]]\n  - [-1, 1, Conv, [32, 3, 2]]\nhead:\n\n"
-            "  - [-1, 1, nn.Upsample, [None, 2]]\n")
+    text = (
+        "nc: 3\nbackbone:\n  # c\n  - [-1, 1, Conv, [16, 3, 2]]\n  - [-1, 1, Conv, [32, 3, 2]]\nhead:\n\n"
+        "  - [-1, 1, nn.Upsample, [None, 2]]\n"
+    )
     assert layer_lines(text) == {0: 4, 1: 5, 2: 8}
     assert layer_lines("not: [valid") == {}
 
@@ -58,17 +60,29 @@ def test_module_and_state_dict_checkpoints(tmp_path: Path) -> None:
         load_model(tmp_path / "junk.pt")
 
 
-@pytest.mark.parametrize(("text", "pattern"), [
-    ("- 1\n- 2\n", r"must be a mapping"),
-    ("nc: 1\nbackbone: []\n", r"needs a 'head' list"),
-    ("nc: 1\nbackbone:\n  - [-1, 1, Conv]\nhead: []\n", r"t\.yaml:3: layer 0 must be \[from, repeats, module, args\]"),
-    ("nc: 1\nbackbone:\n  - [-1, 1, nn.Conv9d, [1]]\nhead: []\n",
-     r"t\.yaml:3: unknown module 'nn\.Conv9d'.*torch\.nn has no"),
-    ("nc: 1\nbackbone:\n  - [-1, 1, Cnv, [8, 3]]\nhead: []\n",
-     r"t\.yaml:3: unknown module 'Cnv' in layer 0.*Did you mean 'Conv'\?"),
-    ("nc: 1\nbackbone:\n  - [-1, 1, Conv, [8, 3, 2]]\nhead:\n  - [[-1, 7], 1, Concat, [1]]\n",
-     r"the model does not build"),
-])
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        ("- 1\n- 2\n", r"must be a mapping"),
+        ("nc: 1\nbackbone: []\n", r"needs a 'head' list"),
+        (
+            "nc: 1\nbackbone:\n  - [-1, 1, Conv]\nhead: []\n",
+            r"t\.yaml:3: layer 0 must be \[from, repeats, module, args\]",
+        ),
+        (
+            "nc: 1\nbackbone:\n  - [-1, 1, nn.Conv9d, [1]]\nhead: []\n",
+            r"t\.yaml:3: unknown module 'nn\.Conv9d'.*torch\.nn has no",
+        ),
+        (
+            "nc: 1\nbackbone:\n  - [-1, 1, Cnv, [8, 3]]\nhead: []\n",
+            r"t\.yaml:3: unknown module 'Cnv' in layer 0.*Did you mean 'Conv'\?",
+        ),
+        (
+            "nc: 1\nbackbone:\n  - [-1, 1, Conv, [8, 3, 2]]\nhead:\n  - [[-1, 7], 1, Concat, [1]]\n",
+            r"the model does not build",
+        ),
+    ],
+)
 def test_bad_yamls(tmp_path: Path, text: str, pattern: str) -> None:
     path = tmp_path / "t.yaml"
     path.write_text(text, encoding="utf-8")
@@ -80,7 +94,8 @@ def test_bad_yamls(tmp_path: Path, text: str, pattern: str) -> None:
 
 def test_factory_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "ydt_factories.py").write_text(
-        "def broken():\n    raise ValueError('no weights')\n\ndef not_a_model():\n    return 42\n", encoding="utf-8")
+        "def broken():\n    raise ValueError('no weights')\n\ndef not_a_model():\n    return 42\n", encoding="utf-8"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ModelError, match="factory 'ydt_factories:broken' failed: ValueError: no weights"):
         load_model("ydt_factories:broken")

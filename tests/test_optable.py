@@ -28,16 +28,24 @@ RUNNING = torch.__version__
 
 # The deterministic replacements yolo-det ships (fixed names: the layers are written elsewhere).
 ALLOWED_TARGETS = {
-    "yolo_det.layers.pooling.DetAdaptiveAvgPool2d", "yolo_det.layers.pooling.DetAdaptiveMaxPool2d",
-    "yolo_det.layers.pooling.adaptive_avg_pool2d", "yolo_det.layers.pooling.adaptive_max_pool2d",
-    "yolo_det.layers.upsample.DetUpsample", "yolo_det.layers.upsample.interpolate",
+    "yolo_det.layers.pooling.DetAdaptiveAvgPool2d",
+    "yolo_det.layers.pooling.DetAdaptiveMaxPool2d",
+    "yolo_det.layers.pooling.adaptive_avg_pool2d",
+    "yolo_det.layers.pooling.adaptive_max_pool2d",
+    "yolo_det.layers.upsample.DetUpsample",
+    "yolo_det.layers.upsample.interpolate",
     "yolo_det.layers.grid_sample.grid_sample",
-    "yolo_det.layers.padding.DetReflectionPad1d", "yolo_det.layers.padding.DetReflectionPad2d",
-    "yolo_det.layers.padding.DetReflectionPad3d", "yolo_det.layers.padding.DetReplicationPad1d",
-    "yolo_det.layers.padding.DetReplicationPad2d", "yolo_det.layers.padding.DetReplicationPad3d",
+    "yolo_det.layers.padding.DetReflectionPad1d",
+    "yolo_det.layers.padding.DetReflectionPad2d",
+    "yolo_det.layers.padding.DetReflectionPad3d",
+    "yolo_det.layers.padding.DetReplicationPad1d",
+    "yolo_det.layers.padding.DetReplicationPad2d",
+    "yolo_det.layers.padding.DetReplicationPad3d",
     "yolo_det.layers.padding.pad",
-    "yolo_det.layers.loss.DetCrossEntropyLoss", "yolo_det.layers.loss.DetNLLLoss",
-    "yolo_det.layers.loss.cross_entropy", "yolo_det.layers.loss.nll_loss",
+    "yolo_det.layers.loss.DetCrossEntropyLoss",
+    "yolo_det.layers.loss.DetNLLLoss",
+    "yolo_det.layers.loss.cross_entropy",
+    "yolo_det.layers.loss.nll_loss",
 }
 
 
@@ -51,9 +59,15 @@ def _resolve(dotted: str) -> object:
 # versions
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("2.14.1+cu130", (2, 14, 1)), ("2.1", (2, 1, 0)), ("2.15.0a0+git123", (2, 15, 0)), ("1.8.1", (1, 8, 1)),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2.14.1+cu130", (2, 14, 1)),
+        ("2.1", (2, 1, 0)),
+        ("2.15.0a0+git123", (2, 15, 0)),
+        ("1.8.1", (1, 8, 1)),
+    ],
+)
 def test_parse_version(text: str, expected: tuple[int, int, int]) -> None:
     assert parse_version(text) == expected
 
@@ -63,10 +77,19 @@ def test_parse_version_rejects_garbage() -> None:
         parse_version("latest")
 
 
-@pytest.mark.parametrize(("spec", "version", "inside"), [
-    (">=2.1", "2.1.0", True), (">=2.1", "2.0.1", False), (">=1.8,<2.1", "2.0.1", True), (">=1.8,<2.1", "2.1.0", False),
-    ("<2.14", "2.13.9", True), ("==2.2", "2.2.0", True), ("!=2.2", "2.2.0", False), ("", "9.9", True),
-])
+@pytest.mark.parametrize(
+    ("spec", "version", "inside"),
+    [
+        (">=2.1", "2.1.0", True),
+        (">=2.1", "2.0.1", False),
+        (">=1.8,<2.1", "2.0.1", True),
+        (">=1.8,<2.1", "2.1.0", False),
+        ("<2.14", "2.13.9", True),
+        ("==2.2", "2.2.0", True),
+        ("!=2.2", "2.2.0", False),
+        ("", "9.9", True),
+    ],
+)
 def test_version_in(spec: str, version: str, inside: bool) -> None:
     assert version_in(spec, version) is inside
 
@@ -91,14 +114,17 @@ def test_active_entries_differ_between_versions() -> None:
     assert {"adaptive_max_pool2d", "grid_sampler_2d"} <= old & new
 
 
-@pytest.mark.parametrize(("when", "via", "det", "reached"), [
-    ("always", True, True, True),
-    ("native_path", True, True, False),   # F.interpolate under the flag: CUDA decomposes
-    ("native_path", True, False, True),   # forward ran with the flag off
-    ("native_path", False, True, True),   # the aten op called directly
-    ("native_path", True, None, True),
-    ("never", False, False, False),
-])
+@pytest.mark.parametrize(
+    ("when", "via", "det", "reached"),
+    [
+        ("always", True, True, True),
+        ("native_path", True, True, False),  # F.interpolate under the flag: CUDA decomposes
+        ("native_path", True, False, True),  # forward ran with the flag off
+        ("native_path", False, True, True),  # the aten op called directly
+        ("native_path", True, None, True),
+        ("never", False, False, False),
+    ],
+)
 def test_reaches(when: str, via: bool, det: bool | None, reached: bool) -> None:
     assert OpEntry.reaches(when, via_functional=via, forward_deterministic=det) is reached
 
@@ -177,13 +203,13 @@ def test_function_name() -> None:
 def _rodata(lib: Path) -> bytes:
     """The .rodata section of an ELF64 library (where string literals live)."""
     with open(lib, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        shoff, = struct.unpack_from("<Q", mm, 0x28)
+        (shoff,) = struct.unpack_from("<Q", mm, 0x28)
         shentsize, shnum, shstrndx = struct.unpack_from("<HHH", mm, 0x3A)
         headers = [struct.unpack_from("<IIQQQQIIQQ", mm, shoff + i * shentsize) for i in range(shnum)]
         names_at = headers[shstrndx][4]
         for name, _type, _flags, _addr, offset, size, *_ in headers:
-            if mm[names_at + name:mm.find(b"\0", names_at + name)] == b".rodata":
-                return bytes(mm[offset:offset + size])
+            if mm[names_at + name : mm.find(b"\0", names_at + name)] == b".rodata":
+                return bytes(mm[offset : offset + size])
     raise AssertionError(f"{lib} has no .rodata")
 
 
@@ -248,7 +274,7 @@ GOOD_ENTRY = """\
 
 
 def _table(body: str) -> str:
-    return "messages:\n  strict: \"{kernel} x\"\n  warn: \"{kernel} y\"\nentries:\n" + body
+    return 'messages:\n  strict: "{kernel} x"\n  warn: "{kernel} y"\nentries:\n' + body
 
 
 def test_parse_a_minimal_table() -> None:
@@ -258,15 +284,18 @@ def test_parse_a_minimal_table() -> None:
     assert table.message("k", warn_only=True) == "k y"
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    (("effect: alert", "effect: loud"), "t.yaml:5: 'effect' must be one of"),
-    (("pass: backward", "pass: sideways"), "t.yaml:5: 'pass' must be one of"),
-    (("    fix:", "    colour: red\n    fix:"), "t.yaml:5: unknown key 'colour'"),
-    ((">=1.8", "~1.8"), "bad version clause"),
-    (("when: always", "when: sometimes"), "'when' must be one of"),
-    (("aten::adaptive_max_pool2d_backward", "adaptive_max_pool2d_backward"), "namespace::name"),
-    (("      note: accept", "      note: ''"), "needs a swap"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("effect: alert", "effect: loud"), "t.yaml:5: 'effect' must be one of"),
+        (("pass: backward", "pass: sideways"), "t.yaml:5: 'pass' must be one of"),
+        (("    fix:", "    colour: red\n    fix:"), "t.yaml:5: unknown key 'colour'"),
+        ((">=1.8", "~1.8"), "bad version clause"),
+        (("when: always", "when: sometimes"), "'when' must be one of"),
+        (("aten::adaptive_max_pool2d_backward", "adaptive_max_pool2d_backward"), "namespace::name"),
+        (("      note: accept", "      note: ''"), "needs a swap"),
+    ],
+)
 def test_parse_errors(change: tuple[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         parse_table(_table(GOOD_ENTRY.replace(*change)), "t.yaml")

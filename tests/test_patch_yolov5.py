@@ -35,8 +35,11 @@ def tree(tmp_path: Path) -> Path:
 
 
 def _digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -90,8 +93,11 @@ def test_patched_training_scripts_call_yolo_det_and_compile(tree: Path, capsys: 
         resumable = rel != "classify/train.py"  # detect and segment also hand last_opt_step to a resumed run
         assert len(added) == 6 + resumable  # the import and one line per call
         removed = [line.strip() for line in old if line not in new]
-        assert removed == ["init_seeds(opt.seed + 1 + RANK, deterministic=True)",
-                           *(["last_opt_step = -1"] if resumable else []), "scaler.scale(loss).backward()"]
+        assert removed == [
+            "init_seeds(opt.seed + 1 + RANK, deterministic=True)",
+            *(["last_opt_step = -1"] if resumable else []),
+            "scaler.scale(loss).backward()",
+        ]
         if resumable:
             assert "    last_opt_step = ydet.last_opt_step(-1)  # yolo-det" in new
         assert "ydet.init_seeds(init_seeds, opt.seed + 1 + RANK, deterministic=True)  # yolo-det" in "\n".join(new)
@@ -130,7 +136,8 @@ def test_default_profile_option_and_switching_it(tree: Path, capsys: pytest.Capt
     assert _cli(capsys, tree, "--profile", "balanced")[0] == 0
     new = (tree / "train.py").read_text(encoding="utf-8")
     assert [a for a, b in zip(text.splitlines(), new.splitlines()) if a != b] == [
-        "    ydet.add_argument(parser, default='repro')  # yolo-det"]
+        "    ydet.add_argument(parser, default='repro')  # yolo-det"
+    ]
     assert _cli(capsys, tree, "--reverse")[0] == 0
     assert (tree / "train.py").read_bytes() == pristine
 
@@ -159,7 +166,8 @@ def test_anchors_tolerate_line_drift_layout_and_crlf(tree: Path) -> None:
     original = (tree / "train.py").read_text(encoding="utf-8")
     edits = pv.FILES["train.py"]
     drifted = "# a user's header\n" * 17 + _repo_layout(original).replace(
-        "    init_seeds(", "    # a comment pushing lines down\n    init_seeds(")
+        "    init_seeds(", "    # a comment pushing lines down\n    init_seeds("
+    )
     crlf = drifted.replace("\n", "\r\n")
     for text in (original, drifted, crlf):
         patched = pv.patch_text(text, edits)
@@ -174,8 +182,9 @@ def test_anchors_tolerate_line_drift_layout_and_crlf(tree: Path) -> None:
 def test_unrecognised_file_refuses_the_whole_tree(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """One file not recognised: nothing is changed (a tree is never left half patched)."""
     seg = tree / "segment" / "train.py"
-    seg.write_text(seg.read_text(encoding="utf-8").replace("scaler.scale(loss).backward()", "loss.backward()"),
-                   encoding="utf-8")
+    seg.write_text(
+        seg.read_text(encoding="utf-8").replace("scaler.scale(loss).backward()", "loss.backward()"), encoding="utf-8"
+    )
     before = _digest(tree)
     rc, out, err = _cli(capsys, tree)
     assert rc == 2
@@ -202,8 +211,10 @@ def test_an_unknown_marked_line_anywhere_refuses_the_whole_tree(tree: Path, caps
 
 def test_ambiguous_anchor_and_unknown_marked_line(tree: Path) -> None:
     text = (tree / "train.py").read_text(encoding="utf-8")
-    doubled = text.replace("    init_seeds(opt.seed + 1 + RANK, deterministic=True)\n",
-                           "    init_seeds(opt.seed + 1 + RANK, deterministic=True)\n" * 2)
+    doubled = text.replace(
+        "    init_seeds(opt.seed + 1 + RANK, deterministic=True)\n",
+        "    init_seeds(opt.seed + 1 + RANK, deterministic=True)\n" * 2,
+    )
     with pytest.raises(pv.NotRecognised, match=r"found 2 \(lines \d+, \d+\)"):
         pv.patch_text(doubled, pv.FILES["train.py"], path="train.py")
     patched = pv.patch_text(text, pv.FILES["train.py"])
@@ -301,7 +312,7 @@ def _apply_diff(root: Path, diff: str) -> dict[str, str]:
         for hunk in hunks:
             old_side = [h[1:] for h in hunk if h[0] in " -"]
             for start in range(pos, len(lines) - len(old_side) + 1):
-                if lines[start:start + len(old_side)] == old_side:
+                if lines[start : start + len(old_side)] == old_side:
                     break
             else:
                 raise AssertionError(f"{rel}: a hunk of the diff does not apply")
@@ -358,8 +369,9 @@ def _snapshot(root: Path) -> dict[str, str]:
     return out
 
 
-def test_symlinked_folder_outside_the_tree_is_refused(tree: Path, tmp_path: Path,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_symlinked_folder_outside_the_tree_is_refused(
+    tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     outside = tmp_path / "elsewhere"
     (tree / "segment").rename(outside)
     (tree / "segment").symlink_to(outside, target_is_directory=True)
@@ -376,8 +388,9 @@ def test_symlinked_folder_outside_the_tree_is_refused(tree: Path, tmp_path: Path
     assert "outside the tree" in err
 
 
-def test_symlinked_file_outside_the_tree_is_refused(tree: Path, tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_symlinked_file_outside_the_tree_is_refused(
+    tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     outside = tmp_path / "detect-elsewhere.py"
     (tree / "detect.py").rename(outside)
     (tree / "detect.py").symlink_to(outside)
@@ -421,8 +434,9 @@ def test_two_links_to_one_file_are_refused(tree: Path, capsys: pytest.CaptureFix
 @pytest.mark.parametrize("stage", ["_write_temp", "_replace"])
 @pytest.mark.parametrize("nth", [1, 4, 9])
 @pytest.mark.parametrize("error", [KeyboardInterrupt, OSError, RuntimeError])
-def test_interruption_between_files_leaves_the_tree_as_it_was(tree: Path, monkeypatch: pytest.MonkeyPatch,
-                                                              stage: str, nth: int, error: type) -> None:
+def test_interruption_between_files_leaves_the_tree_as_it_was(
+    tree: Path, monkeypatch: pytest.MonkeyPatch, stage: str, nth: int, error: type
+) -> None:
     """Ctrl-C (or any failure) while staging or while renaming the Nth file: the tree is exactly as before."""
     result = pv.plan(tree)
     assert len(result.changes) >= 5  # 2 writes (backup + file) per changed file: nth=9 is the 5th file's backup

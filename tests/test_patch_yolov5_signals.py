@@ -25,8 +25,7 @@ def _snapshot(root: Path) -> dict[str, str]:
     out = {}
     for p in sorted(root.rglob("*")):
         rel = str(p.relative_to(root))
-        out[rel] = (f"{hashlib.sha256(p.read_bytes()).hexdigest()} {p.stat().st_mode:o}" if p.is_file()
-                    else "folder")
+        out[rel] = f"{hashlib.sha256(p.read_bytes()).hexdigest()} {p.stat().st_mode:o}" if p.is_file() else "folder"
     return out
 
 
@@ -192,9 +191,11 @@ def test_a_journal_shipped_with_a_tree_cannot_remove_its_files(trees, tmp_path: 
     import json
 
     template, original, _, _ = trees
-    for files in ([{"rel": "train.py", "path": "{root}/train.py", "existed": False}],
-                  [{"rel": "utils/general.py.yolo-det.bak", "path": "{root}/utils/general.py", "existed": False}],
-                  [{"rel": "train.py.yolo-det.bak", "path": "/etc/passwd", "existed": True}]):
+    for files in (
+        [{"rel": "train.py", "path": "{root}/train.py", "existed": False}],
+        [{"rel": "utils/general.py.yolo-det.bak", "path": "{root}/utils/general.py", "existed": False}],
+        [{"rel": "train.py.yolo-det.bak", "path": "/etc/passwd", "existed": True}],
+    ):
         root = tmp_path / f"j{len(list(tmp_path.iterdir()))}"
         _copy(template, root)
         text = json.dumps({"version": 1, "committed": False, "files": files}).replace("{root}", str(root))

@@ -34,10 +34,24 @@ def test_the_seed_limit_is_numpys() -> None:
         np.random.seed(prechecks.SEED_LIMIT)
 
 
-@pytest.mark.parametrize(("device", "asks"), [
-    ("cpu", None), ("mps", None), (None, None), ("", None), ("-1", None), (0, [0]), ("0", [0]), ("0,1", [0, 1]),
-    ("cuda", []), ("cuda:1", [1]), ([0, 1], [0, 1]), ("[0, 1]", [0, 1]), ("CUDA:0", [0]),
-])
+@pytest.mark.parametrize(
+    ("device", "asks"),
+    [
+        ("cpu", None),
+        ("mps", None),
+        (None, None),
+        ("", None),
+        ("-1", None),
+        (0, [0]),
+        ("0", [0]),
+        ("0,1", [0, 1]),
+        ("cuda", []),
+        ("cuda:1", [1]),
+        ([0, 1], [0, 1]),
+        ("[0, 1]", [0, 1]),
+        ("CUDA:0", [0]),
+    ],
+)
 def test_which_devices_ask_for_cuda(device: object, asks: list[int] | None) -> None:
     assert prechecks._cuda_indices(device) == asks
 
@@ -71,11 +85,15 @@ def test_run_folder(tmp_path: Path) -> None:
     assert args["name"] == "7"
     assert not (tmp_path / "new").exists()
     (tmp_path / "file").write_text("x")
-    for bad, match in [({"project": str(tmp_path / "file")}, "is not a folder"),
-                       ({"project": str(tmp_path / "file" / "sub")}, "which is not a folder"),
-                       ({"name": [1, 2]}, "not a folder name"), ({"name": True}, "not a folder name"),
-                       ({"project": {"a": 1}}, "not a folder name"), ({"name": " "}, "non-empty"),
-                       ({"project": str(tmp_path), "name": "file"}, "exists and is not a folder")]:
+    for bad, match in [
+        ({"project": str(tmp_path / "file")}, "is not a folder"),
+        ({"project": str(tmp_path / "file" / "sub")}, "which is not a folder"),
+        ({"name": [1, 2]}, "not a folder name"),
+        ({"name": True}, "not a folder name"),
+        ({"project": {"a": 1}}, "not a folder name"),
+        ({"name": " "}, "non-empty"),
+        ({"project": str(tmp_path), "name": "file"}, "exists and is not a folder"),
+    ]:
         with pytest.raises(ConfigError, match=match):
             prechecks.check_run_folder(dict(bad))
 
@@ -117,8 +135,17 @@ def test_data_images(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError, match="the val images .* do not exist"):
         prechecks.check_data(str(_data(tmp_path, train="images/train", val="images/nope")))
     with pytest.raises(ConfigError, match="does not download datasets"):
-        prechecks.check_data(str(_data(tmp_path, path="coco", train="images/train", val="images/val",
-                                       download="import os; os.system('touch pwned')")))
+        prechecks.check_data(
+            str(
+                _data(
+                    tmp_path,
+                    path="coco",
+                    train="images/train",
+                    val="images/val",
+                    download="import os; os.system('touch pwned')",
+                )
+            )
+        )
     assert not (tmp_path / "pwned").exists()
     with pytest.raises(ConfigError, match="needs 'train:' and 'val:'"):
         prechecks.check_data(str(_data(tmp_path, train="images/train")))
@@ -144,8 +171,19 @@ def test_scientific_notation_trains(tmp_path: Path, capsys: pytest.CaptureFixtur
     _, args = prepare("repro", ["lr0=1e-3", "weight_decay=5e-4"])
     assert args["lr0"] == 0.001
     assert args["weight_decay"] == 0.0005
-    code = main(["train", "lr0=1e-3", "weight_decay=5e-4", "optimizer=SGD", "epochs=1", "imgsz=64",
-                 f"project={tmp_path}", "name=sci", "plots=false"])
+    code = main(
+        [
+            "train",
+            "lr0=1e-3",
+            "weight_decay=5e-4",
+            "optimizer=SGD",
+            "epochs=1",
+            "imgsz=64",
+            f"project={tmp_path}",
+            "name=sci",
+            "plots=false",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err[-2000:]
     saved = yaml.safe_load((tmp_path / "sci" / "args.yaml").read_text())

@@ -41,7 +41,9 @@ def test_builtins_load_and_have_the_documented_intent():
 
 
 def test_user_profile_extends_defaults_and_phase_overrides(tmp_path):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 name: mine
 extends: repro
 defaults:
@@ -50,7 +52,8 @@ defaults:
 train:
   cudnn_benchmark: true
   seed: 7
-""")
+""",
+    )
     p = load_profile(path)
     assert p.name == "mine"
     assert p.source == str(path)

@@ -11,20 +11,49 @@ from hypothesis import strategies as st
 from yolo_det.core.errors import ProfileError
 from yolo_det.core.profiles import PHASES, Profile, load_profile
 
-KEYS = ["seed", "deterministic_algorithms", "cudnn_benchmark", "cudnn_deterministic", "allow_tf32",
-        "fill_uninitialized_memory", "backward", "swaps", "intercept", "env", "cudnn_benchmrk", "sed"]
-SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-5, 2**33), st.floats(allow_nan=True),
-                    st.sampled_from(["off", "warn", "strict", "keep", "disable", "none", "auto", "all", "yes", ""]),
-                    st.text(string.printable, max_size=12))
-VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                       st.dictionaries(st.text(string.ascii_letters, max_size=6),
-                                                                       inner, max_size=3)), max_leaves=6)
+KEYS = [
+    "seed",
+    "deterministic_algorithms",
+    "cudnn_benchmark",
+    "cudnn_deterministic",
+    "allow_tf32",
+    "fill_uninitialized_memory",
+    "backward",
+    "swaps",
+    "intercept",
+    "env",
+    "cudnn_benchmrk",
+    "sed",
+]
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 2**33),
+    st.floats(allow_nan=True),
+    st.sampled_from(["off", "warn", "strict", "keep", "disable", "none", "auto", "all", "yes", ""]),
+    st.text(string.printable, max_size=12),
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(string.ascii_letters, max_size=6), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
 SECTION = st.dictionaries(st.sampled_from(KEYS), VALUES, max_size=5)
-DOC = st.fixed_dictionaries({}, optional={
-    "name": VALUES, "description": VALUES, "extends": st.sampled_from(["repro", "fast", "balanced", "nope", 3]),
-    "defaults": st.one_of(SECTION, VALUES), "train": SECTION, "val": SECTION, "deploy": SECTION,
-    "trian": SECTION,
-})
+DOC = st.fixed_dictionaries(
+    {},
+    optional={
+        "name": VALUES,
+        "description": VALUES,
+        "extends": st.sampled_from(["repro", "fast", "balanced", "nope", 3]),
+        "defaults": st.one_of(SECTION, VALUES),
+        "train": SECTION,
+        "val": SECTION,
+        "deploy": SECTION,
+        "trian": SECTION,
+    },
+)
 
 
 def check(path) -> None:

@@ -15,10 +15,17 @@ from yolo_det.session.distributed import PER_RANK_ENV, launcher_children, ranks_
 
 
 def _state(rank: int, **env: Any) -> dict[str, Any]:
-    return {"rank": rank, "profile": "repro", "phases": ["train"],
-            "state": {"deterministic_algorithms": "strict", "cudnn_benchmark": False,
-                      "env": {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PYTHONHASHSEED": str(1 + rank), **env}},
-            "seeds": {"sampler_seed": 0, "rng_seed": 1 + rank}}
+    return {
+        "rank": rank,
+        "profile": "repro",
+        "phases": ["train"],
+        "state": {
+            "deterministic_algorithms": "strict",
+            "cudnn_benchmark": False,
+            "env": {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PYTHONHASHSEED": str(1 + rank), **env},
+        },
+        "seeds": {"sampler_seed": 0, "rng_seed": 1 + rank},
+    }
 
 
 def test_per_rank_hash_seed_is_not_a_rank_problem() -> None:
@@ -50,8 +57,9 @@ time.sleep(60)
 
 def _start_launcher() -> subprocess.Popen[str]:
     # argv names torch.distributed.run as a launcher's does ("python -m torch.distributed.run ...")
-    proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER, "torch.distributed.run"], stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _LAUNCHER, "torch.distributed.run"], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
     return proc

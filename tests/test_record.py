@@ -65,8 +65,11 @@ def test_checkpoint_digest_reads_ultralytics_style_and_plain_state_dicts(tmp_pat
 def test_non_checkpoints_are_rejected_in_one_line(tmp_path):
     (tmp_path / "text.pt").write_text("not a checkpoint")
     torch.save({"epoch": 3}, tmp_path / "empty.pt")
-    for name, fragment in (("text.pt", "is not a PyTorch checkpoint"), ("empty.pt", "holds no model weights"),
-                           ("missing.pt", "does not exist")):
+    for name, fragment in (
+        ("text.pt", "is not a PyTorch checkpoint"),
+        ("empty.pt", "holds no model weights"),
+        ("missing.pt", "does not exist"),
+    ):
         with pytest.raises(ModelError) as e:
             load_checkpoint_state(tmp_path / name)
         assert fragment in str(e.value)
@@ -92,10 +95,31 @@ def test_one_record_builder_gives_the_shared_schema_and_framework_keys_after_it(
 
     session = DeterminismSession("repro", seed=5)
     with session.run(), session.phase_scope("train"):
-        record = build_record(session, framework="test", status="completed", state_at_train_start=None,
-                              weights={"sha256": "x"}, run={"epochs": 1}, extra_key=[1])
-    shared = ["status", "framework", "profile", "seeds", "environment", "state_before", "state_at_train_start",
-              "backward_toggles", "swaps", "routed_calls", "nondeterminism_warnings", "weights", "run", "phase_events"]
+        record = build_record(
+            session,
+            framework="test",
+            status="completed",
+            state_at_train_start=None,
+            weights={"sha256": "x"},
+            run={"epochs": 1},
+            extra_key=[1],
+        )
+    shared = [
+        "status",
+        "framework",
+        "profile",
+        "seeds",
+        "environment",
+        "state_before",
+        "state_at_train_start",
+        "backward_toggles",
+        "swaps",
+        "routed_calls",
+        "nondeterminism_warnings",
+        "weights",
+        "run",
+        "phase_events",
+    ]
     assert list(record) == [*shared, "extra_key"]
     assert record["seeds"]["seed"] == 5
     assert record["profile"]["name"] == "repro"
@@ -114,8 +138,7 @@ def test_a_record_written_after_the_run_ended_names_the_training_environment(mon
     with session.run():
         with session.phase_scope("train"):
             during = environment()["env"]["CUBLAS_WORKSPACE_CONFIG"]
-    record = build_record(session, framework="test", status="terminated", state_at_train_start=None,
-                          weights={}, run={})
+    record = build_record(session, framework="test", status="terminated", state_at_train_start=None, weights={}, run={})
     assert during is not None  # repro sets it for training
     assert environment()["env"]["CUBLAS_WORKSPACE_CONFIG"] is None  # restored afterwards
     assert record["environment"]["env"]["CUBLAS_WORKSPACE_CONFIG"] == during

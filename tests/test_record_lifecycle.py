@@ -23,8 +23,17 @@ from yolo_det.tools.prepare import prepare
 
 pytestmark = pytest.mark.slow
 
-TINY = ["imgsz=32", "batch=8", "nbs=8", "fraction=0.25", "val=false", "plots=false", "workers=0", "device=cpu",
-        "exist_ok=true"]
+TINY = [
+    "imgsz=32",
+    "batch=8",
+    "nbs=8",
+    "fraction=0.25",
+    "val=false",
+    "plots=false",
+    "workers=0",
+    "device=cpu",
+    "exist_ok=true",
+]
 
 
 def _train(tokens: list[str], *, hook: Any = None, on_model_save: Any = None) -> Any:
@@ -72,7 +81,8 @@ def _user_callback_interrupts(trainer: Any) -> None:
 
 @pytest.mark.parametrize("where", ["resume-state-written", "checkpoint-written", "user on_model_save"])
 def test_an_interruption_around_the_checkpoint_leaves_a_consistent_pair(
-        where: str, straight: tuple[list[str], str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    where: str, straight: tuple[list[str], str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     common, digest, twin = straight
     tokens = [*[t for t in common if not t.startswith("project=")], f"project={tmp_path}", "name=r"]
     with pytest.raises(KeyboardInterrupt):
@@ -102,8 +112,9 @@ def test_an_interruption_around_the_checkpoint_leaves_a_consistent_pair(
     # diff knows the lineage: the resumed run and its uninterrupted twin are equivalent
     assert main(["diff", str(twin), str(tmp_path / "r")]) == 0
     verdict = capsys.readouterr().out.splitlines()[-1]
-    assert verdict == (f"verdict: equivalent: run B resumed after epoch {epoch + 1}, "
-                       "and the weights are bitwise identical")
+    assert verdict == (
+        f"verdict: equivalent: run B resumed after epoch {epoch + 1}, and the weights are bitwise identical"
+    )
 
 
 _KILLED = """
@@ -117,9 +128,9 @@ _train({tokens!r}, hook=hook)
 """
 
 
-def test_a_killed_run_in_a_reused_folder_never_leaves_the_previous_runs_record(tmp_path: Path,
-                                                                               capsys: pytest.CaptureFixture[str]
-                                                                               ) -> None:
+def test_a_killed_run_in_a_reused_folder_never_leaves_the_previous_runs_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     folder = [*TINY, f"project={tmp_path}", "name=f"]
     _train([*folder, "epochs=1", "seed=0"])
     record_a = json.loads((tmp_path / "f" / RECORD_NAME).read_text())
@@ -128,8 +139,14 @@ def test_a_killed_run_in_a_reused_folder_never_leaves_the_previous_runs_record(t
 
     tokens = [*folder, "epochs=2", "seed=1"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", _KILLED.format(tests=str(ROOT / "tests"), tokens=tokens)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLED.format(tests=str(ROOT / "tests"), tokens=tokens)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
 
     record_b = json.loads((tmp_path / "f" / RECORD_NAME).read_text())

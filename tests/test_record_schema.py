@@ -13,10 +13,15 @@ from helpers import ROOT
 from yolo_det.cli import main
 from yolo_det.core.record_schema import MAX_DEPTH, RECORD_SCHEMA, RecordError, check_record, parse_record, record_doc
 
-BASE = {"schema": RECORD_SCHEMA, "status": "completed", "framework": "ultralytics",
-        "profile": {"name": "repro", "train": {"deterministic": True}, "val": {}, "deploy": {}},
-        "environment": {"torch": "2.4.0", "env": {"PYTHONHASHSEED": "0"}, "gpus": []},
-        "weights": {"sha256": "ab" * 32}, "seeds": {"seed": 0}}
+BASE = {
+    "schema": RECORD_SCHEMA,
+    "status": "completed",
+    "framework": "ultralytics",
+    "profile": {"name": "repro", "train": {"deterministic": True}, "val": {}, "deploy": {}},
+    "environment": {"torch": "2.4.0", "env": {"PYTHONHASHSEED": "0"}, "gpus": []},
+    "weights": {"sha256": "ab" * 32},
+    "seeds": {"seed": 0},
+}
 
 BAD = {  # field -> (value, what the one line names)
     "profile": ("x", "'profile' must be object, got string"),
@@ -58,11 +63,15 @@ def test_every_wrong_typed_field_is_one_line(field: str) -> None:
 
 
 def test_deep_large_and_non_json_records_are_refused_in_one_line() -> None:
-    for text, message in (("[" * 100_000 + "]" * 100_000, f"deeper than {MAX_DEPTH}"),
-                          ('{"run": ' + "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1) + "}",  # just too deep
-                           f"deeper than {MAX_DEPTH}"),
-                          ("{not json", "not a JSON record"),
-                          (b"\xff\xfe", "not a JSON record")):
+    for text, message in (
+        ("[" * 100_000 + "]" * 100_000, f"deeper than {MAX_DEPTH}"),
+        (
+            '{"run": ' + "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1) + "}",  # just too deep
+            f"deeper than {MAX_DEPTH}",
+        ),
+        ("{not json", "not a JSON record"),
+        (b"\xff\xfe", "not a JSON record"),
+    ):
         with pytest.raises(RecordError) as e:
             parse_record(text)
         assert message in str(e.value)
@@ -83,8 +92,9 @@ def test_docs_record_md_is_generated_from_the_schema() -> None:
 
 
 @pytest.mark.parametrize("field", list(BAD))
-def test_diff_of_a_malformed_record_is_one_line_exit_2(field: str, tmp_path: Path,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_diff_of_a_malformed_record_is_one_line_exit_2(
+    field: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     good, bad = tmp_path / "good.json", tmp_path / "bad.json"
     good.write_text(json.dumps(BASE))
     bad.write_text(json.dumps(_with(field, BAD[field][0])))
@@ -109,10 +119,13 @@ def test_diff_reads_json_without_importing_torch(tmp_path: Path) -> None:
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps(BASE))
     b.write_text(json.dumps(BASE))
-    code = ("import sys; from yolo_det.cli import main; rc = main(['diff', sys.argv[1], sys.argv[2]]); "
-            "assert 'torch' not in sys.modules, 'torch imported'; assert 'numpy' not in sys.modules; sys.exit(rc)")
-    proc = subprocess.run([sys.executable, "-c", code, str(a), str(b)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    code = (
+        "import sys; from yolo_det.cli import main; rc = main(['diff', sys.argv[1], sys.argv[2]]); "
+        "assert 'torch' not in sys.modules, 'torch imported'; assert 'numpy' not in sys.modules; sys.exit(rc)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(a), str(b)], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert "bitwise identical and are" in proc.stdout
 

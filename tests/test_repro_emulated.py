@@ -18,8 +18,16 @@ from yolo_det.layers.registry import registered, registered_layers
 
 pytestmark = pytest.mark.slow
 
-SMALL = {"epochs": 1, "imgsz": 64, "batch": 16, "device": "cpu", "workers": 0, "plots": False, "exist_ok": True,
-         "val": False}
+SMALL = {
+    "epochs": 1,
+    "imgsz": 64,
+    "batch": 16,
+    "device": "cpu",
+    "workers": 0,
+    "plots": False,
+    "exist_ok": True,
+    "val": False,
+}
 # model -> (kernel CUDA raises on, what repro does about it)
 CASES = {
     "cbam-max.yaml": ("adaptive_max_pool2d_backward_cuda", "swap"),
@@ -49,8 +57,9 @@ def test_repro_trains_what_plain_strict_training_cannot(name, tmp_path, demo_dat
     plain.add_callback("on_train_start", strict_plain)
     with emulate_cuda_alerts(), pytest.raises(RuntimeError) as e:
         plain.train(data=demo_data, project=str(tmp_path), name="plain", deterministic=False, **SMALL)
-    assert str(e.value).startswith(f"{kernel} does not have a deterministic implementation, but you set "
-                                   "'torch.use_deterministic_algorithms(True)'")
+    assert str(e.value).startswith(
+        f"{kernel} does not have a deterministic implementation, but you set 'torch.use_deterministic_algorithms(True)'"
+    )
 
     model = YOLO(str(MODELS / name))
     plugin = attach(model, "repro")

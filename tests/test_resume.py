@@ -48,8 +48,9 @@ CASES = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
-def test_interrupted_and_resumed_through_the_cli_ends_bit_for_bit(case: str, tmp_path: Path,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_interrupted_and_resumed_through_the_cli_ends_bit_for_bit(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     extra, after = CASES[case]
     common = [*extra, "imgsz=64", "batch=16", f"project={tmp_path}", "plots=false", "exist_ok=true"]
     code, _, _ = _cli([*common, "name=straight"], capsys)
@@ -102,12 +103,25 @@ def test_resume_on_the_users_dataset_trains_on_it(tmp_path: Path, capsys: pytest
             label = demo / "labels" / split / (image.stem + ".txt")
             lines = [ln.split() for ln in label.read_text().splitlines() if ln.strip()]
             (data / "labels" / split / label.name).write_text(
-                "".join(" ".join([str(min(int(p[0]), 1)), *p[1:]]) + "\n" for p in lines))
+                "".join(" ".join([str(min(int(p[0]), 1)), *p[1:]]) + "\n" for p in lines)
+            )
     data_yaml = tmp_path / "shapes2.yaml"
-    data_yaml.write_text(yaml.safe_dump({"path": str(data), "train": "images/train", "val": "images/val",
-                                         "names": {0: "round", 1: "angular"}}))
-    common = [f"data={data_yaml}", "epochs=2", "imgsz=64", "batch=4", f"project={tmp_path}", "name=mine",
-              "plots=false", "workers=0", "device=cpu"]
+    data_yaml.write_text(
+        yaml.safe_dump(
+            {"path": str(data), "train": "images/train", "val": "images/val", "names": {0: "round", 1: "angular"}}
+        )
+    )
+    common = [
+        f"data={data_yaml}",
+        "epochs=2",
+        "imgsz=64",
+        "batch=4",
+        f"project={tmp_path}",
+        "name=mine",
+        "plots=false",
+        "workers=0",
+        "device=cpu",
+    ]
     last = _train_interrupted(common, 1)
     profile, args = prepare("repro", [f"resume={last}"])
     assert "data" not in args
@@ -128,20 +142,34 @@ def test_resume_on_the_users_dataset_trains_on_it(tmp_path: Path, capsys: pytest
 
 
 def _fake_checkpoint(path: Path, *, epoch: int = 1, optimizer: bool = True, **train_args: Any) -> Path:
-    torch.save({"epoch": epoch, "optimizer": {"state": {}, "param_groups": []} if optimizer else None,
-                "updates": 7, "train_args": {"model": "yolov8n.yaml", "data": "mine.yaml", "epochs": 4,
-                                             "lr0": 0.01, **train_args}}, path)
+    torch.save(
+        {
+            "epoch": epoch,
+            "optimizer": {"state": {}, "param_groups": []} if optimizer else None,
+            "updates": 7,
+            "train_args": {"model": "yolov8n.yaml", "data": "mine.yaml", "epochs": 4, "lr0": 0.01, **train_args},
+        },
+        path,
+    )
     return path
 
 
-def test_resume_keeps_the_checkpoints_arguments_and_lists_what_it_ignores(tmp_path: Path,
-                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_resume_keeps_the_checkpoints_arguments_and_lists_what_it_ignores(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "run" / "weights").mkdir(parents=True)
     ckpt = _fake_checkpoint(tmp_path / "run" / "weights" / "last.pt")
     _, args = prepare("repro", [f"resume={ckpt}", "lr0=0.5", "epochs=4", "batch=4", "device=cpu"])
     err = capsys.readouterr().err
-    assert args == {"model": str(ckpt), "resume": str(ckpt), "lr0": 0.5, "epochs": 4, "batch": 4, "device": "cpu",
-                    "save_dir": str(tmp_path / "run")}
+    assert args == {
+        "model": str(ckpt),
+        "resume": str(ckpt),
+        "lr0": 0.5,
+        "epochs": 4,
+        "batch": 4,
+        "device": "cpu",
+        "save_dir": str(tmp_path / "run"),
+    }
     assert err.count("\n") == 1
     assert "resuming ignores lr0=0.5:" in err
     assert "batch" not in err
@@ -151,13 +179,17 @@ def test_resume_keeps_the_checkpoints_arguments_and_lists_what_it_ignores(tmp_pa
     assert capsys.readouterr().err == ""
 
 
-@pytest.mark.parametrize(("tokens", "message"), [
-    (["resume=true"], "resume=True needs the checkpoint"),
-    (["resume=missing.pt"], "does not exist"),
-    (["resume=FINISHED"], "cannot be resumed: its training finished"),
-])
-def test_resume_errors_are_one_line_and_exit_2(tokens: list[str], message: str, tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("tokens", "message"),
+    [
+        (["resume=true"], "resume=True needs the checkpoint"),
+        (["resume=missing.pt"], "does not exist"),
+        (["resume=FINISHED"], "cannot be resumed: its training finished"),
+    ],
+)
+def test_resume_errors_are_one_line_and_exit_2(
+    tokens: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     finished = _fake_checkpoint(tmp_path / "finished.pt", epoch=-1, optimizer=False)
     tokens = [t.replace("FINISHED", str(finished)).replace("missing.pt", str(tmp_path / "missing.pt")) for t in tokens]
     assert main(["train", *tokens, f"project={tmp_path}"]) == 2
@@ -175,14 +207,30 @@ class _Evil:
 def test_reading_a_checkpoint_runs_none_of_its_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "evil.pt"
-    torch.save({"epoch": 2, "optimizer": {"x": torch.ones(2)}, "ema": _Evil(), "updates": 3,
-                "train_args": {"data": "d.yaml", "save_dir": Path("runs/x")}}, path)
+    torch.save(
+        {
+            "epoch": 2,
+            "optimizer": {"x": torch.ones(2)},
+            "ema": _Evil(),
+            "updates": 3,
+            "train_args": {"data": "d.yaml", "save_dir": Path("runs/x")},
+        },
+        path,
+    )
     with pytest.raises(ModelError, match=r"system, which is not on yolo-det's allow-list"):
         read_checkpoint(path)  # refused in one line, before anything it names is called
     assert not (tmp_path / "PWNED").exists()
     clean = tmp_path / "clean.pt"
-    torch.save({"epoch": 2, "optimizer": {"x": torch.ones(2)}, "ema": None, "updates": 3,
-                "train_args": {"data": "d.yaml", "save_dir": Path("runs/x")}}, clean)
+    torch.save(
+        {
+            "epoch": 2,
+            "optimizer": {"x": torch.ones(2)},
+            "ema": None,
+            "updates": 3,
+            "train_args": {"data": "d.yaml", "save_dir": Path("runs/x")},
+        },
+        clean,
+    )
     info = read_checkpoint(clean)
     assert info.epoch == 2
     assert info.updates == 3
@@ -228,8 +276,19 @@ def test_verify_resume_at(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert "bitwise identical" in out
     assert "interrupted after epoch 1 and resumed" in out
 
-    code = main(["verify", "--profile", "repro", "--resume-at", "1", "--drop-resume-state", "--json", *common,
-                 f"project={tmp_path / 'b'}"])
+    code = main(
+        [
+            "verify",
+            "--profile",
+            "repro",
+            "--resume-at",
+            "1",
+            "--drop-resume-state",
+            "--json",
+            *common,
+            f"project={tmp_path / 'b'}",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 1
     report = json.loads(out)
@@ -243,12 +302,15 @@ def test_verify_resume_at(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert record["resume"]["bitwise_expected"] is False
 
 
-@pytest.mark.parametrize(("tokens", "message"), [
-    (["--resume-at", "3", "epochs=3"], "leaves nothing to resume"),
-    (["--resume-at", "0", "epochs=3"], "--resume-at must be an epoch number"),
-    (["--resume-at", "1", "--steps", "2", "epochs=3"], "drop --runs, --steps, --save and --against"),
-    (["--drop-resume-state", "epochs=3"], "--drop-resume-state goes with --resume-at"),
-])
+@pytest.mark.parametrize(
+    ("tokens", "message"),
+    [
+        (["--resume-at", "3", "epochs=3"], "leaves nothing to resume"),
+        (["--resume-at", "0", "epochs=3"], "--resume-at must be an epoch number"),
+        (["--resume-at", "1", "--steps", "2", "epochs=3"], "drop --runs, --steps, --save and --against"),
+        (["--drop-resume-state", "epochs=3"], "--drop-resume-state goes with --resume-at"),
+    ],
+)
 def test_verify_resume_at_bad_input(tokens: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["verify", *tokens]) == 2
     err = capsys.readouterr().err.strip()

@@ -16,9 +16,18 @@ from yolo_det.core.errors import ConfigError
 from yolo_det.core.record import RECORD_NAME
 from yolo_det.core.resume import read_checkpoint, resume_folder
 
-TINY = ["epochs=2", "imgsz=32", "batch=8", "nbs=8", "fraction=0.25", "val=false", "plots=false", "workers=0",
-        "device=cpu",
-        "exist_ok=true"]
+TINY = [
+    "epochs=2",
+    "imgsz=32",
+    "batch=8",
+    "nbs=8",
+    "fraction=0.25",
+    "val=false",
+    "plots=false",
+    "workers=0",
+    "device=cpu",
+    "exist_ok=true",
+]
 
 
 def train_interrupted(tokens: list[str], after: int = 1) -> Path:
@@ -28,8 +37,11 @@ def train_interrupted(tokens: list[str], after: int = 1) -> Path:
 
 def hashes(folder: Path) -> dict[str, str]:
     """SHA-256 of every file under ``folder`` (relative path -> digest)."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +61,8 @@ def _resume(ckpt: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tupl
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["copy", "move", "rename"])
 def test_resuming_a_copied_moved_or_renamed_run_writes_only_into_its_own_folder(
-        how: str, interrupted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    how: str, interrupted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     original = tmp_path / "runs" / "a"
     shutil.copytree(interrupted, original)
     shutil.copytree(interrupted, tmp_path / "witness")  # the stored save_dir names the fixture's folder
@@ -85,8 +98,9 @@ def test_resuming_a_copied_moved_or_renamed_run_writes_only_into_its_own_folder(
 
 
 @pytest.mark.slow
-def test_a_completed_runs_files_never_change_by_resuming(interrupted: Path, tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_completed_runs_files_never_change_by_resuming(
+    interrupted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A completed run's folder holding a resumable checkpoint (an epochN.pt, a file put there) is refused."""
     done = tmp_path / "done"
     shutil.copytree(interrupted, done)
@@ -121,13 +135,21 @@ def test_resume_into_another_folder_is_refused_in_one_line_naming_both(tmp_path:
         resume_folder(loose, stored=str(tmp_path / "old"))
 
 
-def test_the_cli_refuses_a_checkpoint_outside_a_weights_folder(tmp_path: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cli_refuses_a_checkpoint_outside_a_weights_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     import torch
 
     ckpt = tmp_path / "last.pt"
-    torch.save({"epoch": 1, "optimizer": {"state": {}}, "updates": 3,
-                "train_args": {"model": "yolov8n.yaml", "data": "x.yaml", "save_dir": str(tmp_path / "a")}}, ckpt)
+    torch.save(
+        {
+            "epoch": 1,
+            "optimizer": {"state": {}},
+            "updates": 3,
+            "train_args": {"model": "yolov8n.yaml", "data": "x.yaml", "save_dir": str(tmp_path / "a")},
+        },
+        ckpt,
+    )
     code, err = _resume(ckpt, capsys)
     assert code == 2
     assert err.count("\n") == 1
@@ -146,8 +168,14 @@ def test_overrides_and_a_profile_change_on_resume_are_reasons_not_to_expect_bitw
 
     ckpt = tmp_path / "run" / "weights" / "last.pt"
     ckpt.parent.mkdir(parents=True)
-    torch.save({"epoch": 1, "optimizer": {"state": {}},
-                "train_args": {"imgsz": 64, "batch": 16, "close_mosaic": 10, "plots": True}}, ckpt)
+    torch.save(
+        {
+            "epoch": 1,
+            "optimizer": {"state": {}},
+            "train_args": {"imgsz": 64, "batch": 16, "close_mosaic": 10, "plots": True},
+        },
+        ckpt,
+    )
     trainer = SimpleNamespace(args=SimpleNamespace(imgsz=96, batch=4, close_mosaic=10, plots=False))
     assert _changed_overrides(ckpt, trainer) == {"imgsz": [64, 96], "batch": [16, 4]}  # plots= is output only
     resume = UltralyticsResume(0)
@@ -155,8 +183,10 @@ def test_overrides_and_a_profile_change_on_resume_are_reasons_not_to_expect_bitw
     repro = load_profile("repro")
     previous = {"profile": load_profile("fast").to_dict()}
     reasons = resume._reasons(repro, previous)
-    assert reasons == ["the earlier part trained under the profile 'fast', this part under 'repro'",
-                       "imgsz=96 differs from the checkpoint's imgsz=64"]
+    assert reasons == [
+        "the earlier part trained under the profile 'fast', this part under 'repro'",
+        "imgsz=96 differs from the checkpoint's imgsz=64",
+    ]
     resume.info = {"state_found": True, "overrides": {}}
     assert resume._reasons(repro, {"profile": repro.to_dict()}) == []
 

@@ -59,8 +59,14 @@ else:
 
 
 def _drive(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "resume_driver.py", *args], cwd=root, env=_offline_env(root),
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "resume_driver.py", *args],
+        cwd=root,
+        env=_offline_env(root),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 

@@ -70,15 +70,15 @@ def nesting(draw: st.DrawFn) -> str:
 
 @st.composite
 def cycle(draw: st.DrawFn) -> str:
-    return draw(st.sampled_from(["&a [*a]", "&a {k: *a}", "&a [1, [2, *a]]", "&a {k: [*a, *a]}",
-                                 "x: &a [*a, *a, *a]"]))
+    return draw(st.sampled_from(["&a [*a]", "&a {k: *a}", "&a [1, [2, *a]]", "&a {k: [*a, *a]}", "x: &a [*a, *a, *a]"]))
 
 
 GARBAGE = st.text(string.printable + "&*[]{}:,-!|>'\"%@`", max_size=300)
 HUGE_NUMBERS = st.sampled_from(["9" * 5000, "1e999999", "-" + "9" * 4400, "0x" + "f" * 5000, ".inf", "1_0" * 2000])
 HOSTILE = st.one_of(alias_bomb(), merge_bomb(), nesting(), cycle(), GARBAGE, HUGE_NUMBERS)
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                        HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 
 
 def _one_line(e: Exception) -> None:
@@ -121,12 +121,16 @@ def test_profile_loader_answers_fast_and_in_one_line(text: str, where: str, tmp_
     assert time.process_time() - start < LIMIT_S
 
 
-@pytest.mark.parametrize("text", [
-    "a: &a [x,x,x,x,x,x,x,x,x,x]\n" + "".join(f"{n}: &{n} [{','.join(['*' + p] * 10)}]\n"
-                                              for p, n in zip("abcdefghi", "bcdefghij")) + "train:\n  seed: *j\n",
-    "train: " + "[" * 500 + "]" * 500,
-    "&a [*a]",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: &a [x,x,x,x,x,x,x,x,x,x]\n"
+        + "".join(f"{n}: &{n} [{','.join(['*' + p] * 10)}]\n" for p, n in zip("abcdefghi", "bcdefghij"))
+        + "train:\n  seed: *j\n",
+        "train: " + "[" * 500 + "]" * 500,
+        "&a [*a]",
+    ],
+)
 def test_a_hostile_1kb_profile_answers_within_a_second(text: str, tmp_path: Path) -> None:
     assert len(text.encode()) <= 1024
     path = tmp_path / "hostile.yaml"
@@ -146,10 +150,15 @@ def test_legitimate_aliases_and_numbers_still_load() -> None:
     assert safe_yaml.load("5E4", numbers=True) == 50000.0
     assert safe_yaml.load("-2.5e+2", numbers=True) == -250.0
     assert safe_yaml.load("1e", numbers=True) == "1e"
-    assert parse_overrides(["lr0=1e-3", "weight_decay=5e-4", "name=1e3x"]) == {"lr0": 0.001, "weight_decay": 0.0005,
-                                                                                "name": "1e3x"}
+    assert parse_overrides(["lr0=1e-3", "weight_decay=5e-4", "name=1e3x"]) == {
+        "lr0": 0.001,
+        "weight_decay": 0.0005,
+        "name": "1e3x",
+    }
     with pytest.raises(yaml.YAMLError):
         safe_yaml.load("[" * 65 + "]" * 65)
     safe_yaml.load("[" * 60 + "]" * 60)  # deep but within bounds
-    assert safe_yaml.load("'[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[['  # [[[[[[[[") == \
-        "[" * 72
+    assert (
+        safe_yaml.load("'[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[['  # [[[[[[[[")
+        == "[" * 72
+    )

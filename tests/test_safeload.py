@@ -24,8 +24,16 @@ from yolo_det.core.record import checkpoint_digest, state_dict_digest
 from yolo_det.core.untrusted.safeload import TRUST_FLAG, check_checkpoint, load_checkpoint, trusted_checkpoints
 from yolo_det.layers.registry import registered
 
-SMALL = {"epochs": 1, "imgsz": 64, "batch": 16, "device": "cpu", "workers": 0, "plots": False, "exist_ok": True,
-         "val": False}
+SMALL = {
+    "epochs": 1,
+    "imgsz": 64,
+    "batch": 16,
+    "device": "cpu",
+    "workers": 0,
+    "plots": False,
+    "exist_ok": True,
+    "val": False,
+}
 
 
 class Marker:
@@ -91,14 +99,26 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 def test_allow_list_names() -> None:
     from yolo_det.core.untrusted.allow import model_class
 
-    for module, name in [("torch.nn.modules.conv", "Conv2d"), ("ultralytics.nn.tasks", "DetectionModel"),
-                         ("ultralytics.nn.modules.block", "C2f"), ("yolo_det.layers.upsample", "DetUpsample"),
-                         ("ultralytics.utils.loss", "v8DetectionLoss")]:
+    for module, name in [
+        ("torch.nn.modules.conv", "Conv2d"),
+        ("ultralytics.nn.tasks", "DetectionModel"),
+        ("ultralytics.nn.modules.block", "C2f"),
+        ("yolo_det.layers.upsample", "DetUpsample"),
+        ("ultralytics.utils.loss", "v8DetectionLoss"),
+    ]:
         assert model_class(module, name) is not None, (module, name)
-    for module, name in [("os", "system"), ("builtins", "exec"), ("ultralytics.nn.tasks", "torch_load"),
-                         ("ultralytics.nn.tasks", "parse_model"), ("torch", "load"), ("torch.nn.functional", "relu"),
-                         ("torch.serialization", "os.system"), ("my_project.blocks", "CBAM"), ("__main__", "X"),
-                         ("ultralytics.utils.downloads", "attempt_download_asset")]:
+    for module, name in [
+        ("os", "system"),
+        ("builtins", "exec"),
+        ("ultralytics.nn.tasks", "torch_load"),
+        ("ultralytics.nn.tasks", "parse_model"),
+        ("torch", "load"),
+        ("torch.nn.functional", "relu"),
+        ("torch.serialization", "os.system"),
+        ("my_project.blocks", "CBAM"),
+        ("__main__", "X"),
+        ("ultralytics.utils.downloads", "attempt_download_asset"),
+    ]:
         assert model_class(module, name) is None, (module, name)
 
 
@@ -151,11 +171,19 @@ def test_the_hostile_checkpoint_is_real(evil: tuple[Path, Path]) -> None:
 
 
 @pytest.mark.parametrize("safe_load_env", [None, "1"])
-@pytest.mark.parametrize("argv", [["digest"], ["audit", "--imgsz", "64"], ["train", "model="], ["verify", "model="],
-                                  ["bench", "model="]], ids=["digest", "audit", "train", "verify", "bench"])
-def test_commands_refuse_a_hostile_checkpoint(evil: tuple[Path, Path], argv: list[str], safe_load_env: str | None,
-                                              capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-                                              tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [["digest"], ["audit", "--imgsz", "64"], ["train", "model="], ["verify", "model="], ["bench", "model="]],
+    ids=["digest", "audit", "train", "verify", "bench"],
+)
+def test_commands_refuse_a_hostile_checkpoint(
+    evil: tuple[Path, Path],
+    argv: list[str],
+    safe_load_env: str | None,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
     path, marker = evil
     if safe_load_env is not None:
         monkeypatch.setenv("ULTRALYTICS_SAFE_LOAD", safe_load_env)
@@ -177,8 +205,14 @@ def test_train_with_ultralytics_safe_load_in_a_fresh_process(evil: tuple[Path, P
     """ULTRALYTICS_SAFE_LOAD=1 is read when Ultralytics is imported: a fresh process, as a user runs it."""
     path, marker = evil
     env = subprocess_env({"ULTRALYTICS_SAFE_LOAD": "1"})
-    proc = subprocess.run([sys.executable, "-m", "yolo_det", "train", f"model={path}", f"project={tmp_path}/runs"],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "yolo_det", "train", f"model={path}", f"project={tmp_path}/runs"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.count("\n") == 1
     assert TRUST_FLAG in proc.stderr
@@ -270,8 +304,9 @@ def test_digest_command_and_the_record_agree(trained: dict[str, Path], capsys: p
 
 
 @pytest.mark.slow
-def test_audit_rebuilds_a_checkpoint_from_its_stored_yaml(trained: dict[str, Path],
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_audit_rebuilds_a_checkpoint_from_its_stored_yaml(
+    trained: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     path = trained["plain"]
     code, out, err = _cli(capsys, "audit", str(path), "--imgsz", "64", "--json")
     assert code in (0, 1), err
@@ -283,8 +318,9 @@ def test_audit_rebuilds_a_checkpoint_from_its_stored_yaml(trained: dict[str, Pat
 
 
 @pytest.mark.slow
-def test_audit_of_a_checkpoint_with_the_users_block_asks_for_the_flag(trained: dict[str, Path],
-                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_audit_of_a_checkpoint_with_the_users_block_asks_for_the_flag(
+    trained: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     code, _, err = _cli(capsys, "audit", str(trained["custom"]), "--imgsz", "64")
     assert code == 2
     assert err.count("\n") == 1

@@ -123,8 +123,15 @@ def test_failing_extension_leaves_no_trace():
 def test_every_concern_of_a_phase_is_an_extension_applied_in_order_and_undone_in_reverse():
     from yolo_det.session.extensions import Extension, default_extensions
 
-    assert [e.name for e in default_extensions()] == ["flags", "seeds", "backward", "swaps", "intercept", "data",
-                                                     "batch_invariant"]
+    assert [e.name for e in default_extensions()] == [
+        "flags",
+        "seeds",
+        "backward",
+        "swaps",
+        "intercept",
+        "data",
+        "batch_invariant",
+    ]
     calls = []
 
     class Marker(Extension):

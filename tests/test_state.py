@@ -37,8 +37,9 @@ def test_warn_only_and_env_unset_roundtrip(monkeypatch):
     monkeypatch.setenv("NCCL_ALGO", "Tree")
     torch.use_deterministic_algorithms(True, warn_only=True)
     base = snapshot()
-    settings = PhaseSettings(deterministic_algorithms="off",
-                             env={"NCCL_ALGO": None, "CUBLAS_WORKSPACE_CONFIG": ":16:8"})
+    settings = PhaseSettings(
+        deterministic_algorithms="off", env={"NCCL_ALGO": None, "CUBLAS_WORKSPACE_CONFIG": ":16:8"}
+    )
     with phase_scope(settings):
         assert not torch.are_deterministic_algorithms_enabled()
         assert "NCCL_ALGO" not in os.environ
@@ -71,8 +72,9 @@ def test_new_tf32_api_users_get_their_strings_back():
     assert torch.backends.cudnn.conv.fp32_precision == "ieee"
 
 
-@pytest.mark.parametrize(("flag", "warn_only", "mode"),
-                         [(False, False, "off"), (True, True, "warn"), (True, False, "strict")])
+@pytest.mark.parametrize(
+    ("flag", "warn_only", "mode"), [(False, False, "off"), (True, True, "warn"), (True, False, "strict")]
+)
 def test_snapshot_serialises_what_is_set(monkeypatch, flag, warn_only, mode):
     torch.use_deterministic_algorithms(flag, warn_only=warn_only)
     torch.backends.cudnn.benchmark = not flag

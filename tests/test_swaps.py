@@ -51,8 +51,11 @@ def test_auto_swaps_exactly_the_non_deterministic_layers_and_keeps_the_function(
     before = run(net, x)
     records = swap_modules(net, "auto", imgsz=32)
     assert {r.path: r.target for r in records} == {
-        "gmax": "DetAdaptiveMaxPool2d", "rows": "DetAdaptiveAvgPool2d", "up": "DetUpsample",
-        "pad": "DetReflectionPad1d"}
+        "gmax": "DetAdaptiveMaxPool2d",
+        "rows": "DetAdaptiveAvgPool2d",
+        "up": "DetUpsample",
+        "pad": "DetReflectionPad1d",
+    }
     assert {r.path: r.reason for r in records}["gmax"] == "adaptive_max_pool2d_backward_cuda"
     assert type(net.gavg) is nn.AdaptiveAvgPool2d
     assert type(net.near) is nn.Upsample
@@ -76,8 +79,10 @@ def test_the_0_1_policy_keyword_still_works_with_a_deprecation_warning():
     with pytest.warns(DeprecationWarning, match=r"swap_modules\(model, 'all'\)"):
         paths = {r.path for r in swap_modules(Net(), policy="all")}
     assert paths == {"gmax", "gavg", "rows", "up", "near", "pad"}
-    with pytest.warns(DeprecationWarning, match="deprecated"), \
-            pytest.raises(ConfigError, match="both modules and policy="):
+    with (
+        pytest.warns(DeprecationWarning, match="deprecated"),
+        pytest.raises(ConfigError, match="both modules and policy="),
+    ):
         swap_modules(Net(), ["gmax"], policy="all")
 
 
@@ -137,11 +142,18 @@ def test_pickled_swapped_model_loads_as_pytorch_classes_and_deepcopy_keeps_the_s
     plain = nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveMaxPool2d(1), nn.Upsample(scale_factor=2, mode="bicubic"))
     swap_modules(plain, "all")
     torch.save({"model": plain}, tmp_path / "ckpt.pt")
-    code = ("import sys; sys.modules['yolo_det'] = None\n"
-            "import torch; m = torch.load(sys.argv[1], weights_only=False)['model']\n"
-            "print(type(m[1]).__module__, type(m[2]).__name__, tuple(m(torch.randn(1, 3, 8, 8)).shape))")
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ckpt.pt")], capture_output=True, text=True,
-                          cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    code = (
+        "import sys; sys.modules['yolo_det'] = None\n"
+        "import torch; m = torch.load(sys.argv[1], weights_only=False)['model']\n"
+        "print(type(m[1]).__module__, type(m[2]).__name__, tuple(m(torch.randn(1, 3, 8, 8)).shape))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "ckpt.pt")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["torch.nn.modules.pooling", "Upsample", "(1,", "4,", "2,", "2)"]
 

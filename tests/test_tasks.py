@@ -29,8 +29,21 @@ def test_each_task_trains_twice_with_equal_digests(task, tmp_path, capsys):
 
     data = make_dataset(tmp_path / "data", task)
     model_name = TASK_MODELS[task]
-    assert main(["train", "--profile", "repro", f"model={model_name}", f"data={data}", *TINY,
-                 f"project={tmp_path}", "name=cli"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--profile",
+                "repro",
+                f"model={model_name}",
+                f"data={data}",
+                *TINY,
+                f"project={tmp_path}",
+                "name=cli",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     cli = _record(tmp_path / "cli")
     assert cli["status"] == "completed"
@@ -41,8 +54,13 @@ def test_each_task_trains_twice_with_equal_digests(task, tmp_path, capsys):
     model = YOLO(model_name)
     model.add_callback("on_train_start", lambda trainer: seen.append(type(trainer)))
     args = dict(a.split("=", 1) for a in TINY)
-    model.train(trainer=trainer_class("repro"), data=data, project=str(tmp_path), name="cls",
-                **{k: (False if v == "false" else v if k == "device" else int(v)) for k, v in args.items()})
+    model.train(
+        trainer=trainer_class("repro"),
+        data=data,
+        project=str(tmp_path),
+        name="cls",
+        **{k: (False if v == "false" else v if k == "device" else int(v)) for k, v in args.items()},
+    )
     expected = TASK_TRAINERS[task][1]
     assert [c.__name__ for c in seen] == [f"YoloDet{expected}"]
     assert expected in [b.__name__ for b in seen[0].__mro__]
@@ -80,5 +98,7 @@ def test_trainer_class_with_a_base_keeps_it():
     from ultralytics.models.yolo.detect import DetectionTrainer
 
     assert issubclass(default, DetectionTrainer)
-    assert issubclass(default.yolo_det_trainer_for("pose"), __import__(
-        "ultralytics.models.yolo.pose", fromlist=["PoseTrainer"]).PoseTrainer)
+    assert issubclass(
+        default.yolo_det_trainer_for("pose"),
+        __import__("ultralytics.models.yolo.pose", fromlist=["PoseTrainer"]).PoseTrainer,
+    )

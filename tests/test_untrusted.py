@@ -34,9 +34,20 @@ def _ultralytics_checkpoint(path: Path, yaml_name: str = "yolov8n.yaml") -> torc
     from ultralytics.nn.tasks import DetectionModel
 
     model = DetectionModel(yaml_name, nc=2, verbose=False)
-    torch.save({"epoch": 0, "best_fitness": None, "model": None, "ema": copy.deepcopy(model).half(), "updates": 1,
-                "optimizer": None, "train_args": {"epochs": 1, "model": yaml_name}, "date": "2026-01-01",
-                "version": "8"}, path)
+    torch.save(
+        {
+            "epoch": 0,
+            "best_fitness": None,
+            "model": None,
+            "ema": copy.deepcopy(model).half(),
+            "updates": 1,
+            "optimizer": None,
+            "train_args": {"epochs": 1, "model": yaml_name},
+            "date": "2026-01-01",
+            "version": "8",
+        },
+        path,
+    )
     return model
 
 
@@ -51,8 +62,9 @@ def test_every_hostile_file_is_refused_by_every_reader(corpus: tuple[dict[str, P
     assert not marker.exists()
 
 
-def test_torch_load_guard_routes_through_the_allow_list_and_is_restored(corpus: tuple[dict[str, Path], Path],
-                                                                       tmp_path: Path) -> None:
+def test_torch_load_guard_routes_through_the_allow_list_and_is_restored(
+    corpus: tuple[dict[str, Path], Path], tmp_path: Path
+) -> None:
     files, marker = corpus
     real = torch.load
     with guarded_torch_load():
@@ -85,7 +97,8 @@ def test_real_checkpoints_load_with_the_same_weights(tmp_path: Path) -> None:
 
 def test_user_blocks_need_import_to_load_but_digest_without(tmp_path: Path) -> None:
     pkg = tmp_path / "userpkg_blocks.py"
-    pkg.write_text(textwrap.dedent("""\
+    pkg.write_text(
+        textwrap.dedent("""\
         import torch
         class UserBlock(torch.nn.Module):
             def __init__(self, c):
@@ -93,7 +106,8 @@ def test_user_blocks_need_import_to_load_but_digest_without(tmp_path: Path) -> N
                 self.conv = torch.nn.Conv2d(c, c, 1)
             def forward(self, x):
                 return self.conv(x)
-        """))
+        """)
+    )
     sys.path.insert(0, str(tmp_path))
     try:
         import userpkg_blocks
@@ -142,24 +156,35 @@ def test_gate_covers_every_path_valued_argument_of_ultralytics() -> None:
     typed = CFG_FLOAT_KEYS | CFG_FRACTION_KEYS | CFG_INT_KEYS | CFG_BOOL_KEYS | CFG_STR_KEYS
     untyped = {k for k, v in DEFAULT_CFG_DICT.items() if k not in typed and not isinstance(v, (bool, int, float))}
     assert untyped - set(PATH_KEYS) - set(NOT_PATHS) == set()
-    source = "\n".join(p.read_text(encoding="utf-8", errors="replace")
-                       for p in Path(ultralytics.__file__).parent.rglob("*.py"))
-    as_paths = {k for k in CFG_BOOL_KEYS if f"isinstance(self.args.{k}, (str, Path))" in source
-                or f"isinstance({k}, (str, Path))" in source}
+    source = "\n".join(
+        p.read_text(encoding="utf-8", errors="replace") for p in Path(ultralytics.__file__).parent.rglob("*.py")
+    )
+    as_paths = {
+        k
+        for k in CFG_BOOL_KEYS
+        if f"isinstance(self.args.{k}, (str, Path))" in source or f"isinstance({k}, (str, Path))" in source
+    }
     assert {"resume", "pretrained"} <= as_paths | set(PATH_KEYS)
     assert as_paths <= set(PATH_KEYS)
 
 
-def test_gate_refuses_hostile_files_behind_every_path_argument(corpus: tuple[dict[str, Path], Path],
-                                                               tmp_path: Path) -> None:
+def test_gate_refuses_hostile_files_behind_every_path_argument(
+    corpus: tuple[dict[str, Path], Path], tmp_path: Path
+) -> None:
     files, marker = corpus
     evil = files["os-system"]
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(f"resume: {evil}\n")
     tracker = tmp_path / "tracker.yaml"
     tracker.write_text(f"tracker_type: botsort\nwith_reid: true\nmodel: {evil}\n")
-    for args in ({"model": str(evil)}, {"pretrained": str(evil)}, {"resume": str(evil)},
-                 {"distill_model": str(evil)}, {"cfg": str(cfg)}, {"tracker": str(tracker)}):
+    for args in (
+        {"model": str(evil)},
+        {"pretrained": str(evil)},
+        {"resume": str(evil)},
+        {"distill_model": str(evil)},
+        {"cfg": str(cfg)},
+        {"tracker": str(tracker)},
+    ):
         with pytest.raises(ModelError, match="os.system"):
             check_arguments(args)
     assert not marker.exists()
@@ -194,8 +219,10 @@ def test_p6_name_resolves_to_the_file_ultralytics_builds(tmp_path: Path) -> None
 def test_data_download_never_runs_without_opt_in(tmp_path: Path) -> None:
     marker = tmp_path / "MARKER"
     data = tmp_path / "data.yaml"
-    data.write_text(f"path: {tmp_path}\ntrain: images/train\nval: images/val\ntest: images/test\nnames: [a]\n"
-                    f"download: |\n  open({str(marker)!r}, 'w')\n")
+    data.write_text(
+        f"path: {tmp_path}\ntrain: images/train\nval: images/val\ntest: images/test\nnames: [a]\n"
+        f"download: |\n  open({str(marker)!r}, 'w')\n"
+    )
     with pytest.raises(ConfigError, match="download"):
         check_arguments({"data": str(data)})
     folder = tmp_path / "folder"
@@ -229,24 +256,42 @@ def _run_cases(cases: list[list[str]], cwd: Path) -> list[list[str]]:
     """Run CLI commands in one fresh process (cheap: one import of torch and Ultralytics); return, per case,
     ``[exit code, number of stderr lines, case, last line]``."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", _CASES_SCRIPT, *("|".join(c) for c in cases)], cwd=cwd, env=env,
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", _CASES_SCRIPT, *("|".join(c) for c in cases)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     rows = [line.split(" ", 2) for line in out.stdout.splitlines() if line[:1].isdigit()]
     assert len(rows) == len(cases), out.stderr[-2000:]
     return rows
 
 
-def test_commands_refuse_hostile_files_in_one_line_exit_2(corpus: tuple[dict[str, Path], Path],
-                                                          tmp_path: Path) -> None:
+def test_commands_refuse_hostile_files_in_one_line_exit_2(corpus: tuple[dict[str, Path], Path], tmp_path: Path) -> None:
     """Through the CLI (one process per command, the payloads that reached code before): exit 2, one line."""
     files, marker = corpus
     cases: list[list[str]] = []
-    for name in ("stack-global-alias", "nested-pickle", "torch-save", "legacy-prefix", "case-colliding",
-                 "model-class-called"):
+    for name in (
+        "stack-global-alias",
+        "nested-pickle",
+        "torch-save",
+        "legacy-prefix",
+        "case-colliding",
+        "model-class-called",
+    ):
         f = str(files[name])
-        cases += [["train", f"model={f}"], ["train", f"pretrained={f}"], ["train", f"resume={f}"],
-                  ["train", f"distill_model={f}"], ["digest", f], ["audit", f], ["verify", f"model={f}"],
-                  ["bench", f"model={f}"]]
+        cases += [
+            ["train", f"model={f}"],
+            ["train", f"pretrained={f}"],
+            ["train", f"resume={f}"],
+            ["train", f"distill_model={f}"],
+            ["digest", f],
+            ["audit", f],
+            ["verify", f"model={f}"],
+            ["bench", f"model={f}"],
+        ]
     rows = _run_cases(cases, tmp_path)
     assert [r for r in rows if r[0] != "2" or r[1] != "1"] == []
     assert not marker.exists()
@@ -258,25 +303,29 @@ def test_commands_refuse_hostile_model_and_data_yamls(tmp_path: Path) -> None:
     run = f"open({str(marker)!r}, 'w').write('ran')"
     rows = "backbone:\n  - [-1, 1, Conv, [8, 3, 2]]\nhead:\n  - [-1, 1, Classify, [2]]\n"
     (tmp_path / "fn.yaml").write_text(
-        f"nc: 2\nbackbone:\n  - [-1, 1, parse_model, [{{activation: \"{run}\", backbone: [], head: []}}]]\n"
-        "head:\n  - [-1, 1, Classify, [2]]\n")
-    (tmp_path / "top.yaml").write_text(f"nc: 2\nactivation: \"{run}\"\n{rows}")
+        f'nc: 2\nbackbone:\n  - [-1, 1, parse_model, [{{activation: "{run}", backbone: [], head: []}}]]\n'
+        "head:\n  - [-1, 1, Classify, [2]]\n"
+    )
+    (tmp_path / "top.yaml").write_text(f'nc: 2\nactivation: "{run}"\n{rows}')
     (tmp_path / "nested.yaml").write_text(
-        f"nc: 2\nbackbone:\n  - [-1, 1, Conv, [8, 3, 2, {{activation: \"{run}\"}}]]\n"
-        "head:\n  - [-1, 1, Classify, [2]]\n")
+        f'nc: 2\nbackbone:\n  - [-1, 1, Conv, [8, 3, 2, {{activation: "{run}"}}]]\nhead:\n  - [-1, 1, Classify, [2]]\n'
+    )
     (tmp_path / "yolov8n6.yaml").write_text(f"nc: 2\n{rows}")
-    (tmp_path / "yolov8n-p6.yaml").write_text(f"nc: 2\nactivation: \"{run}\"\n{rows}")
-    (tmp_path / "data.yaml").write_text(f"path: {tmp_path}\ntrain: a\nval: b\ntest: c\nnames: [x]\n"
-                                        f"download: |\n  {run}\n")
+    (tmp_path / "yolov8n-p6.yaml").write_text(f'nc: 2\nactivation: "{run}"\n{rows}')
+    (tmp_path / "data.yaml").write_text(
+        f"path: {tmp_path}\ntrain: a\nval: b\ntest: c\nnames: [x]\ndownload: |\n  {run}\n"
+    )
     cases = []
     for name in ("fn", "top", "nested", "yolov8n6"):
         f = str(tmp_path / f"{name}.yaml")
         cases += [["audit", f, "--imgsz", "64"], ["train", f"model={f}"]]
         if name != "yolov8n6":  # rewrite builds the text it rewrites (no P6 rename): nothing to refuse there
             cases.append(["rewrite", f, "--check"])
-    cases += [["train", f"data={tmp_path / 'data.yaml'}", "model=yolov8n-cls.yaml"],
-              ["train", f"data={tmp_path}", "model=yolov8n.yaml"],
-              ["train", f"data={tmp_path / 'x.ndjson'}"]]
+    cases += [
+        ["train", f"data={tmp_path / 'data.yaml'}", "model=yolov8n-cls.yaml"],
+        ["train", f"data={tmp_path}", "model=yolov8n.yaml"],
+        ["train", f"data={tmp_path / 'x.ndjson'}"],
+    ]
     rows = _run_cases(cases, tmp_path)
     assert [r for r in rows if r[0] != "2" or r[1] != "1"] == []
     assert not marker.exists()

@@ -78,7 +78,8 @@ def test_registered_keeps_the_users_binding_and_removes_only_what_it_added(monke
 
 def test_custom_modules_registers_defined_classes_only_and_never_replaces(tmp_path, monkeypatch):
     blocks = tmp_path / "ydt_user_blocks.py"
-    blocks.write_text(textwrap.dedent("""
+    blocks.write_text(
+        textwrap.dedent("""
         from torch import nn
         from ultralytics.nn.modules import C2f  # imported, not defined here
 
@@ -87,7 +88,8 @@ def test_custom_modules_registers_defined_classes_only_and_never_replaces(tmp_pa
 
         class Conv(nn.Identity):  # a copy of Ultralytics' Conv in the user's file
             pass
-    """))
+    """)
+    )
     monkeypatch.delitem(sys.modules, "ydt_user_blocks", raising=False)
     before = dict(vars(tasks))
     try:
@@ -104,11 +106,14 @@ def test_custom_modules_registers_defined_classes_only_and_never_replaces(tmp_pa
     assert vars(tasks) == before
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    ("ydt_no_such_module", "cannot import 'ydt_no_such_module'"),
-    ("raises.py", "it raised ZeroDivisionError"),
-    ("missing.py", "no such file"),
-])
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("ydt_no_such_module", "cannot import 'ydt_no_such_module'"),
+        ("raises.py", "it raised ZeroDivisionError"),
+        ("missing.py", "no such file"),
+    ],
+)
 def test_a_module_that_cannot_be_imported_is_one_line_exit_2(spec, message, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "raises.py").write_text("x = 1 / 0\n")
@@ -215,9 +220,24 @@ def test_train_import_in_a_fresh_process_twice_with_equal_digests(tmp_path):
     digests = []
     for name in ("a", "b"):
         proc = subprocess.run(
-            [sys.executable, "-m", "yolo_det", "train", "--import", "mypkg.blocks", "model=my.yaml", *SMALL,
-             f"project={project / 'runs'}", f"name={name}"],
-            cwd=project, env=env, capture_output=True, text=True, timeout=600)
+            [
+                sys.executable,
+                "-m",
+                "yolo_det",
+                "train",
+                "--import",
+                "mypkg.blocks",
+                "model=my.yaml",
+                *SMALL,
+                f"project={project / 'runs'}",
+                f"name={name}",
+            ],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         line = [x for x in proc.stdout.splitlines() if x.startswith("weights sha256: ")]
         assert len(line) == 1

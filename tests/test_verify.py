@@ -158,8 +158,9 @@ def test_state_diff_compares_bits():
 def test_plot_marks_the_divergence(tmp_path):
     ref, run = make_run(1), make_run(2)
     run.steps[1].grads[0] = "changed"
-    report = verify_module.VerifyReport(profile="fast", args={}, runs=[ref, run],
-                                        divergences=[compare_runs(ref, run)], steps_requested=3, seconds=1.0)
+    report = verify_module.VerifyReport(
+        profile="fast", args={}, runs=[ref, run], divergences=[compare_runs(ref, run)], steps_requested=3, seconds=1.0
+    )
     path = plot_losses(report, tmp_path / "curves.png")
     assert_png(path)
     assert not report.identical
@@ -169,8 +170,9 @@ def test_plot_marks_the_divergence(tmp_path):
 
 def test_summary_says_when_fewer_steps_ran_than_asked():
     runs = [make_run(1, steps=3), make_run(2, steps=3)]
-    report = verify_module.VerifyReport(profile="repro", args={"epochs": 3}, runs=runs, divergences=[],
-                                        steps_requested=20, seconds=1.0)
+    report = verify_module.VerifyReport(
+        profile="repro", args={"epochs": 3}, runs=runs, divergences=[], steps_requested=20, seconds=1.0
+    )
     note = report.steps_note
     assert note is not None
     assert "asked for 20 optimizer steps, the runs made 3" in note
@@ -178,24 +180,30 @@ def test_summary_says_when_fewer_steps_ran_than_asked():
     assert "pass epochs=20" in note
     assert f"note: {note}" in report.summary()
     assert report.to_dict()["steps_note"] == note
-    enough = verify_module.VerifyReport(profile="repro", args={"epochs": 3}, runs=runs, divergences=[],
-                                        steps_requested=3, seconds=1.0)
+    enough = verify_module.VerifyReport(
+        profile="repro", args={"epochs": 3}, runs=runs, divergences=[], steps_requested=3, seconds=1.0
+    )
     assert enough.steps_note is None
     assert "note:" not in enough.summary()
-    unknown = verify_module.VerifyReport(profile="repro", args={}, runs=runs, divergences=[], steps_requested=5,
-                                         seconds=1.0)
+    unknown = verify_module.VerifyReport(
+        profile="repro", args={}, runs=runs, divergences=[], steps_requested=5, seconds=1.0
+    )
     assert "raise epochs=" in (unknown.steps_note or "")
+
+
 def _texts(fig) -> str:
     return "\n".join(t.get_text() for ax in fig.axes for t in ax.texts + [ax.title]) + "\n".join(
-        t.get_text() for t in fig.texts)
+        t.get_text() for t in fig.texts
+    )
 
 
 def test_identical_chart_says_so_in_words_without_a_log_axis(tmp_path):
     from yolo_det.tools.verify import loss_figure
 
     runs = [make_run(1, steps=6), make_run(2, steps=6), make_run(3, steps=6)]
-    report = verify_module.VerifyReport(profile="repro", args={}, runs=runs, divergences=[], steps_requested=6,
-                                        seconds=1.0)
+    report = verify_module.VerifyReport(
+        profile="repro", args={}, runs=runs, divergences=[], steps_requested=6, seconds=1.0
+    )
     fig = loss_figure(report)
     bottom = fig.axes[1]
     assert bottom.get_yscale() == "linear"
@@ -215,8 +223,9 @@ def test_diverging_chart_marks_the_first_divergence_on_a_clean_log_axis(tmp_path
         a, b = step.batches[0].loss
         step.batches[0].loss = (a * (1 + 1e-9 * 10 ** (k / 3)), b)
     run.steps[9].grads[0] = "changed"  # the gradients differ first, at step 10
-    report = verify_module.VerifyReport(profile="fast", args={}, runs=[ref, run],
-                                        divergences=[compare_runs(ref, run)], steps_requested=30, seconds=1.0)
+    report = verify_module.VerifyReport(
+        profile="fast", args={}, runs=[ref, run], divergences=[compare_runs(ref, run)], steps_requested=30, seconds=1.0
+    )
     assert report.first.step == 10
     assert report.first.kind == "gradients"
     fig = loss_figure(report)
@@ -244,18 +253,21 @@ def test_diverging_chart_marks_the_first_divergence_on_a_clean_log_axis(tmp_path
 # bad input (fast: nothing trains)
 
 
-@pytest.mark.parametrize(("argv", "needle"), [
-    (["--runs", "1"], "--runs"),
-    (["--steps", "0"], "--steps"),
-    (["--keep-mib", "-1"], "--keep-mib"),
-    (["resume=True"], "resume"),
-    (["time=0.1"], "time"),
-    (["device=0,1"], "one device"),
-    (["--profile", "repo"], "Did you mean 'repro'"),
-    (["epoch=3"], "unknown Ultralytics argument"),
-    (["--plot", "curves.jpg"], ".png"),
-    (["--plot", "missing/curves.png"], "does not exist"),
-])
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--runs", "1"], "--runs"),
+        (["--steps", "0"], "--steps"),
+        (["--keep-mib", "-1"], "--keep-mib"),
+        (["resume=True"], "resume"),
+        (["time=0.1"], "time"),
+        (["device=0,1"], "one device"),
+        (["--profile", "repo"], "Did you mean 'repro'"),
+        (["epoch=3"], "unknown Ultralytics argument"),
+        (["--plot", "curves.jpg"], ".png"),
+        (["--plot", "missing/curves.png"], "does not exist"),
+    ],
+)
 def test_bad_input_exits_2_and_writes_nothing(argv, needle, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     before = tree(tmp_path)
@@ -333,8 +345,9 @@ class UnseededShuffle:
 def test_demo_with_repro_is_bitwise_identical(tmp_path, capsys):
     before = snapshot()
     plot = tmp_path / "curves.png"
-    code = main(["verify", "--profile", "repro", "--steps", "3", "--plot", str(plot), *TINY,
-                 f"project={tmp_path / 'runs'}"])
+    code = main(
+        ["verify", "--profile", "repro", "--steps", "3", "--plot", str(plot), *TINY, f"project={tmp_path / 'runs'}"]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "bitwise identical" in out
@@ -375,8 +388,10 @@ def test_gradient_noise_is_caught_at_its_step_and_parameter(tmp_path):
 @pytest.mark.slow
 def test_strict_mode_crash_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
     def crash(trainer: Any) -> None:
-        raise RuntimeError("adaptive_max_pool2d_backward_cuda does not have a deterministic implementation, but you "
-                           "set 'torch.use_deterministic_algorithms(True)'")
+        raise RuntimeError(
+            "adaptive_max_pool2d_backward_cuda does not have a deterministic implementation, but you "
+            "set 'torch.use_deterministic_algorithms(True)'"
+        )
 
     def verify_with_crash(*args: Any, **kwargs: Any) -> Any:
         return verify(*args, callbacks={"on_train_batch_start": [crash]}, **kwargs)

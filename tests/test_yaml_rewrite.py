@@ -58,8 +58,9 @@ def test_rewrite_changes_only_the_needed_names_and_reverse_restores_the_text():
     changed = [i for i, (a, b) in enumerate(zip(before, after)) if a != b]
     assert changed == [result.changes[0].line - 1]
     assert len(before) == len(after)
-    assert after[changed[0]] == ('  - [-1, 1, DetUpsample, [None, 2, "bicubic"]]   '
-                                 "# 9  bicubic: no deterministic CUDA backward")
+    assert after[changed[0]] == (
+        '  - [-1, 1, DetUpsample, [None, 2, "bicubic"]]   # 9  bicubic: no deterministic CUDA backward'
+    )
     assert result.layers == 22
     assert result.params > 0
     back = rewrite_yaml_text(result.text, reverse=True, origin="m.yaml")

@@ -47,9 +47,16 @@ def test_rewrite_round_trips_or_fails_cleanly(text, policy):
     # rewrite_yaml_text rebuilds the output and compares layer and parameter counts before returning
     assert result.layers == text.count("\n  - ")
     if policy == "all":
-        nameable = sum(text.count(f"{name}") for name in ("nn.Upsample", "nn.AdaptiveAvgPool2d",
-                                                          "nn.AdaptiveMaxPool2d", "nn.ReflectionPad2d",
-                                                          "nn.ReplicationPad2d"))
+        nameable = sum(
+            text.count(f"{name}")
+            for name in (
+                "nn.Upsample",
+                "nn.AdaptiveAvgPool2d",
+                "nn.AdaptiveMaxPool2d",
+                "nn.ReflectionPad2d",
+                "nn.ReplicationPad2d",
+            )
+        )
         assert len(result.changes) == nameable
     back = rewrite_yaml_text(result.text, reverse=True, origin="fuzz.yaml")
     assert back.text == text

@@ -66,8 +66,16 @@ def test_blocks_use_the_ops_they_are_meant_to_exercise() -> None:
     assert coord.pool_w.output_size == (1, None)
 
 
-@pytest.mark.parametrize(("cls", "args"), [(CBAMMax, (0,)), (CBAMMax, (16, 16, 5)), (CoordAtt, (-1,)),
-                                           (GridSampleUpsample, (16, 0)), (GridSampleUpsample, (True,))])
+@pytest.mark.parametrize(
+    ("cls", "args"),
+    [
+        (CBAMMax, (0,)),
+        (CBAMMax, (16, 16, 5)),
+        (CoordAtt, (-1,)),
+        (GridSampleUpsample, (16, 0)),
+        (GridSampleUpsample, (True,)),
+    ],
+)
 def test_bad_arguments(cls: type, args: tuple) -> None:
     with pytest.raises(ConfigError):
         cls(*args)
@@ -98,8 +106,11 @@ def test_zoo_names_are_unknown_outside_the_registration() -> None:
 def _profile(tmp_path: Path, mode: str) -> Path:
     """Strict (or warn) determinism without swaps or interception: the crash CUDA users see."""
     path = tmp_path / f"{mode}-noswap.yaml"
-    path.write_text(f"name: {mode}-noswap\nextends: repro\ndefaults:\n  deterministic_algorithms: {mode}\n"
-                    "  swaps: none\n  intercept: false\n", encoding="utf-8")
+    path.write_text(
+        f"name: {mode}-noswap\nextends: repro\ndefaults:\n  deterministic_algorithms: {mode}\n"
+        "  swaps: none\n  intercept: false\n",
+        encoding="utf-8",
+    )
     return path
 
 
@@ -110,8 +121,21 @@ def _train(name: str, profile: Path, project: Path) -> yolo_det.UltralyticsPlugi
     with registered(ZOO_MODULES):
         model = YOLO(str(MODELS / f"{name}.yaml"))
         plugin = yolo_det.attach(model, str(profile))
-        model.train(data=str(demo_data_yaml()), epochs=1, imgsz=64, batch=16, fraction=0.34, device="cpu", workers=0,
-                    project=str(project), name=name, exist_ok=True, plots=False, val=False, verbose=False)
+        model.train(
+            data=str(demo_data_yaml()),
+            epochs=1,
+            imgsz=64,
+            batch=16,
+            fraction=0.34,
+            device="cpu",
+            workers=0,
+            project=str(project),
+            name=name,
+            exist_ok=True,
+            plots=False,
+            val=False,
+            verbose=False,
+        )
     return plugin
 
 
@@ -136,5 +160,6 @@ def test_warn_only_training_warns_and_completes(name: str, tmp_path: Path) -> No
     record = json.loads(Path(plugin.record_path).read_text(encoding="utf-8"))
     assert record["status"] == "completed"
     messages = [w["message"] for w in record["nondeterminism_warnings"]]
-    assert any(m.startswith(alert_message(FIRST_KERNEL[name],
-                                          warn_only=True).split(" (Triggered")[0]) for m in messages)
+    assert any(
+        m.startswith(alert_message(FIRST_KERNEL[name], warn_only=True).split(" (Triggered")[0]) for m in messages
+    )

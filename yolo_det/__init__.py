@@ -8,7 +8,7 @@ state afterwards, errors included. Quick start::
     import yolo_det
 
     model = YOLO("yolov8n.yaml")
-    yolo_det.attach(model, "repro")          # or model.train(trainer=yolo_det.trainer_class("repro"))
+    yolo_det.attach(model, "repro")  # or model.train(trainer=yolo_det.trainer_class("repro"))
     model.train(data="data.yaml", epochs=10)
 
 For hand-written loops: ``yolo_det.DeterminismSession``, ``yolo_det.phase_scope`` and

@@ -34,8 +34,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rewrite": ("yolo_det.commands.rewrite", "swap a model YAML's non-deterministic layers for deterministic ones"),
     "verify": ("yolo_det.commands.verify", "train several times and check the runs are bitwise identical"),
     "diff": ("yolo_det.commands.diff", "compare two runs' records and say why their weights differ"),
-    "check-deploy": ("yolo_det.commands.check_deploy",
-                     "check that detections do not depend on the batch; compare export records"),
+    "check-deploy": (
+        "yolo_det.commands.check_deploy",
+        "check that detections do not depend on the batch; compare export records",
+    ),
     "bench": ("yolo_det.commands.bench", "measure what each profile costs: step time, throughput, peak memory"),
     "patch-yolov5": ("yolo_det.commands.patch_yolov5", "patch a YOLOv5 clone so train.py takes --det-profile"),
 }
@@ -163,4 +165,3 @@ def _one_line(e: BaseException) -> str:
 def run_cli() -> NoReturn:
     """Console-script entry point."""
     raise SystemExit(main())
-

@@ -42,8 +42,10 @@ def _call(func: bytes, *args: str) -> bytes:
 
 def _stack_call(module: str, name: str, *args: str) -> bytes:
     """Protocol-4 ``STACK_GLOBAL`` (any module/name text) called with string arguments."""
+
     def s(text: str) -> bytes:
         return b"\x8c" + bytes([len(text.encode())]) + text.encode()
+
     out = b"\x80\x04" + s(module) + s(name) + b"\x93("
     for a in args:
         out += s(a)
@@ -61,8 +63,11 @@ def payloads(marker: Path) -> dict[str, bytes]:
         "exec": _call(_global("builtins", "exec"), code),
         "stack-global-alias": _stack_call("torch.serialization", "os.system", shell),
         "proto0-global-alias": b"ctorch.serialization\nos.system\n(S'" + shell.encode() + b"'\ntR.",
-        "nested-pickle": _call(_global("pickle", "loads"), "") .replace(b"X\x00\x00\x00\x00", b"C" + bytes(
-            [len(inner)]) + inner) if len(inner) < 256 else _call(_global("os", "system"), shell),
+        "nested-pickle": _call(_global("pickle", "loads"), "").replace(
+            b"X\x00\x00\x00\x00", b"C" + bytes([len(inner)]) + inner
+        )
+        if len(inner) < 256
+        else _call(_global("os", "system"), shell),
         "pydoc-locate": _call(_global("pydoc", "locate"), "os.system"),
         "collect-env-run": _call(_global("torch.utils.collect_env", "run"), shell),
         "doctest-debug-script": _call(_global("doctest", "debug_script"), f"import os; os.system('{shell}')"),
@@ -76,8 +81,12 @@ def payloads(marker: Path) -> dict[str, bytes]:
         "model-class-called": _call(_global("ultralytics.nn.tasks", "DetectionModel"), m),
         "torchvision-block-called": _call(_global("ultralytics.nn.modules.block", "TorchVision"), m),
         "inst-opcode": b"(S'" + shell.encode() + b"'\nios\nsystem\n.",
-        "obj-opcode": b"\x80\x02(" + _global("os", "system") + b"X" + len(shell).to_bytes(4, "little")
-                      + shell.encode() + b"o.",
+        "obj-opcode": b"\x80\x02("
+        + _global("os", "system")
+        + b"X"
+        + len(shell).to_bytes(4, "little")
+        + shell.encode()
+        + b"o.",
         "getattr-builtins": _call(_global("builtins", "getattr"), "os", "system"),
     }
 

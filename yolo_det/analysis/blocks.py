@@ -94,8 +94,9 @@ def declare_block(cls: type, channels: ChannelRule) -> type:
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise ConfigError(f"declare_block needs an nn.Module subclass, got {cls!r}")
     if not callable(channels):
-        raise ConfigError(f"declare_block({cls.__name__}, channels=...) needs a callable "
-                          "rule(c_in, *args) -> (c_out, args_to_pass)")
+        raise ConfigError(
+            f"declare_block({cls.__name__}, channels=...) needs a callable rule(c_in, *args) -> (c_out, args_to_pass)"
+        )
     with _lock:
         _rules[cls] = channels
     return cls
@@ -214,8 +215,10 @@ def _sources(row: _Row, d: Mapping[str, Any]) -> list[int]:
     out = []
     for x in raw:
         if isinstance(x, bool) or not isinstance(x, int) or not (-row.index <= x < row.index or x == -1):
-            raise ModelError(f"{_where(d, row.index, row.name, row.source)}: 'from' must name earlier layers "
-                             f"(-1 or 0..{row.index - 1}), got {x!r}")
+            raise ModelError(
+                f"{_where(d, row.index, row.name, row.source)}: 'from' must name earlier layers "
+                f"(-1 or 0..{row.index - 1}), got {x!r}"
+            )
         out.append(x if x >= 0 else row.index + x)
     return out
 
@@ -263,7 +266,7 @@ def _run_original(d: dict[str, Any], ch: Any, verbose: bool, *, meta: bool = Fal
 def _input_channels(d: Mapping[str, Any], rows: list[Any], row: _Row, sources: list[int], ch: Any) -> list[int]:
     if row.index == 0:
         return [int(ch)] * len(sources)
-    probe = list(rows[:row.index]) + [[s, 1, "nn.BatchNorm2d", []] for s in sources]
+    probe = list(rows[: row.index]) + [[s, 1, "nn.BatchNorm2d", []] for s in sources]
     cfg = _with_rows(d, probe, len(probe))
     if cfg.get("scales") and not cfg.get("scale"):
         cfg["scale"] = _scale(d)[1]
@@ -279,14 +282,23 @@ def _apply_rule(row: _Row, c_in: Any, args: list[Any], d: Mapping[str, Any]) -> 
     try:
         result = row.rule(c_in, *args)
     except Exception as e:
-        raise ModelError(f"{where}: its channel rule raised {type(e).__name__}: {_one_line(e)} "
-                         f"(input channels {c_in}, YAML arguments {args})") from None
+        raise ModelError(
+            f"{where}: its channel rule raised {type(e).__name__}: {_one_line(e)} "
+            f"(input channels {c_in}, YAML arguments {args})"
+        ) from None
     ok = isinstance(result, (tuple, list)) and len(result) == 2
     c_out, passed = result if ok else (None, None)
-    if not ok or isinstance(c_out, bool) or not isinstance(c_out, int) or c_out <= 0 \
-            or not isinstance(passed, (list, tuple)):
-        raise ModelError(f"{where}: its channel rule must return (c_out, args_to_pass) with c_out a positive int "
-                         f"and args_to_pass a list, got {result!r}")
+    if (
+        not ok
+        or isinstance(c_out, bool)
+        or not isinstance(c_out, int)
+        or c_out <= 0
+        or not isinstance(passed, (list, tuple))
+    ):
+        raise ModelError(
+            f"{where}: its channel rule must return (c_out, args_to_pass) with c_out a positive int "
+            f"and args_to_pass a list, got {result!r}"
+        )
     return c_out, list(passed)
 
 
@@ -296,8 +308,11 @@ def _native_names() -> dict[Any, str]:
 
     from ..layers.table import SWAPS
 
-    return {det: f"nn.{native.__name__}" for native, det in SWAPS.items()
-            if getattr(torch.nn, native.__name__, None) is native}
+    return {
+        det: f"nn.{native.__name__}"
+        for native, det in SWAPS.items()
+        if getattr(torch.nn, native.__name__, None) is native
+    }
 
 
 def portable_config(cfg: Mapping[str, Any], imports: list[dict[str, str]]) -> dict[str, Any]:
@@ -349,8 +364,13 @@ def _restore_layers(d: dict[str, Any], namespace: Mapping[str, Any] | None = Non
     rows = copy.deepcopy(d["backbone"] + d["head"])
     for key, name in layers.items():
         i = int(key) if isinstance(key, (int, str)) and str(key).isdigit() else -1
-        if 0 <= i < len(rows) and isinstance(rows[i], list) and len(rows[i]) == 4 and isinstance(name, str) \
-                and natives.get(namespace.get(name)) == rows[i][2]:
+        if (
+            0 <= i < len(rows)
+            and isinstance(rows[i], list)
+            and len(rows[i]) == 4
+            and isinstance(name, str)
+            and natives.get(namespace.get(name)) == rows[i][2]
+        ):
             rows[i][2] = name
     out["backbone"], out["head"] = rows[:n_backbone], rows[n_backbone:]
     return out
@@ -388,9 +408,11 @@ def _parse_model(d: dict[str, Any], ch: Any, verbose: bool = True) -> Any:
         try:
             built = [row.cls(*passed) for _ in range(n)]
         except Exception as e:
-            raise ModelError(f"{_where(d, row.index, row.name, row.source)}: {row.name}{tuple(passed)} raised "
-                             f"{type(e).__name__}: {_one_line(e)}; check its channel rule "
-                             f"(input channels {c_in} -> {c_out})") from None
+            raise ModelError(
+                f"{_where(d, row.index, row.name, row.source)}: {row.name}{tuple(passed)} raised "
+                f"{type(e).__name__}: {_one_line(e)}; check its channel rule "
+                f"(input channels {c_in} -> {c_out})"
+            ) from None
         module: Any = torch.nn.Sequential(*built) if n > 1 else built[0]
         module.np = sum(p.numel() for p in module.parameters())
         kind = f"{row.cls.__module__}.{row.cls.__qualname__}".replace("__main__.", "")
@@ -399,8 +421,10 @@ def _parse_model(d: dict[str, Any], ch: Any, verbose: bool = True) -> Any:
         sources = row.source if isinstance(row.source, list) else [row.source]
         save.extend(x % row.index for x in sources if x != -1)
         if verbose:
-            tasks.LOGGER.info(f"{row.index:>3}{row.source!s:>20}{n:>3}{module.np:10.0f}  {kind:<45}"
-                              f"{passed!s:<30} (declared channels: {c_in} -> {c_out})")
+            tasks.LOGGER.info(
+                f"{row.index:>3}{row.source!s:>20}{n:>3}{module.np:10.0f}  {kind:<45}"
+                f"{passed!s:<30} (declared channels: {c_in} -> {c_out})"
+            )
     return seq, sorted(save)
 
 
@@ -460,8 +484,10 @@ def build_error(e: BaseException, d: Mapping[str, Any] | None = None) -> str | N
     cfg: Mapping[str, Any] = d or {}
     hint = ""
     if isinstance(source, list) and isinstance(e, TypeError) and "list indices" in str(e):
-        hint = (f"; {name} takes {len(source)} inputs and Ultralytics cannot tell its output channels: declare them "
-                f"({ATTRIBUTE} = staticmethod(lambda c_in, *args: (c_out, args)) or yolo_det.declare_block)")
+        hint = (
+            f"; {name} takes {len(source)} inputs and Ultralytics cannot tell its output channels: declare them "
+            f"({ATTRIBUTE} = staticmethod(lambda c_in, *args: (c_out, args)) or yolo_det.declare_block)"
+        )
     elif isinstance(e, RuntimeError) and ("shape" in str(e) or "channels" in str(e)):
         hint = "; check the channel arguments of this layer (or the channel rule it declares)"
     return f"{_where(cfg, index, name, source)}: {type(e).__name__}: {_one_line(e)}{hint}"

@@ -13,7 +13,7 @@ them)::
     torch.use_deterministic_algorithms(True)
     with emulate_cuda_alerts() as log:
         loss = model(x).sum()
-        loss.backward()          # RuntimeError: adaptive_max_pool2d_backward_cuda does not have ...
+        loss.backward()  # RuntimeError: adaptive_max_pool2d_backward_cuda does not have ...
 
 It follows CUDA's code paths where they differ from the CPU's: since torch 2.1, ``F.interpolate``
 (bilinear) and ``F.pad`` (replicate) take a deterministic decomposition on CUDA when the flag is on at
@@ -129,7 +129,7 @@ def _calibrate(table: OpTable) -> dict[str, str]:
         for mode in ("strict", "warn"):
             text = found.get(mode, "")
             if text.startswith(_CALIBRATION_KERNEL + ALERT):
-                _templates[mode] = "{kernel}" + text[len(_CALIBRATION_KERNEL):]
+                _templates[mode] = "{kernel}" + text[len(_CALIBRATION_KERNEL) :]
             else:
                 _templates[mode] = table.messages.get(mode, "{kernel}" + ALERT)
         return dict(_templates)
@@ -235,10 +235,16 @@ def _cuda_takes_cudnn_grid_sampler(args: tuple[Any, ...], kwargs: Mapping[str, A
     x, grid = bound.get("input"), bound.get("grid")
     if not isinstance(x, torch.Tensor) or not isinstance(grid, torch.Tensor):
         return False
-    return (x.dim() == 4 and bound.get("mode", "bilinear") == "bilinear"
-            and bound.get("padding_mode", "zeros") == "zeros"
-            and bool(bound.get("align_corners")) and x.dtype in _CUDNN_DTYPES and grid.dtype in _CUDNN_DTYPES
-            and x.shape[1] <= 1024 and torch.backends.cudnn.enabled)
+    return (
+        x.dim() == 4
+        and bound.get("mode", "bilinear") == "bilinear"
+        and bound.get("padding_mode", "zeros") == "zeros"
+        and bool(bound.get("align_corners"))
+        and x.dtype in _CUDNN_DTYPES
+        and grid.dtype in _CUDNN_DTYPES
+        and x.shape[1] <= 1024
+        and torch.backends.cudnn.enabled
+    )
 
 
 def _mark_function(emulator: _Emulator) -> Handler:
@@ -307,4 +313,3 @@ def emulate_cuda_alerts(
             yield emulator.log
     finally:
         _state.emulator = None
-

@@ -49,14 +49,27 @@ PATH_KEYS: dict[str, str] = {
 }
 #: Untyped arguments of Ultralytics' default.yaml that read no file from others, and why.
 NOT_PATHS: dict[str, str] = {
-    "task": "a task name", "mode": "a mode name", "time": "a number of hours", "device": "a device name",
+    "task": "a task name",
+    "mode": "a mode name",
+    "time": "a number of hours",
+    "device": "a device name",
     "project": "the output folder (written, not read; checked by the pre-checks)",
-    "name": "the run's folder name (written, not read)", "optimizer": "an optimizer name",
-    "freeze": "layer indices or names", "channels_last": "a switch", "split": "a split name (the data YAML's)",
-    "conf": "a number", "quantize": "a precision", "nms": "a switch",
+    "name": "the run's folder name (written, not read)",
+    "optimizer": "an optimizer name",
+    "freeze": "layer indices or names",
+    "channels_last": "a switch",
+    "split": "a split name (the data YAML's)",
+    "conf": "a number",
+    "quantize": "a precision",
+    "nms": "a switch",
     "source": "images or videos to predict on: read as pixels, never unpickled or evaluated",
-    "classes": "class indices", "embed": "layer indices", "line_width": "a number", "format": "an export format",
-    "opset": "a number", "workspace": "a number", "copy_paste_mode": "a mode name",
+    "classes": "class indices",
+    "embed": "layer indices",
+    "line_width": "a number",
+    "format": "an export format",
+    "opset": "a number",
+    "workspace": "a number",
+    "copy_paste_mode": "a mode name",
     "auto_augment": "a policy name",
 }
 
@@ -165,9 +178,11 @@ def _check_data_yaml(path: Path) -> None:
         return
     missing = [p for p in _split_paths(cfg, path.parent) if not p.exists()]
     if missing or not _split_paths(cfg, path.parent):
-        raise ConfigError(f"data YAML '{path}' has a 'download:' that Ultralytics would run (split "
-                          f"'{missing[0] if missing else '?'}' is not here); yolo-det never runs it: download the "
-                          f"dataset yourself, or pass {DOWNLOAD_FLAG} if you trust this file")
+        raise ConfigError(
+            f"data YAML '{path}' has a 'download:' that Ultralytics would run (split "
+            f"'{missing[0] if missing else '?'}' is not here); yolo-det never runs it: download the "
+            f"dataset yourself, or pass {DOWNLOAD_FLAG} if you trust this file"
+        )
 
 
 def _check_data(value: Any) -> None:
@@ -175,8 +190,10 @@ def _check_data(value: Any) -> None:
         return
     path = Path(value).expanduser()
     if path.suffix.lower() == ".ndjson" and not downloads_allowed():
-        raise ConfigError(f"data '{value}' is an NDJSON dataset, which Ultralytics converts by downloading its "
-                          f"images outside the dataset folder; convert it yourself, or pass {DOWNLOAD_FLAG}")
+        raise ConfigError(
+            f"data '{value}' is an NDJSON dataset, which Ultralytics converts by downloading its "
+            f"images outside the dataset folder; convert it yourself, or pass {DOWNLOAD_FLAG}"
+        )
     if path.is_dir():
         for child in sorted(path.iterdir())[:1000]:
             if child.suffix.lower() in {".yaml", ".yml"} and child.is_file():

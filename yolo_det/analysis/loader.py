@@ -27,8 +27,14 @@ from .blocks import layer_lines
 from .model_yaml import check_activation
 from .models import is_example, model_names, resolve_model_yaml
 
-__all__ = ["LoadedModel", "check_checkpoint_yaml", "check_model_file", "check_yaml_modules", "layer_lines",
-           "load_model"]
+__all__ = [
+    "LoadedModel",
+    "check_checkpoint_yaml",
+    "check_model_file",
+    "check_yaml_modules",
+    "layer_lines",
+    "load_model",
+]
 
 _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _YAML_SUFFIXES = {".yaml", ".yml"}
@@ -103,18 +109,23 @@ def check_yaml_modules(data: Mapping[str, Any], text: str, origin: str, namespac
         if name.startswith("nn."):
             if not isinstance(getattr(torch.nn, name[3:], None), type):
                 nn_names = [f"nn.{n}" for n in dir(torch.nn) if isinstance(getattr(torch.nn, n), type)]
-                raise ModelError(f"{where}: unknown module '{name}' in layer {i}: torch.nn has no '{name[3:]}'."
-                                 f"{did_you_mean(name, nn_names)}")
+                raise ModelError(
+                    f"{where}: unknown module '{name}' in layer {i}: torch.nn has no '{name[3:]}'."
+                    f"{did_you_mean(name, nn_names)}"
+                )
         elif name.startswith("torchvision.ops."):
             import torchvision
 
             if getattr(torchvision.ops, name[16:], None) is None:
                 raise ModelError(f"{where}: unknown module '{name}' in layer {i}: torchvision.ops has no '{name[16:]}'")
-        elif name in namespace and not (isinstance(namespace[name], type)
-                                        and issubclass(namespace[name], torch.nn.Module)):
-            raise ModelError(f"{where}: layer {i} names '{name}', which is not a module class (a model YAML builds "
-                             "from nn.Module classes only: torch.nn, Ultralytics' modules, yolo-det's layers and "
-                             "the modules you --import)")
+        elif name in namespace and not (
+            isinstance(namespace[name], type) and issubclass(namespace[name], torch.nn.Module)
+        ):
+            raise ModelError(
+                f"{where}: layer {i} names '{name}', which is not a module class (a model YAML builds "
+                "from nn.Module classes only: torch.nn, Ultralytics' modules, yolo-det's layers and "
+                "the modules you --import)"
+            )
         elif name not in namespace:
             raise ModelError(
                 f"{where}: unknown module '{name}' in layer {i}; Ultralytics knows nn.X, torchvision.ops.X and its own "
@@ -136,8 +147,9 @@ def _read_yaml(path: Path) -> tuple[str, dict[str, Any]]:
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise ModelError(f"{path}{line}: malformed YAML: {problem}") from None
     if not isinstance(data, dict):
-        raise ModelError(f"{path}: a model YAML must be a mapping with 'backbone' and 'head', got "
-                         f"{type(data).__name__}")
+        raise ModelError(
+            f"{path}: a model YAML must be a mapping with 'backbone' and 'head', got {type(data).__name__}"
+        )
     return text, data
 
 
@@ -278,11 +290,21 @@ def _load_yaml(spec: str) -> LoadedModel:
 
         msg = " ".join(str(e).split()) or type(e).__name__
         named = build_error(e, {"yaml_file": str(path)})
-        raise ModelError(f"the model does not build: {named}" if named
-                         else f"{path}: the model does not build: {type(e).__name__}: {msg}") from None
+        raise ModelError(
+            f"the model does not build: {named}"
+            if named
+            else f"{path}: the model does not build: {type(e).__name__}: {msg}"
+        ) from None
     channels, stride = _ultralytics_info(model)
-    return LoadedModel(model=model, source=spec, kind="yaml", yaml_path=path, layer_lines=layer_lines(text),
-                       channels=channels, stride=stride)
+    return LoadedModel(
+        model=model,
+        source=spec,
+        kind="yaml",
+        yaml_path=path,
+        layer_lines=layer_lines(text),
+        channels=channels,
+        stride=stride,
+    )
 
 
 def _load_checkpoint(path: Path, source: str) -> LoadedModel:
@@ -303,8 +325,10 @@ def _rebuild_checkpoint(path: Path, source: str) -> LoadedModel:
 
     found = checkpoint_model_yaml(path)
     if found is None:
-        raise ModelError(f"checkpoint '{path}' stores no model YAML to rebuild its model from, and yolo-det does not "
-                         f"unpickle checkpoints by default; {trust_hint()}")
+        raise ModelError(
+            f"checkpoint '{path}' stores no model YAML to rebuild its model from, and yolo-det does not "
+            f"unpickle checkpoints by default; {trust_hint()}"
+        )
     cfg, weights = found
     origin = f"{path} (its stored model YAML)"
     from .blocks import CHECKPOINT_KEY
@@ -327,8 +351,10 @@ def _rebuild_checkpoint(path: Path, source: str) -> LoadedModel:
                 model.load_state_dict(weights, strict=True)
         except Exception as e:  # parse_model and load_state_dict raise anything for a foreign YAML
             msg = " ".join(str(e).split())[:200] or type(e).__name__
-            raise ModelError(f"cannot rebuild the model of checkpoint '{path}' from its stored YAML "
-                             f"({type(e).__name__}: {msg}); {trust_hint()}") from None
+            raise ModelError(
+                f"cannot rebuild the model of checkpoint '{path}' from its stored YAML "
+                f"({type(e).__name__}: {msg}); {trust_hint()}"
+            ) from None
     return _from_module(model.float(), source, "checkpoint")
 
 
@@ -347,8 +373,9 @@ def _unpickle_checkpoint(path: Path, source: str) -> LoadedModel:
     if isinstance(ckpt, dict):
         model = ckpt.get("ema") if ckpt.get("ema") is not None else ckpt.get("model")
         if model is None:
-            raise ModelError(f"checkpoint '{path}' holds no model ('ema' or 'model' key); a state_dict alone cannot be "
-                             "audited")
+            raise ModelError(
+                f"checkpoint '{path}' holds no model ('ema' or 'model' key); a state_dict alone cannot be audited"
+            )
     if not isinstance(model, torch.nn.Module):
         raise ModelError(f"checkpoint '{path}' holds a {type(model).__name__}, not a torch.nn.Module")
     model = model.float()
@@ -390,8 +417,10 @@ def load_model(spec: Any) -> LoadedModel:
     if isinstance(spec, torch.nn.Module) or _is_ultralytics_wrapper(spec):
         return _from_module(spec, type(spec).__name__, "module")
     if not isinstance(spec, (str, Path)):
-        raise ModelError("a model must be a YAML, a checkpoint, a factory 'package.module:function' or a module, "
-                         f"got {type(spec).__name__}")
+        raise ModelError(
+            "a model must be a YAML, a checkpoint, a factory 'package.module:function' or a module, "
+            f"got {type(spec).__name__}"
+        )
     text = str(spec)
     path = Path(text).expanduser()
     if path.suffix.lower() in _YAML_SUFFIXES:
@@ -401,7 +430,10 @@ def load_model(spec: Any) -> LoadedModel:
     if _FACTORY.match(text):
         return _load_factory(text)
     if path.suffix.lower() in _CKPT_SUFFIXES:
-        raise ModelError(f"checkpoint '{text}' not found (yolo-det does not download weights); give a local file or a "
-                         "model YAML")
-    raise ModelError(f"model '{text}' not found: give a model YAML (path or Ultralytics name), a checkpoint file or a "
-                     "factory package.module:function")
+        raise ModelError(
+            f"checkpoint '{text}' not found (yolo-det does not download weights); give a local file or a model YAML"
+        )
+    raise ModelError(
+        f"model '{text}' not found: give a model YAML (path or Ultralytics name), a checkpoint file or a "
+        "factory package.module:function"
+    )

@@ -96,9 +96,15 @@ def _check_one(act: Any, origin: str) -> None:
     )
     if ok and chain is not None:
         cls = getattr(torch.nn, chain[-1], None)
-        ok = (isinstance(cls, type) and issubclass(cls, torch.nn.Module) and chain[-1] not in _NOT_ACTIVATIONS
-              and (cls.__module__ == "torch.nn.modules.activation" or cls is torch.nn.Identity))
+        ok = (
+            isinstance(cls, type)
+            and issubclass(cls, torch.nn.Module)
+            and chain[-1] not in _NOT_ACTIVATIONS
+            and (cls.__module__ == "torch.nn.modules.activation" or cls is torch.nn.Identity)
+        )
     if not ok:
-        raise ModelError(f"{origin}: 'activation: {short(act)}' is not accepted: yolo-det inspects model YAMLs "
-                         f"without running code, so only a torch.nn activation class called with literal arguments "
-                         f"is; {hint}")
+        raise ModelError(
+            f"{origin}: 'activation: {short(act)}' is not accepted: yolo-det inspects model YAMLs "
+            f"without running code, so only a torch.nn activation class called with literal arguments "
+            f"is; {hint}"
+        )

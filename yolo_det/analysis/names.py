@@ -75,8 +75,9 @@ def _import_file(path: Path) -> ModuleType:
         origin = getattr(loaded, "__file__", None)
         if origin and Path(origin).resolve() == path:
             return loaded
-        raise ConfigError(f"cannot import '{path}' as '{name}': a different module of that name is already "
-                          "imported; rename the file")
+        raise ConfigError(
+            f"cannot import '{path}' as '{name}': a different module of that name is already imported; rename the file"
+        )
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ConfigError(f"cannot import '{path}': not a Python source file")
@@ -113,13 +114,16 @@ def import_user_module(spec: str | os.PathLike[str]) -> ModuleType:
     except ConfigError:
         raise
     except ImportError as e:
-        raise ConfigError(f"cannot import '{text}': {_one_line(e)} (is it in the current folder or on "
-                          "PYTHONPATH?)") from None
+        raise ConfigError(
+            f"cannot import '{text}': {_one_line(e)} (is it in the current folder or on PYTHONPATH?)"
+        ) from None
     except KeyboardInterrupt:  # Ctrl-C (or SIGTERM) while importing: an interruption, exit 130/143
         raise
     except SystemExit as e:  # the module called sys.exit(): nothing was trained, never a success
-        raise ConfigError(f"cannot import '{text}': it called sys.exit({_one_line(e) if e.code is not None else ''}) "
-                          "while being imported; a module for --import defines blocks and must not exit") from None
+        raise ConfigError(
+            f"cannot import '{text}': it called sys.exit({_one_line(e) if e.code is not None else ''}) "
+            "while being imported; a module for --import defines blocks and must not exit"
+        ) from None
     except BaseException as e:  # Exception, GeneratorExit and any BaseException subclass the module raises
         raise ConfigError(f"cannot import '{text}': it raised {type(e).__name__}: {_one_line(e)}") from None
 
@@ -130,8 +134,12 @@ def module_classes(module: ModuleType) -> dict[str, type]:
 
     out: dict[str, type] = {}
     for name, obj in vars(module).items():
-        if (not name.startswith("_") and isinstance(obj, type) and issubclass(obj, nn.Module)
-                and obj.__module__ == module.__name__):
+        if (
+            not name.startswith("_")
+            and isinstance(obj, type)
+            and issubclass(obj, nn.Module)
+            and obj.__module__ == module.__name__
+        ):
             out[name] = obj
     return out
 
@@ -175,8 +183,11 @@ def _entries(recorded: Any) -> list[dict[str, str]]:
     if not isinstance(recorded, list):
         return []
     keys = ("name", "path", "sha256")
-    return [{k: e[k] for k in keys} for e in recorded
-            if isinstance(e, dict) and all(isinstance(e.get(k), str) and e.get(k) for k in keys)]
+    return [
+        {k: e[k] for k in keys}
+        for e in recorded
+        if isinstance(e, dict) and all(isinstance(e.get(k), str) and e.get(k) for k in keys)
+    ]
 
 
 def recorded_imports(recorded: Any, what: str, *, given: Iterable[ModuleSpec] = ()) -> list[str]:
@@ -218,8 +229,9 @@ def recorded_imports(recorded: Any, what: str, *, given: Iterable[ModuleSpec] = 
         else:
             out.append(str(path) if "." not in name else name)
             continue
-        raise ConfigError(f"{what} was trained with --import {name} ({path}, sha256 {entry['sha256'][:12]}); "
-                          f"{reason}: {hint}")
+        raise ConfigError(
+            f"{what} was trained with --import {name} ({path}, sha256 {entry['sha256'][:12]}); {reason}: {hint}"
+        )
     return out
 
 
@@ -268,7 +280,7 @@ def custom_modules(*modules: ModuleSpec | Iterable[ModuleSpec] | None) -> Iterat
         from ultralytics import YOLO
 
         with yolo_det.custom_modules("mypkg.blocks"):
-            model = YOLO("my-model.yaml")          # uses MyAttention from mypkg/blocks.py
+            model = YOLO("my-model.yaml")  # uses MyAttention from mypkg/blocks.py
             yolo_det.attach(model, "repro")
             model.train(data="data.yaml", epochs=10)
     """

@@ -29,8 +29,9 @@ def check_policy(policy: str) -> None:
         raise ConfigError(f"swap policy must be none, auto or all, got {policy!r}")
 
 
-def decide_swaps(model: nn.Module, policy: str = "auto", *, imgsz: int = 64,
-                 torch_version: str | None = None) -> dict[str, str]:
+def decide_swaps(
+    model: nn.Module, policy: str = "auto", *, imgsz: int = 64, torch_version: str | None = None
+) -> dict[str, str]:
     """Module path -> reason, for the modules of ``model`` that ``policy`` swaps.
 
     Args:
@@ -55,8 +56,11 @@ def decide_swaps(model: nn.Module, policy: str = "auto", *, imgsz: int = 64,
         try:
             wanted = _auto_targets(model, imgsz=imgsz, torch_version=torch_version)
         except YoloDetError as e:  # a model the trace cannot run: every layer with an equivalent is swapped
-            warnings.warn(f"yolo-det could not trace the model to choose swaps ({e}); swapping every layer that "
-                          "has a deterministic equivalent", stacklevel=3)
+            warnings.warn(
+                f"yolo-det could not trace the model to choose swaps ({e}); swapping every layer that "
+                "has a deterministic equivalent",
+                stacklevel=3,
+            )
             fallback = "policy all (the trace failed)"
     decided: dict[str, str] = {}
     for path, module in model.named_modules():

@@ -29,8 +29,16 @@ from torch import nn
 
 from ..core.errors import ConfigError
 
-__all__ = ["DET_VARIANTS", "ZOO_MODULES", "CBAMMax", "CoordAtt", "DetCBAMMax", "DetCoordAtt", "DetGridSampleUpsample",
-           "GridSampleUpsample"]
+__all__ = [
+    "DET_VARIANTS",
+    "ZOO_MODULES",
+    "CBAMMax",
+    "CoordAtt",
+    "DetCBAMMax",
+    "DetCoordAtt",
+    "DetGridSampleUpsample",
+    "GridSampleUpsample",
+]
 
 
 def _check_channels(name: str, c1: int) -> int:
@@ -56,8 +64,9 @@ class CBAMMax(nn.Module):
         hidden = max(c1 // reduction, 4)
         self.avg_pool = nn.AdaptiveAvgPool2d(1)
         self.max_pool = nn.AdaptiveMaxPool2d(1)
-        self.mlp = nn.Sequential(nn.Conv2d(c1, hidden, 1, bias=False), nn.ReLU(inplace=True),
-                                 nn.Conv2d(hidden, c1, 1, bias=False))
+        self.mlp = nn.Sequential(
+            nn.Conv2d(c1, hidden, 1, bias=False), nn.ReLU(inplace=True), nn.Conv2d(hidden, c1, 1, bias=False)
+        )
         self.spatial = nn.Conv2d(2, 1, kernel_size, padding=kernel_size // 2, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -192,6 +201,8 @@ ZOO_MODULES: dict[str, type[nn.Module]] = {
 }
 
 #: Zoo block -> its deterministic variant (the rename `yolo-det rewrite` makes when the YAML name is the zoo's block).
-DET_VARIANTS: dict[str, str] = {"CBAMMax": "DetCBAMMax", "CoordAtt": "DetCoordAtt",
-                                "GridSampleUpsample": "DetGridSampleUpsample"}
-
+DET_VARIANTS: dict[str, str] = {
+    "CBAMMax": "DetCBAMMax",
+    "CoordAtt": "DetCoordAtt",
+    "GridSampleUpsample": "DetGridSampleUpsample",
+}

@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..tools.ci_report import CheckSuite
 
-IMPORT_HELP = ("import MODULE first (package.module from the current folder or sys.path, or a .py file): every "
-               "nn.Module subclass it defines is nameable in model YAMLs (repeatable)")
+IMPORT_HELP = (
+    "import MODULE first (package.module from the current folder or sys.path, or a .py file): every "
+    "nn.Module subclass it defines is nameable in model YAMLs (repeatable)"
+)
 
 
 def add_import_option(parser: argparse.ArgumentParser) -> None:
@@ -20,10 +22,18 @@ def add_import_option(parser: argparse.ArgumentParser) -> None:
 
 def add_ci_options(parser: argparse.ArgumentParser) -> None:
     """Add ``--junit FILE`` and ``--annotations github`` (results for CI systems) to a command."""
-    parser.add_argument("--junit", default=None, metavar="FILE.xml",
-                        help="also write the result as JUnit XML (one test case per model or compared quantity)")
-    parser.add_argument("--annotations", choices=("github",), default=None,
-                        help="also print GitHub Actions annotations (::error file=...,line=...::) for what failed")
+    parser.add_argument(
+        "--junit",
+        default=None,
+        metavar="FILE.xml",
+        help="also write the result as JUnit XML (one test case per model or compared quantity)",
+    )
+    parser.add_argument(
+        "--annotations",
+        choices=("github",),
+        default=None,
+        help="also print GitHub Actions annotations (::error file=...,line=...::) for what failed",
+    )
 
 
 def check_ci_options(args: argparse.Namespace) -> None:

@@ -85,35 +85,70 @@ def _positive_int(text: str) -> int:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``audit`` arguments."""
-    parser.add_argument("model", metavar="MODEL", nargs="+",
-                        help="model YAML (path or Ultralytics name), checkpoint, or package.module:function; "
-                             "several are audited in one process")
-    parser.add_argument("--imgsz", type=_positive_int, default=640, metavar="N",
-                        help="square input size, a multiple of the model stride (default: 640)")
-    parser.add_argument("--batch", type=_positive_int, default=2, metavar="N",
-                        help="batch size of the trace (default: 2)")
-    parser.add_argument("--profile", default="repro", metavar="NAME|FILE",
-                        help="profile whose train phase sets the flag at forward time (default: repro)")
+    parser.add_argument(
+        "model",
+        metavar="MODEL",
+        nargs="+",
+        help="model YAML (path or Ultralytics name), checkpoint, or package.module:function; "
+        "several are audited in one process",
+    )
+    parser.add_argument(
+        "--imgsz",
+        type=_positive_int,
+        default=640,
+        metavar="N",
+        help="square input size, a multiple of the model stride (default: 640)",
+    )
+    parser.add_argument(
+        "--batch", type=_positive_int, default=2, metavar="N", help="batch size of the trace (default: 2)"
+    )
+    parser.add_argument(
+        "--profile",
+        default="repro",
+        metavar="NAME|FILE",
+        help="profile whose train phase sets the flag at forward time (default: repro)",
+    )
     add_import_option(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--device", default="fake", metavar="fake|cuda[:N]",
-                        help="fake (default, any machine) or cuda to also run the real kernels under strict mode")
+    parser.add_argument(
+        "--device",
+        default="fake",
+        metavar="fake|cuda[:N]",
+        help="fake (default, any machine) or cuda to also run the real kernels under strict mode",
+    )
     parser.add_argument("--torch-version", default=None, metavar="X.Y", help="read the table for another torch version")
-    parser.add_argument("--table", default=None, metavar="FILE",
-                        help="a table of non-deterministic kernels (default: built-in)")
-    parser.add_argument("--loss", action="store_true",
-                        help="also run one real CPU training step with the model's loss on a synthetic batch (slower)")
-    parser.add_argument("--fix", action="store_true",
-                        help="write a rewritten copy of the model YAML with deterministic layers (needs -o)")
+    parser.add_argument(
+        "--table", default=None, metavar="FILE", help="a table of non-deterministic kernels (default: built-in)"
+    )
+    parser.add_argument(
+        "--loss",
+        action="store_true",
+        help="also run one real CPU training step with the model's loss on a synthetic batch (slower)",
+    )
+    parser.add_argument(
+        "--fix",
+        action="store_true",
+        help="write a rewritten copy of the model YAML with deterministic layers (needs -o)",
+    )
     parser.add_argument("-o", "--output", metavar="OUT.yaml", help="where --fix writes (must not exist)")
     parser.add_argument("--force", action="store_true", help="with --fix: replace OUT.yaml if it exists")
-    parser.add_argument(TRUST_FLAG, action="store_true",
-                        help="unpickle a .pt with torch (runs code the file names: only for files you trust)")
-    parser.add_argument("--fail-on", choices=("any", "unhandled"), default="any",
-                        help="any (default): exit 1 on every finding that breaks strict determinism; unhandled: "
-                             "only on findings the --profile neither swaps nor intercepts")
-    parser.add_argument("--hook", action="store_true",
-                        help="pre-commit mode: skip files that are not model YAMLs, print FILE:LINE per finding")
+    parser.add_argument(
+        TRUST_FLAG,
+        action="store_true",
+        help="unpickle a .pt with torch (runs code the file names: only for files you trust)",
+    )
+    parser.add_argument(
+        "--fail-on",
+        choices=("any", "unhandled"),
+        default="any",
+        help="any (default): exit 1 on every finding that breaks strict determinism; unhandled: "
+        "only on findings the --profile neither swaps nor intercepts",
+    )
+    parser.add_argument(
+        "--hook",
+        action="store_true",
+        help="pre-commit mode: skip files that are not model YAMLs, print FILE:LINE per finding",
+    )
     add_ci_options(parser)
 
 
@@ -142,9 +177,20 @@ def run(args: argparse.Namespace) -> int:
     # every model is audited before anything is printed: a bad one is a one-line error with no partial output
     started = time.perf_counter()
     with trusted_checkpoints(args.trust_checkpoint):
-        reports = [audit(model, imgsz=args.imgsz, batch=args.batch, profile=args.profile, device=args.device,
-                         torch_version=args.torch_version, table=args.table, loss=args.loss, modules=args.imports)
-                   for model in models]
+        reports = [
+            audit(
+                model,
+                imgsz=args.imgsz,
+                batch=args.batch,
+                profile=args.profile,
+                device=args.device,
+                torch_version=args.torch_version,
+                table=args.table,
+                loss=args.loss,
+                modules=args.imports,
+            )
+            for model in models
+        ]
     suite = audit_suite(reports, fail_on=args.fail_on, seconds=time.perf_counter() - started)
     failing = {id(r): failing_findings(r, args.fail_on) for r in reports}
     if args.hook:
@@ -194,13 +240,19 @@ def _print_hook(reports: list[Any], failing: dict[int, list[Any]], args: argpars
         for f in bad:
             line = f":{f.yaml_line}" if f.yaml_line else ""
             layer = "-" if f.layer is None else str(f.layer)
-            print(printable(f"{where}{line}: layer {layer} {f.layer_class or f.module_class} ({f.module or 'model'}) "
-                            f"reaches "
-                  f"{f.kernel} ({f.pass_}): {f.behaviour['strict']} under strict determinism; "
-                  f"under {report.profile}: {f.under_profile}; fix: {f.fix}", newlines=False))
+            print(
+                printable(
+                    f"{where}{line}: layer {layer} {f.layer_class or f.module_class} ({f.module or 'model'}) "
+                    f"reaches "
+                    f"{f.kernel} ({f.pass_}): {f.behaviour['strict']} under strict determinism; "
+                    f"under {report.profile}: {f.under_profile}; fix: {f.fix}",
+                    newlines=False,
+                )
+            )
         if bad:
-            print(printable(f"{where}: {len(bad)} finding(s) fail (--fail-on {args.fail_on}, "
-                            f"profile {report.profile})"))
+            print(
+                printable(f"{where}: {len(bad)} finding(s) fail (--fail-on {args.fail_on}, profile {report.profile})")
+            )
 
 
 def _fix(args: argparse.Namespace) -> int:
@@ -214,17 +266,32 @@ def _fix(args: argparse.Namespace) -> int:
         raise ConfigError("--fix needs -o OUT.yaml (the input is never changed)")
     yaml_path = resolve_model_yaml(args.model) if str(args.model).endswith((".yaml", ".yml")) else None
     if yaml_path is None:
-        raise ConfigError(f"--fix rewrites model YAMLs and '{args.model}' is not one; for a checkpoint or module, "
-                          "train under the repro profile (its swaps and interception fix the layers in place)")
+        raise ConfigError(
+            f"--fix rewrites model YAMLs and '{args.model}' is not one; for a checkpoint or module, "
+            "train under the repro profile (its swaps and interception fix the layers in place)"
+        )
     from ..analysis.names import custom_modules
 
     with custom_modules(args.imports):
-        report = audit(args.model, imgsz=args.imgsz, batch=args.batch, profile=args.profile,
-                       torch_version=args.torch_version, table=args.table)
-        result = rewrite_yaml(yaml_path, args.output, force=args.force, imgsz=args.imgsz,
-                              torch_version=args.torch_version)
-        after = audit(args.output, imgsz=args.imgsz, batch=args.batch, profile=args.profile,
-                      torch_version=args.torch_version, table=args.table)
+        report = audit(
+            args.model,
+            imgsz=args.imgsz,
+            batch=args.batch,
+            profile=args.profile,
+            torch_version=args.torch_version,
+            table=args.table,
+        )
+        result = rewrite_yaml(
+            yaml_path, args.output, force=args.force, imgsz=args.imgsz, torch_version=args.torch_version
+        )
+        after = audit(
+            args.output,
+            imgsz=args.imgsz,
+            batch=args.batch,
+            profile=args.profile,
+            torch_version=args.torch_version,
+            table=args.table,
+        )
     renamed = {c.layer: c for c in result.changes}
     left = {(f.module, f.kernel) for f in after.findings if f.breaks_determinism}
     rows = []
@@ -238,25 +305,45 @@ def _fix(args: argparse.Namespace) -> int:
         else:
             remaining += 1
             top_level = (f"model.{f.layer}", f"model.{f.layer}.0")
-            why = ("inside the block: a YAML cannot name it" if f.module not in top_level
-                   else "the YAML has no deterministic name for it")
+            why = (
+                "inside the block: a YAML cannot name it"
+                if f.module not in top_level
+                else "the YAML has no deterministic name for it"
+            )
             kind = remedy(f)
             if kind is None:
                 unfixable += 1
                 how = f"remains in {args.output} ({why}); no deterministic equivalent: {f.fix}"
             else:
-                how = (f"remains in {args.output} ({why}); "
-                       + ("swapped" if kind == "swap" else "intercepted") + " at training time by the repro profile")
+                how = (
+                    f"remains in {args.output} ({why}); "
+                    + ("swapped" if kind == "swap" else "intercepted")
+                    + " at training time by the repro profile"
+                )
         rows.append({"layer": f.layer, "module": f.module, "kernel": f.kernel, "fix": how})
     if args.json:
-        json.dump({"audit": report.to_dict(), "rewrite": result.to_dict(), "output": args.output, "findings": rows,
-                   "remaining": remaining, "unfixed": unfixable, "output_audit": after.to_dict()}, sys.stdout, indent=2)
+        json.dump(
+            {
+                "audit": report.to_dict(),
+                "rewrite": result.to_dict(),
+                "output": args.output,
+                "findings": rows,
+                "remaining": remaining,
+                "unfixed": unfixable,
+                "output_audit": after.to_dict(),
+            },
+            sys.stdout,
+            indent=2,
+        )
         sys.stdout.write("\n")
     else:
         print(printable(report.format_table()))
         print(printable(result.format(str(yaml_path))))
-        print(printable(f"wrote {args.output}"
-                        + ("" if result.changed else " (an unchanged copy: no layer could be renamed)")))
+        print(
+            printable(
+                f"wrote {args.output}" + ("" if result.changed else " (an unchanged copy: no layer could be renamed)")
+            )
+        )
         for row in rows:
             print(printable(f"layer {row['layer']} {row['module']} ({row['kernel']}): {row['fix']}"))
         if not remaining:

@@ -36,14 +36,29 @@ from .train import add_trust_flag
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``bench`` arguments."""
-    parser.add_argument("--profiles", default=",".join(DEFAULT_PROFILES), metavar="P1,P2,...",
-                        help=f"profiles to compare, names or YAML files (default: {','.join(DEFAULT_PROFILES)})")
-    parser.add_argument("--steps", type=int, default=20, metavar="K",
-                        help="measured steps per configuration (default: 20)")
-    parser.add_argument("--warmup", type=int, default=3, metavar="W",
-                        help="untimed steps per configuration before measuring (default: 3)")
-    parser.add_argument("--block", type=int, default=5, metavar="B",
-                        help="consecutive steps per configuration before the next takes over (default: 5)")
+    parser.add_argument(
+        "--profiles",
+        default=",".join(DEFAULT_PROFILES),
+        metavar="P1,P2,...",
+        help=f"profiles to compare, names or YAML files (default: {','.join(DEFAULT_PROFILES)})",
+    )
+    parser.add_argument(
+        "--steps", type=int, default=20, metavar="K", help="measured steps per configuration (default: 20)"
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=3,
+        metavar="W",
+        help="untimed steps per configuration before measuring (default: 3)",
+    )
+    parser.add_argument(
+        "--block",
+        type=int,
+        default=5,
+        metavar="B",
+        help="consecutive steps per configuration before the next takes over (default: 5)",
+    )
     parser.add_argument("--no-isolate", action="store_true", help="skip the per-setting measurements")
     add_import_option(parser)
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -56,15 +71,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det bench``."""
     profiles = parse_profiles(args.profiles)
-    with model_names(args.imports), trusted_checkpoints(args.trust_checkpoint), \
-            allow_downloads(args.allow_download):
+    with model_names(args.imports), trusted_checkpoints(args.trust_checkpoint), allow_downloads(args.allow_download):
         _, ul_args = prepare(profiles[0], list(args.overrides), check_device=False)
         check_args(ul_args, args.steps, args.warmup, args.block)
         check_device(ul_args.get("device"))
         plot_path = check_output_path(args.plot, suffix=".png", what="--plot")
-        report = bench(profiles, ul_args, steps=args.steps, warmup=args.warmup, block=args.block,
-                       isolate=not args.no_isolate, verbose=args.verbose,
-                       progress=lambda line: print(line, file=sys.stderr, flush=True))
+        report = bench(
+            profiles,
+            ul_args,
+            steps=args.steps,
+            warmup=args.warmup,
+            block=args.block,
+            isolate=not args.no_isolate,
+            verbose=args.verbose,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+        )
     if plot_path is not None:
         report.plot = str(plot_bench(report, plot_path))
     if args.json:

@@ -85,9 +85,20 @@ def run(args: argparse.Namespace) -> int:
     from ..tools.deploy.check import check_deploy
 
     with trusted_checkpoints(args.trust_checkpoint):
-        report = check_deploy(args.weights, args.images, profile=args.profile, imgsz=args.imgsz, batches=args.batches,
-                              mixed=not args.no_mixed, data=args.data, val_batches=args.val_batches, conf=args.conf,
-                              atol=args.atol, device=args.device, max_images=args.max_images)
+        report = check_deploy(
+            args.weights,
+            args.images,
+            profile=args.profile,
+            imgsz=args.imgsz,
+            batches=args.batches,
+            mixed=not args.no_mixed,
+            data=args.data,
+            val_batches=args.val_batches,
+            conf=args.conf,
+            atol=args.atol,
+            device=args.device,
+            max_images=args.max_images,
+        )
     print(report.summary())
     if json_path is not None:
         atomic_write_json(json_path, report.to_dict())

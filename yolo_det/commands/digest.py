@@ -26,9 +26,11 @@ from ..core.untrusted.safeload import TRUST_FLAG, trusted_checkpoints
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``digest`` arguments."""
     parser.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT", help="checkpoint files (.pt)")
-    parser.add_argument(TRUST_FLAG, action="store_true",
-                        help="digest a checkpoint even when its pickle calls what is not on the allow-list "
-                             "(still runs nothing)")
+    parser.add_argument(
+        TRUST_FLAG,
+        action="store_true",
+        help="digest a checkpoint even when its pickle calls what is not on the allow-list (still runs nothing)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -39,24 +39,34 @@ from ..integrations.patch_yolov5 import BACKUP_SUFFIX, JOURNAL, apply_plan, pend
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``patch-yolov5`` arguments."""
     parser.add_argument("dir", metavar="DIR", help="YOLOv5 clone or installed yolov5 package folder")
-    parser.add_argument("--check", action="store_true",
-                        help="report what would change and exit 1 if anything would; write nothing")
+    parser.add_argument(
+        "--check", action="store_true", help="report what would change and exit 1 if anything would; write nothing"
+    )
     parser.add_argument("--reverse", action="store_true", help="remove the patch")
     parser.add_argument("--diff", action="store_true", help="print the change as a unified diff; write nothing")
-    parser.add_argument("--profile", metavar="NAME|FILE", default=None,
-                        help="make --det-profile default to this profile (default: no profile, YOLOv5's behaviour)")
+    parser.add_argument(
+        "--profile",
+        metavar="NAME|FILE",
+        default=None,
+        help="make --det-profile default to this profile (default: no profile, YOLOv5's behaviour)",
+    )
     parser.add_argument("--no-backup", action="store_true", help=f"do not write FILE{BACKUP_SUFFIX} backups")
-    parser.add_argument("--repair", action="store_true",
-                        help=f"only finish what an interrupted run left ({JOURNAL}): undo it, or complete it when it "
-                             "had reached its commit point")
+    parser.add_argument(
+        "--repair",
+        action="store_true",
+        help=f"only finish what an interrupted run left ({JOURNAL}): undo it, or complete it when it "
+        "had reached its commit point",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det patch-yolov5``."""
     journal = pending_journal(args.dir)
     if journal is not None and (args.check or args.diff) and not args.repair:
-        raise PatchError(f"an interrupted patch-yolov5 left {journal}; run 'yolo-det patch-yolov5 {args.dir} --repair' "
-                         "first (the tree may be half changed until then)")
+        raise PatchError(
+            f"an interrupted patch-yolov5 left {journal}; run 'yolo-det patch-yolov5 {args.dir} --repair' "
+            "first (the tree may be half changed until then)"
+        )
     if journal is not None or args.repair:
         done = repair(args.dir)
         message = f"an interrupted patch-yolov5 was {done}" if done else "nothing to repair"
@@ -88,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
     done = "unpatched" if args.reverse else "patched"
     for f in result.files:
         print(printable(f"{f.path}: {done if f.changes else 'unchanged'}"))
-    print(f"{len(written)} file(s) {done} in {result.root}" + ("" if args.no_backup or not written else
-          f" (backups: *{BACKUP_SUFFIX})"))
+    print(
+        f"{len(written)} file(s) {done} in {result.root}"
+        + ("" if args.no_backup or not written else f" (backups: *{BACKUP_SUFFIX})")
+    )
     return 0

@@ -39,9 +39,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--in-place", action="store_true", help="rewrite IN.yaml itself")
     out.add_argument("--check", action="store_true", help="write nothing; exit 1 when a rewrite is needed")
     parser.add_argument("--reverse", action="store_true", help="turn yolo-det layer names back into PyTorch's")
-    parser.add_argument("--policy", choices=["auto", "all"], default="auto",
-                        help="auto: layers that are non-deterministic on this torch; all: every layer with an "
-                             "equivalent (default: auto)")
+    parser.add_argument(
+        "--policy",
+        choices=["auto", "all"],
+        default="auto",
+        help="auto: layers that are non-deterministic on this torch; all: every layer with an "
+        "equivalent (default: auto)",
+    )
     parser.add_argument("--force", action="store_true", help="replace OUT.yaml if it exists")
     parser.add_argument("--imgsz", type=int, default=64, help="input size of the trace that decides 'auto'")
     add_import_option(parser)
@@ -50,12 +54,28 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det rewrite``."""
-    result = rewrite_yaml(args.model, args.output, in_place=args.in_place, check=args.check, force=args.force,
-                          reverse=args.reverse, policy=args.policy, imgsz=args.imgsz,
-                          modules=args.imports)
+    result = rewrite_yaml(
+        args.model,
+        args.output,
+        in_place=args.in_place,
+        check=args.check,
+        force=args.force,
+        reverse=args.reverse,
+        policy=args.policy,
+        imgsz=args.imgsz,
+        modules=args.imports,
+    )
     if args.json:
-        print(json.dumps({"input": args.model, "output": None if args.check else (args.output or args.model),
-                          **result.to_dict()}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "input": args.model,
+                    "output": None if args.check else (args.output or args.model),
+                    **result.to_dict(),
+                },
+                indent=2,
+            )
+        )
     else:
         print(printable(result.format(args.model)))
         if not args.check and (result.changed or args.output):

@@ -65,9 +65,13 @@ from . import add_import_option
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``train`` arguments."""
-    parser.add_argument("--profile", default=None, metavar="NAME|FILE",
-                        help="built-in profile (repro, balanced, fast) or a profile YAML file (default: repro; "
-                             "on resume, the profile the run trained under)")
+    parser.add_argument(
+        "--profile",
+        default=None,
+        metavar="NAME|FILE",
+        help="built-in profile (repro, balanced, fast) or a profile YAML file (default: repro; "
+        "on resume, the profile the run trained under)",
+    )
     add_import_option(parser)
     add_trust_flag(parser)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Ultralytics train arguments")
@@ -75,15 +79,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def add_trust_flag(parser: argparse.ArgumentParser) -> None:
     """Add ``--trust-checkpoint`` (skip the scan of a ``model=FILE.pt`` checkpoint's pickle)."""
-    parser.add_argument(TRUST_FLAG, action="store_true",
-                        help="hand model=FILE.pt to Ultralytics even when its pickle names functions no checkpoint "
-                             "needs (only for files you trust: loading runs them)")
-    parser.add_argument(DOWNLOAD_FLAG, action="store_true",
-                        help="let a data YAML's download: script run (only for files you trust)")
+    parser.add_argument(
+        TRUST_FLAG,
+        action="store_true",
+        help="hand model=FILE.pt to Ultralytics even when its pickle names functions no checkpoint "
+        "needs (only for files you trust: loading runs them)",
+    )
+    parser.add_argument(
+        DOWNLOAD_FLAG, action="store_true", help="let a data YAML's download: script run (only for files you trust)"
+    )
 
 
-def train(profile: Any, args: dict[str, Any], modules: list[str] | None = None, *,
-          warn_record_error: bool = True, started: list[Any] | None = None) -> Any:
+def train(
+    profile: Any,
+    args: dict[str, Any],
+    modules: list[str] | None = None,
+    *,
+    warn_record_error: bool = True,
+    started: list[Any] | None = None,
+) -> Any:
     """Train with Ultralytics under ``profile``; return the plugin (``record_path``, ``weights_digest``,
     ``record_error``).
 
@@ -134,13 +148,22 @@ def run(args: argparse.Namespace) -> int:
     from ..analysis.models import model_names
     from ..analysis.names import checkpoint_imports
 
-    with model_names(args.imports), trusted_checkpoints(args.trust_checkpoint), \
-            allow_downloads(args.allow_download):  # import first: a bad module fails before any work
+    with (
+        model_names(args.imports),
+        trusted_checkpoints(args.trust_checkpoint),
+        allow_downloads(args.allow_download),
+    ):  # import first: a bad module fails before any work
         # a checkpoint's run imported modules: import them again (unchanged files) or say which to pass; before
         # the gate, which allows a checkpoint's classes of the modules imported
         given = parse_overrides(list(args.overrides))
-        ckpt = next((v for v in (given.get("resume"), given.get("model")) if isinstance(v, str) and v.endswith(".pt")
-                     and Path(v).is_file()), None)
+        ckpt = next(
+            (
+                v
+                for v in (given.get("resume"), given.get("model"))
+                if isinstance(v, str) and v.endswith(".pt") and Path(v).is_file()
+            ),
+            None,
+        )
         again = checkpoint_imports(ckpt, given=args.imports)
         started: list[Any] = []
         with model_names(again):
@@ -152,8 +175,10 @@ def run(args: argparse.Namespace) -> int:
             except OSError as e:  # the surroundings failed (disk full, read-only folder): one line, exit 1
                 raise RunFailed(_failure(e, started[0] if started else None)) from None
             except SystemExit as e:  # a user's block (or anything) called sys.exit() mid-run: never a success
-                raise RunFailed(f"training stopped: sys.exit({'' if e.code is None else e.code}) was called during "
-                                "the run; nothing was trained to the end") from None
+                raise RunFailed(
+                    f"training stopped: sys.exit({'' if e.code is None else e.code}) was called during "
+                    "the run; nothing was trained to the end"
+                ) from None
     if plugin.record_error is None and plugin.record_path is not None:
         print(f"determinism record: {plugin.record_path}")
     if plugin.weights_digest is not None:

@@ -74,26 +74,61 @@ USER_DATA_EPOCHS = 1
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``verify`` arguments."""
-    parser.add_argument("--profile", default="repro", metavar="NAME|FILE",
-                        help="built-in profile (repro, balanced, fast) or a profile YAML file (default: repro)")
-    parser.add_argument("--runs", type=int, default=None, metavar="N",
-                        help="number of trainings to compare (default: 2; 1 with --save or --against)")
-    parser.add_argument("--steps", type=int, default=None, metavar="K",
-                        help="stop each run after K optimizer steps (default: the epochs decide)")
-    parser.add_argument("--keep-mib", type=float, default=DEFAULT_KEEP_MIB, metavar="MIB",
-                        help="memory for the gradient values of run 1's first steps, used to measure a difference "
-                             f"(default: {DEFAULT_KEEP_MIB})")
+    parser.add_argument(
+        "--profile",
+        default="repro",
+        metavar="NAME|FILE",
+        help="built-in profile (repro, balanced, fast) or a profile YAML file (default: repro)",
+    )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="number of trainings to compare (default: 2; 1 with --save or --against)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        metavar="K",
+        help="stop each run after K optimizer steps (default: the epochs decide)",
+    )
+    parser.add_argument(
+        "--keep-mib",
+        type=float,
+        default=DEFAULT_KEEP_MIB,
+        metavar="MIB",
+        help="memory for the gradient values of run 1's first steps, used to measure a difference "
+        f"(default: {DEFAULT_KEEP_MIB})",
+    )
     add_import_option(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--plot", default=None, metavar="PATH", help="write the runs' loss curves to this PNG")
-    parser.add_argument("--save", default=None, metavar="FILE",
-                        help="write run 1's per-step fingerprints and environment to this JSON file")
-    parser.add_argument("--against", default=None, metavar="FILE",
-                        help="compare run 1 with the fingerprints a --save run wrote (another process or machine)")
-    parser.add_argument("--resume-at", type=int, default=None, metavar="K",
-                        help="run 2 is interrupted after epoch K and resumed; compare it with a straight run")
-    parser.add_argument("--drop-resume-state", action="store_true",
-                        help="with --resume-at: delete yolo-det's resume state before resuming (a plain resume)")
+    parser.add_argument(
+        "--save",
+        default=None,
+        metavar="FILE",
+        help="write run 1's per-step fingerprints and environment to this JSON file",
+    )
+    parser.add_argument(
+        "--against",
+        default=None,
+        metavar="FILE",
+        help="compare run 1 with the fingerprints a --save run wrote (another process or machine)",
+    )
+    parser.add_argument(
+        "--resume-at",
+        type=int,
+        default=None,
+        metavar="K",
+        help="run 2 is interrupted after epoch K and resumed; compare it with a straight run",
+    )
+    parser.add_argument(
+        "--drop-resume-state",
+        action="store_true",
+        help="with --resume-at: delete yolo-det's resume state before resuming (a plain resume)",
+    )
     parser.add_argument("--verbose", action="store_true", help="show Ultralytics' training log (on stderr)")
     add_ci_options(parser)
     add_trust_flag(parser)
@@ -104,13 +139,17 @@ def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det verify``: exit 0 when the runs (and the saved run) are bitwise identical, 1 when not."""
     tokens = list(args.overrides)
     if parse_overrides(tokens).get("resume") not in (None, False):
-        raise ConfigError(f"'resume=' cannot be passed to verify: {RESERVED['resume']} (to check a resume, use "
-                          "--resume-at K)")
+        raise ConfigError(
+            f"'resume=' cannot be passed to verify: {RESERVED['resume']} (to check a resume, use --resume-at K)"
+        )
     if args.drop_resume_state and args.resume_at is None:
         raise ConfigError("--drop-resume-state goes with --resume-at K")
     check_ci_options(args)
-    with model_names(args.imports), trusted_checkpoints(args.trust_checkpoint), \
-            allow_downloads(args.allow_download):  # the user's modules first: a bad one fails before any work
+    with (
+        model_names(args.imports),
+        trusted_checkpoints(args.trust_checkpoint),
+        allow_downloads(args.allow_download),
+    ):  # the user's modules first: a bad one fails before any work
         profile, ul_args = prepare(args.profile, tokens, check_device=False)
         user = parse_overrides(tokens)
         if user.get("data") is not None and "epochs" not in user:
@@ -127,16 +166,38 @@ def run(args: argparse.Namespace) -> int:
         check_device(ul_args.get("device"))
         report: VerifyReport | None = None
         if runs >= 2:
-            report = verify(profile, ul_args, runs=runs, steps=steps, keep_mib=args.keep_mib, verbose=args.verbose,
-                            progress=progress_to_stderr, portable=portable)
+            report = verify(
+                profile,
+                ul_args,
+                runs=runs,
+                steps=steps,
+                keep_mib=args.keep_mib,
+                verbose=args.verbose,
+                progress=progress_to_stderr,
+                portable=portable,
+            )
             records, shown = report.runs, report
         else:
             started = time.perf_counter()
-            records = record_runs(profile, ul_args, runs=1, steps=steps, keep_mib=args.keep_mib, verbose=args.verbose,
-                                  progress=progress_to_stderr, portable=True)
-            shown = VerifyReport(profile=profile.name, args=dict(ul_args), runs=records, divergences=[],
-                                 steps_requested=steps, seconds=time.perf_counter() - started,
-                                 device=_device_name(ul_args.get("device")))
+            records = record_runs(
+                profile,
+                ul_args,
+                runs=1,
+                steps=steps,
+                keep_mib=args.keep_mib,
+                verbose=args.verbose,
+                progress=progress_to_stderr,
+                portable=True,
+            )
+            shown = VerifyReport(
+                profile=profile.name,
+                args=dict(ul_args),
+                runs=records,
+                divergences=[],
+                steps_requested=steps,
+                seconds=time.perf_counter() - started,
+                device=_device_name(ul_args.get("device")),
+            )
     device = _device_name(ul_args.get("device"))
     if save_path is not None:
         save_run(save_path, records[0], profile=profile.name, args=ul_args, steps_requested=steps, device=device)
@@ -157,9 +218,11 @@ def run(args: argparse.Namespace) -> int:
             print(printable(report.summary()))
         else:
             r = records[0]
-            print(f"yolo-det verify: profile {profile.name}, 1 run of {len(r.steps)} optimizer steps in "
-                  f"{r.seconds:.1f} s, "
-                  f"device {device}, weights {r.weights.get('model', '?')[:16]}")
+            print(
+                f"yolo-det verify: profile {profile.name}, 1 run of {len(r.steps)} optimizer steps in "
+                f"{r.seconds:.1f} s, "
+                f"device {device}, weights {r.weights.get('model', '?')[:16]}"
+            )
             if shown.steps_note:
                 print(f"note: {shown.steps_note}")
         if save_path is not None:
@@ -182,8 +245,15 @@ def _run_resume_at(args: argparse.Namespace, profile: Any, ul_args: dict[str, An
     check_args(ul_args, 2, None, args.keep_mib)
     check_resume_at(ul_args, args.resume_at)
     check_device(ul_args.get("device"))
-    report = verify_resume(profile, ul_args, resume_at=args.resume_at, drop_state=args.drop_resume_state,
-                           keep_mib=args.keep_mib, verbose=args.verbose, progress=progress_to_stderr)
+    report = verify_resume(
+        profile,
+        ul_args,
+        resume_at=args.resume_at,
+        drop_state=args.drop_resume_state,
+        keep_mib=args.keep_mib,
+        verbose=args.verbose,
+        progress=progress_to_stderr,
+    )
     if plot_path is not None:
         report.plot = str(plot_losses(report, plot_path))
     if args.json:

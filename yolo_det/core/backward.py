@@ -59,8 +59,10 @@ def backward_scope(enabled: bool = True) -> Iterator[None]:
         return
     with _lock:
         if _depth == 0:
-            _saved = (torch.are_deterministic_algorithms_enabled(),
-                      torch.is_deterministic_algorithms_warn_only_enabled())
+            _saved = (
+                torch.are_deterministic_algorithms_enabled(),
+                torch.is_deterministic_algorithms_warn_only_enabled(),
+            )
             torch.use_deterministic_algorithms(False)
             _count += 1
         _depth += 1

@@ -35,8 +35,15 @@ from typing import Any
 
 from .fileio import atomic_write_text, file_sha256
 
-__all__ = ["FINGERPRINT_VERSION", "DigestCache", "cache_dir", "dataset_fingerprint", "file_sha256", "is_inside",
-           "split_fingerprint"]
+__all__ = [
+    "FINGERPRINT_VERSION",
+    "DigestCache",
+    "cache_dir",
+    "dataset_fingerprint",
+    "file_sha256",
+    "is_inside",
+    "split_fingerprint",
+]
 
 FINGERPRINT_VERSION = 1
 CACHE_VERSION = 1
@@ -73,8 +80,11 @@ class DigestCache:
         if path is not None:
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
-                if (isinstance(data, dict) and data.get("version") == CACHE_VERSION
-                        and isinstance(data.get("entries"), dict)):
+                if (
+                    isinstance(data, dict)
+                    and data.get("version") == CACHE_VERSION
+                    and isinstance(data.get("entries"), dict)
+                ):
                     self.entries = data["entries"]
             except (OSError, ValueError):
                 self.entries = {}
@@ -99,8 +109,9 @@ class DigestCache:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(self.path, json.dumps({"version": CACHE_VERSION, "entries": self.entries},
-                                                    separators=(",", ":")))
+            atomic_write_text(
+                self.path, json.dumps({"version": CACHE_VERSION, "entries": self.entries}, separators=(",", ":"))
+            )
             self._dirty = False
         except OSError:
             pass
@@ -182,8 +193,10 @@ def split_fingerprint(
     list_lines, image_lines, label_lines = [], [], []
     missing = 0
     if classes is None:
-        label_files = [os.fspath(x) if x is not None else _yolo_label_path(f)
-                       for f, x in zip(files, labels if labels is not None else [None] * len(files))]
+        label_files = [
+            os.fspath(x) if x is not None else _yolo_label_path(f)
+            for f, x in zip(files, labels if labels is not None else [None] * len(files))
+        ]
         label_names = _relative_names(label_files, Path(root) if root is not None else None)
     for i in order:
         list_lines.append(names[i])
@@ -236,8 +249,9 @@ def dataset_fingerprint(
     result: dict[str, Any] = {}
     for split, spec in splits.items():
         if isinstance(spec, Mapping):
-            result[split] = split_fingerprint(spec["images"], root=root_path, labels=spec.get("labels"),
-                                              classes=spec.get("classes"), cache=cache)
+            result[split] = split_fingerprint(
+                spec["images"], root=root_path, labels=spec.get("labels"), classes=spec.get("classes"), cache=cache
+            )
         else:
             result[split] = split_fingerprint(spec, root=root_path, cache=cache)
     cache.save()

@@ -22,6 +22,10 @@ def _check_bool(value: Any) -> bool:
 
 #: The deploy settings as ``(name, default, check, doc)``, for :class:`~yolo_det.core.profiles.Setting`.
 DEPLOY_SETTINGS: tuple[tuple[str, Any, Any, str], ...] = (
-    ("batch_invariant", False, _check_bool,
-     "an image's detections do not depend on its batch: per-image letterbox and per-image forward"),
+    (
+        "batch_invariant",
+        False,
+        _check_bool,
+        "an image's detections do not depend on its batch: per-image letterbox and per-image forward",
+    ),
 )

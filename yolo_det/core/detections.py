@@ -45,5 +45,11 @@ def compare_detections(ref: torch.Tensor, got: torch.Tensor, *, atol: float) -> 
         verdict = "within tolerance"
     else:
         verdict = "differs"
-    return {"verdict": verdict, "count": [len(ref), len(got)], "max_box_diff": max_box, "max_score_diff": max_score,
-            "classes_equal": classes_equal, "changed": changed}
+    return {
+        "verdict": verdict,
+        "count": [len(ref), len(got)],
+        "max_box_diff": max_box,
+        "max_score_diff": max_score,
+        "classes_equal": classes_equal,
+        "changed": changed,
+    }

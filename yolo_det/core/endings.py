@@ -77,10 +77,11 @@ def _sort_key(p: Path) -> tuple[int, int, str]:
     return (2, int(digits) if digits else -1, p.name)
 
 
-def weights_files(weights_dir: str | os.PathLike[str],
-                  before: Mapping[str, tuple[int, int, int, int]] | None = None,
-                  cache: dict[str, tuple[tuple[int, int, int, int], dict[str, Any]]] | None = None
-                  ) -> list[dict[str, Any]]:
+def weights_files(
+    weights_dir: str | os.PathLike[str],
+    before: Mapping[str, tuple[int, int, int, int]] | None = None,
+    cache: dict[str, tuple[tuple[int, int, int, int], dict[str, Any]]] | None = None,
+) -> list[dict[str, Any]]:
     """Every ``*.pt`` weights file in ``weights_dir`` with its weights digest read back from the file.
 
     Resume states (``yolo-det-resume.*.pt``, :mod:`yolo_det.core.resume`) are not weights files and are
@@ -102,8 +103,9 @@ def weights_files(weights_dir: str | os.PathLike[str],
 
     folder = Path(weights_dir)
     try:
-        paths = sorted((p for p in folder.iterdir() if p.suffix == ".pt" and p.is_file()
-                        and not is_state_file(p)), key=_sort_key)
+        paths = sorted(
+            (p for p in folder.iterdir() if p.suffix == ".pt" and p.is_file() and not is_state_file(p)), key=_sort_key
+        )
     except OSError:
         return []
     out: list[dict[str, Any]] = []

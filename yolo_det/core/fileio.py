@@ -20,8 +20,15 @@ from typing import IO, Any
 
 from .errors import ConfigError
 
-__all__ = ["atomic_file", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "check_output_path",
-           "file_sha256", "new_file_mode"]
+__all__ = [
+    "atomic_file",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_text",
+    "check_output_path",
+    "file_sha256",
+    "new_file_mode",
+]
 
 _CHUNK = 1 << 20
 
@@ -94,8 +101,7 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
-def check_output_path(path: str | os.PathLike[str] | None, *, suffix: str | tuple[str, ...],
-                      what: str) -> Path | None:
+def check_output_path(path: str | os.PathLike[str] | None, *, suffix: str | tuple[str, ...], what: str) -> Path | None:
     """Check an output file path before any work starts; return it as a Path (or None).
 
     Raises:

@@ -49,8 +49,12 @@ def set_aside_incomplete(files: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for entry in files:
         path = Path(str(entry.get("file", "")))
-        if (entry.get("sha256") is None and entry.get("written_by_this_run", True) and path.is_file()
-                and not is_complete_checkpoint(path)):
+        if (
+            entry.get("sha256") is None
+            and entry.get("written_by_this_run", True)
+            and path.is_file()
+            and not is_complete_checkpoint(path)
+        ):
             entry = dict(entry, incomplete=True)
             target = _free_name(path)
             try:

@@ -104,9 +104,13 @@ class PhaseSettings:
         object.__setattr__(self, "extra", MappingProxyType(extra))
 
     def __hash__(self) -> int:
-        return hash((*(getattr(self, name) for name in _FIELDS if name != "env"),
-                     tuple(sorted(self.env.items(), key=lambda kv: kv[0])),
-                     tuple(sorted(self.extra.items(), key=lambda kv: kv[0]))))
+        return hash(
+            (
+                *(getattr(self, name) for name in _FIELDS if name != "env"),
+                tuple(sorted(self.env.items(), key=lambda kv: kv[0])),
+                tuple(sorted(self.extra.items(), key=lambda kv: kv[0])),
+            )
+        )
 
     def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
         return (_phase_settings, (self.to_dict(),))
@@ -211,8 +215,9 @@ class Profile:
     def phase(self, phase: str) -> PhaseSettings:
         """Return the settings of ``phase`` (``train``, ``val`` or ``deploy``)."""
         if phase not in PHASES:
-            raise ProfileError(f"unknown phase '{phase}'; choose from "
-                               f"{', '.join(PHASES)}.{did_you_mean(phase, PHASES)}")
+            raise ProfileError(
+                f"unknown phase '{phase}'; choose from {', '.join(PHASES)}.{did_you_mean(phase, PHASES)}"
+            )
         return getattr(self, phase)
 
     def to_dict(self) -> dict[str, Any]:
@@ -284,8 +289,9 @@ def _check_value(key: str, value: Any, *, where: str) -> Any:
         return value
     if key == "env":
         if not isinstance(value, Mapping):
-            raise ProfileError(f"{where}: 'env' must be a mapping of variable name to string or null, got "
-                               f"{short(value)}")
+            raise ProfileError(
+                f"{where}: 'env' must be a mapping of variable name to string or null, got {short(value)}"
+            )
         env: dict[str, str | None] = {}
         for name, val in value.items():
             if not isinstance(name, str) or not name or "=" in name or "\0" in name:
@@ -293,8 +299,10 @@ def _check_value(key: str, value: Any, *, where: str) -> Any:
             if val is not None and not isinstance(val, (str, int, float)) or isinstance(val, bool):
                 raise ProfileError(f"{where}: 'env.{name[:100]}' must be a string or null, got {short(val)}")
             if isinstance(val, str) and "\0" in val:
-                raise ProfileError(f"{where}: 'env.{name[:100]}' contains a NUL character, which no environment "
-                                   "variable can hold; remove it")
+                raise ProfileError(
+                    f"{where}: 'env.{name[:100]}' contains a NUL character, which no environment "
+                    "variable can hold; remove it"
+                )
             env[name] = None if val is None else str(val)
         return env
     raise AssertionError(f"unhandled setting {key}")  # pragma: no cover - _FIELDS and the branches agree
@@ -359,16 +367,22 @@ def load_profile(profile: str | os.PathLike[str] | Profile) -> Profile:
     return _load(profile, chain=())
 
 
-def _load(profile: str | os.PathLike[str] | Profile, *, chain: tuple[str, ...],
-          base_dir: Path | None = None) -> Profile:
+def _load(
+    profile: str | os.PathLike[str] | Profile, *, chain: tuple[str, ...], base_dir: Path | None = None
+) -> Profile:
     if isinstance(profile, Profile):
         return profile
     if not isinstance(profile, (str, os.PathLike)):
         raise ProfileError(f"a profile must be a name or a path, got {_type_name(profile)}")
     text_name = os.fspath(profile)
     if text_name in BUILTIN_PROFILES:
-        return _parse(_builtin_text(text_name), origin=f"builtin:{text_name}", chain=chain, base_dir=None,
-                      ident=f"builtin:{text_name}")
+        return _parse(
+            _builtin_text(text_name),
+            origin=f"builtin:{text_name}",
+            chain=chain,
+            base_dir=None,
+            ident=f"builtin:{text_name}",
+        )
     path = Path(text_name).expanduser()
     if base_dir is not None and not path.is_absolute():
         path = base_dir / path
@@ -379,8 +393,10 @@ def _load(profile: str | os.PathLike[str] | Profile, *, chain: tuple[str, ...],
             f"profile YAML file.{did_you_mean(text_name, BUILTIN_PROFILES)}"
         )
     if not path.is_file():
-        raise ProfileError(f"profile file '{path}' does not exist; give a built-in name "
-                           f"({', '.join(BUILTIN_PROFILES)}) or an existing YAML file")
+        raise ProfileError(
+            f"profile file '{path}' does not exist; give a built-in name "
+            f"({', '.join(BUILTIN_PROFILES)}) or an existing YAML file"
+        )
     from .untrusted.textfile import TextTooLarge, read_text
 
     try:
@@ -412,8 +428,9 @@ def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | N
     if data is None:
         raise ProfileError(f"{origin}: the profile file is empty; see `yolo-det profiles show repro` for the format")
     if not isinstance(data, dict):
-        raise ProfileError(f"{origin}:1: a profile must be a mapping with keys {', '.join(_TOP_KEYS)}, got "
-                           f"{_type_name(data)}")
+        raise ProfileError(
+            f"{origin}:1: a profile must be a mapping with keys {', '.join(_TOP_KEYS)}, got {_type_name(data)}"
+        )
     for key in data:
         if key not in _TOP_KEYS:
             raise ProfileError(
@@ -424,8 +441,9 @@ def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | N
     extends = data.get("extends")
     if extends is not None:
         if not isinstance(extends, str):
-            raise ProfileError(f"{_where(origin, lines, 'extends')}: 'extends' must be a profile name or path, "
-                               f"got {short(extends)}")
+            raise ProfileError(
+                f"{_where(origin, lines, 'extends')}: 'extends' must be a profile name or path, got {short(extends)}"
+            )
         try:
             base = _load(extends, chain=(*chain, ident), base_dir=base_dir)
         except ProfileError as e:
@@ -442,8 +460,9 @@ def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | N
         if values is None:
             continue
         if not isinstance(values, dict):
-            raise ProfileError(f"{_where(origin, lines, section)}: '{section}' must be a mapping of settings, got "
-                               f"{_type_name(values)}")
+            raise ProfileError(
+                f"{_where(origin, lines, section)}: '{section}' must be a mapping of settings, got {_type_name(values)}"
+            )
         for key, value in values.items():
             where = _where(origin, lines, section, str(key))
             checked = _check_value(str(key), value, where=f"{where}: in '{section}'")
@@ -457,8 +476,9 @@ def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | N
         raise ProfileError(f"{_where(origin, lines, 'name')}: 'name' must be a non-empty string, got {short(name)}")
     desc = data.get("description", description)
     if not isinstance(desc, str):
-        raise ProfileError(f"{_where(origin, lines, 'description')}: 'description' must be a string, got "
-                           f"{_type_name(desc)}")
+        raise ProfileError(
+            f"{_where(origin, lines, 'description')}: 'description' must be a string, got {_type_name(desc)}"
+        )
     return Profile(
         name=name,
         description=" ".join(desc.split()),
@@ -480,8 +500,11 @@ def _check_bool(value: Any) -> bool:
 #: Worker-invariant data: every random draw of a training sample keyed by (seed, epoch, sample index), so the
 #: batches do not depend on the loader's worker count (applied by ``session.extensions.DataInvariance``).
 DATA_INVARIANCE = Setting(
-    "data_invariance", False, _check_bool,
-    "augmentation draws keyed by (seed, epoch, sample index): the same batches for any worker count")
+    "data_invariance",
+    False,
+    _check_bool,
+    "augmentation draws keyed by (seed, epoch, sample index): the same batches for any worker count",
+)
 register_setting(DATA_INVARIANCE)
 
 

@@ -18,8 +18,9 @@ __all__ = ["quiet_ultralytics"]
 
 
 @contextlib.contextmanager
-def quiet_ultralytics(verbose: bool = False, *, level: int = logging.WARNING,
-                      drop_stdout: bool = False) -> Iterator[None]:
+def quiet_ultralytics(
+    verbose: bool = False, *, level: int = logging.WARNING, drop_stdout: bool = False
+) -> Iterator[None]:
     """Route Ultralytics' logging to stderr for the block; below ``level`` it is dropped unless ``verbose``.
 
     Args:

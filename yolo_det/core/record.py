@@ -112,8 +112,20 @@ def environment() -> dict[str, Any]:
 
 
 #: dtypes NumPy has (others, such as float8, complex32, bits8 and float4, are digested as their raw bytes).
-_NUMPY_DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128,
-                 torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64}
+_NUMPY_DTYPES = {
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.complex64,
+    torch.complex128,
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+}
 
 
 def _tensor_bytes(t: torch.Tensor) -> tuple[str, bytes]:
@@ -181,9 +193,17 @@ def write_record(directory: str | os.PathLike[str], record: Mapping[str, Any]) -
     return atomic_write_json(directory / RECORD_NAME, content)
 
 
-def build_record(session: Any, *, framework: str, status: str, state_at_train_start: Mapping[str, Any] | None,
-                 weights: Mapping[str, Any], run: Mapping[str, Any], seeds: Mapping[str, Any] | None = None,
-                 **extra: Any) -> dict[str, Any]:
+def build_record(
+    session: Any,
+    *,
+    framework: str,
+    status: str,
+    state_at_train_start: Mapping[str, Any] | None,
+    weights: Mapping[str, Any],
+    run: Mapping[str, Any],
+    seeds: Mapping[str, Any] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     """The content of ``determinism.json``: one schema for every integration.
 
     Args:

@@ -26,9 +26,19 @@ from typing import Any
 
 from .errors import YoloDetError
 
-__all__ = ["FIELDS", "MAX_BYTES", "MAX_DEPTH", "RECORD_NAME", "RECORD_SCHEMA", "STATUSES", "Field", "RecordError",
-           "check_record",
-           "parse_record", "record_doc"]
+__all__ = [
+    "FIELDS",
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "RECORD_NAME",
+    "RECORD_SCHEMA",
+    "STATUSES",
+    "Field",
+    "RecordError",
+    "check_record",
+    "parse_record",
+    "record_doc",
+]
 
 #: The record's file name, in the run folder.
 RECORD_NAME = "determinism.json"
@@ -47,8 +57,13 @@ class RecordError(YoloDetError):
 
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "object": (dict,), "array": (list,), "string": (str,), "integer": (int,), "number": (int, float),
-    "boolean": (bool,), "null": (type(None),),
+    "object": (dict,),
+    "array": (list,),
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
 }
 
 
@@ -80,86 +95,159 @@ _PHASE = "The resolved settings of the {} phase (see docs/profiles: deterministi
 
 FIELDS: tuple[Field, ...] = (
     Field("schema", (_I,), "The record format's version (this page: 2; a record without it is version 1)."),
-    Field("status", (_S,), "How the run ended: `running` while it trains (the record is written from the start of "
-          "training and rewritten at every checkpoint, so a SIGKILLed run leaves `running`), `completed`, `failed`, "
-          "`interrupted` (Ctrl-C), `terminated` (a signal handled like Ctrl-C); in `segments`, `killed` for a part "
-          "whose record still said `running` when the run was resumed.",
-          values=STATUSES),
+    Field(
+        "status",
+        (_S,),
+        "How the run ended: `running` while it trains (the record is written from the start of "
+        "training and rewritten at every checkpoint, so a SIGKILLed run leaves `running`), `completed`, `failed`, "
+        "`interrupted` (Ctrl-C), `terminated` (a signal handled like Ctrl-C); in `segments`, `killed` for a part "
+        "whose record still said `running` when the run was resumed.",
+        values=STATUSES,
+    ),
     Field("framework", (_S,), "`ultralytics` or `yolov5`."),
-    Field("profile", (_O,), "The profile the run trained under, resolved.", required=True, fields=(
-        Field("name", (_S,), "The profile's name."),
-        Field("source", (_S, _Z), "Where it came from (`builtin:NAME` or a file)."),
-        Field("description", (_S, _Z), "Its description."),
-        Field("train", (_O,), _PHASE.format("train")),
-        Field("val", (_O,), _PHASE.format("val")),
-        Field("deploy", (_O,), _PHASE.format("deploy")),
-    )),
-    Field("seeds", (_O,), "The seeds: `seed` and those derived from it (data order, sampler, RNG, per rank).",
-          fields=(Field("seed", (_I, _Z), "The run's seed."),)),
-    Field("environment", (_O,), "The software and hardware the run trained on.", required=True, fields=(
-        *(Field(k, (_S, _Z), f"The version of {k}.") for k in (
-            "python", "torch", "torch_git_version", "cuda", "numpy", "torchvision", "ultralytics", "yolov5",
-            "yolo_det", "opencv", "pillow")),
-        Field("cudnn", (_I, _Z), "cuDNN's version number."),
-        Field("platform", (_S, _Z), "The platform string (not a cause of different bits)."),
-        Field("machine", (_S, _Z), "The machine type (x86_64, arm64, ...)."),
-        Field("processor", (_S, _Z), "The processor string."),
-        Field("cpu_model", (_S, _Z), "The CPU's model name."),
-        Field("cpu_capability", (_S, _Z), "The instruction set PyTorch's CPU kernels use (AVX2, AVX512, ...)."),
-        Field("cpu_count", (_I, _Z), "Logical CPUs."),
-        Field("cuda_available", (_B,), "Whether CUDA was usable."),
-        Field("gpus", (_A,), "The GPU model names.", items=(_S,)),
-        Field("torch_threads", (_I, _Z), "torch's intra-op threads."),
-        Field("torch_interop_threads", (_I, _Z), "torch's inter-op threads."),
-        Field("env", (_O,), "The environment variables that can change a run's bits, as the training had them "
-              "(null: unset)."),
-        Field("argv", (_A,), "The command line."),
-    )),
+    Field(
+        "profile",
+        (_O,),
+        "The profile the run trained under, resolved.",
+        required=True,
+        fields=(
+            Field("name", (_S,), "The profile's name."),
+            Field("source", (_S, _Z), "Where it came from (`builtin:NAME` or a file)."),
+            Field("description", (_S, _Z), "Its description."),
+            Field("train", (_O,), _PHASE.format("train")),
+            Field("val", (_O,), _PHASE.format("val")),
+            Field("deploy", (_O,), _PHASE.format("deploy")),
+        ),
+    ),
+    Field(
+        "seeds",
+        (_O,),
+        "The seeds: `seed` and those derived from it (data order, sampler, RNG, per rank).",
+        fields=(Field("seed", (_I, _Z), "The run's seed."),),
+    ),
+    Field(
+        "environment",
+        (_O,),
+        "The software and hardware the run trained on.",
+        required=True,
+        fields=(
+            *(
+                Field(k, (_S, _Z), f"The version of {k}.")
+                for k in (
+                    "python",
+                    "torch",
+                    "torch_git_version",
+                    "cuda",
+                    "numpy",
+                    "torchvision",
+                    "ultralytics",
+                    "yolov5",
+                    "yolo_det",
+                    "opencv",
+                    "pillow",
+                )
+            ),
+            Field("cudnn", (_I, _Z), "cuDNN's version number."),
+            Field("platform", (_S, _Z), "The platform string (not a cause of different bits)."),
+            Field("machine", (_S, _Z), "The machine type (x86_64, arm64, ...)."),
+            Field("processor", (_S, _Z), "The processor string."),
+            Field("cpu_model", (_S, _Z), "The CPU's model name."),
+            Field("cpu_capability", (_S, _Z), "The instruction set PyTorch's CPU kernels use (AVX2, AVX512, ...)."),
+            Field("cpu_count", (_I, _Z), "Logical CPUs."),
+            Field("cuda_available", (_B,), "Whether CUDA was usable."),
+            Field("gpus", (_A,), "The GPU model names.", items=(_S,)),
+            Field("torch_threads", (_I, _Z), "torch's intra-op threads."),
+            Field("torch_interop_threads", (_I, _Z), "torch's inter-op threads."),
+            Field(
+                "env",
+                (_O,),
+                "The environment variables that can change a run's bits, as the training had them (null: unset).",
+            ),
+            Field("argv", (_A,), "The command line."),
+        ),
+    ),
     Field("state_before", (_O, _Z), "The process's determinism flags before yolo-det changed anything."),
     Field("state_at_train_start", (_O, _Z), "The flags in force when the first batch started."),
     Field("backward_toggles", (_I,), "How often determinism was turned off around backward (`backward: disable`)."),
     Field("swaps", (_A,), "The layers replaced by deterministic ones.", items=(_O,)),
     Field("routed_calls", (_O,), "Functional calls routed to deterministic versions, by name."),
     Field("nondeterminism_warnings", (_A,), "Every non-determinism warning seen.", items=(_O, _S)),
-    Field("weights", (_O,), "The weights the run left.", fields=(
-        Field("file", (_S,), "The final weights file (`last.pt`)."),
-        Field("sha256", (_S,), "The weights digest of that file (`yolo-det digest`)."),
-        Field("ema_fp32_sha256", (_S,), "The digest of the final EMA in float32."),
-        Field("files", (_A,), "Every weights file in the run's weights folder, read back from disk.", items=(_O,)),
-    )),
+    Field(
+        "weights",
+        (_O,),
+        "The weights the run left.",
+        fields=(
+            Field("file", (_S,), "The final weights file (`last.pt`)."),
+            Field("sha256", (_S,), "The weights digest of that file (`yolo-det digest`)."),
+            Field("ema_fp32_sha256", (_S,), "The digest of the final EMA in float32."),
+            Field("files", (_A,), "Every weights file in the run's weights folder, read back from disk.", items=(_O,)),
+        ),
+    ),
     Field("run", (_O,), "The framework's main arguments and `save_dir`."),
     Field("ultralytics_args", (_O,), "Every Ultralytics argument the run trained with."),
-    Field("data", (_O,), "The dataset fingerprint.", fields=(
-        Field("sha256", (_S,), "Digest of the whole fingerprint."),
-        Field("splits", (_O,), "Per split: the image list, image bytes and labels digests."),
-        Field("version", (_I,), "The fingerprint's version."),
-    )),
-    Field("model", (_O,), "The model fingerprint (start: `yaml` or `checkpoint`, architecture, initial weights).",
-          fields=(Field("kind", (_S,), "How the model was given."),)),
+    Field(
+        "data",
+        (_O,),
+        "The dataset fingerprint.",
+        fields=(
+            Field("sha256", (_S,), "Digest of the whole fingerprint."),
+            Field("splits", (_O,), "Per split: the image list, image bytes and labels digests."),
+            Field("version", (_I,), "The fingerprint's version."),
+        ),
+    ),
+    Field(
+        "model",
+        (_O,),
+        "The model fingerprint (start: `yaml` or `checkpoint`, architecture, initial weights).",
+        fields=(Field("kind", (_S,), "How the model was given."),),
+    ),
     Field("phase_events", (_A,), "The phases entered and left, in order.", items=(_O,)),
     Field("ranks", (_A,), "The flags of every rank (DDP).", items=(_O,)),
     Field("rank_problems", (_A,), "Ranks whose flags differ from rank 0's.", items=(_O, _S)),
-    Field("epochs_completed", (_I,), "Epochs whose checkpoint was written (a run killed in epoch 3 after two "
-          "checkpoints says 2)."),
+    Field(
+        "epochs_completed",
+        (_I,),
+        "Epochs whose checkpoint was written (a run killed in epoch 3 after two checkpoints says 2).",
+    ),
     Field("epochs", (_I, _Z), "The epochs the run was asked to train."),
     Field("signal", (_S,), "The signal that stopped the run (`terminated`, `interrupted`)."),
     Field("signal_number", (_I,), "Its number."),
     Field("stopped", (_S,), "Why a run stopped cleanly after a saved epoch."),
     Field("ending", (_S,), "In `segments`: what is known of how a `killed` part ended."),
-    Field("error", (_O,), "The exception that ended a `failed` run (`type`, `message`).", fields=(
-        Field("type", (_S,), "Its class."), Field("message", (_S,), "Its message, one line."))),
-    Field("resume", (_O, _Z), "How the run resumed (null for a fresh run).", fields=(
-        Field("resumed", (_B,), "True."),
-        Field("checkpoint", (_S,), "The checkpoint it resumed from."),
-        Field("epoch", (_I,), "The first epoch it trained."),
-        Field("state_found", (_B,), "Whether the resume state matching the checkpoint was found."),
-        Field("bitwise_expected", (_B,), "Whether the run is expected to end bit for bit as the uninterrupted run."),
-        Field("reasons", (_A,), "Why not, one line each (a changed profile, an override that changes the "
-              "result, a missing state).", items=(_S,)),
-        Field("overrides", (_O,), "Arguments that differ from the checkpoint's (`{name: [checkpoint, now]}`)."),
-    )),
-    Field("segments", (_A,), "The earlier parts of a resumed run, oldest first: each is the record that part left "
-          "(its profile, arguments, environment, status and `epochs_completed`).", items=(_O,)),
+    Field(
+        "error",
+        (_O,),
+        "The exception that ended a `failed` run (`type`, `message`).",
+        fields=(Field("type", (_S,), "Its class."), Field("message", (_S,), "Its message, one line.")),
+    ),
+    Field(
+        "resume",
+        (_O, _Z),
+        "How the run resumed (null for a fresh run).",
+        fields=(
+            Field("resumed", (_B,), "True."),
+            Field("checkpoint", (_S,), "The checkpoint it resumed from."),
+            Field("epoch", (_I,), "The first epoch it trained."),
+            Field("state_found", (_B,), "Whether the resume state matching the checkpoint was found."),
+            Field(
+                "bitwise_expected", (_B,), "Whether the run is expected to end bit for bit as the uninterrupted run."
+            ),
+            Field(
+                "reasons",
+                (_A,),
+                "Why not, one line each (a changed profile, an override that changes the result, a missing state).",
+                items=(_S,),
+            ),
+            Field("overrides", (_O,), "Arguments that differ from the checkpoint's (`{name: [checkpoint, now]}`)."),
+        ),
+    ),
+    Field(
+        "segments",
+        (_A,),
+        "The earlier parts of a resumed run, oldest first: each is the record that part left "
+        "(its profile, arguments, environment, status and `epochs_completed`).",
+        items=(_O,),
+    ),
     Field("resume_states_written", (_I,), "Resume states written by this part."),
     Field("imports", (_A,), "The `--import` modules the run's model needed (see docs/blocks.md).", items=(_O,)),
     Field("checkpoint_yaml_layers", (_O,), "yolo-det layer names the checkpoints' YAML stores under torch's names."),

@@ -150,8 +150,13 @@ def get_rng_state() -> dict[str, Any]:
     kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
     return {
         "python": [version, list(internal), gauss],
-        "numpy": {"kind": str(kind), "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "numpy": {
+            "kind": str(kind),
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
         "torch": torch.get_rng_state(),
         "cuda": [s.clone() for s in torch.cuda.get_rng_state_all()] if torch.cuda.is_available() else [],
     }
@@ -162,8 +167,15 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
     version, internal, gauss = state["python"]
     random.setstate((int(version), tuple(int(x) for x in internal), gauss))
     n = state["numpy"]
-    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), int(n["pos"]), int(n["has_gauss"]),
-                         float(n["cached_gaussian"])))
+    np.random.set_state(
+        (
+            n["kind"],
+            n["keys"].numpy().astype(np.uint32),
+            int(n["pos"]),
+            int(n["has_gauss"]),
+            float(n["cached_gaussian"]),
+        )
+    )
     torch.set_rng_state(state["torch"])
     cuda = list(state.get("cuda") or [])
     if cuda and torch.cuda.is_available():
@@ -224,8 +236,17 @@ def host_copy(obj: Any) -> Any:
     return obj
 
 
-_NUMPY_COPY = {torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8,
-               torch.uint8, torch.bool}
+_NUMPY_COPY = {
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.int64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+}
 
 
 class StateWriter:
@@ -243,8 +264,7 @@ class StateWriter:
     def __init__(self) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
-        self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(max_workers=1,
-                                                                   thread_name_prefix="yolo-det-resume")
+        self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(max_workers=1, thread_name_prefix="yolo-det-resume")
         self._pending: list[Any] = []
         self._copied: list[Any] = []
         self._early: list[Any] = []
@@ -271,8 +291,9 @@ class StateWriter:
         self._copied.append(copied)
         self._pending.append(self._pool.submit(self._write, path, state, early, first, copied))
 
-    def _write(self, path: str | os.PathLike[str], state: Mapping[str, Any], early: tuple[str, ...], first: Any,
-               copied: Any) -> None:
+    def _write(
+        self, path: str | os.PathLike[str], state: Mapping[str, Any], early: tuple[str, ...], first: Any, copied: Any
+    ) -> None:
         import time
 
         t0 = time.perf_counter()
@@ -335,8 +356,9 @@ def load_state(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
-        raise ModelError(f"'{path}' is not a yolo-det resume state ({type(e).__name__}: "
-                         f"{str(e).splitlines()[0] if str(e) else ''})") from None
+        raise ModelError(
+            f"'{path}' is not a yolo-det resume state ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        ) from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise ModelError(f"'{path}' is not a yolo-det resume state of format {FORMAT}")
     return state
@@ -347,10 +369,26 @@ def load_state(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 #: Arguments Ultralytics lets a resumed run change (``BaseTrainer.check_resume``, Ultralytics 8.4); it
 #: takes every other argument from the checkpoint, except ``data`` when given.
-RESUME_ALLOWED = frozenset({
-    "imgsz", "batch", "device", "close_mosaic", "augmentations", "save_period", "workers", "cache", "patience",
-    "time", "freeze", "val", "plots", "channels_last", "distill_model", "save_dir",
-})
+RESUME_ALLOWED = frozenset(
+    {
+        "imgsz",
+        "batch",
+        "device",
+        "close_mosaic",
+        "augmentations",
+        "save_period",
+        "workers",
+        "cache",
+        "patience",
+        "time",
+        "freeze",
+        "val",
+        "plots",
+        "channels_last",
+        "distill_model",
+        "save_dir",
+    }
+)
 _RESUME_PASSED = frozenset({"model", "data", "mode", "resume", "pretrained"})
 
 
@@ -379,23 +417,37 @@ def resume_arguments(args: Mapping[str, Any]) -> tuple[dict[str, Any], Checkpoin
     elif isinstance(out.get("model"), str):
         ckpt = out["model"]
     else:
-        raise ConfigError("resume=True needs the checkpoint: add model=path/to/weights/last.pt "
-                          "(or write resume=path/to/weights/last.pt)")
+        raise ConfigError(
+            "resume=True needs the checkpoint: add model=path/to/weights/last.pt "
+            "(or write resume=path/to/weights/last.pt)"
+        )
     info = read_checkpoint(Path(ckpt).expanduser())
     if not info.resumable:
-        raise ConfigError(f"'{ckpt}' cannot be resumed: its training finished (epoch {info.epoch}, optimizer "
-                          f"{'kept' if info.has_optimizer else 'stripped'}); start a new run with "
-                          f"model={ckpt} and your data=")
+        raise ConfigError(
+            f"'{ckpt}' cannot be resumed: its training finished (epoch {info.epoch}, optimizer "
+            f"{'kept' if info.has_optimizer else 'stripped'}); start a new run with "
+            f"model={ckpt} and your data="
+        )
     out["model"] = str(info.path)
     if isinstance(resume, str):
         out["resume"] = str(info.path)
-    ignored = [k for k, v in args.items()
-               if k not in RESUME_ALLOWED and k not in _RESUME_PASSED and v != info.train_args.get(k)]
+    ignored = [
+        k
+        for k, v in args.items()
+        if k not in RESUME_ALLOWED and k not in _RESUME_PASSED and v != info.train_args.get(k)
+    ]
     return out, info, ignored
 
 
-def find_state(checkpoint: str | os.PathLike[str], *, rank: int, start_epoch: int, ema: Any,
-               updates: Any, world_size: int | None = None) -> tuple[dict[str, Any], dict[str, Any] | None, str | None]:
+def find_state(
+    checkpoint: str | os.PathLike[str],
+    *,
+    rank: int,
+    start_epoch: int,
+    ema: Any,
+    updates: Any,
+    world_size: int | None = None,
+) -> tuple[dict[str, Any], dict[str, Any] | None, str | None]:
     """Look up and check the resume state of ``checkpoint`` for a run resuming at ``start_epoch``.
 
     Args:
@@ -412,8 +464,13 @@ def find_state(checkpoint: str | os.PathLike[str], *, rank: int, start_epoch: in
         missing or belongs to another save) and why it cannot be used.
     """
     ckpt = Path(checkpoint)
-    info: dict[str, Any] = {"resumed": True, "checkpoint": str(ckpt), "epoch": start_epoch, "state_found": False,
-                            "state_file": None}
+    info: dict[str, Any] = {
+        "resumed": True,
+        "checkpoint": str(ckpt),
+        "epoch": start_epoch,
+        "state_found": False,
+        "state_file": None,
+    }
     try:
         info["checkpoint_sha256"] = file_sha256(ckpt)
     except OSError:
@@ -438,15 +495,19 @@ def find_state(checkpoint: str | os.PathLike[str], *, rank: int, start_epoch: in
         want = state.get("updates") if updates is None else updates
         if int(state.get("epoch", -2)) == start_epoch - 1 and state.get("updates") == want:
             break
-        why = (f"{path.name} belongs to epoch {state.get('epoch')} (updates {state.get('updates')}), "
-               f"the checkpoint to epoch {start_epoch - 1} (updates {want})")
+        why = (
+            f"{path.name} belongs to epoch {state.get('epoch')} (updates {state.get('updates')}), "
+            f"the checkpoint to epoch {start_epoch - 1} (updates {want})"
+        )
     else:
         info["problem"] = why
         return info, None, why
     saved_ranks = state.get("world_size")
     if world_size is not None and saved_ranks is not None and int(saved_ranks) != max(int(world_size), 1):
-        why = (f"{path.name} was written by a run of {saved_ranks} rank(s), this run has {max(int(world_size), 1)}; "
-               "resume with as many ranks to continue bit for bit")
+        why = (
+            f"{path.name} was written by a run of {saved_ranks} rank(s), this run has {max(int(world_size), 1)}; "
+            "resume with as many ranks to continue bit for bit"
+        )
         info["problem"] = why
         return info, None, why
     info.update(state_found=True, state_file=str(path))
@@ -471,8 +532,9 @@ def _same_folder(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
         return False
 
 
-def resume_folder(checkpoint: str | os.PathLike[str], *, stored: str | None = None,
-                  requested: str | os.PathLike[str] | None = None) -> Path:
+def resume_folder(
+    checkpoint: str | os.PathLike[str], *, stored: str | None = None, requested: str | os.PathLike[str] | None = None
+) -> Path:
     """The folder a run resumed from ``checkpoint`` writes into: the run folder that holds the checkpoint.
 
     Ultralytics writes a resumed run into the ``save_dir`` stored in the checkpoint, which for a copied,
@@ -497,18 +559,24 @@ def resume_folder(checkpoint: str | os.PathLike[str], *, stored: str | None = No
     folder = run_folder_of(ckpt)
     where = f"'{stored}'" if stored else "the folder stored in it"
     if folder is None:
-        raise ConfigError(f"cannot resume '{ckpt}': it is not in a run's weights/ folder, and the run would write into "
-                          f"{where}; copy it to NEW_RUN/weights/last.pt and resume that")
+        raise ConfigError(
+            f"cannot resume '{ckpt}': it is not in a run's weights/ folder, and the run would write into "
+            f"{where}; copy it to NEW_RUN/weights/last.pt and resume that"
+        )
     if requested not in (None, "") and not _same_folder(requested, folder):
-        raise ConfigError(f"cannot resume '{ckpt}' into '{requested}': a resumed run writes into the folder that holds "
-                          f"its checkpoint ('{folder}'); copy the run folder to '{requested}' and resume the copy")
+        raise ConfigError(
+            f"cannot resume '{ckpt}' into '{requested}': a resumed run writes into the folder that holds "
+            f"its checkpoint ('{folder}'); copy the run folder to '{requested}' and resume the copy"
+        )
     try:
         record = json.loads((folder / RECORD_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         record = None
     if isinstance(record, dict) and record.get("status") == "completed":
-        raise ConfigError(f"cannot resume '{ckpt}': '{folder}' holds a completed run whose files resuming would "
-                          "overwrite; copy the checkpoint to NEW_RUN/weights/last.pt and resume that")
+        raise ConfigError(
+            f"cannot resume '{ckpt}': '{folder}' holds a completed run whose files resuming would "
+            "overwrite; copy the checkpoint to NEW_RUN/weights/last.pt and resume that"
+        )
     return folder
 
 

@@ -119,8 +119,12 @@ def acquire(folder: str | os.PathLike[str]) -> RunLock:
     lock = RunLock(folder, fd)
     with _guard:
         _held[key] = lock
-    info: dict[str, Any] = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
-                            "argv": list(sys.argv)}
+    info: dict[str, Any] = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": time.time(),
+        "argv": list(sys.argv),
+    }
     with contextlib.suppress(OSError):  # the description is best effort (a read-only folder has none)
         atomic_write_text(lock.path, json.dumps(info) + "\n")
     return lock

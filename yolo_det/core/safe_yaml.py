@@ -14,5 +14,16 @@ from .untrusted.safe_yaml import (
     short,
 )
 
-__all__ = ["MAX_DEPTH", "MAX_INT_BITS", "MAX_NODES", "BoundedLoader", "YamlLimitError", "compose", "expanded_size",
-           "flow_depth_check", "load", "prescan", "short"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_INT_BITS",
+    "MAX_NODES",
+    "BoundedLoader",
+    "YamlLimitError",
+    "compose",
+    "expanded_size",
+    "flow_depth_check",
+    "load",
+    "prescan",
+    "short",
+]

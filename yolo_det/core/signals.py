@@ -42,29 +42,29 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-__all__ = ["POINTS", "TEST_HOOK_ENV", "Terminated", "defer_stops", "exit_code", "pending", "safe_point",
-           "stop_signals"]
+__all__ = ["POINTS", "TEST_HOOK_ENV", "Terminated", "defer_stops", "exit_code", "pending", "safe_point", "stop_signals"]
 
 #: The environment variable of the testing hook.
 TEST_HOOK_ENV = "YOLO_DET_TEST_SIGNAL_AT"
 
 #: The named safe points, in the order a command-line training reaches them.
 POINTS = (
-    "cli-start",          # the command line's first line, handlers installed
-    "cli-parsed",         # arguments parsed, the command's module imported
-    "train-begin",        # Ultralytics: on_pretrain_routine_start (the train phase is entered)
-    "train-setup",        # Ultralytics: on_pretrain_routine_end (model, data loaders built)
-    "train-start",        # Ultralytics: on_train_start
-    "epoch-start",        # on_train_epoch_start
-    "batch-start",        # on_train_batch_start; YOLOv5: each backward
-    "batch-end",          # on_train_batch_end
-    "epoch-end",          # on_train_epoch_end (before validation and the checkpoint)
-    "fit-epoch-end",      # on_fit_epoch_end (after the epoch's checkpoint and resume state)
-    "cli-end",            # the command returned
+    "cli-start",  # the command line's first line, handlers installed
+    "cli-parsed",  # arguments parsed, the command's module imported
+    "train-begin",  # Ultralytics: on_pretrain_routine_start (the train phase is entered)
+    "train-setup",  # Ultralytics: on_pretrain_routine_end (model, data loaders built)
+    "train-start",  # Ultralytics: on_train_start
+    "epoch-start",  # on_train_epoch_start
+    "batch-start",  # on_train_batch_start; YOLOv5: each backward
+    "batch-end",  # on_train_batch_end
+    "epoch-end",  # on_train_epoch_end (before validation and the checkpoint)
+    "fit-epoch-end",  # on_fit_epoch_end (after the epoch's checkpoint and resume state)
+    "cli-end",  # the command returned
 )
 
 _STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
-    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 
 
 class Terminated(KeyboardInterrupt):
@@ -95,13 +95,13 @@ class _Stops:
     """The process's stop state while :func:`stop_signals` is active (main thread only)."""
 
     def __init__(self) -> None:
-        self.depth = 0                      # nested stop_signals blocks
+        self.depth = 0  # nested stop_signals blocks
         self.previous: dict[int, Any] = {}  # signum -> the handler found (put back at the end)
-        self.deferring = 0                  # nested trainings in progress
-        self.pending: int | None = None     # a stop noted, not yet acted on
-        self.raised = False                 # a stop was acted on: the run is ending
-        self.fired: set[str] = set()        # testing hook: points fired in this block
-        self.outer: set[int] = set()        # the frames that entered the outermost block (outside it)
+        self.deferring = 0  # nested trainings in progress
+        self.pending: int | None = None  # a stop noted, not yet acted on
+        self.raised = False  # a stop was acted on: the run is ending
+        self.fired: set[str] = set()  # testing hook: points fired in this block
+        self.outer: set[int] = set()  # the frames that entered the outermost block (outside it)
 
     def reset(self) -> None:
         self.previous.clear()

@@ -28,7 +28,6 @@ from .profiles import PhaseSettings
 __all__ = ["TRACKED_ENV", "DeterminismState", "apply", "phase_scope", "preload", "restore", "snapshot"]
 
 
-
 def _try(getter: Any) -> Any:
     try:
         return getter()
@@ -66,9 +65,20 @@ class DeterminismState:
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
 
     def __hash__(self) -> int:
-        return hash((self.deterministic_algorithms, self.warn_only, self.cudnn_benchmark, self.cudnn_deterministic,
-                     self.cudnn_allow_tf32, self.matmul_precision, self.matmul_fp32_precision,
-                     self.cudnn_conv_fp32_precision, self.fill_uninitialized_memory, tuple(sorted(self.env.items()))))
+        return hash(
+            (
+                self.deterministic_algorithms,
+                self.warn_only,
+                self.cudnn_benchmark,
+                self.cudnn_deterministic,
+                self.cudnn_allow_tf32,
+                self.matmul_precision,
+                self.matmul_fp32_precision,
+                self.cudnn_conv_fp32_precision,
+                self.fill_uninitialized_memory,
+                tuple(sorted(self.env.items())),
+            )
+        )
 
     def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
         data = {f: getattr(self, f) for f in self.__dataclass_fields__}
@@ -216,8 +226,9 @@ def restore(state: DeterminismState) -> None:
     if state.cudnn_conv_fp32_precision is not None:
         steps.append(lambda: setattr(_cudnn_conv(), "fp32_precision", state.cudnn_conv_fp32_precision))
     if state.fill_uninitialized_memory is not None:
-        steps.append(lambda: setattr(_deterministic_utils(), "fill_uninitialized_memory",
-                                     state.fill_uninitialized_memory))
+        steps.append(
+            lambda: setattr(_deterministic_utils(), "fill_uninitialized_memory", state.fill_uninitialized_memory)
+        )
     steps.append(lambda: _set_env(state.env))
     first: BaseException | None = None
     for step in steps:

@@ -57,15 +57,22 @@ class WarningLog:
         warnings._filters_mutated()  # type: ignore[attr-defined]
         original = warnings.showwarning
 
-        def showwarning(message: Any, category: type[Warning], filename: str, lineno: int,
-                        file: Any = None, line: str | None = None) -> None:
+        def showwarning(
+            message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None, line: str | None = None
+        ) -> None:
             text = str(message)
             if NONDETERMINISM_PATTERN.match(text):
                 key = (category.__name__, text)
                 entry = self._entries.get(key)
                 if entry is None:
-                    self._entries[key] = {"message": text, "category": category.__name__, "filename": filename,
-                                          "lineno": lineno, "count": 1, "phases": {str(self._phase())}}
+                    self._entries[key] = {
+                        "message": text,
+                        "category": category.__name__,
+                        "filename": filename,
+                        "lineno": lineno,
+                        "count": 1,
+                        "phases": {str(self._phase())},
+                    }
                     original(message, category, filename, lineno, file, line)
                 else:
                     entry["count"] += 1

@@ -86,8 +86,11 @@ def sample_seeds(seed: int, epoch: int, index: int) -> tuple[int, int, int]:
             raise ValueError(f"sample_seeds needs a non-negative integer {name}, got {value!r}")
     key = b"%d|%d|%d" % (int(seed), int(epoch), int(index))
     digest = hashlib.blake2b(key, digest_size=28, person=_PERSON).digest()
-    return (int.from_bytes(digest[:16], "little"), int.from_bytes(digest[16:20], "little"),
-            int.from_bytes(digest[20:28], "little") & ((1 << 63) - 1))
+    return (
+        int.from_bytes(digest[:16], "little"),
+        int.from_bytes(digest[16:20], "little"),
+        int.from_bytes(digest[20:28], "little") & ((1 << 63) - 1),
+    )
 
 
 def _seed_sample(seed: int, epoch: int, index: int) -> None:
@@ -107,8 +110,9 @@ class KeyedBatchSampler:
     (``DistributedSampler``) is told the epoch, so the order of an epoch never depends on earlier ones.
     """
 
-    def __init__(self, inner: Any, *, seed: int, rank: int = 0, epoch: int = 0,
-                 generator: torch.Generator | None = None) -> None:
+    def __init__(
+        self, inner: Any, *, seed: int, rank: int = 0, epoch: int = 0, generator: torch.Generator | None = None
+    ) -> None:
         self.inner = inner
         self.seed = int(seed)
         self.rank = max(int(rank), 0)
@@ -162,8 +166,11 @@ class _KeyedItems:
             self._walked = id(transforms)
         keys = list(keys)
         # in a worker process the generators are the worker's own and reseeded per sample: nothing to keep
-        saved = None if get_worker_info() is not None else (random.getstate(), np.random.get_state(),
-                                                             torch.random.get_rng_state())
+        saved = (
+            None
+            if get_worker_info() is not None
+            else (random.getstate(), np.random.get_state(), torch.random.get_rng_state())
+        )
         self.pool = list(dict.fromkeys(int(k[1]) for k in keys if isinstance(k, tuple)))
         self.images = {}
         try:
@@ -228,12 +235,14 @@ class _BatchImages:
         dataset = self.items.dataset
         images = self.items.images
         if images is None:
-            return self.before(i, *args, **kwargs) if self.had else type(dataset).load_image(dataset, i, *args,
-                                                                                               **kwargs)
+            return (
+                self.before(i, *args, **kwargs) if self.had else type(dataset).load_image(dataset, i, *args, **kwargs)
+            )
         key = (int(i), args, tuple(sorted(kwargs.items())))
         if key not in images:
-            images[key] = (self.before(i, *args, **kwargs) if self.had
-                           else type(dataset).load_image(dataset, i, *args, **kwargs))
+            images[key] = (
+                self.before(i, *args, **kwargs) if self.had else type(dataset).load_image(dataset, i, *args, **kwargs)
+            )
         return images[key]
 
 
@@ -266,8 +275,7 @@ def _batch_partners(root: Any, items: _KeyedItems) -> None:
             items.changed.setdefault(id(obj), (obj, True))
             obj.buffer_enabled = False
         if callable(getattr(obj, "get_indexes", None)) and getattr(obj, "dataset", None) is not None:
-            _patch(items, obj, "get_indexes",
-                   lambda had, before, obj=obj: _BatchPartners(obj, items, had, before))
+            _patch(items, obj, "get_indexes", lambda had, before, obj=obj: _BatchPartners(obj, items, had, before))
         inner = getattr(obj, "transforms", None)
         if isinstance(inner, (list, tuple)):
             stack.extend(inner)
@@ -292,11 +300,14 @@ def _sampler_slot(loader: Any) -> tuple[Any, str]:
     """Where the loader's batch sampler lives: ``(loader, "batch_sampler")`` or Ultralytics' repeat wrapper."""
     outer = getattr(loader, "batch_sampler", None)
     if outer is None:
-        raise ConfigError("data invariance needs a loader that batches with a batch sampler (batch_size set); "
-                          "this one yields single samples")
+        raise ConfigError(
+            "data invariance needs a loader that batches with a batch sampler (batch_size set); "
+            "this one yields single samples"
+        )
     inner = getattr(outer, "sampler", None)
-    if not isinstance(outer, (BatchSampler, KeyedBatchSampler)) and isinstance(inner, (BatchSampler,
-                                                                                           KeyedBatchSampler)):
+    if not isinstance(outer, (BatchSampler, KeyedBatchSampler)) and isinstance(
+        inner, (BatchSampler, KeyedBatchSampler)
+    ):
         return outer, "sampler"  # InfiniteDataLoader: _RepeatSampler(batch_sampler)
     return loader, "batch_sampler"
 
@@ -354,12 +365,19 @@ def make_invariant(loader: Any, seed: int, *, rank: int = 0, epoch: int = 0) -> 
         raise ConfigError(f"data invariance needs a map-style dataset (with __getitem__), got {type(dataset).__name__}")
     _drop_iterator(loader)
     if getattr(loader, "iterator", None) is not None:
-        raise ConfigError("this loader's workers are already running and it has no reset(); make it worker-invariant "
-                          "before its first iteration")
+        raise ConfigError(
+            "this loader's workers are already running and it has no reset(); make it worker-invariant "
+            "before its first iteration"
+        )
     original = getattr(holder, attr)
     generator = getattr(loader, "generator", None)
-    keyed = KeyedBatchSampler(original, seed=seed, rank=rank, epoch=epoch,
-                              generator=generator if isinstance(generator, torch.Generator) else None)
+    keyed = KeyedBatchSampler(
+        original,
+        seed=seed,
+        rank=rank,
+        epoch=epoch,
+        generator=generator if isinstance(generator, torch.Generator) else None,
+    )
     items = _KeyedItems(dataset, seed)
     had = "__getitems__" in vars(dataset)
     before = vars(dataset).get("__getitems__")
@@ -469,6 +487,7 @@ class BatchTap:
 
     def wrap(self, fn: Any) -> Any:
         """``fn`` with this tap in front of it."""
+
         def tapped(batch: Any, *args: Any, **kwargs: Any) -> Any:
             self.feed(batch)
             return fn(batch, *args, **kwargs)

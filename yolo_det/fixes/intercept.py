@@ -108,10 +108,15 @@ def _route_avg_pool(nd: int) -> Callable[[dict[str, Any]], bool]:
     return route
 
 
-_INTERP_ENTRY = {("linear", False): "upsample_linear1d", ("bilinear", False): "upsample_bilinear2d",
-                 ("bilinear", True): "upsample_bilinear2d_aa", ("bicubic", False): "upsample_bicubic2d",
-                 ("bicubic", True): "upsample_bicubic2d_aa", ("trilinear", False): "upsample_trilinear3d",
-                 ("area", False): "adaptive_avg_pool2d"}
+_INTERP_ENTRY = {
+    ("linear", False): "upsample_linear1d",
+    ("bilinear", False): "upsample_bilinear2d",
+    ("bilinear", True): "upsample_bilinear2d_aa",
+    ("bicubic", False): "upsample_bicubic2d",
+    ("bicubic", True): "upsample_bicubic2d_aa",
+    ("trilinear", False): "upsample_trilinear3d",
+    ("area", False): "adaptive_avg_pool2d",
+}
 
 
 def _route_interpolate(a: dict[str, Any]) -> bool:
@@ -128,8 +133,13 @@ def _route_interpolate(a: dict[str, Any]) -> bool:
 
 def _route_grid_sample(a: dict[str, Any]) -> bool:
     x, grid = a["input"], a["grid"]
-    return (a["mode"] == "bilinear" and isinstance(x, torch.Tensor) and x.dim() == 4 and _grad(x, grid)
-            and _reaches("grid_sampler_2d"))
+    return (
+        a["mode"] == "bilinear"
+        and isinstance(x, torch.Tensor)
+        and x.dim() == 4
+        and _grad(x, grid)
+        and _reaches("grid_sampler_2d")
+    )
 
 
 def _route_pad(a: dict[str, Any]) -> bool:
@@ -147,8 +157,12 @@ def _route_loss(a: dict[str, Any]) -> bool:
     reduction = a.get("reduction", "mean")
     if a.get("reduce") is False or a.get("size_average") is not None:
         reduction = "legacy"
-    return isinstance(x, torch.Tensor) and x.dim() > 2 and reduction in ("mean", "sum", "legacy") \
+    return (
+        isinstance(x, torch.Tensor)
+        and x.dim() > 2
+        and reduction in ("mean", "sum", "legacy")
         and _reaches("nll_loss2d")
+    )
 
 
 #: ``torch.nn.functional`` name -> (deterministic implementation, routing rule).

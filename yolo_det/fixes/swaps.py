@@ -49,6 +49,7 @@ __all__ = [
     "unswap_modules",
 ]
 
+
 def _inverse() -> dict[type[nn.Module], type[nn.Module]]:
     return {target: source for source, target in SWAPS.items()}
 
@@ -60,8 +61,10 @@ def register_swap(source: type[nn.Module], target: type[nn.Module]) -> None:
         YoloDetError: ``target`` is not a subclass of ``source``, or defines its own ``__init__``.
     """
     if not (isinstance(source, type) and isinstance(target, type) and issubclass(target, source)):
-        raise YoloDetError(f"a swap target must subclass its source: {getattr(target, '__name__', target)} does "
-                           f"not subclass {getattr(source, '__name__', source)}")
+        raise YoloDetError(
+            f"a swap target must subclass its source: {getattr(target, '__name__', target)} does "
+            f"not subclass {getattr(source, '__name__', source)}"
+        )
     if "__init__" in vars(target):
         raise YoloDetError(f"{target.__name__} defines __init__; a swap target may only override forward")
     _mark(target, source)
@@ -89,8 +92,14 @@ class SwapRecord:
         return {"path": self.path, "source": self.source, "target": self.target, "reason": self.reason}
 
 
-def swap_modules(model: nn.Module, modules: Mapping[str, str] | Iterable[str] | str = "auto", *, imgsz: int = 64,
-                 torch_version: str | None = None, policy: str | None = None) -> list[SwapRecord]:
+def swap_modules(
+    model: nn.Module,
+    modules: Mapping[str, str] | Iterable[str] | str = "auto",
+    *,
+    imgsz: int = 64,
+    torch_version: str | None = None,
+    policy: str | None = None,
+) -> list[SwapRecord]:
     """Swap the given modules of ``model`` for their deterministic equivalents, in place.
 
     Args:
@@ -111,8 +120,12 @@ def swap_modules(model: nn.Module, modules: Mapping[str, str] | Iterable[str] | 
         ConfigError: An unknown policy, or a path that is not a module with a registered equivalent.
     """
     if policy is not None:
-        warnings.warn("swap_modules(policy=...) is deprecated; pass the policy as the second argument: "
-                      f"swap_modules(model, {policy!r})", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "swap_modules(policy=...) is deprecated; pass the policy as the second argument: "
+            f"swap_modules(model, {policy!r})",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         if modules != "auto":
             raise ConfigError("swap_modules() got both modules and policy=; pass one of them (policy= is deprecated)")
         modules = policy

@@ -101,8 +101,13 @@ class RewriteResult:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (for ``--json``)."""
-        return {"changed": self.changed, "changes": [c.to_dict() for c in self.changes],
-                "inside_blocks": self.inside_blocks, "layers": self.layers, "params": self.params}
+        return {
+            "changed": self.changed,
+            "changes": [c.to_dict() for c in self.changes],
+            "inside_blocks": self.inside_blocks,
+            "layers": self.layers,
+            "params": self.params,
+        }
 
     def format(self, source: str = "") -> str:
         """A readable report."""
@@ -110,8 +115,10 @@ class RewriteResult:
         for c in self.changes:
             lines.append(f"{source}:{c.line}: layer {c.layer}: {c.old} -> {c.new} ({c.reason})")
         for b in self.inside_blocks:
-            lines.append(f"layer {b['layer']} ({b['layer_class']}): {b['module']} reaches {b['kernel']} inside the "
-                         "block; not nameable in the YAML: swapped at training time by the profile")
+            lines.append(
+                f"layer {b['layer']} ({b['layer_class']}): {b['module']} reaches {b['kernel']} inside the "
+                "block; not nameable in the YAML: swapped at training time by the profile"
+            )
         if not lines:
             lines.append("nothing to rewrite")
         lines.append(f"{len(self.changes)} layer(s) changed; {self.layers} layers, {self.params:,} parameters")
@@ -164,8 +171,9 @@ def _slots(text: str, origin: str) -> Iterator[_Slot]:
     for section in _SECTIONS:
         for row in data[section]:
             if not isinstance(row, list) or len(row) < 3 or not isinstance(row[2], str):
-                raise ModelError(f"{origin}:{_row_line(row, data[section])}: layer {index} is not "
-                                 "[from, repeats, module, args]")
+                raise ModelError(
+                    f"{origin}:{_row_line(row, data[section])}: layer {index} is not [from, repeats, module, args]"
+                )
             line, col = _position(row, 2)
             token = _token_at(lines[line], col, row[2])
             if token is None:
@@ -194,9 +202,9 @@ def _replace(text: str, slots: list[tuple[_Slot, str]]) -> str:
     # right to left within a line, so earlier columns stay valid
     for slot, new in sorted(slots, key=lambda s: (s[0].line, -s[0].col)):
         line = lines[slot.line]
-        old_token = line[slot.col:slot.col + slot.length]
+        old_token = line[slot.col : slot.col + slot.length]
         quote = old_token[0] if old_token[0] in "\"'" else ""
-        lines[slot.line] = line[:slot.col] + f"{quote}{new}{quote}" + line[slot.col + slot.length:]
+        lines[slot.line] = line[: slot.col] + f"{quote}{new}{quote}" + line[slot.col + slot.length :]
     return "".join(lines)
 
 
@@ -227,16 +235,23 @@ def _build(text: str, origin: str) -> Any:
             if isinstance(cfg, dict):  # every layer an allowed module class, before Ultralytics builds anything
                 check_yaml_modules(cfg, text, origin, vars(tasks))
 
-            cls = {"detect": tasks.DetectionModel, "segment": tasks.SegmentationModel, "pose": tasks.PoseModel,
-                   "obb": tasks.OBBModel, "classify": tasks.ClassificationModel}.get(task, tasks.DetectionModel)
+            cls = {
+                "detect": tasks.DetectionModel,
+                "segment": tasks.SegmentationModel,
+                "pose": tasks.PoseModel,
+                "obb": tasks.OBBModel,
+                "classify": tasks.ClassificationModel,
+            }.get(task, tasks.DetectionModel)
             if "rtdetr" in str(cfg.get("head", "")).lower():
                 cls = tasks.RTDETRDetectionModel
             cfg = dict(cfg, yaml_file=origin)
             return cls(cfg, verbose=False)
     except KeyError as e:
-        raise ModelError(f"{origin}: unknown module {e} in the model YAML; import the module that defines it "
-                         "(--import MODULE, "
-                         "or modules=[...] in Python)") from None
+        raise ModelError(
+            f"{origin}: unknown module {e} in the model YAML; import the module that defines it "
+            "(--import MODULE, "
+            "or modules=[...] in Python)"
+        ) from None
     except YoloDetError:
         raise
     except Exception as e:  # any build failure is "a YAML that does not build"
@@ -246,8 +261,9 @@ def _build(text: str, origin: str) -> Any:
         if named:
             where = "" if named.startswith(str(origin)) else f"{origin}: "
             raise ModelError(f"{where}the model YAML does not build: {named}") from None
-        raise ModelError(f"{origin}: the model YAML does not build: {type(e).__name__}: "
-                         f"{' '.join(str(e).split())[:300]}") from None
+        raise ModelError(
+            f"{origin}: the model YAML does not build: {type(e).__name__}: {' '.join(str(e).split())[:300]}"
+        ) from None
 
 
 def _guess_task(cfg: Any) -> str:
@@ -263,9 +279,16 @@ def _params(model: Any) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def rewrite_yaml_text(text: str, *, reverse: bool = False, policy: str = "auto", origin: str = "<yaml>",
-                      imgsz: int = 64, torch_version: str | None = None,
-                      modules: Iterable[Any] | None = None) -> RewriteResult:
+def rewrite_yaml_text(
+    text: str,
+    *,
+    reverse: bool = False,
+    policy: str = "auto",
+    origin: str = "<yaml>",
+    imgsz: int = 64,
+    torch_version: str | None = None,
+    modules: Iterable[Any] | None = None,
+) -> RewriteResult:
     """Rewrite a model YAML's text (see the module docstring). Nothing is written.
 
     Args:
@@ -301,12 +324,16 @@ def _zoo_blocks() -> dict[str, str]:
     from ..core.compat import tasks
 
     ns = vars(tasks)
-    return {name: det for name, det in DET_VARIANTS.items() if ns.get(name) is ZOO_MODULES[name]
-            and ns.get(det) is ZOO_MODULES[det]}
+    return {
+        name: det
+        for name, det in DET_VARIANTS.items()
+        if ns.get(name) is ZOO_MODULES[name] and ns.get(det) is ZOO_MODULES[det]
+    }
 
 
-def _rewrite(text: str, *, reverse: bool, policy: str, origin: str, imgsz: int,
-             torch_version: str | None) -> RewriteResult:
+def _rewrite(
+    text: str, *, reverse: bool, policy: str, origin: str, imgsz: int, torch_version: str | None
+) -> RewriteResult:
     slots = list(_slots(text, origin))
     model = _build(text, origin)
     result = RewriteResult(text=text, layers=len(slots), params=_params(model))
@@ -320,8 +347,9 @@ def _rewrite(text: str, *, reverse: bool, policy: str, origin: str, imgsz: int,
                 result.changes.append(Change(slot.layer, slot.line + 1, slot.name, back[slot.name], "reverse"))
     else:
         names = {**YAML_NAMES, **blocks}
-        reasons = _reasons(model, slots, names, policy=policy, imgsz=imgsz, torch_version=torch_version,
-                           origin=origin, result=result)
+        reasons = _reasons(
+            model, slots, names, policy=policy, imgsz=imgsz, torch_version=torch_version, origin=origin, result=result
+        )
         for slot in slots:
             if slot.layer in reasons:
                 new = names[slot.name]
@@ -335,8 +363,17 @@ def _rewrite(text: str, *, reverse: bool, policy: str, origin: str, imgsz: int,
     return result
 
 
-def _reasons(model: Any, slots: list[_Slot], names: dict[str, str], *, policy: str, imgsz: int,
-             torch_version: str | None, origin: str, result: RewriteResult) -> dict[int, str]:
+def _reasons(
+    model: Any,
+    slots: list[_Slot],
+    names: dict[str, str],
+    *,
+    policy: str,
+    imgsz: int,
+    torch_version: str | None,
+    origin: str,
+    result: RewriteResult,
+) -> dict[int, str]:
     """Layer index -> reason, for the layers to rewrite (``names``: YAML name -> its deterministic name)."""
     nameable = {s.layer: s for s in slots if s.name in names}
     if policy == "all":
@@ -356,19 +393,31 @@ def _reasons(model: Any, slots: list[_Slot], names: dict[str, str], *, policy: s
             continue
         top = f"model.{f.layer}"
         slot = nameable.get(f.layer)
-        if slot is not None and slot.name in YAML_NAMES and f.module in (top, f"{top}.0") \
-                and f.module_class == slot.name[3:]:
+        if (
+            slot is not None
+            and slot.name in YAML_NAMES
+            and f.module in (top, f"{top}.0")
+            and f.module_class == slot.name[3:]
+        ):
             reasons.setdefault(f.layer, f.kernel)
         elif slot is not None and slot.name not in YAML_NAMES and (f.module == top or f.module.startswith(top + ".")):
             reasons.setdefault(f.layer, f"{f.kernel} inside {slot.name}")
         elif not any(b["layer"] == f.layer and b["module"] == f.module for b in result.inside_blocks):
-            result.inside_blocks.append({"layer": f.layer, "layer_class": f.layer_class, "module": f.module,
-                                         "kernel": f.kernel})
+            result.inside_blocks.append(
+                {"layer": f.layer, "layer_class": f.layer_class, "module": f.module, "kernel": f.kernel}
+            )
     return reasons
 
 
-def rewrite_yaml(src: str | os.PathLike[str], dst: str | os.PathLike[str] | None = None, *, in_place: bool = False,
-                 check: bool = False, force: bool = False, **kwargs: Any) -> RewriteResult:
+def rewrite_yaml(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str] | None = None,
+    *,
+    in_place: bool = False,
+    check: bool = False,
+    force: bool = False,
+    **kwargs: Any,
+) -> RewriteResult:
     """Rewrite the model YAML file ``src`` into ``dst`` (atomically). See :func:`rewrite_yaml_text`.
 
     Args:
@@ -412,5 +461,3 @@ def rewrite_yaml(src: str | os.PathLike[str], dst: str | os.PathLike[str] | None
     if not check and target is not None and (result.changed or not in_place):
         atomic_write_text(target, result.text)
     return result
-
-

@@ -86,6 +86,7 @@ def _raw(out: Any) -> torch.Tensor:
 
 def _nms(raw: torch.Tensor, conf: float, iou: float, end2end: bool) -> torch.Tensor:
     from ..core.compat import non_max_suppression
+
     kwargs = {"end2end": True} if end2end else {}
     return non_max_suppression(raw, conf, iou, **kwargs)[0][:, :6].cpu()
 
@@ -126,9 +127,17 @@ def _read_images(images: Sequence[Any] | None) -> list[tuple[str, np.ndarray]]:
     return out
 
 
-def export_parity(model: Any, export: str | os.PathLike[str], *, images: Sequence[Any] | None = None,
-                  pt_imgsz: Any = None, pt_rect: bool = True, conf: float = 0.001, iou: float = 0.7,
-                  atol: float = 1e-4) -> dict[str, Any]:
+def export_parity(
+    model: Any,
+    export: str | os.PathLike[str],
+    *,
+    images: Sequence[Any] | None = None,
+    pt_imgsz: Any = None,
+    pt_rect: bool = True,
+    conf: float = 0.001,
+    iou: float = 0.7,
+    atol: float = 1e-4,
+) -> dict[str, Any]:
     """Compare an exported model with the PyTorch model it came from (see the module docstring).
 
     Args:
@@ -177,17 +186,29 @@ def export_parity(model: Any, export: str | os.PathLike[str], *, images: Sequenc
                 sum_raw += float(diff.sum())
                 count_raw += diff.numel()
                 raw_bitwise = raw_bitwise and bool(torch.equal(a, b))
-                numerics.append({"image": name, "input_shape": list(x.shape[2:]), "raw_max_diff": float(diff.max()),
-                                 **compare_detections(_nms(a, conf, iou, end2end), _nms(b, conf, iou, end2end),
-                                                      atol=atol)})
+                numerics.append(
+                    {
+                        "image": name,
+                        "input_shape": list(x.shape[2:]),
+                        "raw_max_diff": float(diff.max()),
+                        **compare_detections(_nms(a, conf, iou, end2end), _nms(b, conf, iou, end2end), atol=atol),
+                    }
+                )
                 # each model as predict would feed it, detections in the image's own pixels
                 xp = _letterbox(image, pt_shape, auto=pt_rect, stride=stride)
                 xe = _letterbox(image, ex_shape, auto=dynamic, stride=stride)
                 dp, de = _nms(_raw(reference(xp)), conf, iou, end2end), _nms(_raw(exported(xe))[:1], conf, iou, end2end)
                 dp[:, :4] = _scaled(ops, xp, dp, image)
                 de[:, :4] = _scaled(ops, xe, de, image)
-                end_to_end.append({"image": name, "shape": list(image.shape[:2]), "pytorch_input": list(xp.shape[2:]),
-                                   "export_input": list(xe.shape[2:]), **compare_detections(dp, de, atol=atol)})
+                end_to_end.append(
+                    {
+                        "image": name,
+                        "shape": list(image.shape[:2]),
+                        "pytorch_input": list(xp.shape[2:]),
+                        "export_input": list(xe.shape[2:]),
+                        **compare_detections(dp, de, atol=atol),
+                    }
+                )
     finally:
         net.train(was_training)
     mismatches = _mismatches(pt_shape, ex_shape, pt_rect, dynamic, end_to_end)
@@ -201,14 +222,26 @@ def export_parity(model: Any, export: str | os.PathLike[str], *, images: Sequenc
     elif e2e_verdict == "differs":
         cause = ("preprocessing: " + "; ".join(mismatches)) if mismatches else "preprocessing"
     return {
-        "numerics": {"raw_max_abs_diff": max_raw, "raw_mean_abs_diff": sum_raw / max(count_raw, 1),
-                     "raw_bitwise": raw_bitwise, "detections": numeric_verdict,
-                     "detections_match": numeric_verdict != "differs", "images": numerics},
-        "preprocessing": {"pytorch": {"imgsz": list(pt_shape), "letterbox": "rectangular" if pt_rect else "square"},
-                          "export": {"imgsz": list(ex_shape), "dynamic": dynamic,
-                                     "letterbox": "rectangular" if dynamic else "square",
-                                     "batch": int(meta.get("batch", 1) or 1)},
-                          "mismatches": mismatches, "detections": e2e_verdict, "images": end_to_end},
+        "numerics": {
+            "raw_max_abs_diff": max_raw,
+            "raw_mean_abs_diff": sum_raw / max(count_raw, 1),
+            "raw_bitwise": raw_bitwise,
+            "detections": numeric_verdict,
+            "detections_match": numeric_verdict != "differs",
+            "images": numerics,
+        },
+        "preprocessing": {
+            "pytorch": {"imgsz": list(pt_shape), "letterbox": "rectangular" if pt_rect else "square"},
+            "export": {
+                "imgsz": list(ex_shape),
+                "dynamic": dynamic,
+                "letterbox": "rectangular" if dynamic else "square",
+                "batch": int(meta.get("batch", 1) or 1),
+            },
+            "mismatches": mismatches,
+            "detections": e2e_verdict,
+            "images": end_to_end,
+        },
         "verdict": worst([numeric_verdict, e2e_verdict]),
         "cause": cause,
         "atol": atol,
@@ -221,28 +254,44 @@ def _scaled(ops: Any, x: torch.Tensor, dets: torch.Tensor, image: np.ndarray) ->
     return ops.scale_boxes((int(x.shape[2]), int(x.shape[3])), dets[:, :4].clone(), image.shape[:2])
 
 
-def _mismatches(pt_shape: tuple[int, int], ex_shape: tuple[int, int], pt_rect: bool, dynamic: bool,
-                end_to_end: list[dict[str, Any]]) -> list[str]:
+def _mismatches(
+    pt_shape: tuple[int, int], ex_shape: tuple[int, int], pt_rect: bool, dynamic: bool, end_to_end: list[dict[str, Any]]
+) -> list[str]:
     out = []
     if pt_shape != ex_shape:
-        out.append(f"imgsz: the PyTorch model predicts at {pt_shape[0]}x{pt_shape[1]}, the export takes "
-                   f"{ex_shape[0]}x{ex_shape[1]}")
+        out.append(
+            f"imgsz: the PyTorch model predicts at {pt_shape[0]}x{pt_shape[1]}, the export takes "
+            f"{ex_shape[0]}x{ex_shape[1]}"
+        )
     if pt_rect and not dynamic:
-        shaped = [e for e in end_to_end
-                  if e["pytorch_input"] != e["export_input"] and e["pytorch_input"][0] != e["pytorch_input"][1]]
+        shaped = [
+            e
+            for e in end_to_end
+            if e["pytorch_input"] != e["export_input"] and e["pytorch_input"][0] != e["pytorch_input"][1]
+        ]
         if shaped:
             e = shaped[0]
-            out.append(f"letterbox: rectangular {e['pytorch_input'][0]}x{e['pytorch_input'][1]} for the PyTorch model, "
-                       f"square {e['export_input'][0]}x{e['export_input'][1]} for the static export ({e['image']}); "
-                       "export with dynamic=True or predict the .pt with rect=False to match")
+            out.append(
+                f"letterbox: rectangular {e['pytorch_input'][0]}x{e['pytorch_input'][1]} for the PyTorch model, "
+                f"square {e['export_input'][0]}x{e['export_input'][1]} for the static export ({e['image']}); "
+                "export with dynamic=True or predict the .pt with rect=False to match"
+            )
     elif not pt_rect and dynamic:
         out.append("dynamic: the export letterboxes to a rectangle, the PyTorch model to a square")
     return out
 
 
-def write_export_record(model: Any, export: str | os.PathLike[str], *, profile: Profile | str,
-                        images: Sequence[Any] | None = None, pt_imgsz: Any = None, pt_rect: bool = True,
-                        conf: float = 0.001, atol: float = 1e-4) -> Path:
+def write_export_record(
+    model: Any,
+    export: str | os.PathLike[str],
+    *,
+    profile: Profile | str,
+    images: Sequence[Any] | None = None,
+    pt_imgsz: Any = None,
+    pt_rect: bool = True,
+    conf: float = 0.001,
+    atol: float = 1e-4,
+) -> Path:
     """Measure :func:`export_parity` and write the export record beside the export; return its path.
 
     The record: ``kind`` (``export``), ``version``, ``export`` (file, format, sha256), ``weights`` (file, sha256
@@ -263,8 +312,11 @@ def write_export_record(model: Any, export: str | os.PathLike[str], *, profile: 
         "kind": KIND,
         "version": VERSION,
         "export": {"file": path.name, "format": _format_of(path), "sha256": export_digest(path)},
-        "weights": {"file": str(weights_file) if weights_file else None, "sha256": _file_digest(weights_file),
-                    "state_sha256": state_dict_digest(net) if isinstance(net, torch.nn.Module) else None},
+        "weights": {
+            "file": str(weights_file) if weights_file else None,
+            "sha256": _file_digest(weights_file),
+            "state_sha256": state_dict_digest(net) if isinstance(net, torch.nn.Module) else None,
+        },
         "profile": resolved.to_dict(),
         "deploy_settings": resolved.deploy.to_dict(),
         "parity": parity,
@@ -276,14 +328,23 @@ def write_export_record(model: Any, export: str | os.PathLike[str], *, profile: 
 
 def _format_of(path: Path) -> str:
     suffix = path.suffix.lower().lstrip(".")
-    return {"pt": "pytorch", "torchscript": "torchscript", "onnx": "onnx", "engine": "engine", "mlpackage": "coreml",
-            "tflite": "tflite", "pb": "pb"}.get(suffix, "openvino" if path.name.endswith("openvino_model") else suffix
-                                                or path.name)
+    return {
+        "pt": "pytorch",
+        "torchscript": "torchscript",
+        "onnx": "onnx",
+        "engine": "engine",
+        "mlpackage": "coreml",
+        "tflite": "tflite",
+        "pb": "pb",
+    }.get(suffix, "openvino" if path.name.endswith("openvino_model") else suffix or path.name)
 
 
 def _versions() -> dict[str, Any]:
-    out: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__,
-                           "platform": platform.platform()}
+    out: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+    }
     for name in ("ultralytics", "onnx", "onnxruntime"):
         try:
             from importlib.metadata import version

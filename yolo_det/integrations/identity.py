@@ -43,7 +43,6 @@ def plain_args(args: Any) -> dict[str, Any]:
     return {str(k): plain_value(v) for k, v in sorted(items)}
 
 
-
 def model_fingerprint(model: Any, source: Any) -> dict[str, Any]:
     """The fingerprint of the model a training starts from (see the module docstring).
 
@@ -90,8 +89,10 @@ def trainer_data_fingerprint(trainer: Any) -> dict[str, Any]:
     data = getattr(trainer, "data", None) or {}
     splits: dict[str, Any] = {}
     val_split = str(getattr(getattr(trainer, "args", None), "split", None) or "val")
-    for name, loader in (("train", getattr(trainer, "train_loader", None)),
-                         (val_split, getattr(trainer, "test_loader", None))):
+    for name, loader in (
+        ("train", getattr(trainer, "train_loader", None)),
+        (val_split, getattr(trainer, "test_loader", None)),
+    ):
         spec = _split_spec(getattr(loader, "dataset", None))
         if spec is not None:
             splits[name] = spec

@@ -111,54 +111,93 @@ class Edit:
     restore: str = ""
 
 
-def _insert(name: str, anchor: str, pattern: str, kind: Literal["before", "after"], code: str,
-            patched: str) -> Edit:
-    return Edit(name, anchor, re.compile(pattern), kind, "{indent}" + code + "  " + MARKER,
-                re.compile(r"(?P<indent>[ \t]*)" + patched + r"  " + re.escape(MARKER) + r"[ \t]*$"))
+def _insert(name: str, anchor: str, pattern: str, kind: Literal["before", "after"], code: str, patched: str) -> Edit:
+    return Edit(
+        name,
+        anchor,
+        re.compile(pattern),
+        kind,
+        "{indent}" + code + "  " + MARKER,
+        re.compile(r"(?P<indent>[ \t]*)" + patched + r"  " + re.escape(MARKER) + r"[ \t]*$"),
+    )
 
 
 _IMPORT = Edit(
-    "import", "from utils.general import ...",
-    re.compile(r"(?P<indent>)from (?:yolov5\.)?utils\.general import\b"), "before", _IMPORT_LINE,
+    "import",
+    "from utils.general import ...",
+    re.compile(r"(?P<indent>)from (?:yolov5\.)?utils\.general import\b"),
+    "before",
+    _IMPORT_LINE,
     re.compile(r"(?P<indent>)" + re.escape(_IMPORT_LINE) + r"[ \t]*$"),
 )
-_TRAINING = _insert("training", "def train(", r"(?P<indent>)def train\(", "before",
-                    "@ydet.training", r"@ydet\.training")
+_TRAINING = _insert(
+    "training", "def train(", r"(?P<indent>)def train\(", "before", "@ydet.training", r"@ydet\.training"
+)
 _INIT_SEEDS = Edit(
-    "init_seeds", "init_seeds(opt.seed + 1 + RANK, deterministic=True)",
-    re.compile(r"(?P<indent>[ \t]+)init_seeds\((?P<call>opt\.seed\b[^#]*)\)[ \t]*$"), "replace",
+    "init_seeds",
+    "init_seeds(opt.seed + 1 + RANK, deterministic=True)",
+    re.compile(r"(?P<indent>[ \t]+)init_seeds\((?P<call>opt\.seed\b[^#]*)\)[ \t]*$"),
+    "replace",
     "{indent}ydet.init_seeds(init_seeds, {call})  " + MARKER,
     re.compile(r"(?P<indent>[ \t]+)ydet\.init_seeds\(init_seeds, (?P<call>[^#]*)\)  " + re.escape(MARKER) + r"[ \t]*$"),
     "{indent}init_seeds({call})",
 )
 _BACKWARD = Edit(
-    "backward", "scaler.scale(loss).backward()",
-    re.compile(r"(?P<indent>[ \t]+)scaler\.scale\((?P<loss>\w+)\)\.backward\(\)[ \t]*$"), "replace",
+    "backward",
+    "scaler.scale(loss).backward()",
+    re.compile(r"(?P<indent>[ \t]+)scaler\.scale\((?P<loss>\w+)\)\.backward\(\)[ \t]*$"),
+    "replace",
     "{indent}ydet.backward(scaler.scale({loss}))  " + MARKER,
-    re.compile(r"(?P<indent>[ \t]+)ydet\.backward\(scaler\.scale\((?P<loss>\w+)\)\)  "
-               + re.escape(MARKER) + r"[ \t]*$"),
+    re.compile(
+        r"(?P<indent>[ \t]+)ydet\.backward\(scaler\.scale\((?P<loss>\w+)\)\)  " + re.escape(MARKER) + r"[ \t]*$"
+    ),
     "{indent}scaler.scale({loss}).backward()",
 )
-_MODEL_DETECT = _insert("prepare_model", "amp = check_amp(model)", r"(?P<indent>[ \t]+)amp = check_amp\(model\)",
-                        "before", "model = ydet.prepare_model(model)", r"model = ydet\.prepare_model\(model\)")
-_MODEL_CLASSIFY = _insert("prepare_model", "model = model.to(device)",
-                          r"(?P<indent>[ \t]+)model = model\.to\(device\)[ \t]*(?:#.*)?$", "after",
-                          "model = ydet.prepare_model(model)", r"model = ydet\.prepare_model\(model\)")
+_MODEL_DETECT = _insert(
+    "prepare_model",
+    "amp = check_amp(model)",
+    r"(?P<indent>[ \t]+)amp = check_amp\(model\)",
+    "before",
+    "model = ydet.prepare_model(model)",
+    r"model = ydet\.prepare_model\(model\)",
+)
+_MODEL_CLASSIFY = _insert(
+    "prepare_model",
+    "model = model.to(device)",
+    r"(?P<indent>[ \t]+)model = model\.to\(device\)[ \t]*(?:#.*)?$",
+    "after",
+    "model = ydet.prepare_model(model)",
+    r"model = ydet\.prepare_model\(model\)",
+)
 _OPTION_PATCHED = r"ydet\.add_argument\(parser(?:, default=[^#]*)?\)"
-_OPTION_TRAIN = _insert("option", "parser.add_argument('--seed', ...)",
-                        r"(?P<indent>[ \t]+)parser\.add_argument\(['\"]--seed['\"].*\)[ \t]*(?:#.*)?$", "after",
-                        "ydet.add_argument(parser{args})", _OPTION_PATCHED)
-_OPTION_RUN = _insert("option", "parser = argparse.ArgumentParser()",
-                      r"(?P<indent>[ \t]+)parser = argparse\.ArgumentParser\(\)[ \t]*(?:#.*)?$", "after",
-                      "ydet.add_argument(parser{args})", _OPTION_PATCHED)
-_VALIDATION = _insert("validation", "def run(", r"(?P<indent>)def run\(", "before",
-                      "@ydet.validation", r"@ydet\.validation")
-_DEPLOYMENT = _insert("deployment", "def run(", r"(?P<indent>)def run\(", "before",
-                      "@ydet.deployment", r"@ydet\.deployment")
+_OPTION_TRAIN = _insert(
+    "option",
+    "parser.add_argument('--seed', ...)",
+    r"(?P<indent>[ \t]+)parser\.add_argument\(['\"]--seed['\"].*\)[ \t]*(?:#.*)?$",
+    "after",
+    "ydet.add_argument(parser{args})",
+    _OPTION_PATCHED,
+)
+_OPTION_RUN = _insert(
+    "option",
+    "parser = argparse.ArgumentParser()",
+    r"(?P<indent>[ \t]+)parser = argparse\.ArgumentParser\(\)[ \t]*(?:#.*)?$",
+    "after",
+    "ydet.add_argument(parser{args})",
+    _OPTION_PATCHED,
+)
+_VALIDATION = _insert(
+    "validation", "def run(", r"(?P<indent>)def run\(", "before", "@ydet.validation", r"@ydet\.validation"
+)
+_DEPLOYMENT = _insert(
+    "deployment", "def run(", r"(?P<indent>)def run\(", "before", "@ydet.deployment", r"@ydet\.deployment"
+)
 
 _LAST_OPT_STEP = Edit(
-    "last_opt_step", "last_opt_step = -1",
-    re.compile(r"(?P<indent>[ \t]+)last_opt_step = -1[ \t]*$"), "replace",
+    "last_opt_step",
+    "last_opt_step = -1",
+    re.compile(r"(?P<indent>[ \t]+)last_opt_step = -1[ \t]*$"),
+    "replace",
     "{indent}last_opt_step = ydet.last_opt_step(-1)  " + MARKER,
     re.compile(r"(?P<indent>[ \t]+)last_opt_step = ydet\.last_opt_step\(-1\)  " + re.escape(MARKER) + r"[ \t]*$"),
     "{indent}last_opt_step = -1",
@@ -201,7 +240,7 @@ def _split(text: str) -> list[tuple[str, str]]:
     out = []
     for line in text.splitlines(keepends=True):
         body = line.rstrip("\r\n")
-        out.append((body, line[len(body):]))
+        out.append((body, line[len(body) :]))
     return out
 
 
@@ -232,9 +271,12 @@ def revert_text(text: str, edits: Iterable[Edit], *, path: str = "<text>") -> st
                 out.append(edit.restore.format(**m.groupdict()) + end)
             break
         else:
-            raise NotRecognised(path, f"line {number} is marked '{MARKER}' but is not a line this version of "
-                                      f"yolo-det writes: {body.strip()!r}; restore it by hand (see the backup "
-                                      f"*{BACKUP_SUFFIX} or 'git diff')")
+            raise NotRecognised(
+                path,
+                f"line {number} is marked '{MARKER}' but is not a line this version of "
+                f"yolo-det writes: {body.strip()!r}; restore it by hand (see the backup "
+                f"*{BACKUP_SUFFIX} or 'git diff')",
+            )
     return "".join(out)
 
 
@@ -260,8 +302,10 @@ def patch_text(text: str, edits: Iterable[Edit], *, path: str = "<text>", defaul
         hits = [(i, m) for i, (body, _) in enumerate(lines) if (m := edit.pattern.match(body))]
         if len(hits) != 1:
             found = "found none" if not hits else f"found {len(hits)} (lines {', '.join(str(i + 1) for i, _ in hits)})"
-            raise NotRecognised(path, f"expected exactly one line like `{edit.anchor}` for the '{edit.name}' edit, "
-                                      f"{found}; left unchanged")
+            raise NotRecognised(
+                path,
+                f"expected exactly one line like `{edit.anchor}` for the '{edit.name}' edit, {found}; left unchanged",
+            )
         i, m = hits[0]
         new = edit.template.format(args=args, **m.groupdict())
         if edit.kind == "before":
@@ -311,8 +355,10 @@ def find_tree(directory: str | os.PathLike[str]) -> Path:
         raise PatchError(f"'{directory}' is not a folder; give the folder of a YOLOv5 clone (the one with train.py)")
     missing = [name for name in _REQUIRED if not (root / name).is_file()]
     if missing:
-        raise PatchError(f"'{directory}' is not a YOLOv5 tree: {', '.join(missing)} not found; give the folder of "
-                         f"a YOLOv5 clone or of the installed yolov5 package")
+        raise PatchError(
+            f"'{directory}' is not a YOLOv5 tree: {', '.join(missing)} not found; give the folder of "
+            f"a YOLOv5 clone or of the installed yolov5 package"
+        )
     return root
 
 
@@ -401,11 +447,19 @@ def _inside(root: Path, rel: str) -> Path:
     path = root / rel
     real = Path(os.path.realpath(path))
     if real != root and root not in real.parents:
-        link = next((p for p in [*reversed(path.relative_to(root).parents), path.relative_to(root)]
-                     if p != Path(".") and (root / p).is_symlink()), Path(rel))
-        raise PatchError(f"{root / link} is a symbolic link to {os.path.realpath(root / link)}, outside the tree; "
-                         "yolo-det writes nothing outside the folder it patches: replace the link by a copy "
-                         "(or patch the tree it points to)")
+        link = next(
+            (
+                p
+                for p in [*reversed(path.relative_to(root).parents), path.relative_to(root)]
+                if p != Path(".") and (root / p).is_symlink()
+            ),
+            Path(rel),
+        )
+        raise PatchError(
+            f"{root / link} is a symbolic link to {os.path.realpath(root / link)}, outside the tree; "
+            "yolo-det writes nothing outside the folder it patches: replace the link by a copy "
+            "(or patch the tree it points to)"
+        )
     return real
 
 
@@ -433,14 +487,19 @@ def plan(directory: str | os.PathLike[str], *, reverse: bool = False, default_pr
         if (root / (rel + BACKUP_SUFFIX)).is_symlink():
             raise PatchError(f"the backup {root / (rel + BACKUP_SUFFIX)} is a symbolic link; remove it and run again")
         if target in targets:
-            raise PatchError(f"{path} and {root / targets[target]} are the same file ({target}); the patch edits "
-                             "each differently: replace the link by a copy")
+            raise PatchError(
+                f"{path} and {root / targets[target]} are the same file ({target}); the patch edits "
+                "each differently: replace the link by a copy"
+            )
         targets[target] = rel
         text = None
         try:
             text = _read(path, rel)
-            new = revert_text(text, edits, path=rel) if reverse else \
-                patch_text(text, edits, path=rel, default_profile=default_profile)
+            new = (
+                revert_text(text, edits, path=rel)
+                if reverse
+                else patch_text(text, edits, path=rel, default_profile=default_profile)
+            )
             result.files.append(FilePlan(rel, text, new, target=target))
         except NotRecognised as e:
             result.files.append(FilePlan(rel, text, None, e.detail, target=target))
@@ -456,15 +515,18 @@ def _check_writable(root: Path, files: Sequence[FilePlan], backup: bool) -> None
         path = _target(root, f)
         mode = path.stat().st_mode
         if not os.access(path, os.W_OK) or not mode & stat.S_IWUSR:
-            raise PatchError(f"{root / f.path} is read-only; make the YOLOv5 tree writable (or patch a copy) and run "
-                             "again")
+            raise PatchError(
+                f"{root / f.path} is read-only; make the YOLOv5 tree writable (or patch a copy) and run again"
+            )
     folders = {_target(root, f).parent for f in files} | {(root / f.path).parent for f in files}
     for folder in sorted(folders):
         try:
             fd, probe = tempfile.mkstemp(dir=folder, prefix=".yolo-det-probe.")
         except OSError as e:
-            raise PatchError(f"cannot write in {folder} ({e.strerror or e}); make the YOLOv5 tree writable "
-                             f"(or patch a copy) and run again") from None
+            raise PatchError(
+                f"cannot write in {folder} ({e.strerror or e}); make the YOLOv5 tree writable "
+                f"(or patch a copy) and run again"
+            ) from None
         os.close(fd)
         os.unlink(probe)
     if backup:
@@ -589,8 +651,10 @@ def _keep_original(path: Path, orig: Path) -> None:
 
 
 def _write_journal(root: Path, entries: Sequence[_Entry], committed: bool) -> None:
-    atomic_write_text(root / JOURNAL, json.dumps({"version": 1, "committed": committed,
-                                                  "files": [e.to_json() for e in entries]}, indent=1) + "\n")
+    atomic_write_text(
+        root / JOURNAL,
+        json.dumps({"version": 1, "committed": committed, "files": [e.to_json() for e in entries]}, indent=1) + "\n",
+    )
 
 
 def _read_journal(root: Path) -> tuple[list[_Entry], bool] | None:
@@ -613,8 +677,10 @@ def _read_journal(root: Path) -> tuple[list[_Entry], bool] | None:
             entries.append(entry)
         return entries, bool(data["committed"])
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise PatchError(f"{path} is not a journal this version of yolo-det reads ({type(e).__name__}); restore the "
-                         f"tree with 'git checkout' and remove the file") from None
+        raise PatchError(
+            f"{path} is not a journal this version of yolo-det reads ({type(e).__name__}); restore the "
+            f"tree with 'git checkout' and remove the file"
+        ) from None
 
 
 def _undo(root: Path, entries: Sequence[_Entry]) -> None:
@@ -697,11 +763,13 @@ def apply_plan(result: PatchPlan, *, backup: bool = True) -> list[Path]:
     root = result.root
     if result.unrecognised:  # a line marked by a patch this version did not write is named first
         f = min(result.unrecognised, key=lambda u: f"is marked '{MARKER}'" not in (u.error or ""))
-        raise PatchError(f"{root / f.path}: not recognised: {f.error}; nothing was changed (the tree is patched "
-                         "whole or not at all)")
+        raise PatchError(
+            f"{root / f.path}: not recognised: {f.error}; nothing was changed (the tree is patched whole or not at all)"
+        )
     if pending_journal(root) is not None:
-        raise PatchError(f"an interrupted patch-yolov5 left {root / JOURNAL}; run 'yolo-det patch-yolov5 {root} "
-                         "--repair' first")
+        raise PatchError(
+            f"an interrupted patch-yolov5 left {root / JOURNAL}; run 'yolo-det patch-yolov5 {root} --repair' first"
+        )
     files = result.changes
     if not files:
         return []

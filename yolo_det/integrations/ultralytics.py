@@ -68,8 +68,26 @@ __all__ = ["UltralyticsPlugin", "attach", "detach", "trainer_class"]
 
 _ATTACHED = "_yolo_det_plugin"
 _GUARDED = ("train", "val", "predict", "export")
-_RUN_ARGS = ("task", "model", "data", "epochs", "imgsz", "batch", "device", "seed", "deterministic", "amp",
-             "workers", "optimizer", "lr0", "cache", "rect", "multi_scale", "close_mosaic", "fraction")
+_RUN_ARGS = (
+    "task",
+    "model",
+    "data",
+    "epochs",
+    "imgsz",
+    "batch",
+    "device",
+    "seed",
+    "deterministic",
+    "amp",
+    "workers",
+    "optimizer",
+    "lr0",
+    "cache",
+    "rect",
+    "multi_scale",
+    "close_mosaic",
+    "fraction",
+)
 
 
 def _rank() -> int:
@@ -179,12 +197,14 @@ class UltralyticsPlugin:
         resume, self.resume, self._previous = self.resume, None, None
         rank_signals, self._rank_signals = self._rank_signals, None
         release_stops, self._release_stops = self._release_stops, None
-        steps = [release_stops,
-                 resume.close if resume is not None else None,
-                 session.end if session is not None else None,
-                 (lambda: names.__exit__(None, None, None)) if names is not None else None,
-                 *(lock.release for lock in reversed(locks)),
-                 rank_signals.close if rank_signals is not None else None]
+        steps = [
+            release_stops,
+            resume.close if resume is not None else None,
+            session.end if session is not None else None,
+            (lambda: names.__exit__(None, None, None)) if names is not None else None,
+            *(lock.release for lock in reversed(locks)),
+            rank_signals.close if rank_signals is not None else None,
+        ]
         for step in steps:
             if step is None:
                 continue
@@ -296,11 +316,18 @@ class UltralyticsPlugin:
     def _warn_profile_change(self) -> None:
         """One line when a resumed run trains under another profile than the part before it."""
         before = (self._previous or {}).get("profile")
-        if self.resume is not None and self.resume.info is not None and isinstance(before, dict) \
-                and before.get("train") != self.profile.to_dict().get("train"):
-            print(f"yolo-det: resuming under the profile '{self.profile.name}', the run so far trained under "
-                  f"'{before.get('name')}': it continues, but not bit for bit as either would have (recorded)",
-                  file=sys.stderr, flush=True)
+        if (
+            self.resume is not None
+            and self.resume.info is not None
+            and isinstance(before, dict)
+            and before.get("train") != self.profile.to_dict().get("train")
+        ):
+            print(
+                f"yolo-det: resuming under the profile '{self.profile.name}', the run so far trained under "
+                f"'{before.get('name')}': it continues, but not bit for bit as either would have (recorded)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _refuse_late_registration(self, trainer: Any) -> None:
         """Refuse a plugin registered on a trainer that already exists: Ultralytics ran ``on_pretrain_routine_start``
@@ -313,7 +340,8 @@ class UltralyticsPlugin:
             "the yolo-det plugin was registered on a trainer that already existed, so the run would start from "
             "other initial weights than yolo-det's routes give for the same seed; use yolo_det.attach(model), "
             "model.train(trainer=yolo_det.trainer_class(...)), or pass the callbacks when building the trainer: "
-            "Trainer(overrides=..., _callbacks=UltralyticsPlugin(...).register(callbacks.get_default_callbacks()))")
+            "Trainer(overrides=..., _callbacks=UltralyticsPlugin(...).register(callbacks.get_default_callbacks()))"
+        )
 
     def _write_running(self, trainer: Any) -> None:
         """Write (replace) the record with status ``running`` (rank 0; a failure to write is kept, not raised)."""
@@ -404,8 +432,9 @@ class UltralyticsPlugin:
         try:
             self._write(trainer, None)
         except Exception as e:  # the training itself succeeded
-            self.record_error = (f"could not write {RECORD_NAME} in '{trainer.save_dir}': "
-                                 f"{type(e).__name__}: {one_line(e)}")
+            self.record_error = (
+                f"could not write {RECORD_NAME} in '{trainer.save_dir}': {type(e).__name__}: {one_line(e)}"
+            )
             state_of(trainer).record_written = True  # the failure is this run's answer; never rewrite it as failed
             if self.warn_record_error:
                 warnings.warn(f"yolo-det: {self.record_error}", UserWarning, stacklevel=2)
@@ -468,15 +497,23 @@ class UltralyticsPlugin:
     def _record_ending(self, trainer: Any, error: BaseException | None) -> None:
         """Write the record of a run that ended before ``on_train_end`` (rank 0, once); never raise for it."""
         session = self.session
-        if not (self.record and session is not None and "train" in session.phases and _rank() in {-1, 0}
-                and not self._written_for(trainer)):
+        if not (
+            self.record
+            and session is not None
+            and "train" in session.phases
+            and _rank() in {-1, 0}
+            and not self._written_for(trainer)
+        ):
             return
         try:
             self._write(trainer, error)
         except Exception as e:  # never mask the error that ended the run
             where = getattr(trainer, "save_dir", None)
-            self.record_error = (f"could not write {RECORD_NAME}" + (f" in '{where}'" if where is not None else "")
-                                 + f": {type(e).__name__}: {one_line(e)}")
+            self.record_error = (
+                f"could not write {RECORD_NAME}"
+                + (f" in '{where}'" if where is not None else "")
+                + f": {type(e).__name__}: {one_line(e)}"
+            )
             warnings.warn(f"yolo-det: {self.record_error}", UserWarning, stacklevel=3)
 
     def _record_early_ending(self, error: BaseException) -> None:
@@ -536,15 +573,17 @@ class UltralyticsPlugin:
             imports=self._portable.get("imports", []),
             checkpoint_yaml_layers=self._portable.get("layers", {}),
             **(state_of(trainer).identity or {}),
-            data_stream=_stream.data_stream_section(trainer, int(self.session.seeds()["seed"]),
-                                                    state_of(trainer).identity),
+            data_stream=_stream.data_stream_section(
+                trainer, int(self.session.seeds()["seed"]), state_of(trainer).identity
+            ),
             **ending,
         )
         if self.resume is not None:
             record.update(self.resume.record_fields(trainer, self.profile, self._previous, flush=not running))
         else:
-            record.update(segments=segments_of(self._previous),
-                          epochs_completed=int(getattr(trainer, "start_epoch", 0) or 0))
+            record.update(
+                segments=segments_of(self._previous), epochs_completed=int(getattr(trainer, "start_epoch", 0) or 0)
+            )
         self.record_path = write_record(save_dir, record)
         if not running:
             state_of(trainer).record_written = True
@@ -630,8 +669,9 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
     return call
 
 
-def _export_standard(plugin: UltralyticsPlugin, method: Callable[..., Any], owner: Any, args: tuple[Any, ...],
-                     kwargs: dict[str, Any]) -> Any:
+def _export_standard(
+    plugin: UltralyticsPlugin, method: Callable[..., Any], owner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """Export with standard PyTorch modules (yolo-det layers turned back), then put them back; then, when the
     plugin keeps records, compare the export with the PyTorch model and write the export record beside it
     (:mod:`yolo_det.integrations.export_parity`)."""
@@ -696,9 +736,11 @@ def _check_resume_folder(trainer: Any) -> None:
     if save_dir is not None and Path(save_dir).resolve() != folder.resolve():
         from ..core.errors import ConfigError
 
-        raise ConfigError(f"cannot resume '{ckpt}' into '{save_dir}': a resumed run writes into the folder that holds "
-                          f"its checkpoint ('{folder}'); train with yolo_det.attach(model) or "
-                          "trainer=yolo_det.trainer_class(...), which pass that folder to Ultralytics")
+        raise ConfigError(
+            f"cannot resume '{ckpt}' into '{save_dir}': a resumed run writes into the folder that holds "
+            f"its checkpoint ('{folder}'); train with yolo_det.attach(model) or "
+            "trainer=yolo_det.trainer_class(...), which pass that folder to Ultralytics"
+        )
 
 
 def _lock_fixed_folder(model: Any, kwargs: dict[str, Any]) -> runlock.RunLock | None:
@@ -811,8 +853,10 @@ def _task_trainer(task: str) -> type:
 
             return YOLO.task_map.fget(None)[task]["trainer"]  # type: ignore[attr-defined]
         except Exception:
-            raise YoloDetError(f"no Ultralytics trainer for task '{task}'; choose from {', '.join(TASK_TRAINERS)} "
-                               "or pass base= (a BaseTrainer subclass)") from None
+            raise YoloDetError(
+                f"no Ultralytics trainer for task '{task}'; choose from {', '.join(TASK_TRAINERS)} "
+                "or pass base= (a BaseTrainer subclass)"
+            ) from None
     return task_trainer(task)
 
 
@@ -844,8 +888,12 @@ def _resume_overrides(overrides: dict[str, Any] | None) -> dict[str, Any] | None
 def _with_profile(base: Any, resolved: Profile, record: bool) -> type:
     """``base`` extended so that it trains under ``resolved``."""
 
-    def __init__(self: Any, cfg: Any = None, overrides: dict[str, Any] | None = None,
-                 _callbacks: dict[str, list[Any]] | None = None) -> None:
+    def __init__(
+        self: Any,
+        cfg: Any = None,
+        overrides: dict[str, Any] | None = None,
+        _callbacks: dict[str, list[Any]] | None = None,
+    ) -> None:
         from ..core.compat import DEFAULT_CFG
         from ..core.compat import callbacks as ul_callbacks
 
@@ -876,14 +924,18 @@ def _with_profile(base: Any, resolved: Profile, record: bool) -> type:
             self.yolo_det.end_run()
             return result
 
-    return type(f"YoloDet{base.__name__}", (base,), {
-        "__init__": __init__,
-        "train": train,
-        "yolo_det_profile": resolved,
-        "yolo_det_record": record,
-        "__doc__": f"{base.__name__} under the yolo-det profile '{resolved.name}'.",
-        "__module__": __name__,
-    })
+    return type(
+        f"YoloDet{base.__name__}",
+        (base,),
+        {
+            "__init__": __init__,
+            "train": train,
+            "yolo_det_profile": resolved,
+            "yolo_det_record": record,
+            "__doc__": f"{base.__name__} under the yolo-det profile '{resolved.name}'.",
+            "__module__": __name__,
+        },
+    )
 
 
 def trainer_class(profile: Profile | str = "repro", base: type | None = None, *, record: bool = True) -> type:
@@ -915,18 +967,26 @@ def trainer_class(profile: Profile | str = "repro", base: type | None = None, *,
 
     detect = for_task("detect")
 
-    def __new__(cls: type, cfg: Any = None, overrides: dict[str, Any] | None = None,
-                _callbacks: dict[str, list[Any]] | None = None) -> Any:
+    def __new__(
+        cls: type,
+        cfg: Any = None,
+        overrides: dict[str, Any] | None = None,
+        _callbacks: dict[str, list[Any]] | None = None,
+    ) -> Any:
         task = _trainer_task(cfg, overrides)
         if task == "detect":
             return object.__new__(cls)
         return for_task(task)(cfg, overrides, _callbacks)  # not an instance of cls: its __init__ has run
 
-    return type("YoloDetTrainer", (detect,), {
-        "__new__": __new__,
-        "yolo_det_profile": resolved,
-        "yolo_det_record": record,
-        "yolo_det_trainer_for": staticmethod(for_task),
-        "__doc__": f"The trainer of the model's task under the yolo-det profile '{resolved.name}'.",
-        "__module__": __name__,
-    })
+    return type(
+        "YoloDetTrainer",
+        (detect,),
+        {
+            "__new__": __new__,
+            "yolo_det_profile": resolved,
+            "yolo_det_record": record,
+            "yolo_det_trainer_for": staticmethod(for_task),
+            "__doc__": f"The trainer of the model's task under the yolo-det profile '{resolved.name}'.",
+            "__module__": __name__,
+        },
+    )

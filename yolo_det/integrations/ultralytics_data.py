@@ -16,9 +16,32 @@ from ..fixes import data_invariance as _data
 __all__ = ["AUGMENT_ARGS", "FINGERPRINT_BATCHES", "data_stream_section", "start_epoch", "tap", "untap"]
 
 #: Ultralytics arguments that decide what a training sample's augmentation draws.
-AUGMENT_ARGS = ("imgsz", "mosaic", "mixup", "cutmix", "copy_paste", "copy_paste_mode", "degrees", "translate",
-                "scale", "shear", "perspective", "flipud", "fliplr", "hsv_h", "hsv_s", "hsv_v", "bgr",
-                "close_mosaic", "cache", "rect", "fraction", "multi_scale", "auto_augment", "erasing")
+AUGMENT_ARGS = (
+    "imgsz",
+    "mosaic",
+    "mixup",
+    "cutmix",
+    "copy_paste",
+    "copy_paste_mode",
+    "degrees",
+    "translate",
+    "scale",
+    "shear",
+    "perspective",
+    "flipud",
+    "fliplr",
+    "hsv_h",
+    "hsv_s",
+    "hsv_v",
+    "bgr",
+    "close_mosaic",
+    "cache",
+    "rect",
+    "fraction",
+    "multi_scale",
+    "auto_augment",
+    "erasing",
+)
 #: Batches the fingerprint covers.
 FINGERPRINT_BATCHES = 2
 _TAP_ATTR = "preprocess_batch"

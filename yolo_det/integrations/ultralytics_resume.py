@@ -36,9 +36,10 @@ __all__ = ["NO_STATE_WARNING", "UltralyticsResume", "previous_record", "segments
 
 _EARLY = ("model_buffers", "grads")
 
-NO_STATE_WARNING = ("yolo-det: no resume state for {ckpt} ({why}); the run continues, but not bit for bit as "
-                    "the uninterrupted run would have")
-
+NO_STATE_WARNING = (
+    "yolo-det: no resume state for {ckpt} ({why}); the run continues, but not bit for bit as "
+    "the uninterrupted run would have"
+)
 
 
 def previous_record(checkpoint: str | Path) -> dict[str, Any] | None:
@@ -57,8 +58,20 @@ def previous_record(checkpoint: str | Path) -> dict[str, Any] | None:
 
 #: Arguments Ultralytics lets a resumed run change that change the trained weights (``check_resume``'s allowed
 #: list less those that only name or decorate outputs).
-RESULT_OVERRIDES = ("imgsz", "batch", "device", "close_mosaic", "augmentations", "workers", "cache", "patience",
-                    "time", "freeze", "channels_last", "distill_model")
+RESULT_OVERRIDES = (
+    "imgsz",
+    "batch",
+    "device",
+    "close_mosaic",
+    "augmentations",
+    "workers",
+    "cache",
+    "patience",
+    "time",
+    "freeze",
+    "channels_last",
+    "distill_model",
+)
 
 
 def _changed_overrides(ckpt: Path, trainer: Any) -> dict[str, list[Any]]:
@@ -126,7 +139,8 @@ def _float_state(module: torch.nn.Module, *, buffers: bool | None = None) -> dic
     for k, v in module.state_dict(keep_vars=True).items():
         if buffers is not None:
             is_param = type(v) is torch.nn.Parameter or (
-                type(v) is not torch.Tensor and isinstance(v, torch.nn.Parameter))
+                type(v) is not torch.Tensor and isinstance(v, torch.nn.Parameter)
+            )
             if is_param == buffers:
                 continue
         out[k] = v
@@ -202,9 +216,14 @@ class UltralyticsResume:
             return
         ckpt = Path(str(trainer.args.resume or trainer.args.model))
         ema = getattr(trainer, "ema", None)
-        info, state, why = find_state(ckpt, rank=self.rank, start_epoch=int(getattr(trainer, "start_epoch", 0)),
-                                      ema=getattr(ema, "ema", None), updates=getattr(ema, "updates", None),
-                                      world_size=max(int(getattr(trainer, "world_size", 1) or 1), 1))
+        info, state, why = find_state(
+            ckpt,
+            rank=self.rank,
+            start_epoch=int(getattr(trainer, "start_epoch", 0)),
+            ema=getattr(ema, "ema", None),
+            updates=getattr(ema, "updates", None),
+            world_size=max(int(getattr(trainer, "world_size", 1) or 1), 1),
+        )
         if state is not None:
             self._pending = state
         else:
@@ -212,8 +231,12 @@ class UltralyticsResume:
         info["overrides"] = _changed_overrides(ckpt, trainer)
         if info["overrides"]:
             changed = ", ".join(f"{k}={now} (checkpoint: {was})" for k, (was, now) in info["overrides"].items())
-            print(f"yolo-det: resuming with {changed}: the run continues, but not bit for bit as the uninterrupted "
-                  "run would have", file=sys.stderr, flush=True)
+            print(
+                f"yolo-det: resuming with {changed}: the run continues, but not bit for bit as the uninterrupted "
+                "run would have",
+                file=sys.stderr,
+                flush=True,
+            )
         self.info = info
 
     def _restore(self, trainer: Any, state: dict[str, Any]) -> None:
@@ -237,8 +260,9 @@ class UltralyticsResume:
         scaler = getattr(trainer, "scaler", None)
         if scaler is not None and state.get("scaler"):
             scaler.load_state_dict(state["scaler"])
-        _restore_buffer(getattr(getattr(trainer, "train_loader", None), "dataset", None),
-                        (state.get("data") or {}).get("buffer"))
+        _restore_buffer(
+            getattr(getattr(trainer, "train_loader", None), "dataset", None), (state.get("data") or {}).get("buffer")
+        )
         if state.get("accumulate") is not None:
             trainer.accumulate = int(state["accumulate"])
         self._last_step = int(state.get("last_opt_step", -1))
@@ -395,14 +419,16 @@ class UltralyticsResume:
             "data": {
                 "generator": generator.get_state() if isinstance(generator, torch.Generator) else None,
                 "mosaic": getattr(dataset, "mosaic", None),
-                "buffer": [int(i) for i in buffer] if isinstance(buffer := getattr(dataset, "buffer", None), list)
+                "buffer": [int(i) for i in buffer]
+                if isinstance(buffer := getattr(dataset, "buffer", None), list)
                 else None,
                 "batches_per_epoch": self._nb,
             },
         }
 
-    def record_fields(self, trainer: Any, profile: Any, previous: dict[str, Any] | None, *,
-                      flush: bool = True) -> dict[str, Any]:
+    def record_fields(
+        self, trainer: Any, profile: Any, previous: dict[str, Any] | None, *, flush: bool = True
+    ) -> dict[str, Any]:
         """What ``determinism.json`` says about resuming: ``resume`` (None for a fresh run), ``segments``
         (the records of the earlier parts, oldest first), ``resume_states_written`` and ``epochs_completed``
         (epochs checkpointed). ``flush``: wait for the state writes first (at the end of a run)."""
@@ -416,7 +442,9 @@ class UltralyticsResume:
         segments = segments_of(previous, self.info.get("epoch")) if self.info is not None else []
         reasons = [] if self.info is None else self._reasons(profile, previous)
         return {
-            "resume": None if self.info is None else {
+            "resume": None
+            if self.info is None
+            else {
                 **self.info,
                 "bitwise_expected": not reasons,
                 "reasons": reasons,
@@ -441,8 +469,9 @@ class UltralyticsResume:
             reasons.append(f"the profile '{profile.name}' is not deterministic in training")
         before = previous.get("profile") if isinstance(previous, dict) else None
         if isinstance(before, dict) and before.get("train") != profile.to_dict().get("train"):
-            reasons.append(f"the earlier part trained under the profile '{before.get('name')}', this part under "
-                           f"'{profile.name}'")
+            reasons.append(
+                f"the earlier part trained under the profile '{before.get('name')}', this part under '{profile.name}'"
+            )
         for key, (was, now) in (info.get("overrides") or {}).items():
             reasons.append(f"{key}={now} differs from the checkpoint's {key}={was}")
         return reasons
@@ -471,8 +500,11 @@ class UltralyticsResume:
             try:
                 writer.close()
             except Exception as e:
-                print(f"yolo-det: could not write the resume state (rank {self.rank}): {type(e).__name__}: {e}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"yolo-det: could not write the resume state (rank {self.rank}): {type(e).__name__}: {e}",
+                    file=sys.stderr,
+                    flush=True,
+                )
         if self._gate is not None:
             self._gate.remove()
             self._gate = None

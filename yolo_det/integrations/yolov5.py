@@ -75,10 +75,39 @@ _M = TypeVar("_M")
 _CURRENT: contextvars.ContextVar[YOLOv5Run | None] = contextvars.ContextVar("yolo_det_yolov5_run", default=None)
 
 # YOLOv5 train options worth keeping in the record (detection, segmentation and classification scripts).
-_RUN_ARGS = ("weights", "cfg", "model", "data", "hyp", "epochs", "batch_size", "imgsz", "img_size", "device", "seed",
-             "workers", "optimizer", "rect", "multi_scale", "image_weights", "single_cls", "cos_lr",
-             "label_smoothing", "noval", "nosave", "evolve", "resume", "cache", "quad", "sync_bn", "freeze",
-             "pretrained", "det_profile", "name", "project")
+_RUN_ARGS = (
+    "weights",
+    "cfg",
+    "model",
+    "data",
+    "hyp",
+    "epochs",
+    "batch_size",
+    "imgsz",
+    "img_size",
+    "device",
+    "seed",
+    "workers",
+    "optimizer",
+    "rect",
+    "multi_scale",
+    "image_weights",
+    "single_cls",
+    "cos_lr",
+    "label_smoothing",
+    "noval",
+    "nosave",
+    "evolve",
+    "resume",
+    "cache",
+    "quad",
+    "sync_bn",
+    "freeze",
+    "pretrained",
+    "det_profile",
+    "name",
+    "project",
+)
 
 
 def current_run() -> YOLOv5Run | None:
@@ -118,8 +147,9 @@ class YOLOv5Run:
         state_during_backward: The process state inside the first backward pass.
     """
 
-    def __init__(self, profile: Profile | str, opt: Any, *, script: Callable[..., Any] | None = None,
-                 record: bool = True) -> None:
+    def __init__(
+        self, profile: Profile | str, opt: Any, *, script: Callable[..., Any] | None = None, record: bool = True
+    ) -> None:
         self.profile = load_profile(profile)
         self.opt = opt
         self.script = script
@@ -225,8 +255,11 @@ class YOLOv5Run:
         try:
             self.record_path = write_record(save_dir, self.to_record(error))
         except Exception as e:  # never fail a finished training, nor mask the error ending one
-            warnings.warn(f"yolo-det: could not write {RECORD_NAME} in '{save_dir}': {type(e).__name__}: "
-                          f"{one_line(e)}", UserWarning, stacklevel=3)
+            warnings.warn(
+                f"yolo-det: could not write {RECORD_NAME} in '{save_dir}': {type(e).__name__}: {one_line(e)}",
+                UserWarning,
+                stacklevel=3,
+            )
 
     def to_record(self, error: BaseException | None = None) -> dict[str, Any]:
         """The content of ``determinism.json`` (the fields the Ultralytics integration writes, and more)."""
@@ -244,8 +277,7 @@ class YOLOv5Run:
         if self.script is not None:
             run["script"] = getattr(getattr(self.script, "__code__", None), "co_filename", None)
         seeds = session.seeds()
-        seeds["data_order"] = ("yolo-det: the loader generator is seeded per epoch from --seed "
-                               "(seeding.epoch_data_seed)")
+        seeds["data_order"] = "yolo-det: the loader generator is seeded per epoch from --seed (seeding.epoch_data_seed)"
         ending = describe_ending(error)
         record = build_record(
             session,
@@ -256,8 +288,11 @@ class YOLOv5Run:
             run=run,
             seeds=seeds,
             state_during_backward=self.state_during_backward,
-            backward={"calls": self.backward_calls, "modes_seen": list(self.backward_modes),
-                      "disabled": self.profile.train.backward == "disable"},
+            backward={
+                "calls": self.backward_calls,
+                "modes_seen": list(self.backward_modes),
+                "disabled": self.profile.train.backward == "disable",
+            },
             model=_describe_model(self.model),
             fonts=[str(f) for f in self.fonts],
             **ending,
@@ -267,15 +302,20 @@ class YOLOv5Run:
         if resume.info is not None and self.previous is not None:
             segments = [*self.previous.get("segments", []), {k: v for k, v in self.previous.items() if k != "segments"}]
         train = self.profile.train
-        record["resume"] = None if resume.info is None else {
-            **resume.info,
-            "bitwise_expected": bool(resume.info["state_found"] and train.deterministic and train.backward == "keep"),
-        }
+        record["resume"] = (
+            None
+            if resume.info is None
+            else {
+                **resume.info,
+                "bitwise_expected": bool(
+                    resume.info["state_found"] and train.deterministic and train.backward == "keep"
+                ),
+            }
+        )
         record["segments"] = segments
         record["resume_states_written"] = resume.states_written
         record["resume_state_seconds"] = round(resume.seconds_saving, 4)
         return record
-
 
 
 def _describe_model(model: Any) -> dict[str, Any] | None:
@@ -331,9 +371,15 @@ def add_argument(parser: argparse.ArgumentParser, *, default: str | None = None)
     """
     if default is not None:
         load_profile(default)
-    parser.add_argument(OPTION, dest=_DEST, type=_check_profile, default=default, metavar="NAME|FILE",
-                        help="yolo-det determinism profile (repro, balanced, fast or a profile YAML); "
-                             "default: YOLOv5's own seeding and determinism")
+    parser.add_argument(
+        OPTION,
+        dest=_DEST,
+        type=_check_profile,
+        default=default,
+        metavar="NAME|FILE",
+        help="yolo-det determinism profile (repro, balanced, fast or a profile YAML); "
+        "default: YOLOv5's own seeding and determinism",
+    )
 
 
 def _find_opt(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:

@@ -44,8 +44,11 @@ _HOOKS = ("on_train_epoch_start", "on_fit_epoch_end")
 def _state(module: Any) -> dict[str, torch.Tensor] | None:
     if not isinstance(module, torch.nn.Module):
         return None
-    return {k: v.detach().float() if v.is_floating_point() else v.detach()
-            for k, v in module.state_dict().items() if isinstance(v, torch.Tensor)}
+    return {
+        k: v.detach().float() if v.is_floating_point() else v.detach()
+        for k, v in module.state_dict().items()
+        if isinstance(v, torch.Tensor)
+    }
 
 
 def realign_loader(loader: Any, seed: int, rank: int, epoch: int) -> None:
@@ -131,9 +134,13 @@ class YOLOv5Resume:
             return default
         ckpt = Path(str(getattr(opt, "weights", "")))
         ema = scope.get("ema")
-        info, state, why = find_state(ckpt, rank=self.rank, start_epoch=int(scope.get("start_epoch", 0)),
-                                      ema=getattr(ema, "ema", None),
-                                      updates=getattr(ema, "updates", None) if ema is not None else None)
+        info, state, why = find_state(
+            ckpt,
+            rank=self.rank,
+            start_epoch=int(scope.get("start_epoch", 0)),
+            ema=getattr(ema, "ema", None),
+            updates=getattr(ema, "updates", None) if ema is not None else None,
+        )
         self.info = info
         if state is None:
             from ..integrations.ultralytics_resume import NO_STATE_WARNING

@@ -25,8 +25,15 @@ from torch import Tensor
 
 from ._torch_internals import _is_plain, outside_modes
 
-__all__ = ["AxisMap", "DetAxisMap", "DetSeparableMap", "WindowSum", "apply_axis_map", "apply_axis_maps",
-           "apply_window_mean"]
+__all__ = [
+    "AxisMap",
+    "DetAxisMap",
+    "DetSeparableMap",
+    "WindowSum",
+    "apply_axis_map",
+    "apply_axis_maps",
+    "apply_window_mean",
+]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -78,9 +85,12 @@ class AxisMap:
         self._columns: tuple[list[list[int]], list[list[float]] | None] | None = None
         self._device: dict[tuple[torch.device, torch.dtype], _DeviceTaps] = {}
         self._lock = threading.Lock()
-        self.identity = (self.in_size == self.out_size and self.taps == 1
-                         and torch.equal(index[:, 0], torch.arange(self.out_size))
-                         and (weight is None or bool((weight == 1).all())))
+        self.identity = (
+            self.in_size == self.out_size
+            and self.taps == 1
+            and torch.equal(index[:, 0], torch.arange(self.out_size))
+            and (weight is None or bool((weight == 1).all()))
+        )
 
     @property
     def taps(self) -> int:
@@ -153,13 +163,15 @@ class _DeviceTaps:
         if fresh:  # under a dispatch mode (fake tensors): make the tables through the mode
             index_cols, weight_cols = amap.columns()
             self.index = [torch.tensor(c, dtype=torch.int64, device=device) for c in index_cols]
-            self.weight = (None if weight_cols is None else
-                           [torch.tensor(c, dtype=dtype, device=device) for c in weight_cols])
+            self.weight = (
+                None if weight_cols is None else [torch.tensor(c, dtype=dtype, device=device) for c in weight_cols]
+            )
         else:
             with outside_modes():
                 self.index = [c.contiguous().to(device) for c in amap.index.t()]
-                self.weight = (None if amap.weight is None else
-                               [c.to(dtype).contiguous().to(device) for c in amap.weight.t()])
+                self.weight = (
+                    None if amap.weight is None else [c.to(dtype).contiguous().to(device) for c in amap.weight.t()]
+                )
 
     def apply(self, x: Tensor, dim: int, out: Tensor | None = None) -> Tensor:
         """``out[..., i, ...] = sum_k w[i, k] * x[..., idx[i, k], ...]`` along ``dim`` (non-negative),
@@ -307,8 +319,7 @@ class DetSeparableMap(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, dims: tuple[int, ...], fwd: tuple[Any, ...],
-                bwd: tuple[Any, ...]) -> Tensor:
+    def forward(ctx: Any, x: Tensor, dims: tuple[int, ...], fwd: tuple[Any, ...], bwd: tuple[Any, ...]) -> Tensor:
         ctx.dims = dims
         ctx.maps = (fwd, bwd)
         ctx.in_shape = tuple(x.shape)
@@ -338,8 +349,9 @@ def apply_axis_maps(x: Tensor, dims: Sequence[int], amaps: Sequence[AxisMap]) ->
             pairs.append((d, m))
     if not pairs:
         return x.clone()
-    return DetSeparableMap.apply(x, tuple(d for d, _ in pairs), tuple(m.on(x) for _, m in pairs),
-                                 tuple(m.transpose().on(x) for _, m in pairs))
+    return DetSeparableMap.apply(
+        x, tuple(d for d, _ in pairs), tuple(m.on(x) for _, m in pairs), tuple(m.transpose().on(x) for _, m in pairs)
+    )
 
 
 def apply_axis_map(x: Tensor, dim: int, amap: AxisMap) -> Tensor:

@@ -14,8 +14,19 @@ import torch.nn.functional as F
 __all__ = ["NAMES", "original"]
 
 #: The ``torch.nn.functional`` functions :mod:`yolo_det.fixes.intercept` may replace.
-NAMES = ("adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
-         "adaptive_max_pool2d", "interpolate", "upsample", "grid_sample", "pad", "cross_entropy", "nll_loss")
+NAMES = (
+    "adaptive_avg_pool1d",
+    "adaptive_avg_pool2d",
+    "adaptive_avg_pool3d",
+    "adaptive_max_pool1d",
+    "adaptive_max_pool2d",
+    "interpolate",
+    "upsample",
+    "grid_sample",
+    "pad",
+    "cross_entropy",
+    "nll_loss",
+)
 
 
 def _unwrap(fn: Any) -> Any:

@@ -67,8 +67,9 @@ _NATIVE_DTYPES: dict[tuple[Any, ...], torch.dtype | None] = {}
 _NATIVE_DTYPES_LOCK = threading.Lock()
 
 
-def _native_autocast_dtype(key: str, probe: Callable[[str], Tensor], device_type: str,
-                           dtypes: tuple[torch.dtype, ...]) -> torch.dtype | None:
+def _native_autocast_dtype(
+    key: str, probe: Callable[[str], Tensor], device_type: str, dtypes: tuple[torch.dtype, ...]
+) -> torch.dtype | None:
     """The output dtype of the native op under the current autocast state, or ``None`` if unknown.
 
     ``probe(device)`` runs the native op on tiny tensors of ``dtypes`` made on ``device``. CUDA and
@@ -97,8 +98,9 @@ def _native_autocast_dtype(key: str, probe: Callable[[str], Tensor], device_type
     return result
 
 
-def amp_plan(key: str, probe: Callable[[str], Tensor],
-             inputs: Sequence[Tensor]) -> tuple[torch.dtype, torch.dtype, bool]:
+def amp_plan(
+    key: str, probe: Callable[[str], Tensor], inputs: Sequence[Tensor]
+) -> tuple[torch.dtype, torch.dtype, bool]:
     """Decide the compute dtype and output dtype of a layer for its floating inputs.
 
     Args:
@@ -131,7 +133,11 @@ def amp_plan(key: str, probe: Callable[[str], Tensor],
 
 def match_memory_format(out: Tensor, like: Tensor) -> Tensor:
     """Give a 4-D ``out`` the channels_last layout when ``like`` has it (as PyTorch's CPU kernels do)."""
-    if (out.dim() == 4 and like.dim() == 4 and not like.is_contiguous()
-            and like.is_contiguous(memory_format=torch.channels_last)):
+    if (
+        out.dim() == 4
+        and like.dim() == 4
+        and not like.is_contiguous()
+        and like.is_contiguous(memory_format=torch.channels_last)
+    ):
         return out.contiguous(memory_format=torch.channels_last)
     return out

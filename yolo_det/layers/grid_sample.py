@@ -153,8 +153,9 @@ class DetGridSample(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, input: Tensor, grid: Tensor, padding_mode: str, align_corners: bool,
-                rows_backward: bool) -> Tensor:
+    def forward(
+        ctx: Any, input: Tensor, grid: Tensor, padding_mode: str, align_corners: bool, rows_backward: bool
+    ) -> Tensor:
         n, c, h, w = input.shape
         ho, wo = grid.shape[1], grid.shape[2]
         flat = input.reshape(n, c, h * w)
@@ -231,8 +232,9 @@ class DetGridSample(torch.autograd.Function):
         return grad_input, grad_grid, None, None, None
 
 
-def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mode: str = "zeros",
-                align_corners: bool | None = None) -> Tensor:
+def grid_sample(
+    input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mode: str = "zeros", align_corners: bool | None = None
+) -> Tensor:
     """Deterministic ``torch.nn.functional.grid_sample`` for bilinear sampling of 4-D input.
 
     Args:
@@ -252,27 +254,41 @@ def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mod
         raise YoloDetError(
             f"yolo-det's deterministic grid_sample supports mode='bilinear' on 4-D input only, got mode={mode!r} on "
             f"{input.dim()}-D input; use torch.nn.functional.grid_sample and leave this layer out of strict "
-            "determinism")
+            "determinism"
+        )
     if padding_mode not in _PADDING_MODES:
         return _native.grid_sample(input, grid, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
-    if (grid.dim() != 4 or grid.shape[-1] != 2 or grid.shape[0] != input.shape[0] or input.dtype != grid.dtype
-            or input.device != grid.device or not input.is_floating_point() or input.shape[0] == 0
-            or any(s == 0 for s in input.shape[2:])):
+    if (
+        grid.dim() != 4
+        or grid.shape[-1] != 2
+        or grid.shape[0] != input.shape[0]
+        or input.dtype != grid.dtype
+        or input.device != grid.device
+        or not input.is_floating_point()
+        or input.shape[0] == 0
+        or any(s == 0 for s in input.shape[2:])
+    ):
         # let PyTorch raise its own error for bad arguments (and handle empty tensors)
         return _native.grid_sample(input, grid, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
     if align_corners is None:
         warnings.warn(
             "Default grid_sample and affine_grid behavior has changed to align_corners=False since 1.3.0. Please "
             "specify align_corners=True if the old behavior is desired. See the documentation of grid_sample for "
-            "details.", stacklevel=2)
+            "details.",
+            stacklevel=2,
+        )
         align_corners = False
 
     def probe(device: str) -> Tensor:
-        return _native.grid_sample(torch.zeros(1, 1, 2, 2, dtype=input.dtype, device=device),
-                             torch.zeros(1, 1, 1, 2, dtype=grid.dtype, device=device), align_corners=False)
+        return _native.grid_sample(
+            torch.zeros(1, 1, 2, 2, dtype=input.dtype, device=device),
+            torch.zeros(1, 1, 1, 2, dtype=grid.dtype, device=device),
+            align_corners=False,
+        )
 
     compute, out_dtype, active = amp_plan("grid_sampler", probe, [input, grid])
     with autocast_off(input.device.type, active):
-        out = DetGridSample.apply(input.to(compute), grid.to(compute), padding_mode, bool(align_corners),
-                                  input.device.type != "cpu")
+        out = DetGridSample.apply(
+            input.to(compute), grid.to(compute), padding_mode, bool(align_corners), input.device.type != "cpu"
+        )
         return out.to(out_dtype)

@@ -29,9 +29,16 @@ def _spatial_target_ok(input: Tensor, target: Tensor) -> bool:
     return tuple(target.shape) == (input.shape[0],) + tuple(input.shape[2:])
 
 
-def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: bool | None = None,
-                  ignore_index: int = -100, reduce: bool | None = None, reduction: str = "mean",
-                  label_smoothing: float = 0.0) -> Tensor:
+def cross_entropy(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average: bool | None = None,
+    ignore_index: int = -100,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> Tensor:
     """Deterministic ``torch.nn.functional.cross_entropy`` (same signature and result).
 
     Args:
@@ -52,18 +59,32 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, s
     probabilities = target.is_floating_point()
     bad_target = target.shape != input.shape if probabilities else not _spatial_target_ok(input, target)
     if input.dim() < 3 or input.numel() == 0 or bad_target:
-        return _native.cross_entropy(input, target, weight, ignore_index=ignore_index, reduction=reduction,
-                               label_smoothing=label_smoothing)
+        return _native.cross_entropy(
+            input, target, weight, ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing
+        )
     flat_target = _flatten_input(target) if probabilities else target.reshape(-1)
-    loss = _native.cross_entropy(_flatten_input(input), flat_target, weight, ignore_index=ignore_index,
-                                 reduction=reduction, label_smoothing=label_smoothing)
+    loss = _native.cross_entropy(
+        _flatten_input(input),
+        flat_target,
+        weight,
+        ignore_index=ignore_index,
+        reduction=reduction,
+        label_smoothing=label_smoothing,
+    )
     if reduction == "none":
         loss = loss.view((input.shape[0],) + tuple(input.shape[2:]))
     return loss
 
 
-def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: bool | None = None,
-             ignore_index: int = -100, reduce: bool | None = None, reduction: str = "mean") -> Tensor:
+def nll_loss(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average: bool | None = None,
+    ignore_index: int = -100,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+) -> Tensor:
     """Deterministic ``torch.nn.functional.nll_loss`` (same signature and result).
 
     Args:
@@ -82,8 +103,9 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, size_a
         reduction = _reduction.legacy_get_string(size_average, reduce)
     if input.dim() < 3 or input.numel() == 0 or not _spatial_target_ok(input, target):
         return _native.nll_loss(input, target, weight, ignore_index=ignore_index, reduction=reduction)
-    loss = _native.nll_loss(_flatten_input(input), target.reshape(-1), weight, ignore_index=ignore_index,
-                            reduction=reduction)
+    loss = _native.nll_loss(
+        _flatten_input(input), target.reshape(-1), weight, ignore_index=ignore_index, reduction=reduction
+    )
     if reduction == "none":
         loss = loss.view((input.shape[0],) + tuple(input.shape[2:]))
     return loss
@@ -93,8 +115,14 @@ class DetCrossEntropyLoss(nn.CrossEntropyLoss):
     """Deterministic drop-in for :class:`torch.nn.CrossEntropyLoss` (same arguments, repr, ``weight`` buffer)."""
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        return cross_entropy(input, target, weight=self.weight, ignore_index=self.ignore_index,
-                             reduction=self.reduction, label_smoothing=self.label_smoothing)
+        return cross_entropy(
+            input,
+            target,
+            weight=self.weight,
+            ignore_index=self.ignore_index,
+            reduction=self.reduction,
+            label_smoothing=self.label_smoothing,
+        )
 
 
 class DetNLLLoss(nn.NLLLoss):

@@ -133,8 +133,11 @@ def _avg(y: Tensor, outs: Sequence[int]) -> Tensor:
     return DetAdaptiveAvgPool.apply(y, wins)
 
 
-_NATIVE_AVG = {1: lambda t, o: torch.adaptive_avg_pool1d(t, o), 2: lambda t, o: torch._C._nn.adaptive_avg_pool2d(t, o),
-               3: lambda t, o: torch._C._nn.adaptive_avg_pool3d(t, o)}
+_NATIVE_AVG = {
+    1: lambda t, o: torch.adaptive_avg_pool1d(t, o),
+    2: lambda t, o: torch._C._nn.adaptive_avg_pool2d(t, o),
+    3: lambda t, o: torch._C._nn.adaptive_avg_pool3d(t, o),
+}
 
 
 @functools.lru_cache(maxsize=1024)
@@ -211,10 +214,15 @@ def _banded_ok(g: Tensor, wins: Sequence[Windows]) -> bool:
     one or two axes, float32/float64, every position in at most two windows, a finite gradient (a
     plain tensor: not a FakeTensor or other subclass, whose values cannot be read; no dispatch mode
     active, so the cached constants are plain CPU tensors)."""
-    return (type(g) is Tensor and g.device.type == "cpu" and len(wins) <= 2
-            and torch._C._len_torch_dispatch_stack() == 0
-            and g.dtype in (torch.float32, torch.float64) and all(_reach(w) <= 1 for w in wins)
-            and bool(torch.isfinite(g.sum())))  # any inf/NaN makes the sum non-finite (overflow: the safe side)
+    return (
+        type(g) is Tensor
+        and g.device.type == "cpu"
+        and len(wins) <= 2
+        and torch._C._len_torch_dispatch_stack() == 0
+        and g.dtype in (torch.float32, torch.float64)
+        and all(_reach(w) <= 1 for w in wins)
+        and bool(torch.isfinite(g.sum()))
+    )  # any inf/NaN makes the sum non-finite (overflow: the safe side)
 
 
 def _banded_spread(g: Tensor, wins: tuple[Windows, ...], sizes: tuple[int, ...]) -> Tensor:
@@ -241,9 +249,9 @@ def _banded_spread(g: Tensor, wins: tuple[Windows, ...], sizes: tuple[int, ...])
     chunks = min(count, max(1, -(-20 * ow // lw)), max(1, count * lh * lw // _BANDED_CHUNK_MIN))
     step = -(-count // chunks) if count else 1
     for a in range(0, count, step):
-        part = planes[a:a + step]
+        part = planes[a : a + step]
         cols = torch.matmul(part.transpose(1, 2), mats[0])
-        torch.bmm(cols.transpose(1, 2), mats[1].expand(part.shape[0], ow, lw), out=out[a:a + step])
+        torch.bmm(cols.transpose(1, 2), mats[1].expand(part.shape[0], ow, lw), out=out[a : a + step])
     return out.view(*g.shape[:-2], lh, lw)
 
 
@@ -379,7 +387,6 @@ def adaptive_avg_pool3d(input: Tensor, output_size: SizeArg) -> Tensor:
 # ----------------------------------------------------------------------------------------------------
 
 
-
 @functools.lru_cache(maxsize=1024)
 def _reach(win: Windows) -> int:
     """The largest ``j - i`` such that windows ``i`` and ``j`` share a position (0: no overlap;
@@ -409,8 +416,8 @@ def _add_duplicates(grad: Tensor, index: Tensor, reach: tuple[int, int]) -> Tens
     total = torch.zeros_like(grad)
     for di in range(2 * dh + 1):
         for dj in range(2 * dw + 1):
-            same = f[..., di:di + oh, dj:dj + ow] == index
-            total = total + torch.where(same, g[..., di:di + oh, dj:dj + ow], zero)
+            same = f[..., di : di + oh, dj : dj + ow] == index
+            total = total + torch.where(same, g[..., di : di + oh, dj : dj + ow], zero)
     return total
 
 
@@ -425,8 +432,9 @@ class DetMaxPoolRouteGrad(torch.autograd.Function):
     backward (double backward of the pooling) is a gather."""
 
     @staticmethod
-    def forward(ctx: Any, grad: Tensor, index: Tensor, shape: torch.Size,
-                reach: tuple[int, int], combine: bool) -> Tensor:
+    def forward(
+        ctx: Any, grad: Tensor, index: Tensor, shape: torch.Size, reach: tuple[int, int], combine: bool
+    ) -> Tensor:
         ctx.save_for_backward(index)
         lead = grad.numel() // max(1, index.shape[-2] * index.shape[-1]) if grad.numel() else 0
         plane = int(shape[-2]) * int(shape[-1])
@@ -447,8 +455,9 @@ class DetMaxPoolRouteGrad(torch.autograd.Function):
         return picked.view(index.shape), None, None, None, None
 
 
-def _max_input_grad(grad: Tensor, index: Tensor, shape: torch.Size, reach: tuple[int, int],
-                    combine: bool | None = None) -> Tensor:
+def _max_input_grad(
+    grad: Tensor, index: Tensor, shape: torch.Size, reach: tuple[int, int], combine: bool | None = None
+) -> Tensor:
     """Route each output gradient to its selected element (see :class:`DetMaxPoolRouteGrad`);
     ``combine`` defaults to the accumulation-free path everywhere but on the CPU."""
     if combine is None:
@@ -494,8 +503,9 @@ def _adaptive_max2d(x: Tensor, outs: Sequence[int], return_indices: bool) -> Ten
     return match_memory_format(out, x)
 
 
-def adaptive_max_pool2d(input: Tensor, output_size: SizeArg,
-                        return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+def adaptive_max_pool2d(
+    input: Tensor, output_size: SizeArg, return_indices: bool = False
+) -> Tensor | tuple[Tensor, Tensor]:
     """Deterministic ``torch.nn.functional.adaptive_max_pool2d`` (same signature and result).
 
     Ties send the gradient to the first maximum in row-major scan order and a NaN wins over numbers
@@ -516,16 +526,18 @@ def adaptive_max_pool2d(input: Tensor, output_size: SizeArg,
     return _adaptive_max2d(input, outs, return_indices)
 
 
-def _torch_adaptive_max(native: Any, input: Tensor, output_size: SizeArg,
-                        return_indices: bool) -> Tensor | tuple[Tensor, Tensor]:
+def _torch_adaptive_max(
+    native: Any, input: Tensor, output_size: SizeArg, return_indices: bool
+) -> Tensor | tuple[Tensor, Tensor]:
     """PyTorch's own adaptive max pooling: the arguments as given, so that PyTorch accepts or rejects them itself
     (its stubs leave out ``None`` entries in ``output_size``, which it accepts)."""
     result: Tensor | tuple[Tensor, Tensor] = native(input, output_size, return_indices)
     return result
 
 
-def adaptive_max_pool1d(input: Tensor, output_size: SizeArg,
-                        return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+def adaptive_max_pool1d(
+    input: Tensor, output_size: SizeArg, return_indices: bool = False
+) -> Tensor | tuple[Tensor, Tensor]:
     """Deterministic ``torch.nn.functional.adaptive_max_pool1d`` (same signature and result).
 
     Args:

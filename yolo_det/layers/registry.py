@@ -15,7 +15,7 @@ with ``existing="keep"`` it leaves such names alone. For example::
     from yolo_det.layers.registry import registered
     from yolo_det.analysis.zoo import ZOO_MODULES
 
-    with registered(ZOO_MODULES):   # CBAMMax, CoordAtt, ... unless the process already binds them
+    with registered(ZOO_MODULES):  # CBAMMax, CoordAtt, ... unless the process already binds them
         model = YOLO("cbam-max.yaml")
 
 Ultralytics passes the YAML arguments of a class it does not know verbatim and assumes the layer keeps

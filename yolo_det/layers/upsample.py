@@ -49,8 +49,16 @@ Number = Union[int, float]
 
 
 @functools.lru_cache(maxsize=1024)
-def _interp_map(mode: str, nd: int, axis: int, in_size: int, out_size: int, scale: float | None,
-                align_corners: bool, antialias: bool) -> AxisMap:
+def _interp_map(
+    mode: str,
+    nd: int,
+    axis: int,
+    in_size: int,
+    out_size: int,
+    scale: float | None,
+    align_corners: bool,
+    antialias: bool,
+) -> AxisMap:
     """The 1-D map PyTorch's CPU kernel applies along ``axis`` for this configuration."""
     with outside_modes():
         parts = []
@@ -72,8 +80,9 @@ def _interp_map(mode: str, nd: int, axis: int, in_size: int, out_size: int, scal
             parts.append(q[index])
         matrix = torch.cat(parts, 0)
         if matrix.shape != (in_size, out_size):
-            raise RuntimeError(f"interpolation probe returned shape {tuple(matrix.shape)}, "
-                               f"expected {(in_size, out_size)}")
+            raise RuntimeError(
+                f"interpolation probe returned shape {tuple(matrix.shape)}, expected {(in_size, out_size)}"
+            )
         return AxisMap.from_dense(matrix)
 
 
@@ -83,8 +92,9 @@ def _as_list(value: Number | Sequence[Number], nd: int) -> list | None:
     return [value] * nd
 
 
-def _resolve(x: Tensor, size: object, scale_factor: object, recompute_scale_factor: bool | None,
-             mode: str) -> tuple[list[int], list[float] | None] | None:
+def _resolve(
+    x: Tensor, size: object, scale_factor: object, recompute_scale_factor: bool | None, mode: str
+) -> tuple[list[int], list[float] | None] | None:
     """Output sizes and the scales passed to the kernel, as ``F.interpolate`` computes them.
 
     Returns ``None`` for arguments PyTorch rejects (the caller then lets PyTorch raise).
@@ -111,10 +121,15 @@ def _resolve(x: Tensor, size: object, scale_factor: object, recompute_scale_fact
     return outs, scales
 
 
-def interpolate(input: Tensor, size: int | Sequence[int] | None = None,
-                scale_factor: float | Sequence[float] | None = None, mode: str = "nearest",
-                align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
-                antialias: bool = False) -> Tensor:
+def interpolate(
+    input: Tensor,
+    size: int | Sequence[int] | None = None,
+    scale_factor: float | Sequence[float] | None = None,
+    mode: str = "nearest",
+    align_corners: bool | None = None,
+    recompute_scale_factor: bool | None = None,
+    antialias: bool = False,
+) -> Tensor:
     """Deterministic ``torch.nn.functional.interpolate`` (same signature, same result).
 
     ``linear`` (3-D), ``bilinear``/``bicubic`` (4-D, with or without ``antialias``), ``trilinear``
@@ -138,8 +153,15 @@ def interpolate(input: Tensor, size: int | Sequence[int] | None = None,
     """
 
     def native() -> Tensor:
-        return _native.interpolate(input, size=size, scale_factor=scale_factor, mode=mode, align_corners=align_corners,
-                             recompute_scale_factor=recompute_scale_factor, antialias=antialias)
+        return _native.interpolate(
+            input,
+            size=size,
+            scale_factor=scale_factor,
+            mode=mode,
+            align_corners=align_corners,
+            recompute_scale_factor=recompute_scale_factor,
+            antialias=antialias,
+        )
 
     nd = input.dim() - 2
     if mode == "area":
@@ -162,8 +184,19 @@ def interpolate(input: Tensor, size: int | Sequence[int] | None = None,
         return pool(input, outs)
 
     corners = bool(align_corners) if align_corners is not None else False
-    maps = [_interp_map(mode, nd, a, int(input.shape[2 + a]), outs[a], None if scales is None else scales[a],
-                        corners, bool(antialias)) for a in range(nd)]
+    maps = [
+        _interp_map(
+            mode,
+            nd,
+            a,
+            int(input.shape[2 + a]),
+            outs[a],
+            None if scales is None else scales[a],
+            corners,
+            bool(antialias),
+        )
+        for a in range(nd)
+    ]
 
     def probe(device: str) -> Tensor:
         t = torch.zeros((1, 1) + (4,) * nd, dtype=input.dtype, device=device)
@@ -181,13 +214,25 @@ class DetUpsample(nn.Upsample):
     """Deterministic drop-in for :class:`torch.nn.Upsample` (same arguments, attributes, repr, state)."""
 
     def forward(self, input: Tensor) -> Tensor:
-        return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,
-                           recompute_scale_factor=self.recompute_scale_factor)
+        return interpolate(
+            input,
+            self.size,
+            self.scale_factor,
+            self.mode,
+            self.align_corners,
+            recompute_scale_factor=self.recompute_scale_factor,
+        )
 
 
 class DetUpsamplingBilinear2d(nn.UpsamplingBilinear2d):
     """Deterministic drop-in for :class:`torch.nn.UpsamplingBilinear2d` (bilinear, ``align_corners=True``)."""
 
     def forward(self, input: Tensor) -> Tensor:
-        return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,
-                           recompute_scale_factor=self.recompute_scale_factor)
+        return interpolate(
+            input,
+            self.size,
+            self.scale_factor,
+            self.mode,
+            self.align_corners,
+            recompute_scale_factor=self.recompute_scale_factor,
+        )

@@ -63,8 +63,12 @@ def per_image(forward: Callable[..., Any]) -> Callable[..., Any]:
     def run(x: Any, *args: Any, **kwargs: Any) -> Any:
         if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[0] <= 1:
             return forward(x, *args, **kwargs)
-        return concat_outputs([forward(x[i:i + 1].clone(memory_format=torch.contiguous_format), *args, **kwargs)
-                               for i in range(x.shape[0])])
+        return concat_outputs(
+            [
+                forward(x[i : i + 1].clone(memory_format=torch.contiguous_format), *args, **kwargs)
+                for i in range(x.shape[0])
+            ]
+        )
 
     run.__wrapped__ = forward  # type: ignore[attr-defined]
     return run
@@ -75,8 +79,12 @@ def square_letterbox(predictor: Any) -> Callable[[list[np.ndarray]], list[Any]]:
     from ..core.compat import LetterBox
 
     def pre_transform(images: list[np.ndarray]) -> list[Any]:
-        box = LetterBox(predictor.imgsz, auto=False, scale_fill=bool(getattr(predictor, "scale_fill", False)),
-                        stride=predictor.model.stride)
+        box = LetterBox(
+            predictor.imgsz,
+            auto=False,
+            scale_fill=bool(getattr(predictor, "scale_fill", False)),
+            stride=predictor.model.stride,
+        )
         return [box(image=im) for im in images]
 
     return pre_transform

@@ -5,11 +5,11 @@ with its rank seed (:func:`yolo_det.core.seeding.rank_seed`), give its ``Distrib
 data seed, and run backward through the toggle when the profile asks. The integrations do this on
 every rank; :func:`rank_session` does it for a hand-written loop::
 
-    session = yolo_det.session.distributed.rank_session("repro", seed=0)     # after init_process_group
+    session = yolo_det.session.distributed.rank_session("repro", seed=0)  # after init_process_group
     with session.run(), session.phase_scope("train"):
         yolo_det.seed_dataloader(loader, session.seed, rank=session.rank)
         ...
-        ranks = yolo_det.session.distributed.gather_states(session)        # a collective: call on all ranks
+        ranks = yolo_det.session.distributed.gather_states(session)  # a collective: call on all ranks
 
 :func:`gather_states` collects, on every rank, what each rank observed (flags, seeds, world size), so
 rank 0 can write one record covering all ranks and check that no rank ran without the profile.
@@ -34,8 +34,16 @@ from ..core.signals import Terminated
 from ..core.state import snapshot
 from .session import DeterminismSession
 
-__all__ = ["LAUNCHER_MODULES", "PER_RANK_ENV", "gather_states", "launcher_children", "rank_info", "rank_session",
-           "ranks_consistent", "terminate_via_launcher"]
+__all__ = [
+    "LAUNCHER_MODULES",
+    "PER_RANK_ENV",
+    "gather_states",
+    "launcher_children",
+    "rank_info",
+    "rank_session",
+    "ranks_consistent",
+    "terminate_via_launcher",
+]
 
 #: Environment variables whose value differs between ranks by design, never a rank problem:
 #: ``PYTHONHASHSEED`` is set to the rank's RNG seed (``seed + 1 + rank``, Ultralytics' and YOLOv5's
@@ -82,8 +90,11 @@ def _state_differences(ref: dict[str, Any], other: dict[str, Any]) -> list[str]:
     """The settings in which two ranks' states differ where ranks must agree (env variables by name)."""
     diff = [k for k in sorted(set(ref) | set(other)) if k != "env" and ref.get(k) != other.get(k)]
     env_ref, env_other = ref.get("env") or {}, other.get("env") or {}
-    diff += [f"env {k}" for k in sorted(set(env_ref) | set(env_other))
-             if k not in PER_RANK_ENV and env_ref.get(k) != env_other.get(k)]
+    diff += [
+        f"env {k}"
+        for k in sorted(set(env_ref) | set(env_other))
+        if k not in PER_RANK_ENV and env_ref.get(k) != env_other.get(k)
+    ]
     return diff
 
 
@@ -109,8 +120,10 @@ def ranks_consistent(states: list[dict[str, Any]]) -> list[str]:
         if diff:
             problems.append(f"rank {s['rank']} differs from rank 0 in {', '.join(diff)}")
         if s["seeds"]["sampler_seed"] != ref["seeds"]["sampler_seed"]:
-            problems.append(f"rank {s['rank']} shuffles with seed {s['seeds']['sampler_seed']}, rank 0 with "
-                            f"{ref['seeds']['sampler_seed']}")
+            problems.append(
+                f"rank {s['rank']} shuffles with seed {s['seeds']['sampler_seed']}, rank 0 with "
+                f"{ref['seeds']['sampler_seed']}"
+            )
     rng = [s["seeds"]["rng_seed"] for s in states]
     if len(set(rng)) != len(rng):
         problems.append(f"ranks share RNG seeds: {rng}")

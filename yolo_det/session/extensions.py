@@ -206,8 +206,12 @@ class DataInvariance(Extension):
             return None
         if _data.keyed_sampler(obj) is not None:
             return None
-        return _data.make_invariant(obj, int(ctx.session.seeds()["seed"]), rank=max(int(ctx.session.rank), 0),
-                                    epoch=int(options.get("epoch", 0)))
+        return _data.make_invariant(
+            obj,
+            int(ctx.session.seeds()["seed"]),
+            rank=max(int(ctx.session.rank), 0),
+            epoch=int(options.get("epoch", 0)),
+        )
 
     def undo(self, token: Any) -> None:
         _data.restore(token)
@@ -280,8 +284,16 @@ _REGISTERED: list[Callable[[], Extension]] = []
 def default_extensions() -> list[Extension]:
     """The extensions every session applies, in order (undone in reverse): the built-in ones, then the
     registered ones."""
-    return [FlagsAndEnv(), Seeds(), BackwardToggle(), Swaps(), Interception(), DataInvariance(), BatchInvariance(),
-            *(make() for make in _REGISTERED)]
+    return [
+        FlagsAndEnv(),
+        Seeds(),
+        BackwardToggle(),
+        Swaps(),
+        Interception(),
+        DataInvariance(),
+        BatchInvariance(),
+        *(make() for make in _REGISTERED),
+    ]
 
 
 def register_extension(factory: Callable[[], Extension]) -> None:

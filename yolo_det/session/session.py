@@ -44,8 +44,9 @@ def note_restore_failure(error: BaseException, failure: BaseException) -> None:
     """
     if failure is error:
         return
-    text = (f"yolo-det: restoring the state after {type(error).__name__} also failed: "
-            f"{type(failure).__name__}: {failure}")
+    text = (
+        f"yolo-det: restoring the state after {type(error).__name__} also failed: {type(failure).__name__}: {failure}"
+    )
     _state.add_note(error, text)
     try:
         import warnings
@@ -89,8 +90,15 @@ class DeterminismSession:
         world_size: Number of processes in the run.
     """
 
-    def __init__(self, profile: Profile | str, *, seed: int | None = 0, rank: int = 0, world_size: int = 1,
-                 extensions: list[Extension] | None = None) -> None:
+    def __init__(
+        self,
+        profile: Profile | str,
+        *,
+        seed: int | None = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        extensions: list[Extension] | None = None,
+    ) -> None:
         self.profile = load_profile(profile)
         self.seed = seed
         self.rank = max(rank, 0)
@@ -364,8 +372,9 @@ class DeterminismSession:
                 tokens.append(token)
         return tokens
 
-    def prepare_model(self, model: Any, *, phase: str = "train", imgsz: int = 64,
-                      decided: dict[str, str] | None = None) -> list[SwapRecord]:
+    def prepare_model(
+        self, model: Any, *, phase: str = "train", imgsz: int = 64, decided: dict[str, str] | None = None
+    ) -> list[SwapRecord]:
         """Swap ``model``'s layers as ``phase``'s ``swaps`` policy says; undone with the phase or by :meth:`end`.
 
         Args:
@@ -379,8 +388,13 @@ class DeterminismSession:
         """
         tokens = self.hand_over("model", model, phase=phase, imgsz=imgsz, decided=decided)
         self._event("swap", phase)
-        return [r for token in tokens if isinstance(token, tuple) and len(token) == 2
-                and isinstance(token[1], list) for r in token[1] if isinstance(r, SwapRecord)]
+        return [
+            r
+            for token in tokens
+            if isinstance(token, tuple) and len(token) == 2 and isinstance(token[1], list)
+            for r in token[1]
+            if isinstance(r, SwapRecord)
+        ]
 
     def wrap_scaler(self, holder: Any, *, phase: str | None = None) -> bool:
         """Hand over the object holding the training loop's scaler (``holder.scaler``).
@@ -414,8 +428,13 @@ class DeterminismSession:
 
     def swaps(self) -> list[dict[str, str]]:
         """The swaps in force, as plain data."""
-        return [r.to_dict() for frame in (self._own, *self._stack) for ext, token in frame.undo
-                if isinstance(ext, Swaps) for r in token[1]]
+        return [
+            r.to_dict()
+            for frame in (self._own, *self._stack)
+            for ext, token in frame.undo
+            if isinstance(ext, Swaps)
+            for r in token[1]
+        ]
 
     def routed_calls(self) -> dict[str, int]:
         """Functional calls routed to deterministic implementations since :meth:`begin`."""

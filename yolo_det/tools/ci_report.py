@@ -27,8 +27,15 @@ if TYPE_CHECKING:
     from .verify.report import VerifyReport
 
 __all__ = [
-    "CheckCase", "CheckSuite", "against_suite", "audit_suite", "diff_suite", "github_annotations", "junit_xml",
-    "verify_suite", "write_junit",
+    "CheckCase",
+    "CheckSuite",
+    "against_suite",
+    "audit_suite",
+    "diff_suite",
+    "github_annotations",
+    "junit_xml",
+    "verify_suite",
+    "write_junit",
 ]
 
 Outcome = Literal["passed", "failed", "skipped", "error"]
@@ -88,8 +95,9 @@ class CheckSuite:
 
 
 def _xml_text(value: Any) -> str:
-    return _XML_BAD.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
-                        str(value))
+    return _XML_BAD.sub(
+        lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", str(value)
+    )
 
 
 def _seconds(value: float) -> str:
@@ -103,34 +111,56 @@ def junit_xml(suites: Sequence[CheckSuite], *, name: str = "yolo-det") -> bytes:
         suites: The suites, written in order as ``<testsuite>`` elements of one ``<testsuites>``.
         name: The name of the ``<testsuites>`` element.
     """
-    root = ET.Element("testsuites", {
-        "name": _xml_text(name),
-        "tests": str(sum(len(s.cases) for s in suites)),
-        "failures": str(sum(s.count("failed") for s in suites)),
-        "errors": str(sum(s.count("error") for s in suites)),
-        "skipped": str(sum(s.count("skipped") for s in suites)),
-        "time": _seconds(sum(s.seconds for s in suites)),
-    })
+    root = ET.Element(
+        "testsuites",
+        {
+            "name": _xml_text(name),
+            "tests": str(sum(len(s.cases) for s in suites)),
+            "failures": str(sum(s.count("failed") for s in suites)),
+            "errors": str(sum(s.count("error") for s in suites)),
+            "skipped": str(sum(s.count("skipped") for s in suites)),
+            "time": _seconds(sum(s.seconds for s in suites)),
+        },
+    )
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
     host = socket.gethostname() or "localhost"
     for k, suite in enumerate(suites):
-        el = ET.SubElement(root, "testsuite", {
-            "name": _xml_text(suite.name), "tests": str(len(suite.cases)), "failures": str(suite.count("failed")),
-            "errors": str(suite.count("error")), "skipped": str(suite.count("skipped")),
-            "time": _seconds(suite.seconds), "timestamp": stamp, "hostname": _xml_text(host), "id": str(k),
-        })
+        el = ET.SubElement(
+            root,
+            "testsuite",
+            {
+                "name": _xml_text(suite.name),
+                "tests": str(len(suite.cases)),
+                "failures": str(suite.count("failed")),
+                "errors": str(suite.count("error")),
+                "skipped": str(suite.count("skipped")),
+                "time": _seconds(suite.seconds),
+                "timestamp": stamp,
+                "hostname": _xml_text(host),
+                "id": str(k),
+            },
+        )
         if suite.properties:
             props = ET.SubElement(el, "properties")
             for key, value in suite.properties.items():
                 ET.SubElement(props, "property", {"name": _xml_text(key), "value": _xml_text(value)})
         for case in suite.cases:
-            c = ET.SubElement(el, "testcase", {"name": _xml_text(case.name), "classname": _xml_text(case.classname),
-                                               "time": _seconds(case.seconds)})
+            c = ET.SubElement(
+                el,
+                "testcase",
+                {"name": _xml_text(case.name), "classname": _xml_text(case.classname), "time": _seconds(case.seconds)},
+            )
             where = f"{case.file}:{case.line}: " if case.file and case.line else (f"{case.file}: " if case.file else "")
             if case.outcome in ("failed", "error"):
                 tag = "failure" if case.outcome == "failed" else "error"
-                sub = ET.SubElement(c, tag, {"message": _xml_text(where + case.message),
-                                             "type": "nondeterminism" if tag == "failure" else "error"})
+                sub = ET.SubElement(
+                    c,
+                    tag,
+                    {
+                        "message": _xml_text(where + case.message),
+                        "type": "nondeterminism" if tag == "failure" else "error",
+                    },
+                )
                 sub.text = _xml_text(case.details or case.message)
             elif case.outcome == "skipped":
                 ET.SubElement(c, "skipped", {"message": _xml_text(case.message)})
@@ -183,8 +213,10 @@ def github_annotations(suites: Iterable[CheckSuite]) -> list[str]:
 def _finding_line(f: Finding) -> str:
     layer = "-" if f.layer is None else str(f.layer)
     cls = f.layer_class or f.module_class
-    return (f"layer {layer} {cls} ({f.module or 'model'}, {f.module_class}): {f.kernel} {f.pass_}; "
-            f"under the profile: {f.under_profile}; fix: {f.fix}")
+    return (
+        f"layer {layer} {cls} ({f.module or 'model'}, {f.module_class}): {f.kernel} {f.pass_}; "
+        f"under the profile: {f.under_profile}; fix: {f.fix}"
+    )
 
 
 def audit_suite(reports: Sequence[AuditReport], *, fail_on: str = "any", seconds: float = 0.0) -> CheckSuite:
@@ -199,26 +231,47 @@ def audit_suite(reports: Sequence[AuditReport], *, fail_on: str = "any", seconds
     suite = CheckSuite("yolo-det audit", seconds=seconds)
     if reports:
         r0 = reports[0]
-        suite.properties = {"profile": r0.profile, "torch_version": r0.torch_version, "imgsz": str(r0.imgsz),
-                            "device": r0.device, "fail_on": fail_on}
+        suite.properties = {
+            "profile": r0.profile,
+            "torch_version": r0.torch_version,
+            "imgsz": str(r0.imgsz),
+            "device": r0.device,
+            "fail_on": fail_on,
+        }
     for report in reports:
         failing = failing_findings(report, fail_on)
         file = report_file(report)
         if not failing:
-            ok_note = ("no finding" if not report.findings
-                       else f"{len(report.findings)} finding(s), none failing under fail-on {fail_on}")
+            ok_note = (
+                "no finding"
+                if not report.findings
+                else f"{len(report.findings)} finding(s), none failing under fail-on {fail_on}"
+            )
             suite.cases.append(CheckCase(report.model, "yolo-det.audit", "passed", details=ok_note, file=file))
             continue
         layers = sorted({f.layer for f in failing if f.layer is not None})
         where = f" (layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))})" if layers else ""
-        suite.cases.append(CheckCase(
-            report.model, "yolo-det.audit", "failed",
-            message=f"{len(failing)} layer finding(s) break strict determinism{where}",
-            details="\n".join(_finding_line(f) for f in failing), file=file,
-            line=next((f.yaml_line for f in failing if f.yaml_line), None),
-            notes=tuple((file, f.yaml_line, f"layer {'-' if f.layer is None else f.layer} "
-                                            f"{f.layer_class or f.module_class} ({f.module or 'model'}) reaches "
-                                            f"{f.kernel} ({f.pass_}); fix: {f.fix}") for f in failing)))
+        suite.cases.append(
+            CheckCase(
+                report.model,
+                "yolo-det.audit",
+                "failed",
+                message=f"{len(failing)} layer finding(s) break strict determinism{where}",
+                details="\n".join(_finding_line(f) for f in failing),
+                file=file,
+                line=next((f.yaml_line for f in failing if f.yaml_line), None),
+                notes=tuple(
+                    (
+                        file,
+                        f.yaml_line,
+                        f"layer {'-' if f.layer is None else f.layer} "
+                        f"{f.layer_class or f.module_class} ({f.module or 'model'}) reaches "
+                        f"{f.kernel} ({f.pass_}); fix: {f.fix}",
+                    )
+                    for f in failing
+                ),
+            )
+        )
     return suite
 
 
@@ -239,13 +292,16 @@ def failing_findings(report: AuditReport, fail_on: str) -> list[Finding]:
     return bad
 
 
-_QUANTITIES = (("data", "data_differs", "input batches (order and content)"),
-               ("loss", "loss_differs", "loss components"),
-               ("gradients", "gradients_differ", "gradients of every parameter"))
+_QUANTITIES = (
+    ("data", "data_differs", "input batches (order and content)"),
+    ("loss", "loss_differs", "loss components"),
+    ("gradients", "gradients_differ", "gradients of every parameter"),
+)
 
 
-def _quantity_cases(classname: str, divergence: Any, steps: int, final_differs: bool, final_detail: str,
-                    compared_weights: bool = True) -> list[CheckCase]:
+def _quantity_cases(
+    classname: str, divergence: Any, steps: int, final_differs: bool, final_detail: str, compared_weights: bool = True
+) -> list[CheckCase]:
     cases = []
     for name, flag, what in _QUANTITIES:
         if divergence is None:
@@ -253,19 +309,33 @@ def _quantity_cases(classname: str, divergence: Any, steps: int, final_differs: 
         elif divergence.kind == "model":
             cases.append(CheckCase(name, classname, "skipped", message="not compared: " + divergence.detail))
         elif getattr(divergence, flag, False) or divergence.kind == name:
-            cases.append(CheckCase(name, classname, "failed",
-                                   message=f"{what} differ at step {divergence.step}: {divergence.detail}",
-                                   details=divergence.detail))
+            cases.append(
+                CheckCase(
+                    name,
+                    classname,
+                    "failed",
+                    message=f"{what} differ at step {divergence.step}: {divergence.detail}",
+                    details=divergence.detail,
+                )
+            )
         else:
-            cases.append(CheckCase(name, classname, "skipped",
-                                   message=f"matched through step {divergence.step}; not compared after the first "
-                                           "divergence"))
+            cases.append(
+                CheckCase(
+                    name,
+                    classname,
+                    "skipped",
+                    message=f"matched through step {divergence.step}; not compared after the first divergence",
+                )
+            )
     if compared_weights:
         if divergence is not None and divergence.kind == "model":
             cases.append(CheckCase("weights", classname, "skipped", message="not compared: " + divergence.detail))
         elif final_differs or (divergence is not None and divergence.kind in ("weights", "steps")):
-            msg = divergence.detail if divergence is not None and divergence.kind in ("weights", "steps") \
+            msg = (
+                divergence.detail
+                if divergence is not None and divergence.kind in ("weights", "steps")
                 else final_detail
+            )
             cases.append(CheckCase("weights", classname, "failed", message=msg, details=final_detail or msg))
         else:
             cases.append(CheckCase("weights", classname, "passed", details="final weights digests are equal"))
@@ -274,9 +344,16 @@ def _quantity_cases(classname: str, divergence: Any, steps: int, final_differs: 
 
 def verify_suite(report: VerifyReport) -> CheckSuite:
     """One test case per compared quantity (data, loss, gradients, final weights) for each run against run 1."""
-    suite = CheckSuite("yolo-det verify", seconds=report.seconds,
-                       properties={"profile": report.profile, "device": report.device, "runs": str(len(report.runs)),
-                                   "steps_requested": str(report.steps_requested)})
+    suite = CheckSuite(
+        "yolo-det verify",
+        seconds=report.seconds,
+        properties={
+            "profile": report.profile,
+            "device": report.device,
+            "runs": str(len(report.runs)),
+            "steps_requested": str(report.steps_requested),
+        },
+    )
     ref = report.runs[0] if report.runs else None
     for run in report.runs[1:]:
         div = next((d for d in report.divergences if d.run == run.index), None)
@@ -296,20 +373,38 @@ def against_suite(report: AgainstReport) -> CheckSuite:
     suite = CheckSuite("yolo-det verify --against", properties={"saved": report.saved})
     steps = report.steps[0] if report.steps else 0
     weights = len(report.weights) == 2 and bool(report.weights[0]) and report.weights[0] != report.weights[1]
-    suite.cases.extend(_quantity_cases("yolo-det.verify.against", report.divergence, steps, weights,
-                                       "final weights digests differ from the saved run",
-                                       compared_weights=not report.across_devices))
+    suite.cases.extend(
+        _quantity_cases(
+            "yolo-det.verify.against",
+            report.divergence,
+            steps,
+            weights,
+            "final weights digests differ from the saved run",
+            compared_weights=not report.across_devices,
+        )
+    )
     env = report.environment
     if env is not None:
         causes = env.causes
         if causes and not report.identical:
-            suite.cases.append(CheckCase(
-                "environment", "yolo-det.verify.against", "failed",
-                message="differs from the saved run in " + ", ".join(c.name for c in causes[:5]),
-                details="\n".join(f"{c.name}: {c.a!r} | {c.b!r}" for c in causes)))
+            suite.cases.append(
+                CheckCase(
+                    "environment",
+                    "yolo-det.verify.against",
+                    "failed",
+                    message="differs from the saved run in " + ", ".join(c.name for c in causes[:5]),
+                    details="\n".join(f"{c.name}: {c.a!r} | {c.b!r}" for c in causes),
+                )
+            )
         else:
-            suite.cases.append(CheckCase("environment", "yolo-det.verify.against", "passed",
-                                         details="; ".join(c.name for c in causes) or "configured the same"))
+            suite.cases.append(
+                CheckCase(
+                    "environment",
+                    "yolo-det.verify.against",
+                    "passed",
+                    details="; ".join(c.name for c in causes) or "configured the same",
+                )
+            )
     return suite
 
 
@@ -319,15 +414,22 @@ def diff_suite(report: DiffReport) -> CheckSuite:
     wa, wb = report.weights.get("a"), report.weights.get("b")
     if wa and wb:
         same = wa == wb
-        suite.cases.append(CheckCase("weights", "yolo-det.diff", "passed" if same else "failed",
-                                     message="" if same else f"final weights differ ({wa[:16]} vs {wb[:16]})"))
+        suite.cases.append(
+            CheckCase(
+                "weights",
+                "yolo-det.diff",
+                "passed" if same else "failed",
+                message="" if same else f"final weights differ ({wa[:16]} vs {wb[:16]})",
+            )
+        )
     else:
-        suite.cases.append(CheckCase("weights", "yolo-det.diff", "skipped",
-                                     message="a record has no weights digest"))
+        suite.cases.append(CheckCase("weights", "yolo-det.diff", "skipped", message="a record has no weights digest"))
     for d in report.causes:
-        suite.cases.append(CheckCase(f"configuration {d.name}", "yolo-det.diff", "failed",
-                                     message=f"{d.name}: {d.a!r} | {d.b!r}"))
+        suite.cases.append(
+            CheckCase(f"configuration {d.name}", "yolo-det.diff", "failed", message=f"{d.name}: {d.a!r} | {d.b!r}")
+        )
     if not report.causes:
-        suite.cases.append(CheckCase("configuration", "yolo-det.diff", "passed",
-                                     details="no difference that can change the weights"))
+        suite.cases.append(
+            CheckCase("configuration", "yolo-det.diff", "passed", details="no difference that can change the weights")
+        )
     return suite

@@ -55,45 +55,108 @@ def explain_data_stream(a: Any, b: Any) -> list[StreamReason]:
     if sa is None and sb is None:
         return []
     if sa is None or sb is None:
-        return [StreamReason("data stream", "recorded" if sa else _MISSING, "recorded" if sb else _MISSING, True,
-                             "only one record says what its data depended on (the other is from an older yolo-det)")]
+        return [
+            StreamReason(
+                "data stream",
+                "recorded" if sa else _MISSING,
+                "recorded" if sb else _MISSING,
+                True,
+                "only one record says what its data depended on (the other is from an older yolo-det)",
+            )
+        ]
     out: list[StreamReason] = []
     keyed = sa.get("mode") == _KEYED and sb.get("mode") == _KEYED
     if sa.get("mode") != sb.get("mode"):
-        out.append(StreamReason("data stream: mode", sa.get("mode"), sb.get("mode"), True,
-                                "one run keyed every augmentation draw to (seed, epoch, sample), the other drew "
-                                "them from each worker's history (data_invariance)"))
+        out.append(
+            StreamReason(
+                "data stream: mode",
+                sa.get("mode"),
+                sb.get("mode"),
+                True,
+                "one run keyed every augmentation draw to (seed, epoch, sample), the other drew "
+                "them from each worker's history (data_invariance)",
+            )
+        )
     if sa.get("workers") != sb.get("workers"):
         if keyed:
-            out.append(StreamReason("data stream: workers", sa.get("workers"), sb.get("workers"), False,
-                                    "both runs were worker-invariant: the worker count cannot change the batches"))
+            out.append(
+                StreamReason(
+                    "data stream: workers",
+                    sa.get("workers"),
+                    sb.get("workers"),
+                    False,
+                    "both runs were worker-invariant: the worker count cannot change the batches",
+                )
+            )
         else:
-            out.append(StreamReason("data stream: workers", sa.get("workers"), sb.get("workers"), True,
-                                    "without data_invariance the mosaic partners and augmentation seeds depend on "
-                                    "the worker count (Ultralytics lowers workers= to the CPU count, and to 0 on a "
-                                    "CPU)"))
+            out.append(
+                StreamReason(
+                    "data stream: workers",
+                    sa.get("workers"),
+                    sb.get("workers"),
+                    True,
+                    "without data_invariance the mosaic partners and augmentation seeds depend on "
+                    "the worker count (Ultralytics lowers workers= to the CPU count, and to 0 on a "
+                    "CPU)",
+                )
+            )
     if sa.get("seed") != sb.get("seed"):
-        out.append(StreamReason("data stream: seed", sa.get("seed"), sb.get("seed"), True,
-                                "the shuffle order and every augmentation draw follow the seed"))
+        out.append(
+            StreamReason(
+                "data stream: seed",
+                sa.get("seed"),
+                sb.get("seed"),
+                True,
+                "the shuffle order and every augmentation draw follow the seed",
+            )
+        )
     if sa.get("dataset") != sb.get("dataset"):
-        out.append(StreamReason("data stream: dataset", _short(sa.get("dataset")), _short(sb.get("dataset")), True,
-                                "the dataset's bytes (images, labels or image list) differ"))
+        out.append(
+            StreamReason(
+                "data stream: dataset",
+                _short(sa.get("dataset")),
+                _short(sb.get("dataset")),
+                True,
+                "the dataset's bytes (images, labels or image list) differ",
+            )
+        )
     aug_a, aug_b = sa.get("augment") or {}, sb.get("augment") or {}
     for key in sorted(set(aug_a) | set(aug_b)):
         if aug_a.get(key, _MISSING) != aug_b.get(key, _MISSING):
-            out.append(StreamReason(f"data stream: {key}=", aug_a.get(key, _MISSING), aug_b.get(key, _MISSING), True,
-                                    "an augmentation argument"))
+            out.append(
+                StreamReason(
+                    f"data stream: {key}=",
+                    aug_a.get(key, _MISSING),
+                    aug_b.get(key, _MISSING),
+                    True,
+                    "an augmentation argument",
+                )
+            )
     fa, fb = sa.get("fingerprint"), sb.get("fingerprint")
-    comparable = fa and fb and sa.get("fingerprint_epoch") == sb.get("fingerprint_epoch") \
+    comparable = (
+        fa
+        and fb
+        and sa.get("fingerprint_epoch") == sb.get("fingerprint_epoch")
         and sa.get("fingerprint_batches") == sb.get("fingerprint_batches")
+    )
     if comparable and fa != fb:
         causes = [r.name.removeprefix("data stream: ") for r in out if r.changes_data]
-        out.append(StreamReason("data stream: first batches", _short(fa), _short(fb), True,
-                                f"the runs trained on different inputs from the first batch on"
-                                f"{' (' + ', '.join(causes) + ')' if causes else ''}"))
+        out.append(
+            StreamReason(
+                "data stream: first batches",
+                _short(fa),
+                _short(fb),
+                True,
+                f"the runs trained on different inputs from the first batch on"
+                f"{' (' + ', '.join(causes) + ')' if causes else ''}",
+            )
+        )
     elif comparable and out:
-        out.append(StreamReason("data stream: first batches", _short(fa), _short(fb), False,
-                                "the first batches' inputs are identical"))
+        out.append(
+            StreamReason(
+                "data stream: first batches", _short(fa), _short(fb), False, "the first batches' inputs are identical"
+            )
+        )
     return out
 
 

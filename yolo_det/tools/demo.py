@@ -23,8 +23,16 @@ import numpy as np
 
 from ..core.fileio import atomic_write_bytes
 
-__all__ = ["CLASSES", "cache_dir", "default_demo_folder", "demo_data_yaml", "generate", "iter_samples", "main",
-           "make_image"]
+__all__ = [
+    "CLASSES",
+    "cache_dir",
+    "default_demo_folder",
+    "demo_data_yaml",
+    "generate",
+    "iter_samples",
+    "main",
+    "make_image",
+]
 
 CLASSES = ("circle", "square", "triangle")
 IMGSZ = 96
@@ -75,8 +83,9 @@ def make_image(rng: np.random.Generator) -> tuple[np.ndarray, list[str]]:
     return img, lines
 
 
-def iter_samples(*, n_train: int = N_TRAIN, n_val: int = N_VAL,
-                 seed: int = 0) -> Iterable[tuple[str, str, np.ndarray, list[str]]]:
+def iter_samples(
+    *, n_train: int = N_TRAIN, n_val: int = N_VAL, seed: int = 0
+) -> Iterable[tuple[str, str, np.ndarray, list[str]]]:
     """Yield ``(split, stem, image, label_lines)`` for every sample of the dataset."""
     rng = np.random.default_rng(seed)
     for split, n in (("train", n_train), ("val", n_val)):
@@ -145,10 +154,15 @@ def demo_data_yaml() -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m yolo_det.tools.demo [--out DIR]``: write the demo dataset."""
-    parser = argparse.ArgumentParser(prog="python -m yolo_det.tools.demo",
-                                     description="Write the yolo-det demo dataset.")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="dataset folder (default: data/demo in a source checkout, else ~/.cache/yolo-det/demo)")
+    parser = argparse.ArgumentParser(
+        prog="python -m yolo_det.tools.demo", description="Write the yolo-det demo dataset."
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="dataset folder (default: data/demo in a source checkout, else ~/.cache/yolo-det/demo)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     out = args.out if args.out is not None else default_demo_folder()
@@ -159,4 +173,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-

@@ -55,14 +55,57 @@ GROUPS: dict[str, str] = {
     "other": "other",
 }
 #: Ultralytics arguments that only name or decorate outputs (never change the trained weights).
-OUTPUT_ARGS = frozenset({
-    "project", "name", "save_dir", "exist_ok", "verbose", "plots", "save", "save_period", "save_json", "save_txt",
-    "save_conf", "save_crop", "save_frames", "show", "show_labels", "show_conf", "show_boxes", "line_width",
-    "visualize", "vid_stride", "stream_buffer", "embed", "source", "format", "keras", "optimize", "int8",
-    "dynamic", "simplify", "opset", "workspace", "nms", "mode",
-})
-_VERSION_KEYS = ("torch", "torch_git_version", "cuda", "cudnn", "numpy", "ultralytics", "yolov5", "torchvision",
-                 "opencv", "pillow", "python", "yolo_det")
+OUTPUT_ARGS = frozenset(
+    {
+        "project",
+        "name",
+        "save_dir",
+        "exist_ok",
+        "verbose",
+        "plots",
+        "save",
+        "save_period",
+        "save_json",
+        "save_txt",
+        "save_conf",
+        "save_crop",
+        "save_frames",
+        "show",
+        "show_labels",
+        "show_conf",
+        "show_boxes",
+        "line_width",
+        "visualize",
+        "vid_stride",
+        "stream_buffer",
+        "embed",
+        "source",
+        "format",
+        "keras",
+        "optimize",
+        "int8",
+        "dynamic",
+        "simplify",
+        "opset",
+        "workspace",
+        "nms",
+        "mode",
+    }
+)
+_VERSION_KEYS = (
+    "torch",
+    "torch_git_version",
+    "cuda",
+    "cudnn",
+    "numpy",
+    "ultralytics",
+    "yolov5",
+    "torchvision",
+    "opencv",
+    "pillow",
+    "python",
+    "yolo_det",
+)
 _SEED_KEYS = ("seed", "data_seed", "sampler_seed", "rng_seed", "rank_rng_seeds", "world_size", "data_order")
 _MISSING = "(not recorded)"
 
@@ -88,8 +131,14 @@ class Difference:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON."""
-        return {"group": self.group, "name": self.name, "a": self.a, "b": self.b, "changes_bits": self.changes_bits,
-                "note": self.note}
+        return {
+            "group": self.group,
+            "name": self.name,
+            "a": self.a,
+            "b": self.b,
+            "changes_bits": self.changes_bits,
+            "note": self.note,
+        }
 
 
 @dataclass
@@ -156,21 +205,24 @@ class DiffReport:
         kind = self.kind
         if kind == "identical":
             if self.resumed:
-                after = "; ".join(f"run {k.upper()} resumed after epoch {', '.join(map(str, v))}"
-                                  for k, v in self.resumed.items())
+                after = "; ".join(
+                    f"run {k.upper()} resumed after epoch {', '.join(map(str, v))}" for k, v in self.resumed.items()
+                )
                 return f"equivalent: {after}, and the weights are bitwise identical"
             return "these runs should be bitwise identical and are"
         if kind == "nondeterministic":
             seen = sum(self.warnings.values())
             hint = f"{seen} warning(s) recorded" if seen else "no warning was recorded"
-            return ("these runs should be bitwise identical but their weights differ: non-determinism not covered "
-                    f"by the profile (see warnings: {hint})")
+            return (
+                "these runs should be bitwise identical but their weights differ: non-determinism not covered "
+                f"by the profile (see warnings: {hint})"
+            )
         if kind == "incomparable":
             missing = [k.upper() for k in ("a", "b") if not self.weights.get(k)]
-            why = ", ".join(f"run {k} ({self.progress.get(k.lower()) or self.status.get(k.lower(), 'unknown')})"
-                            for k in missing)
-            return ("these runs are configured the same, but the weights cannot be compared: no final weights "
-                    f"for {why}")
+            why = ", ".join(
+                f"run {k} ({self.progress.get(k.lower()) or self.status.get(k.lower(), 'unknown')})" for k in missing
+            )
+            return f"these runs are configured the same, but the weights cannot be compared: no final weights for {why}"
         reasons = "; ".join(_short(d) for d in self.causes[:3])
         more = f"; and {len(self.causes) - 3} more" if len(self.causes) > 3 else ""
         if kind == "configured-differently":
@@ -208,9 +260,10 @@ class DiffReport:
         wa, wb = self.weights.get("a"), self.weights.get("b")
         state = {True: "equal", False: "DIFFERENT", None: "not comparable"}[self.weights_equal]
         lines.append(f"weights: A {(wa or 'none')[:16]}  B {(wb or 'none')[:16]}  ({state})")
-        for title, items in (("differences that can change the weights, most likely first:", self.causes),
-                             ("differences that do not change the weights:",
-                              [d for d in self.differences if not d.changes_bits])):
+        for title, items in (
+            ("differences that can change the weights, most likely first:", self.causes),
+            ("differences that do not change the weights:", [d for d in self.differences if not d.changes_bits]),
+        ):
             if not items:
                 continue
             lines.append(title)
@@ -264,8 +317,9 @@ def load_record(source: str | Path) -> tuple[dict[str, Any], str]:
     path = Path(source).expanduser()
     if path.is_dir():
         if not (path / RECORD_NAME).is_file():
-            raise ConfigError(f"'{path}' is a folder without {RECORD_NAME}; pass a yolo-det run folder or a "
-                              f"{RECORD_NAME} file")
+            raise ConfigError(
+                f"'{path}' is a folder without {RECORD_NAME}; pass a yolo-det run folder or a {RECORD_NAME} file"
+            )
         path = path / RECORD_NAME
     if not path.is_file():
         raise ConfigError(f"'{path}' does not exist; pass a yolo-det run folder or a {RECORD_NAME} file")
@@ -364,11 +418,22 @@ def _data(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
         c.add("data", "data= (path; no fingerprint)", _args(ra).get("data", _MISSING), _args(rb).get("data", _MISSING))
         return
     if fa.get("version") != fb.get("version"):
-        c.add("data", "data fingerprint version", fa.get("version"), fb.get("version"),
-              note="fingerprints of different versions cannot be compared")
+        c.add(
+            "data",
+            "data fingerprint version",
+            fa.get("version"),
+            fb.get("version"),
+            note="fingerprints of different versions cannot be compared",
+        )
         return
-    c.add("data", "data= (path)", _args(ra).get("data", _MISSING), _args(rb).get("data", _MISSING),
-          changes_bits=False, note="the fingerprint decides")
+    c.add(
+        "data",
+        "data= (path)",
+        _args(ra).get("data", _MISSING),
+        _args(rb).get("data", _MISSING),
+        changes_bits=False,
+        note="the fingerprint decides",
+    )
     if fa.get("sha256") == fb.get("sha256"):
         return
     sa, sb = fa.get("splits") or {}, fb.get("splits") or {}
@@ -380,16 +445,27 @@ def _data(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
         if xa.get("sha256") == xb.get("sha256"):
             continue
         if xa.get("list_sha256") != xb.get("list_sha256"):
-            c.add("data", f"data: {split} image list",
-                  f"{xa.get('images')} images, {_short_hash(xa.get('list_sha256'))}",
-                  f"{xb.get('images')} images, {_short_hash(xb.get('list_sha256'))}")
+            c.add(
+                "data",
+                f"data: {split} image list",
+                f"{xa.get('images')} images, {_short_hash(xa.get('list_sha256'))}",
+                f"{xb.get('images')} images, {_short_hash(xb.get('list_sha256'))}",
+            )
         if xa.get("images_sha256") != xb.get("images_sha256") and xa.get("list_sha256") == xb.get("list_sha256"):
-            c.add("data", f"data: {split} image contents", _short_hash(xa.get("images_sha256")),
-                  _short_hash(xb.get("images_sha256")), note="same file names, different bytes")
+            c.add(
+                "data",
+                f"data: {split} image contents",
+                _short_hash(xa.get("images_sha256")),
+                _short_hash(xb.get("images_sha256")),
+                note="same file names, different bytes",
+            )
         if xa.get("labels_sha256") != xb.get("labels_sha256"):
-            c.add("data", f"data: {split} labels",
-                  f"{_short_hash(xa.get('labels_sha256'))} ({xa.get('missing_labels', 0)} missing)",
-                  f"{_short_hash(xb.get('labels_sha256'))} ({xb.get('missing_labels', 0)} missing)")
+            c.add(
+                "data",
+                f"data: {split} labels",
+                f"{_short_hash(xa.get('labels_sha256'))} ({xa.get('missing_labels', 0)} missing)",
+                f"{_short_hash(xb.get('labels_sha256'))} ({xb.get('missing_labels', 0)} missing)",
+            )
     c.add("data", "data: class names", _short_hash(fa.get("names_sha256")), _short_hash(fb.get("names_sha256")))
     if not any(d.group == "data" and d.changes_bits for d in c.items):  # a reason the parts above do not show
         c.add("data", "data", _short_hash(fa.get("sha256")), _short_hash(fb.get("sha256")))
@@ -401,6 +477,7 @@ def _model(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
         for rec, label, fp in ((ra, "A", ma), (rb, "B", mb)):
             if fp is None:
                 c.notes.append(_why_missing(rec, "model", label) + ": the model is compared by the model= path only")
+
         def source(r: Mapping[str, Any]) -> Any:  # Ultralytics: model=; YOLOv5: --cfg and --weights
             args = _args(r)
             found = {k: args[k] for k in ("model", "cfg", "weights") if args.get(k) not in (None, "")}
@@ -409,8 +486,12 @@ def _model(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
         c.add("model", "model (path; no fingerprint)", source(ra), source(rb))
         return
     c.add("model", "model: start", ma.get("kind"), mb.get("kind"))
-    c.add("model", "model: architecture", _short_hash(ma.get("architecture_sha256", _MISSING)),
-          _short_hash(mb.get("architecture_sha256", _MISSING)))
+    c.add(
+        "model",
+        "model: architecture",
+        _short_hash(ma.get("architecture_sha256", _MISSING)),
+        _short_hash(mb.get("architecture_sha256", _MISSING)),
+    )
     if ma.get("kind") == mb.get("kind") == "yaml":
         c.add("model", "model: YAML text", _short_hash(ma.get("yaml_sha256")), _short_hash(mb.get("yaml_sha256")))
     wa, wb = ma.get("start_weights_sha256", _MISSING), mb.get("start_weights_sha256", _MISSING)
@@ -420,17 +501,35 @@ def _model(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
         else:
             explained = [k for k in ("seed",) if _canon(_get(ra, "seeds", k)) != _canon(_get(rb, "seeds", k))]
             explained += [k for k in ("torch",) if _get(ra, "environment", k) != _get(rb, "environment", k)]
-            c.add("model", "model: initial weights", _short_hash(wa), _short_hash(wb), changes_bits=not explained,
-                  note=f"a YAML start: follows from the {' and '.join(explained)}" if explained else None)
-    c.add("model", "model= (path)", ma.get("source"), mb.get("source"), changes_bits=False,
-          note="the fingerprints above decide")
+            c.add(
+                "model",
+                "model: initial weights",
+                _short_hash(wa),
+                _short_hash(wb),
+                changes_bits=not explained,
+                note=f"a YAML start: follows from the {' and '.join(explained)}" if explained else None,
+            )
+    c.add(
+        "model",
+        "model= (path)",
+        ma.get("source"),
+        mb.get("source"),
+        changes_bits=False,
+        note="the fingerprints above decide",
+    )
 
 
 def _seeds(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
     seed_differs = c.add("seed", "seed", _get(ra, "seeds", "seed"), _get(rb, "seeds", "seed"))
     for key in _SEED_KEYS[1:]:
-        c.add("seed", f"seed: {key}", _get(ra, "seeds", key), _get(rb, "seeds", key), changes_bits=not seed_differs,
-              note="derived from the seed" if seed_differs else None)
+        c.add(
+            "seed",
+            f"seed: {key}",
+            _get(ra, "seeds", key),
+            _get(rb, "seeds", key),
+            changes_bits=not seed_differs,
+            note="derived from the seed" if seed_differs else None,
+        )
 
 
 #: Profile settings and flags that only act on CUDA (cuDNN, TF32, cuBLAS, NCCL): no effect on a CPU run.
@@ -442,24 +541,34 @@ _ON_CPU = "no effect: both runs trained on the CPU"
 def _profile(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
     pa, pb = ra.get("profile") or {}, rb.get("profile") or {}
     on_cpu = _trained_on_cpu(ra) and _trained_on_cpu(rb)
-    c.add("profile", "profile name", _get(pa, "name"), _get(pb, "name"), changes_bits=False,
-          note="the settings decide")
+    c.add("profile", "profile name", _get(pa, "name"), _get(pb, "name"), changes_bits=False, note="the settings decide")
     for phase in ("train", "val", "deploy"):
         xa, xb = pa.get(phase) or {}, pb.get(phase) or {}
         for key in sorted(set(xa) | set(xb)):
             cuda_only = on_cpu and key in _CUDA_ONLY_SETTINGS
             note = None if phase == "train" else f"the {phase} phase does not change the trained weights"
-            c.add("profile", f"{phase}.{key}", xa.get(key, _MISSING), xb.get(key, _MISSING),
-                  changes_bits=phase == "train" and not cuda_only, note=_ON_CPU if cuda_only else note)
+            c.add(
+                "profile",
+                f"{phase}.{key}",
+                xa.get(key, _MISSING),
+                xb.get(key, _MISSING),
+                changes_bits=phase == "train" and not cuda_only,
+                note=_ON_CPU if cuda_only else note,
+            )
     sa, sb = _flat(ra.get("state_at_train_start") or {}), _flat(rb.get("state_at_train_start") or {})
     if sa and sb:
         seed_differs = _canon(_get(ra, "seeds", "seed")) != _canon(_get(rb, "seeds", "seed"))
         for key in sorted(set(sa) | set(sb)):
             derived = seed_differs and key.endswith("PYTHONHASHSEED")
             cuda_only = on_cpu and key.startswith(_CUDA_ONLY_FLAGS)
-            c.add("profile", f"flag at train start: {key}", sa.get(key, _MISSING), sb.get(key, _MISSING),
-                  changes_bits=not derived and not cuda_only,
-                  note="derived from the seed" if derived else _ON_CPU if cuda_only else None)
+            c.add(
+                "profile",
+                f"flag at train start: {key}",
+                sa.get(key, _MISSING),
+                sb.get(key, _MISSING),
+                changes_bits=not derived and not cuda_only,
+                note="derived from the seed" if derived else _ON_CPU if cuda_only else None,
+            )
 
 
 def _flat(state: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -476,8 +585,10 @@ def _arguments(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> N
     c.add("args", "framework", ra.get("framework", _MISSING), rb.get("framework", _MISSING))
     aa, ab = _args(ra), _args(rb)
     if ("ultralytics_args" in ra) != ("ultralytics_args" in rb):
-        c.notes.append("only one record lists every Ultralytics argument (the other is from an older yolo-det): "
-                       "arguments are compared where both have them")
+        c.notes.append(
+            "only one record lists every Ultralytics argument (the other is from an older yolo-det): "
+            "arguments are compared where both have them"
+        )
         keys = set(aa) & set(ab)
     else:
         keys = set(aa) | set(ab)
@@ -486,15 +597,22 @@ def _arguments(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> N
     for key in sorted(keys - OUTPUT_ARGS - {"seed", "data", "model", "cfg", "weights"}):
         c.add("args", f"{key}=", aa.get(key, _MISSING), ab.get(key, _MISSING))
     for key in sorted(keys & OUTPUT_ARGS):
-        c.add("other", f"{key}=", aa.get(key, _MISSING), ab.get(key, _MISSING), changes_bits=False,
-              note="names or decorates outputs only")
+        c.add(
+            "other",
+            f"{key}=",
+            aa.get(key, _MISSING),
+            ab.get(key, _MISSING),
+            changes_bits=False,
+            note="names or decorates outputs only",
+        )
 
 
 def _environment(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
     ea, eb = ra.get("environment") or {}, rb.get("environment") or {}
 
-    def env(group: str, key: str, *, name: str | None = None, changes_bits: bool = True,
-            note: str | None = None) -> None:
+    def env(
+        group: str, key: str, *, name: str | None = None, changes_bits: bool = True, note: str | None = None
+    ) -> None:
         a, b = ea.get(key, _MISSING), eb.get(key, _MISSING)
         if _MISSING in (a, b) and a != b:
             note = "not recorded by the older record"
@@ -514,8 +632,14 @@ def _environment(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) ->
     for key in sorted(set(va) | set(vb)):
         derived = seed_differs and key == "PYTHONHASHSEED"  # the profile sets it from the seed
         cuda_only = on_cpu and f"env.{key}".startswith(_CUDA_ONLY_FLAGS)
-        c.add("env", key, va.get(key, _MISSING), vb.get(key, _MISSING), changes_bits=not derived and not cuda_only,
-              note="derived from the seed" if derived else _ON_CPU if cuda_only else None)
+        c.add(
+            "env",
+            key,
+            va.get(key, _MISSING),
+            vb.get(key, _MISSING),
+            changes_bits=not derived and not cuda_only,
+            note="derived from the seed" if derived else _ON_CPU if cuda_only else None,
+        )
     env("other", "platform", changes_bits=False, note="the CPU, versions and threads above are what matter")
     env("other", "argv", name="command line", changes_bits=False)
 
@@ -525,15 +649,31 @@ def _swaps_and_warnings(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, A
         return sorted(_canon(s) for s in r.get("swaps") or [])
 
     c.add("swaps", "layer swaps", [json.loads(s) for s in swaps(ra)], [json.loads(s) for s in swaps(rb)])
-    c.add("swaps", "routed calls", ra.get("routed_calls", _MISSING), rb.get("routed_calls", _MISSING),
-          changes_bits=False, note="a consequence of the profile and model")
+    c.add(
+        "swaps",
+        "routed calls",
+        ra.get("routed_calls", _MISSING),
+        rb.get("routed_calls", _MISSING),
+        changes_bits=False,
+        note="a consequence of the profile and model",
+    )
 
     def messages(r: Mapping[str, Any]) -> list[str]:
-        return sorted({str(w.get("message", w)).splitlines()[0][:200] if isinstance(w, Mapping) else str(w)
-                       for w in r.get("nondeterminism_warnings") or []})
+        return sorted(
+            {
+                str(w.get("message", w)).splitlines()[0][:200] if isinstance(w, Mapping) else str(w)
+                for w in r.get("nondeterminism_warnings") or []
+            }
+        )
 
-    c.add("warnings", "non-determinism warnings", messages(ra), messages(rb), changes_bits=False,
-          note="a symptom: a non-deterministic kernel ran")
+    c.add(
+        "warnings",
+        "non-determinism warnings",
+        messages(ra),
+        messages(rb),
+        changes_bits=False,
+        note="a symptom: a non-deterministic kernel ran",
+    )
 
 
 def _data_stream(c: _Collector, sa: Any, sb: Any) -> None:
@@ -633,13 +773,21 @@ def _lineage(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> Non
         resume = rec.get("resume")
         if isinstance(resume, Mapping) and resume.get("bitwise_expected") is False:
             reasons = resume.get("reasons") or ["the resume state was not used"]
-            c.add("args", f"resume of {label}: not expected bit for bit", "; ".join(map(str, reasons)), "",
-                  note=f"as recorded by run {label}")
+            c.add(
+                "args",
+                f"resume of {label}: not expected bit for bit",
+                "; ".join(map(str, reasons)),
+                "",
+                note=f"as recorded by run {label}",
+            )
 
 
 def _resumed_after(record: Mapping[str, Any]) -> list[int]:
-    return [int(p["resume"]["epoch"]) for p in _parts(record)
-            if isinstance(p.get("resume"), Mapping) and isinstance(p["resume"].get("epoch"), int)]
+    return [
+        int(p["resume"]["epoch"])
+        for p in _parts(record)
+        if isinstance(p.get("resume"), Mapping) and isinstance(p["resume"].get("epoch"), int)
+    ]
 
 
 def _progress(record: Mapping[str, Any]) -> str:

@@ -21,9 +21,15 @@ from ..core import safe_yaml
 from ..core.errors import ConfigError, ModelError, did_you_mean
 from ..core.safe_yaml import short
 
-__all__ = ["MAX_IMGSZ", "check_ultralytics_args", "parse_overrides", "resolve_data", "resolve_data_cfg",
-           "resolve_model",
-           "resolve_model_task"]
+__all__ = [
+    "MAX_IMGSZ",
+    "check_ultralytics_args",
+    "parse_overrides",
+    "resolve_data",
+    "resolve_data_cfg",
+    "resolve_model",
+    "resolve_model_task",
+]
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -77,8 +83,10 @@ def check_ultralytics_args(args: Mapping[str, Any], *, reserved: Mapping[str, st
         if key in reserved:
             raise ConfigError(f"'{key}=' cannot be passed here: {reserved[key]}")
         if key not in DEFAULT_CFG_DICT:
-            raise ConfigError(f"unknown Ultralytics argument '{key}'.{did_you_mean(key, DEFAULT_CFG_DICT)} "
-                              "See `yolo cfg` for the list")
+            raise ConfigError(
+                f"unknown Ultralytics argument '{key}'.{did_you_mean(key, DEFAULT_CFG_DICT)} "
+                "See `yolo cfg` for the list"
+            )
     checked = dict(args)
     try:
         check_cfg(checked, hard=True)
@@ -99,8 +107,9 @@ def _check_imgsz(value: Any) -> None:
     if not (1 <= len(sizes) <= 2 and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes)):
         raise ConfigError(f"'imgsz={short(value)}' is not an image size; give a positive integer (imgsz=640) or [h, w]")
     if max(sizes) > MAX_IMGSZ:
-        raise ConfigError(f"'imgsz={short(value)}' is beyond {MAX_IMGSZ} pixels a side; give a smaller image size "
-                          "(imgsz=640)")
+        raise ConfigError(
+            f"'imgsz={short(value)}' is beyond {MAX_IMGSZ} pixels a side; give a smaller image size (imgsz=640)"
+        )
 
 
 def resolve_model(model: str) -> str:
@@ -123,8 +132,10 @@ def resolve_model_task(model: str, *, need_model: bool = True) -> tuple[str, str
     if path.suffix in {".yaml", ".yml"}:
         found = resolve_model_yaml(model)
         if found is None:
-            raise ModelError(f"model YAML '{model}' not found; give a path, an Ultralytics name such as yolov8n.yaml "
-                             "or a yolo-det example such as cbam-max.yaml")
+            raise ModelError(
+                f"model YAML '{model}' not found; give a path, an Ultralytics name such as yolov8n.yaml "
+                "or a yolo-det example such as cbam-max.yaml"
+            )
         resolved = str(found) if is_example(found) else model  # Ultralytics finds its own names (and their scale)
         from .prechecks import check_model_yaml
 
@@ -134,8 +145,10 @@ def resolve_model_task(model: str, *, need_model: bool = True) -> tuple[str, str
         from ..core.untrusted.safeload import check_checkpoint, checkpoint_globals
 
         if path.suffix.lower() != ".pt":
-            raise ModelError(f"model={short(model)} is neither a model YAML (.yaml) nor a PyTorch checkpoint (.pt); "
-                             "Ultralytics trains from these two only")
+            raise ModelError(
+                f"model={short(model)} is neither a model YAML (.yaml) nor a PyTorch checkpoint (.pt); "
+                "Ultralytics trains from these two only"
+            )
         check_checkpoint(path)  # the allow-list, before any work (no-op under --trust-checkpoint)
         if not need_model:
             return str(path), None
@@ -182,5 +195,7 @@ def resolve_data_cfg(data: str, task: str | None = None) -> tuple[str, dict[str,
             found = None
         if found:
             return data, check_data(data, task)
-    raise ConfigError(f"data '{data}' does not exist; pass the path of a dataset YAML (data=path/to/data.yaml) or, "
-                      "for classification, of a folder with train/ and val/ (data=path/to/images)")
+    raise ConfigError(
+        f"data '{data}' does not exist; pass the path of a dataset YAML (data=path/to/data.yaml) or, "
+        "for classification, of a folder with train/ and val/ (data=path/to/images)"
+    )

@@ -21,9 +21,21 @@ from ..core import safe_yaml
 from ..core.errors import ConfigError, ModelError
 from ..core.safe_yaml import short
 
-__all__ = ["check_data", "check_device", "check_model_yaml", "check_optimizer", "check_run_folder", "check_seed",
-           "check_train_args", "optimizer_names",
-           "check_cfg_file", "check_checkpoint_model", "check_classify_data", "check_split", "run_dir"]
+__all__ = [
+    "check_data",
+    "check_device",
+    "check_model_yaml",
+    "check_optimizer",
+    "check_run_folder",
+    "check_seed",
+    "check_train_args",
+    "optimizer_names",
+    "check_cfg_file",
+    "check_checkpoint_model",
+    "check_classify_data",
+    "check_split",
+    "run_dir",
+]
 
 SEED_LIMIT = 2**32  # numpy's legacy seeding (Ultralytics' init_seeds) takes [0, 2**32)
 _FALLBACK_OPTIMIZERS = ("Adam", "Adamax", "AdamW", "NAdam", "RAdam", "RMSprop", "SGD", "auto")
@@ -36,8 +48,10 @@ def _text(value: Any) -> str:
 def check_seed(seed: Any) -> None:
     """``seed=`` must be an integer numpy can seed with (``init_seeds`` seeds numpy with it)."""
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
-        raise ConfigError(f"seed={short(seed)} is out of range: give an integer from 0 to {SEED_LIMIT - 1} "
-                          "(numpy's seeding takes no more)")
+        raise ConfigError(
+            f"seed={short(seed)} is out of range: give an integer from 0 to {SEED_LIMIT - 1} "
+            "(numpy's seeding takes no more)"
+        )
 
 
 def _cuda_indices(device: Any) -> list[int] | None:
@@ -107,13 +121,17 @@ def check_device(device: Any) -> None:
         return
 
     if not torch.cuda.is_available():
-        raise ConfigError(f"device={_text(device)} asks for a CUDA device but there is no CUDA device here "
-                          "(torch.cuda.is_available() is False); use device=cpu")
+        raise ConfigError(
+            f"device={_text(device)} asks for a CUDA device but there is no CUDA device here "
+            "(torch.cuda.is_available() is False); use device=cpu"
+        )
     count = torch.cuda.device_count()
     missing = [i for i in indices if i >= count]
     if missing:
-        raise ConfigError(f"device={_text(device)} names CUDA device {missing[0]} but this machine has {count} "
-                          f"(0 to {count - 1}); use device=0 or device=cpu")
+        raise ConfigError(
+            f"device={_text(device)} names CUDA device {missing[0]} but this machine has {count} "
+            f"(0 to {count - 1}); use device=0 or device=cpu"
+        )
 
 
 def optimizer_names() -> tuple[str, ...]:
@@ -137,8 +155,10 @@ def check_optimizer(name: Any) -> None:
 
     names = optimizer_names()
     if str(name).lower() not in {n.lower() for n in names}:
-        raise ConfigError(f"optimizer={_text(name)} is not an optimizer Ultralytics builds; choose from "
-                          f"{', '.join(names)}.{did_you_mean(str(name)[:100], names)}")
+        raise ConfigError(
+            f"optimizer={_text(name)} is not an optimizer Ultralytics builds; choose from "
+            f"{', '.join(names)}.{did_you_mean(str(name)[:100], names)}"
+        )
 
 
 #: Longest file name and path the run folder may have (Linux's NAME_MAX and PATH_MAX); the run folder's own
@@ -157,35 +177,47 @@ def _folder_name(key: str, value: Any) -> str:
     from ..core.text import printable
 
     if printable(text) != text or "\n" in text:
-        raise ConfigError(f"{key}={printable(text, newlines=False)[:80]} holds control characters; give a folder "
-                          "name of printable characters")
+        raise ConfigError(
+            f"{key}={printable(text, newlines=False)[:80]} holds control characters; give a folder "
+            "name of printable characters"
+        )
     return text
 
 
 def _check_name(name: str) -> None:
     """``name=`` is one folder name inside ``project=``: no separators, no ``.``/``..``, not too long."""
     if "/" in name or "\\" in name or os.sep in name or name in {".", ".."}:
-        raise ConfigError(f"name={short(name)} is not a folder name (it holds a path); the run folder is "
-                          "project/name: put the folders in project= (project=/abs/runs name=exp)")
+        raise ConfigError(
+            f"name={short(name)} is not a folder name (it holds a path); the run folder is "
+            "project/name: put the folders in project= (project=/abs/runs name=exp)"
+        )
     if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX - 6:
-        raise ConfigError(f"name= is {len(name)} characters long; a folder name takes at most {NAME_MAX - 6} "
-                          "(room for Ultralytics' -N suffix): give a shorter name")
+        raise ConfigError(
+            f"name= is {len(name)} characters long; a folder name takes at most {NAME_MAX - 6} "
+            "(room for Ultralytics' -N suffix): give a shorter name"
+        )
 
 
 def _check_project(project: str) -> None:
     """``project=``: no part longer than a folder name may be, the whole within a path's length, and a relative
     project stays inside the runs folder (no ``..``)."""
     if len(project.encode("utf-8", "surrogateescape")) > PATH_MAX - NAME_MAX - _RUN_FILES:
-        raise ConfigError(f"project= is {len(project)} characters long; a path takes at most "
-                          f"{PATH_MAX - NAME_MAX - _RUN_FILES} here: give a shorter folder")
+        raise ConfigError(
+            f"project= is {len(project)} characters long; a path takes at most "
+            f"{PATH_MAX - NAME_MAX - _RUN_FILES} here: give a shorter folder"
+        )
     path = Path(project).expanduser()
     for part in path.parts:
         if len(part.encode("utf-8", "surrogateescape")) > NAME_MAX:
-            raise ConfigError(f"project= has a folder name of {len(part)} characters ({short(part)}); a folder "
-                              f"name takes at most {NAME_MAX}: give a shorter one")
+            raise ConfigError(
+                f"project= has a folder name of {len(part)} characters ({short(part)}); a folder "
+                f"name takes at most {NAME_MAX}: give a shorter one"
+            )
     if not path.is_absolute() and ".." in path.parts:
-        raise ConfigError(f"project={short(project)} climbs out of the runs folder with '..'; a relative project= "
-                          "is a folder under the runs folder: give an absolute project= to write elsewhere")
+        raise ConfigError(
+            f"project={short(project)} climbs out of the runs folder with '..'; a relative project= "
+            "is a folder under the runs folder: give an absolute project= to write elsewhere"
+        )
 
 
 def run_dir(args: Mapping[str, Any], task: str | None) -> Path:
@@ -195,8 +227,13 @@ def run_dir(args: Mapping[str, Any], task: str | None) -> Path:
 
     from ..core.compat import get_save_dir
 
-    ns = SimpleNamespace(project=args.get("project"), name=args.get("name"), task=task or "detect", mode="train",
-                         exist_ok=bool(args.get("exist_ok", False)))
+    ns = SimpleNamespace(
+        project=args.get("project"),
+        name=args.get("name"),
+        task=task or "detect",
+        mode="train",
+        exist_ok=bool(args.get("exist_ok", False)),
+    )
     return Path(get_save_dir(ns))
 
 
@@ -208,8 +245,10 @@ def _probe_writable(folder: Path, key: str, value: str) -> None:
     try:
         probe = tempfile.mkdtemp(prefix=".yolo-det-probe-", dir=folder)
     except OSError as e:
-        raise ConfigError(f"{key}={short(value)}: cannot create the run folder in '{folder}' "
-                          f"({e.strerror or type(e).__name__}); give a folder you can write to") from None
+        raise ConfigError(
+            f"{key}={short(value)}: cannot create the run folder in '{folder}' "
+            f"({e.strerror or type(e).__name__}); give a folder you can write to"
+        ) from None
     os.rmdir(probe)
 
 
@@ -248,14 +287,17 @@ def check_run_folder(args: dict[str, Any], task: str | None = None) -> None:
     except Exception:  # a changed Ultralytics: the checks above stand
         return
     if len(str(where)) + _RUN_FILES > PATH_MAX:
-        raise ConfigError(f"the run folder '{short(str(where))}' would be {len(str(where))} characters long; "
-                          "give a shorter project= or name=")
+        raise ConfigError(
+            f"the run folder '{short(str(where))}' would be {len(str(where))} characters long; "
+            "give a shorter project= or name="
+        )
     probe = where
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     if not probe.is_dir():
-        raise ConfigError(f"the run folder '{where}' would be under '{probe}', which is not a folder; give "
-                          "another project= or name=")
+        raise ConfigError(
+            f"the run folder '{where}' would be under '{probe}', which is not a folder; give another project= or name="
+        )
     if project is not None:  # the place the user named; Ultralytics' own runs folder is its settings' business
         _probe_writable(probe, "project", str(project))
 
@@ -270,8 +312,21 @@ def _images(value: Any) -> list[str]:
 
 #: How many entries of an image folder are looked at for one image before the folder is judged empty.
 SCAN_LIMIT = 200_000
-_IMAGE_SUFFIXES = {".bmp", ".dng", ".jpeg", ".jpg", ".mpo", ".png", ".tif", ".tiff", ".webp", ".pfm", ".heic",
-                   ".avif", ".jp2"}
+_IMAGE_SUFFIXES = {
+    ".bmp",
+    ".dng",
+    ".jpeg",
+    ".jpg",
+    ".mpo",
+    ".png",
+    ".tif",
+    ".tiff",
+    ".webp",
+    ".pfm",
+    ".heic",
+    ".avif",
+    ".jp2",
+}
 DATA_SUFFIXES = (".yaml", ".yml")
 
 
@@ -291,12 +346,16 @@ def _has_images(folder: Path) -> bool:
 def check_classify_data(data: str, task: str | None) -> None:
     """Data given as a folder is classification data: a folder with ``train/`` (and ``val/`` or ``test/``)."""
     if task not in (None, "classify"):
-        raise ConfigError(f"data={short(data)} is a folder, which is classification data, but the model is a {task} "
-                          "model; pass a dataset YAML (data=path/to/data.yaml)")
+        raise ConfigError(
+            f"data={short(data)} is a folder, which is classification data, but the model is a {task} "
+            "model; pass a dataset YAML (data=path/to/data.yaml)"
+        )
     root = Path(data)
     if not (root / "train").is_dir():
-        raise ConfigError(f"data={short(data)}: a classification folder needs train/ (and val/) holding one folder "
-                          "per class; none found")
+        raise ConfigError(
+            f"data={short(data)}: a classification folder needs train/ (and val/) holding one folder "
+            "per class; none found"
+        )
 
 
 def check_data(data: str, task: str | None = None) -> dict[str, Any] | None:
@@ -316,11 +375,15 @@ def check_data(data: str, task: str | None = None) -> dict[str, Any] | None:
     """
     path = Path(data)
     if path.suffix.lower() not in DATA_SUFFIXES:
-        raise ConfigError(f"data={short(data)} is not a dataset YAML (.yaml or .yml) or a folder; Ultralytics would "
-                          "convert other formats by downloading their images: convert it first and pass the YAML")
+        raise ConfigError(
+            f"data={short(data)} is not a dataset YAML (.yaml or .yml) or a folder; Ultralytics would "
+            "convert other formats by downloading their images: convert it first and pass the YAML"
+        )
     if task == "classify":
-        raise ConfigError(f"data={short(data)} is a dataset YAML but the model is a classify model, which trains on a "
-                          "folder with train/ and val/ holding one folder per class: pass data=path/to/images")
+        raise ConfigError(
+            f"data={short(data)} is a dataset YAML but the model is a classify model, which trains on a "
+            "folder with train/ and val/ holding one folder per class: pass data=path/to/images"
+        )
     if not path.is_file():
         from ..core.compat import check_yaml
 
@@ -347,8 +410,10 @@ def check_data(data: str, task: str | None = None) -> dict[str, Any] | None:
     if cfg.get("train") is None or val is None:
         raise ConfigError(f"data '{data}' needs 'train:' and 'val:' image folders")
     if task == "pose" and cfg.get("kpt_shape") is None:
-        raise ConfigError(f"data '{data}' has no 'kpt_shape:' but the model is a pose model; pass a pose dataset YAML "
-                          "(with kpt_shape: [keypoints, dims]) or a model of the data's task")
+        raise ConfigError(
+            f"data '{data}' has no 'kpt_shape:' but the model is a pose model; pass a pose dataset YAML "
+            "(with kpt_shape: [keypoints, dims]) or a model of the data's task"
+        )
     from ..core.compat import DATASETS_DIR
 
     root_value = cfg.get("path")
@@ -364,15 +429,20 @@ def check_data(data: str, task: str | None = None) -> dict[str, Any] | None:
                 where = (root / item[3:]).resolve()
             if where.exists():
                 if where.is_dir() and not _has_images(where):
-                    raise ConfigError(f"data '{data}': the {split} images '{where}' hold no image files; fix "
-                                      f"'{split}:' or 'path:' in the data YAML")
+                    raise ConfigError(
+                        f"data '{data}': the {split} images '{where}' hold no image files; fix "
+                        f"'{split}:' or 'path:' in the data YAML"
+                    )
                 continue
             if cfg.get("download"):
-                raise ConfigError(f"dataset '{data}' is not here ({split} images '{where}' missing); Ultralytics would "
-                                  "download it but yolo-det does not download datasets: fetch it yourself or pass "
-                                  "a local data YAML")
-            raise ConfigError(f"data '{data}': the {split} images '{where}' do not exist; fix '{split}:' or 'path:' "
-                              "in the data YAML")
+                raise ConfigError(
+                    f"dataset '{data}' is not here ({split} images '{where}' missing); Ultralytics would "
+                    "download it but yolo-det does not download datasets: fetch it yourself or pass "
+                    "a local data YAML"
+                )
+            raise ConfigError(
+                f"data '{data}': the {split} images '{where}' do not exist; fix '{split}:' or 'path:' in the data YAML"
+            )
     return dict(cfg)
 
 
@@ -395,8 +465,10 @@ def check_cfg_file(cfg: Any) -> dict[str, Any]:
     from ..core.errors import did_you_mean
 
     if not isinstance(cfg, str) or Path(cfg).suffix.lower() not in DATA_SUFFIXES:
-        raise ConfigError(f"cfg={_text(cfg)} is not a settings YAML (.yaml); give a file like Ultralytics' "
-                          "default.yaml, or pass the settings as key=value")
+        raise ConfigError(
+            f"cfg={_text(cfg)} is not a settings YAML (.yaml); give a file like Ultralytics' "
+            "default.yaml, or pass the settings as key=value"
+        )
     path = Path(cfg).expanduser()
     try:
         values = safe_yaml.load(path.read_text(encoding="utf-8"))
@@ -405,8 +477,9 @@ def check_cfg_file(cfg: Any) -> dict[str, Any]:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"cfg '{short(cfg)}'{line}: malformed YAML: {getattr(e, 'problem', None) or 'invalid'}") \
-            from None
+        raise ConfigError(
+            f"cfg '{short(cfg)}'{line}: malformed YAML: {getattr(e, 'problem', None) or 'invalid'}"
+        ) from None
     if values is None:
         return {}
     if not isinstance(values, dict):
@@ -414,14 +487,24 @@ def check_cfg_file(cfg: Any) -> dict[str, Any]:
     unknown = [k for k in values if k not in DEFAULT_CFG_DICT]
     if unknown:
         hint = " (it looks like a dataset YAML: pass it as data=)" if {"names", "nc"} & set(values) else ""
-        raise ConfigError(f"cfg={short(cfg)}: {short(unknown[0])} is not an Ultralytics setting"
-                          f"{hint or did_you_mean(str(unknown[0]), DEFAULT_CFG_DICT)}")
+        raise ConfigError(
+            f"cfg={short(cfg)}: {short(unknown[0])} is not an Ultralytics setting"
+            f"{hint or did_you_mean(str(unknown[0]), DEFAULT_CFG_DICT)}"
+        )
     return {k: v for k, v in values.items() if k != "cfg"}
 
 
-_TASK_OF_CLASS = {"DetectionModel": "detect", "SegmentationModel": "segment", "PoseModel": "pose",
-                  "ClassificationModel": "classify", "OBBModel": "obb", "WorldModel": "detect",
-                  "YOLOEModel": "detect", "YOLOESegModel": "segment", "RTDETRDetectionModel": "detect"}
+_TASK_OF_CLASS = {
+    "DetectionModel": "detect",
+    "SegmentationModel": "segment",
+    "PoseModel": "pose",
+    "ClassificationModel": "classify",
+    "OBBModel": "obb",
+    "WorldModel": "detect",
+    "YOLOEModel": "detect",
+    "YOLOESegModel": "segment",
+    "RTDETRDetectionModel": "detect",
+}
 
 
 def check_checkpoint_model(path: str, names: list[str]) -> str | None:
@@ -434,12 +517,17 @@ def check_checkpoint_model(path: str, names: list[str]) -> str | None:
     Raises:
         ModelError: The pickle references no model class (a state dict, ``{"epoch": 3}``, a bare tensor).
     """
-    tasks = {_TASK_OF_CLASS[n.rsplit(".", 1)[1]] for n in names
-             if n.startswith("ultralytics.") and n.rsplit(".", 1)[1] in _TASK_OF_CLASS}
+    tasks = {
+        _TASK_OF_CLASS[n.rsplit(".", 1)[1]]
+        for n in names
+        if n.startswith("ultralytics.") and n.rsplit(".", 1)[1] in _TASK_OF_CLASS
+    }
     modules = [n for n in names if n.startswith(("torch.nn.modules.", "ultralytics.nn.")) or n.endswith("Model")]
     if not tasks and not modules:
-        raise ModelError(f"'{path}' holds no model Ultralytics can train from (its pickle names no model class: a "
-                         "state dict or other data); pass a checkpoint saved by Ultralytics, or a model YAML")
+        raise ModelError(
+            f"'{path}' holds no model Ultralytics can train from (its pickle names no model class: a "
+            "state dict or other data); pass a checkpoint saved by Ultralytics, or a model YAML"
+        )
     return tasks.pop() if len(tasks) == 1 else None
 
 

@@ -41,8 +41,7 @@ RESERVED = {
 }
 
 
-def prepare(profile: str | Profile, tokens: list[str], *,
-            check_device: bool = True) -> tuple[Profile, dict[str, Any]]:
+def prepare(profile: str | Profile, tokens: list[str], *, check_device: bool = True) -> tuple[Profile, dict[str, Any]]:
     """Validate the profile and the overrides; return ``(profile, ultralytics_args)`` or raise a one-line error.
 
     Nothing is written and no model is built. ``check_device=False`` leaves ``device=`` to the caller (verify
@@ -77,8 +76,9 @@ def prepare(profile: str | Profile, tokens: list[str], *,
     if demo:
         if task not in (None, "detect"):
             what = "a folder with train/ and val/ class folders" if task == "classify" else "a dataset YAML"
-            raise ConfigError(f"the bundled demo data is for detection and '{args['model']}' is a {task} model; "
-                              f"pass data= ({what})")
+            raise ConfigError(
+                f"the bundled demo data is for detection and '{args['model']}' is a {task} model; pass data= ({what})"
+            )
         args["data"] = str(demo_data_yaml())
     else:
         args["data"], data_cfg = resolve_data_cfg(args["data"], task)
@@ -101,6 +101,9 @@ def _prepare_resume(args: dict[str, Any]) -> dict[str, Any]:
     args = check_ultralytics_args(args, reserved=RESERVED)
     args["save_dir"] = resume_save_dir(info.path)  # the folder holding the checkpoint, never the one stored in it
     if ignored:
-        print(f"yolo-det: resuming ignores {', '.join(f'{k}={args[k]}' for k in ignored)}: the checkpoint's "
-              "values are used (start a new run to change them)", file=sys.stderr)
+        print(
+            f"yolo-det: resuming ignores {', '.join(f'{k}={args[k]}' for k in ignored)}: the checkpoint's "
+            "values are used (start a new run to change them)",
+            file=sys.stderr,
+        )
     return args

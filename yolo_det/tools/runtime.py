@@ -36,7 +36,6 @@ def run_folder(project: Any) -> Iterator[str]:
         yield tmp
 
 
-
 def new_figure(width: float = 8.0, height: float = 4.5) -> Any:
     """A matplotlib ``Figure`` with an Agg canvas (no pyplot state, no backend switch)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -10,7 +10,7 @@ version given with ``torch_version=``::
 
     report = yolo_det.audit("data/models/cbam-max.yaml", imgsz=64)
     print(report.format_table())
-    report.ok            # False: layer 10 (CBAMMax) reaches adaptive_max_pool2d_backward_cuda
+    report.ok  # False: layer 10 (CBAMMax) reaches adaptive_max_pool2d_backward_cuda
 
 With ``device="cuda"`` (on a machine with a GPU) the model also runs for real under strict mode; each
 kernel that raises is recorded with the module that ran it (and rerun with the flag off so the pass can
@@ -22,7 +22,6 @@ module (node ``metadata``); a ``TorchDispatchMode`` sees every aten op, forward 
 backward of a fake-CUDA graph cannot go through the autograd engine on a machine without CUDA, so the
 trace runs the graph itself: each node is called once, in dependency order, with its gradients.
 """
-
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ from .trace import _fake_trace, _loss_trace, _real_trace
 
 __all__ = ["audit"]
 
+
 def _check_size(imgsz: Any, batch: Any, stride: int | None) -> int:
     if isinstance(imgsz, bool) or not isinstance(imgsz, int) or imgsz < 1:
         raise ConfigError(f"imgsz must be a positive integer, got {imgsz!r}")
@@ -29,8 +30,9 @@ def _check_size(imgsz: Any, batch: Any, stride: int | None) -> int:
             lower = max(stride, imgsz // stride * stride)
             upper = lower if lower > imgsz else lower + stride
             options = sorted({lower, upper})
-            raise ConfigError(f"imgsz {imgsz} is not a multiple of the model's stride {stride}; use "
-                              f"{' or '.join(map(str, options))}")
+            raise ConfigError(
+                f"imgsz {imgsz} is not a multiple of the model's stride {stride}; use {' or '.join(map(str, options))}"
+            )
     return imgsz
 
 
@@ -97,8 +99,9 @@ def audit(
     if not isinstance(device, str) or not (device == "fake" or device == "cuda" or device.startswith("cuda:")):
         raise ConfigError(f"device must be 'fake' or 'cuda[:N]', got {device!r}")
     if device != "fake" and not torch.cuda.is_available():
-        raise ConfigError(f"device '{device}' needs a CUDA GPU and none is available; the default fake-CUDA trace "
-                          "needs none")
+        raise ConfigError(
+            f"device '{device}' needs a CUDA GPU and none is available; the default fake-CUDA trace needs none"
+        )
     loaded = _load(model, modules)
     _check_size(imgsz, batch, loaded.stride)
     trace = _fake_trace(loaded, tbl, imgsz=imgsz, batch=batch, forward_det=settings.deterministic)
@@ -115,12 +118,23 @@ def audit(
         device_label = f"fake-cuda+{device}"
     findings, fixed = _split_fixed(findings, loaded.model)
     return AuditReport(
-        model=loaded.source, findings=findings, fixed=fixed, torch_version=version, running_torch=running,
-        profile=prof.name, imgsz=imgsz, batch=batch, device=device_label,
-        yaml_path=str(loaded.yaml_path) if loaded.yaml_path else None, notes=notes,
-        stats={"ops": trace.counts["ops"], "autograd_nodes": trace.counts["nodes"],
-               "backward_nodes_run": trace.counts["backward_nodes"],
-               "seconds": round(time.perf_counter() - started, 3)},
+        model=loaded.source,
+        findings=findings,
+        fixed=fixed,
+        torch_version=version,
+        running_torch=running,
+        profile=prof.name,
+        imgsz=imgsz,
+        batch=batch,
+        device=device_label,
+        yaml_path=str(loaded.yaml_path) if loaded.yaml_path else None,
+        notes=notes,
+        stats={
+            "ops": trace.counts["ops"],
+            "autograd_nodes": trace.counts["nodes"],
+            "backward_nodes_run": trace.counts["backward_nodes"],
+            "seconds": round(time.perf_counter() - started, 3),
+        },
     )
 
 

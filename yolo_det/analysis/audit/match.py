@@ -84,8 +84,10 @@ def _match(trace: _Trace, table: OpTable, version: str, loaded: LoadedModel, set
                     continue
                 note = ""
                 if v != running:
-                    note = (f"torch {'.'.join(map(str, running))} takes a deterministic decomposition here; "
-                            f"torch {version} has none")
+                    note = (
+                        f"torch {'.'.join(map(str, running))} takes a deterministic decomposition here; "
+                        f"torch {version} has none"
+                    )
                 add(entry, occ, note)
                 continue
             via = occ.native is not None and (occ.native in entry.forward_ops or occ.native in entry.ops)
@@ -98,22 +100,35 @@ def _match(trace: _Trace, table: OpTable, version: str, loaded: LoadedModel, set
         entry, occ = g["entry"], g["occ"]
         layer, layer_class = _layer_of(model, occ.module)
         module_class = trace.classes.get(occ.module, "?")
-        findings.append(Finding(
-            entry=entry.id, kernel=entry.kernel, pass_=entry.pass_, effect=entry.effect, layer=layer,
-            layer_class=layer_class, yaml_line=loaded.layer_lines.get(layer) if layer is not None else None,
-            module=occ.module, module_class=module_class,
-            op=occ.label or occ.name, call=occ.call, count=g["count"],
-            behaviour={m: entry.behaviour(m) for m in _MODES},
-            under_profile=_under(entry, settings, module_class, occ.call),
-            fix=entry.fix.describe(module_class), condition=entry.condition, note=g["note"],
-            handled=_handled(entry, settings, module_class, occ.call),
-        ))
+        findings.append(
+            Finding(
+                entry=entry.id,
+                kernel=entry.kernel,
+                pass_=entry.pass_,
+                effect=entry.effect,
+                layer=layer,
+                layer_class=layer_class,
+                yaml_line=loaded.layer_lines.get(layer) if layer is not None else None,
+                module=occ.module,
+                module_class=module_class,
+                op=occ.label or occ.name,
+                call=occ.call,
+                count=g["count"],
+                behaviour={m: entry.behaviour(m) for m in _MODES},
+                under_profile=_under(entry, settings, module_class, occ.call),
+                fix=entry.fix.describe(module_class),
+                condition=entry.condition,
+                note=g["note"],
+                handled=_handled(entry, settings, module_class, occ.call),
+            )
+        )
     findings.sort(key=lambda f: (f.layer if f.layer is not None else 10**9, f.module, f.entry))
     return findings
 
 
-def _merge_observed(findings: list[Finding], trace: _Trace, table: OpTable, loaded: LoadedModel,
-                    settings: PhaseSettings) -> list[Finding]:
+def _merge_observed(
+    findings: list[Finding], trace: _Trace, table: OpTable, loaded: LoadedModel, settings: PhaseSettings
+) -> list[Finding]:
     seen = {(k, m) for k, _, m, _ in trace.alerts}
     out = []
     for f in findings:
@@ -128,16 +143,32 @@ def _merge_observed(findings: list[Finding], trace: _Trace, table: OpTable, load
     for (kernel, module), (pass_, node, count) in extra.items():
         layer, layer_class = _layer_of(loaded.model, module)
         module_class = trace.classes.get(module, "?")
-        out.append(Finding(
-            entry="observed", kernel=kernel, pass_=pass_, effect="alert", layer=layer, layer_class=layer_class,
-            yaml_line=loaded.layer_lines.get(layer) if layer is not None else None, module=module,
-            module_class=module_class, op=node or kernel, call=None, count=count,
-            behaviour={"strict": "raises RuntimeError", "warn": "warns; non-deterministic",
-                       "off": "non-deterministic, no message"},
-            under_profile=("raises RuntimeError" if settings.deterministic_algorithms == "strict"
-                           else "non-deterministic"),
-            fix="not in yolo-det's table: scoped toggle (profile balanced) or accept", observed=True,
-            note="seen on the real device only; please report it so the table can learn it",
-        ))
+        out.append(
+            Finding(
+                entry="observed",
+                kernel=kernel,
+                pass_=pass_,
+                effect="alert",
+                layer=layer,
+                layer_class=layer_class,
+                yaml_line=loaded.layer_lines.get(layer) if layer is not None else None,
+                module=module,
+                module_class=module_class,
+                op=node or kernel,
+                call=None,
+                count=count,
+                behaviour={
+                    "strict": "raises RuntimeError",
+                    "warn": "warns; non-deterministic",
+                    "off": "non-deterministic, no message",
+                },
+                under_profile=(
+                    "raises RuntimeError" if settings.deterministic_algorithms == "strict" else "non-deterministic"
+                ),
+                fix="not in yolo-det's table: scoped toggle (profile balanced) or accept",
+                observed=True,
+                note="seen on the real device only; please report it so the table can learn it",
+            )
+        )
     out.sort(key=lambda f: (f.layer if f.layer is not None else 10**9, f.module, f.entry))
     return out

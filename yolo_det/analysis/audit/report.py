@@ -66,12 +66,26 @@ class Finding:
     def to_dict(self) -> dict[str, Any]:
         """Plain data (for ``--json``)."""
         return {
-            "entry": self.entry, "kernel": self.kernel, "pass": self.pass_, "effect": self.effect,
-            "layer": self.layer, "layer_class": self.layer_class, "yaml_line": self.yaml_line,
-            "module": self.module, "module_class": self.module_class, "op": self.op, "call": self.call,
-            "count": self.count, "behaviour": dict(self.behaviour), "under_profile": self.under_profile,
-            "fix": self.fix, "condition": self.condition, "observed": self.observed, "note": self.note,
-            "breaks_determinism": self.breaks_determinism, "handled": self.handled,
+            "entry": self.entry,
+            "kernel": self.kernel,
+            "pass": self.pass_,
+            "effect": self.effect,
+            "layer": self.layer,
+            "layer_class": self.layer_class,
+            "yaml_line": self.yaml_line,
+            "module": self.module,
+            "module_class": self.module_class,
+            "op": self.op,
+            "call": self.call,
+            "count": self.count,
+            "behaviour": dict(self.behaviour),
+            "under_profile": self.under_profile,
+            "fix": self.fix,
+            "condition": self.condition,
+            "observed": self.observed,
+            "note": self.note,
+            "breaks_determinism": self.breaks_determinism,
+            "handled": self.handled,
         }
 
 
@@ -121,18 +135,30 @@ class AuditReport:
     def to_dict(self) -> dict[str, Any]:
         """Plain data (for ``--json``)."""
         return {
-            "model": self.model, "ok": self.ok, "torch_version": self.torch_version,
-            "running_torch": self.running_torch, "profile": self.profile, "imgsz": self.imgsz, "batch": self.batch,
-            "device": self.device, "yaml_path": self.yaml_path, "findings": [f.to_dict() for f in self.findings],
-            "notes": list(self.notes), "stats": dict(self.stats),
-            "fixed": [{"layer": f.layer, "yaml_line": f.yaml_line, "module": f.module, "class": f.module_class}
-                      for f in self.fixed],
+            "model": self.model,
+            "ok": self.ok,
+            "torch_version": self.torch_version,
+            "running_torch": self.running_torch,
+            "profile": self.profile,
+            "imgsz": self.imgsz,
+            "batch": self.batch,
+            "device": self.device,
+            "yaml_path": self.yaml_path,
+            "findings": [f.to_dict() for f in self.findings],
+            "notes": list(self.notes),
+            "stats": dict(self.stats),
+            "fixed": [
+                {"layer": f.layer, "yaml_line": f.yaml_line, "module": f.module, "class": f.module_class}
+                for f in self.fixed
+            ],
         }
 
     def format_table(self) -> str:
         """A readable report: one row per finding, then what happens under each mode, the fix and a verdict."""
-        head = (f"yolo-det audit: {self.model}  (imgsz {self.imgsz}, batch {self.batch}, torch {self.torch_version}, "
-                f"profile {self.profile}, {self.device} trace)")
+        head = (
+            f"yolo-det audit: {self.model}  (imgsz {self.imgsz}, batch {self.batch}, torch {self.torch_version}, "
+            f"profile {self.profile}, {self.device} trace)"
+        )
         lines = [head]
         for f in self.fixed:
             line = "" if f.yaml_line is None else f" (line {f.yaml_line})"
@@ -145,8 +171,16 @@ class AuditReport:
                 layer = "-" if f.layer is None else str(f.layer)
                 if f.layer_class and f.layer_class != f.module_class:
                     layer += f" {f.layer_class}"
-                rows.append((layer, "-" if f.yaml_line is None else str(f.yaml_line), f.module or "(model)",
-                             f.module_class, f.kernel, f.pass_))
+                rows.append(
+                    (
+                        layer,
+                        "-" if f.yaml_line is None else str(f.yaml_line),
+                        f.module or "(model)",
+                        f.module_class,
+                        f.kernel,
+                        f.pass_,
+                    )
+                )
             widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
             fmt = "  ".join(f"{{:<{w}}}" for w in widths)
             lines.append(fmt.format(*rows[0]).rstrip())
@@ -166,8 +200,9 @@ class AuditReport:
         if bad:
             layers = sorted({f.layer for f in bad if f.layer is not None})
             where = f" (layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))})" if layers else ""
-            lines.append(f"verdict: NOT deterministic under strict mode: {len(bad)} "
-                         f"finding{'s' if len(bad) > 1 else ''}{where}")
+            lines.append(
+                f"verdict: NOT deterministic under strict mode: {len(bad)} finding{'s' if len(bad) > 1 else ''}{where}"
+            )
         else:
             lines.append("verdict: trains under strict determinism")
         return "\n".join(lines)

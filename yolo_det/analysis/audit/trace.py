@@ -20,8 +20,22 @@ from ..optable import OpTable, decomposable_op, function_name, op_arguments
 from ..tracing import DispatchHook, FunctionHook, current_node, deterministic_flag, node_metadata, tensors
 
 _META = "yolo_det.analysis.audit"
-_KNOWN_NAMESPACES = frozenset({"aten", "prim", "prims", "torchvision", "_c10d_functional", "c10d", "profiler",
-                               "_quantized", "quantized", "rngprims", "higher_order", "debugprims"})
+_KNOWN_NAMESPACES = frozenset(
+    {
+        "aten",
+        "prim",
+        "prims",
+        "torchvision",
+        "_c10d_functional",
+        "c10d",
+        "profiler",
+        "_quantized",
+        "quantized",
+        "rngprims",
+        "higher_order",
+        "debugprims",
+    }
+)
 _ALERT = ALERT
 _MISSING = object()
 
@@ -119,11 +133,13 @@ class _Trace:
         if expected is not None and not native_ran:
             # torch's Python layer took its deterministic decomposition: record the op it stands for, so that
             # a table entry for a torch version without that decomposition still sees the call.
-            self.occurrences.append(_Occurrence("decomposed", expected, "", self.pass_, module, None, name, expected,
-                                                self.forward_det))
+            self.occurrences.append(
+                _Occurrence("decomposed", expected, "", self.pass_, module, None, name, expected, self.forward_det)
+            )
         if name in self.functions:
-            self.occurrences.append(_Occurrence("function", name, "", self.pass_, module, None, name, None,
-                                                self.forward_det))
+            self.occurrences.append(
+                _Occurrence("function", name, "", self.pass_, module, None, name, None, self.forward_det)
+            )
         meta = {"module": module, "call": name, "native": expected if native_ran else None, "det": self.forward_det}
         todo = [t.grad_fn for t in tensors(out) if t.grad_fn is not None]
         while todo:
@@ -137,8 +153,20 @@ class _Trace:
             self.counts["nodes"] += 1
             kind = _node_kind(node)
             if kind in ("python_function", "extension"):
-                self.occurrences.append(_Occurrence("node", kind, "", "backward", module, type(node).__name__, name,
-                                                    None, self.forward_det, label=type(node).__name__))
+                self.occurrences.append(
+                    _Occurrence(
+                        "node",
+                        kind,
+                        "",
+                        "backward",
+                        module,
+                        type(node).__name__,
+                        name,
+                        None,
+                        self.forward_det,
+                        label=type(node).__name__,
+                    )
+                )
             todo.extend(fn for fn, _ in node.next_functions if fn is not None)
 
     # -- ops ---------------------------------------------------------------------------------------------
@@ -161,15 +189,17 @@ class _Trace:
             native = meta.get("native")
             det = meta.get("det")
         if unknown_ns and schema not in self.op_names:
-            self.occurrences.append(_Occurrence("node", "extension", "", self.pass_, module, node, call, None, det,
-                                                label=schema))
+            self.occurrences.append(
+                _Occurrence("node", "extension", "", self.pass_, module, node, call, None, det, label=schema)
+            )
             return
         bound = None
         entries = self.table.lookup(schema, func._overloadname)
         if any(e.args for e in entries):
             bound = op_arguments(func, args, kwargs)
-        self.occurrences.append(_Occurrence("op", schema, func._overloadname, self.pass_, module, node, call, native,
-                                            det, bound))
+        self.occurrences.append(
+            _Occurrence("op", schema, func._overloadname, self.pass_, module, node, call, native, det, bound)
+        )
 
     # -- the hooks' handlers (analysis.tracing) ---------------------------------------------------------
     def call_function(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -259,9 +289,19 @@ class _Trace:
                     except Exception as e:  # a node without a fake kernel: match it by name
                         failed[f"{type(node).__name__} ({type(e).__name__})"] += 1
                         meta = self.node_meta or {}
-                        self.occurrences.append(_Occurrence("node_name", type(node).__name__, "", "backward",
-                                                            meta.get("module", ""), type(node).__name__,
-                                                            meta.get("call"), meta.get("native"), meta.get("det")))
+                        self.occurrences.append(
+                            _Occurrence(
+                                "node_name",
+                                type(node).__name__,
+                                "",
+                                "backward",
+                                meta.get("module", ""),
+                                type(node).__name__,
+                                meta.get("call"),
+                                meta.get("native"),
+                                meta.get("det"),
+                            )
+                        )
                         outs = None
                     finally:
                         self.node_meta = self.node_name = None
@@ -364,8 +404,10 @@ def _fake_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, 
         stack.enter_context(torch.enable_grad())
         model.train()
         stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
-        params = {k: torch.empty(v.shape, dtype=v.dtype, device="cuda").requires_grad_(v.requires_grad)
-                  for k, v in model.named_parameters()}
+        params = {
+            k: torch.empty(v.shape, dtype=v.dtype, device="cuda").requires_grad_(v.requires_grad)
+            for k, v in model.named_parameters()
+        }
         params.update({k: torch.empty(v.shape, dtype=v.dtype, device="cuda") for k, v in model.named_buffers()})
         dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.get_default_dtype())
         x = torch.empty((batch, loaded.channels, imgsz, imgsz), dtype=dtype, device="cuda")
@@ -379,8 +421,9 @@ def _fake_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, 
                 root = _loss_root(out)
         except Exception as e:  # the model's own forward failed
             msg = " ".join(str(e).split()) or type(e).__name__
-            raise ModelError(f"the model's forward failed on a {tuple(x.shape)} input: {type(e).__name__}: "
-                             f"{msg[:300]}") from None
+            raise ModelError(
+                f"the model's forward failed on a {tuple(x.shape)} input: {type(e).__name__}: {msg[:300]}"
+            ) from None
         if root is None or root.grad_fn is None:
             trace.notes.append("no output requires grad: only the forward was traced")
         else:
@@ -389,8 +432,9 @@ def _fake_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, 
     return trace
 
 
-def _real_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, forward_det: bool,
-                device: str) -> _Trace:
+def _real_trace(
+    loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, forward_det: bool, device: str
+) -> _Trace:
     """Run a copy of the model for real on ``device`` under strict mode, recording every kernel that alerts.
 
     An alerting kernel is recorded with its module and rerun with the flag off, so the pass reaches the end.
@@ -447,8 +491,12 @@ def _synthetic_batch(model: torch.nn.Module, *, imgsz: int, batch: int, channels
     n = batch * per
     xy = 0.3 + 0.4 * torch.rand((n, 2), generator=gen)
     wh = 0.1 + 0.2 * torch.rand((n, 2), generator=gen)
-    out: dict[str, Any] = {"img": img, "batch_idx": torch.arange(batch).repeat_interleave(per).float(),
-                           "cls": torch.randint(0, nc, (n, 1), generator=gen).float(), "bboxes": torch.cat([xy, wh], 1)}
+    out: dict[str, Any] = {
+        "img": img,
+        "batch_idx": torch.arange(batch).repeat_interleave(per).float(),
+        "cls": torch.randint(0, nc, (n, 1), generator=gen).float(),
+        "bboxes": torch.cat([xy, wh], 1),
+    }
     if cls_name == "OBBModel":
         out["bboxes"] = torch.cat([xy, wh, torch.zeros((n, 1))], 1)
     head = _head(model)
@@ -492,8 +540,13 @@ def _loss_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, 
     if args is None or isinstance(args, dict):
         from ...core.compat import get_cfg
 
-        work.args = get_cfg(overrides={k: v for k, v in (args or {}).items() if k in ("box", "cls", "dfl", "mask_ratio",
-                                                                                    "overlap_mask", "pose", "kobj")})
+        work.args = get_cfg(
+            overrides={
+                k: v
+                for k, v in (args or {}).items()
+                if k in ("box", "cls", "dfl", "mask_ratio", "overlap_mask", "pose", "kobj")
+            }
+        )
     work.criterion = None
     if not isinstance(getattr(work, "nc", None), int):  # trainers set it; RT-DETR's criterion reads it
         work.nc = int((getattr(work, "yaml", None) or {}).get("nc") or len(getattr(work, "names", None) or [0]))

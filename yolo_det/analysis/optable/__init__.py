@@ -17,7 +17,6 @@ kernel is :meth:`OpEntry.reaches`, which encodes the only run-time condition tor
 deterministic algorithms are on at forward time (``native_path``).
 """
 
-
 from __future__ import annotations
 
 from .decompose import decomposable_op, function_name, op_arguments

@@ -43,8 +43,11 @@ def decomposable_op(function: str, args: tuple[Any, ...], kwargs: Mapping[str, A
         args: Positional arguments of the call.
         kwargs: Keyword arguments of the call.
     """
-    if function not in ("torch.nn.functional.interpolate", "torch.nn.functional.pad",
-                        "torch.nn.functional.max_pool3d_with_indices"):
+    if function not in (
+        "torch.nn.functional.interpolate",
+        "torch.nn.functional.pad",
+        "torch.nn.functional.max_pool3d_with_indices",
+    ):
         return None
     bound = _bind(function, args, kwargs)
     if bound is None:

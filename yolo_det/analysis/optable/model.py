@@ -13,6 +13,7 @@ from .versions import parse_version, torch_version, version_in
 
 __all__ = ["Fix", "OpEntry", "OpTable", "VersionRange"]
 
+
 @dataclass(frozen=True)
 class VersionRange:
     """One ``versions`` item: for torch versions in ``spec``, the entry holds ``when``."""

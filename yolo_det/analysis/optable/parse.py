@@ -17,6 +17,7 @@ from .versions import version_in
 
 __all__ = ["load_table", "parse_table"]
 
+
 def _lines_of_entries(text: str) -> list[int]:
     try:
         node = safe_yaml.compose(text)
@@ -53,8 +54,10 @@ def _parse_entry(raw: Any, where: str, line: int | None) -> OpEntry:
         raise ConfigError(f"{where}: an entry must be a mapping, got {type(raw).__name__}")
     for key in raw:
         if key not in _ENTRY_KEYS:
-            raise ConfigError(f"{where}: unknown key '{key}'; valid keys: "
-                              f"{', '.join(_ENTRY_KEYS)}.{did_you_mean(str(key), _ENTRY_KEYS)}")
+            raise ConfigError(
+                f"{where}: unknown key '{key}'; valid keys: "
+                f"{', '.join(_ENTRY_KEYS)}.{did_you_mean(str(key), _ENTRY_KEYS)}"
+            )
     for key in _REQUIRED:
         if key not in raw:
             raise ConfigError(f"{where}: entry is missing '{key}'")
@@ -64,8 +67,10 @@ def _parse_entry(raw: Any, where: str, line: int | None) -> OpEntry:
     if raw["pass"] not in _PASSES:
         raise ConfigError(f"{where}: 'pass' must be one of {', '.join(_PASSES)}, got {raw['pass']!r}")
     if raw["effect"] not in EFFECTS:
-        raise ConfigError(f"{where}: 'effect' must be one of {', '.join(EFFECTS)}, got {raw['effect']!r}."
-                          f"{did_you_mean(str(raw['effect']), EFFECTS)}")
+        raise ConfigError(
+            f"{where}: 'effect' must be one of {', '.join(EFFECTS)}, got {raw['effect']!r}."
+            f"{did_you_mean(str(raw['effect']), EFFECTS)}"
+        )
     ops = _str_tuple(raw.get("ops"), "ops", where)
     forward_ops = _str_tuple(raw.get("forward_ops"), "forward_ops", where)
     for op in (*ops, *forward_ops):
@@ -83,8 +88,9 @@ def _parse_entry(raw: Any, where: str, line: int | None) -> OpEntry:
         raise ConfigError(f"{where}: 'args' must map argument names to values")
     versions = raw["versions"]
     if not isinstance(versions, list) or not versions:
-        raise ConfigError(f"{where}: 'versions' must be a non-empty list of "
-                          "{torch: spec, when: always|native_path|never}")
+        raise ConfigError(
+            f"{where}: 'versions' must be a non-empty list of {{torch: spec, when: always|native_path|never}}"
+        )
     ranges = []
     for item in versions:
         if not isinstance(item, dict) or set(item) != {"torch", "when"}:
@@ -97,16 +103,30 @@ def _parse_entry(raw: Any, where: str, line: int | None) -> OpEntry:
     fix_raw = raw["fix"]
     if not isinstance(fix_raw, dict) or not set(fix_raw) <= {"modules", "functions", "note"}:
         raise ConfigError(f"{where}: 'fix' must be a mapping with modules, functions and/or note")
-    fix = Fix(_str_map(fix_raw.get("modules"), "fix.modules", where),
-              _str_map(fix_raw.get("functions"), "fix.functions", where),
-              str(fix_raw.get("note") or ""))
+    fix = Fix(
+        _str_map(fix_raw.get("modules"), "fix.modules", where),
+        _str_map(fix_raw.get("functions"), "fix.functions", where),
+        str(fix_raw.get("note") or ""),
+    )
     if not fix.has_swap and not fix.note:
         raise ConfigError(f"{where}: 'fix' needs a swap (modules/functions) or a note")
     return OpEntry(
-        id=raw["id"], kernel=raw["kernel"], pass_=raw["pass"], effect=raw["effect"], ops=ops, forward_ops=forward_ops,
-        nodes=_str_tuple(raw.get("nodes"), "nodes", where), functions=functions, node_kinds=kinds, args=args,
-        cpu_alerts=bool(raw.get("cpu_alerts", False)), triggered_by=str(raw.get("triggered_by") or ""),
-        condition=str(raw.get("condition") or ""), versions=tuple(ranges), fix=fix, line=line,
+        id=raw["id"],
+        kernel=raw["kernel"],
+        pass_=raw["pass"],
+        effect=raw["effect"],
+        ops=ops,
+        forward_ops=forward_ops,
+        nodes=_str_tuple(raw.get("nodes"), "nodes", where),
+        functions=functions,
+        node_kinds=kinds,
+        args=args,
+        cpu_alerts=bool(raw.get("cpu_alerts", False)),
+        triggered_by=str(raw.get("triggered_by") or ""),
+        condition=str(raw.get("condition") or ""),
+        versions=tuple(ranges),
+        fix=fix,
+        line=line,
     )
 
 

@@ -20,20 +20,56 @@ _PASSES: tuple[str, ...] = get_args(Pass)
 _NODE_KINDS: tuple[str, ...] = get_args(NodeKind)
 
 #: What happens, per effect, under each deterministic mode (``strict``, ``warn`` = warn_only, ``off``).
-BEHAVIOUR: Mapping[str, Mapping[str, str]] = MappingProxyType({
-    "alert": MappingProxyType({"strict": "raises RuntimeError", "warn": "warns; non-deterministic",
-                               "off": "non-deterministic, no message"}),
-    "warn_only": MappingProxyType({"strict": "deterministic algorithm", "warn": "warns; non-deterministic",
-                                   "off": "non-deterministic, no message"}),
-    "silent": MappingProxyType({"strict": "non-deterministic, no message", "warn": "non-deterministic, no message",
-                                "off": "non-deterministic, no message"}),
-    "review": MappingProxyType({"strict": "custom backward (its torch ops were checked)",
-                                "warn": "custom backward (its torch ops were checked)",
-                                "off": "custom backward (its torch ops were checked)"}),
-})
+BEHAVIOUR: Mapping[str, Mapping[str, str]] = MappingProxyType(
+    {
+        "alert": MappingProxyType(
+            {
+                "strict": "raises RuntimeError",
+                "warn": "warns; non-deterministic",
+                "off": "non-deterministic, no message",
+            }
+        ),
+        "warn_only": MappingProxyType(
+            {
+                "strict": "deterministic algorithm",
+                "warn": "warns; non-deterministic",
+                "off": "non-deterministic, no message",
+            }
+        ),
+        "silent": MappingProxyType(
+            {
+                "strict": "non-deterministic, no message",
+                "warn": "non-deterministic, no message",
+                "off": "non-deterministic, no message",
+            }
+        ),
+        "review": MappingProxyType(
+            {
+                "strict": "custom backward (its torch ops were checked)",
+                "warn": "custom backward (its torch ops were checked)",
+                "off": "custom backward (its torch ops were checked)",
+            }
+        ),
+    }
+)
 
-_ENTRY_KEYS = ("id", "kernel", "pass", "effect", "ops", "forward_ops", "nodes", "functions", "node_kinds", "args",
-               "cpu_alerts", "triggered_by", "condition", "versions", "fix")
+_ENTRY_KEYS = (
+    "id",
+    "kernel",
+    "pass",
+    "effect",
+    "ops",
+    "forward_ops",
+    "nodes",
+    "functions",
+    "node_kinds",
+    "args",
+    "cpu_alerts",
+    "triggered_by",
+    "condition",
+    "versions",
+    "fix",
+)
 _REQUIRED = ("id", "kernel", "pass", "effect", "versions", "fix")
 _TOP_KEYS = ("schema", "checked_against", "messages", "entries")
 _OP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")

@@ -10,6 +10,7 @@ from .schema import _CLAUSE
 
 __all__ = ["parse_version", "torch_version", "version_in"]
 
+
 def parse_version(version: str | Iterable[int]) -> tuple[int, int, int]:
     """``"2.14.1+cu130"`` -> ``(2, 14, 1)``. Local and pre-release suffixes are ignored.
 
@@ -44,11 +45,13 @@ def version_in(spec: str, version: str | tuple[int, int, int]) -> bool:
     for clause in filter(None, (c.strip() for c in spec.split(","))):
         m = _CLAUSE.match(clause)
         if m is None:
-            raise ConfigError(f"bad version clause '{clause}' in '{spec}'; use >=, <=, ==, !=, > or < and a version, "
-                              "e.g. >=2.1,<2.14")
+            raise ConfigError(
+                f"bad version clause '{clause}' in '{spec}'; use >=, <=, ==, !=, > or < and a version, e.g. >=2.1,<2.14"
+            )
         op, bound = m.group(1), parse_version(m.group(2))
-        ok = {">=": v >= bound, "<=": v <= bound, "==": v == bound, "!=": v != bound,
-              ">": v > bound, "<": v < bound}[op]
+        ok = {">=": v >= bound, "<=": v <= bound, "==": v == bound, "!=": v != bound, ">": v > bound, "<": v < bound}[
+            op
+        ]
         if not ok:
             return False
     return True

@@ -33,9 +33,15 @@ __all__ = ["CLASS_PACKAGES", "PLAIN_CLASS_MODULES", "allowed_user_modules", "mod
 #: Packages whose ``nn.Module`` subclasses a checkpoint may hold.
 CLASS_PACKAGES = ("torch.nn", "torchvision.ops", "torchvision.transforms", "ultralytics.nn", "yolo_det.layers")
 #: Modules whose own plain classes (not only modules) Ultralytics keeps inside a model (loss, assigner).
-PLAIN_CLASS_MODULES = frozenset({"ultralytics.utils.loss", "ultralytics.utils.tal", "ultralytics.nn.distill_model",
-                                 # a classifier keeps its preprocessing (Compose, ToTensor) in the checkpoint
-                                 "torchvision.transforms.transforms"})
+PLAIN_CLASS_MODULES = frozenset(
+    {
+        "ultralytics.utils.loss",
+        "ultralytics.utils.tal",
+        "ultralytics.nn.distill_model",
+        # a classifier keeps its preprocessing (Compose, ToTensor) in the checkpoint
+        "torchvision.transforms.transforms",
+    }
+)
 #: Names older Ultralytics versions pickled, and what they are now.
 ALIASES = {
     ("ultralytics.nn.modules.block", "Silence"): ("torch.nn.modules.linear", "Identity"),

@@ -110,8 +110,9 @@ class CheckpointArchive:
         except KeyError:
             raise ModelError(f"'{self.path}' is truncated or incomplete: storage {name!s:.40} is missing") from None
         if info.file_size < size:
-            raise ModelError(f"'{self.path}' is truncated: storage {name!s:.40} holds {info.file_size} of its "
-                             f"{size} bytes")
+            raise ModelError(
+                f"'{self.path}' is truncated: storage {name!s:.40} holds {info.file_size} of its {size} bytes"
+            )
         try:
             with self.zf.open(info) as f:
                 data = f.read(size)
@@ -135,8 +136,10 @@ class CheckpointArchive:
 
 
 def _refuse(path: Path, why: str) -> ModelError:
-    return ModelError(f"'{path}' is not a PyTorch checkpoint yolo-det reads ({why}); yolo-det reads the zip "
-                      "checkpoints torch.save writes (torch >= 1.6)")
+    return ModelError(
+        f"'{path}' is not a PyTorch checkpoint yolo-det reads ({why}); yolo-det reads the zip "
+        "checkpoints torch.save writes (torch >= 1.6)"
+    )
 
 
 def read_bytes(path: str | os.PathLike[str]) -> bytes:

@@ -57,8 +57,9 @@ class BoundedLoader(yaml.SafeLoader):
         self._depth += 1
         try:
             if self._depth > self.max_depth:
-                raise YamlLimitError(f"collections nested more than {self.max_depth} levels deep",
-                                     self.peek_event().start_mark)
+                raise YamlLimitError(
+                    f"collections nested more than {self.max_depth} levels deep", self.peek_event().start_mark
+                )
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -112,8 +113,9 @@ def flow_depth_check(text: str, max_depth: int = MAX_DEPTH) -> None:
         elif c in "[{":
             depth += 1
             if depth > max_depth:
-                raise YamlLimitError(f"collections nested more than {max_depth} levels deep",
-                                     yaml.Mark("<text>", i, line, 0, None, 0))
+                raise YamlLimitError(
+                    f"collections nested more than {max_depth} levels deep", yaml.Mark("<text>", i, line, 0, None, 0)
+                )
         elif c in "]}":
             depth = max(0, depth - 1)
         elif c == "\n":
@@ -141,8 +143,9 @@ def expanded_size(root: yaml.Node, limit: int = MAX_NODES, max_depth: int = MAX_
             total, height = 1, 1
             if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)):
                 if level > max_depth:
-                    raise YamlLimitError(f"collections nested more than {max_depth} levels deep (aliases followed)",
-                                         node.start_mark)
+                    raise YamlLimitError(
+                        f"collections nested more than {max_depth} levels deep (aliases followed)", node.start_mark
+                    )
                 active.add(key)
                 children = node.value if isinstance(node, yaml.SequenceNode) else [n for p in node.value for n in p]
                 for child in children:
@@ -154,8 +157,9 @@ def expanded_size(root: yaml.Node, limit: int = MAX_NODES, max_depth: int = MAX_
                 active.discard(key)
             found = known[key] = (total, height)
         if level + found[1] - 1 > max_depth + 1:
-            raise YamlLimitError(f"collections nested more than {max_depth} levels deep (aliases followed)",
-                                 node.start_mark)
+            raise YamlLimitError(
+                f"collections nested more than {max_depth} levels deep (aliases followed)", node.start_mark
+            )
         return found
 
     return visit(root, 1)[0]

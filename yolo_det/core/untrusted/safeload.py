@@ -56,12 +56,14 @@ def _unpickle(path: str | os.PathLike[str], data: bytes | None, live: bool) -> A
         except RecursionError:
             raise ModelError(f"'{archive.path}' is not a PyTorch checkpoint: its pickle nests too deeply") from None
         except MemoryError:
-            raise ModelError(f"'{archive.path}' asks for more memory than a checkpoint needs, so it was not "
-                             "loaded") from None
+            raise ModelError(
+                f"'{archive.path}' asks for more memory than a checkpoint needs, so it was not loaded"
+            ) from None
         except Exception as e:  # a broken pickle raises anything
             msg = " ".join(str(e).split())[:160]
-            raise ModelError(f"'{archive.path}' is not a PyTorch checkpoint (truncated or damaged?): "
-                             f"{type(e).__name__}: {msg}") from None
+            raise ModelError(
+                f"'{archive.path}' is not a PyTorch checkpoint (truncated or damaged?): {type(e).__name__}: {msg}"
+            ) from None
 
 
 def read_checkpoint(path: str | os.PathLike[str]) -> Any:
@@ -105,8 +107,9 @@ def checkpoint_globals(path: str | os.PathLike[str]) -> list[str]:
         except ModelError as e:
             raise ModelError(str(e) if str(archive.path) in str(e) else f"'{archive.path}': {e}") from None
         except Exception as e:  # a broken pickle raises anything
-            raise ModelError(f"'{archive.path}' is not a PyTorch checkpoint (truncated or damaged?): "
-                             f"{type(e).__name__}") from None
+            raise ModelError(
+                f"'{archive.path}' is not a PyTorch checkpoint (truncated or damaged?): {type(e).__name__}"
+            ) from None
         return list(unpickler.names)
 
 
@@ -137,8 +140,9 @@ def _guarded_load(f: Any, map_location: Any = None, pickle_module: Any = None, *
         load_checkpoint(name, data)
         return real(io.BytesIO(data), map_location, **kwargs)
     obj = load_checkpoint(name, data)
-    if map_location not in (None, "cpu") and not (isinstance(map_location, torch.device)
-                                                  and map_location.type == "cpu"):
+    if map_location not in (None, "cpu") and not (
+        isinstance(map_location, torch.device) and map_location.type == "cpu"
+    ):
         raise ModelError(f"yolo-det loads checkpoints on the CPU only ('{name}' asked for {map_location!s:.40})")
     return obj
 

@@ -54,9 +54,11 @@ class RefusedGlobal(ModelError):
     def __init__(self, path: Any, what: str, called: bool = False) -> None:
         self.name = what
         verb = "calls" if called else "refers to"
-        super().__init__(f"checkpoint '{path}' {verb} {what[:160]}, which is not on yolo-det's allow-list of what "
-                         f"checkpoints hold, so it was not loaded (if it is your own block, pass --import MODULE; "
-                         f"{trust_hint()})")
+        super().__init__(
+            f"checkpoint '{path}' {verb} {what[:160]}, which is not on yolo-det's allow-list of what "
+            f"checkpoints hold, so it was not loaded (if it is your own block, pass --import MODULE; "
+            f"{trust_hint()})"
+        )
 
 
 class Inert:
@@ -122,10 +124,18 @@ class _Storage:
 
 
 _STORAGE_DTYPES: dict[str, torch.dtype] = {
-    "UntypedStorage": torch.uint8, "ByteStorage": torch.uint8, "CharStorage": torch.int8,
-    "ShortStorage": torch.int16, "IntStorage": torch.int32, "LongStorage": torch.int64,
-    "HalfStorage": torch.float16, "FloatStorage": torch.float32, "DoubleStorage": torch.float64,
-    "BFloat16Storage": torch.bfloat16, "BoolStorage": torch.bool, "ComplexFloatStorage": torch.complex64,
+    "UntypedStorage": torch.uint8,
+    "ByteStorage": torch.uint8,
+    "CharStorage": torch.int8,
+    "ShortStorage": torch.int16,
+    "IntStorage": torch.int32,
+    "LongStorage": torch.int64,
+    "HalfStorage": torch.float16,
+    "FloatStorage": torch.float32,
+    "DoubleStorage": torch.float64,
+    "BFloat16Storage": torch.bfloat16,
+    "BoolStorage": torch.bool,
+    "ComplexFloatStorage": torch.complex64,
     "ComplexDoubleStorage": torch.complex128,
 }
 
@@ -240,11 +250,22 @@ VALUES: dict[tuple[str, str], Any] = {
     ("datetime", "datetime"): datetime.datetime,
     ("datetime", "date"): datetime.date,
     ("datetime", "timedelta"): datetime.timedelta,
-    **{(m, c): _path for m in ("pathlib", "pathlib._local")
-       for c in ("Path", "PosixPath", "WindowsPath", "PurePath", "PurePosixPath", "PureWindowsPath")},
+    **{
+        (m, c): _path
+        for m in ("pathlib", "pathlib._local")
+        for c in ("Path", "PosixPath", "WindowsPath", "PurePath", "PurePosixPath", "PureWindowsPath")
+    },
 }
-_VALUE_TYPES = (collections.OrderedDict, types.SimpleNamespace, argparse.Namespace, datetime.datetime,
-                datetime.date, datetime.timedelta, torch.Size, torch.device)
+_VALUE_TYPES = (
+    collections.OrderedDict,
+    types.SimpleNamespace,
+    argparse.Namespace,
+    datetime.datetime,
+    datetime.date,
+    datetime.timedelta,
+    torch.Size,
+    torch.device,
+)
 
 
 class SafeUnpickler(pickle._Unpickler):
@@ -311,8 +332,10 @@ class SafeUnpickler(pickle._Unpickler):
             return _numpy_values().get((module, name))
         if (module, name) == ("torchvision.transforms.functional", "InterpolationMode"):
             return _interpolation_mode
-        if (module, name) in {("ultralytics.utils", "IterableSimpleNamespace"),
-                              ("ultralytics.yolo.utils", "IterableSimpleNamespace")}:
+        if (module, name) in {
+            ("ultralytics.utils", "IterableSimpleNamespace"),
+            ("ultralytics.yolo.utils", "IterableSimpleNamespace"),
+        }:
             from ..compat import IterableSimpleNamespace
 
             self._types.add(IterableSimpleNamespace)
@@ -337,8 +360,9 @@ class SafeUnpickler(pickle._Unpickler):
     def _getattr(self, obj: Any, name: Any) -> Any:
         # Ultralytics' heads keep `Detect.forward` as an attribute: a method of an allowed class, nothing more.
         if id(obj) not in self._classes or name not in {"forward", "forward_fuse"}:
-            raise RefusedGlobal(self._archive.path, f"builtins.getattr({self._name(obj)}, {str(name)[:40]!r})",
-                                called=True)
+            raise RefusedGlobal(
+                self._archive.path, f"builtins.getattr({self._name(obj)}, {str(name)[:40]!r})", called=True
+            )
         if isinstance(obj, type) and issubclass(obj, Inert):
             return _placeholder(obj._inert_module, f"{obj._inert_name}.{name}")
         return getattr(obj, name)
@@ -379,8 +403,10 @@ class SafeUnpickler(pickle._Unpickler):
         raise RefusedGlobal(self._archive.path, f"{self._name(cls)}.__new__ with arguments", called=True)
 
     def _refuse_op(self) -> None:
-        raise ModelError(f"checkpoint '{self._archive.path}' uses a pickle instruction that calls code "
-                         f"(INST, OBJ or the extension registry), so it was not loaded; {trust_hint()}")
+        raise ModelError(
+            f"checkpoint '{self._archive.path}' uses a pickle instruction that calls code "
+            f"(INST, OBJ or the extension registry), so it was not loaded; {trust_hint()}"
+        )
 
     def _target(self, obj: Any, what: str) -> None:
         if type(obj) in {list, dict, set} or (type(obj) in self._types and not isinstance(obj, type)):
@@ -390,8 +416,10 @@ class SafeUnpickler(pickle._Unpickler):
         np = sys.modules.get("numpy")
         if np is not None and isinstance(obj, (np.ndarray, np.dtype)):
             return
-        raise ModelError(f"checkpoint '{self._archive.path}' applies {what} to a {type(obj).__name__[:40]}, which "
-                         f"no checkpoint does, so it was not loaded; {trust_hint()}")
+        raise ModelError(
+            f"checkpoint '{self._archive.path}' applies {what} to a {type(obj).__name__[:40]}, which "
+            f"no checkpoint does, so it was not loaded; {trust_hint()}"
+        )
 
     def _load_build(self) -> None:
         state = self.stack[-1]
@@ -440,20 +468,24 @@ class SafeUnpickler(pickle._Unpickler):
             return cached
         itemsize = torch.empty(0, dtype=dtype).element_size()
         if self._archive.byteorder != "little" and itemsize > 1:
-            raise ModelError(f"'{self._archive.path}' was saved on a big-endian machine; load and save it again "
-                             "on this one")
+            raise ModelError(
+                f"'{self._archive.path}' was saved on a big-endian machine; load and save it again on this one"
+            )
         nbytes = numel * itemsize
         if nbytes > self._archive.size:
-            raise ModelError(f"'{self._archive.path}' is truncated or malformed: a storage of {nbytes} bytes in a "
-                             f"file of {self._archive.size}")
+            raise ModelError(
+                f"'{self._archive.path}' is truncated or malformed: a storage of {nbytes} bytes in a "
+                f"file of {self._archive.size}"
+            )
         raw = self._archive.read_record(key, nbytes)
         data = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
         storage = _Storage(data, dtype)
         self._storages[key] = storage
         return storage
 
-    def tensor(self, storage: Any, offset: Any, size: Any, stride: Any, dtype: torch.dtype | None = None
-               ) -> torch.Tensor:
+    def tensor(
+        self, storage: Any, offset: Any, size: Any, stride: Any, dtype: torch.dtype | None = None
+    ) -> torch.Tensor:
         """A tensor viewing ``storage``, checked to lie inside it and within the expansion budget."""
         if not isinstance(storage, _Storage):
             raise ModelError("malformed tensor in checkpoint: its storage is not one of the archive's")
@@ -469,8 +501,10 @@ class SafeUnpickler(pickle._Unpickler):
             raise ModelError(f"'{self._archive.path}' is truncated or malformed: a tensor reaches past its storage")
         self._budget -= math.prod(size_t) * itemsize
         if self._budget < 0:
-            raise ModelError(f"'{self._archive.path}': its tensors span more than {MAX_TENSOR_EXPANSION}x the file's "
-                             "size (expanded, stride-0 tensors), so it was not loaded")
+            raise ModelError(
+                f"'{self._archive.path}': its tensors span more than {MAX_TENSOR_EXPANSION}x the file's "
+                "size (expanded, stride-0 tensors), so it was not loaded"
+            )
         t = torch.empty(0, dtype=dtype)
         t.set_(storage.data.untyped_storage(), offset, size_t, stride_t)
         return t
@@ -481,16 +515,33 @@ class SafeUnpickler(pickle._Unpickler):
         return torch.nn.Parameter(data, requires_grad=bool(requires_grad)) if self._live else data
 
 
-def _rebuild_v2(u: SafeUnpickler, storage: Any, offset: Any, size: Any, stride: Any, requires_grad: Any = False,
-                hooks: Any = None, metadata: Any = None) -> torch.Tensor:
+def _rebuild_v2(
+    u: SafeUnpickler,
+    storage: Any,
+    offset: Any,
+    size: Any,
+    stride: Any,
+    requires_grad: Any = False,
+    hooks: Any = None,
+    metadata: Any = None,
+) -> torch.Tensor:
     t = u.tensor(storage, offset, size, stride)
     if requires_grad is True and t.is_floating_point():
         t.requires_grad_(True)
     return t
 
 
-def _rebuild_v3(u: SafeUnpickler, storage: Any, offset: Any, size: Any, stride: Any, requires_grad: Any,
-                hooks: Any, dtype: Any, metadata: Any = None) -> torch.Tensor:
+def _rebuild_v3(
+    u: SafeUnpickler,
+    storage: Any,
+    offset: Any,
+    size: Any,
+    stride: Any,
+    requires_grad: Any,
+    hooks: Any,
+    dtype: Any,
+    metadata: Any = None,
+) -> torch.Tensor:
     if not isinstance(dtype, torch.dtype):
         raise ModelError("malformed tensor in checkpoint: bad dtype")
     return u.tensor(storage, offset, size, stride, dtype)
@@ -518,10 +569,19 @@ _REBUILDERS: dict[tuple[str, str], Any] = {
 }
 
 _OPS = {
-    pickle.REDUCE: "_load_reduce", pickle.NEWOBJ: "_load_newobj", pickle.NEWOBJ_EX: "_load_newobj_ex",
-    pickle.INST: "_refuse_op", pickle.OBJ: "_refuse_op", pickle.EXT1: "_refuse_op", pickle.EXT2: "_refuse_op",
-    pickle.EXT4: "_refuse_op", pickle.BUILD: "_load_build", pickle.APPEND: "_load_append",
-    pickle.APPENDS: "_load_appends", pickle.SETITEM: "_load_setitem", pickle.SETITEMS: "_load_setitems",
+    pickle.REDUCE: "_load_reduce",
+    pickle.NEWOBJ: "_load_newobj",
+    pickle.NEWOBJ_EX: "_load_newobj_ex",
+    pickle.INST: "_refuse_op",
+    pickle.OBJ: "_refuse_op",
+    pickle.EXT1: "_refuse_op",
+    pickle.EXT2: "_refuse_op",
+    pickle.EXT4: "_refuse_op",
+    pickle.BUILD: "_load_build",
+    pickle.APPEND: "_load_append",
+    pickle.APPENDS: "_load_appends",
+    pickle.SETITEM: "_load_setitem",
+    pickle.SETITEMS: "_load_setitems",
     pickle.ADDITEMS: "_load_additems",
 }
 for _op, _method in _OPS.items():

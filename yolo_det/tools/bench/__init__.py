@@ -27,7 +27,6 @@ The bench's own cost per measured step (clock reads, bookkeeping, the loop) is m
 and reported, in absolute terms and as a share of the median step.
 """
 
-
 from __future__ import annotations
 
 from .isolations import BASES, DEFAULT_PROFILES, ISOLATIONS, Isolation

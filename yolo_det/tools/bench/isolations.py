@@ -18,8 +18,16 @@ RESERVED = {
     "time": "the bench decides how many steps to run (use --steps)",
 }
 
-_OFF = PhaseSettings(deterministic_algorithms="off", cudnn_benchmark=False, cudnn_deterministic=False,
-                     allow_tf32=False, fill_uninitialized_memory=False, backward="keep", swaps="none", intercept=False)
+_OFF = PhaseSettings(
+    deterministic_algorithms="off",
+    cudnn_benchmark=False,
+    cudnn_deterministic=False,
+    allow_tf32=False,
+    fill_uninitialized_memory=False,
+    backward="keep",
+    swaps="none",
+    intercept=False,
+)
 #: The bases settings are toggled from: everything off, and deterministic algorithms (strict) alone.
 BASES: dict[str, PhaseSettings] = {"off": _OFF, "strict": _OFF.replace(deterministic_algorithms="strict")}
 

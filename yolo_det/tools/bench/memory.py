@@ -26,9 +26,11 @@ class _Memory:
                 self._libc = ctypes.CDLL(name) if name else None
             except OSError:
                 self._libc = None
-            self.method = ("process peak resident set size (VmHWM) over one untimed step per configuration, after "
-                           "malloc_trim(0) and a reset of the high-water mark (/proc/self/clear_refs); includes "
-                           "libraries and the model, so compare differences between rows")
+            self.method = (
+                "process peak resident set size (VmHWM) over one untimed step per configuration, after "
+                "malloc_trim(0) and a reset of the high-water mark (/proc/self/clear_refs); includes "
+                "libraries and the model, so compare differences between rows"
+            )
             self.available = self._reset_hwm()
         else:
             self.method = "not measured on this platform"

@@ -15,6 +15,7 @@ from .stats import iqr
 
 __all__ = ["BenchReport", "plot_bench"]
 
+
 @dataclass
 class _Config:
     key: str
@@ -57,8 +58,15 @@ class BenchReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data."""
-        return {"schema": SCHEMA, **self.info, "fastest": self.fastest, "rows": self.rows, "settings": self.settings,
-                "overhead": self.overhead, "plot": self.plot}
+        return {
+            "schema": SCHEMA,
+            **self.info,
+            "fastest": self.fastest,
+            "rows": self.rows,
+            "settings": self.settings,
+            "overhead": self.overhead,
+            "plot": self.plot,
+        }
 
     def table(self) -> str:
         """The terminal table."""
@@ -83,19 +91,26 @@ class BenchReport:
             cpu = f"{r['step_cpu_ms']:.1f}" if r.get("step_cpu_ms") is not None else "-"
             ci = "-" if r.get("time_ratio_low") is None else f"{r['time_ratio_low']:.2f}-{r['time_ratio_high']:.2f}"
             word = {"reference": "fastest", None: "-"}.get(r.get("time_ratio_verdict"), r.get("time_ratio_verdict"))
-            lines.append(f"{r['profile']:<12}{r['step_ms']:>10.1f}{iqr:>16}{cpu:>9}{r['images_per_s']:>11.1f}{mem:>11}"
-                         f"{step_mem:>10}{r['time_ratio']:>7.2f}x{ci:>14}  {word:<13}{mratio:>8}")
-        lines.append("IQR: interquartile range of the step times; CPU ms: process CPU time per step (CPU devices; "
-                     "robust to a busy machine); step mem: peak above the level at the start of a block; time, memory: "
-                     "ratio to the fastest profile and to the smallest peak; 95% CI: bootstrap interval of the time "
-                     "ratio; 'within noise': the interval contains 1 or the difference is under 1%")
+            lines.append(
+                f"{r['profile']:<12}{r['step_ms']:>10.1f}{iqr:>16}{cpu:>9}{r['images_per_s']:>11.1f}{mem:>11}"
+                f"{step_mem:>10}{r['time_ratio']:>7.2f}x{ci:>14}  {word:<13}{mratio:>8}"
+            )
+        lines.append(
+            "IQR: interquartile range of the step times; CPU ms: process CPU time per step (CPU devices; "
+            "robust to a busy machine); step mem: peak above the level at the start of a block; time, memory: "
+            "ratio to the fastest profile and to the smallest peak; 95% CI: bootstrap interval of the time "
+            "ratio; 'within noise': the interval contains 1 or the difference is under 1%"
+        )
         for r in self.rows:
             for note in r["notes"]:
                 lines.append(f"  {r['profile']}: {note}")
         if self.settings:
-            lines += ["", "what each setting costs on its own (one setting toggled from a base; + is slower):",
-                      f"{'setting':<34}{'base':>8}{'base ms':>10}{'toggled ms':>12}{'cost':>9}{'95% CI':>18}  "
-                      f"{'verdict':<13}{'CPU cost':>10}{'mem delta':>11}"]
+            lines += [
+                "",
+                "what each setting costs on its own (one setting toggled from a base; + is slower):",
+                f"{'setting':<34}{'base':>8}{'base ms':>10}{'toggled ms':>12}{'cost':>9}{'95% CI':>18}  "
+                f"{'verdict':<13}{'CPU cost':>10}{'mem delta':>11}",
+            ]
             for s in self.settings:
                 if s["status"] != "measured":
                     lines.append(f"{s['label']:<34}{s['base']:>8}  {s['status']}")
@@ -103,12 +118,17 @@ class BenchReport:
                 mem = _fmt_bytes(s["memory_delta_bytes"], signed=True)
                 cpu_cost = f"{s['cpu_cost_pct']:+.1f}%" if s.get("cpu_cost_pct") is not None else "-"
                 ci = "-" if s.get("cost_pct_low") is None else f"{s['cost_pct_low']:+.1f}..{s['cost_pct_high']:+.1f}%"
-                lines.append(f"{s['label']:<34}{s['base']:>8}{s['base_ms']:>10.1f}{s['toggled_ms']:>12.1f}"
-                             f"{s['cost_pct']:>+8.1f}%{ci:>18}  {s.get('verdict') or '-':<13}{cpu_cost:>10}{mem:>11}")
+                lines.append(
+                    f"{s['label']:<34}{s['base']:>8}{s['base_ms']:>10.1f}{s['toggled_ms']:>12.1f}"
+                    f"{s['cost_pct']:>+8.1f}%{ci:>18}  {s.get('verdict') or '-':<13}{cpu_cost:>10}{mem:>11}"
+                )
         o = self.overhead
-        lines += ["", f"peak memory: {i['memory_method']}",
-                  f"bench overhead: {o['per_step_us']:.2f} us per measured step "
-                  f"({o['percent_of_median_step']:.4f}% of the median step)"]
+        lines += [
+            "",
+            f"peak memory: {i['memory_method']}",
+            f"bench overhead: {o['per_step_us']:.2f} us per measured step "
+            f"({o['percent_of_median_step']:.4f}% of the median step)",
+        ]
         return "\n".join(lines)
 
 
@@ -132,21 +152,35 @@ def plot_bench(report: BenchReport, path: str | Path) -> Path:
     step = [r["step_ms"] for r in rows]
     low = [r["step_ms"] - r["step_ms_q1"] for r in rows]
     high = [r["step_ms_q3"] - r["step_ms"] for r in rows]
-    panels = [("median step time (ms), bar: IQR", step, (low, high)),
-              ("throughput (images/s)", [r["images_per_s"] for r in rows], None),
-              ("peak memory (MiB)", [None if r["peak_memory_bytes"] is None else r["peak_memory_bytes"] / 2**20
-                                     for r in rows], None)]
+    panels = [
+        ("median step time (ms), bar: IQR", step, (low, high)),
+        ("throughput (images/s)", [r["images_per_s"] for r in rows], None),
+        (
+            "peak memory (MiB)",
+            [None if r["peak_memory_bytes"] is None else r["peak_memory_bytes"] / 2**20 for r in rows],
+            None,
+        ),
+    ]
     for k, (title, values, err) in enumerate(panels):
         ax = fig.add_subplot(n_rows, 3, k + 1)
         vals = [v if v is not None else 0.0 for v in values]
-        bars = ax.bar(names, vals, color=[colors[j % len(colors)] for j in range(len(names))],
-                      yerr=None if err is None else [err[0], err[1]], capsize=4 if err else 0)
+        bars = ax.bar(
+            names,
+            vals,
+            color=[colors[j % len(colors)] for j in range(len(names))],
+            yerr=None if err is None else [err[0], err[1]],
+            capsize=4 if err else 0,
+        )
         for j, (bar, v) in enumerate(zip(bars, values)):
             text = "n/a" if v is None else (f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}")
             if k == 0:
                 word = rows[j].get("time_ratio_verdict")
-                text += {"reference": "\nfastest", "within noise": "\nwithin noise", "slower": "\nslower",
-                         "faster": "\nfaster"}.get(word or "", "")
+                text += {
+                    "reference": "\nfastest",
+                    "within noise": "\nwithin noise",
+                    "slower": "\nslower",
+                    "faster": "\nfaster",
+                }.get(word or "", "")
             top = bar.get_height() + (err[1][j] if err else 0.0)
             ax.annotate(text, (bar.get_x() + bar.get_width() / 2, top), ha="center", va="bottom", fontsize=8)
         ax.set_title(title, fontsize=10)
@@ -161,12 +195,17 @@ def plot_bench(report: BenchReport, path: str | Path) -> Path:
         bar_colors = []
         for s, m in zip(shown, measured):
             word = s.get("verdict")
-            bar_colors.append("#bbbbbb" if not m or word == "within noise" else
-                              "#c44e52" if s["cost_pct"] > 0 else "#55a868")
-        xerr_low = [c - s["cost_pct_low"] if m and s.get("cost_pct_low") is not None else 0.0
-                    for s, m, c in zip(shown, measured, costs)]
-        xerr_high = [s["cost_pct_high"] - c if m and s.get("cost_pct_high") is not None else 0.0
-                     for s, m, c in zip(shown, measured, costs)]
+            bar_colors.append(
+                "#bbbbbb" if not m or word == "within noise" else "#c44e52" if s["cost_pct"] > 0 else "#55a868"
+            )
+        xerr_low = [
+            c - s["cost_pct_low"] if m and s.get("cost_pct_low") is not None else 0.0
+            for s, m, c in zip(shown, measured, costs)
+        ]
+        xerr_high = [
+            s["cost_pct_high"] - c if m and s.get("cost_pct_high") is not None else 0.0
+            for s, m, c in zip(shown, measured, costs)
+        ]
         ax.barh(ypos, costs, color=bar_colors, xerr=[xerr_low, xerr_high], capsize=3)
         ax.set_yticks(ypos)
         ax.set_yticklabels(labels)
@@ -179,13 +218,23 @@ def plot_bench(report: BenchReport, path: str | Path) -> Path:
                 text = s["status"]
             else:
                 text = f"{c:+.1f}% ({s.get('verdict') or '-'})"
-            ax.annotate(text, (max(c, 0.0) + hi + span * 0.03, y), va="center", fontsize=8,
-                        color="#555555" if not m or s.get("verdict") == "within noise" else "black")
-        ax.set_xlabel("step time change when toggled on its own (%), bar: 95% bootstrap interval; "
-                      "grey: within noise or not applicable")
+            ax.annotate(
+                text,
+                (max(c, 0.0) + hi + span * 0.03, y),
+                va="center",
+                fontsize=8,
+                color="#555555" if not m or s.get("verdict") == "within noise" else "black",
+            )
+        ax.set_xlabel(
+            "step time change when toggled on its own (%), bar: 95% bootstrap interval; "
+            "grey: within noise or not applicable"
+        )
         ax.grid(True, axis="x", alpha=0.3)
     i = report.info
-    fig.suptitle(f"yolo-det bench: {i['model']} on {i['device']}, batch {i['batch']}, imgsz {i['imgsz']}, "
-                 f"{i['steps']} steps per configuration", fontsize=11)
+    fig.suptitle(
+        f"yolo-det bench: {i['model']} on {i['device']}, batch {i['batch']}, imgsz {i['imgsz']}, "
+        f"{i['steps']} steps per configuration",
+        fontsize=11,
+    )
     fig.tight_layout()
     return save_figure(fig, path)

@@ -31,6 +31,7 @@ from .stats import ratio_interval, verdict
 
 __all__ = ["bench", "check_args", "parse_profiles"]
 
+
 class _Done(Exception):
     """Ends the Ultralytics training once the bench has run inside its setup callback."""
 
@@ -102,8 +103,17 @@ def bench(
 
     def run_bench(trainer: Any) -> None:
         try:
-            result["report"] = _Runner(trainer, loaded, steps=steps, warmup=warmup, block=block, isolate=isolate,
-                                       progress=progress, model_name=str(model_src), kernel_steps=kernel_steps).run()
+            result["report"] = _Runner(
+                trainer,
+                loaded,
+                steps=steps,
+                warmup=warmup,
+                block=block,
+                isolate=isolate,
+                progress=progress,
+                model_name=str(model_src),
+                kernel_steps=kernel_steps,
+            ).run()
         finally:
             for loader in (getattr(trainer, "train_loader", None), getattr(trainer, "test_loader", None)):
                 close = getattr(loader, "close", None)
@@ -145,8 +155,19 @@ def _interval_fields(prefix: str, cfg: _Config, ref: _Config | None) -> dict[str
 class _Runner:
     """The timed loop inside a set-up trainer."""
 
-    def __init__(self, trainer: Any, profiles: list[Profile], *, steps: int, warmup: int, block: int, isolate: bool,
-                 progress: Callable[[str], None] | None, model_name: str, kernel_steps: int = 0) -> None:
+    def __init__(
+        self,
+        trainer: Any,
+        profiles: list[Profile],
+        *,
+        steps: int,
+        warmup: int,
+        block: int,
+        isolate: bool,
+        progress: Callable[[str], None] | None,
+        model_name: str,
+        kernel_steps: int = 0,
+    ) -> None:
         self.trainer = trainer
         self.kernel_steps = kernel_steps
         self.profiles = profiles
@@ -156,8 +177,9 @@ class _Runner:
         self.model_name = model_name
         self.device: torch.device = trainer.device
         self.memory = _Memory(self.device)
-        self.sync: Callable[[], None] | None = (lambda: torch.cuda.synchronize(self.device)) \
-            if self.device.type == "cuda" else None
+        self.sync: Callable[[], None] | None = (
+            (lambda: torch.cuda.synchronize(self.device)) if self.device.type == "cuda" else None
+        )
         self._swap_plans: dict[tuple[int, str], dict[str, str]] = {}
 
     # -- configurations -----------------------------------------------------------------------------
@@ -179,8 +201,14 @@ class _Runner:
                 if iso.devices is not None and self.device.type not in iso.devices:
                     isolations.append((iso, "", None, f"not applicable on {self.device.type}"))
                 elif iso.needs_scope is not None and iso.needs_scope not in handled:
-                    isolations.append((iso, "", None, "not measured: no implementation registered "
-                                                      "(yolo_det.tools.bench.register_scope)"))
+                    isolations.append(
+                        (
+                            iso,
+                            "",
+                            None,
+                            "not measured: no implementation registered (yolo_det.tools.bench.register_scope)",
+                        )
+                    )
                 else:
                     base = config(f"base:{iso.base}", BASES[iso.base])
                     toggled = config(f"toggle:{iso.setting}", BASES[iso.base].replace(**iso.changes))
@@ -206,8 +234,11 @@ class _Runner:
                 return [cpu(v) for v in obj]
             return obj
 
-        saved = {"model": cpu(unwrap_model(t.model).state_dict()), "optimizer": cpu(t.optimizer.state_dict()),
-                 "scaler": cpu(ToggleScaler.unwrap(t.scaler).state_dict())}
+        saved = {
+            "model": cpu(unwrap_model(t.model).state_dict()),
+            "optimizer": cpu(t.optimizer.state_dict()),
+            "scaler": cpu(ToggleScaler.unwrap(t.scaler).state_dict()),
+        }
         ema = getattr(t, "ema", None)
         if ema is not None:
             saved["ema"] = cpu(ema.ema.state_dict())
@@ -242,8 +273,14 @@ class _Runner:
 
         return step
 
-    def _block(self, step: Callable[[dict[str, Any]], None], pool: list[dict[str, Any]], n: int,
-               times: list[float] | None, cpu_times: list[float] | None = None) -> None:
+    def _block(
+        self,
+        step: Callable[[dict[str, Any]], None],
+        pool: list[dict[str, Any]],
+        n: int,
+        times: list[float] | None,
+        cpu_times: list[float] | None = None,
+    ) -> None:
         """Run ``n`` steps; append each one's wall seconds to ``times`` and, on a CPU device, its process CPU
         seconds to ``cpu_times`` (None: untimed)."""
         clock = time.perf_counter
@@ -278,10 +315,12 @@ class _Runner:
             self._block(empty, pool, n, times, [] if self.device.type == "cpu" else None)
             samples.append((time.perf_counter() - t0) / n)
         per_step = statistics.median(samples)
-        return {"per_step_us": per_step * 1e6,
-                "percent_of_median_step": 100.0 * per_step / median_step if median_step > 0 else math.nan,
-                "method": "the measurement loop run with an empty step (clock reads, sync, bookkeeping), "
-                          f"{n} steps x 5, median"}
+        return {
+            "per_step_us": per_step * 1e6,
+            "percent_of_median_step": 100.0 * per_step / median_step if median_step > 0 else math.nan,
+            "method": "the measurement loop run with an empty step (clock reads, sync, bookkeeping), "
+            f"{n} steps x 5, median",
+        }
 
     def _apply(self, stack: ExitStack, settings: PhaseSettings) -> None:
         """Apply ``settings`` through a session (undone when ``stack`` closes): flags, the backward toggle on
@@ -302,8 +341,9 @@ class _Runner:
                     self._swap_plans[key] = decide_swaps(model, settings.swaps)
             session.prepare_model(model, decided=self._swap_plans[key])
 
-    def _measured_block(self, cfg: _Config, step: Callable[[dict[str, Any]], None], pool: list[dict[str, Any]],
-                        n: int) -> None:
+    def _measured_block(
+        self, cfg: _Config, step: Callable[[dict[str, Any]], None], pool: list[dict[str, Any]], n: int
+    ) -> None:
         """Time ``n`` steps of ``cfg``; measure its peak memory (see :class:`_Memory`).
 
         On CUDA the peak is read around every timed block (resetting the peak counter costs nothing). On a
@@ -322,8 +362,9 @@ class _Runner:
             self._block(step, pool, 1, None)
             self._record_memory(cfg)
 
-    def _profile_kernels(self, cfg: _Config, step: Callable[[dict[str, Any]], None], pool: list[dict[str, Any]],
-                         top: int = 60) -> None:
+    def _profile_kernels(
+        self, cfg: _Config, step: Callable[[dict[str, Any]], None], pool: list[dict[str, Any]], top: int = 60
+    ) -> None:
         """Run ``kernel_steps`` steps of ``cfg`` under ``torch.profiler``; keep its largest GPU kernels."""
         from torch.profiler import ProfilerActivity, profile
 
@@ -374,8 +415,10 @@ class _Runner:
         step = self._step_fn()
         saved = self._save_state()
         order = list(configs)
-        self.progress(f"bench: {len(order)} configurations x ({self.warmup} warm-up + {self.steps} measured steps) "
-                      f"on {self.device}")
+        self.progress(
+            f"bench: {len(order)} configurations x ({self.warmup} warm-up + {self.steps} measured steps) "
+            f"on {self.device}"
+        )
         try:
             for key in order:  # warm-up, untimed
                 self._guarded(configs[key], lambda cfg: self._block(step, pool, self.warmup, None), saved)
@@ -395,8 +438,14 @@ class _Runner:
             self._load_state(saved)
         timed = [configs[k].median() for _, k in profile_keys if configs[k].error is None and configs[k].times]
         fastest = min(timed) if timed else math.nan
-        fastest_cfg = next((configs[k] for _, k in profile_keys if configs[k].error is None and configs[k].times
-                            and configs[k].median() == fastest), None)
+        fastest_cfg = next(
+            (
+                configs[k]
+                for _, k in profile_keys
+                if configs[k].error is None and configs[k].times and configs[k].median() == fastest
+            ),
+            None,
+        )
         peaks = [peak for _, k in profile_keys if (peak := configs[k].peak) is not None]
         smallest = min(peaks) if peaks else None
         rows = []
@@ -405,34 +454,49 @@ class _Runner:
             ok = c.error is None and bool(c.times)
             med = c.median()
             q1, q3 = c.quartiles()
-            rows.append({
-                "profile": p.name,
-                "source": p.source,
-                "steps": len(c.times) if ok else 0,
-                "step_ms": med * 1e3 if ok else None,
-                "step_ms_q1": q1 * 1e3 if ok else None,
-                "step_ms_q3": q3 * 1e3 if ok else None,
-                "step_cpu_ms": cpu * 1e3 if ok and (cpu := c.cpu_median()) is not None else None,
-                "step_times_ms": [t * 1e3 for t in c.times] if ok else [],
-                "images_per_s": batch_size / med if ok and med > 0 else None,
-                "peak_memory_bytes": c.peak if ok else None,
-                "peak_memory_over_start_bytes": c.peak_delta if ok else None,
-                "time_ratio": med / fastest if ok and fastest > 0 else None,
-                **_interval_fields("time_ratio", c, fastest_cfg if ok else None),
-                "throughput_ratio": fastest / med if ok and med > 0 else None,
-                "memory_ratio": (c.peak / smallest) if ok and c.peak is not None and smallest else None,
-                "error": c.error,
-                "settings": {k: v for k, v in c.settings.to_dict().items() if k not in {"seed"}},
-                "notes": list(c.notes),
-                "kernels": c.kernels,
-            })
+            rows.append(
+                {
+                    "profile": p.name,
+                    "source": p.source,
+                    "steps": len(c.times) if ok else 0,
+                    "step_ms": med * 1e3 if ok else None,
+                    "step_ms_q1": q1 * 1e3 if ok else None,
+                    "step_ms_q3": q3 * 1e3 if ok else None,
+                    "step_cpu_ms": cpu * 1e3 if ok and (cpu := c.cpu_median()) is not None else None,
+                    "step_times_ms": [t * 1e3 for t in c.times] if ok else [],
+                    "images_per_s": batch_size / med if ok and med > 0 else None,
+                    "peak_memory_bytes": c.peak if ok else None,
+                    "peak_memory_over_start_bytes": c.peak_delta if ok else None,
+                    "time_ratio": med / fastest if ok and fastest > 0 else None,
+                    **_interval_fields("time_ratio", c, fastest_cfg if ok else None),
+                    "throughput_ratio": fastest / med if ok and med > 0 else None,
+                    "memory_ratio": (c.peak / smallest) if ok and c.peak is not None and smallest else None,
+                    "error": c.error,
+                    "settings": {k: v for k, v in c.settings.to_dict().items() if k not in {"seed"}},
+                    "notes": list(c.notes),
+                    "kernels": c.kernels,
+                }
+            )
         setting_rows = []
         for iso, base_key, toggled_key, status in isolations:
-            row: dict[str, Any] = {"setting": iso.setting, "label": iso.label, "base": iso.base,
-                                   "changes": dict(iso.changes), "status": status, "base_ms": None, "toggled_ms": None,
-                                   "cost_ratio": None, "cost_pct": None, "memory_delta_bytes": None,
-                                   "base_cpu_ms": None, "toggled_cpu_ms": None, "cpu_cost_pct": None,
-                                   "cost_pct_low": None, "cost_pct_high": None, "verdict": None}
+            row: dict[str, Any] = {
+                "setting": iso.setting,
+                "label": iso.label,
+                "base": iso.base,
+                "changes": dict(iso.changes),
+                "status": status,
+                "base_ms": None,
+                "toggled_ms": None,
+                "cost_ratio": None,
+                "cost_pct": None,
+                "memory_delta_bytes": None,
+                "base_cpu_ms": None,
+                "toggled_cpu_ms": None,
+                "cpu_cost_pct": None,
+                "cost_pct_low": None,
+                "cost_pct_high": None,
+                "verdict": None,
+            }
             if toggled_key is not None:
                 b, tg = configs[base_key], configs[toggled_key]
                 failed = b.error or tg.error
@@ -444,18 +508,24 @@ class _Runner:
                     if bc and tc:
                         row.update(base_cpu_ms=bc * 1e3, toggled_cpu_ms=tc * 1e3, cpu_cost_pct=100.0 * (tc / bc - 1.0))
                     interval = _interval_fields("cost", tg, b)
-                    row.update(base_ms=bm * 1e3, toggled_ms=tm * 1e3, cost_ratio=tm / bm,
-                               cost_pct=100.0 * (tm / bm - 1.0), verdict=interval["cost_verdict"],
-                               cost_pct_low=_pct(interval["cost_low"]), cost_pct_high=_pct(interval["cost_high"]),
-                               memory_delta_bytes=(tg.peak - b.peak) if tg.peak is not None and b.peak is not None
-                               else None)
+                    row.update(
+                        base_ms=bm * 1e3,
+                        toggled_ms=tm * 1e3,
+                        cost_ratio=tm / bm,
+                        cost_pct=100.0 * (tm / bm - 1.0),
+                        verdict=interval["cost_verdict"],
+                        cost_pct_low=_pct(interval["cost_low"]),
+                        cost_pct_high=_pct(interval["cost_high"]),
+                        memory_delta_bytes=(tg.peak - b.peak) if tg.peak is not None and b.peak is not None else None,
+                    )
             setting_rows.append(row)
         all_timed = [c.median() for c in configs.values() if c.error is None and c.times]
         overhead = self._overhead(pool, statistics.median(all_timed) if all_timed else math.nan)
         info = {
             "model": self.model_name,
             "device": str(self.device),
-            "device_name": torch.cuda.get_device_name(self.device) if self.device.type == "cuda"
+            "device_name": torch.cuda.get_device_name(self.device)
+            if self.device.type == "cuda"
             else (platform.processor() or platform.machine()),
             "imgsz": int(pool[0]["img"].shape[-1]),
             "batch": batch_size,

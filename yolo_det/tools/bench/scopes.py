@@ -38,8 +38,9 @@ def unregister_scope(factory: ScopeFactory) -> None:
 _BUILT_IN = frozenset({"swaps", "intercept"})
 
 
-def _scope_extension(factory: ScopeFactory, model: torch.nn.Module, phase: str, settings: PhaseSettings,
-                     session: Any) -> AbstractContextManager[Any] | None:
+def _scope_extension(
+    factory: ScopeFactory, model: torch.nn.Module, phase: str, settings: PhaseSettings, session: Any
+) -> AbstractContextManager[Any] | None:
     """A registered scope as a session extension."""
     return factory(model, settings)
 

@@ -30,8 +30,9 @@ def iqr(values: Sequence[float]) -> tuple[float, float]:
     return q[0], q[2]
 
 
-def ratio_interval(numerator: Sequence[float], denominator: Sequence[float], *, samples: int = 1000,
-                   level: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
+def ratio_interval(
+    numerator: Sequence[float], denominator: Sequence[float], *, samples: int = 1000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float, float]:
     """``(ratio, low, high)``: the ratio of the medians and its bootstrap confidence interval.
 
     Args:

@@ -55,8 +55,11 @@ def _compare_raw(ref: torch.Tensor | None, got: torch.Tensor | None) -> dict[str
     if ref is None or got is None:
         return {"raw_max_diff": None, "raw_bitwise": None}
     if ref.shape != got.shape:
-        return {"raw_max_diff": None, "raw_bitwise": False,
-                "raw_note": f"raw outputs of other shapes {tuple(ref.shape)} and {tuple(got.shape)}"}
+        return {
+            "raw_max_diff": None,
+            "raw_bitwise": False,
+            "raw_note": f"raw outputs of other shapes {tuple(ref.shape)} and {tuple(got.shape)}",
+        }
     diff = (ref.double() - got.double()).abs()
     return {"raw_max_diff": float(diff.max()) if diff.numel() else 0.0, "raw_bitwise": bool(torch.equal(ref, got))}
 
@@ -91,6 +94,7 @@ class DeployReport:
 
     def largest(self) -> dict[str, Any]:
         """The largest differences over every comparison (box, score, raw output)."""
+
         def top(key: str) -> dict[str, Any] | None:
             rows = [c for c in self.comparisons if c.get(key) is not None]
             if not rows:
@@ -102,15 +106,27 @@ class DeployReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The report as plain values (``--json``)."""
-        return {"weights": self.weights, "profile": self.profile, "deploy_settings": self.deploy_settings,
-                "val_settings": self.val_settings, "imgsz": self.imgsz, "atol": self.atol, "images": self.images,
-                "comparisons": self.comparisons, "val": self.val, "largest": self.largest(), "notes": self.notes,
-                "verdict": self.verdict}
+        return {
+            "weights": self.weights,
+            "profile": self.profile,
+            "deploy_settings": self.deploy_settings,
+            "val_settings": self.val_settings,
+            "imgsz": self.imgsz,
+            "atol": self.atol,
+            "images": self.images,
+            "comparisons": self.comparisons,
+            "val": self.val,
+            "largest": self.largest(),
+            "notes": self.notes,
+            "verdict": self.verdict,
+        }
 
     def summary(self) -> str:
         """A few lines for a person: what changed where, and the verdict."""
-        lines = [f"check-deploy: {len(self.images)} images, profile {self.profile} "
-                 f"(deploy batch_invariant={self.deploy_settings.get('batch_invariant')}), imgsz {self.imgsz}"]
+        lines = [
+            f"check-deploy: {len(self.images)} images, profile {self.profile} "
+            f"(deploy batch_invariant={self.deploy_settings.get('batch_invariant')}), imgsz {self.imgsz}"
+        ]
         by_scenario: dict[str, list[dict[str, Any]]] = {}
         for c in self.comparisons:
             by_scenario.setdefault(c["scenario"], []).append(c)
@@ -119,10 +135,11 @@ class DeployReport:
             worst = _worst([r["verdict"] for r in rows])
             text = f"  {scenario:<14} {worst:<16} {len(rows) - len(bad)}/{len(rows)} images bitwise"
             if bad:
-                r = max(bad, key=lambda r: (r["max_box_diff"], r["max_score_diff"],
-                                            abs(r["count"][0] - r["count"][1])))
-                text += (f"; largest: {r['image']} box {r['max_box_diff']:.4g} px, score {r['max_score_diff']:.3g}, "
-                         f"boxes {r['count'][0]}->{r['count'][1]}, changed rows {r['changed']}")
+                r = max(bad, key=lambda r: (r["max_box_diff"], r["max_score_diff"], abs(r["count"][0] - r["count"][1])))
+                text += (
+                    f"; largest: {r['image']} box {r['max_box_diff']:.4g} px, score {r['max_score_diff']:.3g}, "
+                    f"boxes {r['count'][0]}->{r['count'][1]}, changed rows {r['changed']}"
+                )
             lines.append(text)
         if self.val is not None:
             v = self.val
@@ -206,10 +223,21 @@ def _load(weights: Any) -> Any:
         raise ModelError(f"cannot load checkpoint '{weights}': {type(e).__name__}: {msg}") from None
 
 
-def check_deploy(weights: Any, images: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
-                 profile: Profile | str = "repro", imgsz: int = 640, batches: Sequence[int] = (2, 4, 8),
-                 mixed: bool = True, data: str | None = None, val_batches: Sequence[int] = (1, 4, 16),
-                 conf: float = 0.25, atol: float = 1e-4, device: str = "cpu", max_images: int = 16) -> DeployReport:
+def check_deploy(
+    weights: Any,
+    images: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    profile: Profile | str = "repro",
+    imgsz: int = 640,
+    batches: Sequence[int] = (2, 4, 8),
+    mixed: bool = True,
+    data: str | None = None,
+    val_batches: Sequence[int] = (1, 4, 16),
+    conf: float = 0.25,
+    atol: float = 1e-4,
+    device: str = "cpu",
+    max_images: int = 16,
+) -> DeployReport:
     """Predict every image alone, in batches and next to other sizes, and compare (see the module docstring).
 
     Args:
@@ -253,9 +281,14 @@ def check_deploy(weights: Any, images: str | os.PathLike[str] | Sequence[str | o
         if im is None:
             raise ConfigError(f"cannot read image '{f}'")
         shapes.append(tuple(im.shape[:2]))
-    report = DeployReport(weights=str(getattr(weights, "ckpt_path", None) or weights), profile=resolved.name,
-                          deploy_settings=resolved.deploy.to_dict(), val_settings=resolved.val.to_dict(),
-                          imgsz=int(imgsz), atol=float(atol))
+    report = DeployReport(
+        weights=str(getattr(weights, "ckpt_path", None) or weights),
+        profile=resolved.name,
+        deploy_settings=resolved.deploy.to_dict(),
+        val_settings=resolved.val.to_dict(),
+        imgsz=int(imgsz),
+        atol=float(atol),
+    )
     capture = _RawCapture()
     was_attached = "_yolo_det_plugin" in model.__dict__
     attach(model, resolved, record=False)
@@ -271,9 +304,18 @@ def check_deploy(weights: Any, images: str | os.PathLike[str] | Sequence[str | o
     model.add_callback("on_predict_postprocess_end", disarm)
     try:
         with run_folder(None) as project:
+
             def predict(paths: list[Path], batch: int) -> tuple[list[torch.Tensor], list[Any], list[Any]]:
-                results = model.predict([str(p) for p in paths], imgsz=imgsz, conf=conf, batch=batch, device=device,
-                                        verbose=False, save=False, project=project)
+                results = model.predict(
+                    [str(p) for p in paths],
+                    imgsz=imgsz,
+                    conf=conf,
+                    batch=batch,
+                    device=device,
+                    verbose=False,
+                    save=False,
+                    project=project,
+                )
                 raw, inshape = capture.take()
                 raw_list: list[Any] = list(raw) if len(raw) == len(paths) else [None] * len(paths)
                 in_list: list[Any] = list(inshape) if len(inshape) == len(paths) else [None] * len(paths)
@@ -281,17 +323,28 @@ def check_deploy(weights: Any, images: str | os.PathLike[str] | Sequence[str | o
 
             alone = [predict([f], 1) for f in files]
             for f, shape, (dets, _raw, ins) in zip(files, shapes, alone):
-                report.images.append({"image": f.name, "shape": list(shape), "input_shape": ins[0] and list(ins[0]),
-                                      "detections": len(dets[0])})
+                report.images.append(
+                    {
+                        "image": f.name,
+                        "shape": list(shape),
+                        "input_shape": ins[0] and list(ins[0]),
+                        "detections": len(dets[0]),
+                    }
+                )
 
             def compare(i: int, scenario: str, dets: torch.Tensor, raw: Any, ins: Any) -> None:
-                row = {"image": files[i].name, "scenario": scenario, **compare_detections(alone[i][0][0], dets,
-                                                                                         atol=atol)}
+                row = {
+                    "image": files[i].name,
+                    "scenario": scenario,
+                    **compare_detections(alone[i][0][0], dets, atol=atol),
+                }
                 row.update(_compare_raw(alone[i][1][0], raw))
                 row["input_shape"] = [list(alone[i][2][0] or ()), list(ins or ())]
                 if row["input_shape"][0] != row["input_shape"][1] and row["verdict"] != "bitwise":
-                    row["cause"] = (f"letterbox: input {row['input_shape'][1]} here, {row['input_shape'][0]} alone "
-                                    "(the batch's shape, not the image's)")
+                    row["cause"] = (
+                        f"letterbox: input {row['input_shape'][1]} here, {row['input_shape'][0]} alone "
+                        "(the batch's shape, not the image's)"
+                    )
                 elif row["verdict"] != "bitwise":
                     row["cause"] = "kernels: the same input gives other numbers in this batch"
                 report.comparisons.append(row)
@@ -313,8 +366,9 @@ def check_deploy(weights: Any, images: str | os.PathLike[str] | Sequence[str | o
                 if len(set(shapes)) == 1:
                     report.notes.append("mixed sizes skipped: every image has the same size")
             if data is not None:
-                report.val = _val_at(model, data, [int(b) for b in val_batches], imgsz=imgsz, device=device,
-                                     project=project, atol=atol)
+                report.val = _val_at(
+                    model, data, [int(b) for b in val_batches], imgsz=imgsz, device=device, project=project, atol=atol
+                )
     finally:
         capture.close()
         for event, fn in (("on_predict_batch_start", arm), ("on_predict_postprocess_end", disarm)):
@@ -325,13 +379,24 @@ def check_deploy(weights: Any, images: str | os.PathLike[str] | Sequence[str | o
     return report
 
 
-def _val_at(model: Any, data: str, batches: list[int], *, imgsz: int, device: str, project: str,
-            atol: float) -> dict[str, Any]:
+def _val_at(
+    model: Any, data: str, batches: list[int], *, imgsz: int, device: str, project: str, atol: float
+) -> dict[str, Any]:
     """``val`` metrics at each ``batch=``, compared with those at the first."""
     results: dict[int, dict[str, float]] = {}
     for b in batches:
-        metrics = model.val(data=data, imgsz=imgsz, batch=b, device=device, workers=0, plots=False, verbose=False,
-                            project=project, name=f"val-b{b}", exist_ok=True)
+        metrics = model.val(
+            data=data,
+            imgsz=imgsz,
+            batch=b,
+            device=device,
+            workers=0,
+            plots=False,
+            verbose=False,
+            project=project,
+            name=f"val-b{b}",
+            exist_ok=True,
+        )
         results[b] = {k: float(v) for k, v in dict(metrics.results_dict).items()}
     ref = results[batches[0]]
     max_diff, max_key = 0.0, None
@@ -342,5 +407,10 @@ def _val_at(model: Any, data: str, batches: list[int], *, imgsz: int, device: st
                 max_diff, max_key = d, f"{k} at batch={b}"
     equal = all(results[b] == ref for b in batches)
     verdict = "bitwise" if equal else "within tolerance" if max_diff <= atol else "differs"
-    return {"batches": batches, "metrics": {str(b): results[b] for b in batches}, "max_diff": max_diff,
-            "max_key": max_key, "verdict": verdict}
+    return {
+        "batches": batches,
+        "metrics": {str(b): results[b] for b in batches},
+        "max_diff": max_diff,
+        "max_key": max_key,
+        "verdict": verdict,
+    }

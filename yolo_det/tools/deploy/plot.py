@@ -41,8 +41,11 @@ def deploy_figure(report: Any) -> Any:
     ax.set_ylim(len(images) - 0.5, -0.5)
     ax.set_xticks(range(len(scenarios)), scenarios, fontsize=8)
     ax.set_yticks(range(len(images)), images, fontsize=7)
-    ax.set_title(f"{Path(str(data['weights'])).name}: detections vs the image alone "
-                 f"(profile {data['profile']}) — verdict: {data['verdict']}", fontsize=9)
+    ax.set_title(
+        f"{Path(str(data['weights'])).name}: detections vs the image alone "
+        f"(profile {data['profile']}) — verdict: {data['verdict']}",
+        fontsize=9,
+    )
     if has_val:
         val = data["val"]
         vx = fig.add_subplot(2, 1, 2)
@@ -53,8 +56,12 @@ def deploy_figure(report: Any) -> Any:
         width = 0.8 / max(1, len(others))
         for k, b in enumerate(others):
             diffs = [abs(metrics[str(b)][key] - first[key]) for key in keys]
-            vx.bar([i + width * k for i in range(len(keys))], [d if math.isfinite(d) else 0.0 for d in diffs],
-                   width=width, label=f"batch={b}")
+            vx.bar(
+                [i + width * k for i in range(len(keys))],
+                [d if math.isfinite(d) else 0.0 for d in diffs],
+                width=width,
+                label=f"batch={b}",
+            )
         vx.set_xticks(range(len(keys)), [k.replace("metrics/", "") for k in keys], fontsize=7, rotation=20)
         vx.set_ylabel(f"|metric - batch={val['batches'][0]}|", fontsize=8)
         vx.set_title(f"val metrics at several batch= values: {val['verdict']}", fontsize=9)

@@ -81,8 +81,12 @@ class RecordComparison:
 
     def to_dict(self) -> dict[str, Any]:
         """The comparison as plain values."""
-        return {"a": self.a, "b": self.b, "verdict": self.verdict,
-                "differences": [{"group": g, "key": k, "a": va, "b": vb} for g, k, va, vb in self.differences]}
+        return {
+            "a": self.a,
+            "b": self.b,
+            "verdict": self.verdict,
+            "differences": [{"group": g, "key": k, "a": va, "b": vb} for g, k, va, vb in self.differences],
+        }
 
     def summary(self) -> str:
         """One line per difference, then the verdict."""
@@ -98,8 +102,9 @@ def _short(value: Any) -> str:
     return text if len(text) <= 100 else text[:97] + "..."
 
 
-def compare_export_records(a: dict[str, Any], b: dict[str, Any], *, names: tuple[str, str] = ("A", "B")
-                           ) -> RecordComparison:
+def compare_export_records(
+    a: dict[str, Any], b: dict[str, Any], *, names: tuple[str, str] = ("A", "B")
+) -> RecordComparison:
     """Compare two export records (as read from JSON): digests, weights, deploy settings, parity, versions."""
     out = RecordComparison(*names)
     for group, key in _KEYS:
@@ -121,8 +126,9 @@ def read_export_record(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read an export record; a file that is not one is a one-line :class:`ConfigError`."""
     p = Path(path).expanduser()
     if p.is_dir() or not p.name.endswith(".determinism.json"):
-        raise ConfigError(f"'{path}' is not an export record: give the <export>.determinism.json written beside an "
-                          "exported model")
+        raise ConfigError(
+            f"'{path}' is not an export record: give the <export>.determinism.json written beside an exported model"
+        )
     try:
         if p.stat().st_size > MAX_RECORD_BYTES:
             raise ConfigError(f"'{path}' is too large to be an export record")
@@ -132,8 +138,10 @@ def read_export_record(path: str | os.PathLike[str]) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConfigError(f"cannot read export record '{path}': {type(e).__name__}") from None
     if not isinstance(data, dict) or data.get("kind") != "export":
-        raise ConfigError(f"'{path}' is not an export record (no \"kind\": \"export\"); a training run's "
-                          "determinism.json is compared with `yolo-det diff`")
+        raise ConfigError(
+            f'\'{path}\' is not an export record (no "kind": "export"); a training run\'s '
+            "determinism.json is compared with `yolo-det diff`"
+        )
     return data
 
 

@@ -33,7 +33,6 @@ autotuning cache under ``cudnn_benchmark``, hash seeds) can stay hidden; compare
 runs with ``yolo-det diff``, or use ``--save``/``--against``, for that.
 """
 
-
 from __future__ import annotations
 
 from .compare import compare_runs

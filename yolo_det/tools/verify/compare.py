@@ -7,6 +7,7 @@ from .records import Divergence, RunRecord, StepRecord, _json_float, _same_float
 
 __all__ = ["compare_runs"]
 
+
 def _loss_bits_differ(a: tuple[float, ...] | None, b: tuple[float, ...] | None) -> bool:
     if a is None or b is None:
         return (a is None) != (b is None)
@@ -17,17 +18,28 @@ def compare_runs(reference: RunRecord, run: RunRecord) -> Divergence | None:
     """Return where ``run`` first differs from ``reference``, or None when they are bitwise identical."""
     names = reference.param_names
     for i, (ref, cur) in enumerate(zip(reference.steps, run.steps)):
-        data_differs = (len(ref.batches) != len(cur.batches)
-                        or any(a.data != b.data for a, b in zip(ref.batches, cur.batches)))
+        data_differs = len(ref.batches) != len(cur.batches) or any(
+            a.data != b.data for a, b in zip(ref.batches, cur.batches)
+        )
         loss_differs = len(ref.batches) != len(cur.batches) or any(
-            _loss_bits_differ(a.loss, b.loss) for a, b in zip(ref.batches, cur.batches))
+            _loss_bits_differ(a.loss, b.loss) for a, b in zip(ref.batches, cur.batches)
+        )
         differing = [n for n, a, b in zip(names, ref.grads, cur.grads) if a != b]
         grads_differ = bool(differing) or ref.grads != cur.grads
         if not (data_differs or loss_differs or grads_differ):
             continue
-        div = Divergence(run=run.index, step=i + 1, epoch=cur.epoch, kind="", detail="", data_differs=data_differs,
-                         loss_differs=loss_differs, gradients_differ=grads_differ,
-                         parameters_differing=len(differing), parameters_total=len(names))
+        div = Divergence(
+            run=run.index,
+            step=i + 1,
+            epoch=cur.epoch,
+            kind="",
+            detail="",
+            data_differs=data_differs,
+            loss_differs=loss_differs,
+            gradients_differ=grads_differ,
+            parameters_differing=len(differing),
+            parameters_total=len(names),
+        )
         if data_differs:
             div.kind = "data"
             pair = next(((a, b) for a, b in zip(ref.batches, cur.batches) if a.data != b.data), None)
@@ -47,21 +59,31 @@ def compare_runs(reference: RunRecord, run: RunRecord) -> Divergence | None:
         for a, b in zip(ref.batches, cur.batches):
             if _loss_bits_differ(a.loss, b.loss) and a.loss is not None and b.loss is not None:
                 loss_names = reference.loss_names or [f"loss{j}" for j in range(len(a.loss))]
-                div.loss_components = {n: [x, y] for n, x, y in zip(loss_names, a.loss, b.loss)
-                                       if not _same_float(x, y)}
+                div.loss_components = {
+                    n: [x, y] for n, x, y in zip(loss_names, a.loss, b.loss) if not _same_float(x, y)
+                }
                 break
         _magnitude(div, reference, run, ref, cur, differing)
         return div
     if len(reference.steps) != len(run.steps):
         n = min(len(reference.steps), len(run.steps))
-        return Divergence(run=run.index, step=n + 1, epoch=None, kind="steps",
-                          detail=f"steps: run 1 made {len(reference.steps)} optimizer steps, run {run.index} made "
-                                 f"{len(run.steps)}")
+        return Divergence(
+            run=run.index,
+            step=n + 1,
+            epoch=None,
+            kind="steps",
+            detail=f"steps: run 1 made {len(reference.steps)} optimizer steps, run {run.index} made {len(run.steps)}",
+        )
     if reference.weights != run.weights or run.final_diff:
         last = run.steps[-1] if run.steps else None
-        div = Divergence(run=run.index, step=last.step if last else 0, epoch=last.epoch if last else None,
-                         kind="weights", detail="weights: every step's data, loss and gradients match but the final "
-                                                "weights differ (optimizer, EMA or buffers)")
+        div = Divergence(
+            run=run.index,
+            step=last.step if last else 0,
+            epoch=last.epoch if last else None,
+            kind="weights",
+            detail="weights: every step's data, loss and gradients match but the final "
+            "weights differ (optimizer, EMA or buffers)",
+        )
         if run.final_diff:
             div.parameter, div.max_abs_diff = run.final_diff[0]
             div.parameters_differing = len(run.final_diff)
@@ -76,8 +98,9 @@ def compare_runs(reference: RunRecord, run: RunRecord) -> Divergence | None:
     return None
 
 
-def _magnitude(div: Divergence, reference: RunRecord, run: RunRecord, ref: StepRecord, cur: StepRecord,
-               differing: list[str]) -> None:
+def _magnitude(
+    div: Divergence, reference: RunRecord, run: RunRecord, ref: StepRecord, cur: StepRecord, differing: list[str]
+) -> None:
     ref_values = reference.kept.get(ref.step)
     cur_values = run.kept.get(cur.step)
     if not differing:
@@ -85,8 +108,10 @@ def _magnitude(div: Divergence, reference: RunRecord, run: RunRecord, ref: StepR
         return
     if ref_values is None or cur_values is None:
         div.parameter = differing[0]
-        div.note = (f"gradient values were kept for the first {reference.kept_until} step(s) only; "
-                    f"raise --keep-mib or lower --steps to measure the difference at step {ref.step}")
+        div.note = (
+            f"gradient values were kept for the first {reference.kept_until} step(s) only; "
+            f"raise --keep-mib or lower --steps to measure the difference at step {ref.step}"
+        )
         return
     sizes = []
     for name in differing:

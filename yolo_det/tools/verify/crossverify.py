@@ -41,8 +41,16 @@ from ..diff import VERIFY_SAVED_SCHEMA, DiffReport, diff_records
 from .compare import compare_runs
 from .records import Divergence, MicroBatch, RunRecord, StepRecord
 
-__all__ = ["SAVED_SCHEMA", "SAVED_VERSION", "AgainstReport", "Saved", "compare_against", "load_saved", "read_saved",
-           "save_run"]
+__all__ = [
+    "SAVED_SCHEMA",
+    "SAVED_VERSION",
+    "AgainstReport",
+    "Saved",
+    "compare_against",
+    "load_saved",
+    "read_saved",
+    "save_run",
+]
 
 SAVED_SCHEMA = VERIFY_SAVED_SCHEMA
 SAVED_VERSION = 1
@@ -103,17 +111,32 @@ def _run_to_dict(run: RunRecord) -> dict[str, Any]:
                 "scale": s.scale,
                 "weights": s.weights,
                 "grads": s.grads,
-                "batches": [{"index": b.index, "epoch": b.epoch, "data": b.data, "raw": b.raw,
-                             "files": _relative(b.files, run.data_root),
-                             "loss": list(b.loss) if b.loss is not None else None} for b in s.batches],
+                "batches": [
+                    {
+                        "index": b.index,
+                        "epoch": b.epoch,
+                        "data": b.data,
+                        "raw": b.raw,
+                        "files": _relative(b.files, run.data_root),
+                        "loss": list(b.loss) if b.loss is not None else None,
+                    }
+                    for b in s.batches
+                ],
             }
             for s in run.steps
         ],
     }
 
 
-def save_run(path: str | os.PathLike[str], run: RunRecord, *, profile: str, args: Mapping[str, Any],
-             steps_requested: int | None, device: str) -> Path:
+def save_run(
+    path: str | os.PathLike[str],
+    run: RunRecord,
+    *,
+    profile: str,
+    args: Mapping[str, Any],
+    steps_requested: int | None,
+    device: str,
+) -> Path:
     """Write ``run``'s fingerprints to ``path`` atomically and return the path.
 
     Raises:
@@ -162,6 +185,7 @@ def _texts(v: Any) -> bool:
 
 def _check_schema(data: Mapping[str, Any], path: Any) -> None:
     """Every field of a saved file has the type :func:`save_run` writes; the first one that does not is named."""
+
     def need(ok: bool, where: str, what: str) -> None:
         if not ok:
             raise _fail(path, f"'{where}' must be {what}")
@@ -175,13 +199,22 @@ def _check_schema(data: Mapping[str, Any], path: Any) -> None:
     need(_texts(run["param_names"]), "run.param_names", "a list of strings")
     need(run.get("loss_names") is None or _texts(run["loss_names"]), "run.loss_names", "a list of strings")
     weights = run.get("weights")
-    need(weights is None or (isinstance(weights, Mapping) and all(_is_text(k) and _is_text(v)
-                                                                  for k, v in weights.items())),
-         "run.weights", "a mapping of names to digests")
-    need(run.get("optimizer_steps") is None or (_is_int(run["optimizer_steps"]) and run["optimizer_steps"] >= 0),
-         "run.optimizer_steps", "a non-negative integer")
-    need(run.get("device_type") in _DEVICE_TYPES or run.get("device_type") is None, "run.device_type",
-         f"one of {', '.join(repr(t) for t in _DEVICE_TYPES[:-1])}")
+    need(
+        weights is None
+        or (isinstance(weights, Mapping) and all(_is_text(k) and _is_text(v) for k, v in weights.items())),
+        "run.weights",
+        "a mapping of names to digests",
+    )
+    need(
+        run.get("optimizer_steps") is None or (_is_int(run["optimizer_steps"]) and run["optimizer_steps"] >= 0),
+        "run.optimizer_steps",
+        "a non-negative integer",
+    )
+    need(
+        run.get("device_type") in _DEVICE_TYPES or run.get("device_type") is None,
+        "run.device_type",
+        f"one of {', '.join(repr(t) for t in _DEVICE_TYPES[:-1])}",
+    )
     n_params = len(run["param_names"])
     for i, step in enumerate(run["steps"], start=1):
         at = f"run.steps[{i - 1}]"
@@ -190,8 +223,11 @@ def _check_schema(data: Mapping[str, Any], path: Any) -> None:
             need(step.get(key) is None or _is_int(step[key]), f"{at}.{key}", "an integer")
         need(step.get("scale") is None or _is_num(step["scale"]), f"{at}.scale", "a number")
         need(step.get("weights") is None or _is_text(step["weights"]), f"{at}.weights", "a digest (string)")
-        need(_texts(step.get("grads")) and len(step["grads"]) == n_params, f"{at}.grads",
-             f"a list of {n_params} digests (one per parameter)")
+        need(
+            _texts(step.get("grads")) and len(step["grads"]) == n_params,
+            f"{at}.grads",
+            f"a list of {n_params} digests (one per parameter)",
+        )
         need(isinstance(step.get("batches"), list), f"{at}.batches", "a list")
         for j, b in enumerate(step["batches"]):
             bat = f"{at}.batches[{j}]"
@@ -201,18 +237,33 @@ def _check_schema(data: Mapping[str, Any], path: Any) -> None:
             need(_is_text(b.get("data")), f"{bat}.data", "a digest (string)")
             need(b.get("raw") is None or _is_text(b["raw"]), f"{bat}.raw", "a digest (string)")
             need(b.get("files") is None or _texts(b["files"]), f"{bat}.files", "a list of paths")
-            need(b.get("loss") is None or (isinstance(b["loss"], list) and all(_is_num(x) for x in b["loss"])),
-                 f"{bat}.loss", "a list of numbers")
+            need(
+                b.get("loss") is None or (isinstance(b["loss"], list) and all(_is_num(x) for x in b["loss"])),
+                f"{bat}.loss",
+                "a list of numbers",
+            )
 
 
 def _step_from(data: Mapping[str, Any]) -> StepRecord:
-    batches = [MicroBatch(index=int(b.get("index") or 0), epoch=int(b.get("epoch") or 0), data=b["data"],
-                          raw=b.get("raw"), files=tuple(b.get("files") or ()),
-                          loss=tuple(float(x) for x in b["loss"]) if b.get("loss") is not None else None)
-               for b in data["batches"]]
-    return StepRecord(step=int(data.get("step") or 0), epoch=int(data.get("epoch") or 0), batches=batches,
-                      grads=list(data["grads"]), scale=float(data.get("scale", 1.0) or 0.0),
-                      weights=data.get("weights"))
+    batches = [
+        MicroBatch(
+            index=int(b.get("index") or 0),
+            epoch=int(b.get("epoch") or 0),
+            data=b["data"],
+            raw=b.get("raw"),
+            files=tuple(b.get("files") or ()),
+            loss=tuple(float(x) for x in b["loss"]) if b.get("loss") is not None else None,
+        )
+        for b in data["batches"]
+    ]
+    return StepRecord(
+        step=int(data.get("step") or 0),
+        epoch=int(data.get("epoch") or 0),
+        batches=batches,
+        grads=list(data["grads"]),
+        scale=float(data.get("scale", 1.0) or 0.0),
+        weights=data.get("weights"),
+    )
 
 
 def read_saved(data: Any, path: str | os.PathLike[str] = "<data>") -> Saved:
@@ -230,21 +281,31 @@ def read_saved(data: Any, path: str | os.PathLike[str] = "<data>") -> Saved:
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise _fail(path, f"invalid version {short(version)}")
     if version > SAVED_VERSION:
-        raise ConfigError(f"'{path}' is version {version} of the verify --save format; this yolo-det reads up to "
-                          f"version {SAVED_VERSION}: upgrade yolo-det on this machine")
+        raise ConfigError(
+            f"'{path}' is version {version} of the verify --save format; this yolo-det reads up to "
+            f"version {SAVED_VERSION}: upgrade yolo-det on this machine"
+        )
     if data.get("digest") != DIGEST:
         raise _fail(path, f"digests of kind {short(data.get('digest'))}, this yolo-det computes {DIGEST!r}")
     run_data = data.get("run")
-    if not isinstance(run_data, Mapping) or not isinstance(run_data.get("steps"), list) \
-            or not isinstance(run_data.get("param_names"), list):
+    if (
+        not isinstance(run_data, Mapping)
+        or not isinstance(run_data.get("steps"), list)
+        or not isinstance(run_data.get("param_names"), list)
+    ):
         raise _fail(path, "no recorded run")
     _check_schema(data, path)
     steps = [_step_from(s) for s in run_data["steps"]]
-    run = RunRecord(index=1, param_names=list(run_data["param_names"]),
-                    loss_names=list(run_data.get("loss_names") or []), steps=steps,
-                    weights=dict(run_data.get("weights") or {}),
-                    optimizer_steps=int(run_data.get("optimizer_steps") or len(steps)), portable=True,
-                    device_type=str(run_data.get("device_type") or ""))
+    run = RunRecord(
+        index=1,
+        param_names=list(run_data["param_names"]),
+        loss_names=list(run_data.get("loss_names") or []),
+        steps=steps,
+        weights=dict(run_data.get("weights") or {}),
+        optimizer_steps=int(run_data.get("optimizer_steps") or len(steps)),
+        portable=True,
+        device_type=str(run_data.get("device_type") or ""),
+    )
     found = data.get("record")
     record = dict(found) if isinstance(found, Mapping) else {}
     if record:
@@ -255,10 +316,17 @@ def read_saved(data: Any, path: str | os.PathLike[str] = "<data>") -> Saved:
         except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as e:
             raise _fail(path, f"its determinism record is malformed ({type(e).__name__})") from None
     steps_requested = data.get("steps_requested")
-    return Saved(path=str(path), version=version, run=run, record=record, profile=str(data.get("profile") or ""),
-                 args=dict(data.get("args") or {}), device=str(data.get("device") or ""),
-                 created=str(data.get("created") or ""),
-                 steps_requested=steps_requested if isinstance(steps_requested, int) else None)
+    return Saved(
+        path=str(path),
+        version=version,
+        run=run,
+        record=record,
+        profile=str(data.get("profile") or ""),
+        args=dict(data.get("args") or {}),
+        device=str(data.get("device") or ""),
+        created=str(data.get("created") or ""),
+        steps_requested=steps_requested if isinstance(steps_requested, int) else None,
+    )
 
 
 def load_saved(path: str | os.PathLike[str]) -> Saved:
@@ -317,8 +385,10 @@ class AgainstReport:
         """One line for people."""
         n = self.steps[0] if self.steps else 0
         if self.divergence is None and self.across_devices:
-            return (f"not verified: the loader's batches, image files and losses match the saved run at all {n} steps, "
-                    "but gradients and weights were not compared (another device type)")
+            return (
+                f"not verified: the loader's batches, image files and losses match the saved run at all {n} steps, "
+                "but gradients and weights were not compared (another device type)"
+            )
         if self.divergence is None:
             return f"bitwise identical to the saved run: data, loss, gradients and weights match at all {n} steps"
         d = self.divergence
@@ -337,12 +407,21 @@ class AgainstReport:
             "verdict": self.verdict,
             "steps": self.steps,
             "weights": self.weights,
-            "first_divergence": None if d is None else {
-                "step": d.step, "epoch": d.epoch, "kind": d.kind, "detail": d.detail,
+            "first_divergence": None
+            if d is None
+            else {
+                "step": d.step,
+                "epoch": d.epoch,
+                "kind": d.kind,
+                "detail": d.detail,
                 "differs": {"data": d.data_differs, "loss": d.loss_differs, "gradients": d.gradients_differ},
-                "loss_components": d.loss_components, "parameter": d.parameter, "parameters": self.parameters,
-                "parameters_differing": d.parameters_differing, "parameters_total": d.parameters_total,
-                "files": d.files, "note": d.note,
+                "loss_components": d.loss_components,
+                "parameter": d.parameter,
+                "parameters": self.parameters,
+                "parameters_differing": d.parameters_differing,
+                "parameters_total": d.parameters_total,
+                "files": d.files,
+                "note": d.note,
             },
             "environment": self.environment.to_dict() if self.environment is not None else None,
             "notes": self.notes,
@@ -361,8 +440,10 @@ class AgainstReport:
                 lines.append(f"  {name}: saved {a!r} | here {b!r}")
             if self.parameters:
                 more = f" and {len(self.parameters) - 5} more" if len(self.parameters) > 5 else ""
-                lines.append(f"  gradients differ for {len(self.parameters)} of {d.parameters_total} parameters: "
-                             f"{', '.join(self.parameters[:5])}{more}")
+                lines.append(
+                    f"  gradients differ for {len(self.parameters)} of {d.parameters_total} parameters: "
+                    f"{', '.join(self.parameters[:5])}{more}"
+                )
             if d.note:
                 lines.append(f"  note: {d.note}")
         env = self.environment
@@ -393,13 +474,27 @@ def _comparable(run: RunRecord, *, index: int, across_devices: bool) -> RunRecor
         files = tuple(_relative(b.files, root)) if root else b.files
         return MicroBatch(index=b.index, epoch=b.epoch, data=data, loss=b.loss, files=files, raw=b.raw)
 
-    steps = [StepRecord(step=s.step, epoch=s.epoch, scale=s.scale,
-                        grads=["not compared"] * len(s.grads) if across_devices else s.grads,
-                        weights=None if across_devices else s.weights, batches=[batch(b) for b in s.batches])
-             for s in run.steps]
-    return RunRecord(index=index, param_names=run.param_names, loss_names=run.loss_names, steps=steps,
-                     weights={} if across_devices else dict(run.weights), optimizer_steps=run.optimizer_steps,
-                     portable=run.portable, device_type=run.device_type)
+    steps = [
+        StepRecord(
+            step=s.step,
+            epoch=s.epoch,
+            scale=s.scale,
+            grads=["not compared"] * len(s.grads) if across_devices else s.grads,
+            weights=None if across_devices else s.weights,
+            batches=[batch(b) for b in s.batches],
+        )
+        for s in run.steps
+    ]
+    return RunRecord(
+        index=index,
+        param_names=run.param_names,
+        loss_names=run.loss_names,
+        steps=steps,
+        weights={} if across_devices else dict(run.weights),
+        optimizer_steps=run.optimizer_steps,
+        portable=run.portable,
+        device_type=run.device_type,
+    )
 
 
 def compare_against(saved: Saved, run: RunRecord) -> AgainstReport:
@@ -413,32 +508,60 @@ def compare_against(saved: Saved, run: RunRecord) -> AgainstReport:
     across = bool(saved.run.device_type and run.device_type and saved.run.device_type != run.device_type)
     ref = _comparable(saved.run, index=1, across_devices=across)
     cur = _comparable(run, index=2, across_devices=across)
-    report = AgainstReport(saved=saved.path, divergence=None, steps=[len(ref.steps), len(cur.steps)],
-                           weights=[dict(saved.run.weights), dict(run.weights)])
+    report = AgainstReport(
+        saved=saved.path,
+        divergence=None,
+        steps=[len(ref.steps), len(cur.steps)],
+        weights=[dict(saved.run.weights), dict(run.weights)],
+    )
     report.across_devices = across
     if across:
-        report.notes.append(f"the saved run trained on {saved.run.device_type}, this one on {run.device_type}: the "
-                            "loader's batches, image files and losses are compared; gradients and weights are not "
-                            "(their digests are computed differently, and the values are not expected to agree)")
+        report.notes.append(
+            f"the saved run trained on {saved.run.device_type}, this one on {run.device_type}: the "
+            "loader's batches, image files and losses are compared; gradients and weights are not "
+            "(their digests are computed differently, and the values are not expected to agree)"
+        )
     if saved.record and run.record:
         report.environment = diff_records(saved.record, run.record, a=f"saved ({saved.path})", b="here")
     else:
-        report.notes.append("no determinism.json for " + ("the saved run" if not saved.record else "this run")
-                            + ": the environments are not compared")
+        report.notes.append(
+            "no determinism.json for "
+            + ("the saved run" if not saved.record else "this run")
+            + ": the environments are not compared"
+        )
     if ref.param_names != cur.param_names:
-        first = next((f"{a} vs {b}" for a, b in zip(ref.param_names, cur.param_names) if a != b),
-                     f"{len(ref.param_names)} vs {len(cur.param_names)} parameters")
-        report.divergence = Divergence(run=2, step=0, epoch=None, kind="model",
-                                       detail=f"model: the trainable parameters differ ({first}): not the same model")
+        first = next(
+            (f"{a} vs {b}" for a, b in zip(ref.param_names, cur.param_names) if a != b),
+            f"{len(ref.param_names)} vs {len(cur.param_names)} parameters",
+        )
+        report.divergence = Divergence(
+            run=2,
+            step=0,
+            epoch=None,
+            kind="model",
+            detail=f"model: the trainable parameters differ ({first}): not the same model",
+        )
         return report
     div = compare_runs(ref, cur)
-    weights_step = next((a.step for a, b in zip(ref.steps, cur.steps)
-                         if a.weights is not None and b.weights is not None and a.weights != b.weights), None)
+    weights_step = next(
+        (
+            a.step
+            for a, b in zip(ref.steps, cur.steps)
+            if a.weights is not None and b.weights is not None and a.weights != b.weights
+        ),
+        None,
+    )
     if weights_step is not None and (div is None or div.step > weights_step):
         s = cur.steps[weights_step - 1]
-        div = Divergence(run=2, step=weights_step, epoch=s.epoch, kind="weights",
-                         detail="weights: same data, loss and gradients at this step, different parameters after it "
-                                "(the optimizer update differs)", parameters_total=len(ref.param_names))
+        div = Divergence(
+            run=2,
+            step=weights_step,
+            epoch=s.epoch,
+            kind="weights",
+            detail="weights: same data, loss and gradients at this step, different parameters after it "
+            "(the optimizer update differs)",
+            parameters_total=len(ref.param_names),
+        )
     if div is not None:
         if div.step >= 1 and div.step <= min(len(ref.steps), len(cur.steps)):
             a, b = ref.steps[div.step - 1], cur.steps[div.step - 1]

@@ -21,8 +21,16 @@ from .records import _MAX_INFLIGHT, _MISSING, MicroBatch, RunRecord, StepRecord
 class _Recorder:
     """Ultralytics callbacks that record one run (see the module docstring)."""
 
-    def __init__(self, record: RunRecord, *, reference: RunRecord | None, steps: int | None, keep_bytes: int,
-                 enabled: bool = True, portable: bool = False) -> None:
+    def __init__(
+        self,
+        record: RunRecord,
+        *,
+        reference: RunRecord | None,
+        steps: int | None,
+        keep_bytes: int,
+        enabled: bool = True,
+        portable: bool = False,
+    ) -> None:
         self.record = record
         self.portable = portable
         record.portable = portable
@@ -119,8 +127,12 @@ class _Recorder:
             return
         tensors = [batch[k] for k in sorted(batch) if isinstance(batch[k], torch.Tensor)]
         files = batch.get("im_file", ())
-        mb = MicroBatch(index=index, epoch=int(getattr(trainer, "epoch", 0)), data=combine(tensor_digests(tensors)),
-                        files=tuple(str(f) for f in files) if isinstance(files, (list, tuple)) else ())
+        mb = MicroBatch(
+            index=index,
+            epoch=int(getattr(trainer, "epoch", 0)),
+            data=combine(tensor_digests(tensors)),
+            files=tuple(str(f) for f in files) if isinstance(files, (list, tuple)) else (),
+        )
         self._pending.append(mb)
         self._current = mb
 
@@ -155,8 +167,13 @@ class _Recorder:
         scale = 1.0
         if scaler is not None and getattr(scaler, "is_enabled", lambda: False)():
             scale = float(scaler.get_scale())
-        step = StepRecord(step=len(self.record.steps) + 1, epoch=int(getattr(trainer, "epoch", 0)),
-                          batches=self._pending, grads=[], scale=scale)
+        step = StepRecord(
+            step=len(self.record.steps) + 1,
+            epoch=int(getattr(trainer, "epoch", 0)),
+            batches=self._pending,
+            grads=[],
+            scale=scale,
+        )
         self._pending = []
         self.record.steps.append(step)
         names = [n for n, _ in self._params]
@@ -181,8 +198,15 @@ class _Recorder:
         if keep:
             self.record.kept[step.step] = {n: _host_copy(g) for n, g in present.items()}
 
-    def _finish(self, step: StepRecord, names: list[str], values: Mapping[str, torch.Tensor], digests: list[str],
-                *, copied: bool) -> None:
+    def _finish(
+        self,
+        step: StepRecord,
+        names: list[str],
+        values: Mapping[str, torch.Tensor],
+        digests: list[str],
+        *,
+        copied: bool,
+    ) -> None:
         """Store ``step``'s gradient digests; a later run keeps the differing gradients of its first differing step."""
         by_name = dict(zip(values, digests))
         step.grads = [by_name.get(n, "none") for n in names]
@@ -192,8 +216,9 @@ class _Recorder:
         if ref is None or ref.grads != step.grads or [b.data for b in ref.batches] != [b.data for b in step.batches]:
             self._captured = True
             theirs = dict(zip(names, ref.grads)) if ref is not None else {}
-            self.record.kept[step.step] = {n: (v if copied else _host_copy(v)) for n, v in values.items()
-                                           if by_name[n] != theirs.get(n)}
+            self.record.kept[step.step] = {
+                n: (v if copied else _host_copy(v)) for n, v in values.items() if by_name[n] != theirs.get(n)
+            }
 
     def _after_step(self) -> None:
         """Portable mode: digest the trainable parameters just updated (on a CPU: a copy, hashed on the worker)."""
@@ -255,8 +280,17 @@ class _Recorder:
             self.record.final_diff = _state_diff(self.reference.final_state, state)
 
 
-_NUMPY_DTYPES = {torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8,
-                 torch.uint8, torch.bool}
+_NUMPY_DTYPES = {
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.int64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+}
 
 
 def _host_copy(t: torch.Tensor) -> torch.Tensor:

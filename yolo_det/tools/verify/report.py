@@ -13,6 +13,7 @@ from .records import SCHEMA, Divergence, RunRecord, _json_float
 
 __all__ = ["VerifyReport", "loss_figure", "plot_losses"]
 
+
 @dataclass
 class VerifyReport:
     """The outcome of :func:`verify`.
@@ -55,12 +56,17 @@ class VerifyReport:
         if isinstance(epochs, int) and not isinstance(epochs, bool) and epochs > 0 and made > 0:
             per_epoch = made / epochs
             need = math.ceil(self.steps_requested / per_epoch)
-            hint = (f"pass epochs={need} (about {per_epoch:.3g} optimizer steps per epoch) "
-                    f"to reach {self.steps_requested}")
-            return (f"asked for {self.steps_requested} optimizer steps, the runs made {made}: training ended "
-                    f"when its epochs ran out (epochs={epochs}); {hint}, or lower --steps")
-        return (f"asked for {self.steps_requested} optimizer steps, the runs made {made}: training ended first "
-                "(the epochs ran out or the trainer stopped); raise epochs= or lower --steps")
+            hint = (
+                f"pass epochs={need} (about {per_epoch:.3g} optimizer steps per epoch) to reach {self.steps_requested}"
+            )
+            return (
+                f"asked for {self.steps_requested} optimizer steps, the runs made {made}: training ended "
+                f"when its epochs ran out (epochs={epochs}); {hint}, or lower --steps"
+            )
+        return (
+            f"asked for {self.steps_requested} optimizer steps, the runs made {made}: training ended first "
+            "(the epochs ran out or the trainer stopped); raise epochs= or lower --steps"
+        )
 
     @property
     def first(self) -> Divergence | None:
@@ -93,8 +99,15 @@ class VerifyReport:
                     "against": 1,
                     "identical": all(d.run != r.index for d in self.divergences),
                     "first_divergence": next((d.to_dict() for d in self.divergences if d.run == r.index), None),
-                    "final_weights": ({"parameter": r.final_diff[0][0], "max_abs_diff": _json_float(r.final_diff[0][1]),
-                                       "parameters_differing": len(r.final_diff)} if r.final_diff else None),
+                    "final_weights": (
+                        {
+                            "parameter": r.final_diff[0][0],
+                            "max_abs_diff": _json_float(r.final_diff[0][1]),
+                            "parameters_differing": len(r.final_diff),
+                        }
+                        if r.final_diff
+                        else None
+                    ),
                 }
                 for r in self.runs[1:]
             ],
@@ -105,18 +118,24 @@ class VerifyReport:
     def summary(self) -> str:
         """A few lines for the terminal."""
         n_steps = sorted({len(r.steps) for r in self.runs})
-        lines = [f"yolo-det verify: profile {self.profile}, {len(self.runs)} runs, "
-                 f"{'/'.join(map(str, n_steps))} optimizer steps each, device {self.device}"]
+        lines = [
+            f"yolo-det verify: profile {self.profile}, {len(self.runs)} runs, "
+            f"{'/'.join(map(str, n_steps))} optimizer steps each, device {self.device}"
+        ]
         if self.note:
             lines.append(f"  ({self.note})")
         for r in self.runs:
-            lines.append(f"  run {r.index}: {len(r.steps)} steps in {r.seconds:.1f} s, "
-                         f"weights {r.weights.get('model', '?')[:16]}")
+            lines.append(
+                f"  run {r.index}: {len(r.steps)} steps in {r.seconds:.1f} s, "
+                f"weights {r.weights.get('model', '?')[:16]}"
+            )
         if self.steps_note:
             lines.append(f"note: {self.steps_note}")
         if self.identical:
-            lines.append(f"bitwise identical: input batches, losses and gradients at every step and the final "
-                         f"weights of all {len(self.runs)} runs match")
+            lines.append(
+                f"bitwise identical: input batches, losses and gradients at every step and the final "
+                f"weights of all {len(self.runs)} runs match"
+            )
             return "\n".join(lines)
         d = self.first
         if d is None:  # pragma: no cover - not identical implies a divergence
@@ -133,16 +152,18 @@ class VerifyReport:
             what = "weight" if d.kind == "weights" else "gradient"
             size = f"max |difference| {d.max_abs_diff:.3g}" if d.max_abs_diff is not None else "difference not measured"
             scale = f" (largest |value| {d.reference_abs_max:.3g})" if d.reference_abs_max is not None else ""
-            count = (f"; {d.parameters_differing} of {d.parameters_total} parameters differ"
-                     if d.parameters_total else "")
+            count = (
+                f"; {d.parameters_differing} of {d.parameters_total} parameters differ" if d.parameters_total else ""
+            )
             lines.append(f"  largest {what} difference: {d.parameter}: {size}{scale}{count}")
         if d.note:
             lines.append(f"  note: {d.note}")
         for r in self.runs[1:]:
             if r.final_diff:
                 k, v = r.final_diff[0]
-                lines.append(f"  final weights of run {r.index}: {len(r.final_diff)} tensors differ, largest {k} by "
-                             f"{v:.3g}")
+                lines.append(
+                    f"  final weights of run {r.index}: {len(r.final_diff)} tensors differ, largest {k} by {v:.3g}"
+                )
         return "\n".join(lines)
 
 
@@ -178,8 +199,16 @@ def loss_figure(report: VerifyReport) -> Any:
         losses = run.losses()
         pts = [(s.step, v) for s, v in zip(run.steps, losses) if v is not None]
         marker = "o" if len(pts) <= 30 else None
-        top.plot([x for x, _ in pts], [y for _, y in pts], styles[k % len(styles)], color=f"C{k}", marker=marker,
-                 markersize=3, linewidth=1.5, label=f"run {run.index}")
+        top.plot(
+            [x for x, _ in pts],
+            [y for _, y in pts],
+            styles[k % len(styles)],
+            color=f"C{k}",
+            marker=marker,
+            markersize=3,
+            linewidth=1.5,
+            label=f"run {run.index}",
+        )
         if k:
             moved, same = [], []
             for s, v, r in zip(run.steps, losses, ref):
@@ -198,11 +227,27 @@ def loss_figure(report: VerifyReport) -> Any:
         bottom.set_ylim(-1, 1)
         bottom.set_yticks([0.0])
         bottom.set_yticklabels(["0"])
-        bottom.text(0.5, 0.62, f"bitwise identical: {len(report.runs)} runs x {steps} steps",
-                    transform=bottom.transAxes, ha="center", va="center", fontsize=13, color="C2", weight="bold")
-        bottom.text(0.5, 0.3, "input batches, losses, every gradient and the final weights match exactly;\n"
-                              "the loss difference to run 1 is 0 at every step",
-                    transform=bottom.transAxes, ha="center", va="center", fontsize=9)
+        bottom.text(
+            0.5,
+            0.62,
+            f"bitwise identical: {len(report.runs)} runs x {steps} steps",
+            transform=bottom.transAxes,
+            ha="center",
+            va="center",
+            fontsize=13,
+            color="C2",
+            weight="bold",
+        )
+        bottom.text(
+            0.5,
+            0.3,
+            "input batches, losses, every gradient and the final weights match exactly;\n"
+            "the loss difference to run 1 is 0 at every step",
+            transform=bottom.transAxes,
+            ha="center",
+            va="center",
+            fontsize=9,
+        )
         bottom.set_ylabel("loss - loss of run 1")
     else:
         title = f"{report.profile}: runs diverge at step {first.step} ({first.kind})"
@@ -215,12 +260,26 @@ def loss_figure(report: VerifyReport) -> Any:
         bottom.yaxis.set_minor_formatter(NullFormatter())
         for k, moved, same in relative:
             marker = "o" if steps <= 30 else None
-            bottom.plot([x for x, _ in moved], [max(y, low / 10) for _, y in moved], styles[k % len(styles)],
-                        color=f"C{k}", marker=marker, markersize=3, linewidth=1.2,
-                        label=f"run {report.runs[k].index} vs run 1")
+            bottom.plot(
+                [x for x, _ in moved],
+                [max(y, low / 10) for _, y in moved],
+                styles[k % len(styles)],
+                color=f"C{k}",
+                marker=marker,
+                markersize=3,
+                linewidth=1.2,
+                label=f"run {report.runs[k].index} vs run 1",
+            )
             if same:
-                bottom.plot(same, [0.02] * len(same), "|", color=f"C{k}", markersize=8,
-                            transform=bottom.get_xaxis_transform(), label=f"run {report.runs[k].index}: loss identical")
+                bottom.plot(
+                    same,
+                    [0.02] * len(same),
+                    "|",
+                    color=f"C{k}",
+                    markersize=8,
+                    transform=bottom.get_xaxis_transform(),
+                    label=f"run {report.runs[k].index}: loss identical",
+                )
         right = max(steps, first.step) + 0.5
         for ax in (top, bottom):
             ax.axvline(first.step, color="red", linewidth=1.5)
@@ -228,8 +287,17 @@ def loss_figure(report: VerifyReport) -> Any:
         label = f"first divergence: step {first.step} ({first.kind})"
         if first.parameter:
             label += f"\n{first.parameter}"
-        top.annotate(label, xy=(first.step, 0.95), xycoords=("data", "axes fraction"), va="top", ha="left",
-                     fontsize=8, color="red", xytext=(4, 0), textcoords="offset points")
+        top.annotate(
+            label,
+            xy=(first.step, 0.95),
+            xycoords=("data", "axes fraction"),
+            va="top",
+            ha="left",
+            fontsize=8,
+            color="red",
+            xytext=(4, 0),
+            textcoords="offset points",
+        )
         bottom.set_ylabel("|loss - loss of run 1| / |loss of run 1|")
     top.set_title(title)
     top.set_ylabel("training loss (sum of components)")

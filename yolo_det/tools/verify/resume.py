@@ -49,14 +49,20 @@ def check_resume_at(args: Mapping[str, Any], resume_at: int) -> None:
     if isinstance(resume_at, bool) or not isinstance(resume_at, int) or resume_at < 1:
         raise ConfigError(f"--resume-at must be an epoch number >= 1, got {resume_at!r}")
     if isinstance(epochs, int) and resume_at >= epochs:
-        raise ConfigError(f"--resume-at {resume_at} leaves nothing to resume with epochs={epochs}; "
-                          f"give an epoch below {epochs}")
+        raise ConfigError(
+            f"--resume-at {resume_at} leaves nothing to resume with epochs={epochs}; give an epoch below {epochs}"
+        )
     if args.get("save") is False:
         raise ConfigError("--resume-at needs checkpoints; remove save=False")
 
 
-def _train(model_src: str, profile: Profile, train_args: Mapping[str, Any], recorder: _Recorder,
-           extra: Mapping[str, Callable[[Any], None]] | None = None) -> bool:
+def _train(
+    model_src: str,
+    profile: Profile,
+    train_args: Mapping[str, Any],
+    recorder: _Recorder,
+    extra: Mapping[str, Callable[[Any], None]] | None = None,
+) -> bool:
     """Train once; return False when the run was interrupted by ``_Interrupted``."""
     from ultralytics import YOLO
 
@@ -121,8 +127,9 @@ def verify_resume(
         reference = RunRecord(index=1)
         rec1 = _Recorder(reference, reference=None, steps=None, keep_bytes=keep)
         t0 = time.perf_counter()
-        _train(model_src, resolved, {**train_args, "project": project, "name": f"{base}-straight", "exist_ok": True},
-               rec1)
+        _train(
+            model_src, resolved, {**train_args, "project": project, "name": f"{base}-straight", "exist_ok": True}, rec1
+        )
         reference.seconds = time.perf_counter() - t0
         reference.optimizer_steps = rec1.count
         if progress is not None:
@@ -139,10 +146,16 @@ def verify_resume(
 
         t0 = time.perf_counter()
         name = f"{base}-resumed"
-        if _train(model_src, resolved, {**train_args, "project": project, "name": name, "exist_ok": True}, part1,
-                  {"on_fit_epoch_end": interrupt}):
-            raise ConfigError(f"run 2 finished before epoch {resume_at} ended (early stopping?); "
-                              "pick an earlier --resume-at")
+        if _train(
+            model_src,
+            resolved,
+            {**train_args, "project": project, "name": name, "exist_ok": True},
+            part1,
+            {"on_fit_epoch_end": interrupt},
+        ):
+            raise ConfigError(
+                f"run 2 finished before epoch {resume_at} ended (early stopping?); pick an earlier --resume-at"
+            )
         last = Path(project) / name / "weights" / "last.pt"
         if drop_state:
             for f in last.parent.glob(state_path(last, 0).stem + "*"):
@@ -155,15 +168,23 @@ def verify_resume(
         resumed.seconds = time.perf_counter() - t0
         resumed.optimizer_steps = part2.count
         if progress is not None:
-            progress(f"run 2 (interrupted after epoch {resume_at}, resumed"
-                     f"{' without its resume state' if drop_state else ''}): {part2.count} optimizer steps in "
-                     f"{resumed.seconds:.1f} s")
+            progress(
+                f"run 2 (interrupted after epoch {resume_at}, resumed"
+                f"{' without its resume state' if drop_state else ''}): {part2.count} optimizer steps in "
+                f"{resumed.seconds:.1f} s"
+            )
     divergence = compare_runs(reference, resumed)
-    report = VerifyReport(profile=resolved.name, args={**dict(args), "resume_at": resume_at,
-                                                       "drop_resume_state": drop_state},
-                          runs=[reference, resumed], divergences=[divergence] if divergence else [],
-                          steps_requested=None, seconds=time.perf_counter() - started,
-                          device=_device_name(args.get("device")))
-    report.note = (f"run 2 was interrupted after epoch {resume_at} and resumed from its last.pt"
-                   f"{' with its resume state deleted' if drop_state else ''}")
+    report = VerifyReport(
+        profile=resolved.name,
+        args={**dict(args), "resume_at": resume_at, "drop_resume_state": drop_state},
+        runs=[reference, resumed],
+        divergences=[divergence] if divergence else [],
+        steps_requested=None,
+        seconds=time.perf_counter() - started,
+        device=_device_name(args.get("device")),
+    )
+    report.note = (
+        f"run 2 was interrupted after epoch {resume_at} and resumed from its last.pt"
+        f"{' with its resume state deleted' if drop_state else ''}"
+    )
     return report

@@ -22,6 +22,7 @@ from .report import VerifyReport
 
 __all__ = ["check_args", "progress_to_stderr", "record_runs", "verify"]
 
+
 def check_args(args: Mapping[str, Any], runs: int, steps: int | None, keep_mib: float, *, min_runs: int = 2) -> None:
     """Check verify's arguments before anything runs (one-line :class:`ConfigError` otherwise)."""
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < min_runs:
@@ -73,12 +74,27 @@ def verify(
     resolved = load_profile(profile)
     check_args(args, runs, steps, keep_mib)
     started = time.perf_counter()
-    records = record_runs(resolved, args, runs=runs, steps=steps, keep_mib=keep_mib, callbacks=callbacks,
-                          verbose=verbose, progress=progress, portable=portable)
+    records = record_runs(
+        resolved,
+        args,
+        runs=runs,
+        steps=steps,
+        keep_mib=keep_mib,
+        callbacks=callbacks,
+        verbose=verbose,
+        progress=progress,
+        portable=portable,
+    )
     divergences = [d for r in records[1:] if (d := compare_runs(records[0], r)) is not None]
-    return VerifyReport(profile=resolved.name, args=dict(args), runs=records, divergences=divergences,
-                        steps_requested=steps, seconds=time.perf_counter() - started,
-                        device=_device_name(args.get("device")))
+    return VerifyReport(
+        profile=resolved.name,
+        args=dict(args),
+        runs=records,
+        divergences=divergences,
+        steps_requested=steps,
+        seconds=time.perf_counter() - started,
+        device=_device_name(args.get("device")),
+    )
 
 
 def record_runs(
@@ -119,8 +135,14 @@ def record_runs(
         stack.enter_context(quiet_ultralytics(verbose))
         for index in range(1, runs + 1):
             rec = RunRecord(index=index)
-            recorder = _Recorder(rec, reference=records[0] if records else None, steps=steps,
-                                 keep_bytes=int(keep_mib * 2**20), enabled=record, portable=portable)
+            recorder = _Recorder(
+                rec,
+                reference=records[0] if records else None,
+                steps=steps,
+                keep_bytes=int(keep_mib * 2**20),
+                enabled=record,
+                portable=portable,
+            )
             from ...core.untrusted.safeload import guarded_torch_load
 
             with guarded_torch_load():  # a checkpoint loads through the allow-list
