@@ -67,7 +67,7 @@ CASES = [
     ("patch-missing-folder", ["patch-yolov5", "{d}/nowhere"], "is not a folder"),
     ("patch-not-yolov5", ["patch-yolov5", "{d}/empty-tree"], "is not a YOLOv5 tree"),
     ("patch-unknown-profile", ["patch-yolov5", "{d}/fake-yolov5", "--profile", "repo"], "Did you mean 'repro'?"),
-    # values Ultralytics would reject only after the run began (issue 12)
+    # values Ultralytics would reject only after the run began
     ("train-seed-out-of-range", ["train", "seed=1180591620717411303424"], "out of range"),
     ("train-device-cuda-0", ["train", "device=cuda:0"], "no CUDA device here"),
     ("train-device-0", ["train", "device=0"], "use device=cpu"),
