@@ -226,7 +226,7 @@ def host_copy(obj: Any) -> Any:
     """``obj`` with every tensor in it (nested in dicts, lists, tuples) copied to the CPU, others as they are."""
     if isinstance(obj, torch.Tensor):
         t = obj.detach()
-        if t.device.type == "cpu" and t.dtype in _NUMPY_COPY:
+        if t.device.type == "cpu" and t.dtype in NUMPY_COPY_DTYPES:
             return torch.from_numpy(t.numpy().copy())  # one memcpy, no intra-op thread pool
         return t.to("cpu", copy=True)
     if isinstance(obj, Mapping):
@@ -236,7 +236,9 @@ def host_copy(obj: Any) -> Any:
     return obj
 
 
-_NUMPY_COPY = {
+#: The dtypes a CPU tensor is copied through NumPy for (one memcpy, no intra-op thread pool); also used by
+#: the verify recorder.
+NUMPY_COPY_DTYPES = {
     torch.float32,
     torch.float64,
     torch.float16,

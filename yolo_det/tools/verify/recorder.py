@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from ...core.record import state_dict_digest
+from ...core.resume import NUMPY_COPY_DTYPES
 from ..fingerprint import combine, tensor_digests
 from ..runtime import unwrap_model
 from .records import _MAX_INFLIGHT, _MISSING, MicroBatch, RunRecord, StepRecord
@@ -280,23 +281,10 @@ class _Recorder:
             self.record.final_diff = _state_diff(self.reference.final_state, state)
 
 
-_NUMPY_DTYPES = {
-    torch.float32,
-    torch.float64,
-    torch.float16,
-    torch.int64,
-    torch.int32,
-    torch.int16,
-    torch.int8,
-    torch.uint8,
-    torch.bool,
-}
-
-
 def _host_copy(t: torch.Tensor) -> torch.Tensor:
     """A CPU copy of ``t``; for CPU tensors a plain single-threaded memcpy (no intra-op thread pool)."""
     t = t.detach()
-    if t.device.type == "cpu" and t.dtype in _NUMPY_DTYPES:
+    if t.device.type == "cpu" and t.dtype in NUMPY_COPY_DTYPES:
         return torch.from_numpy(t.numpy().copy())
     return t.to("cpu", copy=True)
 
