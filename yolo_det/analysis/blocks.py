@@ -39,8 +39,8 @@ from typing import Any
 
 import yaml
 
-from ..core import safe_yaml
 from ..core.errors import ConfigError, ModelError
+from ..core.untrusted import safe_yaml
 
 __all__ = [
     "ATTRIBUTE",

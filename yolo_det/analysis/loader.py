@@ -20,9 +20,9 @@ from typing import Any
 
 import yaml
 
-from ..core import safe_yaml
 from ..core.errors import ModelError, did_you_mean
 from ..core.quiet import quiet_ultralytics
+from ..core.untrusted import safe_yaml
 from .blocks import layer_lines
 from .model_yaml import check_activation
 from .models import is_example, model_names, resolve_model_yaml

@@ -239,7 +239,7 @@ def checkpoint_imports(path: Any, *, given: Iterable[ModuleSpec] = ()) -> list[s
     """:func:`recorded_imports` of the run that wrote checkpoint ``path`` (read without unpickling it); ``[]`` for
     anything that is not a checkpoint storing them."""
     from ..core.errors import YoloDetError
-    from ..core.safeload import checkpoint_model_yaml
+    from ..core.untrusted.safeload import checkpoint_model_yaml
     from .blocks import CHECKPOINT_KEY
 
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path).endswith((".pt", ".pth")):

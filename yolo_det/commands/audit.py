@@ -213,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
 def split_model_yamls(paths: list[str]) -> tuple[list[str], list[str]]:
     """``(model YAMLs, other files)`` of a pre-commit file list: a model YAML is a YAML mapping with a
     ``backbone`` or ``head``; data YAMLs, profiles, other files and files that no longer exist are skipped."""
-    from ..core import safe_yaml
+    from ..core.untrusted import safe_yaml
 
     models: list[str] = []
     other: list[str] = []

@@ -29,9 +29,9 @@ from typing import Any, Literal, get_args
 
 import yaml
 
-from . import safe_yaml
 from .errors import ProfileError, did_you_mean
-from .safe_yaml import short
+from .untrusted import safe_yaml
+from .untrusted.safe_yaml import short
 
 __all__ = [
     "BUILTIN_PROFILES",

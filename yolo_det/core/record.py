@@ -161,14 +161,14 @@ def load_checkpoint_state(path: str | os.PathLike[str]) -> dict[str, torch.Tenso
     """Return the model state dict stored in a checkpoint file, read without running anything it names.
 
     Accepts an Ultralytics or YOLOv5 checkpoint (a dict with ``model``/``ema`` holding a module), a
-    plain state dict, or a pickled module. The file is read by :func:`yolo_det.core.safeload.checkpoint_state_dict`:
-    no class or function the pickle names is imported or called, so a model made of the user's own block
-    classes reads as well as an Ultralytics one.
+    plain state dict, or a pickled module. The file is read by
+    :func:`yolo_det.core.untrusted.safeload.checkpoint_state_dict`: no class or function the pickle names is
+    imported or called, so a model made of the user's own block classes reads as well as an Ultralytics one.
 
     Raises:
         ModelError: The file is missing, is not a ``torch.save`` archive, or holds no model weights.
     """
-    from .safeload import checkpoint_state_dict
+    from .untrusted.safeload import checkpoint_state_dict
 
     return checkpoint_state_dict(path)
 

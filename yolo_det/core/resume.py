@@ -16,7 +16,7 @@ The file holds tensors and plain Python values only: it loads with ``torch.load(
 The checkpoint itself is not changed, so it still loads in plain Ultralytics/YOLOv5 without yolo-det.
 
 Reading a checkpoint's arguments (what resuming will train on) uses :func:`read_checkpoint`, which never
-imports or runs code named in the file (it reads it with :func:`yolo_det.core.safeload.read_checkpoint`:
+imports or runs code named in the file (it reads it with :func:`yolo_det.core.untrusted.safeload.read_checkpoint`:
 every class the pickle names is an inert placeholder).
 """
 
@@ -37,8 +37,8 @@ import torch
 from .errors import ModelError
 from .fileio import atomic_file, file_sha256
 from .plain import plain_value
-from .safeload import Inert
-from .safeload import read_checkpoint as safe_read
+from .untrusted.safeload import Inert
+from .untrusted.safeload import read_checkpoint as safe_read
 
 __all__ = [
     "FORMAT",

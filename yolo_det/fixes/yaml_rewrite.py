@@ -149,7 +149,7 @@ def _slots(text: str, origin: str) -> Iterator[_Slot]:
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
 
-    from ..core import safe_yaml
+    from ..core.untrusted import safe_yaml
 
     try:
         safe_yaml.prescan(text)  # bounded: nesting, alias expansion, cycles (before ruamel sees the text)
@@ -218,7 +218,7 @@ def _build(text: str, origin: str) -> Any:
 
     from ..analysis.model_yaml import check_activation
     from ..analysis.names import custom_modules
-    from ..core.safe_yaml import load
+    from ..core.untrusted.safe_yaml import load
 
     try:
         cfg = load(text)

@@ -1,6 +1,6 @@
 """``key=value`` arguments passed through to Ultralytics, parsed safely and checked before any run starts.
 
-Values are parsed as bounded YAML (:mod:`yolo_det.core.safe_yaml`, never ``eval``): ``epochs=3`` is an int,
+Values are parsed as bounded YAML (:mod:`yolo_det.core.untrusted.safe_yaml`, never ``eval``): ``epochs=3`` is an int,
 ``amp=false`` a bool, ``lr0=1e-3`` a float (as Ultralytics' own command line reads it; YAML 1.1 alone would
 read a string), ``imgsz=[96,128]`` a list, ``name=exp`` a string; ``none``/``None``/``null`` is None.
 Alias bombs and deep nesting are refused in one line. Keys are
@@ -17,9 +17,9 @@ from typing import Any
 
 import yaml
 
-from ..core import safe_yaml
 from ..core.errors import ConfigError, ModelError, did_you_mean
-from ..core.safe_yaml import short
+from ..core.untrusted import safe_yaml
+from ..core.untrusted.safe_yaml import short
 
 __all__ = [
     "MAX_IMGSZ",

@@ -17,9 +17,9 @@ from typing import Any
 
 import yaml
 
-from ..core import safe_yaml
 from ..core.errors import ConfigError, ModelError
-from ..core.safe_yaml import short
+from ..core.untrusted import safe_yaml
+from ..core.untrusted.safe_yaml import short
 
 __all__ = [
     "check_data",

@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from ...core import safe_yaml
 from ...core.errors import ConfigError, did_you_mean
+from ...core.untrusted import safe_yaml
 from .model import Fix, OpEntry, OpTable, VersionRange
 from .schema import _DEFAULT, _ENTRY_KEYS, _NODE_KINDS, _OP_NAME, _PASSES, _REQUIRED, _TOP_KEYS, _WHENS, EFFECTS
 from .versions import version_in

@@ -35,8 +35,8 @@ from typing import Any
 from ...core.datafp import is_inside
 from ...core.errors import ConfigError
 from ...core.fileio import atomic_write_text
-from ...core.safe_yaml import short
 from ...core.text import printable
+from ...core.untrusted.safe_yaml import short
 from ..diff import VERIFY_SAVED_SCHEMA, DiffReport, diff_records
 from .compare import compare_runs
 from .records import Divergence, MicroBatch, RunRecord, StepRecord
