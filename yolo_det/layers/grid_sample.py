@@ -155,6 +155,33 @@ def _chunks(n: int, c: int, p: int, split_channels: bool) -> list[tuple[int, int
     return [(a, min(step, n - a), crange) for a in range(0, n, step)]
 
 
+def _scatter_taps(acc: Tensor, grad: Tensor, taps: _Taps, buf: Tensor) -> None:
+    """CPU input gradient: each corner's weighted output gradient ``scatter_add_``-ed onto ``acc``
+    (``(B, C, H*W)``), corner after corner (deterministic on the CPU: a serial loop in index order)."""
+    b, c, p = grad.shape
+    for idx, wk in zip(taps.index, taps.weight):
+        torch.mul(grad, wk.unsqueeze(1), out=buf)
+        acc.scatter_add_(2, idx.unsqueeze(1).expand(b, c, p), buf)
+
+
+def _grid_grad(taps: _Taps, sums: list[Tensor | None]) -> Tensor:
+    """The grid gradient ``(B, P, 2)`` from each corner's sum over channels of input times gradient."""
+    gix = torch.zeros_like(taps.mx)
+    giy = torch.zeros_like(taps.my)
+    k = 0
+    for r in (0, 1):
+        for s in (0, 1):
+            v = sums[k]
+            if v is None:  # no channels
+                v = torch.zeros_like(taps.mx)
+            v = torch.where(taps.valid[k], v, torch.zeros_like(v))
+            # d(dx[s])/dix = -1 for the west column, +1 for the east; likewise for rows
+            gix = gix + v * taps.dy[r] if s else gix - v * taps.dy[r]
+            giy = giy + v * taps.dx[s] if r else giy - v * taps.dx[s]
+            k += 1
+    return torch.stack((gix * taps.mx, giy * taps.my), -1)
+
+
 class DetGridSample(torch.autograd.Function):
     """Bilinear grid sampling with a deterministic backward (see the module docstring).
 
@@ -221,31 +248,15 @@ class DetGridSample(torch.autograd.Function):
                 if buf is None or buf.shape != gcc.shape:
                     buf = torch.empty_like(gcc)
                 if need_input and not ctx.rows_backward:
-                    ac = acc.narrow(0, a, b).narrow(1, c0, cb)
-                    for idx, wk in zip(taps.index, taps.weight):
-                        torch.mul(gcc, wk.unsqueeze(1), out=buf)
-                        ac.scatter_add_(2, idx.unsqueeze(1).expand(b, cb, p), buf)
+                    _scatter_taps(acc.narrow(0, a, b).narrow(1, c0, cb), gcc, taps, buf)
                 if need_grid:
                     fc = flat.narrow(0, a, b).narrow(1, c0, cb)
                     for k in range(4):
                         v = _gather(fc, taps.index[k], buf).mul_(gcc).sum(1)
                         prev = sums[k]
                         sums[k] = v if prev is None else prev.add_(v)  # channel ranges in order
-            if need_grid:
-                gix = torch.zeros_like(taps.mx)
-                giy = torch.zeros_like(taps.my)
-                k = 0
-                for r in (0, 1):
-                    for s in (0, 1):
-                        v = sums[k]
-                        assert v is not None
-                        v = torch.where(taps.valid[k], v, torch.zeros_like(v))
-                        # d(dx[s])/dix = -1 for the west column, +1 for the east; likewise for rows
-                        gix = gix + v * taps.dy[r] if s else gix - v * taps.dy[r]
-                        giy = giy + v * taps.dx[s] if r else giy - v * taps.dx[s]
-                        k += 1
-                assert grad_grid is not None
-                grad_grid.narrow(0, a, b).copy_(torch.stack((gix * taps.mx, giy * taps.my), -1))
+            if grad_grid is not None:
+                grad_grid.narrow(0, a, b).copy_(_grid_grad(taps, sums))
         if need_input:
             grad_input = acc.view(n, h, w, c).permute(0, 3, 1, 2) if ctx.rows_backward else acc.view(n, c, h, w)
         if grad_grid is not None:

@@ -53,13 +53,14 @@ def _memory_format(x: Tensor) -> torch.memory_format:
     return torch.contiguous_format
 
 
+_ATEN: Any = torch._C._nn  # the padding kernels (not in torch's type stubs)
 _NATIVE_PAD = {
-    ("reflect", 1): torch._C._nn.reflection_pad1d,
-    ("reflect", 2): torch._C._nn.reflection_pad2d,
-    ("reflect", 3): torch._C._nn.reflection_pad3d,
-    ("replicate", 1): torch._C._nn.replication_pad1d,
-    ("replicate", 2): torch._C._nn.replication_pad2d,
-    ("replicate", 3): torch._C._nn.replication_pad3d,
+    ("reflect", 1): _ATEN.reflection_pad1d,
+    ("reflect", 2): _ATEN.reflection_pad2d,
+    ("reflect", 3): _ATEN.reflection_pad3d,
+    ("replicate", 1): _ATEN.replication_pad1d,
+    ("replicate", 2): _ATEN.replication_pad2d,
+    ("replicate", 3): _ATEN.replication_pad3d,
 }
 
 #: Border widths up to which the adjoint adds one slice per border row instead of a flipped copy.
