@@ -5,15 +5,15 @@ PyTorch's CUDA backward kernels of ``reflection_pad1d/3d`` (2d too before ~2.6) 
 decomposition when the deterministic flag is on at forward time, on recent releases). Padding is a
 fixed linear map that copies input elements, so it is computed here by a small autograd function:
 
-* forward: one allocation, one copy of the input into the centre, then each padded axis in turn
-  fills its borders from already written values (a flipped slice for ``reflect``, the edge slice
-  broadcast for ``replicate``);
+* forward: ATen's own padding kernel (bit-exact by construction; every output element reads one
+  input element, so it is deterministic on every device: only ATen's *backward* accumulates);
 * backward (the adjoint): the centre of the gradient is copied once and the border gradients are
-  added onto the elements they came from (flipped slices for ``reflect``, one sum per side for
-  ``replicate``), border slabs folded along the other axes first.
+  added onto the elements they came from, outermost axis first: border slabs of the outer axes are
+  folded along the inner axes first, and the innermost axis folds straight from views of the gradient,
+  the left and right border rows of the same depth in one strided slice add (``reflect``: onto the
+  mirrored rows, ``replicate``: onto the edge row).
 
-Both directions are slicing, flipping, copies and additions only (no atomics, no scatter), the
-backward is itself differentiable (its adjoint is the forward), the forward is bit-exact and the
+The backward is slicing, copies and additions only (no atomics, no scatter) and is itself differentiable (its adjoint is the forward), the forward is bit-exact and the
 backward agrees with PyTorch up to the order of the at most three additions per element
 (``reflect``) or of the border sum (``replicate``). Negative pads crop, as in PyTorch.
 ``constant`` and ``circular`` padding are already deterministic and pass through to PyTorch.
