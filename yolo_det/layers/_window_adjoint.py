@@ -10,6 +10,7 @@ axis (:func:`_banded_spread`), elsewhere with gathers and slice adds (:func:`_ch
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -131,7 +132,7 @@ def _banded_ok(g: Tensor, wins: Sequence[Windows]) -> bool:
         and torch._C._len_torch_dispatch_stack() == 0
         and g.dtype in (torch.float32, torch.float64)
         and all(_reach(w) <= 1 for w in wins)
-        and bool(torch.isfinite(g.sum()))
+        and math.isfinite(float(g.sum()))
     )  # any inf/NaN makes the sum non-finite (overflow: the safe side)
 
 
@@ -155,8 +156,11 @@ def _banded_spread(g: Tensor, wins: tuple[Windows, ...], sizes: tuple[int, ...])
     lh, lw = sizes
     planes = g.reshape(-1, oh, ow)
     count = planes.shape[0]
-    out = g.new_empty((count, lh, lw))
     chunks = min(count, max(1, -(-20 * ow // lw)), max(1, count * lh * lw // _BANDED_CHUNK_MIN))
+    if chunks <= 1:  # the same two products without the chunk bookkeeping
+        cols = torch.matmul(planes.transpose(1, 2), mats[0])
+        return torch.matmul(cols.transpose(1, 2), mats[1]).view(*g.shape[:-2], lh, lw)
+    out = g.new_empty((count, lh, lw))
     step = -(-count // chunks) if count else 1
     for a in range(0, count, step):
         part = planes[a : a + step]

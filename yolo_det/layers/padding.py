@@ -13,9 +13,9 @@ fixed linear map that copies input elements, so it is computed here by a small a
   the left and right border rows of the same depth in one strided slice add (``reflect``: onto the
   mirrored rows, ``replicate``: onto the edge row).
 
-The backward is slicing, copies and additions only (no atomics, no scatter) and is itself differentiable (its adjoint is the forward), the forward is bit-exact and the
-backward agrees with PyTorch up to the order of the at most three additions per element
-(``reflect``) or of the border sum (``replicate``). Negative pads crop, as in PyTorch.
+The backward is slicing, copies and additions only (no atomics, no scatter) and is itself
+differentiable (its adjoint is the forward); it agrees with PyTorch up to the order of the at most
+three additions per element (``reflect``) or of the border sum (``replicate``). Negative pads crop, as in PyTorch.
 ``constant`` and ``circular`` padding are already deterministic and pass through to PyTorch.
 """
 
