@@ -268,7 +268,8 @@ def test_data_is_named_first_with_its_cause_when_only_the_stream_differs():
     d = compare_against(saved, here).divergence
     assert d is not None
     assert (d.step, d.kind) == (1, "data")
-    assert d.cause is not None and d.cause.startswith("workers (saved 0 | here 2)")
+    assert d.cause is not None
+    assert d.cause.startswith("workers (saved 0 | here 2)")
     assert "data_invariance" in d.cause
     report = compare_against(saved, here)
     assert "  cause: workers (saved 0 | here 2)" in report.summary()
@@ -279,7 +280,8 @@ def test_data_is_named_first_with_its_cause_when_only_the_stream_differs():
     d = compare_against(saved, here).divergence
     assert d is not None
     assert (d.step, d.kind) == (1, "data")
-    assert d.cause is not None and d.cause.startswith("seed (saved 0 | here 1)")
+    assert d.cause is not None
+    assert d.cause.startswith("seed (saved 0 | here 1)")
     # control: the same stream and the same weights difference stays a weights divergence, with no cause
     here = _with_record(make_run(), _stream_record())
     here.weights = {"model": "other"}
@@ -291,5 +293,8 @@ def test_data_is_named_first_with_its_cause_when_only_the_stream_differs():
     saved.record = _stream_record(mode="keyed")
     here = _with_record(make_run(), _stream_record(mode="keyed", workers=4, dataset="e" * 64, fingerprint="e" * 64))
     d = compare_against(saved, here).divergence
-    assert d is not None and d.kind == "data"
-    assert d.cause is not None and d.cause.startswith("dataset (") and "workers" not in d.cause
+    assert d is not None
+    assert d.kind == "data"
+    assert d.cause is not None
+    assert d.cause.startswith("dataset (")
+    assert "workers" not in d.cause

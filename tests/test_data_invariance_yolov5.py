@@ -49,9 +49,7 @@ def _loader(images: Path, hyp: dict[str, Any], workers: int, monkeypatch: pytest
     return loader
 
 
-def _run(
-    loader: Any, profile: Any, *, epochs: int = 2, start: int = 0
-) -> tuple[list[str], dict[str, Any], YOLOv5Data]:
+def _run(loader: Any, profile: Any, *, epochs: int = 2, start: int = 0) -> tuple[list[str], dict[str, Any], YOLOv5Data]:
     """Train-loop passes over ``loader`` as the patched train.py makes them: one digest per epoch, the section."""
     session = DeterminismSession(load_profile(profile), seed=SEED)
     session.begin()
@@ -80,7 +78,8 @@ def test_yolov5_stream_is_the_same_for_0_1_2_and_4_workers(
     assert {s["mode"] for s in sections.values()} == {inv.MODE_KEYED}
     assert [s["workers"] for s in sections.values()] == [0, 1, 2, 4]
     fingerprints = {s["fingerprint"] for s in sections.values()}
-    assert len(fingerprints) == 1 and None not in fingerprints  # the record's fingerprint follows the stream
+    assert len(fingerprints) == 1
+    assert None not in fingerprints
     assert sections[0]["fingerprint_batches"] == 2
     assert sections[0]["augment"]["mosaic"] == 1.0
 
@@ -117,7 +116,9 @@ def test_the_session_gives_yolov5s_loader_back(
     _, _, data = _run(loader, "repro", epochs=1)
     assert inv.data_mode(loader) == inv.MODE_WORKER
     assert loader.batch_sampler.sampler is sampler  # the _RepeatSampler holds YOLOv5's batch sampler again
-    assert "__getitems__" not in vars(dataset) and "load_image" not in vars(dataset)
+    assert "__getitems__" not in vars(dataset)
+    assert "load_image" not in vars(dataset)
     assert type(loader.iterator).__name__ == "_LazyPasses"  # workers stopped; a new pass starts when asked
     assert data.tap.seen == 2
-    assert len(next(loader.iterator)[0]) == 4 and plain  # it still feeds batches
+    assert len(next(loader.iterator)[0]) == 4
+    assert plain
