@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from yolo_det.core.profiles import load_profile
 from yolo_det.fixes import data_invariance as inv
@@ -122,3 +123,135 @@ def test_the_session_gives_yolov5s_loader_back(
     assert data.tap.seen == 2
     assert len(next(loader.iterator)[0]) == 4
     assert plain
+
+
+_RANK_DRIVER = """
+import hashlib, json, sys
+import torch
+import torch.distributed as dist
+import yaml
+from yolov5.utils.dataloaders import InfiniteDataLoader, LoadImagesAndLabels
+from yolo_det.fixes import data_invariance as inv
+
+rank, store, images, out = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+hyp = json.loads(sys.argv[5])
+dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+dataset = LoadImagesAndLabels(images, 64, 2, augment=True, hyp=hyp, stride=32, prefix="")
+sampler = torch.utils.data.distributed.DistributedSampler(dataset, shuffle=True)  # rank and world from gloo
+loader = InfiniteDataLoader(dataset, batch_size=2, sampler=sampler, num_workers=rank,
+                            collate_fn=LoadImagesAndLabels.collate_fn, generator=torch.Generator())
+token = inv.make_invariant(loader, SEED, rank=rank, batch_cache=False)
+steps = [SAMPLES(b) for _ in range(2) for b in loader]
+dist.barrier()
+dist.destroy_process_group()
+json.dump(steps, open(out, "w"))
+"""
+
+
+def _samples(batch: Any) -> list[str]:
+    """A digest per sample of a YOLOv5 batch (its image and its label rows), sorted: the batch as a set."""
+    import hashlib
+
+    imgs, targets = batch[0], batch[1]
+    out = []
+    for i in range(imgs.shape[0]):
+        h = hashlib.sha256(imgs[i].numpy().tobytes())
+        h.update(targets[targets[:, 0] == i][:, 1:].numpy().tobytes())
+        out.append(h.hexdigest())
+    return sorted(out)
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_train_each_global_step_on_one_process_samples(
+    images: Path, hyp: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import inspect
+    import json
+    import subprocess
+    import sys
+    import textwrap
+
+    from helpers import subprocess_env
+
+    one = _loader(images, hyp, 0, monkeypatch)  # 1 process at the global batch (4): the reference
+    token = inv.make_invariant(one, SEED, batch_cache=False)
+    try:
+        reference = [_samples(b) for _ in range(2) for b in one]
+    finally:
+        inv.restore(token)
+    driver = tmp_path / "rank.py"
+    helper = textwrap.dedent(inspect.getsource(_samples)).replace(
+        "def _samples(batch: Any) -> list[str]:", "def SAMPLES(batch):"
+    )
+    driver.write_text(helper + _RANK_DRIVER.replace("SEED", str(SEED)))
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(driver),
+                str(r),
+                str(tmp_path / "store"),
+                str(images),
+                str(tmp_path / f"{r}.json"),
+                json.dumps(hyp),
+            ],
+            env=subprocess_env({"OMP_NUM_THREADS": "1"}),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in (0, 1)  # rank 1 builds its batches in a worker process, rank 0 in its own
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+    ranks = [json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1)]
+    assert len(ranks[0]) == len(ranks[1]) == len(reference) == 6  # 12 images: 3 global steps of 4, 2 epochs
+    for step, (a, b) in enumerate(zip(*ranks, strict=True)):
+        assert sorted(a + b) == reference[step], step  # the same samples, augmented the same way
+        assert a != b
+    assert reference[0] != reference[3]  # epochs are reshuffled: the comparison covers changing data
+
+
+def _index_steps(n: int, world: int, batch: int, *, invariant: bool, sampler_seed: int = 0) -> list[list[list[int]]]:
+    """Per rank, the indices of each step of 2 epochs (a rank's sampler built with explicit world and rank)."""
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    out = []
+    for rank in range(world):
+        data = TensorDataset(torch.arange(n))
+        sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=sampler_seed)
+        loader = (
+            DataLoader(data, batch_size=batch, shuffle=True, generator=torch.Generator())
+            if world == 1
+            else DataLoader(data, batch_size=batch, sampler=sampler, generator=torch.Generator())
+        )
+        loader.generator.manual_seed(SEED)
+        token = inv.make_invariant(loader, SEED, rank=rank) if invariant else None
+        steps = []
+        for epoch in range(2):
+            if not invariant and world > 1:
+                sampler.set_epoch(epoch)
+            steps.extend(b[0].tolist() for b in loader)
+        if token is not None:
+            inv.restore(token)
+        out.append(steps)
+    return out
+
+
+def test_ddp_ranks_deal_out_one_process_order() -> None:
+    (one,) = _index_steps(12, 1, 4, invariant=True)
+    two = _index_steps(12, 2, 2, invariant=True)
+    assert [sorted(a + b) for a, b in zip(*two, strict=True)] == [sorted(s) for s in one]
+    assert one[0] != one[3]  # the second epoch is shuffled anew
+    assert _index_steps(12, 2, 2, invariant=True, sampler_seed=99) == two  # the run's seed decides, not the sampler's
+    off = _index_steps(12, 2, 2, invariant=False)
+    assert [sorted(a + b) for a, b in zip(*off, strict=True)] != [sorted(s) for s in one]
+    # 11 samples: the last global step holds the one process's last 3 and one repeated sample (the padding)
+    (one,) = _index_steps(11, 1, 4, invariant=True)
+    a, b = _index_steps(11, 2, 2, invariant=True)
+    assert [sorted(x + y) for x, y in zip(a[:2], b[:2], strict=True)] == [sorted(s) for s in one[:2]]
+    last = sorted(a[2] + b[2])
+    assert len(last) == 4
+    assert set(one[2]) <= set(last)
+    assert len(a) == len(b) == 6

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, DataLoader, get_worker_info
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, get_worker_info
 
 from ..core.errors import ConfigError
 from ..core.seeding import epoch_data_seed
@@ -115,6 +115,13 @@ class KeyedBatchSampler:
     :func:`~yolo_det.core.seeding.epoch_data_seed` ``(seed, rank, epoch)`` (the order is the one the plugins
     give the same seed without invariance) and a sampler with ``set_epoch``
     (``DistributedSampler``) is told the epoch, so the order of an epoch never depends on earlier ones.
+
+    Under a ``DistributedSampler`` (DDP) the ranks deal out one global order instead of the sampler's: the order a
+    single process would shuffle with the same seed (rank 0's generator seed), padded as ``DistributedSampler``
+    pads it. Global step ``k`` covers its ``k``-th slice of ``world x batch`` samples, and rank ``r`` takes the
+    ``r``-th part: the samples of one global step with ``W`` ranks at batch ``b`` are those of one process at
+    batch ``W x b`` (the last step also holds the padding's repeated samples when the dataset does not divide by
+    ``W``).
     """
 
     def __init__(
@@ -144,8 +151,41 @@ class KeyedBatchSampler:
         set_sampler_epoch = getattr(getattr(self.inner, "sampler", None), "set_epoch", None)
         if callable(set_sampler_epoch):
             set_sampler_epoch(epoch)
-        for batch in self.inner:
+        batches = self._global_slices(epoch) if _dealt(self.inner) else self.inner
+        for batch in batches:
             yield [(epoch, int(i)) for i in batch]
+
+    def _global_slices(self, epoch: int) -> Iterator[list[int]]:
+        """This rank's batches of epoch ``epoch`` under a ``DistributedSampler`` (see the class docstring)."""
+        sampler = self.inner.sampler
+        n, world, rank = len(sampler.dataset), int(sampler.num_replicas), int(sampler.rank)
+        if sampler.shuffle:
+            generator = torch.Generator()
+            generator.manual_seed(epoch_data_seed(self.seed, 0, epoch))
+            torch.empty((), dtype=torch.int64).random_(generator=generator)  # as a single process's loader draws
+            order = torch.randperm(n, generator=generator).tolist()
+        else:
+            order = list(range(n))
+        per_rank, total = int(sampler.num_samples), int(sampler.total_size)
+        if total <= n:
+            order = order[:total]  # the sampler's drop_last
+        else:
+            order = (order * -(-total // n))[:total]  # padded with the order's own first samples
+        size = int(self.inner.batch_size)
+        for k in range(len(self.inner)):
+            part = min(size, per_rank - k * size)  # each rank's share of global step k
+            start = k * size * world + rank * part
+            yield order[start : start + part]
+
+
+def _dealt(inner: Any) -> bool:
+    """Whether ``inner`` batches a ``DistributedSampler`` with the plain rules this module deals out itself."""
+    return (
+        isinstance(inner, BatchSampler)
+        and type(inner.sampler) is DistributedSampler
+        and isinstance(inner.batch_size, int)
+        and inner.batch_size > 0
+    )
 
 
 class _KeyedItems:
