@@ -1,5 +1,7 @@
 """Worker-invariant data: every random draw of a training sample is keyed by (seed, epoch, sample index).
 
+Length: one mechanism: the sampler, the keyed items and the batch partners change one loader and are undone together.
+
 A data loader feeds the same batches whatever its worker count when nothing a sample's augmentation draws
 depends on which worker built it or what that worker built before. :func:`make_invariant` makes that so for
 a map-style loader with a batch sampler (Ultralytics' ``build_dataloader``, a plain ``DataLoader``):

@@ -1,5 +1,7 @@
 """YOLOv5 integration: what a YOLOv5 tree patched by ``yolo-det patch-yolov5`` calls at run time.
 
+Length: one concern, the run-time side of the patch: :class:`YOLOv5Run` and one function per patched line.
+
 Classic YOLOv5 (the ultralytics/yolov5 repository, its many clones, and the ``yolov5`` PyPI package) has no
 hook at the two places that decide determinism: ``train.py`` hard-codes
 ``init_seeds(opt.seed + 1 + RANK, deterministic=True)`` (strict deterministic algorithms) and runs

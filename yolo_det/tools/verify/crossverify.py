@@ -1,5 +1,7 @@
 """Verification across processes and machines: save one run's per-step fingerprints, compare a later run with them.
 
+Length: one file format: writing, checking and reading a saved run, and comparing a run with it, share its schema.
+
 ``yolo-det verify --save FILE`` writes what one training recorded (see :mod:`yolo_det.tools.verify`), in a
 portable form: per optimizer step the digests of each input batch (as the data loader gave it, and as
 preprocessed for the model), its image files (relative to the dataset root), the loss components, a
