@@ -32,9 +32,6 @@ a map-style loader with a batch sampler (Ultralytics' ``build_dataloader``, a pl
 YOLOv5's ``LoadImagesAndLabels`` draws its mosaic and mixup partners uniformly over the dataset (python's
 ``random``), never from a worker's history: keyed by the sample, those draws are worker-invariant as they are
 (``batch_cache=False`` leaves its ``load_image`` alone).
-
-Length: one module holds the keyed sampler, the keyed batch entry point and the transforms it redirects,
-which restore() must undo together.
 """
 
 from __future__ import annotations
