@@ -1,5 +1,7 @@
 """Bitwise resume for Ultralytics training: what the plugin does at each save and on resume.
 
+Length: one concern, Ultralytics' bitwise resume: the callbacks share the state they capture and restore.
+
 Driven by :class:`~yolo_det.integrations.ultralytics.UltralyticsPlugin`'s callbacks:
 
 - ``on_train_epoch_start``: the data order of every epoch is a function of (seed, rank, epoch): the
