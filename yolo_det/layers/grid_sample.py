@@ -128,8 +128,9 @@ def _gather(flat: Tensor, index: Tensor, out: Tensor | None = None) -> Tensor:
     return torch.gather(flat, 2, idx) if out is None else torch.gather(flat, 2, idx, out=out)
 
 
-#: Elements of ``(C, P)`` per chunk below which the batch is not split.
-_CHUNK_MIN = 1 << 18
+#: Output elements per batch chunk (the scratch buffer and ``scatter_add_``'s expanded int64 index
+#: are about three chunks' worth of output: a quarter of the output at 2**19 elements).
+_CHUNK_MIN = 1 << 17
 #: The most chunks the work is split into.
 _CHUNK_MAX = 16
 #: Output elements above which the work is split into at least :data:`_CHUNK_FLOOR` chunks (a small
@@ -140,16 +141,19 @@ _CHUNK_FLOOR = 8
 
 def _chunks(n: int, c: int, p: int, split_channels: bool) -> list[tuple[int, int, list[tuple[int, int]]]]:
     """``(start, length, channel ranges)`` over the batch: work whose temporaries have the size of the
-    output (tap scratch buffers, weighted gradients) is done one range at a time, so they stay a
-    fraction of the output instead of one or four times it. When the batch has fewer samples than
-    the chunks wanted, single-sample chunks are split along the channels too (``split_channels``)."""
+    output (one scratch buffer, weighted gradients) is done one range at a time, so they stay a
+    fraction of the output. The batch is split by :data:`_CHUNK_MIN` (each batch chunk computes its
+    corner taps again, a fixed cost); single-sample chunks are split along the channels too
+    (``split_channels``; the taps are shared) up to :data:`_CHUNK_FLOOR` pieces in all, so a small
+    call's scratch stays a small part of its small peak."""
     total = n * c * p
     want = max(1, min(_CHUNK_MAX, -(-total // _CHUNK_MIN)))
-    if total > _CHUNK_FLOOR_MIN:
-        want = max(want, _CHUNK_FLOOR)
     chunks = max(1, min(want, n))
     step = -(-n // chunks)
-    pieces = -(-want // chunks) if split_channels and step == 1 else 1
+    pieces = 1
+    if split_channels and step == 1:
+        floor = _CHUNK_FLOOR if total > _CHUNK_FLOOR_MIN else 1
+        pieces = -(-max(want, floor) // chunks)
     cstep = -(-c // max(1, min(pieces, c))) if c else 1
     crange = [(c0, min(cstep, c - c0)) for c0 in range(0, c, cstep)] or [(0, c)]
     return [(a, min(step, n - a), crange) for a in range(0, n, step)]
