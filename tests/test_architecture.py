@@ -223,7 +223,7 @@ ONE_HOME = {
         "yolo_det.integrations.patch_yolov5",
         # renames of a file already written, never a write: the previous resume state kept beside
         # the new one, a weights file cut short set aside as FILE.incomplete
-        "yolo_det.integrations.ultralytics_resume",
+        "yolo_det.integrations.ultralytics.resume",
         "yolo_det.core.partial",
     },
 }

@@ -175,7 +175,7 @@ class YOLOv5Run:
         self.resume = YOLOv5Resume(getattr(script, "__code__", None), seed, rank=max(self.rank, 0))
         self.previous: dict[str, Any] | None = None
         if getattr(opt, "resume", False) and getattr(opt, "weights", None):
-            from .ultralytics_resume import previous_record
+            from .ultralytics.lineage import previous_record
 
             self.previous = previous_record(str(opt.weights))
 
