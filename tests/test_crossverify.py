@@ -234,3 +234,67 @@ def test_a_different_model_is_named_and_unportable_runs_are_refused():
     here.portable = False
     with pytest.raises(ConfigError, match="portable"):
         compare_against(as_saved(make_run()), here)
+
+
+def _stream_record(**changes: Any) -> dict[str, Any]:
+    section = {
+        "mode": "worker-stream",
+        "workers": 0,
+        "seed": 0,
+        "dataset": "d" * 64,
+        "augment": {"mosaic": 1.0},
+        "fingerprint": "f" * 64,
+        "fingerprint_batches": 2,
+        "fingerprint_epoch": 0,
+    }
+    return {"data_stream": {**section, **changes}}
+
+
+def _with_record(run: RunRecord, record: dict[str, Any]) -> RunRecord:
+    run.record = record
+    return run
+
+
+def test_data_is_named_first_with_its_cause_when_only_the_stream_differs():
+    saved_run = make_run()
+    saved = as_saved(saved_run)
+    saved.record = _stream_record()
+    # the batches differ from the first step on: "data", and the records say why (the worker count)
+    here = make_run()
+    for s in here.steps:
+        s.batches[0].data = f"other {s.step}"
+        s.grads = ["x"] * 3
+    here = _with_record(here, _stream_record(workers=2, fingerprint="e" * 64))
+    d = compare_against(saved, here).divergence
+    assert d is not None
+    assert (d.step, d.kind) == (1, "data")
+    assert d.cause is not None
+    assert d.cause.startswith("workers (saved 0 | here 2)")
+    assert "data_invariance" in d.cause
+    report = compare_against(saved, here)
+    assert "  cause: workers (saved 0 | here 2)" in report.summary()
+    assert report.to_dict()["first_divergence"]["cause"] == d.cause
+    # the steps show only a weights difference, the fingerprints say the data differed: data comes first
+    here = _with_record(make_run(), _stream_record(seed=1, fingerprint="e" * 64))
+    here.weights = {"model": "other"}
+    d = compare_against(saved, here).divergence
+    assert d is not None
+    assert (d.step, d.kind) == (1, "data")
+    assert d.cause is not None
+    assert d.cause.startswith("seed (saved 0 | here 1)")
+    # control: the same stream and the same weights difference stays a weights divergence, with no cause
+    here = _with_record(make_run(), _stream_record())
+    here.weights = {"model": "other"}
+    d = compare_against(saved, here).divergence
+    assert d is not None
+    assert d.kind == "weights"
+    assert d.cause is None
+    # both worker-invariant with other worker counts: the count is no cause
+    saved.record = _stream_record(mode="keyed")
+    here = _with_record(make_run(), _stream_record(mode="keyed", workers=4, dataset="e" * 64, fingerprint="e" * 64))
+    d = compare_against(saved, here).divergence
+    assert d is not None
+    assert d.kind == "data"
+    assert d.cause is not None
+    assert d.cause.startswith("dataset (")
+    assert "workers" not in d.cause

@@ -166,16 +166,31 @@ def test_loaders_it_cannot_key_are_refused_with_one_line() -> None:
     with pytest.raises(ConfigError, match="batch sampler"):
         inv.make_invariant(torch.utils.data.DataLoader(data, batch_size=None), 0)
 
-    class Running(torch.utils.data.DataLoader):  # an iterator started at construction, without reset()
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.iterator = iter(range(1))
+    class Running:  # not a DataLoader, with an iterator started at construction and no reset()
+        def __init__(self, loader: torch.utils.data.DataLoader) -> None:
+            self.dataset, self.batch_sampler = loader.dataset, loader.batch_sampler
+            self.iterator = iter(loader)
 
-    loader = Running(data, batch_size=2)
+    loader = Running(torch.utils.data.DataLoader(data, batch_size=2))
     with pytest.raises(ConfigError, match="before its first iteration"):
         inv.make_invariant(loader, 0)
     assert inv.data_mode(loader) == inv.MODE_WORKER
     assert "__getitems__" not in vars(data)
+
+    class Started(torch.utils.data.DataLoader):  # a DataLoader that starts one (YOLOv5's InfiniteDataLoader)
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.iterator = super().__iter__()
+
+    started = Started(data, batch_size=2)
+    token = inv.make_invariant(started, 0)  # the running iterator is replaced by one over the keyed sampler
+    try:
+        assert inv.data_mode(started) == inv.MODE_KEYED
+        assert next(started.iterator)[0].tolist() == [0, 1]
+        assert "__getitems__" in vars(data)
+    finally:
+        inv.restore(token)
+    assert inv.data_mode(started) == inv.MODE_WORKER
 
 
 def test_sample_seeds_depend_on_every_part_of_the_key() -> None:

@@ -450,6 +450,12 @@ def test_patched_yolov5_trains_one_epoch_under_repro_offline(yolov5_copy: Path) 
     assert font.is_file()
     assert record["run"]["det_profile"] == "repro"
     assert record["run"]["imgsz"] == 64
+    stream = record["data_stream"]  # the patched train.py handed its loader over: keyed, fingerprinted
+    assert (stream["mode"], stream["workers"], stream["seed"]) == ("keyed", 0, 0)
+    assert re.fullmatch(r"[0-9a-f]{64}", stream["fingerprint"])
+    assert stream["fingerprint_batches"] == 2
+    assert re.fullmatch(r"[0-9a-f]{64}", stream["dataset"])
+    assert stream["augment"]["mosaic"] == 1.0
 
 
 _CBAM_DRIVER = """

@@ -12,6 +12,7 @@ import yaml
 from yolo_det.cli import main
 from yolo_det.core.errors import ConfigError
 from yolo_det.tools import prechecks
+from yolo_det.tools.prechecks.values import _cuda_indices
 from yolo_det.tools.prepare import prepare
 
 
@@ -53,7 +54,7 @@ def test_the_seed_limit_is_numpys() -> None:
     ],
 )
 def test_which_devices_ask_for_cuda(device: object, asks: list[int] | None) -> None:
-    assert prechecks._cuda_indices(device) == asks
+    assert _cuda_indices(device) == asks
 
 
 def test_cuda_devices_are_judged_against_this_machine(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,6 @@
 """Resume on the real yolov5 package (a patched copy of the installed one): interrupted after epoch 2 of 4 and
-resumed with ``train.py --resume`` under ``--det-profile repro``, it ends with the straight run's weights.
+resumed with ``train.py --resume`` under ``--det-profile repro`` (with 2 loader workers where the first part had
+none), it ends with the straight run's weights.
 
 Also: the patched line, the seeded per-epoch data order, and the record of a resumed run.
 """
@@ -39,6 +40,11 @@ def stop_after(last, epoch, final_epoch, best_fitness, fi):
 
 
 if mode == "resume":
+    if len(sys.argv) > 3:  # resume with another worker count
+        import yaml
+        from pathlib import Path
+        opt_yaml = Path(f"runs/{name}/opt.yaml")
+        opt_yaml.write_text(yaml.safe_dump({**yaml.safe_load(opt_yaml.read_text()), "workers": int(sys.argv[3])}))
     sys.argv = ["train.py", "--resume", f"runs/{name}/weights/last.pt"]
     opt = train.parse_opt()
     train.main(opt)
@@ -82,7 +88,7 @@ def test_patched_yolov5_resumes_bit_for_bit(yolov5_copy: Path) -> None:  # noqa:
     first = json.loads((root / "runs" / "part" / RECORD_NAME).read_text())
     assert first["status"] == "failed"
     assert first["resume_states_written"] == 2
-    _drive(root, "resume", "part")
+    _drive(root, "resume", "part", "2")  # with 2 loader workers where the first part had none
     straight = checkpoint_digest(root / "runs" / "straight" / "weights" / "last.pt")
     assert checkpoint_digest(weights / "last.pt") == straight
 
@@ -97,6 +103,10 @@ def test_patched_yolov5_resumes_bit_for_bit(yolov5_copy: Path) -> None:  # noqa:
     assert [s["status"] for s in record["segments"]] == ["failed"]  # the first part's record is kept
     assert record["run"]["seed"] == 3
     assert record["run"]["det_profile"] == "repro"
+    # the batches did not depend on the worker count: the data stream was keyed in both parts
+    assert (record["data_stream"]["mode"], record["data_stream"]["workers"]) == ("keyed", 2)
+    assert record["data_stream"]["fingerprint_epoch"] == 2
+    assert (first["data_stream"]["mode"], first["data_stream"]["workers"]) == ("keyed", 0)
 
     # Without the resume state: a warning, a record that says so, and other weights.
     _drive(root, "part", "nostate", "3")

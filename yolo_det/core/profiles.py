@@ -1,5 +1,8 @@
 """Determinism profiles: what each phase of a run (train, val, deploy) must set up.
 
+Length: one concern, the profile schema: the settings, their validation (one branch per setting) and
+the loader that names the file and line of an error change together when a setting is added.
+
 A :class:`Profile` holds one :class:`PhaseSettings` per phase. Profiles are data: the built-ins
 (``repro``, ``balanced``, ``fast``) are YAML files shipped in ``yolo_det/core/presets``, and a user's
 profile is a YAML file of the same shape, optionally ``extends:`` a built-in::

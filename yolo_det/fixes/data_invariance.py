@@ -1,5 +1,7 @@
 """Worker-invariant data: every random draw of a training sample is keyed by (seed, epoch, sample index).
 
+Length: one mechanism: the sampler, the keyed items and the batch partners change one loader and are undone together.
+
 A data loader feeds the same batches whatever its worker count when nothing a sample's augmentation draws
 depends on which worker built it or what that worker built before. :func:`make_invariant` makes that so for
 a map-style loader with a batch sampler (Ultralytics' ``build_dataloader``, a plain ``DataLoader``):
@@ -26,6 +28,13 @@ a map-style loader with a batch sampler (Ultralytics' ``build_dataloader``, a pl
   samples, as an epoch without mosaic does (see docs/data.md).
 
 :func:`restore` undoes everything :func:`make_invariant` changed on the loader, its dataset and transforms.
+
+YOLOv5's ``LoadImagesAndLabels`` draws its mosaic and mixup partners uniformly over the dataset (python's
+``random``), never from a worker's history: keyed by the sample, those draws are worker-invariant as they are
+(``batch_cache=False`` leaves its ``load_image`` alone).
+
+Length: one module holds the keyed sampler, the keyed batch entry point and the transforms it redirects,
+which restore() must undo together.
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, get_worker_info
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, get_worker_info
 
 from ..core.errors import ConfigError
 from ..core.seeding import epoch_data_seed
@@ -108,6 +117,13 @@ class KeyedBatchSampler:
     :func:`~yolo_det.core.seeding.epoch_data_seed` ``(seed, rank, epoch)`` (the order is the one the plugins
     give the same seed without invariance) and a sampler with ``set_epoch``
     (``DistributedSampler``) is told the epoch, so the order of an epoch never depends on earlier ones.
+
+    Under a ``DistributedSampler`` (DDP) the ranks deal out one global order instead of the sampler's: the order a
+    single process would shuffle with the same seed (rank 0's generator seed), padded as ``DistributedSampler``
+    pads it. Global step ``k`` covers its ``k``-th slice of ``world x batch`` samples, and rank ``r`` takes the
+    ``r``-th part: the samples of one global step with ``W`` ranks at batch ``b`` are those of one process at
+    batch ``W x b`` (the last step also holds the padding's repeated samples when the dataset does not divide by
+    ``W``).
     """
 
     def __init__(
@@ -137,8 +153,41 @@ class KeyedBatchSampler:
         set_sampler_epoch = getattr(getattr(self.inner, "sampler", None), "set_epoch", None)
         if callable(set_sampler_epoch):
             set_sampler_epoch(epoch)
-        for batch in self.inner:
+        batches = self._global_slices(epoch) if _dealt(self.inner) else self.inner
+        for batch in batches:
             yield [(epoch, int(i)) for i in batch]
+
+    def _global_slices(self, epoch: int) -> Iterator[list[int]]:
+        """This rank's batches of epoch ``epoch`` under a ``DistributedSampler`` (see the class docstring)."""
+        sampler = self.inner.sampler
+        n, world, rank = len(sampler.dataset), int(sampler.num_replicas), int(sampler.rank)
+        if sampler.shuffle:
+            generator = torch.Generator()
+            generator.manual_seed(epoch_data_seed(self.seed, 0, epoch))
+            torch.empty((), dtype=torch.int64).random_(generator=generator)  # as a single process's loader draws
+            order = torch.randperm(n, generator=generator).tolist()
+        else:
+            order = list(range(n))
+        per_rank, total = int(sampler.num_samples), int(sampler.total_size)
+        if total <= n:
+            order = order[:total]  # the sampler's drop_last
+        else:
+            order = (order * -(-total // n))[:total]  # padded with the order's own first samples
+        size = int(self.inner.batch_size)
+        for k in range(len(self.inner)):
+            part = min(size, per_rank - k * size)  # each rank's share of global step k
+            start = k * size * world + rank * part
+            yield order[start : start + part]
+
+
+def _dealt(inner: Any) -> bool:
+    """Whether ``inner`` batches a ``DistributedSampler`` with the plain rules this module deals out itself."""
+    return (
+        isinstance(inner, BatchSampler)
+        and type(inner.sampler) is DistributedSampler
+        and isinstance(inner.batch_size, int)
+        and inner.batch_size > 0
+    )
 
 
 class _KeyedItems:
@@ -327,10 +376,40 @@ def data_mode(loader: Any) -> str:
     return MODE_KEYED if keyed_sampler(loader) is not None else MODE_WORKER
 
 
+class _LazyPasses:
+    """A ``DataLoader`` iterator over ``loader`` made (its workers started) when the first batch is asked for."""
+
+    def __init__(self, loader: DataLoader[Any]) -> None:
+        self.loader = loader
+        self.live: Iterator[Any] | None = None
+
+    def __iter__(self) -> _LazyPasses:
+        return self
+
+    def __next__(self) -> Any:
+        if self.live is None:
+            self.live = iter(DataLoader.__iter__(self.loader))
+        return next(self.live)
+
+    def _shutdown_workers(self) -> None:
+        shutdown = getattr(self.live, "_shutdown_workers", None)
+        if callable(shutdown):
+            shutdown()
+        self.live = None
+
+
 def _drop_iterator(loader: Any) -> None:
     """Stop a loader's live iterator (its workers hold copies made before the change)."""
-    if getattr(loader, "iterator", None) is not None and callable(getattr(loader, "reset", None)):
+    live_iter = getattr(loader, "iterator", None)
+    if live_iter is not None and callable(getattr(loader, "reset", None)):
         loader.reset()  # Ultralytics' InfiniteDataLoader
+    elif live_iter is not None and isinstance(loader, DataLoader):
+        # YOLOv5's InfiniteDataLoader: one iterator made in __init__, no reset(); its successor is made on
+        # the first batch asked for, so it sees the loader as it is then
+        shutdown = getattr(live_iter, "_shutdown_workers", None)
+        if callable(shutdown):
+            shutdown()
+        loader.iterator = _LazyPasses(loader)
     live = getattr(loader, "_iterator", None)
     if live is not None:  # a plain DataLoader with persistent workers
         shutdown = getattr(live, "_shutdown_workers", None)
@@ -339,17 +418,24 @@ def _drop_iterator(loader: Any) -> None:
         loader._iterator = None
 
 
-def make_invariant(loader: Any, seed: int, *, rank: int = 0, epoch: int = 0) -> InvarianceToken:
+def make_invariant(
+    loader: Any, seed: int, *, rank: int = 0, epoch: int = 0, batch_cache: bool = True
+) -> InvarianceToken:
     """Make ``loader``'s batches independent of its worker count (see the module docstring).
 
-    Call it before iterating (a live iterator is stopped: its workers hold the old dataset). The next pass
-    over the loader is epoch ``epoch``; :func:`set_epoch` moves it (a resumed run starts at its epoch).
+    Call it before iterating (a live iterator is stopped: its workers hold the old dataset; YOLOv5's
+    ``InfiniteDataLoader``, which makes its iterator when it is built, gets a new one made at its next batch).
+    The next pass over the loader is epoch ``epoch``; :func:`set_epoch` moves it (a resumed run starts at its
+    epoch).
 
     Args:
-        loader: A ``DataLoader`` (or Ultralytics' ``InfiniteDataLoader``) over a map-style dataset.
+        loader: A ``DataLoader`` (or Ultralytics' or YOLOv5's ``InfiniteDataLoader``) over a map-style dataset.
         seed: The run's seed.
         rank: The process rank (only the shuffle order of a rank depends on it, never the augmentation).
         epoch: The epoch of the next pass.
+        batch_cache: Decode each image once per batch (a per-batch cache of the dataset's ``load_image``). Off
+            for a dataset that draws its mix partners over the whole dataset (YOLOv5's), where few partners
+            fall in the sample's batch and the cache would only hold memory.
 
     Returns:
         A token for :func:`restore`.
@@ -364,7 +450,7 @@ def make_invariant(loader: Any, seed: int, *, rank: int = 0, epoch: int = 0) -> 
     if not hasattr(type(dataset), "__getitem__"):
         raise ConfigError(f"data invariance needs a map-style dataset (with __getitem__), got {type(dataset).__name__}")
     _drop_iterator(loader)
-    if getattr(loader, "iterator", None) is not None:
+    if getattr(loader, "iterator", None) is not None and not isinstance(loader.iterator, _LazyPasses):
         raise ConfigError(
             "this loader's workers are already running and it has no reset(); make it worker-invariant "
             "before its first iteration"
@@ -386,7 +472,7 @@ def make_invariant(loader: Any, seed: int, *, rank: int = 0, epoch: int = 0) -> 
     else:
         setattr(holder, attr, keyed)
     dataset.__getitems__ = items
-    if callable(getattr(dataset, "load_image", None)):
+    if batch_cache and callable(getattr(dataset, "load_image", None)):
         _patch(items, dataset, "load_image", lambda had, before: _BatchImages(items, had, before))
     _batch_partners(getattr(dataset, "transforms", None), items)
     items._walked = id(getattr(dataset, "transforms", None))

@@ -1,5 +1,8 @@
 """Rewrite a model YAML so its non-deterministic layers become yolo-det's deterministic ones, and back.
 
+Length: one operation: finding each row's name in the text, building the model to decide what needs
+renaming, and the rewrite with its report.
+
 ``rewrite_yaml`` changes only the module name of the layers that need it (``nn.AdaptiveMaxPool2d`` ->
 ``DetAdaptiveMaxPool2d``, ``nn.Upsample`` with a non-nearest mode -> ``DetUpsample``, ...). The edit is
 made in the text itself, at the position of that one token, so comments, key order, quoting and the

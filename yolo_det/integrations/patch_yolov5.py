@@ -1,5 +1,7 @@
 """Patch a YOLOv5 tree so its scripts run under yolo-det profiles (``yolo-det patch-yolov5 DIR``).
 
+Length: one command: the edit table, the text patcher and the all-or-nothing writer with its journal.
+
 The patch is a handful of one-line edits per script, each anchored on a line whose text is stable across
 YOLOv5 tags and the ``yolov5`` PyPI package (whose imports read ``from yolov5.utils...``), not on line
 numbers. Every line the patch writes ends with ``# yolo-det``; the edits call

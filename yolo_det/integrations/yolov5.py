@@ -1,5 +1,7 @@
 """YOLOv5 integration: what a YOLOv5 tree patched by ``yolo-det patch-yolov5`` calls at run time.
 
+Length: one concern, the run-time side of the patch: :class:`YOLOv5Run` and one function per patched line.
+
 Classic YOLOv5 (the ultralytics/yolov5 repository, its many clones, and the ``yolov5`` PyPI package) has no
 hook at the two places that decide determinism: ``train.py`` hard-codes
 ``init_seeds(opt.seed + 1 + RANK, deterministic=True)`` (strict deterministic algorithms) and runs
@@ -25,6 +27,13 @@ patched line                   effect with ``--det-profile NAME`` (without it: Y
 
 The run in progress is held in a context variable (:func:`current_run`), so the patched functions need no
 extra arguments and a tree patched by hand in part still works: a call outside a run falls back to YOLOv5.
+
+The training data needs no patched line: YOLOv5's ``on_train_epoch_start`` callback hands the training loader
+to the run and aligns it every epoch (worker-invariant under ``data_invariance``; see
+:mod:`yolo_det.integrations.yolov5_data`), and the record gets its ``data_stream`` section.
+
+Length: the run object and the one-line functions the patched lines call belong together; the resume and the
+data concerns live in their own modules.
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ from ..core.record import RECORD_NAME, build_record, write_record
 from ..core.signals import defer_stops, safe_point, stop_signals
 from ..core.state import snapshot
 from ..session.session import DeterminismSession, note_restore_failure
+from .yolov5_data import YOLOv5Data
 from .yolov5_resume import YOLOv5Resume
 
 __all__ = [
@@ -173,6 +183,8 @@ class YOLOv5Run:
         self.state_during_backward: dict[str, Any] | None = None
         self._weights_before: dict[str, Any] | None = None
         self.resume = YOLOv5Resume(getattr(script, "__code__", None), seed, rank=max(self.rank, 0))
+        self.data = YOLOv5Data(self.session, seed, rank=max(self.rank, 0))
+        self.resume.align = self.data.epoch_start  # the training loader, at the start of every epoch
         self.previous: dict[str, Any] | None = None
         if getattr(opt, "resume", False) and getattr(opt, "weights", None):
             from .ultralytics.lineage import previous_record
@@ -315,6 +327,7 @@ class YOLOv5Run:
         record["segments"] = segments
         record["resume_states_written"] = resume.states_written
         record["resume_state_seconds"] = round(resume.seconds_saving, 4)
+        record["data_stream"] = self.data.section(self.opt)
         return record
 
 
@@ -419,6 +432,7 @@ def training(fn: _F) -> _F:
                 return fn(*args, **kwargs)
         finally:
             run.resume.detach()
+            run.data.close()
             _CURRENT.reset(token)
 
     return wrapper  # type: ignore[return-value]

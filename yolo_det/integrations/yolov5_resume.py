@@ -9,7 +9,9 @@ place (``load_state_dict``, in-place copies). The one local that cannot be chang
 - ``on_train_epoch_start`` (every rank): the loader's generator is reseeded with
   :func:`yolo_det.core.seeding.epoch_data_seed` of the user's ``--seed`` and its persistent iterator restarted,
   so the data order and the worker seeds of an epoch depend on (seed, rank, epoch) only; a
-  ``DistributedSampler`` gets the user's seed. On the first epoch of a resumed run, the saved state is
+  ``DistributedSampler`` gets the user's seed (:attr:`YOLOv5Resume.align`, which the run points at
+  :meth:`yolo_det.integrations.yolov5_data.YOLOv5Data.epoch_start`: it also hands the loader over and keys
+  a worker-invariant loader's pass with the epoch). On the first epoch of a resumed run, the saved state is
   restored here. Ranks > 0 write the state of the epoch that just ended here (YOLOv5 runs no callback on
   them after an epoch).
 - ``on_fit_epoch_end`` (rank 0, after validation, right before the checkpoint is written): rank 0 writes
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -35,6 +38,7 @@ import torch
 from ..core.modules import unwrap_model
 from ..core.resume import find_state, get_rng_state, save_state, set_rng_state, state_path
 from ..core.seeding import epoch_data_seed
+from ..fixes import data_invariance as _data
 
 __all__ = ["YOLOv5Resume"]
 
@@ -53,11 +57,16 @@ def _state(module: Any) -> dict[str, torch.Tensor] | None:
 
 def realign_loader(loader: Any, seed: int, rank: int, epoch: int) -> None:
     """Seed ``loader``'s generator for ``epoch`` and restart a persistent iterator (YOLOv5's and Ultralytics'
-    ``InfiniteDataLoader`` keep one), so the epoch's order and worker seeds depend on (seed, rank, epoch) only."""
+    ``InfiniteDataLoader`` keep one), so the epoch's order and worker seeds depend on (seed, rank, epoch) only.
+
+    A worker-invariant loader (``data_invariance``) is told the epoch instead: its keyed batch sampler seeds the
+    generator the same way when the pass starts, and keys every sample of the pass with ``epoch``."""
     generator = getattr(loader, "generator", None)
     sampler = getattr(loader, "sampler", None)
     if isinstance(sampler, torch.utils.data.distributed.DistributedSampler):
         sampler.seed = seed
+    if _data.set_epoch(loader, epoch):
+        return
     if not isinstance(generator, torch.Generator):
         return
     generator.manual_seed(epoch_data_seed(seed, rank, epoch))
@@ -98,6 +107,8 @@ class YOLOv5Resume:
         self._callbacks: Any = None
         self._registered: list[tuple[str, Any]] = []
         self._last_epoch_seen: int | None = None
+        #: Called with (train_loader, epoch) at the start of every epoch to align the loader (see realign_loader).
+        self.align: Callable[[Any, int], None] = lambda loader, epoch: realign_loader(loader, seed, self.rank, epoch)
 
     # -- wiring ---------------------------------------------------------------------------------------
     def attach(self, callbacks: Any) -> None:
@@ -177,7 +188,7 @@ class YOLOv5Resume:
         if self.rank > 0 and self._last_epoch_seen is not None:
             self._save(scope, self._last_epoch_seen)
         self._last_epoch_seen = epoch
-        realign_loader(scope.get("train_loader"), self.seed, self.rank, epoch)
+        self.align(scope.get("train_loader"), epoch)
         if self._pending is not None:
             state, self._pending = self._pending, None
             self._restore(scope, state)

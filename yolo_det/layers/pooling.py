@@ -1,5 +1,7 @@
 """Deterministic adaptive average and max pooling (drop-ins for ``nn.AdaptiveAvgPool*d``/``MaxPool*d``).
 
+Length: one family (adaptive average and max pooling): forwards, backwards and modules share the window arithmetic.
+
 PyTorch's CUDA *backward* kernels of adaptive pooling accumulate with atomics (``adaptive_avg_pool2d``
 for any output other than 1x1, ``adaptive_max_pool2d`` for every output size); their forward kernels
 are deterministic (one thread computes one output from its window). These versions keep a native

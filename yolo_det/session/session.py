@@ -1,5 +1,8 @@
 """One run under a profile: the baseline state, a stack of phases, and what was observed.
 
+Length: one class, :class:`DeterminismSession`: the phase stack, suspend and resume, the hand-overs and
+what was observed share its state.
+
 :class:`DeterminismSession` is framework-agnostic; the Ultralytics and YOLOv5 integrations drive it
 from their hooks. ``begin()`` snapshots the user's state (the *baseline*); ``enter(phase)`` applies a
 phase's settings on top of whatever is in force and ``exit()`` puts that back; ``end()`` unwinds every

@@ -96,8 +96,8 @@ def explain_data_stream(a: Any, b: Any) -> list[StreamReason]:
                     sb.get("workers"),
                     True,
                     "without data_invariance the mosaic partners and augmentation seeds depend on "
-                    "the worker count (Ultralytics lowers workers= to the CPU count, and to 0 on a "
-                    "CPU)",
+                    "the worker count (Ultralytics and YOLOv5 lower workers= to the CPU count; Ultralytics "
+                    "to 0 on a CPU)",
                 )
             )
     if sa.get("seed") != sb.get("seed"):

@@ -1,4 +1,8 @@
-"""Tracing a model on fake CUDA (and for real) and recording which kernels each module reaches."""
+"""Tracing a model on fake CUDA (and for real) and recording which kernels each module reaches.
+
+Length: one concern, the trace. :class:`_Trace` is one dispatch handler whose hooks share its state,
+and the three drivers (fake CUDA, the real device, the loss) set it up around the model.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """The one unpickler for checkpoints from others: an allow-list, a restricted instruction set, bounded work.
 
+Length: the one unpickler for files from others, with the value constructors it may call and the
+opcodes it changes: kept whole so that what stands between a file and running code reads in one place.
+
 :class:`SafeUnpickler` reads a checkpoint's ``data.pkl`` (from a :class:`~.container.CheckpointArchive`)
 with Python's own pickle machine, changed where the pickle could run code:
 

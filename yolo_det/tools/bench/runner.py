@@ -1,4 +1,9 @@
-"""Running the bench: set up a trainer, apply each configuration through a session, time the steps."""
+"""Running the bench: set up a trainer, apply each configuration through a session, time the steps.
+
+Length: one concern, running the bench inside a training's setup. Most of it is :class:`_Runner`, whose
+steps (the configurations, the saved training state, timed blocks, the overhead, kernels, memory) share
+the trainer and the batches it holds; split apart they would pass that state around.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """Verification across processes and machines: save one run's per-step fingerprints, compare a later run with them.
 
+Length: one file format: writing, checking and reading a saved run, and comparing a run with it, share its schema.
+
 ``yolo-det verify --save FILE`` writes what one training recorded (see :mod:`yolo_det.tools.verify`), in a
 portable form: per optimizer step the digests of each input batch (as the data loader gave it, and as
 preprocessed for the model), its image files (relative to the dataset root), the loss components, a
@@ -19,6 +21,9 @@ are not compared (they are not expected to agree: PyTorch promises nothing acros
 this run and the saved one differ, and what differed first: the data order, the data content, the
 loss, the gradients (naming the parameters whose gradients differ), or the weights after the step
 (the optimizer update); then the environment differences of ``yolo-det diff`` between the two records.
+When the records' ``data_stream`` sections show that the first batches differ, ``data`` is named first
+whatever the steps show, with the cause the sections give (the worker count without ``data_invariance``,
+the seed, the dataset bytes, an augmentation argument).
 The size of a gradient difference cannot be measured across processes (only digests are saved).
 """
 
@@ -37,6 +42,7 @@ from ...core.errors import ConfigError
 from ...core.fileio import atomic_write_text
 from ...core.text import printable
 from ...core.untrusted.safe_yaml import short
+from ..data_stream import explain_data_stream
 from ..diff import VERIFY_SAVED_SCHEMA, DiffReport, diff_records
 from .compare import compare_runs
 from .records import Divergence, MicroBatch, RunRecord, StepRecord
@@ -55,6 +61,7 @@ __all__ = [
 SAVED_SCHEMA = VERIFY_SAVED_SCHEMA
 SAVED_VERSION = 1
 DIGEST = "fingerprint/1"  # yolo_det.fingerprint: SHA-256 on the CPU, integer sums on a device
+_FIRST_BATCHES = "data stream: first batches"
 
 
 def _relative(files: Sequence[str], root: str) -> list[str]:
@@ -422,6 +429,7 @@ class AgainstReport:
                 "parameters_total": d.parameters_total,
                 "files": d.files,
                 "note": d.note,
+                "cause": d.cause,
             },
             "environment": self.environment.to_dict() if self.environment is not None else None,
             "notes": self.notes,
@@ -433,6 +441,8 @@ class AgainstReport:
         d = self.divergence
         if d is not None:
             lines.append(f"  {d.detail}")
+            if d.cause:
+                lines.append(f"  cause: {printable(d.cause, newlines=False)}")
             if d.files:
                 lines.append(f"  saved images: {', '.join(d.files[0][:4])}")
                 lines.append(f"  here:         {', '.join(d.files[1][:4])}")
@@ -573,5 +583,39 @@ def compare_against(saved: Saved, run: RunRecord) -> AgainstReport:
         if div.kind == "weights" and not report.parameters:
             div.parameter = None
             div.note = None
-    report.divergence = div
+    report.divergence = _data_first(div, saved.record, run.record)
     return report
+
+
+def _data_first(
+    div: Divergence | None, saved: Mapping[str, Any] | None, here: Mapping[str, Any] | None
+) -> Divergence | None:
+    """Name the data first when the records' ``data_stream`` sections say the runs trained on different batches.
+
+    The fingerprint of the first batches (taken before anything else of the run touches them) differing makes
+    ``data`` the first divergence, at the first step, whatever the step records say later (loss, gradients,
+    weights, steps); a ``data`` divergence gets the cause the sections give (see
+    :func:`yolo_det.tools.data_stream.explain_data_stream`).
+    """
+    sa = (saved or {}).get("data_stream")
+    sb = (here or {}).get("data_stream")
+    if sa is None and sb is None:
+        return div
+    reasons = explain_data_stream(sa, sb)
+    causes = [r for r in reasons if r.changes_data and r.name != _FIRST_BATCHES]
+    first = next((r for r in reasons if r.name == _FIRST_BATCHES and r.changes_data), None)
+    if first is not None and (div is None or div.kind != "data"):
+        epoch = sb.get("fingerprint_epoch") if isinstance(sb, Mapping) else None
+        div = Divergence(
+            run=2,
+            step=1,
+            epoch=epoch if isinstance(epoch, int) else None,
+            kind="data",
+            detail="data: the first batches the runs trained on differ (the records' data-stream fingerprints)",
+            data_differs=True,
+        )
+    if div is not None and div.kind == "data" and causes:
+        div.cause = "; ".join(
+            f"{r.name.removeprefix('data stream: ')} (saved {_show(r.a)} | here {_show(r.b)}): {r.note}" for r in causes
+        )
+    return div

@@ -143,6 +143,8 @@ class Divergence:
         top: Up to five ``{"parameter", "max_abs_diff"}``, largest first.
         files: ``[reference files, run files]`` of the first micro-batch whose data differs.
         note: Why a value is missing, if one is.
+        cause: For a ``data`` divergence, what the records say the data streams differ by (worker count
+            without invariance, seed, dataset bytes, augmentation arguments), or None when they do not say.
     """
 
     run: int
@@ -162,6 +164,7 @@ class Divergence:
     top: list[dict[str, Any]] = field(default_factory=list)
     files: list[list[str]] | None = None
     note: str | None = None
+    cause: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON."""
@@ -182,6 +185,7 @@ class Divergence:
             "top": self.top,
             "files": self.files,
             "note": self.note,
+            "cause": self.cause,
         }
 
 

@@ -1,29 +1,5 @@
-"""Channel declarations for the user's own blocks, and model-build errors that name the layer.
-
-Ultralytics' ``parse_model`` knows the channel rules of its own modules only: a block it does not know
-gets the YAML arguments verbatim and is assumed to keep the channels of its single input. A block may
-declare its rule instead, with no fork of Ultralytics:
-
-* a class attribute ``yolo_det_channels = staticmethod(rule)``, or
-* :func:`declare_block` ``(cls, channels=rule)`` (for a class you cannot edit).
-
-``rule(c_in, *args)`` receives the input channels (an ``int``; a ``list`` of ints, one per source, when the
-row's ``from`` is a list) and the YAML arguments, and returns ``(c_out, args_to_pass)``: the block's output
-channels and the arguments its constructor receives. For example a BiFPN-style weighted add of two maps
-(``[[-1, 6], 1, BiFPN_Add2, []]``) declares ``lambda c_in: (c_in[0], [c_in[0]])``.
-
-While a yolo-det command (or :func:`yolo_det.custom_modules`) is active, ``ultralytics.nn.tasks.parse_model``
-is wrapped (:func:`declared_channels`): a model whose rows name no declared block is built by Ultralytics'
-own ``parse_model`` untouched. Otherwise the wrapper learns the input channels of each declared row from
-Ultralytics itself (the rows before it, built on the ``meta`` device, followed by ``nn.BatchNorm2d`` rows
-that read the channels of its sources), has ``parse_model`` build the model with a parameter-free
-placeholder of the declared output channels in the declared rows, and puts the user's block in each
-placeholder's place with the real ``from`` (and the save list Ultralytics keeps for multi-input rows).
-Nothing of Ultralytics is edited; on leaving, the original ``parse_model`` is bound again.
-
-:func:`build_error` names the layer of any exception raised while a model is built (in ``parse_model`` or
-in the first forward pass Ultralytics runs to find the strides): index, module, ``from`` and YAML line.
-"""
+"""Channel declarations for the user's own blocks, and the ``parse_model`` wrapper that builds them
+(see :mod:`yolo_det.analysis.blocks`)."""
 
 from __future__ import annotations
 
@@ -33,36 +9,14 @@ import copy
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-import yaml
-
-from ..core.errors import ConfigError, ModelError
-from ..core.untrusted import safe_yaml
-
-__all__ = [
-    "ATTRIBUTE",
-    "CHECKPOINT_KEY",
-    "build_error",
-    "channel_rule",
-    "layer_lines",
-    "declare_block",
-    "declared_channels",
-    "naming_build_errors",
-    "own_config",
-    "portable_config",
-    "undeclare_block",
-]
+from ...core.errors import ConfigError, ModelError
+from .portable import _restore_layers
+from .rows import _one_line, _tasks, _where
 
 #: The class attribute a block declares its channel rule with.
 ATTRIBUTE = "yolo_det_channels"
-
-#: The key of a model YAML dict (and so of every checkpoint's stored YAML) where yolo-det keeps what plain
-#: Ultralytics does not need: ``imports`` (the user's modules of the run) and ``layers`` (``{index: name}`` of
-#: the rows that named yolo-det's deterministic layers and are stored with torch's own names).
-CHECKPOINT_KEY = "yolo_det"
 
 ChannelRule = Callable[..., Any]
 
@@ -130,12 +84,6 @@ class _Row:
     args: list[Any]
 
 
-def _tasks() -> Any:
-    from ..core.compat import tasks
-
-    return tasks
-
-
 def _resolve(name: str, namespace: Mapping[str, Any]) -> Any:
     import torch
 
@@ -144,48 +92,6 @@ def _resolve(name: str, namespace: Mapping[str, Any]) -> Any:
     if name.startswith("torchvision.ops."):
         return None
     return namespace.get(name)
-
-
-def _yaml_lines(d: Mapping[str, Any]) -> dict[int, int]:
-    source = d.get("yaml_file")
-    if not isinstance(source, str) or not source:
-        return {}
-    try:
-        text = Path(source).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError, ValueError):
-        return {}
-    return layer_lines(text)
-
-
-def layer_lines(text: str) -> dict[int, int]:
-    """``{layer index: 1-based line}`` of the ``backbone`` + ``head`` rows of a model YAML (counted as
-    ``parse_model`` counts them)."""
-    try:
-        node = safe_yaml.compose(text)
-    except yaml.YAMLError:
-        return {}
-    if not isinstance(node, yaml.MappingNode):
-        return {}
-    sections = {k.value: v for k, v in node.value if isinstance(k, yaml.ScalarNode)}
-    lines: dict[int, int] = {}
-    i = 0
-    for name in ("backbone", "head"):
-        seq = sections.get(name)
-        if isinstance(seq, yaml.SequenceNode):
-            for item in seq.value:
-                lines[i] = item.start_mark.line + 1
-                i += 1
-    return lines
-
-
-def _where(d: Mapping[str, Any], index: int, name: str, source: Any) -> str:
-    line = _yaml_lines(d).get(index)
-    place = f"{d.get('yaml_file')}:{line}: " if line else ""
-    return f"{place}layer {index} ({name}, from {source})"
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split())[:300] or type(e).__name__
 
 
 def _declared_rows(rows: list[Any], namespace: Mapping[str, Any]) -> list[_Row]:
@@ -302,82 +208,8 @@ def _apply_rule(row: _Row, c_in: Any, args: list[Any], d: Mapping[str, Any]) -> 
     return c_out, list(passed)
 
 
-def _native_names() -> dict[Any, str]:
-    """yolo-det's deterministic layer class -> the ``nn.X`` YAML name of the torch class it stands for."""
-    import torch
-
-    from ..layers.table import SWAPS
-
-    return {
-        det: f"nn.{native.__name__}"
-        for native, det in SWAPS.items()
-        if getattr(torch.nn, native.__name__, None) is native
-    }
-
-
-def portable_config(cfg: Mapping[str, Any], imports: list[dict[str, str]]) -> dict[str, Any]:
-    """A copy of the model YAML dict ``cfg`` that plain Ultralytics rebuilds: rows naming yolo-det's deterministic
-    layers (``DetUpsample``) name torch's (``nn.Upsample``); yolo-det's names and the run's ``imports`` are kept
-    under :data:`CHECKPOINT_KEY`, which ``parse_model`` ignores and yolo-det reads back when it rebuilds."""
-    namespace = vars(_tasks())
-    natives = _native_names()
-    out = copy.deepcopy({k: v for k, v in cfg.items() if k != CHECKPOINT_KEY})
-    before = cfg.get(CHECKPOINT_KEY)
-    layers: dict[str, str] = {}
-    if isinstance(before, Mapping) and isinstance(before.get("layers"), Mapping):
-        layers.update({str(k): v for k, v in before["layers"].items() if isinstance(v, str)})
-    i = 0
-    for section in ("backbone", "head"):
-        rows = out.get(section)
-        for row in rows if isinstance(rows, list) else []:
-            if isinstance(row, list) and len(row) == 4 and isinstance(row[2], str):
-                native = natives.get(namespace.get(row[2]))
-                if native is not None:
-                    layers[str(i)] = row[2]
-                    row[2] = native
-            i += 1
-    out[CHECKPOINT_KEY] = {"imports": [dict(e) for e in imports], "layers": layers}
-    return out
-
-
-def own_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The model YAML dict the run was built from: :func:`portable_config` undone (yolo-det's layer names back in
-    their rows, without the :data:`CHECKPOINT_KEY` key). A dict that was never made portable comes back as is."""
-    out = dict(cfg)
-    if CHECKPOINT_KEY in out and isinstance(out.get("backbone"), list) and isinstance(out.get("head"), list):
-        out = _restore_layers(out, {det.__name__: det for det in _native_names()})
-    out.pop(CHECKPOINT_KEY, None)
-    return out
-
-
-def _restore_layers(d: dict[str, Any], namespace: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """``d`` with the rows :func:`portable_config` stored under torch's names named yolo-det's again (when the
-    name still resolves to yolo-det's layer and the row still names that layer's torch class)."""
-    extra = d.get(CHECKPOINT_KEY)
-    layers = extra.get("layers") if isinstance(extra, Mapping) else None
-    if not isinstance(layers, Mapping) or not layers:
-        return d
-    namespace = vars(_tasks()) if namespace is None else namespace
-    natives = _native_names()
-    out = dict(d)
-    n_backbone = len(d["backbone"])
-    rows = copy.deepcopy(d["backbone"] + d["head"])
-    for key, name in layers.items():
-        i = int(key) if isinstance(key, (int, str)) and str(key).isdigit() else -1
-        if (
-            0 <= i < len(rows)
-            and isinstance(rows[i], list)
-            and len(rows[i]) == 4
-            and isinstance(name, str)
-            and natives.get(namespace.get(name)) == rows[i][2]
-        ):
-            rows[i][2] = name
-    out["backbone"], out["head"] = rows[:n_backbone], rows[n_backbone:]
-    return out
-
-
 def _parse_model(d: dict[str, Any], ch: Any, verbose: bool = True) -> Any:
-    """``parse_model`` with the user's declared blocks (see the module docstring)."""
+    """``parse_model`` with the user's declared blocks (see :mod:`yolo_det.analysis.blocks`)."""
     import torch
 
     tasks = _tasks()
@@ -451,64 +283,3 @@ def declared_channels() -> Iterator[None]:
                 if tasks.parse_model is _parse_model:
                     tasks.parse_model = _original
                 _original = None
-
-
-def _frames(tb: TracebackType | None) -> Iterator[Any]:
-    while tb is not None:
-        yield tb.tb_frame
-        tb = tb.tb_next
-
-
-def build_error(e: BaseException, d: Mapping[str, Any] | None = None) -> str | None:
-    """One line naming the layer ``e`` was raised in while a model was built, or None when no layer is known.
-
-    The layer is read from the traceback: the row ``parse_model`` was building, or the layer the model's
-    forward pass was running (Ultralytics' first forward, which finds the strides).
-    """
-    tasks = _tasks()
-    codes = {getattr(f, "__code__", None) for f in (tasks.parse_model, _original)} - {None, _parse_model.__code__}
-    found: tuple[int, Any, str] | None = None
-    for frame in _frames(e.__traceback__):
-        local = frame.f_locals
-        if frame.f_code in codes and isinstance(local.get("i"), int):
-            m = local.get("m")
-            name = getattr(m, "__name__", None) or str(m)
-            found = (local["i"], local.get("f"), name)
-        elif frame.f_code.co_name == "_predict_once":
-            m = local.get("m")
-            if isinstance(getattr(m, "i", None), int):
-                found = (m.i, getattr(m, "f", None), str(getattr(m, "type", type(m).__name__)).rsplit(".", 1)[-1])
-    if found is None:
-        return None
-    index, source, name = found
-    cfg: Mapping[str, Any] = d or {}
-    hint = ""
-    if isinstance(source, list) and isinstance(e, TypeError) and "list indices" in str(e):
-        hint = (
-            f"; {name} takes {len(source)} inputs and Ultralytics cannot tell its output channels: declare them "
-            f"({ATTRIBUTE} = staticmethod(lambda c_in, *args: (c_out, args)) or yolo_det.declare_block)"
-        )
-    elif isinstance(e, RuntimeError) and ("shape" in str(e) or "channels" in str(e)):
-        hint = "; check the channel arguments of this layer (or the channel rule it declares)"
-    return f"{_where(cfg, index, name, source)}: {type(e).__name__}: {_one_line(e)}{hint}"
-
-
-@contextlib.contextmanager
-def naming_build_errors(model_yaml: str | Path | None = None) -> Iterator[None]:
-    """Turn an exception raised while a model is built into a one-line :class:`ModelError` naming the layer
-    (:func:`build_error`); an exception with no layer to name passes through unchanged.
-
-    Args:
-        model_yaml: The model YAML being built (for its line numbers), when there is one.
-    """
-    from ..core.errors import YoloDetError
-
-    try:
-        yield
-    except YoloDetError:
-        raise
-    except Exception as e:
-        named = build_error(e, {"yaml_file": str(model_yaml)} if model_yaml else None)
-        if named is None:
-            raise
-        raise ModelError(f"the model does not build: {named}") from None

@@ -1,0 +1,257 @@
+"""Worker-invariant data on YOLOv5's own loader (the installed ``yolov5`` package), as a patched ``train.py`` runs it:
+the loader from ``create_dataloader`` (``InfiniteDataLoader``, mosaic and mixup on) handed to a run's session and
+aligned every epoch by :class:`yolo_det.integrations.yolov5_data.YOLOv5Data`, at the loader level (no training)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from yolo_det.core.profiles import load_profile
+from yolo_det.fixes import data_invariance as inv
+from yolo_det.integrations.yolov5_data import YOLOv5Data
+from yolo_det.session.session import DeterminismSession
+from yolov5_helpers import installed_yolov5
+
+SEED = 3
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.task_data import make_dataset
+
+    installed_yolov5()
+    root = tmp_path_factory.mktemp("yolov5-data")
+    make_dataset(root, "detect", n=12)
+    return root / "images"
+
+
+@pytest.fixture(scope="module")
+def hyp() -> dict[str, Any]:
+    import yaml
+
+    text = (installed_yolov5() / "data" / "hyps" / "hyp.scratch-low.yaml").read_text(encoding="utf-8")
+    return {**yaml.safe_load(text), "mosaic": 1.0, "mixup": 0.5, "degrees": 5.0, "flipud": 0.2}
+
+
+def _loader(images: Path, hyp: dict[str, Any], workers: int, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from yolov5.utils.dataloaders import create_dataloader
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)  # YOLOv5 caps workers at the CPU count
+    loader, _ = create_dataloader(
+        str(images), 64, 4, 32, hyp=hyp, augment=True, workers=workers, shuffle=True, seed=SEED, prefix=""
+    )
+    assert loader.num_workers == workers  # the count under test is the one that ran
+    return loader
+
+
+def _run(loader: Any, profile: Any, *, epochs: int = 2, start: int = 0) -> tuple[list[str], dict[str, Any], YOLOv5Data]:
+    """Train-loop passes over ``loader`` as the patched train.py makes them: one digest per epoch, the section."""
+    session = DeterminismSession(load_profile(profile), seed=SEED)
+    session.begin()
+    data = YOLOv5Data(session, SEED)
+    try:
+        session.enter("train")
+        digests = []
+        for epoch in range(start, start + epochs):
+            data.epoch_start(loader, epoch)  # YOLOv5's on_train_epoch_start
+            digests.append(inv.batch_digest([b[:2] for b in loader]))  # images and labels, as train() takes them
+        section = data.section(None)
+    finally:
+        session.end()
+        data.close()
+    return digests, section, data
+
+
+def test_yolov5_stream_is_the_same_for_0_1_2_and_4_workers(
+    images: Path, hyp: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = {w: _run(_loader(images, hyp, w, monkeypatch), "repro") for w in (0, 1, 2, 4)}
+    streams = {w: r[0] for w, r in runs.items()}
+    assert streams[0] == streams[1] == streams[2] == streams[4]
+    assert streams[0][0] != streams[0][1]  # the two epochs differ: the comparison covers changing data
+    sections = {w: r[1] for w, r in runs.items()}
+    assert {s["mode"] for s in sections.values()} == {inv.MODE_KEYED}
+    assert [s["workers"] for s in sections.values()] == [0, 1, 2, 4]
+    fingerprints = {s["fingerprint"] for s in sections.values()}
+    assert len(fingerprints) == 1
+    assert None not in fingerprints
+    assert sections[0]["fingerprint_batches"] == 2
+    assert sections[0]["augment"]["mosaic"] == 1.0
+
+
+def test_without_invariance_the_yolov5_stream_depends_on_the_worker_count(
+    images: Path, hyp: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    off_profile = tmp_path / "off.yaml"
+    off_profile.write_text("name: repro-worker-stream\nextends: repro\ntrain:\n  data_invariance: false\n")
+    off = {w: _run(_loader(images, hyp, w, monkeypatch), off_profile) for w in (0, 2)}
+    assert off[0][0] != off[2][0]
+    assert off[0][1]["fingerprint"] != off[2][1]["fingerprint"]
+    assert {r[1]["mode"] for r in off.values()} == {inv.MODE_WORKER}
+    on = _run(_loader(images, hyp, 2, monkeypatch), "repro")[0]
+    assert on not in [r[0] for r in off.values()]  # the keyed draws are what changed
+
+
+def test_yolov5_resume_at_an_epoch_boundary_with_another_worker_count(
+    images: Path, hyp: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    full = _run(_loader(images, hyp, 0, monkeypatch), "repro")[0]
+    resumed, section, _ = _run(_loader(images, hyp, 2, monkeypatch), "repro", epochs=1, start=1)
+    assert resumed == full[1:]
+    assert resumed != full[:1]
+    assert section["fingerprint_epoch"] == 1
+
+
+def test_the_session_gives_yolov5s_loader_back(
+    images: Path, hyp: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loader = _loader(images, hyp, 1, monkeypatch)
+    dataset, sampler = loader.dataset, loader.batch_sampler.sampler
+    plain = inv.batch_digest([next(loader.iterator)[:2]])  # the iterator YOLOv5 made when it built the loader
+    _, _, data = _run(loader, "repro", epochs=1)
+    assert inv.data_mode(loader) == inv.MODE_WORKER
+    assert loader.batch_sampler.sampler is sampler  # the _RepeatSampler holds YOLOv5's batch sampler again
+    assert "__getitems__" not in vars(dataset)
+    assert "load_image" not in vars(dataset)
+    assert type(loader.iterator).__name__ == "_LazyPasses"  # workers stopped; a new pass starts when asked
+    assert data.tap.seen == 2
+    assert len(next(loader.iterator)[0]) == 4
+    assert plain
+
+
+_RANK_DRIVER = """
+import hashlib, json, sys
+import torch
+import torch.distributed as dist
+import yaml
+from yolov5.utils.dataloaders import InfiniteDataLoader, LoadImagesAndLabels
+from yolo_det.fixes import data_invariance as inv
+
+rank, store, images, out = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+hyp = json.loads(sys.argv[5])
+dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+dataset = LoadImagesAndLabels(images, 64, 2, augment=True, hyp=hyp, stride=32, prefix="")
+sampler = torch.utils.data.distributed.DistributedSampler(dataset, shuffle=True)  # rank and world from gloo
+loader = InfiniteDataLoader(dataset, batch_size=2, sampler=sampler, num_workers=rank,
+                            collate_fn=LoadImagesAndLabels.collate_fn, generator=torch.Generator())
+token = inv.make_invariant(loader, SEED, rank=rank, batch_cache=False)
+steps = [SAMPLES(b) for _ in range(2) for b in loader]
+dist.barrier()
+dist.destroy_process_group()
+json.dump(steps, open(out, "w"))
+"""
+
+
+def _samples(batch: Any) -> list[str]:
+    """A digest per sample of a YOLOv5 batch (its image and its label rows), sorted: the batch as a set."""
+    import hashlib
+
+    imgs, targets = batch[0], batch[1]
+    out = []
+    for i in range(imgs.shape[0]):
+        h = hashlib.sha256(imgs[i].numpy().tobytes())
+        h.update(targets[targets[:, 0] == i][:, 1:].numpy().tobytes())
+        out.append(h.hexdigest())
+    return sorted(out)
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_train_each_global_step_on_one_process_samples(
+    images: Path, hyp: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import inspect
+    import json
+    import subprocess
+    import sys
+    import textwrap
+
+    from helpers import subprocess_env
+
+    one = _loader(images, hyp, 0, monkeypatch)  # 1 process at the global batch (4): the reference
+    token = inv.make_invariant(one, SEED, batch_cache=False)
+    try:
+        reference = [_samples(b) for _ in range(2) for b in one]
+    finally:
+        inv.restore(token)
+    driver = tmp_path / "rank.py"
+    helper = textwrap.dedent(inspect.getsource(_samples)).replace(
+        "def _samples(batch: Any) -> list[str]:", "def SAMPLES(batch):"
+    )
+    driver.write_text(helper + _RANK_DRIVER.replace("SEED", str(SEED)))
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(driver),
+                str(r),
+                str(tmp_path / "store"),
+                str(images),
+                str(tmp_path / f"{r}.json"),
+                json.dumps(hyp),
+            ],
+            env=subprocess_env({"OMP_NUM_THREADS": "1"}),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in (0, 1)  # rank 1 builds its batches in a worker process, rank 0 in its own
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+    ranks = [json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1)]
+    assert len(ranks[0]) == len(ranks[1]) == len(reference) == 6  # 12 images: 3 global steps of 4, 2 epochs
+    for step, (a, b) in enumerate(zip(*ranks, strict=True)):
+        assert sorted(a + b) == reference[step], step  # the same samples, augmented the same way
+        assert a != b
+    assert reference[0] != reference[3]  # epochs are reshuffled: the comparison covers changing data
+
+
+def _index_steps(n: int, world: int, batch: int, *, invariant: bool, sampler_seed: int = 0) -> list[list[list[int]]]:
+    """Per rank, the indices of each step of 2 epochs (a rank's sampler built with explicit world and rank)."""
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    out = []
+    for rank in range(world):
+        data = TensorDataset(torch.arange(n))
+        sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=sampler_seed)
+        loader = (
+            DataLoader(data, batch_size=batch, shuffle=True, generator=torch.Generator())
+            if world == 1
+            else DataLoader(data, batch_size=batch, sampler=sampler, generator=torch.Generator())
+        )
+        loader.generator.manual_seed(SEED)
+        token = inv.make_invariant(loader, SEED, rank=rank) if invariant else None
+        steps = []
+        for epoch in range(2):
+            if not invariant and world > 1:
+                sampler.set_epoch(epoch)
+            steps.extend(b[0].tolist() for b in loader)
+        if token is not None:
+            inv.restore(token)
+        out.append(steps)
+    return out
+
+
+def test_ddp_ranks_deal_out_one_process_order() -> None:
+    (one,) = _index_steps(12, 1, 4, invariant=True)
+    two = _index_steps(12, 2, 2, invariant=True)
+    assert [sorted(a + b) for a, b in zip(*two, strict=True)] == [sorted(s) for s in one]
+    assert one[0] != one[3]  # the second epoch is shuffled anew
+    assert _index_steps(12, 2, 2, invariant=True, sampler_seed=99) == two  # the run's seed decides, not the sampler's
+    off = _index_steps(12, 2, 2, invariant=False)
+    assert [sorted(a + b) for a, b in zip(*off, strict=True)] != [sorted(s) for s in one]
+    # 11 samples: the last global step holds the one process's last 3 and one repeated sample (the padding)
+    (one,) = _index_steps(11, 1, 4, invariant=True)
+    a, b = _index_steps(11, 2, 2, invariant=True)
+    assert [sorted(x + y) for x, y in zip(a[:2], b[:2], strict=True)] == [sorted(s) for s in one[:2]]
+    last = sorted(a[2] + b[2])
+    assert len(last) == 4
+    assert set(one[2]) <= set(last)
+    assert len(a) == len(b) == 6
