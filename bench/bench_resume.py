@@ -35,7 +35,7 @@ def train(args: argparse.Namespace, *, with_state: bool) -> dict[str, Any]:
     import yolo_det
     from yolo_det.core.quiet import quiet_ultralytics
     from yolo_det.core.resume import save_state, state_path
-    from yolo_det.integrations.ultralytics_resume import UltralyticsResume
+    from yolo_det.integrations.ultralytics.resume import UltralyticsResume
 
     epochs: list[float] = []
     blocking: list[float] = []

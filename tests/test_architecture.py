@@ -175,6 +175,35 @@ def test_an_unknown_attribute_is_an_attribute_error() -> None:
         yolo_det.no_such_name  # noqa: B018
 
 
+# -- the Ultralytics plugin's rooms ---------------------------------------------------------------------------
+ULTRALYTICS = "yolo_det.integrations.ultralytics"
+
+
+def test_the_ultralytics_plugin_is_a_package_of_rooms() -> None:
+    rooms = {name for name in MODULES if name.startswith(f"{ULTRALYTICS}.")}
+    assert _is_package(ULTRALYTICS)
+    assert {"attach", "trainer", "plugin", "records", "resume"} <= {name.rsplit(".", 1)[1] for name in rooms}
+    # the package's own __init__ only gathers the public names: the rooms never import it
+    assert [name for name in rooms if ULTRALYTICS in GRAPH[name]] == []
+
+
+def test_the_ultralytics_public_names_come_from_the_package() -> None:
+    import yolo_det.integrations.ultralytics as ul
+    from yolo_det.integrations.ultralytics.attach import attach, detach
+    from yolo_det.integrations.ultralytics.plugin import UltralyticsPlugin
+    from yolo_det.integrations.ultralytics.trainer import trainer_class
+
+    assert ul.__all__ == ["UltralyticsPlugin", "attach", "detach", "trainer_class"]
+    assert (ul.attach, ul.detach, ul.UltralyticsPlugin, ul.trainer_class) == (
+        attach,
+        detach,
+        UltralyticsPlugin,
+        trainer_class,
+    )
+    assert yolo_det.attach is attach
+    assert yolo_det.trainer_class is trainer_class
+
+
 # -- Ultralytics internals: one module ----------------------------------------------------------------------
 #: The one module that imports Ultralytics internals (everything but the public ``from ultralytics import ...``).
 COMPAT = "yolo_det.core.compat"
@@ -223,7 +252,7 @@ ONE_HOME = {
         "yolo_det.integrations.patch_yolov5",
         # renames of a file already written, never a write: the previous resume state kept beside
         # the new one, a weights file cut short set aside as FILE.incomplete
-        "yolo_det.integrations.ultralytics_resume",
+        "yolo_det.integrations.ultralytics.resume",
         "yolo_det.core.partial",
     },
 }

@@ -34,6 +34,7 @@ def _worker(rank: int, init_file: str, out_dir: str, mode: str) -> None:
     dist.init_process_group(
         "gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD, timeout=timedelta(seconds=60)
     )
+    from yolo_det.core.fileio import atomic_write_text
     from yolo_det.core.record import state_dict_digest
     from yolo_det.core.state import snapshot
     from yolo_det.session.distributed import gather_states, rank_session
@@ -55,7 +56,8 @@ def _worker(rank: int, init_file: str, out_dir: str, mode: str) -> None:
         result["error"] = f"{type(e).__name__}: {e}"
     finally:
         result["restored"] = snapshot() == baseline
-        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result, default=str))
+        # atomic: the launcher ends the other ranks by SIGTERM once one fails, possibly in the middle of this write
+        atomic_write_text(Path(out_dir, f"rank{rank}.json"), json.dumps(result, default=str))
         if mode != "fail":
             dist.destroy_process_group()
     if "error" in result:

@@ -164,7 +164,8 @@ def test_overrides_and_a_profile_change_on_resume_are_reasons_not_to_expect_bitw
     import torch
 
     from yolo_det.core.profiles import load_profile
-    from yolo_det.integrations.ultralytics_resume import UltralyticsResume, _changed_overrides
+    from yolo_det.integrations.ultralytics.lineage import changed_overrides
+    from yolo_det.integrations.ultralytics.resume import UltralyticsResume
 
     ckpt = tmp_path / "run" / "weights" / "last.pt"
     ckpt.parent.mkdir(parents=True)
@@ -177,7 +178,7 @@ def test_overrides_and_a_profile_change_on_resume_are_reasons_not_to_expect_bitw
         ckpt,
     )
     trainer = SimpleNamespace(args=SimpleNamespace(imgsz=96, batch=4, close_mosaic=10, plots=False))
-    assert _changed_overrides(ckpt, trainer) == {"imgsz": [64, 96], "batch": [16, 4]}  # plots= is output only
+    assert changed_overrides(ckpt, trainer) == {"imgsz": [64, 96], "batch": [16, 4]}  # plots= is output only
     resume = UltralyticsResume(0)
     resume.info = {"state_found": True, "overrides": {"imgsz": [64, 96]}}
     repro = load_profile("repro")
@@ -192,7 +193,7 @@ def test_overrides_and_a_profile_change_on_resume_are_reasons_not_to_expect_bitw
 
 
 def test_a_part_killed_before_its_record_caught_up_is_a_killed_segment_with_its_checkpointed_epochs() -> None:
-    from yolo_det.integrations.ultralytics_resume import segments_of
+    from yolo_det.integrations.ultralytics.lineage import segments_of
 
     earlier = {"status": "interrupted", "epochs_completed": 1}
     killed = {"status": "running", "epochs_completed": 1, "segments": [earlier], "profile": {"name": "repro"}}

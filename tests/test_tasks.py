@@ -25,7 +25,7 @@ def test_each_task_trains_twice_with_equal_digests(task, tmp_path, capsys):
     from ultralytics import YOLO
 
     from yolo_det import trainer_class
-    from yolo_det.integrations.ultralytics import TASK_TRAINERS
+    from yolo_det.core.compat import TASK_TRAINERS
 
     data = make_dataset(tmp_path / "data", task)
     model_name = TASK_MODELS[task]

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from .layers.registry import register_layers, registered_layers
     from .session.session import DeterminismSession
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 __all__ = [
     "AuditReport",

@@ -184,7 +184,7 @@ class YOLOv5Run:
         self.resume.align = self.data.epoch_start  # the training loader, at the start of every epoch
         self.previous: dict[str, Any] | None = None
         if getattr(opt, "resume", False) and getattr(opt, "weights", None):
-            from .ultralytics_resume import previous_record
+            from .ultralytics.lineage import previous_record
 
             self.previous = previous_record(str(opt.weights))
 

@@ -16,7 +16,7 @@ with ``train()``'s ``train_loader`` and ``epoch`` at the start of every epoch:
   (in the training process, as YOLOv5 takes them), for the record's fingerprint.
 
 :meth:`YOLOv5Data.section` is the record's ``data_stream`` (the keys of the Ultralytics integration's, see
-:func:`yolo_det.integrations.ultralytics_data.data_stream_section`), which ``yolo-det diff`` and
+:func:`yolo_det.integrations.ultralytics.data.data_stream_section`), which ``yolo-det diff`` and
 ``verify --against`` explain. The session gives the loader back as it was when the run ends.
 """
 

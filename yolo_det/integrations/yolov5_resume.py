@@ -154,7 +154,7 @@ class YOLOv5Resume:
         )
         self.info = info
         if state is None:
-            from ..integrations.ultralytics_resume import NO_STATE_WARNING
+            from .ultralytics.resume import NO_STATE_WARNING
 
             print(NO_STATE_WARNING.format(ckpt=ckpt, why=why), file=sys.stderr, flush=True)
             return default

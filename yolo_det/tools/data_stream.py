@@ -1,7 +1,7 @@
 """Why two runs' data streams differ, from the records' ``data_stream`` sections (no torch import).
 
 :func:`explain_data_stream` compares two sections (see
-:func:`yolo_det.integrations.ultralytics_data.data_stream_section`) and returns the reasons the batches could
+:func:`yolo_det.integrations.ultralytics.data.data_stream_section`) and returns the reasons the batches could
 differ, the most likely first: the data mode, the worker count without invariance, the seed, the dataset
 bytes, the augmentation arguments, and last the fingerprint of the first batches itself. A worker count
 that differs while both runs were worker-invariant is listed as a difference that cannot change the data.

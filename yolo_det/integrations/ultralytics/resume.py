@@ -1,7 +1,5 @@
 """Bitwise resume for Ultralytics training: what the plugin does at each save and on resume.
 
-Length: one concern, Ultralytics' bitwise resume: the callbacks share the state they capture and restore.
-
 Driven by :class:`~yolo_det.integrations.ultralytics.UltralyticsPlugin`'s callbacks:
 
 - ``on_train_epoch_start``: the data order of every epoch is a function of (seed, rank, epoch): the
@@ -19,6 +17,9 @@ Driven by :class:`~yolo_det.integrations.ultralytics.UltralyticsPlugin`'s callba
   from a user's ``on_model_save``, SIGTERM, SIGKILL). Then the record is updated (``epochs_completed``).
 - ``on_fit_epoch_end``: ranks > 0 (which write no checkpoint) write their state
   (:func:`yolo_det.core.resume.state_path`).
+
+What is saved and how it is put back: :mod:`.resume_state`; what the run knows of its earlier parts:
+:mod:`.lineage`.
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ from typing import Any
 
 import torch
 
-from ..core.modules import unwrap_model
-from ..core.resume import StateWriter, find_state, get_rng_state, previous_state_path, set_rng_state, state_path
-from ..core.seeding import epoch_data_seed
-from ..core.testpoints import reach
+from ...core.modules import unwrap_model
+from ...core.resume import StateWriter, find_state, previous_state_path, set_rng_state, state_path
+from ...core.seeding import epoch_data_seed
+from ...core.testpoints import reach
+from .lineage import changed_overrides, segments_of
+from .resume_state import capture_state, restore_state
 
-__all__ = ["NO_STATE_WARNING", "UltralyticsResume", "previous_record", "segments_of"]
+__all__ = ["NO_STATE_WARNING", "UltralyticsResume"]
 
 _EARLY = ("model_buffers", "grads")
 
@@ -42,111 +45,6 @@ NO_STATE_WARNING = (
     "yolo-det: no resume state for {ckpt} ({why}); the run continues, but not bit for bit as "
     "the uninterrupted run would have"
 )
-
-
-def previous_record(checkpoint: str | Path) -> dict[str, Any] | None:
-    """The ``determinism.json`` of the run that wrote ``checkpoint`` (``<run>/weights/last.pt``), if any."""
-    import json
-
-    from ..core.record import RECORD_NAME
-
-    path = Path(checkpoint).resolve().parent.parent / RECORD_NAME
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-#: Arguments Ultralytics lets a resumed run change that change the trained weights (``check_resume``'s allowed
-#: list less those that only name or decorate outputs).
-RESULT_OVERRIDES = (
-    "imgsz",
-    "batch",
-    "device",
-    "close_mosaic",
-    "augmentations",
-    "workers",
-    "cache",
-    "patience",
-    "time",
-    "freeze",
-    "channels_last",
-    "distill_model",
-)
-
-
-def _changed_overrides(ckpt: Path, trainer: Any) -> dict[str, list[Any]]:
-    """``{name: [checkpoint value, value now]}`` for each :data:`RESULT_OVERRIDES` argument the resume changed."""
-    from ..core.resume import read_checkpoint
-
-    try:
-        stored = read_checkpoint(ckpt).train_args
-    except Exception:
-        return {}
-    args = getattr(trainer, "args", None)
-    out = {}
-    for key in RESULT_OVERRIDES:
-        if key in stored and hasattr(args, key):
-            was, now = stored[key], getattr(args, key)
-            if str(was) != str(now):
-                out[key] = [was, now if isinstance(now, (str, int, float, bool, type(None))) else str(now)]
-    return out
-
-
-def segments_of(previous: dict[str, Any] | None, resumed_at: int | None = None) -> list[dict[str, Any]]:
-    """The ``segments`` of a run resumed from a run whose record is ``previous``: its own segments, then the
-    previous part itself (a part whose record still said ``running`` was killed: it says ``killed``, and its
-    ``epochs_completed`` is that of the checkpoint resumed, ``resumed_at``, if the kill came between the
-    checkpoint and the record's update)."""
-    if previous is None:
-        return []
-    earlier = previous.get("segments")
-    part = {k: v for k, v in previous.items() if k != "segments"}
-    if part.get("status") == "running":
-        part["status"] = "killed"
-        part["ending"] = "no ending recorded: the process was killed (SIGKILL, power loss) after its last checkpoint"
-        done = part.get("epochs_completed")
-        if isinstance(resumed_at, int) and (not isinstance(done, int) or done < resumed_at):
-            part["epochs_completed"] = resumed_at
-    return [*(earlier if isinstance(earlier, list) else []), part]
-
-
-def _restore_buffer(dataset: Any, saved: list[int] | None) -> None:
-    """Put back the dataset's mosaic buffer: the recently loaded images that mosaic draws its partners from.
-
-    With ``workers=0`` it lives in the training process and carries over from epoch to epoch (with workers,
-    each epoch's workers start from an empty one). The images are loaded again, in the saved order, which
-    rebuilds the list exactly (``load_image`` appends what it loads).
-    """
-    buffer = getattr(dataset, "buffer", None)
-    if saved is None or not isinstance(buffer, list) or not callable(getattr(dataset, "load_image", None)):
-        return
-    ims = getattr(dataset, "ims", None)
-    if isinstance(ims, list) and getattr(dataset, "cache", None) != "ram":
-        for i in buffer:
-            ims[i] = None
-            dataset.im_hw0[i] = dataset.im_hw[i] = None
-    buffer.clear()
-    for i in saved:
-        dataset.load_image(i)
-
-
-def _float_state(module: torch.nn.Module, *, buffers: bool | None = None) -> dict[str, torch.Tensor]:
-    """The module's state dict (live tensors, the writer copies them); ``buffers`` True/False: only the
-    buffers/only the parameters."""
-    # keep_vars: the tensors themselves, no detach() here (under interception every torch call is dispatched
-    # through a mode); the writer thread detaches and copies them.
-    out = {}
-    for k, v in module.state_dict(keep_vars=True).items():
-        if buffers is not None:
-            is_param = type(v) is torch.nn.Parameter or (
-                type(v) is not torch.Tensor and isinstance(v, torch.nn.Parameter)
-            )
-            if is_param == buffers:
-                continue
-        out[k] = v
-    return out
 
 
 class UltralyticsResume:
@@ -230,7 +128,7 @@ class UltralyticsResume:
             self._pending = state
         else:
             print(NO_STATE_WARNING.format(ckpt=ckpt, why=why), file=sys.stderr, flush=True)
-        info["overrides"] = _changed_overrides(ckpt, trainer)
+        info["overrides"] = changed_overrides(ckpt, trainer)
         if info["overrides"]:
             changed = ", ".join(f"{k}={now} (checkpoint: {was})" for k, (was, now) in info["overrides"].items())
             print(
@@ -242,31 +140,7 @@ class UltralyticsResume:
         self.info = info
 
     def _restore(self, trainer: Any, state: dict[str, Any]) -> None:
-        model = unwrap_model(trainer.model)
-        model.load_state_dict({**state["model"], **(state.get("model_buffers") or {})})
-        ema = getattr(trainer, "ema", None)
-        if ema is not None and state.get("ema") is not None:
-            ema.ema.load_state_dict(state["ema"])
-            ema.updates = state["updates"]
-        optimizer = getattr(trainer, "optimizer", None)
-        if optimizer is not None and state.get("optimizer") is not None:
-            saved = state["optimizer"]
-            for group, current in zip(saved["param_groups"], optimizer.param_groups):
-                if "fused" in current:
-                    group["fused"] = current["fused"]  # the device in use picks the kernel, as Ultralytics does
-            optimizer.load_state_dict(saved)
-        grads = state.get("grads") or {}
-        for name, p in model.named_parameters():
-            if name in grads:
-                p.grad = grads[name].to(device=p.device, dtype=p.dtype).clone()
-        scaler = getattr(trainer, "scaler", None)
-        if scaler is not None and state.get("scaler"):
-            scaler.load_state_dict(state["scaler"])
-        _restore_buffer(
-            getattr(getattr(trainer, "train_loader", None), "dataset", None), (state.get("data") or {}).get("buffer")
-        )
-        if state.get("accumulate") is not None:
-            trainer.accumulate = int(state["accumulate"])
+        model = restore_state(trainer, state)
         self._last_step = int(state.get("last_opt_step", -1))
         self._local_last = -1
         if self._last_step != self._local_last:
@@ -395,38 +269,10 @@ class UltralyticsResume:
         self._submit(trainer, state_path(last, self.rank), epoch)
 
     def capture(self, trainer: Any, epoch: int) -> dict[str, Any]:
-        """The state the rest of the run depends on (see :mod:`yolo_det.core.resume`)."""
-        model = unwrap_model(trainer.model)
-        ema = getattr(trainer, "ema", None)
-        optimizer = getattr(trainer, "optimizer", None)
-        scaler = getattr(trainer, "scaler", None)
-        loader = getattr(trainer, "train_loader", None)
-        dataset = getattr(loader, "dataset", None)
-        generator = getattr(loader, "generator", None)
-        return {
-            "epoch": epoch,
-            "updates": getattr(ema, "updates", None),
-            "rank": self.rank,
-            "world_size": max(int(getattr(trainer, "world_size", 1) or 1), 1),
-            "seed": self.seed,
-            "rng": get_rng_state(),
-            "model": _float_state(model, buffers=False),
-            "model_buffers": _float_state(model, buffers=True),
-            "ema": _float_state(ema.ema) if ema is not None else None,
-            "optimizer": optimizer.state_dict() if optimizer is not None else None,
-            "grads": {n: p.grad for n, p in model.named_parameters() if p.grad is not None},
-            "last_opt_step": self._last_step,
-            "accumulate": getattr(trainer, "accumulate", None),
-            "scaler": scaler.state_dict() if scaler is not None else None,
-            "data": {
-                "generator": generator.get_state() if isinstance(generator, torch.Generator) else None,
-                "mosaic": getattr(dataset, "mosaic", None),
-                "buffer": [int(i) for i in buffer]
-                if isinstance(buffer := getattr(dataset, "buffer", None), list)
-                else None,
-                "batches_per_epoch": self._nb,
-            },
-        }
+        """The state the rest of the run depends on (:func:`~.resume_state.capture_state`)."""
+        return capture_state(
+            trainer, epoch, seed=self.seed, rank=self.rank, last_opt_step=self._last_step, batches_per_epoch=self._nb
+        )
 
     def record_fields(
         self, trainer: Any, profile: Any, previous: dict[str, Any] | None, *, flush: bool = True

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..fixes import data_invariance as _data
+from ...fixes import data_invariance as _data
 
 __all__ = ["AUGMENT_ARGS", "FINGERPRINT_BATCHES", "data_stream_section", "start_epoch", "tap", "untap"]
 

@@ -1,0 +1,159 @@
+"""The record of an Ultralytics training: ``determinism.json`` written for every ending.
+
+:class:`RunRecords` writes the record of the run in progress: with status ``running`` from the train phase's
+first second (and after each checkpoint, with the epochs checkpointed), then once for the ending (``completed``
+at ``on_train_end``; ``failed``, ``interrupted`` or ``terminated`` from ``teardown`` or from a guard that
+ends the run before Ultralytics' ``train()`` ran). Every weights file is digested from disk; the record
+itself is built by :func:`yolo_det.core.record.build_record` and written atomically.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...core.endings import describe_ending, one_line, weights_files
+from ...core.partial import set_aside_incomplete
+from ...core.record import RECORD_NAME, build_record, state_dict_digest, write_record
+from ...core.testpoints import reach
+from ...session.distributed import ranks_consistent
+from ...session.session import note_restore_failure
+from ..trainer_state import state_of
+from . import data as _stream
+from .lineage import segments_of
+from .runs import RunControl, process_rank
+
+__all__ = ["RUN_ARGS", "RunRecords"]
+
+#: The training arguments the record's ``run`` section keeps.
+RUN_ARGS = (
+    "task",
+    "model",
+    "data",
+    "epochs",
+    "imgsz",
+    "batch",
+    "device",
+    "seed",
+    "deterministic",
+    "amp",
+    "workers",
+    "optimizer",
+    "lr0",
+    "cache",
+    "rect",
+    "multi_scale",
+    "close_mosaic",
+    "fraction",
+)
+
+
+class RunRecords(RunControl):
+    """Writes ``determinism.json`` for the run in progress (see the module docstring)."""
+
+    def _write_running(self, trainer: Any) -> None:
+        """Write (replace) the record with status ``running`` (rank 0; a failure to write is kept, not raised)."""
+        if not self.record or process_rank() not in {-1, 0}:
+            return
+        try:
+            self._write(trainer, None, running=True)
+        except Exception as e:  # the training goes on; the final record says what it can
+            self.record_error = f"could not write {RECORD_NAME}: {type(e).__name__}: {one_line(e)}"
+
+    def _after_checkpoint(self, trainer: Any) -> None:
+        """After each checkpoint: the record says how many epochs are checkpointed."""
+        self._write_running(trainer)
+        reach("record-updated")
+
+    def _record_ending(self, trainer: Any, error: BaseException | None) -> None:
+        """Write the record of a run that ended before ``on_train_end`` (rank 0, once); never raise for it."""
+        session = self.session
+        if not (
+            self.record
+            and session is not None
+            and "train" in session.phases
+            and process_rank() in {-1, 0}
+            and not self._written_for(trainer)
+        ):
+            return
+        try:
+            self._write(trainer, error)
+        except Exception as e:  # never mask the error that ended the run
+            where = getattr(trainer, "save_dir", None)
+            self.record_error = (
+                f"could not write {RECORD_NAME}"
+                + (f" in '{where}'" if where is not None else "")
+                + f": {type(e).__name__}: {one_line(e)}"
+            )
+            warnings.warn(f"yolo-det: {self.record_error}", UserWarning, stacklevel=3)
+
+    def _record_early_ending(self, error: BaseException) -> None:
+        """Record a run that ended after the train phase began but before Ultralytics' ``train()`` ran."""
+        if self._trainer is not None:
+            try:
+                self._record_ending(self._trainer, error)
+            except BaseException as e:  # an interrupt while writing: keep the first one
+                note_restore_failure(error, e)
+
+    def _written_for(self, trainer: Any) -> bool:
+        return state_of(trainer).record_written
+
+    def _write(self, trainer: Any, error: BaseException | None, *, running: bool = False) -> None:
+        """Write ``determinism.json`` for a run that ended with ``error`` (None: completed), or one still
+        ``running``."""
+        if not self.record or self.session is None:
+            return
+        save_dir = getattr(trainer, "save_dir", None)
+        if save_dir is None:
+            return
+        stopped = error is not None and state_of(trainer).stopped_on_purpose  # a clean stop
+        running = running and error is None
+        # Digests of the files as they are on disk (this run holds the folder: they are its own files).
+        files = set_aside_incomplete(weights_files(Path(save_dir) / "weights", self._weights_before, self._digests))
+        weights: dict[str, Any] = {"files": files}
+        if (error is None and not running) or stopped:
+            last = Path(getattr(trainer, "last", Path(save_dir) / "weights" / "last.pt")).resolve()
+            entry = next((f for f in files if Path(f["file"]).resolve() == last and f.get("sha256")), None)
+            if entry is not None:
+                weights["file"] = entry["file"]
+                weights["sha256"] = entry["sha256"]
+                self.weights_digest = entry["sha256"]
+            ema = getattr(getattr(trainer, "ema", None), "ema", None)
+            if isinstance(ema, torch.nn.Module):  # the final EMA in float32 (the file holds it in float16)
+                weights["ema_fp32_sha256"] = state_dict_digest(ema)
+        args = getattr(trainer, "args", None)
+        ending = describe_ending(error)
+        # stopped on purpose after a saved epoch (verify --resume-at): resumable, not failed
+        if stopped and error is not None:
+            ending = {"status": "interrupted", "stopped": one_line(error)}
+        if running:
+            ending = {"status": "running"}
+        record = build_record(
+            self.session,
+            framework="ultralytics",
+            status=ending.pop("status"),
+            state_at_train_start=self._observed,
+            weights=weights,
+            run={k: getattr(args, k, None) for k in RUN_ARGS} | {"save_dir": str(save_dir)},
+            ranks=self._ranks,
+            rank_problems=ranks_consistent(self._ranks) if self._ranks else [],
+            imports=self._portable.get("imports", []),
+            checkpoint_yaml_layers=self._portable.get("layers", {}),
+            **(state_of(trainer).identity or {}),
+            data_stream=_stream.data_stream_section(
+                trainer, int(self.session.seeds()["seed"]), state_of(trainer).identity
+            ),
+            **ending,
+        )
+        if self.resume is not None:
+            record.update(self.resume.record_fields(trainer, self.profile, self._previous, flush=not running))
+        else:
+            record.update(
+                segments=segments_of(self._previous), epochs_completed=int(getattr(trainer, "start_epoch", 0) or 0)
+            )
+        self.record_path = write_record(save_dir, record)
+        if not running:
+            state_of(trainer).record_written = True
