@@ -128,3 +128,39 @@ def test_float64_check_catches_a_different_function(monkeypatch):
     )
     assert bench.float64_error(same) <= bench.FLOAT64_ATOL
     assert bench.float64_error(wrong) > bench.FLOAT64_ATOL
+
+
+def _row(layer, shape, *, time_met=True, mem_met=True, exception=None, same=True):
+    return {
+        "layer": layer,
+        "shape": list(shape),
+        "float64_same_function": same,
+        "time_target": {"met": time_met},
+        "memory_target": {"met": mem_met},
+        "exception": exception,
+    }
+
+
+def test_documented_exceptions_pass_check_only_within_their_bound(monkeypatch):
+    bench = _bench_module(monkeypatch)
+    cases = {(c.name, c.shape): c for c in bench.build_cases((16, 1), 1)}
+    small = cases[("AdaptiveAvgPool2d(6)", (1, 32, 80, 80))]
+    exc = bench._exception(small, "time")
+    assert exc is not None
+    assert exc.bound > bench.TARGETS["pooling"][1]
+    assert "Python dispatch" in exc.reason
+    # the same layer at batch 16, its tiling map at batch 1 and its memory are not covered
+    assert bench._exception(cases[("AdaptiveAvgPool2d(6)", (16, 128, 40, 40))], "time") is None
+    assert bench._exception(small, "memory") is None
+    assert bench._exception(cases[("AdaptiveAvgPool2d((None,1))", (1, 32, 80, 80))], "time") is None
+    within = {"time": {"shape_class": exc.name, "bound": exc.bound, "within_bound": True, "reason": exc.reason}}
+    over = {"time": {**within["time"], "within_bound": False}}
+    rows = [
+        _row("a", (1, 2, 3, 3)),
+        _row("b", (1, 2, 3, 3), time_met=False, exception=within),
+        _row("c", (1, 2, 3, 3), time_met=False, exception=over),
+        _row("d", (1, 2, 3, 3), time_met=False),
+        _row("e", (1, 2, 3, 3), mem_met=False, exception=within),  # a time exception does not excuse memory
+        _row("f", (1, 2, 3, 3), same=False, exception=within),
+    ]
+    assert bench.failures(rows) == ["c 1x2x3x3", "d 1x2x3x3", "e 1x2x3x3", "f 1x2x3x3"]

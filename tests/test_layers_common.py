@@ -167,3 +167,34 @@ def test_amp_plan_probes_accelerators_with_fake_tensors():
     assert compute == torch.float32
     assert out in (torch.float32, torch.float16)  # fp32 where upsample_bicubic2d is on CUDA's fp32 list (2.14)
     assert sample == (torch.float32, torch.float32, True)
+
+
+def test_separable_maps_split_a_single_image_into_channel_chunks_by_the_larger_side(monkeypatch):
+    # batch-1 upsampling: the backward's input (the gradient) is four times its result; the work is
+    # split along the channels by the larger of the two, and stays the native function
+    import torch.nn.functional as F
+
+    from yolo_det.layers import _axis_maps
+    from yolo_det.layers.upsample import interpolate
+
+    writes = []
+    real = _axis_maps._DeviceTaps.apply
+
+    def spy(self, x, dim, out=None):
+        if out is not None:
+            writes.append(tuple(out.shape))
+        return real(self, x, dim, out=out)
+
+    monkeypatch.setattr(_axis_maps._DeviceTaps, "apply", spy)
+    monkeypatch.setattr(_axis_maps, "_CHUNK_FLOOR", 5)
+    x = torch.randn(1, 40, 24, 24, dtype=torch.float64, requires_grad=True)  # 23040 in, 92160 out
+    y = interpolate(x, scale_factor=2, mode="bilinear")
+    assert writes == [(1, 8, 48, 48)] * 5
+    writes.clear()
+    ref = F.interpolate(x, scale_factor=2, mode="bilinear")
+    g = torch.randn(ref.shape, dtype=torch.float64)
+    (got,) = torch.autograd.grad(y, x, g)
+    assert writes == [(1, 8, 24, 24)] * 5  # by the gradient's size, not the result's
+    (want,) = torch.autograd.grad(ref, x, g)
+    assert torch.allclose(y, ref, rtol=0, atol=1e-13)
+    assert torch.allclose(got, want, rtol=0, atol=1e-12)

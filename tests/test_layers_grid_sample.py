@@ -134,3 +134,30 @@ def test_half_precision_is_computed_in_float32():
         y = grid_sample(xs, gs, align_corners=False)
         assert y.dtype == dtype
         assert float((y.double() - exact).abs().max()) <= torch.finfo(dtype).eps * float(exact.abs().max())
+
+
+@pytest.mark.parametrize(("n", "rows_backward"), [(1, False), (1, True), (20, False)])
+def test_chunks_along_the_batch_and_the_channels_give_the_same_function(n, rows_backward):
+    # a single sample over 2**16 output elements: channel ranges on the CPU path (its taps shared);
+    # a batch over 2**18: batch chunks of several samples; the result and both gradients stay the
+    # native ones in float64
+    from yolo_det.layers.grid_sample import _chunks
+
+    chunks = _chunks(n, 32, 48 * 48, not rows_backward)
+    if n == 1:
+        assert len(chunks) == 1
+        assert (len(chunks[0][2]) > 1) == (not rows_backward)
+    else:
+        assert 1 < len(chunks) < n
+        assert all(crange == [(0, 32)] for _, _, crange in chunks)
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(n, 32, 9, 11, dtype=torch.float64, generator=gen, requires_grad=True)
+    grid = (torch.rand(n, 48, 48, 2, dtype=torch.float64, generator=gen) * 2.4 - 1.2).requires_grad_()
+    out = DetGridSample.apply(x, grid, "zeros", False, rows_backward)
+    ref = F.grid_sample(x, grid, padding_mode="zeros", align_corners=False)
+    g = torch.randn(ref.shape, dtype=torch.float64, generator=gen)
+    got = torch.autograd.grad(out, (x, grid), g)
+    want = torch.autograd.grad(ref, (x, grid), g)
+    assert torch.allclose(out, ref, rtol=0, atol=1e-12)
+    for a, b in zip(got, want):
+        assert torch.allclose(a, b, rtol=0, atol=1e-11)

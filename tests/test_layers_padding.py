@@ -93,3 +93,18 @@ def test_modules_match_torch_modules(cls, ref, arg):
     x = torch.randn((2, 3) + (4,) * nd, dtype=torch.float64)
     assert det.padding == native.padding
     assert torch.equal(det(x), native(x))
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])
+@pytest.mark.parametrize("pads", [(2, 2, 1, 1), (3, 1, 0, 2), (6, 6, 5, 5), (1, 1, 1, 1, 1, 1)])
+def test_adjoint_on_planes_of_realistic_size(mode, pads):
+    # both sides of the innermost axis in one strided add, wide borders of outer axes, 3-D padding
+    shape = (2, 3, 7, 12, 13) if len(pads) == 6 else (2, 3, 12, 13)
+    x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    y, ref = P.pad(x, pads, mode), F.pad(x, pads, mode=mode)
+    assert torch.equal(y, ref)
+    g = torch.randn(ref.shape, dtype=torch.float64)
+    (got,) = torch.autograd.grad(y, x, g)
+    (want,) = torch.autograd.grad(ref, x, g)
+    assert torch.allclose(got, want, rtol=0, atol=1e-13)
+    assert not torch.allclose(got, F.pad(g, [-p for p in pads]))  # the borders were folded in

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from layer_helpers import check_matches, float_dtypes, make_input, patterns, seeds
 
+from yolo_det.layers import _window_adjoint as W
 from yolo_det.layers import pooling as P
 
 
@@ -243,11 +244,11 @@ def test_average_gradient_works_in_batch_chunks():
     x = torch.randn(16, 64, 40, 40, generator=g, dtype=torch.float64)
     grad = torch.randn(16, 64, 6, 6, generator=g, dtype=torch.float64)
     wins = (P._windows(40, 6), P._windows(40, 6))
-    chunked = P._chunked_spread(grad * P._inverse_counts(wins, grad), wins, (40, 40))
+    chunked = W._chunked_spread(grad * W._inverse_counts(wins, grad), wins, (40, 40))
     ref = x.clone().requires_grad_()
     F.adaptive_avg_pool2d(ref, 6).backward(grad)
     torch.testing.assert_close(chunked, ref.grad, rtol=0, atol=1e-15)
-    assert chunked.numel() > P._CHUNK_MIN  # large enough to be split
+    assert chunked.numel() > W._CHUNK_MIN  # large enough to be split
 
 
 @pytest.mark.parametrize(
@@ -265,10 +266,10 @@ def test_banded_average_gradient_equals_window_spread_and_torch(shape, out, n):
     grad = torch.randn(y.shape, generator=g, dtype=torch.float64)
     sizes = shape[-n:]
     wins = tuple(P._windows(s, o) for s, o in zip(sizes, y.shape[-n:]))
-    scaled = grad * P._inverse_counts(wins, grad)
-    assert P._banded_ok(grad, wins)
-    banded = P._banded_spread(grad, wins, sizes)
-    torch.testing.assert_close(banded, P._chunked_spread(scaled, wins, sizes), rtol=0, atol=1e-15)
+    scaled = grad * W._inverse_counts(wins, grad)
+    assert W._banded_ok(grad, wins)
+    banded = W._banded_spread(grad, wins, sizes)
+    torch.testing.assert_close(banded, W._chunked_spread(scaled, wins, sizes), rtol=0, atol=1e-15)
     (ours,) = torch.autograd.grad(y, x, grad)
     ref = x.detach().clone().requires_grad_()
     native(ref, out).backward(grad)
@@ -284,7 +285,7 @@ def test_non_finite_average_gradient_stays_in_its_windows(bad):
     grad = torch.randn(2, 3, 4, 4, dtype=torch.float64)
     grad[1, 2, 1, 3] = bad
     wins = (P._windows(13, 4), P._windows(11, 4))
-    assert not P._banded_ok(grad, wins)
+    assert not W._banded_ok(grad, wins)
     (ours,) = torch.autograd.grad(P.adaptive_avg_pool2d(x, 4), x, grad)
     ref = x.detach().clone().requires_grad_()
     F.adaptive_avg_pool2d(ref, 4).backward(grad)

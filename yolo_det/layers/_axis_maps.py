@@ -270,6 +270,10 @@ class DetAxisMap(torch.autograd.Function):
 _CHUNK_MIN = 1 << 18
 #: The most chunks :class:`DetSeparableMap` splits the work into (bounds the per-call overhead).
 _CHUNK_MAX = 16
+#: Elements (of the larger of input and result) above which the work is split into at least
+#: :data:`_CHUNK_FLOOR` chunks.
+_CHUNK_FLOOR_MIN = 1 << 16
+_CHUNK_FLOOR = 8
 
 
 def _chunk_dim(shape: Sequence[int], dims: Sequence[int]) -> int | None:
@@ -289,11 +293,15 @@ def _apply_maps(x: Tensor, dims: Sequence[int], maps: Sequence[Any], out_shape: 
     writes straight into the (contiguous) result: the peak memory is the result plus a chunk.
     """
     out = x.new_empty(out_shape)
-    total = out.numel()
+    # the intermediates and tap buffers can be as large as the input (a backward's gradient is the
+    # forward's output): chunk by the larger of the two
+    total = max(out.numel(), x.numel())
     cdim = _chunk_dim(list(x.shape), dims)
     chunks = 1
-    if cdim is not None and total > _CHUNK_MIN:
-        chunks = min(_CHUNK_MAX, x.shape[cdim], -(-total // _CHUNK_MIN))
+    if cdim is not None and total > _CHUNK_FLOOR_MIN:
+        # at least _CHUNK_FLOOR chunks: a small call's intermediates would otherwise be a large
+        # fraction of its (small) peak
+        chunks = min(_CHUNK_MAX, x.shape[cdim], max(_CHUNK_FLOOR, -(-total // _CHUNK_MIN)))
     if cdim is None or chunks <= 1:
         y = x
         for d, m in zip(dims[:-1], maps[:-1]):

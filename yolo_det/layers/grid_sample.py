@@ -128,28 +128,71 @@ def _gather(flat: Tensor, index: Tensor, out: Tensor | None = None) -> Tensor:
     return torch.gather(flat, 2, idx) if out is None else torch.gather(flat, 2, idx, out=out)
 
 
-#: Elements of ``(C, P)`` per chunk below which the batch is not split.
-_CHUNK_MIN = 1 << 18
-#: The most chunks the batch is split into.
+#: Output elements per batch chunk (the scratch buffer and ``scatter_add_``'s expanded int64 index
+#: are about three chunks' worth of output: a quarter of the output at 2**19 elements).
+_CHUNK_MIN = 1 << 17
+#: The most chunks the work is split into.
 _CHUNK_MAX = 16
+#: Output elements above which the work is split into at least :data:`_CHUNK_FLOOR` chunks (a small
+#: call's scratch buffers would otherwise be a large fraction of its small peak).
+_CHUNK_FLOOR_MIN = 1 << 16
+_CHUNK_FLOOR = 8
 
 
-def _batch_chunks(n: int, per_sample: int) -> list[tuple[int, int]]:
-    """``(start, length)`` ranges over the batch: work whose temporaries have the size of the output
-    (tap scratch buffers, weighted gradients) is done one range at a time, so they stay about 1/16
-    of the output instead of one or four times it."""
-    chunks = max(1, min(_CHUNK_MAX, n, -(-n * per_sample // _CHUNK_MIN)))
+def _chunks(n: int, c: int, p: int, split_channels: bool) -> list[tuple[int, int, list[tuple[int, int]]]]:
+    """``(start, length, channel ranges)`` over the batch: work whose temporaries have the size of the
+    output (one scratch buffer, weighted gradients) is done one range at a time, so they stay a
+    fraction of the output. The batch is split by :data:`_CHUNK_MIN` (each batch chunk computes its
+    corner taps again, a fixed cost); single-sample chunks are split along the channels too
+    (``split_channels``; the taps are shared) up to :data:`_CHUNK_FLOOR` pieces in all, so a small
+    call's scratch stays a small part of its small peak."""
+    total = n * c * p
+    want = max(1, min(_CHUNK_MAX, -(-total // _CHUNK_MIN)))
+    chunks = max(1, min(want, n))
     step = -(-n // chunks)
-    return [(a, min(step, n - a)) for a in range(0, n, step)]
+    pieces = 1
+    if split_channels and step == 1:
+        floor = _CHUNK_FLOOR if total > _CHUNK_FLOOR_MIN else 1
+        pieces = -(-max(want, floor) // chunks)
+    cstep = -(-c // max(1, min(pieces, c))) if c else 1
+    crange = [(c0, min(cstep, c - c0)) for c0 in range(0, c, cstep)] or [(0, c)]
+    return [(a, min(step, n - a), crange) for a in range(0, n, step)]
+
+
+def _scatter_taps(acc: Tensor, grad: Tensor, taps: _Taps, buf: Tensor) -> None:
+    """CPU input gradient: each corner's weighted output gradient ``scatter_add_``-ed onto ``acc``
+    (``(B, C, H*W)``), corner after corner (deterministic on the CPU: a serial loop in index order)."""
+    b, c, p = grad.shape
+    for idx, wk in zip(taps.index, taps.weight):
+        torch.mul(grad, wk.unsqueeze(1), out=buf)
+        acc.scatter_add_(2, idx.unsqueeze(1).expand(b, c, p), buf)
+
+
+def _grid_grad(taps: _Taps, sums: list[Tensor | None]) -> Tensor:
+    """The grid gradient ``(B, P, 2)`` from each corner's sum over channels of input times gradient."""
+    gix = torch.zeros_like(taps.mx)
+    giy = torch.zeros_like(taps.my)
+    k = 0
+    for r in (0, 1):
+        for s in (0, 1):
+            v = sums[k]
+            if v is None:  # no channels
+                v = torch.zeros_like(taps.mx)
+            v = torch.where(taps.valid[k], v, torch.zeros_like(v))
+            # d(dx[s])/dix = -1 for the west column, +1 for the east; likewise for rows
+            gix = gix + v * taps.dy[r] if s else gix - v * taps.dy[r]
+            giy = giy + v * taps.dx[s] if r else giy - v * taps.dx[s]
+            k += 1
+    return torch.stack((gix * taps.mx, giy * taps.my), -1)
 
 
 class DetGridSample(torch.autograd.Function):
     """Bilinear grid sampling with a deterministic backward (see the module docstring).
 
     Saves the input and the grid, as the native op does. Every pass runs over the batch in chunks
-    (:func:`_batch_chunks`), and the corner taps of a chunk are computed for that chunk (again in the
-    backward: they cost ``O(N * P)``, the sampling ``O(N * C * P)``), so no temporary has the size of
-    the output or of the whole batch's taps.
+    (:func:`_chunks`; single samples in channel ranges), and the corner taps of a chunk are computed
+    for that chunk (again in the backward: they cost ``O(N * P)``, the sampling ``O(N * C * P)``),
+    so no temporary has the size of the output or of the whole batch's taps.
     """
 
     @staticmethod
@@ -160,15 +203,16 @@ class DetGridSample(torch.autograd.Function):
         ho, wo = grid.shape[1], grid.shape[2]
         flat = input.reshape(n, c, h * w)
         out = flat.new_empty(n, c, ho * wo)
-        for a, b in _batch_chunks(n, c * ho * wo):
+        for a, b, crange in _chunks(n, c, ho * wo, True):
             taps = _Taps(grid.narrow(0, a, b), h, w, padding_mode, align_corners)
-            o = out.narrow(0, a, b)
-            f = flat.narrow(0, a, b)
-            _gather(f, taps.index[0], o).mul_(taps.weight[0].unsqueeze(1))
             buf = None
-            for k in range(1, 4):
-                buf = _gather(f, taps.index[k], buf)
-                o.addcmul_(buf, taps.weight[k].unsqueeze(1))
+            for c0, cb in crange:
+                o = out.narrow(0, a, b).narrow(1, c0, cb)
+                f = flat.narrow(0, a, b).narrow(1, c0, cb)
+                _gather(f, taps.index[0], o).mul_(taps.weight[0].unsqueeze(1))
+                for k in range(1, 4):
+                    buf = _gather(f, taps.index[k], buf if buf is not None and buf.shape == o.shape else None)
+                    o.addcmul_(buf, taps.weight[k].unsqueeze(1))
         ctx.options = (padding_mode, align_corners)
         ctx.rows_backward = rows_backward
         ctx.save_for_backward(input, grid)
@@ -192,7 +236,8 @@ class DetGridSample(torch.autograd.Function):
                 acc = torch.zeros(n, c, h * w, dtype=g.dtype, device=g.device)
         if need_grid:
             grad_grid = g.new_empty(n, p, 2)
-        for a, b in _batch_chunks(n, c * p):
+        buf: Tensor | None = None  # one scratch buffer of a chunk's size, shared by both gradients
+        for a, b, crange in _chunks(n, c, p, not ctx.rows_backward):
             taps = _Taps(grid.narrow(0, a, b), h, w, *ctx.options)
             gc = g.narrow(0, a, b)
             if need_input and ctx.rows_backward:
@@ -201,30 +246,21 @@ class DetGridSample(torch.autograd.Function):
                 for idx, wk in zip(taps.index, taps.weight):
                     src = (gc * wk.unsqueeze(1)).transpose(1, 2).reshape(-1, c)
                     acc.index_put_(((idx + base).reshape(-1),), src, accumulate=True)
-            elif need_input:
-                ac = acc.narrow(0, a, b)
-                buf = torch.empty_like(gc)
-                for idx, wk in zip(taps.index, taps.weight):
-                    torch.mul(gc, wk.unsqueeze(1), out=buf)
-                    ac.scatter_add_(2, idx.unsqueeze(1).expand(b, c, p), buf)
-            if need_grid:
-                fc = flat.narrow(0, a, b)
-                gix = torch.zeros_like(taps.mx)
-                giy = torch.zeros_like(taps.my)
-                taken: Tensor | None = None
-                k = 0
-                for r in (0, 1):
-                    for s in (0, 1):
-                        # sum over channels of input(corner) * grad
-                        taken = _gather(fc, taps.index[k], taken)
-                        v = taken.mul_(gc).sum(1)
-                        v = torch.where(taps.valid[k], v, torch.zeros_like(v))
-                        # d(dx[s])/dix = -1 for the west column, +1 for the east; likewise for rows
-                        gix = gix + v * taps.dy[r] if s else gix - v * taps.dy[r]
-                        giy = giy + v * taps.dx[s] if r else giy - v * taps.dx[s]
-                        k += 1
-                assert grad_grid is not None
-                grad_grid.narrow(0, a, b).copy_(torch.stack((gix * taps.mx, giy * taps.my), -1))
+            sums: list[Tensor | None] = [None] * 4  # per corner: sum over channels of input(corner) * grad
+            for c0, cb in crange:
+                gcc = gc.narrow(1, c0, cb)
+                if buf is None or buf.shape != gcc.shape:
+                    buf = torch.empty_like(gcc)
+                if need_input and not ctx.rows_backward:
+                    _scatter_taps(acc.narrow(0, a, b).narrow(1, c0, cb), gcc, taps, buf)
+                if need_grid:
+                    fc = flat.narrow(0, a, b).narrow(1, c0, cb)
+                    for k in range(4):
+                        v = _gather(fc, taps.index[k], buf).mul_(gcc).sum(1)
+                        prev = sums[k]
+                        sums[k] = v if prev is None else prev.add_(v)  # channel ranges in order
+            if grad_grid is not None:
+                grad_grid.narrow(0, a, b).copy_(_grid_grad(taps, sums))
         if need_input:
             grad_input = acc.view(n, h, w, c).permute(0, 3, 1, 2) if ctx.rows_backward else acc.view(n, c, h, w)
         if grad_grid is not None:

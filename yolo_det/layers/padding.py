@@ -5,17 +5,17 @@ PyTorch's CUDA backward kernels of ``reflection_pad1d/3d`` (2d too before ~2.6) 
 decomposition when the deterministic flag is on at forward time, on recent releases). Padding is a
 fixed linear map that copies input elements, so it is computed here by a small autograd function:
 
-* forward: one allocation, one copy of the input into the centre, then each padded axis in turn
-  fills its borders from already written values (a flipped slice for ``reflect``, the edge slice
-  broadcast for ``replicate``);
+* forward: ATen's own padding kernel (bit-exact by construction; every output element reads one
+  input element, so it is deterministic on every device: only ATen's *backward* accumulates);
 * backward (the adjoint): the centre of the gradient is copied once and the border gradients are
-  added onto the elements they came from (flipped slices for ``reflect``, one sum per side for
-  ``replicate``), border slabs folded along the other axes first.
+  added onto the elements they came from, outermost axis first: border slabs of the outer axes are
+  folded along the inner axes first, and the innermost axis folds straight from views of the gradient,
+  the left and right border rows of the same depth in one strided slice add (``reflect``: onto the
+  mirrored rows, ``replicate``: onto the edge row).
 
-Both directions are slicing, flipping, copies and additions only (no atomics, no scatter), the
-backward is itself differentiable (its adjoint is the forward), the forward is bit-exact and the
-backward agrees with PyTorch up to the order of the at most three additions per element
-(``reflect``) or of the border sum (``replicate``). Negative pads crop, as in PyTorch.
+The backward is slicing, copies and additions only (no atomics, no scatter) and is itself
+differentiable (its adjoint is the forward); it agrees with PyTorch up to the order of the at most
+three additions per element (``reflect``) or of the border sum (``replicate``). Negative pads crop, as in PyTorch.
 ``constant`` and ``circular`` padding are already deterministic and pass through to PyTorch.
 """
 
@@ -53,60 +53,90 @@ def _memory_format(x: Tensor) -> torch.memory_format:
     return torch.contiguous_format
 
 
-def _pad_forward(x: Tensor, pads: Pads, mode: str) -> Tensor:
-    shape = list(x.shape)
+_ATEN: Any = torch._C._nn  # the padding kernels (not in torch's type stubs)
+_NATIVE_PAD = {
+    ("reflect", 1): _ATEN.reflection_pad1d,
+    ("reflect", 2): _ATEN.reflection_pad2d,
+    ("reflect", 3): _ATEN.reflection_pad3d,
+    ("replicate", 1): _ATEN.replication_pad1d,
+    ("replicate", 2): _ATEN.replication_pad2d,
+    ("replicate", 3): _ATEN.replication_pad3d,
+}
+
+#: Border widths up to which the adjoint adds one slice per border row instead of a flipped copy.
+_SLICE_ADDS_MAX = 4
+
+
+def _pad_forward(x: Tensor, pads: Pads, mode: str, n: int) -> Tensor:
+    """ATen's own padding kernel (a gather: every output element reads one input element, on every
+    device), with the non-negative pads of the ``n`` trailing axes."""
+    widths = [0] * (2 * n)
     for d, left, right in pads:
-        shape[d] += left + right
-    out = torch.empty(shape, dtype=x.dtype, device=x.device, memory_format=_memory_format(x))
-    centre = out
-    for d, left, _ in pads:
-        centre = centre.narrow(d, left, x.shape[d])
-    centre.copy_(x)
-    done: set[int] = set()
-    for d, left, right in pads:
-        size = x.shape[d]
-        slab = out  # full along padded-so-far axes and along d, centre along the others
-        for d2, left2, _ in pads:
-            if d2 != d and d2 not in done:
-                slab = slab.narrow(d2, left2, x.shape[d2])
-        if mode == "reflect":
-            if left:
-                slab.narrow(d, 0, left).copy_(slab.narrow(d, left + 1, left).flip(d))
-            if right:
-                slab.narrow(d, left + size, right).copy_(slab.narrow(d, left + size - 1 - right, right).flip(d))
-        else:
-            if left:
-                slab.narrow(d, 0, left).copy_(slab.narrow(d, left, 1).expand_as(slab.narrow(d, 0, left)))
-            if right:
-                edge = slab.narrow(d, left + size - 1, 1)
-                slab.narrow(d, left + size, right).copy_(edge.expand_as(slab.narrow(d, left + size, right)))
-        done.add(d)
+        i = x.dim() - 1 - d
+        widths[2 * i], widths[2 * i + 1] = left, right
+    out: Tensor = _NATIVE_PAD[(mode, n)](x, widths)
     return out
+
+
+def _fold_border(out: Tensor, border: Tensor, d: int, left: bool, mode: str) -> None:
+    """Add a left (or right) border's gradient along ``d`` onto the elements it was copied from: for
+    ``reflect`` border row ``k`` onto ``out[w - k]`` (right: ``out[L - 2 - k]``), for ``replicate``
+    every row onto the edge. One slice add per border row (no flipped copy, no reduction over a
+    short strided axis) up to :data:`_SLICE_ADDS_MAX` rows."""
+    width, size = border.shape[d], out.shape[d]
+    if mode == "replicate":
+        target = out.narrow(d, 0 if left else size - 1, 1)
+        for k in range(width):
+            target.add_(border.narrow(d, k, 1))
+    elif width <= _SLICE_ADDS_MAX:
+        for k in range(width):
+            out.narrow(d, width - k if left else size - 2 - k, 1).add_(border.narrow(d, k, 1))
+    else:
+        out.narrow(d, 1 if left else size - 1 - width, width).add_(border.flip(d))
+
+
+def _pair(t: Tensor, d: int, first: int, second: int) -> Tensor:
+    """The view of ``t`` holding positions ``first < second`` along ``d`` (one strided slice)."""
+    return t[(slice(None),) * d + (slice(first, second + 1, second - first),)]
+
+
+def _fold_innermost(out: Tensor, g: Tensor, d: int, left: int, right: int, mode: str) -> None:
+    """Add the border rows of ``g`` along ``d`` onto ``out`` (the centre), reading them from ``g``
+    itself: border row ``k`` of the left side and of the right side go in one slice add where their
+    targets are distinct (a strided two-element view: the innermost axis is usually the last, where
+    every border element of every row is a separate cache line, so one pass instead of two halves
+    the traffic); the rest one row at a time."""
+    size = out.shape[d]
+    for k in range(max(left, right)):
+        src = (k, left + size + k)
+        dst = (0, size - 1) if mode == "replicate" else (left - k, size - 2 - k)
+        if k < left and k < right and dst[0] < dst[1]:
+            _pair(out, d, *dst).add_(_pair(g, d, *src))
+            continue
+        if k < left:
+            out.narrow(d, dst[0], 1).add_(g.narrow(d, src[0], 1))
+        if k < right:
+            out.narrow(d, dst[1], 1).add_(g.narrow(d, src[1], 1))
 
 
 def _pad_adjoint(g: Tensor, pads: Pads, mode: str) -> Tensor:
     """Fold the border gradients back onto the elements they were copied from.
 
-    Recursive over the padded axes, so the large centre is copied once and only border slabs are
-    folded (the borders of a border slab along the remaining axes are folded first).
-    """
-    if not pads:
-        return g.clone(memory_format=torch.contiguous_format)
+    Recursive over the padded axes, outermost first, so the large centre is copied once, the
+    innermost (usually the last, strided) axis folds straight from ``g`` (:func:`_fold_innermost`),
+    and only border slabs of the outer axes are copied and folded along the inner axes first."""
     (d, left, right), rest = pads[0], pads[1:]
     size = g.shape[d] - left - right
-    out = _pad_adjoint(g.narrow(d, left, size), rest, mode)
+    centre = g.narrow(d, left, size)
+    if not rest:
+        out = centre.clone(memory_format=torch.contiguous_format)
+        _fold_innermost(out, g, d, left, right, mode)
+        return out
+    out = _pad_adjoint(centre, rest, mode)
     if left:
-        border = _pad_adjoint(g.narrow(d, 0, left), rest, mode)
-        if mode == "reflect":
-            out.narrow(d, 1, left).add_(border.flip(d))
-        else:
-            out.narrow(d, 0, 1).add_(border.sum(dim=d, keepdim=True))
+        _fold_border(out, _pad_adjoint(g.narrow(d, 0, left), rest, mode), d, True, mode)
     if right:
-        border = _pad_adjoint(g.narrow(d, left + size, right), rest, mode)
-        if mode == "reflect":
-            out.narrow(d, size - 1 - right, right).add_(border.flip(d))
-        else:
-            out.narrow(d, size - 1, 1).add_(border.sum(dim=d, keepdim=True))
+        _fold_border(out, _pad_adjoint(g.narrow(d, left + size, right), rest, mode), d, False, mode)
     return out
 
 
@@ -114,14 +144,16 @@ class DetPad(torch.autograd.Function):
     """Reflection/replication padding (or its adjoint); the backward is the other one of the pair."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, pads: Pads, mode: str, adjoint: bool) -> Tensor:
-        ctx.args = (pads, mode, adjoint)
-        return _pad_adjoint(x, pads, mode) if adjoint else _pad_forward(x, pads, mode)
+    def forward(ctx: Any, x: Tensor, pads: Pads, mode: str, adjoint: bool, n: int) -> Tensor:
+        ctx.args = (pads, mode, adjoint, n)
+        if adjoint:
+            return _pad_adjoint(x, tuple(sorted(pads)), mode)
+        return _pad_forward(x, pads, mode, n)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None]:
-        pads, mode, adjoint = ctx.args
-        return DetPad.apply(grad, pads, mode, not adjoint), None, None, None
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None, None]:
+        pads, mode, adjoint, n = ctx.args
+        return DetPad.apply(grad, pads, mode, not adjoint, n), None, None, None, None
 
 
 def _split(x: Tensor, pad: Sequence[int], mode: str) -> tuple[Pads, list[tuple[int, int, int]]] | None:
@@ -177,7 +209,7 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float 
         # padding copies values: it is exact in any dtype, so no float32 round trip
         y = input.to(out_dtype)
         if pads:
-            y = DetPad.apply(y, pads, mode, False)
+            y = DetPad.apply(y, pads, mode, False, n)
         elif not crops:
             y = y.clone()
         for d, left, right in crops:
