@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,3 +56,14 @@ def train_stopped_after(tokens: list[str], after: int, *, modules: Sequence[str]
         with pytest.raises(Stop):
             model.train(**args)
     return Path(args["project"]) / args["name"] / "weights" / "last.pt"
+
+
+def default_stop_signals() -> None:
+    """``preexec_fn`` for a child that must see SIGINT, SIGTERM and SIGHUP as a terminal would send them.
+
+    A child inherits its parent's dispositions: under ``nohup`` SIGHUP is ignored, and a shell's background
+    job ignores SIGINT; yolo-det leaves an ignored signal ignored, so a test of its endings starts from the
+    defaults instead.
+    """
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)

@@ -136,9 +136,10 @@ def launch(tmp_path: Path, mode: str, tag: str) -> list[dict]:
     out_dir.mkdir()
     init_file = tmp_path / f"{tag}.init"
     try:
-        # fork: the ranks inherit the imported modules instead of importing torch and Ultralytics again
+        # spawn, not fork: a forked rank cannot run autograd once this process has started autograd's device
+        # threads (which earlier tests in the same process may have done), so the ranks start fresh
         mp.start_processes(
-            _worker, args=(str(init_file), str(out_dir), mode), nprocs=WORLD, join=True, start_method="fork"
+            _worker, args=(str(init_file), str(out_dir), mode), nprocs=WORLD, join=True, start_method="spawn"
         )
         error = None
     except Exception as e:

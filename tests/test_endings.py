@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import subprocess_env
+from helpers import default_stop_signals, subprocess_env
 from statecheck import assert_same_state, global_state
 from yolo_det import attach
 from yolo_det.cli import main
@@ -79,7 +79,7 @@ def start_train(project: Path, name: str, at: str, epochs: int = 3) -> subproces
             stderr=err,
             text=True,
             env=subprocess_env({TEST_HOOK_ENV: at}),
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            preexec_fn=default_stop_signals,
         )
 
 
@@ -303,7 +303,7 @@ def test_an_interrupt_inside_exec_waits_and_keeps_the_exit_code(tmp_path):
             timeout=120,
             capture_output=True,
             text=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            preexec_fn=default_stop_signals,
         )
 
     ours = probe("yolo-det")
