@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import warnings
 
 import pytest
 import torch
 
-from helpers import ROOT
+from helpers import ROOT, STOP_SIGNAL_DEFAULTS
 
 os.environ.setdefault("YOLO_OFFLINE", "1")  # Ultralytics reads it at import: never probe the network in tests
 if str(ROOT) not in sys.path:
@@ -50,3 +51,19 @@ def _offline_font():
 
     ensure_local_font()
     return
+
+
+@pytest.fixture
+def default_stop_handlers():
+    """SIGINT, SIGTERM and SIGHUP at Python's defaults for the test, whatever this process inherited.
+
+    A test runner started in the background by a shell ignores SIGINT, and one under ``nohup`` ignores SIGHUP;
+    yolo-det leaves an ignored signal ignored, so tests of its endings start from the defaults. The dispositions
+    found are put back afterwards.
+    """
+    previous = {sig: signal.signal(sig, handler) for sig, handler in STOP_SIGNAL_DEFAULTS.items()}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

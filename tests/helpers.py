@@ -58,6 +58,14 @@ def train_stopped_after(tokens: list[str], after: int, *, modules: Sequence[str]
     return Path(args["project"]) / args["name"] / "weights" / "last.pt"
 
 
+# Python's own dispositions of the signals that stop a run
+STOP_SIGNAL_DEFAULTS = {
+    signal.SIGINT: signal.default_int_handler,
+    signal.SIGTERM: signal.SIG_DFL,
+    signal.SIGHUP: signal.SIG_DFL,
+}
+
+
 def default_stop_signals() -> None:
     """``preexec_fn`` for a child that must see SIGINT, SIGTERM and SIGHUP as a terminal would send them.
 
@@ -65,5 +73,5 @@ def default_stop_signals() -> None:
     job ignores SIGINT; yolo-det leaves an ignored signal ignored, so a test of its endings starts from the
     defaults instead.
     """
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for sig in STOP_SIGNAL_DEFAULTS:
         signal.signal(sig, signal.SIG_DFL)

@@ -45,6 +45,8 @@ from yolo_det.core.state import snapshot
 from yolo_det.session.exclusive import ConcurrentSessionError
 from yolo_det.session.session import DeterminismSession
 
+pytestmark = pytest.mark.usefixtures("default_stop_handlers")  # whatever dispositions the runner inherited
+
 SMALL = {"epochs": 1, "imgsz": 64, "batch": 16, "device": "cpu", "workers": 0, "plots": False, "exist_ok": True}
 
 

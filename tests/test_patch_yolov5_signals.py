@@ -17,7 +17,10 @@ from yolo_det.cli import main
 from yolo_det.integrations import patch_yolov5 as pv
 from yolov5_helpers import installed_yolov5
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "win32", reason="POSIX signals")
+pytestmark = [
+    pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "win32", reason="POSIX signals"),
+    pytest.mark.usefixtures("default_stop_handlers"),  # whatever dispositions the test runner inherited
+]
 
 
 def _snapshot(root: Path) -> dict[str, str]:
