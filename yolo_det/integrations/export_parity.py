@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.detections import compare_detections, worst
+from ..core.detections import candidates, compare_detections, worst
 from ..core.errors import ConfigError
 from ..core.fileio import atomic_write_json
 from ..core.profiles import Profile, load_profile
@@ -89,6 +89,11 @@ def _nms(raw: torch.Tensor, conf: float, iou: float, end2end: bool) -> torch.Ten
 
     kwargs = {"end2end": True} if end2end else {}
     return non_max_suppression(raw, conf, iou, **kwargs)[0][:, :6].cpu()
+
+
+def _candidates(raw: torch.Tensor, conf: float, end2end: bool) -> torch.Tensor | None:
+    """What NMS starts from for the first image of ``raw`` (None for an end-to-end head, whose output is final)."""
+    return None if end2end else candidates(raw[0], conf).float()
 
 
 def _letterbox(image: np.ndarray, shape: Sequence[int], *, auto: bool, stride: int) -> torch.Tensor:
@@ -191,22 +196,36 @@ def export_parity(
                         "image": name,
                         "input_shape": list(x.shape[2:]),
                         "raw_max_diff": float(diff.max()),
-                        **compare_detections(_nms(a, conf, iou, end2end), _nms(b, conf, iou, end2end), atol=atol),
+                        **compare_detections(
+                            _nms(a, conf, iou, end2end),
+                            _nms(b, conf, iou, end2end),
+                            atol=atol,
+                            conf=conf,
+                            iou=iou,
+                            ref_candidates=_candidates(a, conf, end2end),
+                            got_candidates=_candidates(b, conf, end2end),
+                        ),
                     }
                 )
                 # each model as predict would feed it, detections in the image's own pixels
                 xp = _letterbox(image, pt_shape, auto=pt_rect, stride=stride)
                 xe = _letterbox(image, ex_shape, auto=dynamic, stride=stride)
-                dp, de = _nms(_raw(reference(xp)), conf, iou, end2end), _nms(_raw(exported(xe))[:1], conf, iou, end2end)
-                dp[:, :4] = _scaled(ops, xp, dp, image)
-                de[:, :4] = _scaled(ops, xe, de, image)
+                rp, re_ = _raw(reference(xp)), _raw(exported(xe))[:1]
+                dp, de = _nms(rp, conf, iou, end2end), _nms(re_, conf, iou, end2end)
+                cp, ce = _candidates(rp, conf, end2end), _candidates(re_, conf, end2end)
+                for dets, cands, inp in ((dp, cp, xp), (de, ce, xe)):
+                    dets[:, :4] = _scaled(ops, inp, dets, image)
+                    if cands is not None:
+                        cands[:, :4] = _scaled(ops, inp, cands, image)
                 end_to_end.append(
                     {
                         "image": name,
                         "shape": list(image.shape[:2]),
                         "pytorch_input": list(xp.shape[2:]),
                         "export_input": list(xe.shape[2:]),
-                        **compare_detections(dp, de, atol=atol),
+                        **compare_detections(
+                            dp, de, atol=atol, conf=conf, iou=iou, ref_candidates=cp, got_candidates=ce
+                        ),
                     }
                 )
     finally:

@@ -336,7 +336,7 @@ def check_deploy(
                 row = {
                     "image": files[i].name,
                     "scenario": scenario,
-                    **compare_detections(alone[i][0][0], dets, atol=atol),
+                    **compare_detections(alone[i][0][0], dets, atol=atol, conf=conf),  # NMS at predict's iou (0.7)
                 }
                 row.update(_compare_raw(alone[i][1][0], raw))
                 row["input_shape"] = [list(alone[i][2][0] or ()), list(ins or ())]
