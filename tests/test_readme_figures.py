@@ -1,0 +1,63 @@
+"""Every figure README.md states comes from a committed bench result: the README says what the JSON says."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+RESULTS = ROOT / "bench" / "results"
+
+
+def _json(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+def _data_cost_bound_percent() -> float:
+    """The bound every Ultralytics loader cost at 2 workers holds (bench/bench_data.py): its target, once checked."""
+    data = _json("data.json")
+    costs = [abs(r["cost"]) for r in data["results"] if r["workers"] == 2]
+    assert costs and max(costs) <= data["target"], (costs, data["target"])
+    return 100 * data["target"]
+
+
+#: Each figure in the README: the text around it (with ``{}`` where the figure stands), how the figure is
+#: written from the value, and the value read from the bench result.
+FIGURES: list[tuple[str, Callable[[float], str], Callable[[], float]]] = [
+    (
+        "within {}% CPU throughput",
+        lambda v: f"{v:.0f}",
+        _data_cost_bound_percent,
+    ),
+    ("(YOLOv5: +{}%)", lambda v: f"{v:.1f}", lambda: 100 * _json("data_yolov5.json")["cost"]),
+    (
+        "{}% slower per image for square images",
+        lambda v: f"{v:.0f}",
+        lambda: _json("deploy.json")["shapes"]["square"]["cost_percent"],
+    ),
+    ("{}% for 3:4 ones", lambda v: f"{v:.0f}", lambda: _json("deploy.json")["shapes"]["3:4"]["cost_percent"]),
+]
+
+
+@pytest.mark.parametrize(("text", "fmt", "value"), FIGURES, ids=[t for t, _, _ in FIGURES])
+def test_each_readme_figure_is_the_bench_result(text, fmt, value) -> None:
+    figure = fmt(value())
+    assert text.format(figure) in " ".join(README.split()), f"README should say {text.format(figure)!r}"
+
+
+def test_every_percentage_in_the_readme_is_traced() -> None:
+    """A new figure in the README fails here until it has its row in FIGURES."""
+    flat = " ".join(README.split())
+    found = {m.start() for m in re.finditer(r"[+-]?\d+(?:\.\d+)?%", flat)}
+    traced = set()
+    for text, fmt, value in FIGURES:
+        at = flat.find(text.format(fmt(value())))
+        if at >= 0:
+            traced |= {i for i in found if at <= i < at + len(text) + 8}
+    assert found, "the README states no percentage any more: drop this test or FIGURES"
+    assert found == traced, [flat[i : i + 40] for i in sorted(found - traced)]
