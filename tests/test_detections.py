@@ -1,4 +1,4 @@
-"""Detection tables compared as a user reads them: matched within tolerance wherever a row stands, near ties explained."""
+"""Detection tables compared as a user reads them: rows matched within tolerance anywhere, near ties explained."""
 
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ def _data_cost_bound_percent() -> float:
     """The bound every Ultralytics loader cost at 2 workers holds (bench/bench_data.py): its target, once checked."""
     data = _json("data.json")
     costs = [abs(r["cost"]) for r in data["results"] if r["workers"] == 2]
-    assert costs and max(costs) <= data["target"], (costs, data["target"])
+    assert costs
+    assert max(costs) <= data["target"], (costs, data["target"])
     return 100 * data["target"]
 
 
