@@ -115,6 +115,16 @@ class _Cmp:
             if name not in state_b:
                 return self.parting(sa, sb, "structure", name, f"'{name}' is in A's model and not in B's")
             if state_b[name] != d:
+                if sa.iteration != sb.iteration:
+                    return self.parting(
+                        sa,
+                        sb,
+                        "state",
+                        name,
+                        f"{name}: the steps start from different states at different iterations (A {sa.iteration}, "
+                        f"B {sb.iteration}, epochs {sa.epoch + 1} and {sb.epoch + 1}): the runs resumed from "
+                        "different epochs",
+                    )
                 why = (
                     "the step starts from different weights or buffers (the runs started from different states: "
                     "another checkpoint or epoch)"
@@ -274,15 +284,24 @@ def bisect_traces(a: Trace, b: Trace) -> BisectReport:
             f"A trained on {a.device_type}, B on {b.device_type}: op digests compare only between runs on the same "
             "device type"
         )
+    if not a.steps or not b.steps:
+        empty = a.path if not a.steps else b.path
+        raise ConfigError(f"'{empty}' holds no traced step (the run ended before the steps --trace-ops named)")
     by_iter = {s.iteration: s for s in b.steps}
     common = [(s, by_iter[s.iteration]) for s in a.steps if s.iteration in by_iter]
-    if not common:
-        its_a = [s.iteration for s in a.steps][:6]
-        its_b = [s.iteration for s in b.steps][:6]
-        raise ConfigError(
-            f"the traces share no step (A traced iterations {its_a}, B {its_b}); trace the same steps on both sides"
-        )
     cmp = _Cmp(a, b)
+    if not common:  # e.g. two resumes from different epochs: compare the steps by their number in each process
+        by_step = {s.step: s for s in b.steps}
+        common = [(s, by_step[s.step]) for s in a.steps if s.step in by_step]
+        if not common:
+            raise ConfigError(
+                f"the traces share no step (A traced steps {[s.step for s in a.steps][:6]}, B "
+                f"{[s.step for s in b.steps][:6]}); trace the same steps on both sides"
+            )
+        cmp.notes.append(
+            f"no iteration is traced on both sides (A starts at iteration {a.steps[0].iteration}, B at "
+            f"{b.steps[0].iteration}): steps are paired by their number in each process"
+        )
     if a.rank != b.rank:
         cmp.notes.append(f"A is rank {a.rank}, B rank {b.rank}")
     only = len(a.steps) + len(b.steps) - 2 * len(common)

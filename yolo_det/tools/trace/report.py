@@ -133,9 +133,13 @@ class BisectReport:
                 lines.append("  settings that can change this op (A | B; * differs):")
                 for name, a, b in p.settings:
                     mark = "*" if a != b else " "
-                    lines.append(f"   {mark} {name}: {a} | {b}")
+                    lines.append(f"   {mark} {name}: {_show(a)} | {_show(b)}")
         lines.extend(f"note: {n}" for n in self.notes)
         return printable("\n".join(lines))
+
+
+def _show(value: Any) -> str:
+    return "-" if value in ("", None) else str(value)
 
 
 def bisect_suite(report: BisectReport, *, seconds: float = 0.0) -> CheckSuite:

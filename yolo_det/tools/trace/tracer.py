@@ -70,6 +70,7 @@ class OpTracer:
         steps: The steps to trace (``"3-5"``, ``"first:2"``, a :class:`StepRange`).
         path: The trace file; None: ``ops-trace-rank{R}.jsonl`` in the run's folder.
         meta: Extra header entries (the command, the profile).
+        stop: Stop the training after the last traced step (``bisect --replay`` re-runs one step only).
     """
 
     def __init__(
@@ -78,8 +79,10 @@ class OpTracer:
         path: str | os.PathLike[str] | None = None,
         *,
         meta: dict[str, Any] | None = None,
+        stop: bool = False,
     ) -> None:
         self.steps = parse_steps(steps)
+        self.stop = stop
         self.path = Path(path) if path is not None else None
         self.meta = dict(meta or {})
         self.rank = max(int(os.environ.get("RANK", "-1") or -1), 0)
@@ -129,6 +132,8 @@ class OpTracer:
             self._count += 1
             if step is not None and before is not None:
                 self._after_optimizer(step, before)
+            if self.stop and self._count >= self.steps.last:
+                trainer.stop = True
 
         trainer.preprocess_batch = preprocess_batch
         trainer.optimizer_step = optimizer_step
