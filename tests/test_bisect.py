@@ -53,7 +53,9 @@ def traced(
 def base(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     seen: list[int] = []
     # a plain function for an event, not a list: verify's callbacks take both, and combine with the tracer
-    return traced(tmp_path_factory.mktemp("base"), "a", callbacks={"on_train_epoch_end": lambda t: seen.append(1)})
+    out = traced(tmp_path_factory.mktemp("base"), "a", callbacks={"on_train_epoch_end": lambda t: seen.append(1)})
+    assert seen == [1]
+    return out
 
 
 def _bisect(a: Path, b: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict[str, Any]]:
@@ -211,6 +213,28 @@ def test_resumed_run_matches_its_twin_and_a_resume_from_another_epoch_is_named(
     p = out["parting"]
     assert (p["step"], p["phase"]) == (1, "state")
     assert "resumed from different epochs" in p["detail"]
+
+
+@pytest.mark.slow
+def test_verify_save_writes_the_trace_beside_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    saved = tmp_path / "base.json"
+    code = main(["verify", "--steps", "2", "--save", str(saved), "--trace-ops", "2", *TINY])
+    out = capsys.readouterr().out
+    assert code == 0
+    trace = tmp_path / "base.ops.jsonl"
+    assert f"op trace: {trace}" in out
+    assert [s.step for s in read_trace(trace).steps] == [2]
+    assert main(["bisect", str(saved), str(trace)]) == 0  # a --save file stands for its trace
+    assert "equal:" in capsys.readouterr().out
+
+
+def test_trace_ops_needs_save_and_a_valid_range(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify", "--trace-ops", "2", *TINY]) == 2
+    assert "--trace-ops goes with --save FILE" in capsys.readouterr().err
+    assert main(["train", "--trace-ops", "5-2", *TINY]) == 2
+    assert "a range ends after it starts" in capsys.readouterr().err
+    assert main(["bisect", "a.jsonl"]) == 2
+    assert "pass two traces (A B), or one trace and --replay" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------------------
