@@ -384,3 +384,26 @@ def test_unusable_inputs_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[st
     ]:
         assert main(["bisect", str(path), str(other)]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_names_from_a_trace_cannot_act_on_the_terminal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _trace_file(tmp_path)
+    head, step = (json.loads(line) for line in path.read_text().splitlines())
+    evil = "0\x1b[2J\x1b]0;owned\x07\nforged line"
+    head["modules"][evil] = head["modules"].pop("0")
+    call = step["micro"][0]["forward"][0]
+    call[0] = evil
+    a = tmp_path / "evil-a.jsonl"
+    a.write_text(json.dumps(head) + "\n" + json.dumps(step) + "\n")
+    call[2] = ["f" * 32]  # B: another output of that call
+    b = tmp_path / "evil-b.jsonl"
+    b.write_text(json.dumps(head) + "\n" + json.dumps(step) + "\n")
+    assert main(["bisect", str(a), str(b)]) == 1
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert "\x07" not in out
+    assert not any(line.startswith("forged line") for line in out.splitlines())
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    assert main(["bisect", str(a), str(deep)]) == 2
+    assert "not JSON lines" in capsys.readouterr().err

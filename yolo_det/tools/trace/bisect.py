@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.errors import ConfigError
+from ...core.record_schema import RECORD_NAME
 from .report import BisectReport, Parting
 from .tracefile import Micro, Trace, TraceStep, read_trace
 from .tracer import trace_path
@@ -54,6 +55,8 @@ _CUDA = (
 def resolve_trace(source: str | os.PathLike[str], rank: int = 0) -> Path:
     """A trace file, or the rank's trace in a run folder (or beside a ``verify --save`` file)."""
     p = Path(source).expanduser()
+    if p.is_file() and p.name == RECORD_NAME:  # a run's determinism.json stands for its folder
+        p = p.parent
     if p.is_dir():
         found = trace_path(p, rank)
         if not found.is_file():
@@ -214,8 +217,9 @@ class _Cmp:
         return None
 
     def _buffers(self, key: str) -> int:
-        extra = self.a.modules.get(key.split("#", 1)[0], {}).get("type", "")
-        return 3 if "BatchNorm" in extra else 0  # running_mean, running_var, num_batches_tracked
+        """How many of the call's digests are the module's own buffers (after its outputs)."""
+        count = self.a.modules.get(key.split("#", 1)[0], {}).get("buffers", 0)
+        return count if isinstance(count, int) else 0
 
     def _types(self, key: str) -> None:
         name = key.split("#", 1)[0]

@@ -135,7 +135,7 @@ class BisectReport:
                     mark = "*" if a != b else " "
                     lines.append(f"   {mark} {name}: {_show(a)} | {_show(b)}")
         lines.extend(f"note: {n}" for n in self.notes)
-        return printable("\n".join(lines))
+        return "\n".join(printable(line, newlines=False) for line in lines)  # a name never starts a line
 
 
 def _show(value: Any) -> str:

@@ -96,7 +96,7 @@ class Trace:
     device_type: str
     steps_spec: str
     settings: dict[str, Any]
-    modules: dict[str, dict[str, str]]
+    modules: dict[str, dict[str, Any]]
     meta: dict[str, Any] = field(default_factory=dict)
     steps: list[TraceStep] = field(default_factory=list)
 
@@ -164,9 +164,13 @@ def _header(data: Any) -> dict[str, Any]:
     _need(isinstance(modules, dict), "modules", "an object")
     for name, m in modules.items():
         _need(
-            _text(name) and isinstance(m, dict) and _text(m.get("type")) and _text(m.get("extra")),
+            _text(name)
+            and isinstance(m, dict)
+            and _text(m.get("type"))
+            and _text(m.get("extra"))
+            and (m.get("buffers") is None or (_int(m["buffers"]) and m["buffers"] >= 0)),
             f"modules.{name}"[:80],
-            "an object with 'type' and 'extra' strings",
+            "an object with 'type' and 'extra' strings (and a 'buffers' count)",
         )
     meta = data.get("meta", {})
     _need(

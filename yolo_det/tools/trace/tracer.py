@@ -179,7 +179,11 @@ class OpTracer:
                 "device_type": device.type if device is not None else "cpu",
                 "settings": {**op_settings(device), "amp": bool(getattr(trainer, "amp", False))},
                 "modules": {
-                    name: {"type": f"{type(m).__module__}.{type(m).__qualname__}", "extra": m.extra_repr()[:300]}
+                    name: {
+                        "type": f"{type(m).__module__}.{type(m).__qualname__}",
+                        "extra": m.extra_repr()[:300],
+                        "buffers": len(list(m.named_buffers(recurse=False))),
+                    }
                     for name, m in model.named_modules()
                 },
                 "meta": self.meta,
