@@ -41,7 +41,9 @@ def traced(
     path = folder / f"{name}.jsonl"
     threads = torch.get_num_threads()
     with model_names():  # the example blocks (CBAMMax) are nameable, as under `yolo-det train`
-        prof, args = prepare(profile, [*TINY, *tokens, f"project={folder}", f"name={name}"], check_device=False)
+        given = {t.split("=", 1)[0] for t in tokens}
+        base = [t for t in TINY if t.split("=", 1)[0] not in given]
+        prof, args = prepare(profile, [*base, *tokens, f"project={folder}", f"name={name}"], check_device=False)
         try:
             (rec,) = record_runs(prof, args, runs=1, steps=3, callbacks=callbacks, trace_ops=trace, trace_file=path)
         finally:
@@ -235,6 +237,19 @@ def test_trace_ops_needs_save_and_a_valid_range(capsys: pytest.CaptureFixture[st
     assert "a range ends after it starts" in capsys.readouterr().err
     assert main(["bisect", "a.jsonl"]) == 2
     assert "pass two traces (A B), or one trace and --replay" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["segment", "pose", "obb", "classify"])
+def test_every_task_is_traced(task: str, tmp_path: Path) -> None:
+    from tests.task_data import TASK_MODELS, make_dataset
+
+    data = make_dataset(tmp_path / "data", task)
+    path, _ = traced(tmp_path, task, f"model={TASK_MODELS[task]}", f"data={data}", "imgsz=32", "batch=4", "nbs=4")
+    (step, *_) = read_trace(path).steps
+    assert len(step.micro[0].forward) > 100
+    assert len({e[1] for e in step.micro[0].backward if e[0] == "grad"}) == len(step.optimizer)
+    assert bisect_paths(path, path).equal
 
 
 # ---------------------------------------------------------------------------------------------------------
