@@ -422,3 +422,26 @@ def test_names_from_a_trace_cannot_act_on_the_terminal(tmp_path: Path, capsys: p
     deep.write_text("[" * 100_000 + "]" * 100_000 + "\n")
     assert main(["bisect", str(a), str(deep)]) == 2
     assert "not JSON lines" in capsys.readouterr().err
+
+
+def test_one_trace_per_rank_and_two_ranks_compare(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        trainer = _Trainer()
+        trainer.save_dir = run  # type: ignore[attr-defined]
+        tracer = OpTracer("1")
+        _train(trainer, tracer, 1)
+        assert tracer.written == run / f"ops-trace-rank{rank}.jsonl"
+        head = read_trace(tracer.written)
+        assert (head.rank, head.world_size) == (rank, 2)
+    assert main(["bisect", str(run), str(run), "--rank", "0", "--rank-b", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["b"].endswith("ops-trace-rank1.jsonl")
+    assert "A is rank 0, B rank 1" in out["notes"]
+    assert main(["bisect", str(run), str(run), "--rank", "2"]) == 2
+    assert "holds no op trace for rank 2" in capsys.readouterr().err
