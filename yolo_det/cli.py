@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rewrite": ("yolo_det.commands.rewrite", "swap a model YAML's non-deterministic layers for deterministic ones"),
     "verify": ("yolo_det.commands.verify", "train several times and check the runs are bitwise identical"),
     "diff": ("yolo_det.commands.diff", "compare two runs' records and say why their weights differ"),
+    "bisect": ("yolo_det.commands.bisect", "find the first op where two traced runs part (--trace-ops)"),
     "check-deploy": (
         "yolo_det.commands.check_deploy",
         "check that detections do not depend on the batch; compare export records",

@@ -1,6 +1,7 @@
 """Train an Ultralytics model under a determinism profile.
 
-usage: yolo-det train [--profile NAME|FILE] [--import MODULE] [--trust-checkpoint] [key=value ...]
+usage: yolo-det train [--profile NAME|FILE] [--import MODULE] [--trust-checkpoint] [--trace-ops STEPS]
+                      [key=value ...]
 
 Every key=value is an Ultralytics train argument (model=, data=, epochs=, imgsz=, batch=, device=,
 seed=, project=, name=, ...), parsed with YAML rules (never eval). Without data= the bundled demo
@@ -32,6 +33,10 @@ bad argument or a run folder in use by another live yolo-det run, 130 interrupte
 became unwritable: one line naming the record, whose status is 'failed'; a weights file cut short is renamed
 FILE.incomplete; also when something calls sys.exit() mid-run). A signal stops the training at the next
 batch or epoch boundary.
+
+--trace-ops STEPS (7, 3-5, first:2) writes ops-trace-rank0.jsonl (one file per rank) into the run folder:
+digests of every module's forward, the backward and the optimizer step of those optimizer steps, which
+`yolo-det bisect` compares with another run's. Off by default; it costs time only in the steps traced.
 
 To continue an interrupted run, pass its checkpoint: `resume=True model=RUN/weights/last.pt` (or
 `resume=RUN/weights/last.pt`). The checkpoint's own arguments are used (no demo defaults); overrides
@@ -74,6 +79,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     add_import_option(parser)
     add_trust_flag(parser)
+    parser.add_argument(
+        "--trace-ops",
+        default=None,
+        metavar="STEPS",
+        help="trace every op of these optimizer steps (7, 3-5, first:2) into the run folder, for `yolo-det bisect`",
+    )
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Ultralytics train arguments")
 
 
@@ -97,12 +108,14 @@ def train(
     *,
     warn_record_error: bool = True,
     started: list[Any] | None = None,
+    tracer: Any = None,
 ) -> Any:
     """Train with Ultralytics under ``profile``; return the plugin (``record_path``, ``weights_digest``,
     ``record_error``).
 
     ``modules`` (``--import``) are imported first and their classes are nameable in the model YAML.
     ``started`` (a list) gets the plugin as soon as it is attached, so a caller still has it when training raises.
+    ``tracer`` (a :class:`yolo_det.tools.trace.OpTracer`) is added to the model's callbacks after the plugin.
     """
     from ultralytics import YOLO
 
@@ -122,6 +135,8 @@ def train(
             model = YOLO(source)
         plugin = attach(model, profile)
         plugin.warn_record_error = warn_record_error
+        if tracer is not None:
+            tracer.add_to(model)
         if started is not None:
             started.append(plugin)
         model.train(**train_args)
@@ -148,6 +163,12 @@ def run(args: argparse.Namespace) -> int:
     from ..analysis.models import model_names
     from ..analysis.names import checkpoint_imports
 
+    tracer = None
+    if args.trace_ops is not None:  # a bad STEPS fails before any work
+        from ..tools.trace import OpTracer
+
+        tracer = OpTracer(args.trace_ops)
+
     with (
         model_names(args.imports),
         trusted_checkpoints(args.trust_checkpoint),
@@ -171,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
             if args.profile is None:
                 profile = _resumed_profile(ul_args) or profile
             try:
-                plugin = train(profile, ul_args, warn_record_error=False, started=started)
+                plugin = train(profile, ul_args, warn_record_error=False, started=started, tracer=tracer)
             except OSError as e:  # the surroundings failed (disk full, read-only folder): one line, exit 1
                 raise RunFailed(_failure(e, started[0] if started else None)) from None
             except SystemExit as e:  # a user's block (or anything) called sys.exit() mid-run: never a success
@@ -183,6 +204,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"determinism record: {plugin.record_path}")
     if plugin.weights_digest is not None:
         print(f"weights sha256: {plugin.weights_digest}")
+    if tracer is not None and tracer.written is not None:
+        print(f"op trace: {tracer.written}")
     if plugin.record_error is not None:  # the training succeeded: a warning, exit code 0
         print(f"yolo-det: warning: {plugin.record_error}", file=sys.stderr)
     return 0

@@ -1,7 +1,7 @@
 """Train the same configuration several times and check that the runs are bitwise identical.
 
 usage: yolo-det verify [--profile NAME|FILE] [--runs N] [--steps K] [--import MODULE] [--json] [--plot PATH]
-                       [--save FILE] [--against FILE] [--resume-at K [--drop-resume-state]]
+                       [--save FILE [--trace-ops STEPS]] [--against FILE] [--resume-at K [--drop-resume-state]]
                        [--junit FILE.xml] [--annotations github] [key=value ...]
 
 Each run trains a fresh model exactly as `yolo-det train` does (same key=value arguments, same demo
@@ -18,6 +18,8 @@ data content, loss, gradients naming the parameters, weights), then the environm
 --steps defaults to the saved run's. Pass the same key=value arguments on both sides. The file is checked
 field by field before any training (a malformed one: one line, exit 2). A saved run from another device
 type compares data and losses only and is never a pass (exit 1: not verified bitwise).
+--trace-ops STEPS (with --save FILE) also writes FILE.ops.jsonl: digests of every module's forward, the
+backward and the optimizer step of those steps, which `yolo-det bisect` compares with another trace.
 
 Without --steps the runs last the epochs given (demo: 3; other data: epochs=1 unless you pass epochs=).
 With --steps K the runs stop after K optimizer steps, or earlier when their epochs end first: the report
@@ -118,6 +120,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="compare run 1 with the fingerprints a --save run wrote (another process or machine)",
     )
     parser.add_argument(
+        "--trace-ops",
+        default=None,
+        metavar="STEPS",
+        help="with --save FILE: also trace every op of these steps of run 1 (7, 3-5, first:2) into FILE's "
+        ".ops.jsonl, for `yolo-det bisect`",
+    )
+    parser.add_argument(
         "--resume-at",
         type=int,
         default=None,
@@ -145,6 +154,12 @@ def run(args: argparse.Namespace) -> int:
     if args.drop_resume_state and args.resume_at is None:
         raise ConfigError("--drop-resume-state goes with --resume-at K")
     check_ci_options(args)
+    if args.trace_ops is not None:
+        from ..tools.trace import parse_steps
+
+        if args.save is None or args.resume_at is not None:
+            raise ConfigError("--trace-ops goes with --save FILE (the trace is written beside it, FILE.ops.jsonl)")
+        parse_steps(args.trace_ops)
     with (
         model_names(args.imports),
         trusted_checkpoints(args.trust_checkpoint),
@@ -162,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
         portable = save_path is not None or saved is not None
         runs = args.runs if args.runs is not None else (1 if portable else 2)
         steps = args.steps if args.steps is not None or saved is None else saved.steps_requested
+        trace_file = save_path.with_suffix(".ops.jsonl") if save_path is not None and args.trace_ops else None
         check_args(ul_args, runs, steps, args.keep_mib, min_runs=1 if portable else 2)
         check_device(ul_args.get("device"))
         report: VerifyReport | None = None
@@ -175,6 +191,8 @@ def run(args: argparse.Namespace) -> int:
                 verbose=args.verbose,
                 progress=progress_to_stderr,
                 portable=portable,
+                trace_ops=args.trace_ops,
+                trace_file=trace_file,
             )
             records, shown = report.runs, report
         else:
@@ -188,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
                 verbose=args.verbose,
                 progress=progress_to_stderr,
                 portable=True,
+                trace_ops=args.trace_ops,
+                trace_file=trace_file,
             )
             shown = VerifyReport(
                 profile=profile.name,
@@ -227,6 +247,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"note: {shown.steps_note}")
         if save_path is not None:
             print(f"fingerprints saved: {save_path}")
+        if trace_file is not None and trace_file.is_file():
+            print(f"op trace: {trace_file}")
         if against is not None:
             print(printable(against.summary()))
         if shown.plot:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
-from typing import Any
+from typing import Any, Union
 
 import torch
 
@@ -20,7 +21,30 @@ from .recorder import _Recorder
 from .records import DEFAULT_KEEP_MIB, NONDETERMINISTIC_KERNEL, RESERVED, RunRecord
 from .report import VerifyReport
 
-__all__ = ["check_args", "progress_to_stderr", "record_runs", "verify"]
+__all__ = ["check_args", "check_callbacks", "progress_to_stderr", "record_runs", "verify"]
+
+#: ``{event: fn}`` or ``{event: [fn, ...]}``: Ultralytics callbacks added to every run.
+Callbacks = Mapping[str, Union[Callable[[Any], None], Sequence[Callable[[Any], None]]]]
+
+
+def check_callbacks(callbacks: Callbacks | None) -> dict[str, list[Callable[[Any], None]]]:
+    """``{event: fn}`` or ``{event: [fn, ...]}`` as ``{event: [fn, ...]}``; anything else: :class:`ConfigError`."""
+    if callbacks is None:
+        return {}
+    if not isinstance(callbacks, Mapping):
+        raise ConfigError(
+            f"callbacks must be a dict {{event: fn or [fn, ...]}}, got {type(callbacks).__name__}; "
+            "e.g. callbacks={'on_train_epoch_end': fn}"
+        )
+    out: dict[str, list[Callable[[Any], None]]] = {}
+    for event, value in callbacks.items():
+        fns = [value] if callable(value) else list(value) if isinstance(value, (list, tuple)) else None
+        if not isinstance(event, str) or fns is None or not all(callable(f) for f in fns):
+            raise ConfigError(
+                f"callbacks[{event!r}] must be a function or a list of functions, got {type(value).__name__}"
+            )
+        out[event] = fns
+    return out
 
 
 def check_args(args: Mapping[str, Any], runs: int, steps: int | None, keep_mib: float, *, min_runs: int = 2) -> None:
@@ -46,10 +70,12 @@ def verify(
     runs: int = 2,
     steps: int | None = None,
     keep_mib: float = DEFAULT_KEEP_MIB,
-    callbacks: Mapping[str, Sequence[Callable[[Any], None]]] | None = None,
+    callbacks: Callbacks | None = None,
     verbose: bool = False,
     progress: Callable[[str], None] | None = None,
     portable: bool = False,
+    trace_ops: str | None = None,
+    trace_file: str | os.PathLike[str] | None = None,
 ) -> VerifyReport:
     """Train ``runs`` times with the same arguments under ``profile`` and compare the runs step by step.
 
@@ -62,17 +88,22 @@ def verify(
         steps: Stop every run after this many optimizer steps (None: the epochs decide).
         keep_mib: Memory (MiB) the reference may use to keep gradient values of its first steps, which
             measuring the size of a difference needs.
-        callbacks: Extra Ultralytics callbacks ``{event: [fn]}`` added to every run (after yolo-det's).
+        callbacks: Extra Ultralytics callbacks ``{event: fn}`` or ``{event: [fn, ...]}`` added to every run
+            (after yolo-det's).
         verbose: Show Ultralytics' own log (it goes to stderr either way).
         progress: Called with a line of text as each run ends.
         portable: Also record what a comparison across processes and machines needs (the raw batch, the
             weights after every step, the run's record; see :mod:`yolo_det.tools.verify.crossverify`).
+        trace_ops: Trace the ops of these steps of run 1 (``"3-5"``, ``"first:2"``; see
+            :mod:`yolo_det.tools.trace`), into ``trace_file`` (None: run 1's folder).
+        trace_file: Where run 1's op trace goes.
 
     Returns:
         The report; ``report.identical`` says whether the runs match bit for bit.
     """
     resolved = load_profile(profile)
     check_args(args, runs, steps, keep_mib)
+    check_callbacks(callbacks)
     started = time.perf_counter()
     records = record_runs(
         resolved,
@@ -84,6 +115,8 @@ def verify(
         verbose=verbose,
         progress=progress,
         portable=portable,
+        trace_ops=trace_ops,
+        trace_file=trace_file,
     )
     divergences = [d for r in records[1:] if (d := compare_runs(records[0], r)) is not None]
     return VerifyReport(
@@ -104,24 +137,29 @@ def record_runs(
     runs: int,
     steps: int | None = None,
     keep_mib: float = DEFAULT_KEEP_MIB,
-    callbacks: Mapping[str, Sequence[Callable[[Any], None]]] | None = None,
+    callbacks: Callbacks | None = None,
     verbose: bool = False,
     progress: Callable[[str], None] | None = None,
     record: bool = True,
     portable: bool = False,
+    trace_ops: str | None = None,
+    trace_file: str | os.PathLike[str] | None = None,
 ) -> list[RunRecord]:
     """Train ``runs`` times as :func:`verify` does and return what each run recorded (no comparison).
 
     ``record=False`` trains the same way (same stopping rule) without recording anything: one such run is
     the baseline the cost of verification is measured against (``bench/verify_cost.py``). ``portable=True``
-    also records what ``--save``/``--against`` need (see :func:`verify`).
+    also records what ``--save``/``--against`` need (see :func:`verify`); ``trace_ops`` traces run 1's ops.
     """
     from ultralytics import YOLO
 
     from ...integrations.fonts import ensure_local_font
     from ...integrations.ultralytics import attach
+    from ..trace import OpTracer, parse_steps
 
     resolved = load_profile(profile)
+    user_callbacks = check_callbacks(callbacks)
+    trace_steps = parse_steps(trace_ops) if trace_ops is not None else None
     train_args = dict(args)
     model_src = train_args.pop("model")
     base_name = str(train_args.pop("name", None) or "verify")
@@ -149,7 +187,9 @@ def record_runs(
                 model = YOLO(model_src)
             attach(model, resolved)
             recorder.add_to(model)
-            for event, fns in (callbacks or {}).items():
+            if trace_steps is not None and index == 1:  # after the recorder: it unwraps the trainer first
+                OpTracer(trace_steps, trace_file, meta={"profile": resolved.name}).add_to(model)
+            for event, fns in user_callbacks.items():
                 for fn in fns:
                     model.add_callback(event, fn)
             t0 = time.perf_counter()
