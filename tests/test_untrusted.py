@@ -475,3 +475,42 @@ def test_resume_never_runs_the_download_a_checkpoint_names(tmp_path: Path, capsy
     assert len(err) == 1
     assert "data is a mapping" in err[0]
     assert not marker.exists()
+
+
+def test_a_received_run_folder_is_never_written_through_its_links(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from yolo_det.cli import main
+    from yolo_det.core import runlock
+    from yolo_det.core.resume import resume_folder
+    from yolo_det.core.runfolder import check_no_links
+
+    outside = tmp_path / "outside.pt"
+    outside.write_bytes(b"mine")
+    run = tmp_path / "run"
+    ckpt = run / "weights" / "last.pt"
+    _resumable(ckpt, {"data": "coco8.yaml", "save_dir": str(run)})
+    check_no_links(run)  # control: a run folder of real files
+    assert resume_folder(ckpt) == run
+    for name in ("weights/best.pt", "args.yaml", "results.csv"):
+        link = run / name
+        link.symlink_to(outside)
+        assert main(["train", f"resume={ckpt}"]) == 2
+        err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("yolo-det")]
+        assert len(err) == 1
+        assert f"symbolic link '{name}'" in err[0]
+        with pytest.raises(ConfigError, match="symbolic link"):
+            runlock.acquire(run)  # a fixed name= (exist_ok) or save_dir= into it: the same refusal
+        link.unlink()
+    (run / "weights" / "sub").symlink_to(tmp_path, target_is_directory=True)  # a linked folder, at any depth
+    with pytest.raises(ConfigError, match="symbolic link 'weights/sub'"):
+        check_no_links(run)
+    (run / "weights" / "sub").unlink()
+    assert outside.read_bytes() == b"mine"
+    # the run folder itself may be a link (the user's own layout): it is written in the folder it points to
+    linked = tmp_path / "linked-run"
+    linked.symlink_to(run, target_is_directory=True)
+    check_no_links(linked)
+    assert resume_folder(linked / "weights" / "last.pt") == linked
+    with runlock.acquire(linked) as lock:
+        assert lock.folder == run.resolve()
