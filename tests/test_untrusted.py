@@ -362,3 +362,155 @@ def test_profile_over_the_size_limit_is_refused(tmp_path: Path) -> None:
     small = tmp_path / "small.yaml"
     small.write_text("extends: repro\n# " + "x" * 1000 + "\n")
     assert load_profile(small).name
+
+
+def _resumable(path: Path, train_args: dict[str, object]) -> None:
+    """A training checkpoint Ultralytics would resume (an optimizer, epoch 0), storing ``train_args``."""
+    from ultralytics.nn.tasks import DetectionModel
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model = DetectionModel("yolov8n.yaml", nc=2, verbose=False)
+    torch.save(
+        {
+            "epoch": 0,
+            "best_fitness": None,
+            "model": None,
+            "ema": model.half(),
+            "updates": 1,
+            "optimizer": {"state": {}, "param_groups": []},
+            "train_args": {
+                "epochs": 3,
+                "model": "yolov8n.yaml",
+                "imgsz": 64,
+                "batch": 2,
+                "device": "cpu",
+                **train_args,
+            },
+            "date": "2026-01-01",
+            "version": "8",
+        },
+        path,
+    )
+
+
+def _download_yaml(folder: Path, marker: Path) -> Path:
+    data = folder / "evil.yaml"
+    data.write_text(
+        f"path: {folder / 'absent'}\ntrain: images/train\nval: images/val\nnames: [a, b]\n"
+        f"download: |\n  open({str(marker)!r}, 'w').write('ran')\n"
+    )
+    return data
+
+
+def test_the_gate_derives_path_arguments_from_ultralytics_defaults(
+    corpus: tuple[dict[str, Path], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A path-valued argument a later Ultralytics adds is gated without a change in yolo-det."""
+    import ultralytics.cfg
+
+    from yolo_det.analysis.gate import BOOL_OR_PATH, path_keys
+
+    files, marker = corpus
+    keys = path_keys()
+    assert set(PATH_KEYS) <= set(keys)
+    assert BOOL_OR_PATH <= set(keys)
+    assert not set(keys) & set(NOT_PATHS)
+    assert {"epochs", "lr0", "save", "imgsz", "source", "project"}.isdisjoint(keys)  # numbers, switches, outputs
+    check_arguments({"teacher_weights": str(files["os-system"])})  # control: not an argument of this Ultralytics
+    monkeypatch.setattr(
+        ultralytics.cfg, "DEFAULT_CFG_DICT", {**ultralytics.cfg.DEFAULT_CFG_DICT, "teacher_weights": ""}
+    )
+    path_keys.cache_clear()
+    try:
+        assert path_keys()["teacher_weights"] == "file"
+        with pytest.raises(ModelError, match="os.system"):
+            check_arguments({"teacher_weights": str(files["os-system"])})
+    finally:
+        monkeypatch.undo()
+        path_keys.cache_clear()
+    assert "teacher_weights" not in path_keys()
+    assert not marker.exists()
+
+
+def test_a_checkpoints_stored_arguments_pass_the_same_gate(tmp_path: Path) -> None:
+    marker = tmp_path / "MARKER"
+    evil = _download_yaml(tmp_path, marker)
+    ckpt = tmp_path / "run" / "weights" / "last.pt"
+    _resumable(ckpt, {"data": str(evil), "resume": str(ckpt)})  # it names itself too: read once
+    for args in ({"model": str(ckpt)}, {"resume": str(ckpt)}, {"pretrained": str(ckpt)}):
+        with pytest.raises(ConfigError, match=r"download.*--allow-download.*train_args stored in checkpoint") as e:
+            check_arguments(args)
+        assert "\n" not in str(e.value)
+    clean = tmp_path / "clean.yaml"
+    clean.write_text(f"path: {tmp_path}\ntrain: .\nval: .\nnames: [a, b]\n")
+    check_arguments({"model": str(ckpt), "data": str(clean)})  # the data given is what Ultralytics reads
+    with allow_downloads():
+        check_arguments({"model": str(ckpt)})
+    nested = tmp_path / "nested" / "weights" / "last.pt"
+    _resumable(nested, {"model": str(ckpt)})  # a fine-tune of the first: its stored model is gated too
+    with pytest.raises(ConfigError, match="download"):
+        check_arguments({"model": str(nested)})
+    as_dict = tmp_path / "dict" / "weights" / "last.pt"
+    _resumable(as_dict, {"data": {"train": "x", "download": "print(1)"}})
+    with pytest.raises(ConfigError, match=r"data is a mapping .*pass data=path/to/data.yaml"):
+        check_arguments({"model": str(as_dict)})
+    assert not marker.exists()
+
+
+def test_resume_never_runs_the_download_a_checkpoint_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from yolo_det.cli import main
+
+    marker = tmp_path / "MARKER"
+    ckpt = tmp_path / "run" / "weights" / "last.pt"
+    _resumable(ckpt, {"data": str(_download_yaml(tmp_path, marker)), "save_dir": str(tmp_path / "run")})
+    assert main(["train", f"resume={ckpt}"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("yolo-det")]
+    assert len(err) == 1
+    assert "--allow-download" in err[0]
+    assert "evil.yaml" in err[0]
+    as_dict = tmp_path / "dict" / "weights" / "last.pt"
+    _resumable(as_dict, {"data": {"train": "x"}, "save_dir": str(tmp_path / "dict")})
+    assert main(["train", f"resume={as_dict}"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("yolo-det")]
+    assert len(err) == 1
+    assert "data is a mapping" in err[0]
+    assert not marker.exists()
+
+
+def test_a_received_run_folder_is_never_written_through_its_links(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from yolo_det.cli import main
+    from yolo_det.core import runlock
+    from yolo_det.core.resume import resume_folder
+    from yolo_det.core.runfolder import check_no_links
+
+    outside = tmp_path / "outside.pt"
+    outside.write_bytes(b"mine")
+    run = tmp_path / "run"
+    ckpt = run / "weights" / "last.pt"
+    _resumable(ckpt, {"data": "coco8.yaml", "save_dir": str(run)})
+    check_no_links(run)  # control: a run folder of real files
+    assert resume_folder(ckpt) == run
+    for name in ("weights/best.pt", "args.yaml", "results.csv"):
+        link = run / name
+        link.symlink_to(outside)
+        assert main(["train", f"resume={ckpt}"]) == 2
+        err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("yolo-det")]
+        assert len(err) == 1
+        assert f"symbolic link '{name}'" in err[0]
+        with pytest.raises(ConfigError, match="symbolic link"):
+            runlock.acquire(run)  # a fixed name= (exist_ok) or save_dir= into it: the same refusal
+        link.unlink()
+    (run / "weights" / "sub").symlink_to(tmp_path, target_is_directory=True)  # a linked folder, at any depth
+    with pytest.raises(ConfigError, match="symbolic link 'weights/sub'"):
+        check_no_links(run)
+    (run / "weights" / "sub").unlink()
+    assert outside.read_bytes() == b"mine"
+    # the run folder itself may be a link (the user's own layout): it is written in the folder it points to
+    linked = tmp_path / "linked-run"
+    linked.symlink_to(run, target_is_directory=True)
+    check_no_links(linked)
+    assert resume_folder(linked / "weights" / "last.pt") == linked
+    with runlock.acquire(linked) as lock:
+        assert lock.folder == run.resolve()

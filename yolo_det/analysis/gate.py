@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -32,12 +33,22 @@ import yaml
 from ..core.errors import ConfigError
 from ..core.untrusted import safe_yaml
 
-__all__ = ["DOWNLOAD_FLAG", "NOT_PATHS", "PATH_KEYS", "check_arguments", "downloads_allowed", "allow_downloads"]
+__all__ = [
+    "BOOL_OR_PATH",
+    "DOWNLOAD_FLAG",
+    "NOT_PATHS",
+    "PATH_KEYS",
+    "allow_downloads",
+    "check_arguments",
+    "downloads_allowed",
+    "path_keys",
+]
 
 #: The command-line flag that lets a data YAML's ``download:`` run.
 DOWNLOAD_FLAG = "--allow-download"
 
-#: Ultralytics arguments that name a file it reads, and how the gate reads it.
+#: Ultralytics arguments that name a file it reads, and how the gate reads it (a path-valued argument not
+#: listed here is read as ``"file"``: by its suffix, a checkpoint or a bounded YAML whose own arguments are gated).
 PATH_KEYS: dict[str, str] = {
     "model": "model",
     "pretrained": "checkpoint",
@@ -72,6 +83,9 @@ NOT_PATHS: dict[str, str] = {
     "copy_paste_mode": "a mode name",
     "auto_augment": "a policy name",
 }
+
+#: Arguments Ultralytics types as switches but also reads as a path (``isinstance(args.KEY, (str, Path))``).
+BOOL_OR_PATH = frozenset({"resume", "pretrained"})
 
 _ALLOW_DOWNLOAD: contextvars.ContextVar[bool] = contextvars.ContextVar("yolo_det_allow_download", default=False)
 _CKPT_SUFFIXES = {".pt", ".pth", ".ckpt", ".bin"}
@@ -112,17 +126,31 @@ def _file(value: Any) -> Path | None:
     return None
 
 
-def _check_checkpoint(value: Any) -> None:
+def _first_visit(path: Path, seen: set[str]) -> bool:
+    try:
+        key = str(path.resolve())
+    except OSError:
+        key = str(path.absolute())
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
+
+
+def _check_checkpoint(value: Any, *, depth: int, seen: set[str], given: set[str]) -> None:
     path = _file(value)
     if path is not None and path.suffix.lower() in _CKPT_SUFFIXES:  # what Ultralytics hands to torch.load
+        if not _first_visit(path, seen):
+            return
         from ..core.untrusted.safeload import check_checkpoint
         from .loader import check_checkpoint_yaml
 
         check_checkpoint(path)
         check_checkpoint_yaml(path)
+        _check_stored(path, depth, seen, given)
 
 
-def _check_model(value: Any) -> None:
+def _check_model(value: Any, *, depth: int, seen: set[str], given: set[str]) -> None:
     if not isinstance(value, (str, os.PathLike)):
         return
     text = str(value)
@@ -136,24 +164,24 @@ def _check_model(value: Any) -> None:
             if "not found" not in str(e):  # a missing file reads nothing: the pre-checks name it
                 raise
     else:
-        _check_checkpoint(value)
+        _check_checkpoint(value, depth=depth, seen=seen, given=given)
 
 
-def _check_cfg(value: Any, depth: int) -> None:
+def _check_cfg(value: Any, depth: int, seen: set[str]) -> None:
     path = _file(value)
-    if path is None:
+    if path is None or not _first_visit(path, seen):
         return
-    check_arguments(_yaml_mapping(path), _depth=depth + 1)
+    check_arguments(_yaml_mapping(path), _depth=depth + 1, _seen=seen)
 
 
-def _check_tracker(value: Any) -> None:
+def _check_tracker(value: Any, *, depth: int, seen: set[str]) -> None:
     path = _file(value)
     if path is None:
         return
     cfg = _yaml_mapping(path)
     for key in ("model", "reid_model"):
         if key in cfg:
-            _check_checkpoint(cfg[key])
+            _check_checkpoint(cfg[key], depth=depth, seen=seen, given=set())
 
 
 def _split_paths(cfg: Mapping[str, Any], base: Path) -> list[Path]:
@@ -186,6 +214,11 @@ def _check_data_yaml(path: Path) -> None:
 
 
 def _check_data(value: Any) -> None:
+    if isinstance(value, (Mapping, list, tuple)):
+        raise ConfigError(
+            f"data is a {'mapping' if isinstance(value, Mapping) else 'list'} ({safe_yaml.short(value)}), not the "
+            "path of a data YAML or folder; pass data=path/to/data.yaml"
+        )
     if not isinstance(value, (str, os.PathLike)):
         return
     path = Path(value).expanduser()
@@ -202,26 +235,87 @@ def _check_data(value: Any) -> None:
         _check_data_yaml(path)
 
 
-def check_arguments(args: Mapping[str, Any], *, _depth: int = 0) -> None:
+@functools.lru_cache(maxsize=1)
+def path_keys() -> dict[str, str]:
+    """Every Ultralytics argument that may name a file, derived from the installed Ultralytics, with its kind.
+
+    The rule: an argument of Ultralytics' ``default.yaml`` that is neither typed (Ultralytics' float, fraction,
+    int and bool key tables), nor a number or switch by its default, nor listed in :data:`NOT_PATHS` holds a
+    path; so do :data:`BOOL_OR_PATH`. A new path-valued argument of a later Ultralytics is thus gated, as a
+    ``"file"`` (by its suffix), without a change here. Without Ultralytics: :data:`PATH_KEYS`.
+    """
+    try:
+        from ..core.compat import internal
+
+        defaults = internal("DEFAULT_CFG_DICT")
+        typed = frozenset().union(
+            *(internal(name) for name in ("CFG_FLOAT_KEYS", "CFG_FRACTION_KEYS", "CFG_INT_KEYS", "CFG_BOOL_KEYS"))
+        )
+    except ImportError:
+        return dict(PATH_KEYS)
+    keys = {
+        k: PATH_KEYS.get(k, "file")
+        for k, v in defaults.items()
+        if k not in typed and k not in NOT_PATHS and not isinstance(v, (bool, int, float))
+    }
+    keys.update({k: PATH_KEYS.get(k, "checkpoint") for k in BOOL_OR_PATH})
+    return keys
+
+
+def _check_file(value: Any, depth: int, seen: set[str]) -> None:
+    """A path-valued argument of no known kind: a checkpoint or a bounded YAML, by its suffix."""
+    path = _file(value)
+    if path is None:
+        return
+    if path.suffix.lower() in _CKPT_SUFFIXES:
+        _check_checkpoint(path, depth=depth, seen=seen, given=set())
+    elif path.suffix.lower() in {".yaml", ".yml"}:
+        _check_cfg(path, depth, seen)
+
+
+def _check_stored(path: Path, depth: int, seen: set[str], given: set[str]) -> None:
+    """The path-valued arguments a checkpoint stores (``train_args``): what Ultralytics reads from them on resume,
+    fine-tune, val, predict and export, unless the caller gives the argument itself."""
+    from ..core.errors import ModelError, YoloDetError
+    from ..core.resume.checkpoint import stored_arguments
+
+    try:
+        stored = stored_arguments(path)
+    except ModelError:
+        return  # refused already by the allow-list above, or trusted: nothing more to read safely
+    stored = {k: v for k, v in stored.items() if k not in given}
+    try:
+        check_arguments(stored, _depth=depth + 1, _seen=seen)
+    except YoloDetError as e:
+        raise type(e)(f"{e} (named in the train_args stored in checkpoint '{path}')") from None
+
+
+def check_arguments(args: Mapping[str, Any], *, _depth: int = 0, _seen: set[str] | None = None) -> None:
     """Pass every path-valued Ultralytics argument in ``args`` through the gate (see the module docstring).
+
+    The arguments are those of :func:`path_keys`; a checkpoint's own stored arguments pass the gate with it.
 
     Raises:
         ModelError: A checkpoint or model YAML is refused (one line naming why and the opt-in).
         ConfigError: A cfg, tracker or data file is refused.
     """
-    if _depth > 4:
-        raise ConfigError("cfg YAMLs nest more than 4 deep (a cfg YAML naming another cfg YAML ...)")
-    for key, kind in PATH_KEYS.items():
+    if _depth > 8:
+        raise ConfigError("files name other files more than 8 deep (a cfg or checkpoint naming another ...)")
+    seen = set() if _seen is None else _seen
+    given = {k for k, v in args.items() if v is not None}
+    for key, kind in path_keys().items():
         value = args.get(key)
         if value is None or isinstance(value, bool):
             continue
         if kind == "checkpoint":
-            _check_checkpoint(value)
+            _check_checkpoint(value, depth=_depth, seen=seen, given=given - {key})
         elif kind == "model":
-            _check_model(value)
+            _check_model(value, depth=_depth, seen=seen, given=given - {key})
         elif kind == "cfg":
-            _check_cfg(value, _depth)
+            _check_cfg(value, _depth, seen)
         elif kind == "data":
             _check_data(value)
         elif kind == "tracker":
-            _check_tracker(value)
+            _check_tracker(value, depth=_depth, seen=seen)
+        else:
+            _check_file(value, _depth, seen)

@@ -27,6 +27,11 @@ INTERNALS: dict[str, tuple[str, str | None]] = {
     # configuration: defaults, checks, the run folder a configuration gives
     "DEFAULT_CFG": ("ultralytics.utils", "DEFAULT_CFG"),
     "DEFAULT_CFG_DICT": ("ultralytics.cfg", "DEFAULT_CFG_DICT"),
+    # the typed arguments (numbers, switches, names): the gate derives the path-valued ones from the rest
+    "CFG_FLOAT_KEYS": ("ultralytics.cfg", "CFG_FLOAT_KEYS"),
+    "CFG_FRACTION_KEYS": ("ultralytics.cfg", "CFG_FRACTION_KEYS"),
+    "CFG_INT_KEYS": ("ultralytics.cfg", "CFG_INT_KEYS"),
+    "CFG_BOOL_KEYS": ("ultralytics.cfg", "CFG_BOOL_KEYS"),
     "get_cfg": ("ultralytics.cfg", "get_cfg"),
     "check_cfg": ("ultralytics.cfg", "check_cfg"),
     "get_save_dir": ("ultralytics.cfg", "get_save_dir"),

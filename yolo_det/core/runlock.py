@@ -93,6 +93,7 @@ def acquire(folder: str | os.PathLike[str]) -> RunLock:
 
     Raises:
         RunFolderBusy: Another live process holds the folder.
+        ConfigError: The folder holds a symbolic link (:func:`yolo_det.core.runfolder.check_no_links`).
     """
     import fcntl
 
@@ -103,6 +104,9 @@ def acquire(folder: str | os.PathLike[str]) -> RunLock:
         if lock is not None and lock.held:
             lock._count += 1
             return lock
+    from .runfolder import check_no_links
+
+    check_no_links(folder)  # never written through a link a received run folder holds
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
     try:

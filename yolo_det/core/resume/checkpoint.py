@@ -54,6 +54,30 @@ def _plain(value: Any) -> Any:
     return plain_value(value, _inert_text)
 
 
+def _arguments(obj: Any) -> dict[str, Any]:
+    """The training arguments a read checkpoint object stores (``train_args``, or YOLOv5's ``opt``), as plain values."""
+    if not isinstance(obj, Mapping):
+        return {}
+    args = obj.get("train_args")
+    if args is None:
+        args = obj.get("opt")  # YOLOv5
+    if isinstance(args, Inert):
+        state = args.state
+        args = state if isinstance(state, Mapping) else {}
+    elif isinstance(args, (argparse.Namespace, types.SimpleNamespace)):  # read as values by the allow-list
+        args = vars(args)
+    return _plain(args) if isinstance(args, Mapping) else {}
+
+
+def stored_arguments(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The training arguments stored in checkpoint ``path`` (``{}`` when it stores none), read safely.
+
+    Raises:
+        ModelError: The file is refused by the allow-list (a call off the list).
+    """
+    return _arguments(safe_read(Path(path)))
+
+
 def read_checkpoint(path: str | os.PathLike[str]) -> CheckpointInfo:
     """Read the epoch, the arguments and the resumability of a training checkpoint, safely.
 
@@ -68,21 +92,14 @@ def read_checkpoint(path: str | os.PathLike[str]) -> CheckpointInfo:
     obj = safe_read(path)  # imports and calls nothing the file names
     if not isinstance(obj, Mapping) or "epoch" not in obj:
         raise ModelError(f"'{path}' is not a training checkpoint (no 'epoch' in it); pass the last.pt of a run")
-    args = obj.get("train_args")
-    if args is None:
-        args = obj.get("opt")  # YOLOv5
-    if isinstance(args, Inert):
-        state = args.state
-        args = state if isinstance(state, Mapping) else {}
-    elif isinstance(args, (argparse.Namespace, types.SimpleNamespace)):  # read as values by the allow-list
-        args = vars(args)
+    args = _arguments(obj)
     epoch = obj.get("epoch")
     updates = obj.get("updates")
     return CheckpointInfo(
         path=path,
         epoch=int(epoch) if isinstance(epoch, int) else -1,
         updates=int(updates) if isinstance(updates, int) else None,
-        train_args=_plain(args) if isinstance(args, Mapping) else {},
+        train_args=args,
         has_optimizer=obj.get("optimizer") is not None,
         sha256=file_sha256(path),
     )

@@ -38,7 +38,7 @@ def resume_folder(
 
     Raises:
         ConfigError: The checkpoint is not in a run's ``weights`` folder, ``requested`` names another folder,
-            or the folder holds a completed run (whose files resuming would overwrite).
+            the folder holds a completed run (whose files resuming would overwrite), or it holds a symbolic link.
     """
     import json
 
@@ -58,6 +58,9 @@ def resume_folder(
             f"cannot resume '{ckpt}' into '{requested}': a resumed run writes into the folder that holds "
             f"its checkpoint ('{folder}'); copy the run folder to '{requested}' and resume the copy"
         )
+    from ..runfolder import check_no_links
+
+    check_no_links(folder)  # a received run folder's links are never written through
     try:
         record = json.loads((folder / RECORD_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):

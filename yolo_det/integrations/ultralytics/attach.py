@@ -82,7 +82,10 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
         # the classes of the model being run are the user's own (built in this process): its checkpoints hold them
         own = {type(m).__module__ for m in net.modules()} if isinstance(net, torch.nn.Module) else set()
         with allowed_user_modules(own):
-            check_arguments(kwargs)  # the one gate: every path-valued argument, before Ultralytics reads it
+            # the one gate: every path-valued argument Ultralytics will read (the model's stored ones, then the
+            # call's), before it reads any
+            stored = getattr(owner, "overrides", None)
+            check_arguments({**(stored if isinstance(stored, dict) else {}), **kwargs})
             with guarded_torch_load():  # whatever Ultralytics then loads goes through the allow-list
                 return _call(*args, **kwargs)
 

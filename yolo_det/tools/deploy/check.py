@@ -208,13 +208,14 @@ def _load(weights: Any) -> Any:
         return weights
     from ultralytics import YOLO
 
+    from ...analysis.gate import check_arguments
     from ...core.errors import ModelError
-    from ...core.untrusted.safeload import check_checkpoint, guarded_torch_load
+    from ...core.untrusted.safeload import guarded_torch_load
 
     path = Path(str(weights)).expanduser()
     if not path.is_file():
         raise ConfigError(f"checkpoint '{weights}' not found: give a trained .pt file")
-    check_checkpoint(path)  # the allow-list (no-op under --trust-checkpoint)
+    check_arguments({"model": str(path)})  # the one gate: the allow-list and the paths the checkpoint stores
     try:
         with guarded_torch_load():  # what Ultralytics loads is what the allow-list made
             return YOLO(str(path))
