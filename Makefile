@@ -61,6 +61,7 @@ bench: install-test
 	$(PY) bench/verify_cost.py
 	$(PY) bench/bench_layers.py
 	$(PY) bench/bench_datafp.py
+	$(PY) bench/bench_portable.py
 	$(PY) -m yolo_det bench --profiles repro,balanced,fast --plot bench/results/bench.png
 
 clean:

@@ -146,3 +146,28 @@ def test_check_machine_predicts_the_run_s_own_machine_and_names_the_threads(tmp_
     assert "will differ" in out
     (tmp_path / "bad.json").write_text("{not json")
     assert main(["check-machine", str(tmp_path / "bad.json")]) == 2
+
+
+def test_a_machine_of_another_architecture_is_refused_before_training(monkeypatch, capsys) -> None:
+    monkeypatch.setattr("platform.machine", lambda: "aarch64")
+    assert main(["train", "--profile", "portable", "epochs=1"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot reproduce its weights on this machine" in err
+    assert "needs an x86-64 CPU, and this machine is aarch64" in err
+
+
+def test_diff_names_the_machine_causes_check_machine_names() -> None:
+    from yolo_det.tools.diff import diff_records
+
+    a = _record(machine_fingerprint())
+    b = copy.deepcopy(a)
+    b["environment"]["host"]["intra_op_threads"] = 5
+    b["environment"]["host"]["env"]["MKL_CBWR"] = "AUTO"
+    expected = {c.name for c in machine_causes(a["environment"]["host"], b["environment"]["host"], cuda=False)[0]}
+    assert expected == {"intra-op threads", "MKL_CBWR"}
+    report = diff_records(a, b)
+    causes = {d.name: d for d in report.causes}
+    assert expected <= set(causes)
+    assert "fix: intra_op_threads:" in (causes["intra-op threads"].note or "")
+    # the same records, compared with themselves: nothing
+    assert not [d for d in diff_records(a, copy.deepcopy(a)).causes if d.group in {"cpu", "threads"}]
