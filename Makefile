@@ -14,7 +14,7 @@ PYTEST_ARGS ?= -n 2
 # Installed without their declared requirements (see requirements-yolov5.txt)
 YOLOV5_NODEPS ?= yolov5==7.0.14 roboflow==1.7.3
 
-.PHONY: venv install install-test demo lint test test-fast bench clean
+.PHONY: venv install install-test demo lint test test-fast test-other-machine bench clean
 
 venv:
 	@[ -x "$(PY)" ] || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,14 @@ lint: install-test
 test: lint
 	YOLO_DET_REQUIRE_YOLOV5=1 $(PY) -m pytest $(PYTEST_ARGS)
 
+# The numerics-sensitive tests (export parity, deploy checks, layer equivalence, detections) on a simulated
+# other machine: 3 cores and the AVX2 branch (tests/simulated_machine.py); .ci/run runs it after `make test`.
+NUMERICS_TESTS ?= tests/test_export_parity.py tests/test_deploy_check.py tests/test_detections.py \
+	tests/test_layers_common.py tests/test_layers_modules.py tests/test_layers_pooling.py tests/test_layers_upsample.py \
+	tests/test_layers_padding.py tests/test_layers_grid_sample.py tests/test_layers_loss.py tests/test_batch_invariance.py
+test-other-machine: install-test
+	$(PY) tests/simulated_machine.py --cpus 3 --isa avx2 -- -m pytest $(PYTEST_ARGS) -p no:cacheprovider $(NUMERICS_TESTS)
+
 # The fast lane: every test but those marked slow (they train a model or take more than ~2 s).
 test-fast: install-test
 	$(PY) -m pytest $(PYTEST_ARGS) -m "not slow"
@@ -53,6 +61,7 @@ bench: install-test
 	$(PY) bench/verify_cost.py
 	$(PY) bench/bench_layers.py
 	$(PY) bench/bench_datafp.py
+	$(PY) bench/bench_portable.py
 	$(PY) -m yolo_det bench --profiles repro,balanced,fast --plot bench/results/bench.png
 
 clean:

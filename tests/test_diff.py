@@ -196,7 +196,7 @@ def test_gpu_differences_do_not_count_for_cpu_runs_and_groups_are_ordered(runs):
     ra = record(runs.base())
     rb = copy.deepcopy(ra)
     rb["environment"]["gpus"] = ["NVIDIA H100"]
-    rb["environment"]["torch_threads"] = 64
+    rb["environment"]["host"]["intra_op_threads"] = 64
     rb["environment"]["numpy"] = "0.0"
     rb["seeds"]["seed"] = 3
     rb["profile"]["val"]["deterministic_algorithms"] = "off"
@@ -209,7 +209,7 @@ def test_gpu_differences_do_not_count_for_cpu_runs_and_groups_are_ordered(runs):
     order = list(GROUPS)
     positions = [order.index(d.group) for d in report.differences]
     assert positions == sorted(positions)
-    assert [d.name for d in report.causes] == ["seed", "numpy", "torch_threads"]
+    assert [d.name for d in report.causes] == ["seed", "numpy", "intra-op threads"]
 
 
 # ---------------------------------------------------------------------------------------------------------

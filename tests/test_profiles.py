@@ -17,7 +17,7 @@ def write(tmp_path: Path, text: str, name: str = "p.yaml") -> Path:
 
 
 def test_builtins_load_and_have_the_documented_intent():
-    assert set(list_profiles()) == set(BUILTIN_PROFILES) == {"repro", "balanced", "fast"}
+    assert set(list_profiles()) == set(BUILTIN_PROFILES) == {"repro", "portable", "balanced", "fast"}
     repro, balanced, fast = (load_profile(n) for n in ("repro", "balanced", "fast"))
     for phase in PHASES:
         s = repro.phase(phase)
@@ -99,7 +99,7 @@ def test_unknown_name_suggests_close_match():
     msg = str(e.value)
     assert "unknown profile 'repo'" in msg
     assert "Did you mean 'repro'?" in msg
-    assert "balanced, fast, repro" in msg
+    assert "balanced, fast, portable, repro" in msg
     assert "\n" not in msg
 
 

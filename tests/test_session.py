@@ -125,6 +125,7 @@ def test_every_concern_of_a_phase_is_an_extension_applied_in_order_and_undone_in
 
     assert [e.name for e in default_extensions()] == [
         "flags",
+        "machine",
         "seeds",
         "backward",
         "swaps",

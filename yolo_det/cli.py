@@ -39,6 +39,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "yolo_det.commands.check_deploy",
         "check that detections do not depend on the batch; compare export records",
     ),
+    "check-machine": (
+        "yolo_det.commands.check_machine",
+        "say whether this machine will reproduce a run's weights, and what to set when not",
+    ),
     "bench": ("yolo_det.commands.bench", "measure what each profile costs: step time, throughput, peak memory"),
     "patch-yolov5": ("yolo_det.commands.patch_yolov5", "patch a YOLOv5 clone so train.py takes --det-profile"),
 }
@@ -108,6 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with stop_signals():  # SIGINT, SIGTERM, SIGHUP: clean-up, record, exit 130, 143, 129
             safe_point("cli-start")
             tokens = list(sys.argv[1:] if argv is None else argv)
+            from .commands.prestart import prepare  # before anything imports torch
+
+            prepare(next(iter(_command_of(tokens)), None), tokens, reexec=argv is None)
             parser = build_parser(_command_of(tokens))
             args, extra = parser.parse_known_args(tokens)
             _take_extra(args, extra)

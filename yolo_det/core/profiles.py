@@ -4,7 +4,7 @@ Length: one concern, the profile schema: the settings, their validation (one bra
 the loader that names the file and line of an error change together when a setting is added.
 
 A :class:`Profile` holds one :class:`PhaseSettings` per phase. Profiles are data: the built-ins
-(``repro``, ``balanced``, ``fast``) are YAML files shipped in ``yolo_det/core/presets``, and a user's
+(``repro``, ``portable``, ``balanced``, ``fast``) are YAML files shipped in ``yolo_det/core/presets``, and a user's
 profile is a YAML file of the same shape, optionally ``extends:`` a built-in::
 
     name: my-profile
@@ -55,7 +55,7 @@ SwapPolicy = Literal["none", "auto", "all"]
 Phase = Literal["train", "val", "deploy"]
 
 PHASES: tuple[str, ...] = get_args(Phase)
-BUILTIN_PROFILES: tuple[str, ...] = ("balanced", "fast", "repro")
+BUILTIN_PROFILES: tuple[str, ...] = ("balanced", "fast", "portable", "repro")
 _SEED_LIMIT = 2**32  # numpy's legacy seeding accepts [0, 2**32)
 
 
@@ -512,10 +512,12 @@ register_setting(DATA_INVARIANCE)
 
 
 def _register_builtin_settings() -> None:
-    """The settings of yolo-det's own extensions (``batch_invariant``), registered like a plugin's."""
+    """The settings of yolo-det's own extensions (``batch_invariant``, ``intra_op_threads``, ``cpu_isa``),
+    registered like a plugin's."""
     from .deploy_settings import DEPLOY_SETTINGS
+    from .machine_settings import MACHINE_SETTINGS
 
-    for name, default, check, doc in DEPLOY_SETTINGS:
+    for name, default, check, doc in (*DEPLOY_SETTINGS, *MACHINE_SETTINGS):
         register_setting(Setting(name, default, check, doc))
 
 

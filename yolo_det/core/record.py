@@ -2,7 +2,8 @@
 
 ``determinism.json`` is written into the run directory. It holds what a reader needs to repeat or
 audit the run: the profile and its resolved settings per phase, the seeds, the versions of python,
-torch, CUDA, cuDNN, Ultralytics and yolo-det, the GPU, the CPU model and thread counts, the environment
+torch, CUDA, cuDNN, Ultralytics and yolo-det, the GPU, the CPU model and thread counts, the machine
+fingerprint of :mod:`yolo_det.core.machine` (``host``), the environment
 variables that matter, the flags observed when training started, every non-determinism warning seen,
 and a SHA-256 digest of the final weights; the integrations add the dataset and model fingerprints and
 every Ultralytics argument (see :mod:`yolo_det.integrations.identity`).
@@ -29,6 +30,7 @@ import torch
 
 from .constants import RECORDED_ENV
 from .fileio import atomic_write_json
+from .machine import machine_fingerprint
 from .record_schema import RECORD_NAME, RECORD_SCHEMA, RecordError, check_record
 
 __all__ = [
@@ -108,6 +110,7 @@ def environment() -> dict[str, Any]:
         "torch_interop_threads": torch.get_num_interop_threads(),
         "env": recorded_env(),
         "argv": list(sys.argv),
+        "host": machine_fingerprint(),
     }
 
 
@@ -243,4 +246,7 @@ def _environment_of(session: Any) -> dict[str, Any]:
     train_env = getattr(session, "train_env", None)
     if train_env is not None:
         env["env"] = dict(train_env)
+    train_machine = getattr(session, "train_machine", None)
+    if train_machine is not None:  # the threads and branches in force while it trained
+        env["host"] = dict(train_machine)
     return env

@@ -13,7 +13,8 @@ it, and what it means; objects list their own known fields the same way. Three t
 
 Fields a record holds that the table does not know (a newer yolo-det's, a plugin's) are kept and not checked.
 Version history: 1, the first; 2, ``status: running`` from the start of training, ``epochs_completed``
-counting checkpointed epochs, ``segments`` holding every earlier part of a resumed run, ``resume.reasons``.
+counting checkpointed epochs, ``segments`` holding every earlier part of a resumed run, ``resume.reasons``;
+3, ``environment.host``, the machine fingerprint (:mod:`yolo_det.core.machine`) taken when training started.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ __all__ = [
 #: The record's file name, in the run folder.
 RECORD_NAME = "determinism.json"
 #: The version of the record format this yolo-det writes (``schema`` in every record).
-RECORD_SCHEMA = 2
+RECORD_SCHEMA = 3
 #: Records larger than this are refused unread (an ordinary record is tens of kilobytes).
 MAX_BYTES = 64 * 1024 * 1024
 #: Records nested deeper than this are refused (an ordinary record nests 6 levels).
@@ -91,10 +92,19 @@ class Field:
 
 
 _O, _A, _S, _I, _N, _B, _Z = "object", "array", "string", "integer", "number", "boolean", "null"
+_MACHINE_STRINGS = (
+    ("arch", "The CPU architecture."),
+    ("cpu_vendor", "The CPU vendor (`/proc/cpuinfo`)."),
+    ("cpu_model", "The CPU model."),
+    ("cpu_capability", "ATen's CPU capability in force (AVX2, AVX512, DEFAULT)."),
+    ("mkl", "MKL's version."),
+    ("onednn", "oneDNN's version."),
+    ("torch", "torch's version."),
+)
 _PHASE = "The resolved settings of the {} phase (see docs/profiles: deterministic, backward, swaps, ...)."
 
 FIELDS: tuple[Field, ...] = (
-    Field("schema", (_I,), "The record format's version (this page: 2; a record without it is version 1)."),
+    Field("schema", (_I,), "The record format's version (this page: 3; a record without it is version 1)."),
     Field(
         "status",
         (_S,),
@@ -164,6 +174,21 @@ FIELDS: tuple[Field, ...] = (
                 "The environment variables that can change a run's bits, as the training had them (null: unset).",
             ),
             Field("argv", (_A,), "The command line."),
+            Field(
+                "host",
+                (_O,),
+                "What of the machine decides the bits, as training started (`yolo-det check-machine` reads it).",
+                fields=(
+                    *(Field(k, (_S, _Z), d) for k, d in _MACHINE_STRINGS),
+                    Field("cpu_flags", (_A,), "The CPU's AVX/FMA/SSE4/AMX flags.", items=(_S,)),
+                    Field("cpu_count", (_I, _Z), "Logical CPUs."),
+                    Field("intra_op_threads", (_I,), "torch's intra-op threads in use."),
+                    Field("inter_op_threads", (_I,), "torch's inter-op threads."),
+                    Field("mkldnn_enabled", (_B,), "Whether oneDNN (mkldnn) kernels were on."),
+                    Field("env", (_O,), "The instruction-set and thread variables (null: unset)."),
+                    Field("gpu", (_O, _Z), "On CUDA: name, SM count, capability, driver, CUDA, cuDNN, TF32 flags."),
+                ),
+            ),
         ),
     ),
     Field("state_before", (_O, _Z), "The process's determinism flags before yolo-det changed anything."),

@@ -4,6 +4,8 @@
 a phase is entered, and undoes them in reverse order when it is left, on error too:
 
 - :class:`FlagsAndEnv`: torch flags and environment variables (:mod:`yolo_det.core.state`);
+- :class:`MachinePinning`: ``intra_op_threads`` (torch's threads, whatever Ultralytics chose) and the check
+  that ``cpu_isa``'s branches were pinned before torch started (:mod:`yolo_det.core.machine_settings`);
 - :class:`Seeds`: seeding at the start of a phase, and the data order of a handed-over loader;
 - :class:`BackwardToggle`: deterministic algorithms off while the backward pass runs, for a scaler handed
   over to the session (:class:`~yolo_det.core.backward.ToggleScaler`) and for ``session.backward(loss)``;
@@ -29,10 +31,13 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import torch
+
 from ..analysis.swap_plan import decide_swaps
 from ..core import state as _state
 from ..core.backward import ToggleScaler
 from ..core.errors import ConfigError
+from ..core.machine_settings import ISA_CAPABILITY, ISA_ENV, cannot_match, missing_env
 from ..core.profiles import PhaseSettings
 from ..core.seeding import rank_seed, seed_dataloader, seed_everything
 from ..fixes import data_invariance as _data
@@ -48,6 +53,7 @@ __all__ = [
     "Extension",
     "FlagsAndEnv",
     "Interception",
+    "MachinePinning",
     "PhaseContext",
     "Seeds",
     "Swaps",
@@ -97,6 +103,35 @@ class FlagsAndEnv(Extension):
 
     def undo(self, token: Any) -> None:
         _state.restore(token)
+
+
+class MachinePinning(Extension):
+    """``intra_op_threads`` and ``cpu_isa``: pin the threads; refuse a process whose ISA branches are not pinned."""
+
+    name = "machine"
+
+    def apply(self, ctx: PhaseContext) -> Any:
+        isa = ctx.settings.extra.get("cpu_isa")
+        if isa is not None:
+            problem = cannot_match(isa)
+            if problem:
+                raise ConfigError(f"profile '{ctx.session.profile.name}': {problem}")
+            missing = missing_env(isa)
+            if missing or torch.backends.cpu.get_cpu_capability() != ISA_CAPABILITY[isa]:
+                needed = " ".join(f"{k}={v}" for k, v in ISA_ENV[isa].items())
+                raise ConfigError(
+                    f"profile '{ctx.session.profile.name}' (cpu_isa: {isa}) needs {needed} in the environment before "
+                    f"torch is imported: start Python with them (`{needed} python train.py`; yolo-det train sets them)"
+                )
+        threads = ctx.settings.extra.get("intra_op_threads")
+        if threads is None:
+            return None
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        return before
+
+    def undo(self, token: Any) -> None:
+        torch.set_num_threads(token)
 
 
 class Seeds(Extension):
@@ -287,6 +322,7 @@ def default_extensions() -> list[Extension]:
     registered ones."""
     return [
         FlagsAndEnv(),
+        MachinePinning(),
         Seeds(),
         BackwardToggle(),
         Swaps(),

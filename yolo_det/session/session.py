@@ -28,6 +28,7 @@ import torch
 from ..core import backward as _backward
 from ..core import state as _state
 from ..core.errors import YoloDetError
+from ..core.machine import machine_fingerprint
 from ..core.profiles import PHASES, PhaseSettings, Profile, load_profile
 from ..core.record import recorded_env
 from ..core.seeding import data_seed, rank_seed
@@ -119,6 +120,7 @@ class DeterminismSession:
         #: The recorded environment variables as they were when the train phase was first in force
         #: (a record written after the run has ended still describes the training, not the teardown).
         self.train_env: dict[str, str | None] | None = None
+        self.train_machine: dict[str, Any] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------
     @property
@@ -297,6 +299,7 @@ class DeterminismSession:
             raise
         if phase == "train" and self.train_env is None:
             self.train_env = recorded_env()
+            self.train_machine = machine_fingerprint()
         self._event("enter", phase)
         return settings
 

@@ -7,6 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ...core.machine import machine_causes, machine_view
 from ..data_stream import explain_data_stream, neutral_args
 from .common import (
     _MISSING,
@@ -255,8 +256,21 @@ def _environment(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) ->
         env("gpu", key, changes_bits=not on_cpu, note="both runs trained on the CPU" if on_cpu else None)
     for key in ("cpu_model", "cpu_capability", "machine", "processor"):
         env("cpu", key)
-    for key in ("torch_threads", "torch_interop_threads", "cpu_count"):
-        env("threads", key)
+    both_hosts = isinstance(ea.get("host"), Mapping) and isinstance(eb.get("host"), Mapping)
+    for key in ("torch_threads", "torch_interop_threads"):  # as the record was written; host: as it trained
+        env(
+            "threads",
+            key,
+            changes_bits=not both_hosts,
+            note="the threads while training decide" if both_hosts else None,
+        )
+    env(
+        "threads",
+        "cpu_count",
+        changes_bits=not both_hosts,
+        note="the threads in use decide, not the core count" if both_hosts else None,
+    )
+    _machine(c, ea, eb, cuda=not on_cpu)
     va, vb = ea.get("env") or {}, eb.get("env") or {}
     seed_differs = _canon(_get(ra, "seeds", "seed")) != _canon(_get(rb, "seeds", "seed"))
     for key in sorted(set(va) | set(vb)):
@@ -272,6 +286,22 @@ def _environment(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) ->
         )
     env("other", "platform", changes_bits=False, note="the CPU, versions and threads above are what matter")
     env("other", "argv", name="command line", changes_bits=False)
+
+
+#: Machine causes that an environment line above already names (the cause adds its fix to that line's note).
+_SAME_AS = {"torch": "torch", "intra-op threads": "torch_threads", "ATen CPU capability": "cpu_capability"}
+
+
+def _machine(c: _Collector, ea: Mapping[str, Any], eb: Mapping[str, Any], *, cuda: bool) -> None:
+    """The machine causes of :func:`yolo_det.core.machine.machine_causes`, the rule ``check-machine`` uses."""
+    causes, _ = machine_causes(machine_view(ea), machine_view(eb), cuda=cuda)
+    named = {d.name: d for d in c.items}
+    for cause in causes:
+        line = named.get(_SAME_AS.get(cause.name, ""))
+        if line is not None and line.changes_bits:
+            line.note = f"fix: {cause.fix}" if line.note is None else f"{line.note}; fix: {cause.fix}"
+            continue
+        c.add("gpu" if cuda else "cpu", cause.name, cause.a, cause.b, note=f"fix: {cause.fix}")
 
 
 def _swaps_and_warnings(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:

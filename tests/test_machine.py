@@ -1,0 +1,173 @@
+"""The machine fingerprint, the ``portable`` settings, the one rule of machine causes, and ``check-machine``."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from yolo_det.cli import main
+from yolo_det.core.errors import ConfigError, ProfileError
+from yolo_det.core.machine import machine_causes, machine_fingerprint, machine_view
+from yolo_det.core.machine_settings import cannot_match, missing_env
+from yolo_det.core.profiles import load_profile
+from yolo_det.core.record_schema import check_record
+from yolo_det.session.extensions import MachinePinning, PhaseContext
+from yolo_det.tools.machine_check import check_machine
+
+
+def _record(host: dict | None = None, *, profile: str = "repro", schema: int = 3) -> dict:
+    env = {"torch": torch.__version__, "machine": "x86_64", "torch_threads": 1, "cpu_capability": "AVX512"}
+    if host is not None:
+        env["host"] = host
+    return {
+        "schema": schema,
+        "status": "completed",
+        "framework": "ultralytics",
+        "profile": load_profile(profile).to_dict(),
+        "environment": env,
+        "run": {"device": "cpu"},
+    }
+
+
+def test_the_fingerprint_holds_what_decides_the_bits_and_fits_the_schema() -> None:
+    fp = machine_fingerprint()
+    assert fp["intra_op_threads"] == torch.get_num_threads()
+    assert fp["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert set(fp["env"]) >= {"ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR"}
+    assert fp["torch"] == torch.__version__
+    assert check_record(_record(fp)) is None
+    bad = copy.deepcopy(fp)
+    bad["intra_op_threads"] = "8"
+    assert "environment.host.intra_op_threads" in (check_record(_record(bad)) or "")
+
+
+def test_an_old_record_still_reads_and_is_compared_on_what_it_holds(tmp_path: Path, capsys) -> None:
+    old = _record(None, schema=2)
+    assert check_record(old) is None
+    view = machine_view(old["environment"])
+    assert view["intra_op_threads"] == 1
+    assert view["cpu_capability"] == "AVX512"
+    other = {**view, "intra_op_threads": 3}
+    causes, notes = machine_causes(view, other, cuda=False)
+    assert [c.name for c in causes] == ["intra-op threads"]
+    assert "intra_op_threads: 1" in causes[0].fix
+    path = tmp_path / "determinism.json"
+    path.write_text(json.dumps(old))
+    code = main(["check-machine", str(path), "--profile", "repro"])
+    assert code in (0, 1)
+    assert "will" in capsys.readouterr().out
+
+
+def test_every_cause_is_named_with_its_fix_and_an_equal_machine_has_none() -> None:
+    a = machine_fingerprint()
+    assert machine_causes(a, copy.deepcopy(a), cuda=False) == ([], [])
+    b = copy.deepcopy(a)
+    b.update(intra_op_threads=a["intra_op_threads"] + 2, cpu_capability="DEFAULT", mkl="0.0")
+    b["env"] = {**a["env"], "MKL_CBWR": "AUTO" if a["env"].get("MKL_CBWR") != "AUTO" else None}
+    names = {c.name: c for c in machine_causes(a, b, cuda=False)[0]}
+    assert {"intra-op threads", "ATen CPU capability", "MKL_CBWR", "MKL version"} <= set(names)
+    assert "ATEN_CPU_CAPABILITY=default" in names["ATen CPU capability"].fix
+    # on CUDA the GPU decides, and a CPU difference does not count
+    ga = {**a, "gpu": {"name": "NVIDIA H100", "sm_count": 132, "cuda": "12.8"}}
+    gb = {**b, "gpu": {"name": "NVIDIA H100", "sm_count": 114, "cuda": "12.8"}}
+    assert [c.name for c in machine_causes(ga, gb, cuda=True)[0]] == ["GPU sm_count"]
+
+
+def test_machine_settings_are_validated_in_one_line() -> None:
+    profile = load_profile("portable")
+    assert profile.train.extra["intra_op_threads"] == 1
+    assert profile.train.extra["cpu_isa"] == "avx2"
+    with pytest.raises(ProfileError, match="'intra_op_threads' must be null or an integer"):
+        profile.train.replace(intra_op_threads=0)
+    with pytest.raises(ProfileError, match="'cpu_isa' must be null or one of avx2, default"):
+        profile.train.replace(cpu_isa="avx512")
+
+
+def test_a_machine_that_cannot_match_is_told_in_one_line() -> None:
+    assert "needs an x86-64 CPU" in (cannot_match("avx2", machine="aarch64") or "")
+    assert "needs a CPU with AVX2" in (cannot_match("avx2", machine="x86_64", flags=frozenset({"sse2"})) or "")
+    assert cannot_match("avx2", machine="x86_64", flags=frozenset({"avx2"})) is None
+    assert missing_env("avx2", {"ATEN_CPU_CAPABILITY": "avx2"}) == {
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "MKL_CBWR": "COMPATIBLE",
+    }
+
+
+class _Session:
+    class profile:
+        name = "t"
+
+
+def test_pinning_sets_the_threads_and_restores_them() -> None:
+    before = torch.get_num_threads()
+    ext = MachinePinning()
+    settings = load_profile("repro").train.replace(intra_op_threads=before + 1)
+    token = ext.apply(PhaseContext(_Session(), "train", settings))
+    try:
+        assert torch.get_num_threads() == before + 1
+    finally:
+        ext.undo(token)
+    assert torch.get_num_threads() == before
+
+
+def test_python_api_refuses_a_process_whose_branches_were_not_pinned_before_torch(monkeypatch) -> None:
+    monkeypatch.delenv("MKL_CBWR", raising=False)
+    settings = load_profile("portable").train
+    with pytest.raises(
+        ConfigError, match=r"needs ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_CBWR=COMPATIBLE"
+    ):
+        MachinePinning().apply(PhaseContext(_Session(), "train", settings))
+
+
+def test_cli_in_a_process_with_torch_names_what_to_set_exit_2(monkeypatch, capsys) -> None:
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    assert main(["train", "--profile", "portable", "epochs=1"]) == 2
+    err = capsys.readouterr().err
+    assert "needs ATEN_CPU_CAPABILITY=avx2" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_check_machine_predicts_the_run_s_own_machine_and_names_the_threads(tmp_path: Path, capsys) -> None:
+    here = machine_fingerprint()
+    record = _record(here)
+    record["environment"]["host"]["intra_op_threads"] = 7  # trained with 7 threads; repro here uses Ultralytics'
+    verdict = check_machine(record, "repro")
+    assert verdict.exit_code == 1
+    assert any(c.name == "intra-op threads" and c.a == 7 for c in verdict.causes)
+    path = tmp_path / "determinism.json"
+    path.write_text(json.dumps(record))
+    assert main(["check-machine", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "intra-op threads: recorded 7" in out
+    assert "will differ" in out
+    (tmp_path / "bad.json").write_text("{not json")
+    assert main(["check-machine", str(tmp_path / "bad.json")]) == 2
+
+
+def test_a_machine_of_another_architecture_is_refused_before_training(monkeypatch, capsys) -> None:
+    monkeypatch.setattr("platform.machine", lambda: "aarch64")
+    assert main(["train", "--profile", "portable", "epochs=1"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot reproduce its weights on this machine" in err
+    assert "needs an x86-64 CPU, and this machine is aarch64" in err
+
+
+def test_diff_names_the_machine_causes_check_machine_names() -> None:
+    from yolo_det.tools.diff import diff_records
+
+    a = _record(machine_fingerprint())
+    b = copy.deepcopy(a)
+    b["environment"]["host"]["intra_op_threads"] = 5
+    b["environment"]["host"]["env"]["MKL_CBWR"] = "AUTO"
+    expected = {c.name for c in machine_causes(a["environment"]["host"], b["environment"]["host"], cuda=False)[0]}
+    assert expected == {"intra-op threads", "MKL_CBWR"}
+    report = diff_records(a, b)
+    causes = {d.name: d for d in report.causes}
+    assert expected <= set(causes)
+    assert "fix: intra_op_threads:" in (causes["intra-op threads"].note or "")
+    # the same records, compared with themselves: nothing
+    assert not [d for d in diff_records(a, copy.deepcopy(a)).causes if d.group in {"cpu", "threads"}]

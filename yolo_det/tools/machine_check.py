@@ -1,0 +1,127 @@
+"""Will this machine reproduce a run's weights? The prediction of ``yolo-det check-machine``.
+
+:func:`check_machine` predicts the machine fingerprint (:mod:`yolo_det.core.machine`) the same command would
+train with here under a profile: the profile's ``intra_op_threads`` (without it, the ``min(8, cores - 1)``
+Ultralytics sets for CPU training, or torch's own count), its ``cpu_isa`` branches (without it, those this
+process has), this torch and this CPU or GPU. It compares that with the record's fingerprint through
+:func:`~yolo_det.core.machine.machine_causes`, the rule ``yolo-det diff`` and ``verify --against`` use, and adds
+the training settings of the profile that differ from the run's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.machine import MachineCause, machine_causes, machine_fingerprint, machine_view
+from ..core.machine_settings import ISA_CAPABILITY, ISA_ENV, cannot_match
+from ..core.profiles import Profile, load_profile
+from .diff.common import _args, _trained_on_cpu
+
+__all__ = ["MachineVerdict", "check_machine", "predicted_fingerprint"]
+
+#: Settings whose effect is judged through the fingerprint (threads, branches), or that act only on CUDA.
+_THROUGH_FINGERPRINT = frozenset({"intra_op_threads", "cpu_isa"})
+_CUDA_ONLY = frozenset({"cudnn_benchmark", "cudnn_deterministic", "allow_tf32", "env"})
+
+
+@dataclass
+class MachineVerdict:
+    """The prediction: the causes (empty: will agree), notes, and both fingerprints."""
+
+    causes: list[MachineCause]
+    notes: list[str] = field(default_factory=list)
+    recorded: dict[str, Any] = field(default_factory=dict)
+    here: dict[str, Any] = field(default_factory=dict)
+    profile: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        """0: will agree; 1: will differ."""
+        return 1 if self.causes else 0
+
+    def summary(self) -> str:
+        """The report: one line per cause with the setting that fixes it, then the verdict."""
+        lines = [f"  {c.name}: recorded {c.a} | here {c.b} -> fix: {c.fix}" for c in self.causes]
+        lines += [f"  note: {n}" for n in self.notes]
+        if self.causes:
+            lines.append(f"will differ under profile '{self.profile}': {len(self.causes)} cause(s) above")
+        else:
+            lines.append(f"will agree: the same command under profile '{self.profile}' reproduces those weights here")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data."""
+        return {
+            "verdict": "will differ" if self.causes else "will agree",
+            "profile": self.profile,
+            "causes": [{"name": c.name, "recorded": c.a, "here": c.b, "fix": c.fix} for c in self.causes],
+            "notes": list(self.notes),
+            "recorded": self.recorded,
+            "here": self.here,
+        }
+
+
+def predicted_fingerprint(record: Mapping[str, Any], profile: Profile) -> dict[str, Any]:
+    """The fingerprint the run's command would train with here under ``profile``."""
+    here = machine_fingerprint()
+    train = profile.phase("train").extra
+    threads = train.get("intra_op_threads")
+    if threads is None and _trained_on_cpu(record) and record.get("framework", "ultralytics") == "ultralytics":
+        threads = min(8, max(1, (os.cpu_count() or 1) - 1))  # Ultralytics' NUM_THREADS for CPU training
+    if threads is not None:
+        here["intra_op_threads"] = threads
+    isa = train.get("cpu_isa")
+    if isa is not None and cannot_match(isa) is None:
+        here["cpu_capability"] = ISA_CAPABILITY[isa]
+        here["env"] = {**(here.get("env") or {}), **ISA_ENV[isa]}
+    return here
+
+
+def _canon(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def check_machine(record: Mapping[str, Any], profile: str | Profile | None = None) -> MachineVerdict:
+    """Predict whether the run's command under ``profile`` (default: the run's own) reproduces its weights here.
+
+    Raises:
+        ProfileError: ``profile`` is unknown or malformed.
+    """
+    recorded_profile = record.get("profile") or {}
+    name = profile if profile is not None else recorded_profile.get("name", "repro")
+    try:
+        resolved = load_profile(name)
+    except Exception:
+        if profile is not None:
+            raise
+        resolved = load_profile("repro")
+    on_cuda = not _trained_on_cpu(record)
+    here = predicted_fingerprint(record, resolved)
+    recorded = machine_view(record.get("environment") or {})
+    causes, notes = machine_causes(recorded, here, cuda=on_cuda)
+    isa = resolved.phase("train").extra.get("cpu_isa")
+    problem = cannot_match(isa) if isa is not None and not on_cuda else None
+    if problem:
+        causes.insert(0, MachineCause("profile's cpu_isa", isa, "not available", problem))
+    ran = recorded_profile.get("train") or {}
+    wanted = resolved.phase("train").to_dict()
+    for key in sorted(set(ran) & set(wanted) - _THROUGH_FINGERPRINT):
+        if not on_cuda and key in _CUDA_ONLY:
+            continue
+        if _canon(ran[key]) != _canon(wanted[key]):
+            causes.append(
+                MachineCause(
+                    f"profile setting train.{key}",
+                    ran[key],
+                    wanted[key],
+                    f"--profile {recorded_profile.get('name', '?')} (the run's profile)",
+                )
+            )
+    device = _args(record).get("device")
+    if on_cuda and not here.get("gpu"):
+        causes.append(MachineCause("device", device or "cuda", "no CUDA here", "train on a machine with the GPU"))
+    return MachineVerdict(causes, notes, recorded=recorded, here=here, profile=resolved.name)
