@@ -46,7 +46,7 @@ test: lint
 # other machine: 3 cores and the AVX2 branch (tests/simulated_machine.py); .ci/run runs it after `make test`.
 NUMERICS_TESTS ?= tests/test_export_parity.py tests/test_deploy_check.py tests/test_detections.py \
 	tests/test_layers_common.py tests/test_layers_modules.py tests/test_layers_pooling.py tests/test_layers_upsample.py \
-	tests/test_layers_padding.py tests/test_layers_grid_sample.py tests/test_layers_loss.py tests/test_batch_invariance.py
+	tests/test_layers_padding.py tests/test_layers_grid_sample.py tests/test_layers_loss.py
 test-other-machine: install-test
 	$(PY) tests/simulated_machine.py --cpus 3 --isa avx2 -- -m pytest $(PYTEST_ARGS) -p no:cacheprovider $(NUMERICS_TESTS)
 

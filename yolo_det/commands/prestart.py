@@ -21,17 +21,22 @@ from ..core.profiles import PHASES, load_profile
 
 __all__ = ["TRAINING_COMMANDS", "prepare"]
 
-#: The commands that train under ``--profile`` in this process.
+#: The commands that train under ``--profile`` in this process. (``bench`` is not one: it measures several profiles
+#: in one process, and the others would be measured under the pinned branches; run ``portable`` there with the
+#: variables set, as the one-line refusal says.)
 TRAINING_COMMANDS = ("train", "verify")
 
 
-def _profile_arg(tokens: Sequence[str]) -> str | None:
+def _profile_args(tokens: Sequence[str]) -> list[str]:
+    names: list[str] = []
     for i, arg in enumerate(tokens):
-        if arg == "--profile" and i + 1 < len(tokens):
-            return tokens[i + 1]
-        if arg.startswith("--profile="):
-            return arg.split("=", 1)[1]
-    return None
+        for flag in ("--profile", "--profiles"):
+            if arg == flag and i + 1 < len(tokens):
+                names.extend(tokens[i + 1].split(",") if flag == "--profiles" else [tokens[i + 1]])
+            elif arg.startswith(flag + "="):
+                value = arg.split("=", 1)[1]
+                names.extend(value.split(",") if flag == "--profiles" else [value])
+    return [n for n in names if n]
 
 
 def prepare(command: str | None, tokens: Sequence[str], *, reexec: bool) -> None:
@@ -47,31 +52,33 @@ def prepare(command: str | None, tokens: Sequence[str], *, reexec: bool) -> None
     """
     if command not in TRAINING_COMMANDS:
         return
-    name = _profile_arg(tokens)
-    if name is None:
-        return
-    try:
-        profile = load_profile(name)
-    except ProfileError:
-        return  # the command itself reports it, with its usual message
-    isas = {str(v) for v in (profile.phase(p).extra.get("cpu_isa") for p in PHASES) if v is not None}
+    isas: dict[str, str] = {}  # cpu_isa -> the profile asking for it
+    for name in _profile_args(tokens):
+        try:
+            profile = load_profile(name)
+        except ProfileError:
+            continue  # the command itself reports it, with its usual message
+        for phase in PHASES:
+            value = profile.phase(phase).extra.get("cpu_isa")
+            if value is not None:
+                isas.setdefault(str(value), profile.name)
     if not isas:
         return
     if len(isas) > 1:
         raise ConfigError(
-            f"profile '{profile.name}' asks for cpu_isa {' and '.join(sorted(isas))}; one process has one; choose one"
+            f"the profiles ask for cpu_isa {' and '.join(sorted(isas))}; one process has one; run them separately"
         )
-    isa = str(isas.pop())
+    isa, profile_name = isas.popitem()
     problem = cannot_match(isa)
     if problem:
-        raise ConfigError(f"profile '{profile.name}' cannot reproduce its weights on this machine: {problem}")
+        raise ConfigError(f"profile '{profile_name}' cannot reproduce its weights on this machine: {problem}")
     missing = missing_env(isa)
     if not missing:
         return
     if "torch" in sys.modules or not reexec:
         needed = " ".join(f"{k}={v}" for k, v in ISA_ENV[isa].items())
         raise ConfigError(
-            f"profile '{profile.name}' needs {needed} before torch starts, and torch is already imported here; "
+            f"profile '{profile_name}' needs {needed} before torch starts, and torch is already imported here; "
             f"start the process with them"
         )
     env = {**os.environ, **missing}
