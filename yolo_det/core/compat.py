@@ -7,6 +7,17 @@ release that moves or renames one breaks this module and its contract tests (``t
 not a layer of its own. ``tests/test_architecture.py`` fails when another module imports an Ultralytics
 internal.
 
+Ultralytics releases in the supported range (8.3.253 to 8.4.x) differ in one internal yolo-det depends on;
+:func:`stop_loader` handles it, so the rest of yolo-det sees one behaviour:
+
+======================================  ===============================  ===================================
+internal                                8.3 (8.3.253)                    8.4 (8.4.190)
+======================================  ===============================  ===================================
+``InfiniteDataLoader.iterator``         made in ``__init__`` (workers    made at the first batch
+                                        start with the loader)
+``InfiniteDataLoader.reset()``          makes the next iterator at once  closes it; the next batch makes one
+======================================  ===============================  ===================================
+
 The names resolve lazily (``from yolo_det.core.compat import tasks`` imports ``ultralytics.nn.tasks`` when
 that line runs), so importing this module imports nothing. It lives in the bottom layer because layers
 from ``layers`` up to ``tools`` use Ultralytics internals; it imports nothing of yolo-det.
@@ -17,7 +28,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["EVENTS", "INTERNALS", "TASK_TRAINERS", "internal"]
+__all__ = ["EVENTS", "INTERNALS", "TASK_TRAINERS", "internal", "stop_loader", "ultralytics_version"]
 
 #: ``name -> (module, attribute)`` (attribute None: the module itself) of each Ultralytics internal.
 INTERNALS: dict[str, tuple[str, str | None]] = {
@@ -108,6 +119,34 @@ def task_trainer(task: str) -> type:
     module, name = TASK_TRAINERS[task]
     trainer: type = getattr(importlib.import_module(module), name)
     return trainer
+
+
+def ultralytics_version() -> str:
+    """The installed Ultralytics' version (``ultralytics.__version__``)."""
+    return str(importlib.import_module("ultralytics").__version__)
+
+
+def stop_loader(loader: Any) -> bool:
+    """Stop the workers of Ultralytics' ``InfiniteDataLoader`` ``loader`` (they hold copies of its dataset).
+
+    Ultralytics 8.4's loader (the one with ``close()``) makes its next iterator at its next batch once
+    ``reset()`` has closed the old one. Ultralytics 8.3's makes the next iterator at once in ``reset()``, and
+    its ``__iter__`` takes batches from ``loader.iterator`` without making one: there the live iterator's
+    workers are shut down here (no new workers are started) and the caller puts an iterator that makes its
+    workers at the first batch in ``loader.iterator``.
+
+    Returns:
+        True if the loader makes its next iterator itself (8.4), False if ``loader.iterator`` is stopped and
+        must be replaced before the next batch (8.3).
+    """
+    if callable(getattr(type(loader), "close", None)):
+        loader.reset()
+        if getattr(loader, "iterator", None) is None:
+            return True
+    shutdown = getattr(getattr(loader, "iterator", None), "_shutdown_workers", None)
+    if callable(shutdown):
+        shutdown()
+    return False
 
 
 def __getattr__(name: str) -> Any:  # ``from yolo_det.core.compat import tasks``

@@ -46,6 +46,7 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, get_worker_info
 
+from ..core import compat
 from ..core.errors import ConfigError
 from ..core.seeding import epoch_data_seed
 
@@ -399,7 +400,9 @@ def _drop_iterator(loader: Any) -> None:
     """Stop a loader's live iterator (its workers hold copies made before the change)."""
     live_iter = getattr(loader, "iterator", None)
     if live_iter is not None and callable(getattr(loader, "reset", None)):
-        loader.reset()  # Ultralytics' InfiniteDataLoader
+        # Ultralytics' InfiniteDataLoader (8.3's makes no iterator of its own: it gets a lazy one)
+        if not compat.stop_loader(loader):
+            loader.iterator = _LazyPasses(loader)
     elif live_iter is not None and isinstance(loader, DataLoader):
         # YOLOv5's InfiniteDataLoader: one iterator made in __init__, no reset(); its successor is made on
         # the first batch asked for, so it sees the loader as it is then
