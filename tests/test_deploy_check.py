@@ -116,10 +116,15 @@ def test_check_deploy_compares_val_at_several_batch_sizes(tmp_path, checkpoint, 
         ]
     )
     val = json.loads(report.read_text())["val"]
-    assert code == 0
+    # an untrained model on labels it cannot find: every metric is 0, so equal metrics prove nothing
     assert val["verdict"] == "bitwise"
+    assert val["all_zero"] is True
+    assert code == 3
     assert set(val["metrics"]) == {"1", "4", "16"}
-    assert "val batch=1,4,16: bitwise" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "val batch=1,4,16: bitwise" in out
+    assert "every val metric is 0" in out
+    assert "\nverdict: nothing compared\n" in out
 
 
 def _val_profile(tmp_path: Path) -> Path:
@@ -166,3 +171,67 @@ def test_the_chart_has_a_cell_per_image_and_scenario_and_a_val_panel(tmp_path) -
     assert sorted(t.get_text() for t in grid.texts) == ["12.5\n3→4", "12.5\n3→4", "="]
     assert [p.get_height() for p in val.patches] == [0.25]
     assert save_deploy_plot(report, tmp_path / "c.png").read_bytes().startswith(b"\x89PNG")
+
+
+def _report(comparisons: list, val: dict | None = None):
+    from yolo_det.tools.deploy.check import DeployReport
+
+    return DeployReport(
+        weights="w.pt",
+        profile="repro",
+        deploy_settings={},
+        val_settings={},
+        imgsz=64,
+        atol=1e-4,
+        conf=0.25,
+        images=[{"image": "a.png", "detections": 0}],
+        comparisons=comparisons,
+        val=val,
+    )
+
+
+def _row(verdict: str, count: list, **raw) -> dict:
+    return {"image": "a.png", "scenario": "batch=2", "verdict": verdict, "count": count, **raw}
+
+
+def test_no_detection_anywhere_is_nothing_compared_not_bitwise() -> None:
+    empty = _report([_row("bitwise", [0, 0], raw_bitwise=True, raw_elements=840)])
+    assert empty.verdict == "nothing compared"
+    assert empty.exit_code == 3
+    assert "lower --conf" in empty.summary()
+    assert "0 detections, 840 raw output elements" in empty.summary()
+    # control: the same report with detections is an equality verdict, and a real difference still differs
+    found = _report([_row("bitwise", [2, 2], raw_bitwise=True, raw_elements=840)])
+    assert (found.verdict, found.exit_code) == ("bitwise", 0)
+    assert found.evidence["detections"] == 4
+    differs = _report([_row("differs", [0, 1], raw_bitwise=False, raw_elements=840)])
+    assert (differs.verdict, differs.exit_code) == ("differs", 1)
+
+
+def test_all_zero_val_metrics_are_nothing_compared() -> None:
+    rows = [_row("bitwise", [1, 1])]
+    zero = _report(
+        rows, val={"verdict": "bitwise", "all_zero": True, "batches": [1, 4], "max_diff": 0.0, "max_key": None}
+    )
+    assert (zero.verdict, zero.exit_code) == ("nothing compared", 3)
+    assert "every val metric is 0" in zero.summary()
+    assert _report(rows, val={"verdict": "bitwise", "all_zero": False}).verdict == "bitwise"
+
+
+def test_raw_outputs_decide_as_well_as_detections() -> None:
+    from yolo_det.tools.deploy.check import _compare_raw, _fold_raw
+
+    a = torch.zeros(7, 252)
+    other_shape = {"verdict": "bitwise", **_compare_raw(a, torch.zeros(7, 336))}
+    _fold_raw(other_shape, 1e-4)
+    assert other_shape["verdict"] == "differs"
+    close = {"verdict": "bitwise", **_compare_raw(a, a + 1e-6)}
+    _fold_raw(close, 1e-4)
+    assert close["verdict"] == "within tolerance"
+    far = {"verdict": "bitwise", **_compare_raw(a, a + 1.0)}
+    _fold_raw(far, 1e-4)
+    assert far["verdict"] == "differs"
+    same = {"verdict": "bitwise", **_compare_raw(a, a.clone())}
+    _fold_raw(same, 1e-4)
+    assert same["verdict"] == "bitwise"
+    assert same["raw_elements"] == 7 * 252

@@ -14,7 +14,8 @@ differs; the last line is the verdict.
 --compare A B compares two export records (written next to an exported model by `export()` under
 yolo-det): the export and weights digests, the profile's deploy settings, the parity numbers.
 
-Exit 0 when bitwise or within tolerance (records: the same), 1 when something differs, 2 on bad input.
+Exit 0 when bitwise or within tolerance (records: the same), 1 when something differs, 2 on bad input,
+3 when nothing was compared (no detection on any image: lower --conf; every val metric 0).
 
 examples:
   yolo-det check-deploy runs/detect/train/weights/best.pt images/ --imgsz 320

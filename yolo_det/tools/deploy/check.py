@@ -1,5 +1,8 @@
 """``check-deploy``: does an image's prediction depend on what else is in its batch?
 
+Length: one check: predicting, capturing the raw outputs, comparing them and the report that weighs the
+evidence belong together; splitting them would spread one verdict over several files.
+
 For every image of a folder, the detections (boxes, scores, classes after NMS) and the raw network outputs
 predicted alone are the reference; they are compared with the same image predicted in batches of 2..N
 (``batch=`` of ``predict``), next to images of other sizes, and, with a data YAML, the metrics of ``val``
@@ -61,7 +64,26 @@ def _compare_raw(ref: torch.Tensor | None, got: torch.Tensor | None) -> dict[str
             "raw_note": f"raw outputs of other shapes {tuple(ref.shape)} and {tuple(got.shape)}",
         }
     diff = (ref.double() - got.double()).abs()
-    return {"raw_max_diff": float(diff.max()) if diff.numel() else 0.0, "raw_bitwise": bool(torch.equal(ref, got))}
+    return {
+        "raw_max_diff": float(diff.max()) if diff.numel() else 0.0,
+        "raw_bitwise": bool(torch.equal(ref, got)),
+        "raw_elements": int(diff.numel()),
+    }
+
+
+def _fold_raw(row: dict[str, Any], atol: float) -> None:
+    """Let the raw outputs decide as well as the detections: other shapes or a difference above ``atol`` differ,
+    a difference within it is at best "within tolerance"."""
+    if row.get("raw_bitwise") is not False:
+        return
+    if row.get("raw_note") or (row.get("raw_max_diff") or 0.0) > atol:
+        row["verdict"] = "differs"
+    elif row["verdict"] == "bitwise":
+        row["verdict"] = "within tolerance"
+
+
+#: The verdict when the comparisons held nothing to compare (no detection anywhere, every val metric 0).
+NOTHING = "nothing compared"
 
 
 @dataclass
@@ -74,23 +96,52 @@ class DeployReport:
     val_settings: dict[str, Any]
     imgsz: int
     atol: float
+    conf: float = 0.25
     images: list[dict[str, Any]] = field(default_factory=list)
     comparisons: list[dict[str, Any]] = field(default_factory=list)
     val: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
+    def evidence(self) -> dict[str, int]:
+        """What the verdict rests on: images, comparisons, detections and raw output elements compared."""
+        return {
+            "images": len(self.images),
+            "comparisons": len(self.comparisons),
+            "detections": sum(int(c["count"][0]) + int(c["count"][1]) for c in self.comparisons),
+            "raw_elements": sum(int(c.get("raw_elements") or 0) for c in self.comparisons),
+        }
+
+    @property
+    def nothing_compared(self) -> list[str]:
+        """Why an equality verdict would rest on nothing (empty when there is evidence), with what to do."""
+        why = []
+        if self.comparisons and not self.evidence["detections"]:
+            why.append(
+                f"no image has a detection at --conf {self.conf:g} (alone or in a batch): lower --conf "
+                "(e.g. 0.001) or check a trained model"
+            )
+        if self.val is not None and self.val.get("all_zero"):
+            why.append("every val metric is 0 at every batch=: check a trained model (or other --data)")
+        return why
+
+    @property
     def verdict(self) -> str:
-        """The worst verdict of every comparison (predictions and val)."""
+        """The worst verdict of every comparison (predictions and val); "nothing compared" instead of an
+        equality verdict that rests on no detection or on all-zero metrics."""
         verdicts = [c["verdict"] for c in self.comparisons]
         if self.val is not None:
             verdicts.append(self.val["verdict"])
-        return _worst(verdicts)
+        verdict = _worst(verdicts)
+        if verdict != "differs" and self.nothing_compared:
+            return NOTHING
+        return verdict
 
     @property
     def exit_code(self) -> int:
-        """0 when bitwise or within tolerance, 1 when something differs."""
-        return 1 if self.verdict == "differs" else 0
+        """0 when bitwise or within tolerance, 1 when something differs, 3 when nothing was compared."""
+        verdict = self.verdict
+        return 1 if verdict == "differs" else 3 if verdict == NOTHING else 0
 
     def largest(self) -> dict[str, Any]:
         """The largest differences over every comparison (box, score, raw output)."""
@@ -118,6 +169,9 @@ class DeployReport:
             "val": self.val,
             "largest": self.largest(),
             "notes": self.notes,
+            "conf": self.conf,
+            "evidence": self.evidence,
+            "nothing_compared": self.nothing_compared,
             "verdict": self.verdict,
         }
 
@@ -146,6 +200,13 @@ class DeployReport:
             largest = f" (largest metric difference {v['max_diff']:.4g} in {v['max_key']})" if v["max_key"] else ""
             lines.append(f"  val batch={','.join(str(b) for b in v['batches'])}: {v['verdict']}{largest}")
         lines.extend(f"  note: {n}" for n in self.notes)
+        e = self.evidence
+        lines.append(
+            f"  compared: {e['images']} images, {e['comparisons']} comparisons, {e['detections']} detections, "
+            f"{e['raw_elements']} raw output elements"
+        )
+        if self.verdict == NOTHING:
+            lines.extend(f"  nothing compared: {why}" for why in self.nothing_compared)
         lines.append(f"verdict: {self.verdict}")
         return "\n".join(lines)
 
@@ -289,6 +350,7 @@ def check_deploy(
         val_settings=resolved.val.to_dict(),
         imgsz=int(imgsz),
         atol=float(atol),
+        conf=float(conf),
     )
     capture = _RawCapture()
     was_attached = "_yolo_det_plugin" in model.__dict__
@@ -340,7 +402,10 @@ def check_deploy(
                     **compare_detections(alone[i][0][0], dets, atol=atol, conf=conf),  # NMS at predict's iou (0.7)
                 }
                 row.update(_compare_raw(alone[i][1][0], raw))
+                _fold_raw(row, atol)
                 row["input_shape"] = [list(alone[i][2][0] or ()), list(ins or ())]
+                if row.get("raw_note") and row["verdict"] == "differs":
+                    row.setdefault("cause", row["raw_note"])
                 if row["input_shape"][0] != row["input_shape"][1] and row["verdict"] != "bitwise":
                     row["cause"] = (
                         f"letterbox: input {row['input_shape'][1]} here, {row['input_shape'][0]} alone "
@@ -413,5 +478,6 @@ def _val_at(
         "metrics": {str(b): results[b] for b in batches},
         "max_diff": max_diff,
         "max_key": max_key,
+        "all_zero": all(v == 0 for b in batches for v in results[b].values()),
         "verdict": verdict,
     }
