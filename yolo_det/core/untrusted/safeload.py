@@ -195,12 +195,21 @@ def _guarded_load(f: Any, map_location: Any = None, pickle_module: Any = None, *
 
 
 def _noted_save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
-    """``torch.save``, then the digest of the bytes it wrote noted as yolo-det's own (:mod:`.written`)."""
+    """``torch.save`` (to a path: atomically, so that a kill leaves the file as it was), then the digest of the
+    bytes it wrote noted as yolo-det's own (:mod:`.written`)."""
     # a module that kept a reference to this function (Ultralytics' patches, imported under the guard) still saves
     real = _REAL_SAVE[0] if _REAL_SAVE else torch.serialization.save
-    out = real(obj, f, *args, **kwargs)
     if not _REAL_SAVE:
-        return out
+        return real(obj, f, *args, **kwargs)
+    if isinstance(f, (str, os.PathLike)):  # Ultralytics' final strip_optimizer rewrite: all or nothing
+        from ..fileio import atomic_file
+        from ..testpoints import reach
+
+        with atomic_file(f, sync=False) as out_file:
+            out = real(obj, out_file, *args, **kwargs)
+            reach("weights-file-saving")
+    else:
+        out = real(obj, f, *args, **kwargs)
     try:
         if isinstance(f, io.BytesIO):
             note_written(f.getvalue())
