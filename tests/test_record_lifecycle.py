@@ -164,3 +164,95 @@ def test_a_killed_run_in_a_reused_folder_never_leaves_the_previous_runs_record(
     out = capsys.readouterr().out
     assert code == 1
     assert "and are" not in out.splitlines()[-1]
+
+
+_KILLED_AT_FINAL_CHECKPOINT = """
+import os, signal, sys
+sys.path.insert(0, {tests!r})
+from test_record_lifecycle import _train
+saves = [0]
+def hook(point):
+    if point == "checkpoint-written":
+        saves[0] += 1
+        if saves[0] == 3:  # the final epoch's checkpoint is on disk, the record not yet updated
+            os.kill(os.getpid(), signal.SIGKILL)
+_train({tokens!r}, hook=hook)
+"""
+
+
+def test_a_kill_after_the_final_checkpoint_lists_nothing_stale_and_says_finished(
+    straight: tuple[list[str], str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    common, digest, _ = straight
+    tokens = [*[t for t in common if not t.startswith("project=")], f"project={tmp_path}", "name=k"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLED_AT_FINAL_CHECKPOINT.format(tests=str(ROOT / "tests"), tokens=tokens)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    last = tmp_path / "k" / "weights" / "last.pt"
+    assert read_checkpoint(last).epoch == 2  # the final epoch, optimizer kept: Ultralytics had not stripped it
+    record = json.loads((tmp_path / "k" / RECORD_NAME).read_text())
+    assert record["status"] == "running"
+    for entry in record["weights"]["files"]:  # never a size or digest that is not the file on disk
+        path = Path(entry["file"])
+        if entry.get("bytes") is not None:
+            assert entry["bytes"] == path.stat().st_size, entry
+        if entry.get("sha256") is not None:
+            assert entry["sha256"] == checkpoint_digest(path), entry
+    assert any(e["sha256"] is None for e in record["weights"]["files"])  # the files being replaced, unlisted
+    # the weights on disk are the uninterrupted run's final ones (control: the straight run's file differs
+    # from this one as a file, it is stripped)
+    assert last.read_bytes() != (straight[2] / "weights" / "last.pt").read_bytes()
+    assert checkpoint_digest(last) == digest
+    before = last.read_bytes()
+    assert main(["train", "--profile", "repro", f"resume={last}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "finished training (all 3 epochs are in it), nothing to resume" in err
+    assert last.read_bytes() == before  # nothing written
+
+
+_KILLED_IN_FINAL_REWRITE = """
+import os, signal, sys
+sys.path.insert(0, {tests!r})
+from test_record_lifecycle import _train
+def hook(point):
+    if point == "weights-file-saving":  # Ultralytics' strip_optimizer rewriting last.pt at the end of training
+        os.kill(os.getpid(), signal.SIGKILL)
+_train({tokens!r}, hook=hook)
+"""
+
+
+def test_a_kill_during_the_final_rewrite_of_last_pt_leaves_the_final_checkpoint(
+    straight: tuple[list[str], str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    common, digest, twin = straight
+    tokens = [*[t for t in common if not t.startswith("project=")], f"project={tmp_path}", "name=w"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLED_IN_FINAL_REWRITE.format(tests=str(ROOT / "tests"), tokens=tokens)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    last = tmp_path / "w" / "weights" / "last.pt"
+    info = read_checkpoint(last)  # not cut short: the final checkpoint, as it was before the rewrite
+    assert (info.epoch, info.has_optimizer) == (2, True)
+    assert checkpoint_digest(last) == digest  # the uninterrupted run's final weights
+    assert last.read_bytes() != (twin / "weights" / "last.pt").read_bytes()  # control: the twin's was stripped
+    record = json.loads((tmp_path / "w" / RECORD_NAME).read_text())
+    for entry in record["weights"]["files"]:
+        path = Path(entry["file"])
+        assert entry.get("bytes") in (None, path.stat().st_size), entry
+        assert entry.get("sha256") in (None, checkpoint_digest(path)), entry
+    assert main(["train", "--profile", "repro", f"resume={last}"]) == 2
+    assert "nothing to resume" in capsys.readouterr().err

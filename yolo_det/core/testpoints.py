@@ -4,7 +4,9 @@ Code calls :func:`reach` with a point's name; a test installs a hook with :func:
 sends a signal at the point it names. Without a hook, :func:`reach` does nothing.
 
 Points: ``resume-state-written`` (a checkpoint's resume state is on disk, the checkpoint is not written
-yet), ``checkpoint-written`` (the checkpoint is on disk, the record not yet updated), ``record-updated``.
+yet), ``checkpoint-written`` (the checkpoint is on disk, the record not yet updated), ``record-updated``,
+``weights-file-saving`` (a ``torch.save`` to a path under the load guard, such as Ultralytics' final
+``strip_optimizer`` rewrite of ``last.pt``, has written its temporary file, not yet renamed over the file).
 """
 
 from __future__ import annotations

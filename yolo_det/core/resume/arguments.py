@@ -63,6 +63,11 @@ def resume_arguments(args: Mapping[str, Any]) -> tuple[dict[str, Any], Checkpoin
             "(or write resume=path/to/weights/last.pt)"
         )
     info = read_checkpoint(Path(ckpt).expanduser())
+    if info.epoch >= 0 and info.has_optimizer and info.finished:
+        raise ConfigError(
+            f"'{ckpt}' finished training (all {info.epoch + 1} epochs are in it), nothing to resume; the run "
+            f"ended before Ultralytics stripped the checkpoint: use it as model={ckpt}, or start a new run"
+        )
     if not info.resumable:
         raise ConfigError(
             f"'{ckpt}' cannot be resumed: its training finished (epoch {info.epoch}, optimizer "

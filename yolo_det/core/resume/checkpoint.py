@@ -39,8 +39,18 @@ class CheckpointInfo:
 
     @property
     def resumable(self) -> bool:
-        """Whether the framework would resume from it (an unfinished training: epoch >= 0 and an optimizer)."""
-        return self.epoch >= 0 and self.has_optimizer
+        """Whether the framework would resume from it (an unfinished training: epoch >= 0, an optimizer, and
+        epochs left to train)."""
+        return self.epoch >= 0 and self.has_optimizer and not self.finished
+
+    @property
+    def finished(self) -> bool:
+        """Whether its last completed epoch is the final one (a run killed after its final checkpoint, before
+        Ultralytics stripped it), or it is a stripped, finished checkpoint."""
+        epochs = self.train_args.get("epochs")
+        if self.epoch < 0:
+            return True
+        return isinstance(epochs, int) and not isinstance(epochs, bool) and self.epoch + 1 >= epochs
 
 
 def _inert_text(value: Any) -> str:

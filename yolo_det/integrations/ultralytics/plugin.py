@@ -196,7 +196,7 @@ class UltralyticsPlugin(RunRecords):
         self._stamp_checkpoint_yaml(trainer)
         self.resume = UltralyticsResume(int(session.seeds()["seed"]), rank=session.rank)
         self.resume.prepare(trainer)
-        self.resume.wrap_save(trainer, self._after_checkpoint)
+        self.resume.wrap_save(trainer, self._after_checkpoint, self._before_checkpoint_record)
         self._warn_profile_change()
         self._write_running(trainer)  # now with the data and model fingerprints
         safe_point("train-setup")

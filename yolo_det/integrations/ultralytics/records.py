@@ -54,14 +54,25 @@ RUN_ARGS = (
 class RunRecords(RunControl):
     """Writes ``determinism.json`` for the run in progress (see the module docstring)."""
 
-    def _write_running(self, trainer: Any) -> None:
-        """Write (replace) the record with status ``running`` (rank 0; a failure to write is kept, not raised)."""
+    def _write_running(self, trainer: Any, rewriting: frozenset[str] = frozenset()) -> None:
+        """Write (replace) the record with status ``running`` (rank 0; a failure to write is kept, not raised);
+        the weights files named in ``rewriting`` are listed without size or digest (about to be replaced)."""
         if not self.record or process_rank() not in {-1, 0}:
             return
         try:
-            self._write(trainer, None, running=True)
+            self._write(trainer, None, running=True, rewriting=rewriting)
         except Exception as e:  # the training goes on; the final record says what it can
             self.record_error = f"could not write {RECORD_NAME}: {type(e).__name__}: {one_line(e)}"
+
+    def _before_checkpoint_record(self, trainer: Any) -> None:
+        """Before each checkpoint: the files it replaces are listed without a size or digest, so that the record
+        never lists one that is not on disk, whenever the run is killed."""
+        save_dir = getattr(trainer, "save_dir", None)
+        if save_dir is None or not Path(save_dir, RECORD_NAME).is_file():
+            return  # no record yet: nothing lists the files
+        weights = Path(save_dir) / "weights"
+        names = {Path(getattr(trainer, k, weights / f"{k}.pt")).name for k in ("last", "best")}
+        self._write_running(trainer, frozenset(names))
 
     def _after_checkpoint(self, trainer: Any) -> None:
         """After each checkpoint: the record says how many epochs are checkpointed."""
@@ -101,7 +112,14 @@ class RunRecords(RunControl):
     def _written_for(self, trainer: Any) -> bool:
         return state_of(trainer).record_written
 
-    def _write(self, trainer: Any, error: BaseException | None, *, running: bool = False) -> None:
+    def _write(
+        self,
+        trainer: Any,
+        error: BaseException | None,
+        *,
+        running: bool = False,
+        rewriting: frozenset[str] = frozenset(),
+    ) -> None:
         """Write ``determinism.json`` for a run that ended with ``error`` (None: completed), or one still
         ``running``."""
         if not self.record or self.session is None:
@@ -113,6 +131,12 @@ class RunRecords(RunControl):
         running = running and error is None
         # Digests of the files as they are on disk (this run holds the folder: they are its own files).
         files = set_aside_incomplete(weights_files(Path(save_dir) / "weights", self._weights_before, self._digests))
+        files = [
+            {"file": f["file"], "sha256": None, "error": "being replaced by the checkpoint in progress"}
+            if Path(f["file"]).name in rewriting
+            else f
+            for f in files
+        ]
         weights: dict[str, Any] = {"files": files}
         if (error is None and not running) or stopped:
             last = Path(getattr(trainer, "last", Path(save_dir) / "weights" / "last.pt")).resolve()

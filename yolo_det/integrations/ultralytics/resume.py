@@ -198,15 +198,18 @@ class UltralyticsResume:
         self._trained = True
 
     # -- saving ---------------------------------------------------------------------------------------
-    def wrap_save(self, trainer: Any, after_checkpoint: Any) -> None:
-        """Wrap ``trainer.save_model`` (rank 0): the resume state before the checkpoint, ``after_checkpoint(trainer)``
-        after it (see the module docstring). :meth:`close` takes the wrapper off."""
+    def wrap_save(self, trainer: Any, after_checkpoint: Any, before_checkpoint: Any = None) -> None:
+        """Wrap ``trainer.save_model`` (rank 0): ``before_checkpoint(trainer)`` and the resume state before the
+        checkpoint, ``after_checkpoint(trainer)`` after it (see the module docstring). :meth:`close` takes the
+        wrapper off."""
         original = getattr(trainer, "save_model", None)
         if self.rank != 0 or not callable(original) or getattr(original, "_yolo_det_save", False):
             return
 
         def save_model() -> Any:
             self._trained = False  # this epoch's state is written here, not at on_fit_epoch_end
+            if before_checkpoint is not None:
+                before_checkpoint(trainer)
             self._before_checkpoint(trainer)
             saved = original()
             if saved is not False:
