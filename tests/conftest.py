@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import tempfile
 import warnings
 
 import pytest
@@ -13,6 +14,9 @@ import torch
 from helpers import ROOT, STOP_SIGNAL_DEFAULTS
 
 os.environ.setdefault("YOLO_OFFLINE", "1")  # Ultralytics reads it at import: never probe the network in tests
+# yolo-det's cache (data fingerprints, the digests of checkpoints it wrote) in a folder of this test session's own,
+# never the user's: a test run neither reads nor leaves trust in ~/.cache/yolo-det
+os.environ.setdefault("YOLO_DET_CACHE", tempfile.mkdtemp(prefix="yolo-det-test-cache-"))
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
