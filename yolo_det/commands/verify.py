@@ -255,8 +255,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"loss curves: {shown.plot}")
     suites = ([verify_suite(report)] if report is not None else []) + ([against_suite(against)] if against else [])
     emit_ci(args, suites)
-    ok = (report is None or report.identical) and (against is None or against.verified)
-    return 0 if ok else 1
+    codes = ([report.exit_code] if report is not None else []) + ([against.exit_code] if against else [])
+    return 1 if 1 in codes else 3 if 3 in codes else 0
 
 
 def _run_resume_at(args: argparse.Namespace, profile: Any, ul_args: dict[str, Any], plot_path: Any) -> int:
@@ -285,4 +285,4 @@ def _run_resume_at(args: argparse.Namespace, profile: Any, ul_args: dict[str, An
         if report.plot:
             print(f"loss curves: {report.plot}")
     emit_ci(args, [verify_suite(report)])
-    return 0 if report.identical else 1
+    return report.exit_code
