@@ -450,6 +450,7 @@ def test_unchanged_weights_are_nothing_compared_on_records():
     assert (report.verdict, report.exit_code) == ("nothing compared", 3)
     assert "raise --steps" in report.nothing_compared[0]
     assert "verdict: nothing compared" in report.summary()
+    assert "nothing compared" in verify_module.loss_figure(report).axes[0].get_title()
     run.final_params = ref.final_params = "moved"  # control: weights that moved give the equality verdict
     assert (report.verdict, report.exit_code) == ("bitwise identical", 0)
     assert report.to_dict()["evidence"]["weights_changed"] is True

@@ -269,6 +269,8 @@ def loss_figure(report: VerifyReport) -> Any:
     steps = max((len(r.steps) for r in report.runs), default=0)
     if first is None:
         title = f"{report.profile}: {len(report.runs)} runs bitwise identical"
+        if report.nothing_compared:
+            title = f"{report.profile}: {NOTHING} (the weights never changed from the initial ones)"
         bottom.axhline(0.0, color="C2", linewidth=2)
         bottom.set_ylim(-1, 1)
         bottom.set_yticks([0.0])
