@@ -8,7 +8,9 @@ Each run trains a fresh model exactly as `yolo-det train` does (same key=value a
 defaults without data=). Per optimizer step the input batch, the loss components and every gradient are
 fingerprinted; at the end the weights. The runs are compared step by step: either "bitwise identical"
 (exit 0) or the first divergence (exit 1): the step, what differed first (data order or content, loss,
-gradients, weights), the parameter with the largest difference and its size. Bad input exits 2.
+gradients, weights), the parameter with the largest difference and its size. Bad input exits 2. When
+everything matches but the trained weights equal the initial ones, the verdict is "nothing compared"
+(exit 3): more --steps or epochs=, or warmup_epochs=0.
 
 Across processes and machines: --save FILE writes one run's per-step fingerprints (batch, loss, gradient
 per parameter, weights after each step) with its environment to a small versioned JSON file; --against
@@ -145,7 +147,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``yolo-det verify``: exit 0 when the runs (and the saved run) are bitwise identical, 1 when not."""
+    """Run ``yolo-det verify``: exit 0 when the runs (and the saved run) are bitwise identical, 1 when not,
+    3 when they match over weights that never changed (nothing compared)."""
     tokens = list(args.overrides)
     if parse_overrides(tokens).get("resume") not in (None, False):
         raise ConfigError(
