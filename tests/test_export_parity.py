@@ -137,3 +137,21 @@ def test_a_mismatched_preprocessing_is_reported_as_the_cause(tmp_path, monkeypat
     assert sized["cause"].startswith(
         "preprocessing: imgsz: the PyTorch model predicts at 96x96, the export takes 64x64"
     )
+
+
+def test_a_parity_over_no_detection_says_nothing_compared(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    model = _stock()
+    exported = _export(model, "torchscript")
+    images = _images(tmp_path / "images")
+    empty = export_parity(model, exported, images=images, pt_rect=False, conf=0.99)  # untrained: no score that high
+    assert empty["evidence"]["detections"] == 0
+    assert empty["evidence"]["raw_elements"] > 0
+    assert empty["verdict"] == "nothing compared"
+    assert empty["numerics"]["detections_match"] is None
+    assert "lower conf" in empty["nothing_compared"][0]
+    found = export_parity(model, exported, images=images, pt_rect=False, conf=0.0)  # control: detections compared
+    assert found["evidence"]["detections"] > 0
+    assert found["verdict"] != "nothing compared"
+    assert found["numerics"]["detections_match"] is True
+    assert found["nothing_compared"] == []

@@ -191,3 +191,30 @@ def test_scientific_notation_trains(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert saved["lr0"] == 0.001
     assert saved["weight_decay"] == 0.0005
     assert "weights sha256:" in out
+
+
+def test_allow_download_opts_in_for_a_missing_split_and_the_refusal_names_it(tmp_path: Path) -> None:
+    from yolo_det.analysis.gate import allow_downloads
+
+    data = str(_data(tmp_path, path="coco", train="images/train", val="images/val", download="print(1)"))
+    with pytest.raises(ConfigError, match=r"not here .* pass --allow-download if you trust this file"):
+        prechecks.check_data(data)
+    with allow_downloads():  # the user's opt-in: Ultralytics runs the download, the pre-check lets it
+        assert prechecks.check_data(data)["download"] == "print(1)"
+    with allow_downloads(), pytest.raises(ConfigError, match="do not exist"):  # control: no download: still refused
+        prechecks.check_data(str(_data(tmp_path, path="coco", train="images/train", val="images/val")))
+
+
+def test_a_classify_folder_whose_data_yaml_holds_only_download_is_accepted(tmp_path: Path) -> None:
+    import cv2
+    import numpy as np
+
+    folder = tmp_path / "flowers"
+    for split in ("train", "val"):
+        for c in ("a", "b"):
+            (folder / split / c).mkdir(parents=True)
+            cv2.imwrite(str(folder / split / c / "x.png"), np.zeros((8, 8, 3), np.uint8))
+    (folder / "data.yaml").write_text("download: https://example.invalid/flowers.zip\n")
+    _, args = prepare("repro", ["model=yolov8n-cls.yaml", f"data={folder}"])
+    assert Path(args["data"]) == folder
+    assert (folder / "data.yaml").read_text() == "download: https://example.invalid/flowers.zip\n"  # unchanged

@@ -275,6 +275,7 @@ def test_verify_resume_at(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     out = capsys.readouterr().out
     assert "bitwise identical" in out
     assert "interrupted after epoch 1 and resumed" in out
+    assert "weights moved from the initial ones" in out  # the equality rests on weights that trained
 
     code = main(
         [
@@ -344,3 +345,18 @@ def test_state_writer_writes_what_was_there_when_it_was_copied(tmp_path: Path) -
     writer.submit(blocked / "s.pt", {"epoch": 1})
     with pytest.raises(OSError):
         writer.close()
+
+
+@pytest.mark.slow
+def test_verify_resume_at_over_weights_that_never_move_is_nothing_compared(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    frozen = ["epochs=2", "imgsz=64", "plots=false", "optimizer=SGD", "lr0=0.0", "warmup_bias_lr=0.0"]
+    code = main(["verify", "--profile", "repro", "--resume-at", "1", "--json", *frozen, f"project={tmp_path}"])
+    out, err = capsys.readouterr()
+    assert code == 3, err
+    report = json.loads(out)
+    assert report["verdict"] == "nothing compared"
+    assert report["evidence"]["weights_changed"] is False
+    assert report["evidence"]["optimizer_steps"][0] > 0
+    assert "equal the initial ones" in report["nothing_compared"][0]

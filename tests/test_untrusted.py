@@ -514,3 +514,16 @@ def test_a_received_run_folder_is_never_written_through_its_links(
     assert resume_folder(linked / "weights" / "last.pt") == linked
     with runlock.acquire(linked) as lock:
         assert lock.folder == run.resolve()
+
+
+def test_a_classify_folder_with_its_splits_ignores_a_download_only_data_yaml(tmp_path: Path) -> None:
+    marker = tmp_path / "MARKER"
+    folder = tmp_path / "flowers"
+    (folder / "data.yaml").parent.mkdir()
+    (folder / "data.yaml").write_text(f"download: |\n  open({str(marker)!r}, 'w')\n")
+    with pytest.raises(ConfigError, match=r"it names no split.*--allow-download"):  # control: no splits here
+        check_arguments({"data": str(folder)})
+    for split in ("train", "val"):
+        (folder / split / "a").mkdir(parents=True)
+    check_arguments({"data": str(folder)})  # Ultralytics reads the folder, never its data.yaml
+    assert not marker.exists()

@@ -433,3 +433,54 @@ def test_unseeded_data_order_exits_1_and_says_data_order(tmp_path, capsys, monke
     assert "order" in d["detail"]
     assert d["parameter"] is not None
     assert d["max_abs_diff"] > 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# no verdict without evidence: weights that never changed prove nothing
+
+NO_CHANGE = ["nbs=8", "warmup_bias_lr=0.0"]  # one step per batch; the first warmup step has lr 0 for every group
+
+
+def test_unchanged_weights_are_nothing_compared_on_records():
+    ref, run = make_run(1), make_run(2)
+    for r in (ref, run):
+        r.initial_params = r.final_params = "same"
+        r.param_elements = 30
+    report = verify_module.VerifyReport("repro", {}, [ref, run], [], None, 0.0)
+    assert (report.verdict, report.exit_code) == ("nothing compared", 3)
+    assert "raise --steps" in report.nothing_compared[0]
+    assert "verdict: nothing compared" in report.summary()
+    assert "nothing compared" in verify_module.loss_figure(report).axes[0].get_title()
+    run.final_params = ref.final_params = "moved"  # control: weights that moved give the equality verdict
+    assert (report.verdict, report.exit_code) == ("bitwise identical", 0)
+    assert report.to_dict()["evidence"]["weights_changed"] is True
+
+
+@pytest.mark.slow
+def test_one_step_at_lr_0_is_nothing_compared_exit_3(tmp_path, capsys):
+    code = main(["verify", "--profile", "repro", "--steps", "1", *TINY, *NO_CHANGE, f"project={tmp_path}"])
+    out, err = capsys.readouterr()
+    assert code == 3, out + err
+    assert "nothing compared" in out
+    assert "bitwise identical" not in out
+    assert "1 optimizer steps" in out
+    assert "weights equal the initial ones" in out
+
+
+@pytest.mark.slow
+def test_steps_that_train_are_compared_and_a_difference_still_exits_1(tmp_path, capsys, monkeypatch):
+    code = main(["verify", "--profile", "repro", "--steps", "2", *TINY, *NO_CHANGE, f"project={tmp_path / 'a'}"])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err  # the second step has lr > 0: the weights moved, the equality is evidence
+    assert "weights moved from the initial ones" in out
+    assert "bitwise identical" in out
+    noise = GradNoise("model.4.m.0.cv1.conv.weight", 1)
+
+    def verify_with_noise(*args: Any, **kwargs: Any) -> Any:
+        return verify(*args, callbacks=noise.callbacks, **kwargs)
+
+    monkeypatch.setattr(verify_command, "verify", verify_with_noise)
+    code = main(["verify", "--profile", "repro", "--steps", "1", *TINY, *NO_CHANGE, f"project={tmp_path / 'b'}"])
+    out, err = capsys.readouterr()
+    assert code == 1, out + err  # a real difference wins over "nothing compared"
+    assert "NOT reproducible" in out

@@ -206,10 +206,10 @@ def _check_data_yaml(path: Path) -> None:
         return
     missing = [p for p in _split_paths(cfg, path.parent) if not p.exists()]
     if missing or not _split_paths(cfg, path.parent):
+        why = f"split '{missing[0]}' is not here" if missing else "it names no split"
         raise ConfigError(
-            f"data YAML '{path}' has a 'download:' that Ultralytics would run (split "
-            f"'{missing[0] if missing else '?'}' is not here); yolo-det never runs it: download the "
-            f"dataset yourself, or pass {DOWNLOAD_FLAG} if you trust this file"
+            f"data YAML '{path}' has a 'download:' that Ultralytics would run ({why}); yolo-det never runs it: "
+            f"download the dataset yourself, or pass {DOWNLOAD_FLAG} if you trust this file"
         )
 
 
@@ -227,7 +227,7 @@ def _check_data(value: Any) -> None:
             f"data '{value}' is an NDJSON dataset, which Ultralytics converts by downloading its "
             f"images outside the dataset folder; convert it yourself, or pass {DOWNLOAD_FLAG}"
         )
-    if path.is_dir():
+    if path.is_dir() and not (path / "train").is_dir():  # with its splits here, Ultralytics reads the folder only
         for child in sorted(path.iterdir())[:1000]:
             if child.suffix.lower() in {".yaml", ".yml"} and child.is_file():
                 _check_data_yaml(child)

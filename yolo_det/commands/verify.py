@@ -8,7 +8,9 @@ Each run trains a fresh model exactly as `yolo-det train` does (same key=value a
 defaults without data=). Per optimizer step the input batch, the loss components and every gradient are
 fingerprinted; at the end the weights. The runs are compared step by step: either "bitwise identical"
 (exit 0) or the first divergence (exit 1): the step, what differed first (data order or content, loss,
-gradients, weights), the parameter with the largest difference and its size. Bad input exits 2.
+gradients, weights), the parameter with the largest difference and its size. Bad input exits 2. When
+everything matches but the trained weights equal the initial ones, the verdict is "nothing compared"
+(exit 3): more --steps or epochs=, or warmup_epochs=0.
 
 Across processes and machines: --save FILE writes one run's per-step fingerprints (batch, loss, gradient
 per parameter, weights after each step) with its environment to a small versioned JSON file; --against
@@ -145,7 +147,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``yolo-det verify``: exit 0 when the runs (and the saved run) are bitwise identical, 1 when not."""
+    """Run ``yolo-det verify``: exit 0 when the runs (and the saved run) are bitwise identical, 1 when not,
+    3 when they match over weights that never changed (nothing compared)."""
     tokens = list(args.overrides)
     if parse_overrides(tokens).get("resume") not in (None, False):
         raise ConfigError(
@@ -255,8 +258,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"loss curves: {shown.plot}")
     suites = ([verify_suite(report)] if report is not None else []) + ([against_suite(against)] if against else [])
     emit_ci(args, suites)
-    ok = (report is None or report.identical) and (against is None or against.verified)
-    return 0 if ok else 1
+    codes = ([report.exit_code] if report is not None else []) + ([against.exit_code] if against else [])
+    return 1 if 1 in codes else 3 if 3 in codes else 0
 
 
 def _run_resume_at(args: argparse.Namespace, profile: Any, ul_args: dict[str, Any], plot_path: Any) -> int:
@@ -285,4 +288,4 @@ def _run_resume_at(args: argparse.Namespace, profile: Any, ul_args: dict[str, An
         if report.plot:
             print(f"loss curves: {report.plot}")
     emit_ci(args, [verify_suite(report)])
-    return 0 if report.identical else 1
+    return report.exit_code

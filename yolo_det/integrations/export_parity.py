@@ -42,6 +42,10 @@ EXPORT_RECORD_SUFFIX = ".determinism.json"
 KIND, VERSION = "export", 1
 
 
+#: The parity verdict when no image had a detection: "detections match" over none would prove nothing.
+NOTHING = "nothing compared"
+
+
 def export_record_path(export: str | os.PathLike[str]) -> Path:
     """Where the record of ``export`` goes: ``<export>.determinism.json`` beside it."""
     p = Path(export)
@@ -157,7 +161,9 @@ def export_parity(
         atol: What "within tolerance" allows (pixels for boxes, absolute for scores and raw outputs).
 
     Returns:
-        ``numerics``, ``preprocessing``, ``verdict`` and ``cause`` (None when the detections match).
+        ``numerics``, ``preprocessing``, ``verdict``, ``evidence`` (images, detections and raw output elements
+        compared), ``nothing_compared`` (why there was no evidence) and ``cause`` (None when the detections
+        match). With no detection on any image the verdict is "nothing compared" and ``detections_match`` None.
     """
     from ..core.compat import AutoBackend, ops
 
@@ -240,13 +246,27 @@ def export_parity(
             cause += "; and preprocessing: " + "; ".join(mismatches)
     elif e2e_verdict == "differs":
         cause = ("preprocessing: " + "; ".join(mismatches)) if mismatches else "preprocessing"
+    evidence = {
+        "images": len(loaded),
+        "detections": sum(int(r["count"][0]) + int(r["count"][1]) for r in numerics),
+        "preprocessing_detections": sum(int(r["count"][0]) + int(r["count"][1]) for r in end_to_end),
+        "raw_elements": count_raw,
+    }
+    verdict = worst([numeric_verdict, e2e_verdict])
+    nothing = []
+    if verdict != "differs" and not evidence["detections"] and not evidence["preprocessing_detections"]:
+        nothing.append(
+            f"no detection on any of the {len(loaded)} images at conf {conf:g} (either model): lower conf "
+            "(e.g. 0.001) or check a trained model"
+        )
+        verdict = NOTHING
     return {
         "numerics": {
             "raw_max_abs_diff": max_raw,
             "raw_mean_abs_diff": sum_raw / max(count_raw, 1),
             "raw_bitwise": raw_bitwise,
             "detections": numeric_verdict,
-            "detections_match": numeric_verdict != "differs",
+            "detections_match": None if nothing else numeric_verdict != "differs",
             "images": numerics,
         },
         "preprocessing": {
@@ -261,7 +281,9 @@ def export_parity(
             "detections": e2e_verdict,
             "images": end_to_end,
         },
-        "verdict": worst([numeric_verdict, e2e_verdict]),
+        "verdict": verdict,
+        "evidence": evidence,
+        "nothing_compared": nothing,
         "cause": cause,
         "atol": atol,
         "conf": conf,

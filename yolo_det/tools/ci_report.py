@@ -365,6 +365,10 @@ def verify_suite(report: VerifyReport) -> CheckSuite:
         elif final:
             detail = "final weights digests differ"
         suite.cases.extend(_quantity_cases(f"yolo-det.verify.run{run.index}", div, len(run.steps), final, detail))
+    suite.cases.extend(
+        CheckCase("evidence", "yolo-det.verify", "failed", message=f"nothing compared: {why}")
+        for why in report.nothing_compared
+    )
     return suite
 
 
@@ -382,6 +386,10 @@ def against_suite(report: AgainstReport) -> CheckSuite:
             "final weights digests differ from the saved run",
             compared_weights=not report.across_devices,
         )
+    )
+    suite.cases.extend(
+        CheckCase("evidence", "yolo-det.verify.against", "failed", message=f"nothing compared: {why}")
+        for why in report.nothing_compared
     )
     env = report.environment
     if env is not None:

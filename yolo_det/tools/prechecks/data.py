@@ -148,10 +148,14 @@ def check_data(data: str, task: str | None = None) -> dict[str, Any] | None:
                     )
                 continue
             if cfg.get("download"):
+                from ...analysis.gate import DOWNLOAD_FLAG, downloads_allowed
+
+                if downloads_allowed():  # the user opted in: Ultralytics runs the YAML's download:
+                    return dict(cfg)
                 raise ConfigError(
                     f"dataset '{data}' is not here ({split} images '{where}' missing); Ultralytics would "
-                    "download it but yolo-det does not download datasets: fetch it yourself or pass "
-                    "a local data YAML"
+                    f"download it but yolo-det does not download datasets unless asked: fetch it yourself, or "
+                    f"pass {DOWNLOAD_FLAG} if you trust this file"
                 )
             raise ConfigError(
                 f"data '{data}': the {split} images '{where}' do not exist; fix '{split}:' or 'path:' in the data YAML"

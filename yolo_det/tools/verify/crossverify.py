@@ -45,7 +45,7 @@ from ...core.untrusted.safe_yaml import short
 from ..data_stream import explain_data_stream
 from ..diff import VERIFY_SAVED_SCHEMA, DiffReport, diff_records
 from .compare import compare_runs
-from .records import Divergence, MicroBatch, RunRecord, StepRecord
+from .records import NOTHING, Divergence, MicroBatch, RunRecord, StepRecord, nothing_trained
 
 __all__ = [
     "SAVED_SCHEMA",
@@ -374,6 +374,8 @@ class AgainstReport:
     weights: list[dict[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     across_devices: bool = False
+    nothing_compared: list[str] = field(default_factory=list)
+    evidence: dict[str, Any] = field(default_factory=dict)
 
     @property
     def identical(self) -> bool:
@@ -385,7 +387,15 @@ class AgainstReport:
         """True only when the runs are shown bitwise identical: everything matches and gradients and weights were
         compared (same device type). The saved file's device type only decides what can be compared; a
         comparison it rules out is never a pass."""
-        return self.identical and not self.across_devices
+        return self.identical and not self.across_devices and not self.nothing_compared
+
+    @property
+    def exit_code(self) -> int:
+        """0 when verified, 1 when something differs or could not be compared (another device type), 3 when
+        everything matches but the weights never changed (nothing compared)."""
+        if self.verified:
+            return 0
+        return 3 if self.identical and not self.across_devices else 1
 
     @property
     def verdict(self) -> str:
@@ -396,6 +406,8 @@ class AgainstReport:
                 f"not verified: the loader's batches, image files and losses match the saved run at all {n} steps, "
                 "but gradients and weights were not compared (another device type)"
             )
+        if self.divergence is None and self.nothing_compared:
+            return f"{NOTHING}: data, loss, gradients and weights match at all {n} steps, but the weights never changed"
         if self.divergence is None:
             return f"bitwise identical to the saved run: data, loss, gradients and weights match at all {n} steps"
         d = self.divergence
@@ -412,6 +424,8 @@ class AgainstReport:
             "matched": self.identical,
             "gradients_compared": not self.across_devices,
             "verdict": self.verdict,
+            "evidence": self.evidence,
+            "nothing_compared": self.nothing_compared,
             "steps": self.steps,
             "weights": self.weights,
             "first_divergence": None
@@ -438,6 +452,16 @@ class AgainstReport:
     def summary(self) -> str:
         """Lines for the terminal."""
         lines = [f"against {self.saved}: {self.verdict}"]
+        e = self.evidence
+        if e:
+            changed = (
+                "" if e["steps_changing_weights"] is None else f" ({e['steps_changing_weights']} changed the weights)"
+            )
+            lines.append(
+                f"  compared: {e['optimizer_steps']} optimizer steps{changed}, {e['tensors']} parameter tensors "
+                f"({e['elements']} elements)"
+            )
+        lines.extend(f"  nothing compared: {why}" for why in self.nothing_compared)
         d = self.divergence
         if d is not None:
             lines.append(f"  {d.detail}")
@@ -525,6 +549,15 @@ def compare_against(saved: Saved, run: RunRecord) -> AgainstReport:
         weights=[dict(saved.run.weights), dict(run.weights)],
     )
     report.across_devices = across
+    report.evidence = {
+        "optimizer_steps": min(len(ref.steps), len(cur.steps)),
+        "steps_changing_weights": run.steps_changing_weights,
+        "weights_changed": None if not run.initial_params else not run.weights_unchanged,
+        "tensors": len(run.param_names),
+        "elements": run.param_elements,
+    }
+    why = nothing_trained(run, "this run")
+    report.nothing_compared = [why] if why else []
     if across:
         report.notes.append(
             f"the saved run trained on {saved.run.device_type}, this one on {run.device_type}: the "

@@ -78,6 +78,11 @@ class _Recorder:
         self._params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.record.param_names = [n for n, _ in self._params]
         self.record.device_type = self._params[0][1].device.type if self._params else ""
+        if (
+            self.enabled and not self.record.initial_params
+        ):  # a resumed run keeps the digest from where it first started
+            self.record.initial_params = self._params_digest()
+            self.record.param_elements = sum(p.numel() for _, p in self._params)
         data = getattr(trainer, "data", None)
         self.record.data_root = str(data.get("path") or "") if isinstance(data, Mapping) else ""
         for name in ("preprocess_batch", "optimizer_step"):
@@ -236,6 +241,10 @@ class _Recorder:
             return
         step.weights = combine(tensor_digests(params))
 
+    def _params_digest(self) -> str:
+        """Digest of the trainable parameters as they are now (the same digest :meth:`_after_step` records)."""
+        return combine(tensor_digests([p.detach() for _, p in self._params]))
+
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="yolo-det-digest")
@@ -268,6 +277,7 @@ class _Recorder:
         self.record.save_dir = str(getattr(trainer, "save_dir", ""))
         if not self.enabled:
             return
+        self.record.final_params = self._params_digest()
         record_file = Path(self.record.save_dir) / "determinism.json"  # the plugin's on_train_end ran first
         if self.portable and self.record.save_dir and record_file.is_file():
             try:

@@ -20,6 +20,8 @@ RESERVED = {
     "resume": "verify trains fresh runs; resuming would compare different trainings",
     "time": "time-limited training stops after a wall-clock time, not a step count; use --steps",
 }
+#: The verdict when the compared weights never changed from the initial ones: an equality over them proves nothing.
+NOTHING = "nothing compared"
 _MISSING = object()
 _MAX_INFLIGHT = 2  # CPU steps whose gradient copies may wait for their digests at once
 #: What torch says when strict deterministic mode meets a kernel without a deterministic implementation.
@@ -98,6 +100,9 @@ class RunRecord:
         portable: Recorded for a comparison across processes or machines (raw batch and per-step weights digests).
         device_type: Where the gradients lived (``cpu``, ``cuda``, ...): digests of tensors on different device
             types are computed differently (see :mod:`yolo_det.tools.fingerprint`) and do not compare.
+        initial_params: Digest of the trainable parameters when training started ("" when not recorded).
+        final_params: Digest of the trainable parameters when training ended ("" when not recorded).
+        param_elements: How many elements the trainable parameters hold.
     """
 
     index: int
@@ -116,6 +121,25 @@ class RunRecord:
     record: dict[str, Any] | None = None
     portable: bool = False
     device_type: str = ""
+    initial_params: str = ""
+    final_params: str = ""
+    param_elements: int = 0
+
+    @property
+    def weights_unchanged(self) -> bool:
+        """True when the trainable weights at the end are known to equal those at the start (nothing trained)."""
+        return bool(self.initial_params) and self.initial_params == self.final_params
+
+    @property
+    def steps_changing_weights(self) -> int | None:
+        """Optimizer steps after which the trainable weights differ from before them (portable records only)."""
+        if not self.initial_params or not self.steps or any(s.weights is None for s in self.steps):
+            return None
+        previous, count = self.initial_params, 0
+        for s in self.steps:
+            count += s.weights != previous
+            previous = s.weights or previous
+        return count
 
     def losses(self) -> list[float | None]:
         """The loss per step (see :attr:`StepRecord.loss`)."""
@@ -187,6 +211,19 @@ class Divergence:
             "note": self.note,
             "cause": self.cause,
         }
+
+
+def nothing_trained(run: RunRecord, where: str = "run 1") -> str | None:
+    """Why an equality verdict over ``run`` would rest on nothing (its trainable weights at the end equal the
+    initial ones), with what to do; None when the weights changed or nothing is known about them."""
+    if not run.weights_unchanged:
+        return None
+    n = len(run.steps) or run.optimizer_steps
+    return (
+        f"the trainable weights of {where} after its {n} optimizer step(s) equal the initial ones, so equal "
+        "gradients and weights prove nothing: raise --steps or epochs= (Ultralytics' warmup starts the weights' "
+        "learning rate at 0; warmup_epochs=0 removes it)"
+    )
 
 
 def _json_float(x: float | None) -> float | str | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..runtime import new_figure, save_figure
-from .records import SCHEMA, Divergence, RunRecord, _json_float
+from .records import NOTHING, SCHEMA, Divergence, RunRecord, _json_float, nothing_trained
 
 __all__ = ["VerifyReport", "loss_figure", "plot_losses"]
 
@@ -43,6 +43,39 @@ class VerifyReport:
     def identical(self) -> bool:
         """True when every run matches run 1 bit for bit (data, losses, gradients, final weights)."""
         return not self.divergences
+
+    @property
+    def evidence(self) -> dict[str, Any]:
+        """What the verdict rests on: runs, optimizer steps (per run), steps that changed the weights (when
+        recorded), whether the weights moved from the initial ones, tensors and elements compared."""
+        ref = self.runs[0] if self.runs else RunRecord(index=1)
+        return {
+            "runs": len(self.runs),
+            "optimizer_steps": [len(r.steps) for r in self.runs],
+            "steps_changing_weights": ref.steps_changing_weights,
+            "weights_changed": None if not ref.initial_params else not ref.weights_unchanged,
+            "tensors": len(ref.param_names),
+            "elements": ref.param_elements,
+        }
+
+    @property
+    def nothing_compared(self) -> list[str]:
+        """Why "identical" would rest on nothing (the weights never changed), with what to do; empty otherwise."""
+        why = nothing_trained(self.runs[0]) if self.runs else None
+        return [why] if why else []
+
+    @property
+    def verdict(self) -> str:
+        """ "bitwise identical", "diverged", or "nothing compared" instead of an identity over untrained weights."""
+        if not self.identical:
+            return "diverged"
+        return NOTHING if self.nothing_compared else "bitwise identical"
+
+    @property
+    def exit_code(self) -> int:
+        """0 when bitwise identical, 1 when the runs diverged, 3 when nothing was compared."""
+        verdict = self.verdict
+        return 1 if verdict == "diverged" else 3 if verdict == NOTHING else 0
 
     @property
     def steps_note(self) -> str | None:
@@ -79,7 +112,9 @@ class VerifyReport:
         return {
             "schema": SCHEMA,
             "identical": self.identical,
-            "verdict": "bitwise identical" if self.identical else "diverged",
+            "verdict": self.verdict,
+            "evidence": self.evidence,
+            "nothing_compared": self.nothing_compared,
             "profile": self.profile,
             "device": self.device,
             "runs": len(self.runs),
@@ -131,6 +166,17 @@ class VerifyReport:
             )
         if self.steps_note:
             lines.append(f"note: {self.steps_note}")
+        e = self.evidence
+        changed = "" if e["steps_changing_weights"] is None else f" ({e['steps_changing_weights']} changed the weights)"
+        moved = {None: "", True: ", weights moved from the initial ones", False: ", weights equal the initial ones"}
+        lines.append(
+            f"  compared: {min(e['optimizer_steps'], default=0)} optimizer steps{changed}, {e['tensors']} parameter "
+            f"tensors ({e['elements']} elements){moved[e['weights_changed']]}"
+        )
+        if self.identical and self.nothing_compared:
+            lines.extend(f"  nothing compared: {why}" for why in self.nothing_compared)
+            lines.append(f"verdict: {NOTHING}")
+            return "\n".join(lines)
         if self.identical:
             lines.append(
                 f"bitwise identical: input batches, losses and gradients at every step and the final "
@@ -223,6 +269,8 @@ def loss_figure(report: VerifyReport) -> Any:
     steps = max((len(r.steps) for r in report.runs), default=0)
     if first is None:
         title = f"{report.profile}: {len(report.runs)} runs bitwise identical"
+        if report.nothing_compared:
+            title = f"{report.profile}: {NOTHING} (the weights never changed from the initial ones)"
         bottom.axhline(0.0, color="C2", linewidth=2)
         bottom.set_ylim(-1, 1)
         bottom.set_yticks([0.0])
