@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from ...core.instance_attrs import SavedAttributes
 from ..fingerprint import combine, tensor_digests
 from ..runtime import unwrap_model
 from .settings import op_settings
@@ -38,7 +39,6 @@ from .tracefile import write_trace
 
 __all__ = ["OpTracer", "trace_path"]
 
-_MISSING = object()
 _MAX_SHAPES = 4
 
 
@@ -90,7 +90,7 @@ class OpTracer:
         self.written: Path | None = None
         self._trainer: Any = None
         self._model: torch.nn.Module | None = None
-        self._saved: dict[str, Any] = {}
+        self._saved = SavedAttributes()
         self._handles: list[Any] = []
         self._count = 0  # optimizer steps done in this process
         self._iteration = 0  # micro-batches seen in this process
@@ -115,8 +115,7 @@ class OpTracer:
         self._model = unwrap_model(trainer.model)
         if self.path is None:
             self.path = trace_path(getattr(trainer, "save_dir", "."), self.rank)
-        for name in ("preprocess_batch", "optimizer_step"):
-            self._saved[name] = trainer.__dict__.get(name, _MISSING)
+        self._saved.save(trainer, "preprocess_batch", "optimizer_step")
         original_pre = trainer.preprocess_batch
         original_step = trainer.optimizer_step
 
@@ -140,12 +139,7 @@ class OpTracer:
 
     def teardown(self, trainer: Any) -> None:
         self._remove_hooks()
-        for name, value in self._saved.items():
-            if value is _MISSING:
-                trainer.__dict__.pop(name, None)
-            else:
-                trainer.__dict__[name] = value
-        self._saved.clear()
+        self._saved.restore()
         self._step = self._micro = None
         self._trainer = self._model = None
 

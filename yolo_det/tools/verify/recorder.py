@@ -12,11 +12,12 @@ from typing import Any
 
 import torch
 
+from ...core.instance_attrs import SavedAttributes
 from ...core.record import state_dict_digest
 from ...core.resume import NUMPY_COPY_DTYPES
 from ..fingerprint import combine, tensor_digests
 from ..runtime import unwrap_model
-from .records import _MAX_INFLIGHT, _MISSING, MicroBatch, RunRecord, StepRecord
+from .records import _MAX_INFLIGHT, MicroBatch, RunRecord, StepRecord
 
 
 class _Recorder:
@@ -46,7 +47,7 @@ class _Recorder:
         self._pending: list[MicroBatch] = []
         self._current: MicroBatch | None = None
         self._params: list[tuple[str, torch.nn.Parameter]] = []
-        self._saved: dict[str, Any] = {}
+        self._saved = SavedAttributes()
         self._trainer: Any = None
         self._captured = False
         self._pool: ThreadPoolExecutor | None = None
@@ -85,8 +86,7 @@ class _Recorder:
             self.record.param_elements = sum(p.numel() for _, p in self._params)
         data = getattr(trainer, "data", None)
         self.record.data_root = str(data.get("path") or "") if isinstance(data, Mapping) else ""
-        for name in ("preprocess_batch", "optimizer_step"):
-            self._saved[name] = trainer.__dict__.get(name, _MISSING)
+        self._saved.save(trainer, "preprocess_batch", "optimizer_step")
         original_pre = trainer.preprocess_batch
         original_step = trainer.optimizer_step
 
@@ -114,12 +114,7 @@ class _Recorder:
         self._inflight.clear()  # after a failure, digests still pending are of no use
         self._weight_futures.clear()
         self._drain()
-        for name, value in self._saved.items():
-            if value is _MISSING:
-                trainer.__dict__.pop(name, None)
-            else:
-                trainer.__dict__[name] = value
-        self._saved.clear()
+        self._saved.restore()
         self._trainer = None
 
     # -- per micro-batch ----------------------------------------------------------------------------

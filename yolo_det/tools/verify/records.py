@@ -22,7 +22,6 @@ RESERVED = {
 }
 #: The verdict when the compared weights never changed from the initial ones: an equality over them proves nothing.
 NOTHING = "nothing compared"
-_MISSING = object()
 _MAX_INFLIGHT = 2  # CPU steps whose gradient copies may wait for their digests at once
 #: What torch says when strict deterministic mode meets a kernel without a deterministic implementation.
 NONDETERMINISTIC_KERNEL = ALERT.strip()
