@@ -42,9 +42,9 @@ lint: install-test
 test: lint
 	YOLO_DET_REQUIRE_YOLOV5=1 $(PY) -m pytest $(PYTEST_ARGS)
 
-# The numerics-sensitive tests (export parity, deploy checks, layer equivalence, detections) on a simulated
+# The numerics-sensitive tests (export parity, deploy checks, batch invariance, layer equivalence, detections) on a simulated
 # other machine: 3 cores and the AVX2 branch (tests/simulated_machine.py); .ci/run runs it after `make test`.
-NUMERICS_TESTS ?= tests/test_export_parity.py tests/test_deploy_check.py tests/test_detections.py \
+NUMERICS_TESTS ?= tests/test_export_parity.py tests/test_deploy_check.py tests/test_detections.py tests/test_batch_invariance.py \
 	tests/test_layers_common.py tests/test_layers_modules.py tests/test_layers_pooling.py tests/test_layers_upsample.py \
 	tests/test_layers_padding.py tests/test_layers_grid_sample.py tests/test_layers_loss.py
 test-other-machine: install-test

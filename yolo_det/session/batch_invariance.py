@@ -7,7 +7,8 @@ Two things make a detector's output for one image depend on its batch, and this 
   validation loader gives each batch the shape of its widest image. Under the setting every image is
   letterboxed on its own, to the square ``imgsz`` of the run, whatever else is in the batch.
 - **Kernels chosen by the batch.** cuDNN and cuBLAS pick algorithms by the whole input's shape, so the
-  same image can take another kernel in a batch of 2 than in a batch of 16. Under the setting the network
+  same image can take another kernel in a batch of 2 than in a batch of 16; on the CPU, oneDNN's
+  convolutions may split their work by the batch when more than one thread runs. Under the setting the network
   runs one image at a time (a fixed internal batch of 1), each on a fresh, contiguous copy of its input,
   and the outputs are concatenated: the result for an image is the result of a batch of one.
 
