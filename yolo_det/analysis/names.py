@@ -34,6 +34,7 @@ from types import ModuleType
 from typing import Any, Union, cast
 
 from ..core.errors import ConfigError
+from ..core.record_schema import RECORD_NAME
 
 __all__ = [
     "ModuleSpec",
@@ -194,8 +195,11 @@ def recorded_imports(recorded: Any, what: str, *, given: Iterable[ModuleSpec] = 
     """The files to import for a run that recorded ``recorded`` (:func:`active_imports` of that run).
 
     A recorded module given (``--import``) needs nothing more. Otherwise it is imported again only from the very
-    file the run imported, unchanged (same sha256) and inside the current folder (the project the run was
-    started from): a checkpoint is data, and the modules it names are never looked for anywhere else.
+    file the run imported, unchanged (same sha256) and at the top of the current folder (``blocks.py`` in it,
+    or ``pkg/blocks.py`` for ``pkg.blocks``: the project the run was started from), and only when the current
+    folder is not itself a run folder (it holds no ``determinism.json``). A checkpoint is data: the path it
+    stores is a hint, the modules it names are never looked for anywhere else, and a ``.py`` received beside or
+    inside a run folder is never imported without ``--import``.
 
     Args:
         recorded: The ``imports`` a checkpoint or record stores (anything: checked here).
@@ -214,6 +218,7 @@ def recorded_imports(recorded: Any, what: str, *, given: Iterable[ModuleSpec] = 
             text = os.fspath(spec)
             given_names.add(Path(text).stem if text.endswith(".py") else text)
     here = Path.cwd().resolve()
+    in_run_folder = (here / RECORD_NAME).exists()
     out = []
     for entry in _entries(recorded):
         name, path = entry["name"], Path(entry["path"])
@@ -222,8 +227,10 @@ def recorded_imports(recorded: Any, what: str, *, given: Iterable[ModuleSpec] = 
         hint = f"pass --import {name if '.' in name else path.name} (or modules=[...] in Python)"
         if not path.is_file():
             reason = "that file is gone"
-        elif here not in path.parents:
-            reason = "that file is outside the current folder"
+        elif len(path.resolve().parents) <= name.count(".") or path.resolve().parents[name.count(".")] != here:
+            reason = "that file is not at the top of the current folder"
+        elif in_run_folder:
+            reason = f"the current folder is a run folder ({RECORD_NAME} is here), whose files are never imported"
         elif _sha256(path) != entry["sha256"]:
             reason = "that file changed since"
         else:
