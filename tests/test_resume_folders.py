@@ -201,5 +201,6 @@ def test_a_part_killed_before_its_record_caught_up_is_a_killed_segment_with_its_
     assert [p["status"] for p in parts] == ["interrupted", "killed"]
     assert parts[1]["epochs_completed"] == 2
     assert "killed" in parts[1]["ending"]
+    assert "full disk" in parts[1]["ending"]  # a run whose last record write failed for lack of space is one too
     assert "segments" not in parts[1]
     assert segments_of({"status": "interrupted", "epochs_completed": 2}, resumed_at=2)[0]["status"] == "interrupted"

@@ -73,7 +73,10 @@ def segments_of(previous: dict[str, Any] | None, resumed_at: int | None = None) 
     part = {k: v for k, v in previous.items() if k != "segments"}
     if part.get("status") == "running":
         part["status"] = "killed"
-        part["ending"] = "no ending recorded: the process was killed (SIGKILL, power loss) after its last checkpoint"
+        part["ending"] = (
+            "no ending recorded: the process stopped after its last checkpoint without updating its record "
+            "(killed: SIGKILL, power loss; or its record could not be written: a full disk)"
+        )
         done = part.get("epochs_completed")
         if isinstance(resumed_at, int) and (not isinstance(done, int) or done < resumed_at):
             part["epochs_completed"] = resumed_at
