@@ -5,7 +5,7 @@ argument; this module turns it into an ``nn.Module`` plus what is known about wh
 from (the YAML file and the line of each layer). Every failure a user can cause (missing file,
 malformed YAML, unknown module name, a factory that does not import) is a one-line
 :class:`~yolo_det.core.errors.ModelError`. Nothing is downloaded: ``.pt`` names that are not files are
-rejected rather than fetched.
+rejected rather than fetched, and a ``TorchVision`` layer is built without its pretrained weights.
 """
 
 from __future__ import annotations
@@ -193,6 +193,14 @@ def check_checkpoint_yaml(path: str | Path) -> None:
     check_activation(found[0], origin)
 
 
+def _without_weights(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg`` with each ``TorchVision`` row's pretrained weights set to none: building downloads nothing."""
+    for row in [r for part in ("backbone", "head") if isinstance(cfg.get(part), list) for r in cfg[part]]:
+        if isinstance(row, list) and len(row) >= 4 and row[2] == "TorchVision" and isinstance(row[3], list):
+            row[3] = [*row[3][:2], None, *row[3][3:]] if len(row[3]) >= 2 else row[3]  # [c2, model, weights, ...]
+    return cfg
+
+
 def _model_class(cfg: Mapping[str, Any]) -> Any:
     from ..core.compat import tasks
 
@@ -280,7 +288,7 @@ def _load_yaml(spec: str) -> LoadedModel:
     cfg_source = str(path) if p.is_file() or is_example(path) else spec
     try:
         with quiet_ultralytics(level=logging.ERROR, drop_stdout=True):
-            cfg = tasks.yaml_model_load(cfg_source)
+            cfg = _without_weights(tasks.yaml_model_load(cfg_source))
             cls = _model_class(cfg)
             model = cls(cfg, verbose=False)
     except ModelError:
@@ -347,7 +355,7 @@ def _rebuild_checkpoint(path: Path, source: str) -> LoadedModel:
         channels = channels if valid else 3
         try:
             with quiet_ultralytics(level=logging.ERROR, drop_stdout=True):
-                model = _model_class(cfg)(copy.deepcopy(cfg), ch=channels, verbose=False)
+                model = _model_class(cfg)(_without_weights(copy.deepcopy(cfg)), ch=channels, verbose=False)
                 model.load_state_dict(weights, strict=True)
         except Exception as e:  # parse_model and load_state_dict raise anything for a foreign YAML
             msg = " ".join(str(e).split())[:200] or type(e).__name__

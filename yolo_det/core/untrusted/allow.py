@@ -14,8 +14,10 @@ Three kinds of names are allowed:
   They are only *created* (``cls.__new__``) and given their pickled state, never called;
 - nothing else: every other name is refused, with its name.
 
-The module of a model class is imported only when it is one of the installed packages named above or a
-module the user imported; a name is never imported to find out what it is.
+A name resolves only in a module already imported. When it is not, yolo-det imports the fixed entry points of
+:data:`SAFE_IMPORTS` (installed modules known to do nothing at import but define classes) and looks again; the
+module a pickle names is never imported to find out what it is (an unimported module of an allowed package,
+such as one that installs packages when imported, stays unimported and its name is refused).
 """
 
 from __future__ import annotations
@@ -28,7 +30,14 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-__all__ = ["CLASS_PACKAGES", "PLAIN_CLASS_MODULES", "allowed_user_modules", "model_class", "user_modules"]
+__all__ = [
+    "CLASS_PACKAGES",
+    "PLAIN_CLASS_MODULES",
+    "SAFE_IMPORTS",
+    "allowed_user_modules",
+    "model_class",
+    "user_modules",
+]
 
 #: Packages whose ``nn.Module`` subclasses a checkpoint may hold.
 CLASS_PACKAGES = ("torch.nn", "torchvision.ops", "torchvision.transforms", "ultralytics.nn", "yolo_det.layers")
@@ -41,6 +50,15 @@ PLAIN_CLASS_MODULES = frozenset(
         # a classifier keeps its preprocessing (Compose, ToTensor) in the checkpoint
         "torchvision.transforms.transforms",
     }
+)
+#: The modules imported, when a pickle names a class not imported yet, to find it: nothing else is imported.
+SAFE_IMPORTS = (
+    "torch.nn",
+    "torchvision.ops",
+    "torchvision.transforms",
+    "ultralytics.nn.tasks",
+    "ultralytics.nn.distill_model",
+    "yolo_det.layers",
 )
 #: Names older Ultralytics versions pickled, and what they are now.
 ALIASES = {
@@ -77,11 +95,18 @@ def _in_package(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
+def _import_safe() -> None:
+    for entry in SAFE_IMPORTS:
+        if entry not in sys.modules:
+            with contextlib.suppress(ImportError):
+                importlib.import_module(entry)
+
+
 def model_class(module: str, name: str) -> type | None:
     """The class ``module.name`` when a checkpoint may hold it (see the module docstring), else None.
 
-    Imports ``module`` only when it lies in one of :data:`CLASS_PACKAGES` or :data:`PLAIN_CLASS_MODULES`
-    (installed packages), or is a user module already imported.
+    ``module`` must lie in one of :data:`CLASS_PACKAGES` or :data:`PLAIN_CLASS_MODULES` and be imported
+    (after :data:`SAFE_IMPORTS`), or be a user module already imported; ``module`` itself is never imported.
     """
     module, name = ALIASES.get((module, name), (module, name))
     if not (_identifier(name) and all(_identifier(p) for p in module.split("."))) or name.startswith("_"):
@@ -89,9 +114,11 @@ def model_class(module: str, name: str) -> type | None:
     import torch
 
     if module in PLAIN_CLASS_MODULES or any(_in_package(module, p) for p in CLASS_PACKAGES):
-        try:
-            mod = importlib.import_module(module)
-        except ImportError:
+        mod = sys.modules.get(module)
+        if mod is None:
+            _import_safe()
+            mod = sys.modules.get(module)
+        if mod is None:
             return None
     elif module in user_modules() and module in sys.modules:
         mod = sys.modules[module]
