@@ -15,7 +15,7 @@ from yolo_det import attach
 from yolo_det.core.detections import BOX_RTOL, compare_detections
 from yolo_det.core.errors import ProfileError
 from yolo_det.core.profiles import load_profile
-from yolo_det.session.batch_invariance import concat_outputs, per_image
+from yolo_det.integrations.ultralytics.batch_invariance import concat_outputs, per_image
 from yolo_det.session.extensions import BatchInvariance, PhaseContext
 
 

@@ -43,7 +43,7 @@ from ..core.seeding import rank_seed, seed_dataloader, seed_everything
 from ..fixes import data_invariance as _data
 from ..fixes import swaps as _swaps
 from ..fixes.intercept import interception, suspended
-from .batch_invariance import MARK, per_image, per_image_loader, square_letterbox
+from ..integrations.ultralytics.batch_invariance import MARK, per_image, per_image_loader, square_letterbox
 
 __all__ = [
     "BackwardToggle",

@@ -77,7 +77,7 @@ def per_image(forward: Callable[..., Any]) -> Callable[..., Any]:
 
 def square_letterbox(predictor: Any) -> Callable[[list[np.ndarray]], list[Any]]:
     """The predictor's pre-transform with every image letterboxed on its own to the square ``imgsz``."""
-    from ..core.compat import LetterBox
+    from ...core.compat import LetterBox
 
     def pre_transform(images: list[np.ndarray]) -> list[Any]:
         box = LetterBox(
