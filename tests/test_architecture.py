@@ -237,6 +237,35 @@ def test_the_internals_check_sees_an_internal_import(tmp_path, monkeypatch) -> N
     assert _ultralytics_internals("yolo_det.tools.probe") == ["yolo_det.tools.probe:2 ultralytics.nn"]
 
 
+#: The framework-agnostic layers: they know no framework, so they never import ``core/compat``; a framework's
+#: knowledge lives in its integration (``integrations/ultralytics/``, ``integrations/yolov5/``).
+AGNOSTIC = ("core", "layers", "fixes", "session")
+#: The only modules of those layers that may import ``core/compat``, each with why (the one place that says so).
+COMPAT_USERS = {
+    # Ultralytics' logger is silenced while yolo-det builds models for the audit and the prechecks
+    "yolo_det.core.quiet": "Ultralytics' LOGGER",
+    # the allow-list of a checkpoint reader names Ultralytics' argument namespace class by its module path
+    "yolo_det.core.untrusted.unpickle": "IterableSimpleNamespace in the unpickling allow-list",
+    # model-YAML names resolve in Ultralytics' tasks namespace; registering one is writing there
+    "yolo_det.layers.registry": "the model-YAML namespace (tasks)",
+    # a loader made worker-invariant must stop Ultralytics' InfiniteDataLoader's live workers
+    "yolo_det.fixes.data_invariance": "stop_loader for Ultralytics' InfiniteDataLoader",
+    # rewriting a model YAML checks its modules against, and guesses its task with, Ultralytics' tasks
+    "yolo_det.fixes.yaml_rewrite": "tasks and guess_model_task for model YAMLs",
+}
+
+
+def test_the_framework_agnostic_layers_import_compat_only_where_listed() -> None:
+    users = {
+        name
+        for name, targets in GRAPH.items()
+        if name != COMPAT and _layer(name) < TOP and LAYERS[_layer(name)] in AGNOSTIC and COMPAT in targets
+    }
+    assert users <= set(COMPAT_USERS)
+    # the session and batch invariance in particular: an integration registers what only it knows
+    assert not any(name.startswith("yolo_det.session") for name in users)
+
+
 # -- one home per helper -------------------------------------------------------------------------------------
 #: ``what -> modules allowed to define or call it``.
 ONE_HOME = {
