@@ -193,7 +193,7 @@ def test_overrides_and_a_profile_change_on_resume_are_reasons_not_to_expect_bitw
 
 
 def test_a_part_killed_before_its_record_caught_up_is_a_killed_segment_with_its_checkpointed_epochs() -> None:
-    from yolo_det.integrations.ultralytics.lineage import segments_of
+    from yolo_det.core.resume.lineage import segments_of
 
     earlier = {"status": "interrupted", "epochs_completed": 1}
     killed = {"status": "running", "epochs_completed": 1, "segments": [earlier], "profile": {"name": "repro"}}

@@ -147,7 +147,7 @@ def _resumed_profile(ul_args: dict[str, Any]) -> Any:
     """On resume without --profile: the built-in profile the run's record names (None: not a resume, or none)."""
     from ..core.profiles import load_profile
     from ..core.resume import is_resume
-    from ..integrations.ultralytics.lineage import previous_record
+    from ..core.resume.lineage import previous_record
 
     if not is_resume(ul_args):
         return None

@@ -53,6 +53,7 @@ from ..core.errors import ConfigError, ProfileError, YoloDetError
 from ..core.plain import plain_value
 from ..core.profiles import Profile, load_profile
 from ..core.record import RECORD_NAME, build_record, write_record
+from ..core.resume.lineage import previous_record
 from ..core.signals import defer_stops, safe_point, stop_signals
 from ..core.state import snapshot
 from ..session.session import DeterminismSession, note_restore_failure
@@ -184,8 +185,6 @@ class YOLOv5Run:
         self.resume.align = self.data.epoch_start  # the training loader, at the start of every epoch
         self.previous: dict[str, Any] | None = None
         if getattr(opt, "resume", False) and getattr(opt, "weights", None):
-            from .ultralytics.lineage import previous_record
-
             self.previous = previous_record(str(opt.weights))
 
     # -- lifecycle ------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ import torch
 
 from ..core.modules import unwrap_model
 from ..core.resume import find_state, get_rng_state, save_state, set_rng_state, state_path
+from ..core.resume.lineage import warn_no_state
 from ..core.seeding import epoch_data_seed
 from ..fixes import data_invariance as _data
 
@@ -154,9 +155,7 @@ class YOLOv5Resume:
         )
         self.info = info
         if state is None:
-            from .ultralytics.resume import NO_STATE_WARNING
-
-            print(NO_STATE_WARNING.format(ckpt=ckpt, why=why), file=sys.stderr, flush=True)
+            warn_no_state(ckpt, why)
             return default
         self._pending = state
         return int(state.get("last_opt_step", default))

@@ -25,6 +25,7 @@ from ...core.endings import one_line, weights_stats
 from ...core.errors import YoloDetError
 from ...core.modules import unwrap_model
 from ...core.record import RECORD_NAME
+from ...core.resume.lineage import previous_record
 from ...core.signals import defer_stops, safe_point, stop_signals
 from ...core.state import snapshot
 from ...fixes import data_invariance as _data
@@ -36,7 +37,6 @@ from ..trainer_state import state_of
 from . import data as _stream
 from .batch_invariance import BatchInvariance
 from .folders import check_resume_folder
-from .lineage import previous_record
 from .records import RunRecords
 from .resume import UltralyticsResume
 from .runs import process_rank
