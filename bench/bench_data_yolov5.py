@@ -55,7 +55,7 @@ def _images_per_second(images_dir: str, workers: int, invariant: bool) -> tuple[
     from yolov5.utils.dataloaders import create_dataloader
 
     from yolo_det.fixes.data_invariance import make_invariant, restore
-    from yolo_det.integrations.yolov5_resume import realign_loader
+    from yolo_det.integrations.yolov5.resume import realign_loader
 
     hyp_file = Path(next(iter(yolov5.__path__))) / "data" / "hyps" / "hyp.scratch-low.yaml"
     hyp = {**yaml.safe_load(hyp_file.read_text(encoding="utf-8")), "mosaic": 1.0, "mixup": 0.5}

@@ -274,11 +274,11 @@ ONE_HOME = {
     "tempfile.mkstemp(": {
         "yolo_det.core.fileio",
         # stages every patched file first, then renames them all (and probes writability)
-        "yolo_det.integrations.patch_yolov5",
+        "yolo_det.integrations.yolov5.patch",
     },
     "os.replace(": {
         "yolo_det.core.fileio",
-        "yolo_det.integrations.patch_yolov5",
+        "yolo_det.integrations.yolov5.patch",
         # renames of a file already written, never a write: the previous resume state kept beside
         # the new one, a weights file cut short set aside as FILE.incomplete
         "yolo_det.integrations.ultralytics.resume",

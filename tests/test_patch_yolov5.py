@@ -13,7 +13,7 @@ import pytest
 
 from helpers import ROOT
 from yolo_det.cli import main
-from yolo_det.integrations import patch_yolov5 as pv
+from yolo_det.integrations.yolov5 import patch as pv
 from yolov5_helpers import copy_yolov5
 
 PATCHES = ROOT / "patches"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from yolo_det.cli import main
-from yolo_det.integrations import patch_yolov5 as pv
+from yolo_det.integrations.yolov5 import patch as pv
 from yolov5_helpers import installed_yolov5
 
 pytestmark = [

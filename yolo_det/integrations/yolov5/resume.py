@@ -35,11 +35,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.modules import unwrap_model
-from ..core.resume import find_state, get_rng_state, save_state, set_rng_state, state_path
-from ..core.resume.lineage import warn_no_state
-from ..core.seeding import epoch_data_seed
-from ..fixes import data_invariance as _data
+from ...core.modules import unwrap_model
+from ...core.resume import find_state, get_rng_state, save_state, set_rng_state, state_path
+from ...core.resume.lineage import warn_no_state
+from ...core.seeding import epoch_data_seed
+from ...fixes import data_invariance as _data
 
 __all__ = ["YOLOv5Resume"]
 

@@ -27,10 +27,10 @@ from typing import Any
 
 import torch
 
-from ..core.datafp import dataset_fingerprint
-from ..core.plain import plain_value
-from ..fixes import data_invariance as _data
-from .yolov5_resume import realign_loader
+from ...core.datafp import dataset_fingerprint
+from ...core.plain import plain_value
+from ...fixes import data_invariance as _data
+from .resume import realign_loader
 
 __all__ = ["AUGMENT_HYP", "AUGMENT_OPT", "FINGERPRINT_BATCHES", "YOLOv5Data"]
 

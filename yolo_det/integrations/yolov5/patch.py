@@ -56,9 +56,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
 
-from ..core.errors import PatchError, ProfileError
-from ..core.fileio import atomic_write_text, new_file_mode
-from ..core.profiles import load_profile
+from ...core.errors import PatchError, ProfileError
+from ...core.fileio import atomic_write_text, new_file_mode
+from ...core.profiles import load_profile
 
 __all__ = [
     "BACKUP_SUFFIX",
