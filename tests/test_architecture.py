@@ -204,6 +204,33 @@ def test_the_ultralytics_public_names_come_from_the_package() -> None:
     assert yolo_det.trainer_class is trainer_class
 
 
+# -- the YOLOv5 integration's rooms --------------------------------------------------------------------------
+YOLOV5 = "yolo_det.integrations.yolov5"
+
+
+def test_the_yolov5_integration_is_a_package_that_knows_nothing_of_the_ultralytics_plugin() -> None:
+    rooms = {name for name in MODULES if name.startswith(f"{YOLOV5}.")}
+    assert _is_package(YOLOV5)
+    assert {"run", "resume", "data", "patch", "edits", "writer"} <= {name.rsplit(".", 1)[1] for name in rooms}
+    # what both frameworks share (the previous record, segments, the no-state warning) is in core/resume/
+    wrong = [f"{src} imports {dst}" for src in [YOLOV5, *rooms] for dst in GRAPH[src] if dst.startswith(ULTRALYTICS)]
+    assert wrong == []
+    assert "yolo_det.core.resume.lineage" in GRAPH[f"{YOLOV5}.run"]  # the check reads the rooms' imports
+
+
+def test_the_old_yolov5_names_still_import() -> None:
+    import yolo_det.integrations.yolov5 as ydet
+    from yolo_det.integrations.yolov5.patch import plan
+    from yolo_det.integrations.yolov5.run import training
+    from yolo_det.integrations.yolov5.writer import apply_plan
+
+    assert ydet.training is training  # what a patched script calls: `from yolo_det.integrations import yolov5`
+    sys.modules.pop("yolo_det.integrations.patch_yolov5", None)
+    with pytest.warns(DeprecationWarning, match=r"integrations\.yolov5\.patch"):
+        import yolo_det.integrations.patch_yolov5 as old
+    assert (old.plan, old.apply_plan) == (plan, apply_plan)
+
+
 # -- Ultralytics internals: one module ----------------------------------------------------------------------
 #: The one module that imports Ultralytics internals (everything but the public ``from ultralytics import ...``).
 COMPAT = "yolo_det.core.compat"
@@ -274,11 +301,11 @@ ONE_HOME = {
     "tempfile.mkstemp(": {
         "yolo_det.core.fileio",
         # stages every patched file first, then renames them all (and probes writability)
-        "yolo_det.integrations.yolov5.patch",
+        "yolo_det.integrations.yolov5.writer",
     },
     "os.replace(": {
         "yolo_det.core.fileio",
-        "yolo_det.integrations.yolov5.patch",
+        "yolo_det.integrations.yolov5.writer",
         # renames of a file already written, never a write: the previous resume state kept beside
         # the new one, a weights file cut short set aside as FILE.incomplete
         "yolo_det.integrations.ultralytics.resume",

@@ -10,7 +10,7 @@ place (``load_state_dict``, in-place copies). The one local that cannot be chang
   :func:`yolo_det.core.seeding.epoch_data_seed` of the user's ``--seed`` and its persistent iterator restarted,
   so the data order and the worker seeds of an epoch depend on (seed, rank, epoch) only; a
   ``DistributedSampler`` gets the user's seed (:attr:`YOLOv5Resume.align`, which the run points at
-  :meth:`yolo_det.integrations.yolov5_data.YOLOv5Data.epoch_start`: it also hands the loader over and keys
+  :meth:`yolo_det.integrations.yolov5.data.YOLOv5Data.epoch_start`: it also hands the loader over and keys
   a worker-invariant loader's pass with the epoch). On the first epoch of a resumed run, the saved state is
   restored here. Ranks > 0 write the state of the epoch that just ended here (YOLOv5 runs no callback on
   them after an epoch).

@@ -30,7 +30,7 @@ extra arguments and a tree patched by hand in part still works: a call outside a
 
 The training data needs no patched line: YOLOv5's ``on_train_epoch_start`` callback hands the training loader
 to the run and aligns it every epoch (worker-invariant under ``data_invariance``; see
-:mod:`yolo_det.integrations.yolov5_data`), and the record gets its ``data_stream`` section.
+:mod:`yolo_det.integrations.yolov5.data`), and the record gets its ``data_stream`` section.
 """
 
 from __future__ import annotations
