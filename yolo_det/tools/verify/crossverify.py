@@ -40,8 +40,7 @@ from typing import Any
 from ...core.datafp import is_inside
 from ...core.errors import ConfigError
 from ...core.fileio import atomic_write_text
-from ...core.text import printable
-from ...core.untrusted.safe_yaml import short
+from ...core.text import printable, short
 from ..data_stream import explain_data_stream
 from ..diff import VERIFY_SAVED_SCHEMA, DiffReport, diff_records
 from .compare import compare_runs
