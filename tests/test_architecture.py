@@ -7,6 +7,7 @@ imports included), so a cycle closed inside a function still counts.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -366,3 +367,17 @@ def test_the_length_check_sees_a_long_module_without_a_reason(tmp_path) -> None:
         f"long ({MAX_LINES + 1} lines)",
         f"reason_too_low ({MAX_LINES + 10} lines)",
     ]
+
+
+# -- the contributor map -------------------------------------------------------------------------------------
+def test_every_file_the_feature_table_names_exists() -> None:
+    doc = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = doc.split("## Where each feature lives", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| feature")]
+    assert {"profiles", "swaps", "audit", "resume", "deploy", "data invariance", "DDP", "records"} <= {
+        row.split("|")[1].strip() for row in rows
+    }
+    named = [p for row in rows for p in re.findall(r"`([\w/*.]+(?:\.py|\.yaml|\.diff|/))`", row)]
+    assert len(named) > 40  # control: the pattern reads the table's paths
+    missing = [p for p in named if not list(PACKAGE.glob(p)) and not list(PACKAGE.parent.glob(p))]
+    assert missing == []
