@@ -8,30 +8,5 @@ per patched line), :mod:`.resume` (bitwise resume), :mod:`.data` (the training l
 
 from __future__ import annotations
 
-from .run import (
-    OPTION,
-    YOLOv5Run,
-    add_argument,
-    backward,
-    current_run,
-    deployment,
-    init_seeds,
-    last_opt_step,
-    prepare_model,
-    training,
-    validation,
-)
-
-__all__ = [
-    "OPTION",
-    "YOLOv5Run",
-    "add_argument",
-    "backward",
-    "current_run",
-    "deployment",
-    "init_seeds",
-    "last_opt_step",
-    "prepare_model",
-    "training",
-    "validation",
-]
+from .run import *  # noqa: F403 - the names a patched script calls are those of .run
+from .run import __all__ as __all__
