@@ -4,7 +4,7 @@
 usage: python bench/bench_data_yolov5.py [--rounds R] [--workers W] [--out FILE]
 
 The loader is YOLOv5's own (``create_dataloader`` of the installed ``yolov5`` package, mosaic and mixup on),
-aligned at every epoch as the run does under a profile (:func:`yolo_det.integrations.yolov5_resume.realign_loader`:
+aligned at every epoch as the run does under a profile (:func:`yolo_det.integrations.yolov5.resume.realign_loader`:
 a new iterator, new workers), with and without :func:`yolo_det.fixes.data_invariance.make_invariant`. One round
 times three epochs of each mode after one warm-up epoch; the rounds interleave the two modes (alternating which
 goes first) and the figure is the median over rounds of the per-round ratio. Throughput is counted per CPU
