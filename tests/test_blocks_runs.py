@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import train_stopped_after
+from helpers import small_train_tokens, train_stopped_after
 from yolo_det.cli import main
 from yolo_det.core.record import RECORD_NAME
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
 
-SMALL = ["imgsz=64", "batch=8", "nbs=8", "fraction=0.25", "plots=false", "workers=0", "device=cpu"]
+SMALL = small_train_tokens(epochs=None, batch=8, nbs=8, fraction=0.25, exist_ok=None)
 NAME = "held_blocks_i26"
 
 BLOCKS = '''

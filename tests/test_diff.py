@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, small_train_tokens
 from yolo_det.cli import main
 from yolo_det.tools.diff import GROUPS, diff_records, load_record
 
 # One optimizer step on 12 demo images at 64 px: enough to give every run its own weights digest.
-TINY = ["epochs=1", "imgsz=64", "batch=8", "fraction=0.25", "workers=0", "device=cpu", "plots=False", "val=False"]
+TINY = small_train_tokens(batch=8, fraction=0.25, val=False, exist_ok=None)
 
 
 class Runs:

@@ -142,3 +142,11 @@ def test_a_record_written_after_the_run_ended_names_the_training_environment(mon
     assert during is not None  # repro sets it for training
     assert environment()["env"]["CUBLAS_WORKSPACE_CONFIG"] is None  # restored afterwards
     assert record["environment"]["env"]["CUBLAS_WORKSPACE_CONFIG"] == during
+
+
+def test_the_record_reads_a_session_through_a_protocol_defined_in_core() -> None:
+    from yolo_det.core.record import RecordSource
+    from yolo_det.session.session import DeterminismSession
+
+    assert isinstance(DeterminismSession("fast"), RecordSource)
+    assert not isinstance(object(), RecordSource)  # control: the check does look at the members

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import yolo_det.commands.verify as verify_command
+from helpers import small_train_tokens
 from yolo_det.cli import main
 from yolo_det.core.state import snapshot
 from yolo_det.tools import verify as verify_module
@@ -20,7 +21,7 @@ from yolo_det.tools.runtime import PNG_SIGNATURE
 from yolo_det.tools.verify import MicroBatch, RunRecord, StepRecord, compare_runs, plot_losses, verify
 from yolo_det.tools.verify import recorder as verify_recorder
 
-TINY = ["imgsz=64", "batch=8", "workers=0", "plots=False", "val=False"]
+TINY = small_train_tokens(epochs=None, batch=8, val=False, device=None, exist_ok=None)
 
 
 def tree(path: Path) -> set[str]:

@@ -30,8 +30,7 @@ from ..core.untrusted.safeload import trusted_checkpoints
 from ..tools.bench import DEFAULT_PROFILES, bench, check_args, parse_profiles, plot_bench
 from ..tools.prechecks import check_device
 from ..tools.prepare import prepare
-from . import add_import_option
-from .train import add_trust_flag
+from . import add_import_option, add_trust_flag
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -70,8 +70,7 @@ from ..tools.verify.crossverify import compare_against, load_saved, save_run
 from ..tools.verify.records import DEFAULT_KEEP_MIB, RESERVED
 from ..tools.verify.resume import check_resume_at, verify_resume
 from ..tools.verify.run import _device_name
-from . import add_ci_options, add_import_option, check_ci_options, emit_ci
-from .train import add_trust_flag
+from . import add_ci_options, add_import_option, add_trust_flag, check_ci_options, emit_ci
 
 USER_DATA_EPOCHS = 1
 

@@ -25,21 +25,26 @@ from ...core.endings import one_line, weights_stats
 from ...core.errors import YoloDetError
 from ...core.modules import unwrap_model
 from ...core.record import RECORD_NAME
+from ...core.resume.lineage import previous_record
 from ...core.signals import defer_stops, safe_point, stop_signals
 from ...core.state import snapshot
 from ...fixes import data_invariance as _data
 from ...session.distributed import gather_states, rank_info
+from ...session.extensions import register_extension
 from ...session.session import DeterminismSession, note_restore_failure
 from ..identity import run_identity
 from ..trainer_state import state_of
 from . import data as _stream
+from .batch_invariance import BatchInvariance
 from .folders import check_resume_folder
-from .lineage import previous_record
 from .records import RunRecords
 from .resume import UltralyticsResume
 from .runs import process_rank
 
 __all__ = ["UltralyticsPlugin", "is_plugin_callback"]
+
+# ``batch_invariant`` acts on the predictor and validator this plugin hands over: an extension of every session.
+register_extension(BatchInvariance)
 
 
 def is_plugin_callback(fn: Any) -> bool:

@@ -18,12 +18,12 @@ import torch
 from ...core.endings import describe_ending, one_line, weights_files
 from ...core.partial import set_aside_incomplete
 from ...core.record import RECORD_NAME, build_record, state_dict_digest, write_record
+from ...core.resume.lineage import segments_of
 from ...core.testpoints import reach
 from ...session.distributed import ranks_consistent
 from ...session.session import note_restore_failure
 from ..trainer_state import state_of
 from . import data as _stream
-from .lineage import segments_of
 from .runs import RunControl, process_rank
 
 __all__ = ["RUN_ARGS", "RunRecords"]

@@ -32,19 +32,15 @@ import torch
 
 from ...core.modules import unwrap_model
 from ...core.resume import StateWriter, find_state, previous_state_path, set_rng_state, state_path
+from ...core.resume.lineage import segments_of, warn_no_state
 from ...core.seeding import epoch_data_seed
 from ...core.testpoints import reach
-from .lineage import changed_overrides, segments_of
+from .lineage import changed_overrides
 from .resume_state import capture_state, restore_state
 
-__all__ = ["NO_STATE_WARNING", "UltralyticsResume"]
+__all__ = ["UltralyticsResume"]
 
 _EARLY = ("model_buffers", "grads")
-
-NO_STATE_WARNING = (
-    "yolo-det: no resume state for {ckpt} ({why}); the run continues, but not bit for bit as "
-    "the uninterrupted run would have"
-)
 
 
 class UltralyticsResume:
@@ -127,7 +123,7 @@ class UltralyticsResume:
         if state is not None:
             self._pending = state
         else:
-            print(NO_STATE_WARNING.format(ckpt=ckpt, why=why), file=sys.stderr, flush=True)
+            warn_no_state(ckpt, why)
         info["overrides"] = changed_overrides(ckpt, trainer)
         if info["overrides"]:
             changed = ", ".join(f"{k}={now} (checkpoint: {was})" for k, (was, now) in info["overrides"].items())
