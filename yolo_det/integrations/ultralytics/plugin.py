@@ -225,7 +225,8 @@ class UltralyticsPlugin(RunRecords):
 
     @_callback
     def on_train_end(self, trainer: Any) -> None:
-        """Write ``determinism.json`` with the weights digest (rank 0).
+        """Write ``determinism.json`` with the weights digest and remove the resume state, nothing being left to
+        resume (rank 0).
 
         A record that cannot be written (read-only folder, ``determinism.json`` a directory) does not
         fail the finished training: the weights digest is kept, and :attr:`record_error` says why.
@@ -242,6 +243,11 @@ class UltralyticsPlugin(RunRecords):
             state_of(trainer).record_written = True  # the failure is this run's answer; never rewrite it as failed
             if self.warn_record_error:
                 warnings.warn(f"yolo-det: {self.record_error}", UserWarning, stacklevel=2)
+        if self.resume is not None:  # completed: nothing is left to resume, the states would only take space
+            try:
+                self.resume.discard_states(trainer)
+            except Exception as e:
+                warnings.warn(f"yolo-det: could not remove the resume state: {one_line(e)}", UserWarning, stacklevel=2)
 
     @_callback
     def on_train_epoch_start(self, trainer: Any) -> None:
