@@ -274,8 +274,13 @@ def test_state_files_never_match_ultralytics_latest_run_glob(tmp_path: Path) -> 
 @pytest.mark.slow
 def test_verify_resume_at(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     common = ["epochs=2", "imgsz=64", "plots=false"]
+    # one model state, one digest: train and verify with the same arguments print the same (last.pt's EMA)
+    assert main(["train", "--profile", "repro", *common, f"project={tmp_path}", "name=t"]) == 0
+    digest = capsys.readouterr().out.split("weights sha256: ")[1].split()[0]
+    assert digest == checkpoint_digest(tmp_path / "t" / "weights" / "last.pt")
     assert main(["verify", "--profile", "repro", "--resume-at", "1", *common, f"project={tmp_path / 'a'}"]) == 0
     out = capsys.readouterr().out
+    assert out.count(f"weights sha256 {digest}") == 2, out  # the straight run and the resumed one
     assert "bitwise identical" in out
     assert "interrupted after epoch 1 and resumed" in out
     assert "weights moved from the initial ones" in out  # the equality rests on weights that trained
@@ -296,6 +301,8 @@ def test_verify_resume_at(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     out, err = capsys.readouterr()
     assert code == 1
     report = json.loads(out)
+    assert report["weights"][0]["sha256"] == digest  # the straight run, named as train and the record name it
+    assert report["weights"][0]["model"] != digest  # control: the live model's digest (printed before) is another
     first = report["first_divergence"]
     assert first["run"] == 2
     assert first["epoch"] == 1
