@@ -88,6 +88,7 @@ for ckpt in sys.argv[2:]:
     model.predict(image, imgsz=64, save=False, device="cpu", verbose=False)
     model.export(format="torchscript", imgsz=64)
     print("ok", ckpt)
+assert "yolo_det" not in sys.modules
 print("yolo_det modules:", sorted(k for k in sys.modules if k.split(".")[0] == "yolo_det"))
 """
 
@@ -144,6 +145,7 @@ for item in types.split(","):
 tuned.val(data=data, imgsz=64, batch=8, workers=0, plots=False, device="cpu", project=out, name="val")
 tuned.predict(image, imgsz=64, save=False, device="cpu")
 tuned.export(format="torchscript", imgsz=64)
+assert "yolo_det" not in sys.modules
 print("yolo_det modules:", sorted(k for k in sys.modules if k.split(".")[0] == "yolo_det"))
 """
 
@@ -235,6 +237,7 @@ importlib.import_module(module)  # the module importable is what loading, predic
 model = YOLO(ckpt)
 model.predict(image, imgsz=64, save=False, device="cpu")
 model.export(format="torchscript", imgsz=64)
+assert "yolo_det" not in sys.modules
 print("yolo_det modules:", sorted(k for k in sys.modules if k.split(".")[0] == "yolo_det"))
 """
 
