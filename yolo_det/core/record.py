@@ -44,6 +44,7 @@ __all__ = [
     "RecordSource",
     "build_record",
     "checkpoint_digest",
+    "checkpoint_weights_digest",
     "cpu_model",
     "environment",
     "recorded_env",
@@ -164,6 +165,17 @@ def state_dict_digest(state: Mapping[str, Any] | torch.nn.Module) -> str:
         h.update(f"{key}\0{kind}\0{tuple(value.shape)}\0".encode())
         h.update(data)
     return h.hexdigest()
+
+
+def checkpoint_weights_digest(state: Mapping[str, Any] | torch.nn.Module) -> str:
+    """The weights digest of a model (or state dict) as an Ultralytics checkpoint stores it: its floating tensors
+    rounded to float16, as the trainer saves its EMA. For a trainer's final EMA it equals :func:`checkpoint_digest`
+    of the ``last.pt`` the run leaves (``weights sha256`` of ``yolo-det train``, ``weights.sha256`` of the record)."""
+    if isinstance(state, torch.nn.Module):
+        state = state.state_dict()
+    return state_dict_digest(
+        {k: v.detach().half() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in state.items()}
+    )
 
 
 def load_checkpoint_state(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:

@@ -276,6 +276,12 @@ FIELDS: tuple[Field, ...] = (
     Field("resume_states_written", (_I,), "Resume states written by this part."),
     Field("imports", (_A,), "The `--import` modules the run's model needed (see docs/blocks.md).", items=(_O,)),
     Field("checkpoint_yaml_layers", (_O,), "yolo-det layer names the checkpoints' YAML stores under torch's names."),
+    Field(
+        "checkpoint_needs",
+        (_O,),
+        "What plain Ultralytics needs to fine-tune the checkpoints: `modules` (YAML name -> module to import and "
+        "bind in `ultralytics.nn.tasks`), `yolo_det` (why only yolo-det can; empty when plain Ultralytics can).",
+    ),
 )
 
 _KNOWN = {f.name: f for f in FIELDS}

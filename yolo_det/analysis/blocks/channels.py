@@ -7,6 +7,7 @@ import ast
 import contextlib
 import copy
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -25,6 +26,18 @@ ChannelRule = Callable[..., Any]
 _lock = threading.RLock()
 _rules: dict[type, ChannelRule] = {}
 _original: Any = None
+#: Each declared block built here -> (input channels, output channels, constructor arguments).
+_built: weakref.WeakKeyDictionary[Any, tuple[Any, int, list[Any]]] = weakref.WeakKeyDictionary()
+
+
+def declared_call(module: Any) -> tuple[Any, int, list[Any]] | None:
+    """``(c_in, c_out, args)`` of a layer the ``parse_model`` wrapper built from a declared row: its input and
+    output channels and the arguments its constructor received (its YAML arguments after the channel rule);
+    None for any other module (a copy of such a layer included)."""
+    try:
+        return _built.get(module)
+    except TypeError:
+        return None
 
 
 def declare_block(cls: type, channels: ChannelRule) -> type:
@@ -250,6 +263,7 @@ def _parse_model(d: dict[str, Any], ch: Any, verbose: bool = True) -> Any:
         module.np = sum(p.numel() for p in module.parameters())
         kind = f"{row.cls.__module__}.{row.cls.__qualname__}".replace("__main__.", "")
         module.i, module.f, module.type = row.index, row.source, kind  # as parse_model marks its layers
+        _built[module] = (c_in, c_out, list(passed))
         seq[row.index] = module
         sources = row.source if isinstance(row.source, list) else [row.source]
         save.extend(x % row.index for x in sources if x != -1)

@@ -207,18 +207,43 @@ class UltralyticsPlugin(RunRecords):
         safe_point("train-setup")
 
     def _stamp_checkpoint_yaml(self, trainer: Any) -> None:
-        """The YAML the checkpoints store: torch's names where the model names yolo-det's layers (plain Ultralytics
-        rebuilds it), yolo-det's names and the run's ``--import`` modules under a key Ultralytics ignores."""
-        from ...analysis.blocks import CHECKPOINT_KEY, portable_config
+        """The YAML the checkpoints store: the names of the classes yolo-det's layers stand for where the model
+        names yolo-det's layers, and the constructor's arguments for a declared single-input block that keeps its
+        channels (plain Ultralytics rebuilds it); yolo-det's names and arguments and the run's ``--import`` modules
+        under a key Ultralytics ignores. One line says when plain Ultralytics cannot rebuild the model, and why."""
+        from ...analysis.blocks import CHECKPOINT_KEY, declared_call, plain_needs, portable_config
         from ...analysis.names import active_imports
 
         imports = active_imports()
-        for net in (unwrap_model(getattr(trainer, "model", None)), getattr(getattr(trainer, "ema", None), "ema", None)):
+        model = unwrap_model(getattr(trainer, "model", None))
+        call_args: dict[int, list[Any]] = {}
+        declared: dict[int, tuple[Any, int]] = {}
+        for i, layer in enumerate(getattr(model, "model", None) or []):
+            call = declared_call(layer)
+            if call is None:
+                continue
+            c_in, c_out, args = call
+            if isinstance(c_in, int) and c_in == c_out:
+                call_args[i] = args  # plain Ultralytics passes these as they are and keeps the channels
+            else:
+                declared[i] = (c_in, c_out)
+        for net in (model, getattr(getattr(trainer, "ema", None), "ema", None)):
             cfg = getattr(net, "yaml", None)
             if isinstance(net, torch.nn.Module) and isinstance(cfg, dict):
-                portable = portable_config(cfg, imports)
+                portable = portable_config(cfg, imports, call_args)
                 net.__dict__["yaml"] = portable  # a new dict: the user's model keeps its own
                 self._portable = dict(portable[CHECKPOINT_KEY])
+                self._plain = plain_needs(portable, declared)
+        reasons = self._plain.get("yolo_det") if self._plain else None
+        if reasons and process_rank() in {-1, 0}:
+            print(
+                "yolo-det: the checkpoints of this run fine-tune only with yolo-det: "
+                + "; ".join(reasons)
+                + " (plain Ultralytics loads, validates, predicts and exports them with the blocks' modules "
+                "importable)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     @_callback
     def on_train_start(self, trainer: Any) -> None:
@@ -230,7 +255,8 @@ class UltralyticsPlugin(RunRecords):
 
     @_callback
     def on_train_end(self, trainer: Any) -> None:
-        """Write ``determinism.json`` with the weights digest (rank 0).
+        """Write ``determinism.json`` with the weights digest and remove the resume state, nothing being left to
+        resume (rank 0).
 
         A record that cannot be written (read-only folder, ``determinism.json`` a directory) does not
         fail the finished training: the weights digest is kept, and :attr:`record_error` says why.
@@ -247,6 +273,11 @@ class UltralyticsPlugin(RunRecords):
             state_of(trainer).record_written = True  # the failure is this run's answer; never rewrite it as failed
             if self.warn_record_error:
                 warnings.warn(f"yolo-det: {self.record_error}", UserWarning, stacklevel=2)
+        if self.resume is not None:  # completed: nothing is left to resume, the states would only take space
+            try:
+                self.resume.discard_states(trainer)
+            except Exception as e:
+                warnings.warn(f"yolo-det: could not remove the resume state: {one_line(e)}", UserWarning, stacklevel=2)
 
     @_callback
     def on_train_epoch_start(self, trainer: Any) -> None:

@@ -85,7 +85,9 @@ class RunRecord:
         param_names: Names of the trainable parameters, in recording order.
         loss_names: Names of the loss components.
         steps: One record per optimizer step.
-        weights: ``{"model": sha256, "ema": sha256}`` of the final weights (see :mod:`yolo_det.core.record`).
+        weights: Digests of the final weights (see :mod:`yolo_det.core.record`): ``sha256``, the weights digest
+            ``train`` prints and the record keeps (the EMA as ``last.pt`` holds it, in float16); ``model`` and
+            ``ema``, the live model and the EMA in full precision.
         seconds: Wall time of the run (``model.train``).
         save_dir: The run folder.
         kept: Gradient values kept on the CPU, ``{step: {parameter: tensor}}`` (scaled like the digests).
