@@ -62,9 +62,8 @@ from typing import Any
 
 from ..analysis.gate import DOWNLOAD_FLAG, allow_downloads
 from ..core.errors import RunFailed
-from ..core.untrusted.safeload import TRUST_FLAG, trusted_checkpoints
+from ..core.untrusted.container import TRUST_FLAG, trusted_checkpoints
 from ..tools.overrides import parse_overrides
-from ..tools.prepare import prepare
 from . import add_import_option
 
 
@@ -160,8 +159,13 @@ def _resumed_profile(ul_args: dict[str, Any]) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det train``."""
+    from ..core.profiles import load_profile
+
+    given = parse_overrides(list(args.overrides))  # what needs no torch is checked before torch starts
+    load_profile(args.profile or "repro")
     from ..analysis.models import model_names
     from ..analysis.names import checkpoint_imports
+    from ..tools.prepare import prepare
 
     tracer = None
     if args.trace_ops is not None:  # a bad STEPS fails before any work
@@ -176,7 +180,6 @@ def run(args: argparse.Namespace) -> int:
     ):  # import first: a bad module fails before any work
         # a checkpoint's run imported modules: import them again (unchanged files) or say which to pass; before
         # the gate, which allows a checkpoint's classes of the modules imported
-        given = parse_overrides(list(args.overrides))
         ckpt = next(
             (
                 v

@@ -12,13 +12,14 @@ from typing import Any, Union
 import torch
 
 from ...core import state as _state
+from ...core.constants import DEFAULT_KEEP_MIB
 from ...core.errors import ConfigError
 from ...core.profiles import Profile, load_profile
 from ...core.quiet import quiet_ultralytics
 from ..runtime import run_folder
 from .compare import compare_runs
 from .recorder import _Recorder
-from .records import DEFAULT_KEEP_MIB, NONDETERMINISTIC_KERNEL, RESERVED, RunRecord
+from .records import NONDETERMINISTIC_KERNEL, RESERVED, RunRecord
 from .report import VerifyReport
 
 __all__ = ["check_args", "check_callbacks", "progress_to_stderr", "record_runs", "verify"]
