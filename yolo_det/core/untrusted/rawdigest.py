@@ -16,11 +16,14 @@ the bounds on storages and tensors are those of the full reader.
 
 from __future__ import annotations
 
+import array
 import hashlib
 import io
 import math
 import os
 import pickle
+import struct
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -368,10 +371,42 @@ def _weights(obj: Any) -> dict[str, _Tensor]:
     raise _NotHere
 
 
+def _contiguous(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    expected = 1
+    for n, st in zip(reversed(size), reversed(stride)):
+        if n != 1 and st != expected:
+            return False
+        expected *= n
+    return True
+
+
 def _values(t: _Tensor) -> bytes:
+    """The bytes the digest hashes for ``t``: float16 and bfloat16 widened to float32, the rest as stored."""
+    itemsize = _DTYPES[t.dtype][0]
+    count = math.prod(t.size)
+    if count == 0:
+        return b""
+    if not _contiguous(t.size, t.stride):
+        return _strided_values(t)
+    raw = t.storage.data[t.offset * itemsize : (t.offset + count) * itemsize]
+    if t.dtype == "float16":
+        values = struct.unpack(f"<{count}e", raw)
+        if not math.isfinite(sum(values)):  # NaN or infinity: leave their conversion to the full reader
+            raise _NotHere
+        return array.array("f", values).tobytes() if sys.byteorder == "little" else _strided_values(t)
+    if t.dtype == "bfloat16":  # the upper half of a float32
+        out = bytearray(4 * count)
+        out[2::4], out[3::4] = raw[0::2], raw[1::2]
+        return bytes(out)
+    if t.dtype == "bool" and raw.translate(None, b"\x00\x01"):
+        raise _NotHere
+    return raw
+
+
+def _strided_values(t: _Tensor) -> bytes:
     import numpy as np
 
-    itemsize, code, kind = _DTYPES[t.dtype]
+    itemsize, code, _kind = _DTYPES[t.dtype]
     base = np.frombuffer(t.storage.data, dtype=np.dtype(code), count=len(t.storage.data) // itemsize)
     if math.prod(t.size) == 0:
         arr = np.zeros(t.size, dtype=base.dtype)
