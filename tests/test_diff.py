@@ -309,3 +309,36 @@ def test_a_txt_image_list_elsewhere_is_the_same_data(tmp_path, monkeypatch):
     assert changed.exit_code == 1
     assert "data: train image list" in [d.name for d in changed.causes]
     assert not any(d.name.endswith("file names") for d in changed.differences)
+
+
+def test_records_without_weights_compare_nothing_and_say_what_was_compared(tmp_path, capsys):
+    def rec(digest: str | None, seed: int = 0) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schema": 1,
+            "status": "interrupted",
+            "profile": {"name": "repro", "train": {"deterministic_algorithms": "strict"}},
+            "seeds": {"seed": seed},
+            "environment": {"torch": "2.4", "python": "3.11"},
+            "ultralytics_args": {"epochs": 3, "imgsz": 64},
+        }
+        if digest is not None:
+            out["weights"] = {"sha256": digest}
+        return out
+
+    a, b = write(tmp_path / "a.json", rec(None)), write(tmp_path / "b.json", rec(None))
+    code, out, _ = diff(capsys, a, b)
+    assert code == 3
+    assert out.splitlines()[-1].startswith("verdict: nothing compared: no final weights digest for run A")
+    compared = out.splitlines()[-2]
+    assert compared.startswith("compared: 7 setting(s) in 4 topic(s) (seeds, profile settings, Ultralytics")
+    assert compared.endswith("and no weights (digests in 0 of 2 records)")
+    code, out, _ = diff(capsys, a, b, "--json")
+    assert json.loads(out)["kind"] == "nothing-compared"
+    assert json.loads(out)["compared"]["settings"] == 7
+    # controls: the same records with their weights compare (exit 0); a real difference still wins (exit 1)
+    code, out, _ = diff(capsys, write(tmp_path / "c.json", rec("d" * 64)), write(tmp_path / "d.json", rec("d" * 64)))
+    assert code == 0
+    assert "and the final weights digests" in out
+    code, out, _ = diff(capsys, a, write(tmp_path / "e.json", rec(None, seed=1)))
+    assert code == 1
+    assert "seed (0 vs 1)" in out.splitlines()[-1]

@@ -323,7 +323,8 @@ def _swaps_and_warnings(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, A
     def swaps(r: Mapping[str, Any]) -> list[str]:
         return sorted(_canon(s) for s in r.get("swaps") or [])
 
-    c.add("swaps", "layer swaps", [json.loads(s) for s in swaps(ra)], [json.loads(s) for s in swaps(rb)])
+    held = "swaps" in ra and "swaps" in rb
+    c.add("swaps", "layer swaps", [json.loads(s) for s in swaps(ra)], [json.loads(s) for s in swaps(rb)], held=held)
     c.add(
         "swaps",
         "routed calls",
@@ -348,6 +349,7 @@ def _swaps_and_warnings(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, A
         messages(rb),
         changes_bits=False,
         note="a symptom: a non-deterministic kernel ran",
+        held="nondeterminism_warnings" in ra and "nondeterminism_warnings" in rb,
     )
 
 
