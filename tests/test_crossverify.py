@@ -113,7 +113,7 @@ def test_gradient_noise_at_one_step_names_that_step_and_parameter(saved, capsys,
 
 
 def test_unknown_future_version_and_broken_files_exit_2_before_training(tmp_path, capsys, monkeypatch):
-    from yolo_det.commands import verify as verify_command
+    from yolo_det.tools import verify as verify_command  # the command imports record_runs from here when it runs
 
     def no_training(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("trained despite a bad --against file")

@@ -29,7 +29,7 @@ import argparse
 
 from ..core.errors import ConfigError
 from ..core.fileio import atomic_write_json, check_output_path
-from ..core.untrusted.safeload import trusted_checkpoints
+from ..core.untrusted.container import trusted_checkpoints
 from . import add_trust_flag
 
 

@@ -62,9 +62,8 @@ from typing import Any
 
 from ..analysis.gate import allow_downloads
 from ..core.errors import RunFailed
-from ..core.untrusted.safeload import trusted_checkpoints
+from ..core.untrusted.container import trusted_checkpoints
 from ..tools.overrides import parse_overrides
-from ..tools.prepare import prepare
 from . import add_import_option, add_trust_flag
 
 
@@ -147,8 +146,13 @@ def _resumed_profile(ul_args: dict[str, Any]) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det train``."""
+    from ..core.profiles import load_profile
+
+    given = parse_overrides(list(args.overrides))  # what needs no torch is checked before torch starts
+    load_profile(args.profile or "repro")
     from ..analysis.models import model_names
     from ..analysis.names import checkpoint_imports
+    from ..tools.prepare import prepare
 
     tracer = None
     if args.trace_ops is not None:  # a bad STEPS fails before any work
@@ -163,7 +167,6 @@ def run(args: argparse.Namespace) -> int:
     ):  # import first: a bad module fails before any work
         # a checkpoint's run imported modules: import them again (unchanged files) or say which to pass; before
         # the gate, which allows a checkpoint's classes of the modules imported
-        given = parse_overrides(list(args.overrides))
         ckpt = next(
             (
                 v
@@ -191,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"determinism record: {plugin.record_path}")
     if plugin.weights_digest is not None:
         print(f"weights sha256: {plugin.weights_digest}")
+    for key, change in plugin.adjusted.items():  # Ultralytics changed it without a word
+        print(f"note: {key}={change['asked']} ran as {key}={change['used']}: {change['why']}")
     if tracer is not None and tracer.written is not None:
         print(f"op trace: {tracer.written}")
     if plugin.record_error is not None:  # the training succeeded: a warning, exit code 0

@@ -211,6 +211,11 @@ FIELDS: tuple[Field, ...] = (
     Field("run", (_O,), "The framework's main arguments and `save_dir`."),
     Field("ultralytics_args", (_O,), "Every Ultralytics argument the run trained with."),
     Field(
+        "adjusted_args",
+        (_O,),
+        "The arguments asked for that Ultralytics changed itself: `{name: {asked, used, why}}` (`workers` on a CPU).",
+    ),
+    Field(
         "data",
         (_O,),
         "The dataset fingerprint.",

@@ -187,7 +187,9 @@ class UltralyticsPlugin(RunRecords):
         session = self._ensure_train(trainer)
         settings = self.profile.train
         if self.record and process_rank() in {-1, 0}:
-            state_of(trainer).identity = run_identity(trainer)  # data, start model, arguments (before any swap)
+            identity = run_identity(trainer, asked=self.asked)  # data, start model, arguments (before any swap)
+            state_of(trainer).identity = identity
+            self.adjusted = dict(identity.get("adjusted_args") or {})
         session.hand_over("loader", getattr(trainer, "train_loader", None), epoch=_stream.start_epoch(trainer))
         if self.record:
             _stream.tap(trainer)  # the fingerprint of the first batches, for the record

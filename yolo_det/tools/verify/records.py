@@ -14,7 +14,6 @@ from ...core.constants import ALERT
 __all__ = ["Divergence", "MicroBatch", "RunRecord", "StepRecord"]
 
 SCHEMA = "yolo-det/verify/1"
-DEFAULT_KEEP_MIB = 64
 #: Ultralytics arguments verify refuses: they make runs differ on purpose or leave the single process.
 RESERVED = {
     "resume": "verify trains fresh runs; resuming would compare different trainings",
