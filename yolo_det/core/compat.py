@@ -174,7 +174,7 @@ def run_folder(args: Any) -> Path:
     number the run's folder past it. For the call, ``ultralytics.utils.files.increment_path`` is replaced by
     one that never creates (restored afterwards, on error too); 8.4 creates nothing either way.
     """
-    files = importlib.import_module("ultralytics.utils.files")
+    files: Any = importlib.import_module("ultralytics.utils.files")
     original = files.increment_path
 
     def increment_path(path: Any, *args: Any, **kwargs: Any) -> Any:  # (path, exist_ok, sep, mkdir)
