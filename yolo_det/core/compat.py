@@ -19,6 +19,7 @@ internal                                8.3 (8.3.253)                    8.4 (8.
                                         start with the loader)
 ``InfiniteDataLoader.reset()``          makes the next iterator at once  closes it; the next batch makes one
 ``cfg.get_save_dir``                    creates the folder it names      creates nothing
+``non_max_suppression``                 ``utils.ops`` (8.3.0)            ``utils.nms``
 ``BaseTrainer.loss_items``              one tensor, a value per part     a tuple of parts, or a name mapping
 optimizer ``lr``/``momentum`` (warmup)  NumPy scalars                    Python floats
 ======================================  ===============================  ===================================
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "EARLIER",
     "EVENTS",
     "INTERNALS",
     "TASK_TRAINERS",
@@ -86,6 +88,11 @@ INTERNALS: dict[str, tuple[str, str | None]] = {
     "AutoBackend": ("ultralytics.nn.autobackend", "AutoBackend"),
 }
 
+#: Where an older Ultralytics release in the range has an internal of :data:`INTERNALS` instead.
+EARLIER: dict[str, tuple[str, str | None]] = {
+    "non_max_suppression": ("ultralytics.utils.ops", "non_max_suppression"),  # 8.3.0: no ultralytics.utils.nms
+}
+
 #: The Ultralytics callback events the plugin registers (each in Ultralytics' default callbacks).
 EVENTS: tuple[str, ...] = (
     "on_pretrain_routine_start",
@@ -127,6 +134,13 @@ def internal(name: str) -> Any:
         module, attribute = INTERNALS[name]
     except KeyError:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    try:
+        mod = importlib.import_module(module)
+        return mod if attribute is None else getattr(mod, attribute)
+    except (ImportError, AttributeError):
+        if name not in EARLIER:
+            raise
+    module, attribute = EARLIER[name]
     mod = importlib.import_module(module)
     return mod if attribute is None else getattr(mod, attribute)
 
