@@ -106,9 +106,12 @@ def run_cell(python: str, pythonpath: list[str], label: str, epochs: int) -> dic
             YOLO_OFFLINE="1",
             YOLO_CONFIG_DIR=str(work / "ultralytics"),
         )
-        versions = subprocess.run(
-            [python, "-c", VERSIONS], env=env, capture_output=True, text=True, check=True, timeout=300
-        ).stdout.split()
+        versions = (
+            subprocess.run([python, "-c", VERSIONS], env=env, capture_output=True, text=True, check=True, timeout=300)
+            .stdout.strip()
+            .splitlines()[-1]
+            .split()
+        )  # Ultralytics may print its settings notice first
         data = str(ROOT / "data" / "demo.yaml")
         common = [f"data={data}", "model=yolov8n.yaml", "imgsz=64", "close_mosaic=1", f"project={work / 'runs'}"]
         row: dict[str, Any] = {
