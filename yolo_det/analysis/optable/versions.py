@@ -24,7 +24,7 @@ _PROBE = (
     "with FakeTensorMode(allow_non_fake_inputs=True):\n"
     "    x = torch.empty(1, 1, 4, 4, device='cuda')\n"
     "    w = torch.empty(1, 1, 3, 3, device='cuda', requires_grad=True)\n"
-    "    torch.nn.functional.conv2d(x, w).sum().backward()\n"
+    "    torch.nn.functional.conv2d(x, w)\n"  # with a weight that needs its gradient, as in training
 )
 
 
