@@ -22,7 +22,7 @@ Writes JSON (``--out``, default bench/results/compat.json) with the date, the ma
 prints a line per cell. Exit 1 when a cell fails.
 
 Usage: python bench/compat_matrix.py [--ultralytics 8.3.253,8.3.0] [--python PY ...] [--installed]
-       [--cache DIR] [--out FILE] [--epochs 2]
+       [--cache DIR] [--out FILE] [--merge] [--epochs 2]
 """
 
 from __future__ import annotations
@@ -158,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "yolo-det-compat")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "compat.json")
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument(
+        "--merge", action="store_true", help="keep --out's other rows (a cell of the same versions is replaced)"
+    )
     args = parser.parse_args(argv)
     if args.epochs < 2:
         parser.error("--epochs must be at least 2 (the control trains one epoch fewer; resume is after epoch 1)")
@@ -173,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for python, path, label in cells:
         row = run_cell(python, path, label, args.epochs)
+        row["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         rows.append(row)
         verdict = "ok" if row["ok"] else "FAILED"
         print(
@@ -185,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     from yolo_det.core.fileio import atomic_write_json
 
+    if args.merge and args.out.is_file():
+        ours = {(r["torch"], r["ultralytics"]) for r in rows}
+        kept = [r for r in json.loads(args.out.read_text())["cells"] if (r["torch"], r["ultralytics"]) not in ours]
+        rows = kept + rows
     report = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "machine": {
