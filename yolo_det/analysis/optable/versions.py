@@ -14,7 +14,8 @@ from .schema import _CLAUSE
 __all__ = ["FAKE_CUDA_WITHOUT_DEVICE", "fake_cuda_trace_problem", "parse_version", "torch_version", "version_in"]
 
 #: The torch versions whose fake-CUDA convolution runs on a machine without a usable CUDA device (measured:
-#: 2.14.1 does; 2.4.1 with a CUDA build aborts the process in the convolution, which Python cannot catch).
+#: 2.14.1 does; the CUDA builds of 2.4.1 and 2.9.1 abort the process in the convolution, which Python cannot
+#: catch).
 #: Between the two, a short child process finds out (:func:`fake_cuda_trace_problem`).
 FAKE_CUDA_WITHOUT_DEVICE = ">=2.14"
 
