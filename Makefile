@@ -35,9 +35,9 @@ demo: install
 
 # ruff check, ruff format --check (config: ruff.toml) and mypy (config: [tool.mypy] in pyproject.toml); `make test` runs them first
 lint: install-test
-	$(PY) -m ruff check yolo_det tests bench
-	$(PY) -m ruff format --check yolo_det tests bench
-	$(PY) -m mypy yolo_det
+	$(PY) -m ruff check yolo_det yolo_det_zoo tests bench
+	$(PY) -m ruff format --check yolo_det yolo_det_zoo tests bench
+	$(PY) -m mypy yolo_det yolo_det_zoo
 
 test: lint
 	YOLO_DET_REQUIRE_YOLOV5=1 $(PY) -m pytest $(PYTEST_ARGS)

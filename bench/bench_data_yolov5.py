@@ -4,7 +4,7 @@
 usage: python bench/bench_data_yolov5.py [--rounds R] [--workers W] [--out FILE]
 
 The loader is YOLOv5's own (``create_dataloader`` of the installed ``yolov5`` package, mosaic and mixup on),
-aligned at every epoch as the run does under a profile (:func:`yolo_det.integrations.yolov5_resume.realign_loader`:
+aligned at every epoch as the run does under a profile (:func:`yolo_det.integrations.yolov5.resume.realign_loader`:
 a new iterator, new workers), with and without :func:`yolo_det.fixes.data_invariance.make_invariant`. One round
 times three epochs of each mode after one warm-up epoch; the rounds interleave the two modes (alternating which
 goes first) and the figure is the median over rounds of the per-round ratio. Throughput is counted per CPU
@@ -55,7 +55,7 @@ def _images_per_second(images_dir: str, workers: int, invariant: bool) -> tuple[
     from yolov5.utils.dataloaders import create_dataloader
 
     from yolo_det.fixes.data_invariance import make_invariant, restore
-    from yolo_det.integrations.yolov5_resume import realign_loader
+    from yolo_det.integrations.yolov5.resume import realign_loader
 
     hyp_file = Path(next(iter(yolov5.__path__))) / "data" / "hyps" / "hyp.scratch-low.yaml"
     hyp = {**yaml.safe_load(hyp_file.read_text(encoding="utf-8")), "mosaic": 1.0, "mixup": 0.5}

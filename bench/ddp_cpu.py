@@ -49,7 +49,7 @@ import json
 import os
 import signal
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -303,9 +303,29 @@ def on_fit_epoch_end(trainer: Any) -> None:
         return
     if action == "stop":
         state_of(trainer).stopped_on_purpose = True  # a clean stop after a saved epoch (the run is resumable)
+        _stop_in_order(rank)
         raise Stopped(f"stopped after epoch {epoch}")
     if action == "sigterm" and rank == 0:
         os.kill(int(os.environ[ENV_PARENT]), signal.SIGTERM)
+
+
+def _stop_in_order(rank: int) -> None:
+    """Let rank 0 end first, after every rank has written this epoch.
+
+    The launcher stops the whole group as soon as one rank fails, so a rank that raised first would have
+    the others terminated mid-epoch (rank 0 then records "terminated", a slower rank never writes its epoch).
+    Every rank meets at a barrier once its epoch is written; rank 0 then raises, and the other ranks wait in
+    a second barrier that ends only when rank 0's process is gone (its record written), by an error of the
+    closed connection or the launcher's stop.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    dist.barrier()
+    if rank != 0:
+        with suppress(Exception):  # rank 0 ended: its connection closed, as expected
+            dist.barrier()
 
 
 #: The harness's callbacks, by Ultralytics event.

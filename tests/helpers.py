@@ -16,6 +16,28 @@ MODELS = ROOT / "data" / "models"
 DEMO = ROOT / "data" / "demo"
 
 
+#: The small training every test that trains starts from (one epoch of the demo data at 64 px on the CPU).
+SMALL_TRAIN: dict[str, Any] = {
+    "epochs": 1,
+    "imgsz": 64,
+    "batch": 16,
+    "device": "cpu",
+    "workers": 0,
+    "plots": False,
+    "exist_ok": True,
+}
+
+
+def small_train(**changes: Any) -> dict[str, Any]:
+    """:data:`SMALL_TRAIN` with ``changes`` (keyword arguments of ``model.train``); a change to None drops it."""
+    return {k: v for k, v in {**SMALL_TRAIN, **changes}.items() if v is not None}
+
+
+def small_train_tokens(**changes: Any) -> list[str]:
+    """:func:`small_train` as ``key=value`` command-line tokens (``yolo-det train``, ``verify``)."""
+    return [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in small_train(**changes).items()]
+
+
 def subprocess_env(extra: Mapping[str, str] | None = None, *, path: Sequence[str | Path] = ()) -> dict[str, str]:
     """The environment for a ``python`` subprocess of a test: this one's, with the repository (and ``path``)
     first on ``PYTHONPATH``, Ultralytics offline, and no yolo-det debugging or testing hooks, plus ``extra``."""

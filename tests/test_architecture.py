@@ -7,6 +7,7 @@ imports included), so a cycle closed inside a function still counts.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -204,6 +205,46 @@ def test_the_ultralytics_public_names_come_from_the_package() -> None:
     assert yolo_det.trainer_class is trainer_class
 
 
+# -- the YOLOv5 integration's rooms --------------------------------------------------------------------------
+YOLOV5 = "yolo_det.integrations.yolov5"
+
+
+def test_the_yolov5_integration_is_a_package_that_knows_nothing_of_the_ultralytics_plugin() -> None:
+    rooms = {name for name in MODULES if name.startswith(f"{YOLOV5}.")}
+    assert _is_package(YOLOV5)
+    assert {"run", "resume", "data", "patch", "edits", "writer"} <= {name.rsplit(".", 1)[1] for name in rooms}
+    # what both frameworks share (the previous record, segments, the no-state warning) is in core/resume/
+    wrong = [f"{src} imports {dst}" for src in [YOLOV5, *rooms] for dst in GRAPH[src] if dst.startswith(ULTRALYTICS)]
+    assert wrong == []
+    assert "yolo_det.core.resume.lineage" in GRAPH[f"{YOLOV5}.run"]  # the check reads the rooms' imports
+
+
+def test_the_old_yolov5_names_still_import() -> None:
+    import yolo_det.integrations.yolov5 as ydet
+    from yolo_det.integrations.yolov5.patch import plan
+    from yolo_det.integrations.yolov5.run import training
+    from yolo_det.integrations.yolov5.writer import apply_plan
+
+    assert ydet.training is training  # what a patched script calls: `from yolo_det.integrations import yolov5`
+    sys.modules.pop("yolo_det.integrations.patch_yolov5", None)
+    with pytest.warns(DeprecationWarning, match=r"integrations\.yolov5\.patch"):
+        import yolo_det.integrations.patch_yolov5 as old
+    assert (old.plan, old.apply_plan) == (plan, apply_plan)
+
+
+def test_short_has_one_home_and_its_old_name_warns() -> None:
+    from yolo_det.core.text import short
+    from yolo_det.core.untrusted import safe_yaml
+
+    with pytest.warns(DeprecationWarning, match=r"core\.text\.short"):
+        old = safe_yaml.short
+    assert old is short
+    with pytest.raises(AttributeError):
+        safe_yaml.no_such_name  # noqa: B018
+    homes = {name for name, path in MODULES.items() if "def short(" in path.read_text(encoding="utf-8")}
+    assert homes == {"yolo_det.core.text"}
+
+
 # -- Ultralytics internals: one module ----------------------------------------------------------------------
 #: The one module that imports Ultralytics internals (everything but the public ``from ultralytics import ...``).
 COMPAT = "yolo_det.core.compat"
@@ -237,6 +278,35 @@ def test_the_internals_check_sees_an_internal_import(tmp_path, monkeypatch) -> N
     assert _ultralytics_internals("yolo_det.tools.probe") == ["yolo_det.tools.probe:2 ultralytics.nn"]
 
 
+#: The framework-agnostic layers: they know no framework, so they never import ``core/compat``; a framework's
+#: knowledge lives in its integration (``integrations/ultralytics/``, ``integrations/yolov5/``).
+AGNOSTIC = ("core", "layers", "fixes", "session")
+#: The only modules of those layers that may import ``core/compat``, each with why (the one place that says so).
+COMPAT_USERS = {
+    # Ultralytics' logger is silenced while yolo-det builds models for the audit and the prechecks
+    "yolo_det.core.quiet": "Ultralytics' LOGGER",
+    # the allow-list of a checkpoint reader names Ultralytics' argument namespace class by its module path
+    "yolo_det.core.untrusted.unpickle": "IterableSimpleNamespace in the unpickling allow-list",
+    # model-YAML names resolve in Ultralytics' tasks namespace; registering one is writing there
+    "yolo_det.layers.registry": "the model-YAML namespace (tasks)",
+    # a loader made worker-invariant must stop Ultralytics' InfiniteDataLoader's live workers
+    "yolo_det.fixes.data_invariance": "stop_loader for Ultralytics' InfiniteDataLoader",
+    # rewriting a model YAML checks its modules against, and guesses its task with, Ultralytics' tasks
+    "yolo_det.fixes.yaml_rewrite": "tasks and guess_model_task for model YAMLs",
+}
+
+
+def test_the_framework_agnostic_layers_import_compat_only_where_listed() -> None:
+    users = {
+        name
+        for name, targets in GRAPH.items()
+        if name != COMPAT and _layer(name) < TOP and LAYERS[_layer(name)] in AGNOSTIC and COMPAT in targets
+    }
+    assert users <= set(COMPAT_USERS)
+    # the session and batch invariance in particular: an integration registers what only it knows
+    assert not any(name.startswith("yolo_det.session") for name in users)
+
+
 # -- one home per helper -------------------------------------------------------------------------------------
 #: ``what -> modules allowed to define or call it``.
 ONE_HOME = {
@@ -245,11 +315,11 @@ ONE_HOME = {
     "tempfile.mkstemp(": {
         "yolo_det.core.fileio",
         # stages every patched file first, then renames them all (and probes writability)
-        "yolo_det.integrations.patch_yolov5",
+        "yolo_det.integrations.yolov5.writer",
     },
     "os.replace(": {
         "yolo_det.core.fileio",
-        "yolo_det.integrations.patch_yolov5",
+        "yolo_det.integrations.yolov5.writer",
         # renames of a file already written, never a write: the previous resume state kept beside
         # the new one, a weights file cut short set aside as FILE.incomplete
         "yolo_det.integrations.ultralytics.resume",
@@ -310,3 +380,17 @@ def test_the_length_check_sees_a_long_module_without_a_reason(tmp_path) -> None:
         f"long ({MAX_LINES + 1} lines)",
         f"reason_too_low ({MAX_LINES + 10} lines)",
     ]
+
+
+# -- the contributor map -------------------------------------------------------------------------------------
+def test_every_file_the_feature_table_names_exists() -> None:
+    doc = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = doc.split("## Where each feature lives", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| feature")]
+    assert {"profiles", "swaps", "audit", "resume", "deploy", "data invariance", "DDP", "records"} <= {
+        row.split("|")[1].strip() for row in rows
+    }
+    named = [p for row in rows for p in re.findall(r"`([\w/*.]+(?:\.py|\.yaml|\.diff|/))`", row)]
+    assert len(named) > 40  # control: the pattern reads the table's paths
+    missing = [p for p in named if not list(PACKAGE.glob(p)) and not list(PACKAGE.parent.glob(p))]
+    assert missing == []

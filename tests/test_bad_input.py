@@ -366,7 +366,7 @@ def test_bad_input(name, argv, fragment, tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(ultralytics.utils, "DATASETS_DIR", d / "datasets")  # coco8 is not there, on any machine
     from yolo_det.commands import train as train_command
-    from yolo_det.commands import verify as verify_command
+    from yolo_det.tools import verify as verify_command  # the command imports these from here when it runs
 
     def no_training(*args, **kwargs):
         raise AssertionError(f"{name}: trained despite the bad input")

@@ -15,8 +15,8 @@ from yolo_det import attach
 from yolo_det.core.detections import BOX_RTOL, compare_detections
 from yolo_det.core.errors import ProfileError
 from yolo_det.core.profiles import load_profile
-from yolo_det.session.batch_invariance import concat_outputs, per_image
-from yolo_det.session.extensions import BatchInvariance, PhaseContext
+from yolo_det.integrations.ultralytics.batch_invariance import BatchInvariance, concat_outputs, per_image
+from yolo_det.session.extensions import PhaseContext, default_extensions
 
 
 def _profile(tmp_path: Path, on: bool, phase: str = "deploy") -> Path:
@@ -57,6 +57,14 @@ class _Predictor:
 
     def pre_transform(self, im):
         return im
+
+
+def test_the_ultralytics_plugin_registers_the_extension_in_every_session() -> None:
+    # the session knows no framework: the extension is the integration's, added through the extension point
+    import yolo_det.integrations.ultralytics  # noqa: F401
+
+    assert [e.name for e in default_extensions()][-1:] == ["batch_invariant"]
+    assert isinstance(default_extensions()[-1], BatchInvariance)
 
 
 def test_hand_over_and_undo_leave_the_users_attributes(tmp_path) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from helpers import MODELS, train_stopped_after
+from helpers import MODELS, small_train_tokens, train_stopped_after
 from yolo_det.cli import main
 from yolo_det.core.errors import ConfigError
 from yolo_det.tools.trace import OpTracer, parse_steps, read_trace
@@ -23,7 +23,7 @@ from yolo_det.tools.trace.tracefile import TRACE_SCHEMA, TRACE_VERSION
 from yolo_det.tools.verify import record_runs
 from yolo_det.tools.verify.run import check_callbacks
 
-TINY = ["imgsz=64", "batch=8", "nbs=8", "workers=0", "plots=False", "val=False", "epochs=1"]
+TINY = small_train_tokens(batch=8, nbs=8, val=False, device=None, exist_ok=None)
 
 
 def traced(

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import train_stopped_after
+from helpers import small_train_tokens, train_stopped_after
 from yolo_det.cli import main
 from yolo_det.core.record import RECORD_NAME
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
 
-SMALL = ["imgsz=64", "batch=8", "nbs=8", "fraction=0.25", "plots=false", "workers=0", "device=cpu"]
+SMALL = small_train_tokens(epochs=None, batch=8, nbs=8, fraction=0.25, exist_ok=None)
 NAME = "held_blocks_i26"
 
 BLOCKS = '''
@@ -122,6 +122,8 @@ def test_blocks_through_audit_rewrite_train_and_resume(project, capsys):
     assert "fixed: layer 5 (line 9) model.5 DetUpsample" in capsys.readouterr().out
     # train, interrupted after epoch 1 of 2: the record and the checkpoint name the module
     last = _train_until(["model=det.yaml", "epochs=2", *SMALL, f"project={project / 'runs'}", "name=r"], mod, 1)
+    # the two-input blocks: one line says only yolo-det fine-tunes its checkpoints
+    assert "fine-tune only with yolo-det: layer 6 (WeightedAdd2) takes 2 inputs" in capsys.readouterr().err
     run = last.parent.parent
     record = json.loads((run / RECORD_NAME).read_text())
     digest = hashlib.sha256((project / mod).read_bytes()).hexdigest()

@@ -13,7 +13,7 @@ import pytest
 import xmlschema
 from junitparser import JUnitXml
 
-from helpers import ROOT
+from helpers import ROOT, small_train_tokens
 from yolo_det.cli import main
 from yolo_det.commands.audit import split_model_yamls
 from yolo_det.tools.ci_report import (
@@ -377,7 +377,7 @@ def test_pre_commit_refuses_a_commit_that_adds_a_max_pool_block(tmp_path):
     assert len(log) == 1  # the refused change was not committed
 
 
-DRIFT = ["imgsz=64", "batch=8", "nbs=8", "workers=0", "plots=False", "val=False", "epochs=1"]
+DRIFT = small_train_tokens(batch=8, nbs=8, val=False, device=None, exist_ok=None)
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from helpers import ROOT, subprocess_env
+from helpers import ROOT, small_train_tokens, subprocess_env
 from yolo_det.cli import main
 from yolo_det.core.errors import ConfigError
 from yolo_det.tools.verify import MicroBatch, RunRecord, StepRecord
 from yolo_det.tools.verify.crossverify import SAVED_VERSION, compare_against, read_saved
 
-TINY = ["imgsz=64", "batch=8", "nbs=8", "workers=0", "plots=False", "val=False", "epochs=1"]
+TINY = small_train_tokens(batch=8, nbs=8, val=False, device=None, exist_ok=None)
 STEPS = "3"
 
 
@@ -113,7 +113,7 @@ def test_gradient_noise_at_one_step_names_that_step_and_parameter(saved, capsys,
 
 
 def test_unknown_future_version_and_broken_files_exit_2_before_training(tmp_path, capsys, monkeypatch):
-    from yolo_det.commands import verify as verify_command
+    from yolo_det.tools import verify as verify_command  # the command imports record_runs from here when it runs
 
     def no_training(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("trained despite a bad --against file")

@@ -13,7 +13,7 @@ import torch
 
 from yolo_det.core.profiles import load_profile
 from yolo_det.fixes import data_invariance as inv
-from yolo_det.integrations.yolov5_data import YOLOv5Data
+from yolo_det.integrations.yolov5.data import YOLOv5Data
 from yolo_det.session.session import DeterminismSession
 from yolov5_helpers import installed_yolov5
 

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, small_train_tokens
 from yolo_det.cli import main
 from yolo_det.tools.diff import GROUPS, diff_records, load_record
 
 # One optimizer step on 12 demo images at 64 px: enough to give every run its own weights digest.
-TINY = ["epochs=1", "imgsz=64", "batch=8", "fraction=0.25", "workers=0", "device=cpu", "plots=False", "val=False"]
+TINY = small_train_tokens(batch=8, fraction=0.25, val=False, exist_ok=None)
 
 
 class Runs:
@@ -268,3 +268,77 @@ def test_yolov5_records_without_fingerprints_compare_by_their_arguments():
     assert [d.name for d in other.causes] == ["model (path; no fingerprint)"]
     assert other.causes[0].a == {"weights": "a.pt"}
     assert other.exit_code == 1
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the same images listed another way
+
+
+def _listed(files: list[str], root: Path) -> dict[str, Any]:
+    """The record a run leaves whose data YAML lists ``files`` with ``root`` as its path (what identity writes)."""
+    from yolo_det.core.datafp import dataset_fingerprint
+
+    fp = dataset_fingerprint({"train": files}, root=root, names={0: "circle", 1: "square", 2: "triangle"})
+    return {
+        "schema": 1,
+        "status": "completed",
+        "profile": {"name": "repro"},
+        "environment": {"torch": "2.4"},
+        "weights": {"sha256": "d" * 64},
+        "data": fp,
+        "data_stream": {"mode": "keyed", "workers": 0, "seed": 0, "dataset": fp["sha256"], "fingerprint": "f"},
+    }
+
+
+def test_a_txt_image_list_elsewhere_is_the_same_data(tmp_path, monkeypatch):
+    monkeypatch.setenv("YOLO_DET_CACHE", str(tmp_path / "cache"))
+    demo = ROOT / "data" / "demo"
+    files = sorted(str(p) for p in (demo / "images" / "train").glob("*.png"))[:8]
+    folder = _listed(files, demo.parent)  # data.yaml beside the data: train: demo/images/train
+    lists = tmp_path / "lists"  # data.yaml in another folder: train: lists/train.txt of absolute paths
+    lists.mkdir()
+    same = diff_records(folder, _listed(files, lists))
+    assert same.exit_code == 0, same.summary()
+    assert same.kind == "identical"
+    renamed = next(d for d in same.differences if d.name == "data: train file names")
+    assert renamed.changes_bits is False
+    assert "data stream: dataset" not in [d.name for d in same.causes]
+    # control: one image of the list replaced by another one is other data, named as such
+    other = [*files[:7], str(sorted((demo / "images" / "val").glob("*.png"))[0])]
+    changed = diff_records(folder, _listed(other, lists))
+    assert changed.exit_code == 1
+    assert "data: train image list" in [d.name for d in changed.causes]
+    assert not any(d.name.endswith("file names") for d in changed.differences)
+
+
+def test_records_without_weights_compare_nothing_and_say_what_was_compared(tmp_path, capsys):
+    def rec(digest: str | None, seed: int = 0) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schema": 1,
+            "status": "interrupted",
+            "profile": {"name": "repro", "train": {"deterministic_algorithms": "strict"}},
+            "seeds": {"seed": seed},
+            "environment": {"torch": "2.4", "python": "3.11"},
+            "ultralytics_args": {"epochs": 3, "imgsz": 64},
+        }
+        if digest is not None:
+            out["weights"] = {"sha256": digest}
+        return out
+
+    a, b = write(tmp_path / "a.json", rec(None)), write(tmp_path / "b.json", rec(None))
+    code, out, _ = diff(capsys, a, b)
+    assert code == 3
+    assert out.splitlines()[-1].startswith("verdict: nothing compared: no final weights digest for run A")
+    compared = out.splitlines()[-2]
+    assert compared.startswith("compared: 7 setting(s) in 4 topic(s) (seeds, profile settings, Ultralytics")
+    assert compared.endswith("and no weights (digests in 0 of 2 records)")
+    code, out, _ = diff(capsys, a, b, "--json")
+    assert json.loads(out)["kind"] == "nothing-compared"
+    assert json.loads(out)["compared"]["settings"] == 7
+    # controls: the same records with their weights compare (exit 0); a real difference still wins (exit 1)
+    code, out, _ = diff(capsys, write(tmp_path / "c.json", rec("d" * 64)), write(tmp_path / "d.json", rec("d" * 64)))
+    assert code == 0
+    assert "and the final weights digests" in out
+    code, out, _ = diff(capsys, a, write(tmp_path / "e.json", rec(None, seed=1)))
+    assert code == 1
+    assert "seed (0 vs 1)" in out.splitlines()[-1]

@@ -125,7 +125,8 @@ def test_cuda_only_flags_have_no_effect_on_a_cpu_run() -> None:
 def test_a_stopped_run_compares_on_configuration_and_says_how_far_it_got() -> None:
     stopped = twin(status="terminated", epochs_completed=2, weights={}, signal="SIGTERM")
     report = diff_records(twin(), stopped)
-    assert report.exit_code == 1
+    assert report.exit_code == 3  # nothing compared: B left no final weights
+    assert report.verdict.startswith("nothing compared: no final weights digest for run B")
     assert not report.causes
     assert "run B (terminated after 2 of 3 epoch(s) checkpointed)" in report.verdict
     killed = twin(status="running", epochs_completed=1, weights={})

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import default_stop_signals, subprocess_env
+from helpers import default_stop_signals, small_train, subprocess_env
 from statecheck import assert_same_state, global_state
 from yolo_det import attach
 from yolo_det.cli import main
@@ -47,7 +47,7 @@ from yolo_det.session.session import DeterminismSession
 
 pytestmark = pytest.mark.usefixtures("default_stop_handlers")  # whatever dispositions the runner inherited
 
-SMALL = {"epochs": 1, "imgsz": 64, "batch": 16, "device": "cpu", "workers": 0, "plots": False, "exist_ok": True}
+SMALL = small_train()
 
 
 # -- helpers --------------------------------------------------------------------------------------------

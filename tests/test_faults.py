@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from helpers import small_train
 from statecheck import assert_same_state, global_state
 from yolo_det import attach, trainer_class
 
@@ -37,7 +38,7 @@ PREDICT_EVENTS = (
     "on_predict_end",
 )
 EXPORT_EVENTS = ("on_export_start", "on_export_end")
-SMALL = {"epochs": 1, "imgsz": 64, "batch": 16, "device": "cpu", "workers": 0, "plots": False, "exist_ok": True}
+SMALL = small_train()
 
 
 class Injected(RuntimeError):

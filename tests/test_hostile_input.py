@@ -140,7 +140,7 @@ def test_an_edited_device_type_never_turns_a_comparison_into_a_pass() -> None:
 
 
 def test_key_value_arguments_after_an_option_are_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
-    from yolo_det.commands import train as train_command
+    from yolo_det.tools import prepare as prepare_module  # the command imports prepare from here when it runs
 
     seen: dict[str, Any] = {}
 
@@ -148,7 +148,7 @@ def test_key_value_arguments_after_an_option_are_overrides(monkeypatch: pytest.M
         seen["tokens"] = tokens
         raise SystemExit(0)
 
-    monkeypatch.setattr(train_command, "prepare", fake_prepare)
+    monkeypatch.setattr(prepare_module, "prepare", fake_prepare)
     with pytest.raises(SystemExit):
         main(["train", "epochs=1", "--profile", "fast", "imgsz=64", "--trust-checkpoint", "batch=2"])
     assert seen["tokens"] == ["epochs=1", "imgsz=64", "batch=2"]

@@ -109,7 +109,8 @@ def _source_copy(dst: Path) -> Path:
     dst.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, dst / name)
-    shutil.copytree(ROOT / "yolo_det", dst / "yolo_det", ignore=ignore)
+    for package in ("yolo_det", "yolo_det_zoo"):
+        shutil.copytree(ROOT / package, dst / package, ignore=ignore)
     return dst
 
 

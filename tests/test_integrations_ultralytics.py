@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import small_train
 from yolo_det import attach, detach, trainer_class
 from yolo_det.cli import main
 from yolo_det.core.record import RECORD_NAME, checkpoint_digest
@@ -16,7 +17,7 @@ from yolo_det.integrations.ultralytics import UltralyticsPlugin
 
 pytestmark = pytest.mark.slow
 
-SMALL = {"epochs": 1, "imgsz": 64, "batch": 16, "device": "cpu", "workers": 0, "plots": False, "exist_ok": True}
+SMALL = small_train()
 
 PROBE_PROFILE = """\
 name: probe

@@ -7,25 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from helpers import small_train
 from yolo_det.core.errors import YoloDetError
 from yolo_det.core.record import RECORD_NAME
 from yolo_det.integrations.ultralytics import UltralyticsPlugin, attach
 
 pytestmark = pytest.mark.slow
 
-SMALL = {
-    "epochs": 1,
-    "imgsz": 32,
-    "batch": 8,
-    "nbs": 8,
-    "fraction": 0.25,
-    "val": False,
-    "plots": False,
-    "workers": 0,
-    "device": "cpu",
-    "exist_ok": True,
-    "seed": 3,
-}
+SMALL = small_train(imgsz=32, batch=8, nbs=8, fraction=0.25, val=False, seed=3)
 
 
 def _start_weights(folder: Path) -> str:

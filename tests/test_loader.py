@@ -38,7 +38,7 @@ def test_rtdetr_gets_its_own_model_class() -> None:
 
 
 def test_module_and_state_dict_checkpoints(tmp_path: Path) -> None:
-    from yolo_det.core.safeload import trusted_checkpoints
+    from yolo_det.core.untrusted.safeload import trusted_checkpoints
 
     module = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU())
     torch.save(module, tmp_path / "m.pt")

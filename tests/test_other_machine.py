@@ -10,19 +10,11 @@ from pathlib import Path
 import pytest
 from simulated_machine import Machine, run_yolo_det
 
+from helpers import small_train_tokens
+
 pytestmark = pytest.mark.slow
 
-TINY = [
-    "imgsz=32",
-    "batch=8",
-    "nbs=8",
-    "fraction=0.25",
-    "val=false",
-    "plots=false",
-    "workers=0",
-    "device=cpu",
-    "exist_ok=true",
-]
+TINY = small_train_tokens(epochs=None, imgsz=32, batch=8, nbs=8, fraction=0.25, val=False)
 HERE = Machine()
 OTHERS = (Machine(cpus=4), Machine(cpus=17), Machine(isa="avx2"))
 

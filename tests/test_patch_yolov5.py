@@ -13,7 +13,8 @@ import pytest
 
 from helpers import ROOT
 from yolo_det.cli import main
-from yolo_det.integrations import patch_yolov5 as pv
+from yolo_det.integrations.yolov5 import patch as pv
+from yolo_det.integrations.yolov5 import writer as pw
 from yolov5_helpers import copy_yolov5
 
 PATCHES = ROOT / "patches"
@@ -441,7 +442,7 @@ def test_interruption_between_files_leaves_the_tree_as_it_was(
     result = pv.plan(tree)
     assert len(result.changes) >= 5  # 2 writes (backup + file) per changed file: nth=9 is the 5th file's backup
     before = _snapshot(tree)
-    real = getattr(pv, stage)
+    real = getattr(pw, stage)
     calls = []
 
     def failing(*args: object) -> object:
@@ -450,17 +451,17 @@ def test_interruption_between_files_leaves_the_tree_as_it_was(
             raise error(5, "injected") if error is OSError else error("injected")
         return real(*args)
 
-    monkeypatch.setattr(pv, stage, failing)
+    monkeypatch.setattr(pw, stage, failing)
     with pytest.raises((KeyboardInterrupt, pv.PatchError, RuntimeError)):
-        pv.apply_plan(result)
+        pw.apply_plan(result)
     assert len(calls) == nth
     assert _snapshot(tree) == before  # no file changed, no backup or temporary file left
 
 
 def test_interruption_in_reverse_leaves_the_patch_in_place(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pv.apply_plan(pv.plan(tree))
+    pw.apply_plan(pv.plan(tree))
     patched = _snapshot(tree)
-    real = pv._replace
+    real = pw._replace
     calls = []
 
     def failing(tmp: Path, target: Path) -> None:
@@ -469,7 +470,7 @@ def test_interruption_in_reverse_leaves_the_patch_in_place(tree: Path, monkeypat
             raise KeyboardInterrupt
         real(tmp, target)
 
-    monkeypatch.setattr(pv, "_replace", failing)
+    monkeypatch.setattr(pw, "_replace", failing)
     with pytest.raises(KeyboardInterrupt):
-        pv.apply_plan(pv.plan(tree, reverse=True), backup=False)
+        pw.apply_plan(pv.plan(tree, reverse=True), backup=False)
     assert _snapshot(tree) == patched

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from yolo_det.cli import main
-from yolo_det.integrations import patch_yolov5 as pv
+from yolo_det.integrations.yolov5 import patch as pv
+from yolo_det.integrations.yolov5 import writer as pw
 from yolov5_helpers import installed_yolov5
 
 pytestmark = [
@@ -46,10 +47,10 @@ def trees(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str
     _copy(root, work)
     points: list[str] = []
     with _hook(points.append):
-        pv.apply_plan(pv.plan(work))
+        pw.apply_plan(pv.plan(work))
     patched = _snapshot(work)
     assert patched != original
-    assert pv.JOURNAL not in patched
+    assert pw.JOURNAL not in patched
     assert points[0] == "journal"
     assert "commit" in points
     assert points[-1].startswith("cleanup:")
@@ -72,10 +73,10 @@ class _hook:
         self.fn = fn
 
     def __enter__(self) -> None:
-        pv.fault_hook = self.fn
+        pw.fault_hook = self.fn
 
     def __exit__(self, *exc: object) -> None:
-        pv.fault_hook = None
+        pw.fault_hook = None
 
 
 class _Hangup(KeyboardInterrupt):
@@ -138,8 +139,8 @@ def _killed_at(root: Path, point: str) -> None:
     pid = os.fork()
     if pid == 0:  # the child: no pytest, no clean-up, killed outright
         try:
-            pv.fault_hook = lambda name: os.kill(os.getpid(), signal.SIGKILL) if name == point else None
-            pv.apply_plan(pv.plan(root))
+            pw.fault_hook = lambda name: os.kill(os.getpid(), signal.SIGKILL) if name == point else None
+            pw.apply_plan(pv.plan(root))
         finally:
             os._exit(3)
     _, status = os.waitpid(pid, 0)
@@ -154,10 +155,10 @@ def test_sigkill_at_every_point_then_the_next_run(trees, tmp_path: Path, capsys)
         _copy(template, root)
         _killed_at(root, point)
         if point == "journal":  # killed before the first write
-            assert pv.pending_journal(root) is None
+            assert pw.pending_journal(root) is None
             assert _snapshot(root) == original
         else:  # --check refuses to judge a half-changed tree
-            assert pv.pending_journal(root) is not None, point
+            assert pw.pending_journal(root) is not None, point
             assert main(["patch-yolov5", str(root), "--check"]) == 2
             assert "--repair" in capsys.readouterr().err
         # the next run finishes the interrupted one, then patches
@@ -175,16 +176,16 @@ def test_sigkill_then_repair_alone(trees, tmp_path: Path, capsys) -> None:
         assert main(["patch-yolov5", str(root), "--repair"]) == 0
         capsys.readouterr()
         assert _snapshot(root) == _expected(points, point, original, patched), point
-        assert pv.pending_journal(root) is None
+        assert pw.pending_journal(root) is None
 
 
 def test_signal_handlers_are_given_back(trees, tmp_path: Path) -> None:
     template, _, patched, _ = trees
-    before = {s: signal.getsignal(s) for s in pv.DEFERRED_SIGNALS}
+    before = {s: signal.getsignal(s) for s in pw.DEFERRED_SIGNALS}
     root = tmp_path / "t"
     _copy(template, root)
-    pv.apply_plan(pv.plan(root))
-    assert {s: signal.getsignal(s) for s in pv.DEFERRED_SIGNALS} == before
+    pw.apply_plan(pv.plan(root))
+    assert {s: signal.getsignal(s) for s in pw.DEFERRED_SIGNALS} == before
     assert _snapshot(root) == patched
 
 
@@ -202,8 +203,8 @@ def test_a_journal_shipped_with_a_tree_cannot_remove_its_files(trees, tmp_path: 
         root = tmp_path / f"j{len(list(tmp_path.iterdir()))}"
         _copy(template, root)
         text = json.dumps({"version": 1, "committed": False, "files": files}).replace("{root}", str(root))
-        (root / pv.JOURNAL).write_text(text)
+        (root / pw.JOURNAL).write_text(text)
         assert main(["patch-yolov5", str(root), "--repair"]) == 2
         assert "is not a journal" in capsys.readouterr().err
-        (root / pv.JOURNAL).unlink()
+        (root / pw.JOURNAL).unlink()
         assert _snapshot(root) == original

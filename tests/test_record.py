@@ -142,3 +142,44 @@ def test_a_record_written_after_the_run_ended_names_the_training_environment(mon
     assert during is not None  # repro sets it for training
     assert environment()["env"]["CUBLAS_WORKSPACE_CONFIG"] is None  # restored afterwards
     assert record["environment"]["env"]["CUBLAS_WORKSPACE_CONFIG"] == during
+
+
+def test_the_record_reads_a_session_through_a_protocol_defined_in_core() -> None:
+    from yolo_det.core.record import RecordSource
+    from yolo_det.session.session import DeterminismSession
+
+    assert isinstance(DeterminismSession("fast"), RecordSource)
+    assert not isinstance(object(), RecordSource)  # control: the check does look at the members
+
+
+def test_adjusted_args_name_what_ultralytics_changed_and_nothing_else():
+    from types import SimpleNamespace
+
+    from yolo_det.integrations.identity import adjusted_args
+
+    used = SimpleNamespace(workers=0, batch=8)
+    out = adjusted_args({"workers": 3, "batch": 8}, used)
+    assert list(out) == ["workers"]
+    assert out["workers"]["asked"] == 3
+    assert out["workers"]["used"] == 0
+    assert "CPU" in out["workers"]["why"]
+    assert adjusted_args({"workers": 0}, used) == {}  # control: kept as asked
+    assert adjusted_args({}, used) == {}  # not asked: nothing to say
+
+
+@pytest.mark.slow
+def test_a_cpu_run_asked_for_workers_records_and_says_what_ran(tmp_path, capsys, monkeypatch):
+    from yolo_det.cli import main
+
+    monkeypatch.setenv("YOLO_DET_CACHE", str(tmp_path / "cache"))
+    tiny = ["epochs=1", "imgsz=64", "batch=8", "fraction=0.25", "device=cpu", "plots=False", "val=False"]
+    code = main(["train", *tiny, "workers=2", f"project={tmp_path}", "name=w2"])
+    out = capsys.readouterr().out
+    assert code == 0
+    record = json.loads((tmp_path / "w2" / "determinism.json").read_text())
+    assert record["ultralytics_args"]["workers"] == 0
+    change = record["adjusted_args"]["workers"]
+    assert (change["asked"], change["used"]) == (2, 0)
+    assert "CPU" in change["why"]
+    notes = [line for line in out.splitlines() if line.startswith("note: workers=")]
+    assert notes == [f"note: workers=2 ran as workers=0: {change['why']}"]

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, small_train_tokens
 from yolo_det.cli import main
 from yolo_det.core.record import RECORD_NAME, checkpoint_digest
 from yolo_det.core.resume import load_state, previous_state_path, read_checkpoint, state_path
@@ -23,17 +23,7 @@ from yolo_det.tools.prepare import prepare
 
 pytestmark = pytest.mark.slow
 
-TINY = [
-    "imgsz=32",
-    "batch=8",
-    "nbs=8",
-    "fraction=0.25",
-    "val=false",
-    "plots=false",
-    "workers=0",
-    "device=cpu",
-    "exist_ok=true",
-]
+TINY = small_train_tokens(epochs=None, imgsz=32, batch=8, nbs=8, fraction=0.25, val=False)
 
 
 def _train(tokens: list[str], *, hook: Any = None, on_model_save: Any = None) -> Any:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import MODELS
+from helpers import MODELS, small_train
 from yolo_det import attach
 from yolo_det.analysis.emulator import emulate_cuda_alerts
 from yolo_det.analysis.zoo import ZOO_MODULES
@@ -18,16 +18,7 @@ from yolo_det.layers.registry import registered, registered_layers
 
 pytestmark = pytest.mark.slow
 
-SMALL = {
-    "epochs": 1,
-    "imgsz": 64,
-    "batch": 16,
-    "device": "cpu",
-    "workers": 0,
-    "plots": False,
-    "exist_ok": True,
-    "val": False,
-}
+SMALL = small_train(val=False)
 # model -> (kernel CUDA raises on, what repro does about it)
 CASES = {
     "cbam-max.yaml": ("adaptive_max_pool2d_backward_cuda", "swap"),

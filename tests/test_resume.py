@@ -19,7 +19,7 @@ from helpers import train_stopped_after
 from yolo_det.cli import main
 from yolo_det.core.errors import ConfigError, ModelError
 from yolo_det.core.record import RECORD_NAME, checkpoint_digest
-from yolo_det.core.resume import get_rng_state, load_state, read_checkpoint, set_rng_state, state_path
+from yolo_det.core.resume import get_rng_state, load_state, read_checkpoint, set_rng_state, state_files, state_path
 from yolo_det.tools.prepare import prepare
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,10 +57,12 @@ def test_interrupted_and_resumed_through_the_cli_ends_bit_for_bit(
     assert code == 0
     straight = checkpoint_digest(tmp_path / "straight" / "weights" / "last.pt")
     straight_record = json.loads((tmp_path / "straight" / RECORD_NAME).read_text())
+    assert straight_record["resume_states_written"] >= 2  # states were written, and the finished run keeps none
+    assert state_files(tmp_path / "straight" / "weights" / "last.pt") == []
 
     last = _train_interrupted([*common, "name=part"], after)
     state = state_path(last)
-    assert state.is_file()
+    assert state_files(last) == [state]  # the one matching last.pt; the previous one went with its checkpoint
     assert load_state(state)["epoch"] == after - 1
     first = json.loads((tmp_path / "part" / RECORD_NAME).read_text())
     assert first["status"] == "interrupted"
@@ -71,6 +73,7 @@ def test_interrupted_and_resumed_through_the_cli_ends_bit_for_bit(
     assert code == 0
     assert f"weights sha256: {straight}" in out
     assert checkpoint_digest(last) == straight
+    assert state_files(last) == []
     record = json.loads((tmp_path / "part" / RECORD_NAME).read_text())
     assert record["status"] == "completed"
     assert record["weights"]["ema_fp32_sha256"] == straight_record["weights"]["ema_fp32_sha256"]
@@ -271,8 +274,13 @@ def test_state_files_never_match_ultralytics_latest_run_glob(tmp_path: Path) -> 
 @pytest.mark.slow
 def test_verify_resume_at(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     common = ["epochs=2", "imgsz=64", "plots=false"]
+    # one model state, one digest: train and verify with the same arguments print the same (last.pt's EMA)
+    assert main(["train", "--profile", "repro", *common, f"project={tmp_path}", "name=t"]) == 0
+    digest = capsys.readouterr().out.split("weights sha256: ")[1].split()[0]
+    assert digest == checkpoint_digest(tmp_path / "t" / "weights" / "last.pt")
     assert main(["verify", "--profile", "repro", "--resume-at", "1", *common, f"project={tmp_path / 'a'}"]) == 0
     out = capsys.readouterr().out
+    assert out.count(f"weights sha256 {digest}") == 2, out  # the straight run and the resumed one
     assert "bitwise identical" in out
     assert "interrupted after epoch 1 and resumed" in out
     assert "weights moved from the initial ones" in out  # the equality rests on weights that trained
@@ -293,6 +301,8 @@ def test_verify_resume_at(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     out, err = capsys.readouterr()
     assert code == 1
     report = json.loads(out)
+    assert report["weights"][0]["sha256"] == digest  # the straight run, named as train and the record name it
+    assert report["weights"][0]["model"] != digest  # control: the live model's digest (printed before) is another
     first = report["first_divergence"]
     assert first["run"] == 2
     assert first["epoch"] == 1

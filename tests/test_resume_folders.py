@@ -10,24 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from helpers import train_stopped_after
+from helpers import small_train_tokens, train_stopped_after
 from yolo_det.cli import main
 from yolo_det.core.errors import ConfigError
 from yolo_det.core.record import RECORD_NAME
 from yolo_det.core.resume import read_checkpoint, resume_folder
 
-TINY = [
-    "epochs=2",
-    "imgsz=32",
-    "batch=8",
-    "nbs=8",
-    "fraction=0.25",
-    "val=false",
-    "plots=false",
-    "workers=0",
-    "device=cpu",
-    "exist_ok=true",
-]
+TINY = small_train_tokens(epochs=2, imgsz=32, batch=8, nbs=8, fraction=0.25, val=False)
 
 
 def train_interrupted(tokens: list[str], after: int = 1) -> Path:
@@ -193,7 +182,7 @@ def test_overrides_and_a_profile_change_on_resume_are_reasons_not_to_expect_bitw
 
 
 def test_a_part_killed_before_its_record_caught_up_is_a_killed_segment_with_its_checkpointed_epochs() -> None:
-    from yolo_det.integrations.ultralytics.lineage import segments_of
+    from yolo_det.core.resume.lineage import segments_of
 
     earlier = {"status": "interrupted", "epochs_completed": 1}
     killed = {"status": "running", "epochs_completed": 1, "segments": [earlier], "profile": {"name": "repro"}}

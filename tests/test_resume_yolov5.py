@@ -20,7 +20,7 @@ from test_integrations_yolov5 import _offline_env, yolov5_copy  # noqa: F401 - t
 from yolo_det.core.record import RECORD_NAME, checkpoint_digest
 from yolo_det.core.resume import state_path
 from yolo_det.core.seeding import epoch_data_seed
-from yolo_det.integrations.yolov5_resume import realign_loader
+from yolo_det.integrations.yolov5.resume import realign_loader
 
 _DRIVER = """
 import json, sys

@@ -16,9 +16,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from yolo_det.core import safe_yaml
 from yolo_det.core.errors import ConfigError, ProfileError
 from yolo_det.core.profiles import load_profile
+from yolo_det.core.untrusted import safe_yaml
 from yolo_det.tools.overrides import parse_overrides
 
 LIMIT_S = 1.0

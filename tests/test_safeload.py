@@ -16,24 +16,15 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import subprocess_env
+from helpers import small_train, subprocess_env
 from yolo_det.cli import main
-from yolo_det.core import safeload
 from yolo_det.core.errors import ModelError
 from yolo_det.core.record import checkpoint_digest, state_dict_digest
+from yolo_det.core.untrusted import safeload
 from yolo_det.core.untrusted.safeload import TRUST_FLAG, check_checkpoint, load_checkpoint, trusted_checkpoints
 from yolo_det.layers.registry import registered
 
-SMALL = {
-    "epochs": 1,
-    "imgsz": 64,
-    "batch": 16,
-    "device": "cpu",
-    "workers": 0,
-    "plots": False,
-    "exist_ok": True,
-    "val": False,
-}
+SMALL = small_train(val=False)
 
 
 class Marker:

@@ -123,7 +123,8 @@ def test_failing_extension_leaves_no_trace():
 def test_every_concern_of_a_phase_is_an_extension_applied_in_order_and_undone_in_reverse():
     from yolo_det.session.extensions import Extension, default_extensions
 
-    assert [e.name for e in default_extensions()] == [
+    names = [e.name for e in default_extensions()]
+    assert names[:7] == [
         "flags",
         "machine",
         "seeds",
@@ -131,8 +132,8 @@ def test_every_concern_of_a_phase_is_an_extension_applied_in_order_and_undone_in
         "swaps",
         "intercept",
         "data",
-        "batch_invariant",
     ]
+    assert set(names[7:]) <= {"batch_invariant"}  # registered by an integration this process imported
     calls = []
 
     class Marker(Extension):

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from helpers import small_train_tokens
 from tests.task_data import TASK_MODELS, make_dataset
 from yolo_det.cli import main
 
-TINY = ["epochs=1", "imgsz=64", "batch=4", "nbs=4", "plots=false", "workers=0", "device=cpu"]
+TINY = small_train_tokens(batch=4, nbs=4, exist_ok=None)
 
 
 def _record(run_dir: Path) -> dict:

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from ultralytics.nn import tasks
 
-from helpers import subprocess_env
+from helpers import small_train_tokens, subprocess_env
 from yolo_det.analysis.models import EXAMPLES
 from yolo_det.analysis.names import custom_modules, module_classes
 from yolo_det.analysis.zoo import ZOO_MODULES
@@ -22,7 +22,7 @@ from yolo_det.core.errors import ConfigError
 from yolo_det.layers.registry import registered
 
 ROOT = Path(__file__).resolve().parent.parent
-SMALL = ["epochs=1", "imgsz=64", "batch=8", "nbs=8", "fraction=0.25", "plots=false", "workers=0"]
+SMALL = small_train_tokens(batch=8, nbs=8, fraction=0.25, device=None, exist_ok=None)
 
 
 class UserCBAM(nn.Module):

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-import yolo_det.commands.verify as verify_command
+import yolo_det.tools.verify as verify_command  # the command imports verify from here when it runs
+from helpers import small_train_tokens
 from yolo_det.cli import main
 from yolo_det.core.state import snapshot
 from yolo_det.tools import verify as verify_module
@@ -20,7 +21,7 @@ from yolo_det.tools.runtime import PNG_SIGNATURE
 from yolo_det.tools.verify import MicroBatch, RunRecord, StepRecord, compare_runs, plot_losses, verify
 from yolo_det.tools.verify import recorder as verify_recorder
 
-TINY = ["imgsz=64", "batch=8", "workers=0", "plots=False", "val=False"]
+TINY = small_train_tokens(epochs=None, batch=8, val=False, device=None, exist_ok=None)
 
 
 def tree(path: Path) -> set[str]:
@@ -251,6 +252,32 @@ def test_diverging_chart_marks_the_first_divergence_on_a_clean_log_axis(tmp_path
 
 # ---------------------------------------------------------------------------------------------------------
 # bad input (fast: nothing trains)
+
+
+def test_callbacks_take_a_function_or_a_list_per_event_and_name_what_is_wrong(tmp_path):
+    from yolo_det.core.errors import ConfigError
+    from yolo_det.tools.verify.run import check_callbacks
+
+    def fn(trainer: Any) -> None:
+        pass
+
+    assert check_callbacks({"on_train_epoch_end": fn}) == {"on_train_epoch_end": [fn]}
+    assert check_callbacks({"on_train_epoch_end": [fn, fn], "teardown": (fn,)}) == {
+        "on_train_epoch_end": [fn, fn],
+        "teardown": [fn, fn][:1],
+    }
+    args = {"epochs": 1, "imgsz": 64, "device": "cpu", "project": str(tmp_path / "runs")}
+    for bad, needle in (
+        ({"on_train_epoch_ends": fn}, "is not an Ultralytics callback event. Did you mean 'on_train_epoch_end'?"),
+        ({"on_train_epoch_end": "fn"}, "must be a function or a list of functions, got str"),
+        ({"on_train_epoch_end": [fn, 3]}, "must be a function or a list of functions, got list"),
+        ([fn], "callbacks must be a dict"),
+    ):
+        with pytest.raises(ConfigError) as caught:
+            verify("repro", args, runs=2, steps=1, callbacks=bad)  # refused before any training
+        assert needle in str(caught.value)
+        assert "\n" not in str(caught.value)
+    assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.parametrize(

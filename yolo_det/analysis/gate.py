@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from ..core.errors import ConfigError
+from ..core.text import short
 from ..core.untrusted import safe_yaml
 
 __all__ = [
@@ -216,7 +217,7 @@ def _check_data_yaml(path: Path) -> None:
 def _check_data(value: Any) -> None:
     if isinstance(value, (Mapping, list, tuple)):
         raise ConfigError(
-            f"data is a {'mapping' if isinstance(value, Mapping) else 'list'} ({safe_yaml.short(value)}), not the "
+            f"data is a {'mapping' if isinstance(value, Mapping) else 'list'} ({short(value)}), not the "
             "path of a data YAML or folder; pass data=path/to/data.yaml"
         )
     if not isinstance(value, (str, os.PathLike)):

@@ -22,6 +22,7 @@ import yaml
 
 from ..core.errors import ModelError, did_you_mean
 from ..core.quiet import quiet_ultralytics
+from ..core.text import short
 from ..core.untrusted import safe_yaml
 from .blocks import layer_lines
 from .model_yaml import check_activation
@@ -101,10 +102,10 @@ def check_yaml_modules(data: Mapping[str, Any], text: str, origin: str, namespac
     for i, row in enumerate(data["backbone"] + data["head"]):
         where = f"{origin}:{rows_lines[i]}" if i < len(rows_lines) else f"{origin} (layer {i})"
         if not isinstance(row, list) or len(row) != 4:
-            raise ModelError(f"{where}: layer {i} must be [from, repeats, module, args], got {safe_yaml.short(row)}")
+            raise ModelError(f"{where}: layer {i} must be [from, repeats, module, args], got {short(row)}")
         name = row[2]
         if not isinstance(name, str):
-            raise ModelError(f"{where}: layer {i} module must be a name, got {safe_yaml.short(name)}")
+            raise ModelError(f"{where}: layer {i} module must be a name, got {short(name)}")
         name = name[:200]
         if name.startswith("nn."):
             if not isinstance(getattr(torch.nn, name[3:], None), type):
@@ -142,10 +143,7 @@ def _read_yaml(path: Path) -> tuple[str, dict[str, Any]]:
     try:
         data = safe_yaml.load(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ModelError(f"{path}{line}: malformed YAML: {problem}") from None
+        raise ModelError(safe_yaml.error_line(str(path), e)) from None
     if not isinstance(data, dict):
         raise ModelError(
             f"{path}: a model YAML must be a mapping with 'backbone' and 'head', got {type(data).__name__}"

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core.errors import ModelError
-from ..core.untrusted.safe_yaml import short
+from ..core.text import short
 
 __all__ = ["check_activation"]
 

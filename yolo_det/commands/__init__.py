@@ -20,6 +20,23 @@ def add_import_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE", help=IMPORT_HELP)
 
 
+def add_trust_flag(parser: argparse.ArgumentParser) -> None:
+    """Add ``--trust-checkpoint`` (skip the scan of a ``model=FILE.pt`` checkpoint's pickle) and
+    ``--allow-download`` (let a data YAML's ``download:`` script run) to a command that trains or loads."""
+    from ..analysis.gate import DOWNLOAD_FLAG
+    from ..core.untrusted.container import TRUST_FLAG
+
+    parser.add_argument(
+        TRUST_FLAG,
+        action="store_true",
+        help="hand model=FILE.pt to Ultralytics even when its pickle names functions no checkpoint "
+        "needs (only for files you trust: loading runs them)",
+    )
+    parser.add_argument(
+        DOWNLOAD_FLAG, action="store_true", help="let a data YAML's download: script run (only for files you trust)"
+    )
+
+
 def add_ci_options(parser: argparse.ArgumentParser) -> None:
     """Add ``--junit FILE`` and ``--annotations github`` (results for CI systems) to a command."""
     parser.add_argument(

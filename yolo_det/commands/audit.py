@@ -69,7 +69,7 @@ import yaml
 
 from ..core.errors import ConfigError
 from ..core.text import printable
-from ..core.untrusted.safeload import TRUST_FLAG, trusted_checkpoints
+from ..core.untrusted.container import TRUST_FLAG, trusted_checkpoints
 from . import add_ci_options, add_import_option, check_ci_options, emit_ci
 
 

@@ -24,14 +24,10 @@ import json
 import sys
 
 from ..analysis.gate import allow_downloads
-from ..analysis.models import model_names
+from ..core.constants import DEFAULT_BENCH_PROFILES as DEFAULT_PROFILES
 from ..core.fileio import check_output_path
-from ..core.untrusted.safeload import trusted_checkpoints
-from ..tools.bench import DEFAULT_PROFILES, bench, check_args, parse_profiles, plot_bench
-from ..tools.prechecks import check_device
-from ..tools.prepare import prepare
-from . import add_import_option
-from .train import add_trust_flag
+from ..core.untrusted.container import trusted_checkpoints
+from . import add_import_option, add_trust_flag
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -70,6 +66,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det bench``."""
+    from ..core.profiles import load_profile
+    from ..tools.overrides import parse_overrides
+
+    parse_overrides(list(args.overrides))  # what needs no torch is checked before torch starts
+    for name in filter(None, (p.strip() for p in args.profiles.split(","))):
+        load_profile(name)
+    from ..analysis.models import model_names
+    from ..tools.bench import bench, check_args, parse_profiles, plot_bench
+    from ..tools.prechecks import check_device
+    from ..tools.prepare import prepare
+
     profiles = parse_profiles(args.profiles)
     with model_names(args.imports), trusted_checkpoints(args.trust_checkpoint), allow_downloads(args.allow_download):
         _, ul_args = prepare(profiles[0], list(args.overrides), check_device=False)

@@ -29,8 +29,8 @@ import argparse
 
 from ..core.errors import ConfigError
 from ..core.fileio import atomic_write_json, check_output_path
-from ..core.untrusted.safeload import trusted_checkpoints
-from .train import add_trust_flag
+from ..core.untrusted.container import trusted_checkpoints
+from . import add_trust_flag
 
 
 def _ints(text: str) -> list[int]:

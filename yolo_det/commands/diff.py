@@ -7,10 +7,12 @@ A and B are run folders (holding determinism.json), determinism.json files, or f
 likely it changes the bits: data (dataset fingerprint), model (architecture, starting weights), seeds,
 profile settings per phase, Ultralytics arguments, versions (torch, CUDA, cuDNN, numpy, Ultralytics,
 ...), GPU model, CPU, thread counts, environment variables, layer swaps, non-determinism warnings seen.
-The last line is the verdict.
+The line before it says what was compared (settings and topics both records hold, and the weights); the
+last line is the verdict.
 
-Exit 0 when the runs are configured the same and their weights digests are equal, 1 otherwise,
-2 on bad input.
+Exit 0 when the runs are configured the same and their weights digests are equal, 1 when they differ,
+3 (nothing compared) when nothing tells them apart but a record has no final weights digest (an
+unfinished run: an equality would prove nothing), 2 on bad input.
 
 examples:
   yolo-det diff runs/detect/train runs/detect/train2
@@ -35,7 +37,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``yolo-det diff``: exit 0 when configured the same with equal weights digests, else 1."""
+    """Run ``yolo-det diff``: exit 0 when configured the same with equal weights digests, 3 when there are no
+    weights to compare, else 1."""
     from ..tools.ci_report import diff_suite
 
     check_ci_options(args)

@@ -33,7 +33,8 @@ import sys
 
 from ..core.errors import PatchError
 from ..core.text import printable
-from ..integrations.patch_yolov5 import BACKUP_SUFFIX, JOURNAL, apply_plan, pending_journal, plan, repair
+from ..integrations.yolov5.patch import BACKUP_SUFFIX, plan
+from ..integrations.yolov5.writer import JOURNAL, apply_plan, pending_journal, repair
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

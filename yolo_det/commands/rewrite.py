@@ -27,7 +27,6 @@ import argparse
 import json
 
 from ..core.text import printable
-from ..fixes.yaml_rewrite import rewrite_yaml
 from . import add_import_option
 
 
@@ -54,6 +53,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det rewrite``."""
+    from ..fixes.yaml_rewrite import rewrite_yaml
+
     result = rewrite_yaml(
         args.model,
         args.output,

@@ -60,12 +60,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..analysis.gate import DOWNLOAD_FLAG, allow_downloads
+from ..analysis.gate import allow_downloads
 from ..core.errors import RunFailed
-from ..core.untrusted.safeload import TRUST_FLAG, trusted_checkpoints
+from ..core.untrusted.container import trusted_checkpoints
 from ..tools.overrides import parse_overrides
-from ..tools.prepare import prepare
-from . import add_import_option
+from . import add_import_option, add_trust_flag
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -86,19 +85,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="trace every op of these optimizer steps (7, 3-5, first:2) into the run folder, for `yolo-det bisect`",
     )
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Ultralytics train arguments")
-
-
-def add_trust_flag(parser: argparse.ArgumentParser) -> None:
-    """Add ``--trust-checkpoint`` (skip the scan of a ``model=FILE.pt`` checkpoint's pickle)."""
-    parser.add_argument(
-        TRUST_FLAG,
-        action="store_true",
-        help="hand model=FILE.pt to Ultralytics even when its pickle names functions no checkpoint "
-        "needs (only for files you trust: loading runs them)",
-    )
-    parser.add_argument(
-        DOWNLOAD_FLAG, action="store_true", help="let a data YAML's download: script run (only for files you trust)"
-    )
 
 
 def train(
@@ -147,7 +133,7 @@ def _resumed_profile(ul_args: dict[str, Any]) -> Any:
     """On resume without --profile: the built-in profile the run's record names (None: not a resume, or none)."""
     from ..core.profiles import load_profile
     from ..core.resume import is_resume
-    from ..integrations.ultralytics.lineage import previous_record
+    from ..core.resume.lineage import previous_record
 
     if not is_resume(ul_args):
         return None
@@ -160,8 +146,13 @@ def _resumed_profile(ul_args: dict[str, Any]) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det train``."""
+    from ..core.profiles import load_profile
+
+    given = parse_overrides(list(args.overrides))  # what needs no torch is checked before torch starts
+    load_profile(args.profile or "repro")
     from ..analysis.models import model_names
     from ..analysis.names import checkpoint_imports
+    from ..tools.prepare import prepare
 
     tracer = None
     if args.trace_ops is not None:  # a bad STEPS fails before any work
@@ -176,7 +167,6 @@ def run(args: argparse.Namespace) -> int:
     ):  # import first: a bad module fails before any work
         # a checkpoint's run imported modules: import them again (unchanged files) or say which to pass; before
         # the gate, which allows a checkpoint's classes of the modules imported
-        given = parse_overrides(list(args.overrides))
         ckpt = next(
             (
                 v
@@ -204,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"determinism record: {plugin.record_path}")
     if plugin.weights_digest is not None:
         print(f"weights sha256: {plugin.weights_digest}")
+    for key, change in plugin.adjusted.items():  # Ultralytics changed it without a word
+        print(f"note: {key}={change['asked']} ran as {key}={change['used']}: {change['why']}")
     if tracer is not None and tracer.written is not None:
         print(f"op trace: {tracer.written}")
     if plugin.record_error is not None:  # the training succeeded: a warning, exit code 0

@@ -56,22 +56,13 @@ import time
 from typing import Any
 
 from ..analysis.gate import allow_downloads
-from ..analysis.models import model_names
+from ..core.constants import DEFAULT_KEEP_MIB
 from ..core.errors import ConfigError
 from ..core.fileio import check_output_path
 from ..core.text import printable
-from ..core.untrusted.safeload import trusted_checkpoints
-from ..tools.ci_report import against_suite, verify_suite
+from ..core.untrusted.container import trusted_checkpoints
 from ..tools.overrides import parse_overrides
-from ..tools.prechecks import check_device
-from ..tools.prepare import prepare
-from ..tools.verify import VerifyReport, check_args, plot_losses, progress_to_stderr, record_runs, verify
-from ..tools.verify.crossverify import compare_against, load_saved, save_run
-from ..tools.verify.records import DEFAULT_KEEP_MIB, RESERVED
-from ..tools.verify.resume import check_resume_at, verify_resume
-from ..tools.verify.run import _device_name
-from . import add_ci_options, add_import_option, check_ci_options, emit_ci
-from .train import add_trust_flag
+from . import add_ci_options, add_import_option, add_trust_flag, check_ci_options, emit_ci
 
 USER_DATA_EPOCHS = 1
 
@@ -149,8 +140,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det verify``: exit 0 when the runs (and the saved run) are bitwise identical, 1 when not,
     3 when they match over weights that never changed (nothing compared)."""
+    from ..core.profiles import load_profile
+
     tokens = list(args.overrides)
-    if parse_overrides(tokens).get("resume") not in (None, False):
+    given = parse_overrides(tokens)  # what needs no torch is checked before torch starts
+    load_profile(args.profile)
+    from ..analysis.models import model_names
+    from ..tools.ci_report import against_suite, verify_suite
+    from ..tools.prechecks import check_device
+    from ..tools.prepare import prepare
+    from ..tools.verify import VerifyReport, check_args, progress_to_stderr, record_runs, verify
+    from ..tools.verify.crossverify import compare_against, load_saved, save_run
+    from ..tools.verify.records import RESERVED
+    from ..tools.verify.run import _device_name
+
+    if given.get("resume") not in (None, False):
         raise ConfigError(
             f"'resume=' cannot be passed to verify: {RESERVED['resume']} (to check a resume, use --resume-at K)"
         )
@@ -169,8 +173,7 @@ def run(args: argparse.Namespace) -> int:
         allow_downloads(args.allow_download),
     ):  # the user's modules first: a bad one fails before any work
         profile, ul_args = prepare(args.profile, tokens, check_device=False)
-        user = parse_overrides(tokens)
-        if user.get("data") is not None and "epochs" not in user:
+        if given.get("data") is not None and "epochs" not in given:
             ul_args["epochs"] = USER_DATA_EPOCHS
         plot_path = check_output_path(args.plot, suffix=".png", what="--plot")
         if args.resume_at is not None:
@@ -226,6 +229,8 @@ def run(args: argparse.Namespace) -> int:
         save_run(save_path, records[0], profile=profile.name, args=ul_args, steps_requested=steps, device=device)
     against = compare_against(saved, records[0]) if saved is not None else None
     if plot_path is not None:
+        from ..tools.verify import plot_losses
+
         shown.plot = str(plot_losses(shown, plot_path))
     if args.json:
         out = shown.to_dict()
@@ -244,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"yolo-det verify: profile {profile.name}, 1 run of {len(r.steps)} optimizer steps in "
                 f"{r.seconds:.1f} s, "
-                f"device {device}, weights {r.weights.get('model', '?')[:16]}"
+                f"device {device}, weights sha256 {r.weights.get('sha256', '?')}"
             )
             if shown.steps_note:
                 print(f"note: {shown.steps_note}")
@@ -265,6 +270,11 @@ def run(args: argparse.Namespace) -> int:
 def _run_resume_at(args: argparse.Namespace, profile: Any, ul_args: dict[str, Any], plot_path: Any) -> int:
     """``--resume-at K``: a straight run against one interrupted after epoch K and resumed (called inside
     ``model_names``)."""
+    from ..tools.ci_report import verify_suite
+    from ..tools.prechecks import check_device
+    from ..tools.verify import check_args, plot_losses, progress_to_stderr
+    from ..tools.verify.resume import check_resume_at, verify_resume
+
     if args.runs not in (None, 2) or args.steps is not None or args.save or args.against:
         raise ConfigError("--resume-at compares two runs over whole epochs; drop --runs, --steps, --save and --against")
     check_args(ul_args, 2, None, args.keep_mib)

@@ -31,11 +31,11 @@ from typing import Any
 
 import torch
 
+from .nesting import NestedPatch
+
 __all__ = ["ToggleScaler", "backward_scope", "toggle_count", "toggled_backward"]
 
 _lock = threading.Lock()
-_depth = 0
-_saved: tuple[bool, bool] | None = None
 _count = 0
 
 
@@ -53,31 +53,30 @@ def backward_scope(enabled: bool = True) -> Iterator[None]:
     Args:
         enabled: When False the block runs unchanged (lets callers write one code path).
     """
-    global _depth, _saved, _count
     if not enabled:
         yield
         return
-    with _lock:
-        if _depth == 0:
-            _saved = (
-                torch.are_deterministic_algorithms_enabled(),
-                torch.is_deterministic_algorithms_warn_only_enabled(),
-            )
-            torch.use_deterministic_algorithms(False)
-            _count += 1
-        _depth += 1
-    try:
+    with _off.scope():
         yield
-    finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0 and _saved is not None:
-                on, warn_only = _saved
-                _saved = None
-                if on:
-                    torch.use_deterministic_algorithms(True, warn_only=warn_only)
-                else:
-                    torch.use_deterministic_algorithms(False)
+
+
+def _switch_off() -> tuple[bool, bool]:
+    global _count
+    saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    torch.use_deterministic_algorithms(False)
+    _count += 1
+    return saved
+
+
+def _switch_back(saved: tuple[bool, bool]) -> None:
+    on, warn_only = saved
+    if on:
+        torch.use_deterministic_algorithms(True, warn_only=warn_only)
+    else:
+        torch.use_deterministic_algorithms(False)
+
+
+_off = NestedPatch(_switch_off, _switch_back, lock=_lock)
 
 
 def toggled_backward(tensor: torch.Tensor, *args: Any, disable_determinism: bool = True, **kwargs: Any) -> None:

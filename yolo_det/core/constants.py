@@ -4,7 +4,21 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["ALERT", "RECORDED_ENV", "TRACKED_ENV", "env_int", "global_rank", "world_size"]
+__all__ = [
+    "ALERT",
+    "DEFAULT_BENCH_PROFILES",
+    "DEFAULT_KEEP_MIB",
+    "RECORDED_ENV",
+    "TRACKED_ENV",
+    "env_int",
+    "global_rank",
+    "world_size",
+]
+
+#: ``verify --keep-mib``: memory for the gradient values of run 1's first steps (here, so --help starts light).
+DEFAULT_KEEP_MIB = 64
+#: ``bench --profiles``: the profiles compared when none are named.
+DEFAULT_BENCH_PROFILES: tuple[str, ...] = ("repro", "balanced", "fast")
 
 #: Environment variables that decide determinism; always part of a state snapshot.
 TRACKED_ENV: tuple[str, ...] = (

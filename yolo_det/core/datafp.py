@@ -12,7 +12,9 @@ A fingerprint covers, per split (``train`` and the validation split):
   (``.../images/x.jpg`` -> ``.../labels/x.txt``, Ultralytics' rule): its relative path, size and the
   SHA-256 of its bytes, or "missing"; for classification data the class index of each image (its folder);
 
-and, for the whole dataset, the class names. It does not cover the data YAML's text (its paths differ
+and, for the whole dataset, the class names. Each split also has ``content_sha256``: its images' bytes paired
+with their labels, without any name, so that the same files listed another way (a ``.txt`` image list beside
+another folder, another ``path:``) are known as the same data. It does not cover the data YAML's text (its paths differ
 between machines), label caches (``*.cache``), or files the list does not name.
 
 Image files are hashed once: their digests are kept in a cache keyed by absolute path, size and
@@ -184,13 +186,15 @@ def split_fingerprint(
         cache: Where image digests are kept between runs.
 
     Returns:
-        ``{"images", "labels", "missing_labels", "list_sha256", "images_sha256", "labels_sha256", "sha256"}``.
+        ``{"images", "labels", "missing_labels", "list_sha256", "images_sha256", "labels_sha256",
+        "content_sha256", "sha256"}`` (``sha256`` covers the first three digests; ``content_sha256``, the
+        images' bytes with their labels, names left out, is not part of it).
     """
     cache = cache if cache is not None else DigestCache(None)
     files = [os.fspath(f) for f in images]
     names = _relative_names(files, Path(root) if root is not None else None)
     order = sorted(range(len(files)), key=lambda i: names[i])
-    list_lines, image_lines, label_lines = [], [], []
+    list_lines, image_lines, label_lines, content_lines = [], [], [], []
     missing = 0
     if classes is None:
         label_files = [
@@ -200,17 +204,21 @@ def split_fingerprint(
         label_names = _relative_names(label_files, Path(root) if root is not None else None)
     for i in order:
         list_lines.append(names[i])
-        image_lines.append(f"{names[i]}\0{cache.digest(files[i])}")
+        image = cache.digest(files[i])
+        image_lines.append(f"{names[i]}\0{image}")
         if classes is not None:
-            label_lines.append(f"{names[i]}\0class {int(classes[i])}")
-            continue
-        try:
-            data = Path(label_files[i]).read_bytes()
-        except FileNotFoundError:
-            missing += 1
-            label_lines.append(f"{label_names[i]}\0missing")
+            label = f"class {int(classes[i])}"
+            label_lines.append(f"{names[i]}\0{label}")
         else:
-            label_lines.append(f"{label_names[i]}\0{len(data)}\0{hashlib.sha256(data).hexdigest()}")
+            try:
+                data = Path(label_files[i]).read_bytes()
+            except FileNotFoundError:
+                missing += 1
+                label = "missing"
+            else:
+                label = f"{len(data)}\0{hashlib.sha256(data).hexdigest()}"
+            label_lines.append(f"{label_names[i]}\0{label}")
+        content_lines.append(f"{image}\0{label}")
     out: dict[str, Any] = {
         "images": len(files),
         "labels": len(files) - missing if classes is None else len(files),
@@ -218,6 +226,7 @@ def split_fingerprint(
         "list_sha256": _hash_lines(list_lines),
         "images_sha256": _hash_lines(image_lines),
         "labels_sha256": _hash_lines(label_lines),
+        "content_sha256": _hash_lines(sorted(content_lines)),
     }
     out["sha256"] = _hash_lines([out["list_sha256"], out["images_sha256"], out["labels_sha256"]])
     return out

@@ -4,7 +4,7 @@
 ``batch_invariant: true`` in the ``deploy`` or ``val`` phase makes an image's detections independent of
 what else is in its batch and of the batch size: each image is letterboxed on its own (square, to the run's
 ``imgsz``) and the network runs one image at a time. The extension that applies it is
-:class:`yolo_det.session.batch_invariance.BatchInvariance`.
+:class:`yolo_det.integrations.ultralytics.batch_invariance.BatchInvariance`.
 """
 
 from __future__ import annotations

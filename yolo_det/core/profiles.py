@@ -33,8 +33,8 @@ from typing import Any, Literal, get_args
 import yaml
 
 from .errors import ProfileError, did_you_mean
+from .text import short
 from .untrusted import safe_yaml
-from .untrusted.safe_yaml import short
 
 __all__ = [
     "BUILTIN_PROFILES",
@@ -420,13 +420,7 @@ def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | N
     try:
         data = safe_yaml.load(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        context, context_mark = getattr(e, "context", None), getattr(e, "context_mark", None)
-        if context and context_mark is not None and (mark is None or context_mark.line != mark.line):
-            problem += f" ({context} at line {context_mark.line + 1})"
-        raise ProfileError(f"{origin}{line}: malformed YAML: {problem}") from None
+        raise ProfileError(safe_yaml.error_line(str(origin), e, context=True)) from None
     lines = _Lines(text)
     if data is None:
         raise ProfileError(f"{origin}: the profile file is empty; see `yolo-det profiles show repro` for the format")

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -33,11 +33,18 @@ from .fileio import atomic_write_json
 from .machine import machine_fingerprint
 from .record_schema import RECORD_NAME, RECORD_SCHEMA, RecordError, check_record
 
+if TYPE_CHECKING:
+    from .profiles import Profile
+    from .state import DeterminismState
+    from .warnlog import WarningLog
+
 __all__ = [
     "RECORD_NAME",
     "RECORD_SCHEMA",
+    "RecordSource",
     "build_record",
     "checkpoint_digest",
+    "checkpoint_weights_digest",
     "cpu_model",
     "environment",
     "recorded_env",
@@ -160,6 +167,17 @@ def state_dict_digest(state: Mapping[str, Any] | torch.nn.Module) -> str:
     return h.hexdigest()
 
 
+def checkpoint_weights_digest(state: Mapping[str, Any] | torch.nn.Module) -> str:
+    """The weights digest of a model (or state dict) as an Ultralytics checkpoint stores it: its floating tensors
+    rounded to float16, as the trainer saves its EMA. For a trainer's final EMA it equals :func:`checkpoint_digest`
+    of the ``last.pt`` the run leaves (``weights sha256`` of ``yolo-det train``, ``weights.sha256`` of the record)."""
+    if isinstance(state, torch.nn.Module):
+        state = state.state_dict()
+    return state_dict_digest(
+        {k: v.detach().half() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in state.items()}
+    )
+
+
 def load_checkpoint_state(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
     """Return the model state dict stored in a checkpoint file, read without running anything it names.
 
@@ -196,8 +214,50 @@ def write_record(directory: str | os.PathLike[str], record: Mapping[str, Any]) -
     return atomic_write_json(directory / RECORD_NAME, content)
 
 
+@runtime_checkable
+class RecordSource(Protocol):
+    """What :func:`build_record` reads of a run's session (``DeterminismSession`` is one).
+
+    Attributes:
+        profile: The run's profile.
+        baseline: The process state before the run began (None once restored or never taken).
+        warnings: The non-determinism warnings seen.
+        events: The phase events, in order (``{"event": "enter" | "exit", ...}`` and others).
+        train_env: The recorded environment variables while it trained (None when it did not train).
+        train_machine: The machine fingerprint while it trained (None when it did not train).
+    """
+
+    @property
+    def profile(self) -> Profile: ...
+    @property
+    def baseline(self) -> DeterminismState | None: ...
+    @property
+    def warnings(self) -> WarningLog: ...
+    @property
+    def events(self) -> list[dict[str, Any]]: ...
+    @property
+    def train_env(self) -> Mapping[str, str | None] | None: ...
+    @property
+    def train_machine(self) -> Mapping[str, Any] | None: ...
+    def seeds(self) -> dict[str, Any]:
+        """The seeds of the run (``seed``, the per-rank seed, ...)."""
+        ...
+
+    def swaps(self) -> list[dict[str, str]]:
+        """The layer swaps made."""
+        ...
+
+    def routed_calls(self) -> dict[str, int]:
+        """How often each intercepted call was routed."""
+        ...
+
+    def backward_toggles(self) -> int:
+        """How often deterministic algorithms were switched off for a backward pass."""
+        ...
+
+
 def build_record(
-    session: Any,
+    session: RecordSource,
     *,
     framework: str,
     status: str,
@@ -210,7 +270,7 @@ def build_record(
     """The content of ``determinism.json``: one schema for every integration.
 
     Args:
-        session: The run's ``DeterminismSession`` (profile, seeds, baseline, warnings, swaps, events).
+        session: The run's session (a ``DeterminismSession``; what is read of it: :class:`RecordSource`).
         framework: ``ultralytics`` or ``yolov5``.
         status: ``completed``, ``failed``, ``interrupted`` or ``terminated`` (see
             :func:`~yolo_det.core.endings.describe_ending`, whose other keys go in ``extra``).
@@ -240,13 +300,13 @@ def build_record(
     return record
 
 
-def _environment_of(session: Any) -> dict[str, Any]:
+def _environment_of(session: RecordSource) -> dict[str, Any]:
     """:func:`environment`, with the environment variables of the session's training when it trained."""
     env = environment()
-    train_env = getattr(session, "train_env", None)
+    train_env = session.train_env
     if train_env is not None:
         env["env"] = dict(train_env)
-    train_machine = getattr(session, "train_machine", None)
+    train_machine = session.train_machine
     if train_machine is not None:  # the threads and branches in force while it trained
         env["host"] = dict(train_machine)
     return env

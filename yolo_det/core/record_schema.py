@@ -212,6 +212,11 @@ FIELDS: tuple[Field, ...] = (
     Field("run", (_O,), "The framework's main arguments and `save_dir`."),
     Field("ultralytics_args", (_O,), "Every Ultralytics argument the run trained with."),
     Field(
+        "adjusted_args",
+        (_O,),
+        "The arguments asked for that Ultralytics changed itself: `{name: {asked, used, why}}` (`workers` on a CPU).",
+    ),
+    Field(
         "data",
         (_O,),
         "The dataset fingerprint.",
@@ -277,6 +282,12 @@ FIELDS: tuple[Field, ...] = (
     Field("resume_states_written", (_I,), "Resume states written by this part."),
     Field("imports", (_A,), "The `--import` modules the run's model needed (see docs/blocks.md).", items=(_O,)),
     Field("checkpoint_yaml_layers", (_O,), "yolo-det layer names the checkpoints' YAML stores under torch's names."),
+    Field(
+        "checkpoint_needs",
+        (_O,),
+        "What plain Ultralytics needs to fine-tune the checkpoints: `modules` (YAML name -> module to import and "
+        "bind in `ultralytics.nn.tasks`), `yolo_det` (why only yolo-det can; empty when plain Ultralytics can).",
+    ),
 )
 
 _KNOWN = {f.name: f for f in FIELDS}

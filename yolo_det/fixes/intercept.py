@@ -32,12 +32,13 @@ import inspect
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from ..core.nesting import NestedPatch
 from ..layers import _native
 from ..layers import grid_sample as det_grid_sample
 from ..layers import interpolate as det_interpolate
@@ -49,8 +50,6 @@ from ..layers.loss import nll_loss as det_nll_loss
 __all__ = ["ROUTED", "interception", "is_active", "routed_calls", "suspended"]
 
 _lock = threading.RLock()
-_depth = 0
-_saved: dict[str, Any] = {}
 _calls: Counter[str] = Counter()
 
 
@@ -203,7 +202,7 @@ def _router(name: str) -> Callable[..., Any]:
 
 def is_active() -> bool:
     """Whether interception is in force."""
-    return _depth > 0
+    return _routing.depth > 0
 
 
 def routed_calls() -> dict[str, int]:
@@ -227,22 +226,22 @@ def suspended() -> Iterator[None]:
                 setattr(F, name, fn)
 
 
-@contextmanager
-def interception() -> Iterator[None]:
+def _route() -> dict[str, Any]:
+    saved: dict[str, Any] = {}
+    for name in ROUTED:
+        saved[name] = getattr(F, name)
+        setattr(F, name, _router(name))
+    return saved
+
+
+def _unroute(saved: dict[str, Any]) -> None:
+    for name, fn in saved.items():
+        setattr(F, name, fn)
+
+
+_routing = NestedPatch(_route, _unroute, lock=_lock)
+
+
+def interception() -> AbstractContextManager[None]:
     """Route non-deterministic ``torch.nn.functional`` calls to deterministic implementations in the block."""
-    global _depth
-    with _lock:
-        if _depth == 0:
-            for name in ROUTED:
-                _saved[name] = getattr(F, name)
-                setattr(F, name, _router(name))
-        _depth += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0:
-                for name, fn in _saved.items():
-                    setattr(F, name, fn)
-                _saved.clear()
+    return _routing.scope()

@@ -25,7 +25,6 @@ model YAMLs (see :mod:`yolo_det.fixes.yaml_rewrite`).
 
 from __future__ import annotations
 
-import copyreg
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -36,6 +35,7 @@ from torch import nn
 
 from ..analysis.swap_plan import decide_swaps
 from ..core.errors import ConfigError, YoloDetError
+from ..layers._pickling import pickles_as
 from ..layers.table import SWAPS
 
 __all__ = [
@@ -212,26 +212,4 @@ def swapped(model: nn.Module, policy: str = "auto", **kwargs: Any) -> Iterator[l
 
 def _mark(target: type[nn.Module], source: type[nn.Module]) -> None:
     """Make ``target`` instances pickle as ``source`` and keep their class under deepcopy."""
-
-    def __reduce_ex__(self: nn.Module, protocol: Any) -> Any:
-        rv = super(target, self).__reduce_ex__(protocol)
-        state = rv[2] if isinstance(rv, tuple) and len(rv) > 2 else self.__getstate__()
-        # copyreg._reconstructor is the standard library's: loading needs torch, not yolo-det
-        return (copyreg._reconstructor, (source, object, None), state)  # type: ignore[attr-defined]  # not in the stubs
-
-    def __deepcopy__(self: nn.Module, memo: dict[int, Any]) -> nn.Module:
-        import copy
-
-        new = target.__new__(target)
-        memo[id(self)] = new
-        for key, value in self.__dict__.items():
-            new.__dict__[key] = copy.deepcopy(value, memo)
-        return new
-
-    target.__reduce_ex__ = __reduce_ex__  # type: ignore[method-assign,assignment]
-    target.__deepcopy__ = __deepcopy__  # type: ignore[attr-defined]
-    target._yolo_det_native = source  # type: ignore[attr-defined]
-
-
-for _source, _target in SWAPS.items():
-    _mark(_target, _source)
+    pickles_as(target, source)

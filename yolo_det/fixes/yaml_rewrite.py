@@ -157,16 +157,12 @@ def _slots(text: str, origin: str) -> Iterator[_Slot]:
     try:
         safe_yaml.prescan(text)  # bounded: nesting, alias expansion, cycles (before ruamel sees the text)
     except safe_yaml.YamlLimitError as e:
-        mark = e.problem_mark
-        where = f"{origin}:{mark.line + 1}" if mark is not None else origin
-        raise ModelError(f"{where}: malformed YAML: {e.problem}") from None
+        raise ModelError(safe_yaml.error_line(origin, e)) from None
     yaml = YAML(typ="rt")
     try:
         data = yaml.load(StringIO(text))
     except YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{origin}:{mark.line + 1}" if mark is not None else origin
-        raise ModelError(f"{where}: malformed YAML: {getattr(e, 'problem', None) or e}") from None
+        raise ModelError(safe_yaml.error_line(origin, e)) from None
     if not isinstance(data, dict) or not all(isinstance(data.get(s), list) for s in _SECTIONS):
         raise ModelError(f"{origin}: not an Ultralytics model YAML (expected 'backbone' and 'head' lists of layers)")
     lines = text.splitlines(keepends=True)
@@ -221,12 +217,12 @@ def _build(text: str, origin: str) -> Any:
 
     from ..analysis.model_yaml import check_activation
     from ..analysis.names import custom_modules
-    from ..core.untrusted.safe_yaml import load
+    from ..core.untrusted.safe_yaml import error_line, load
 
     try:
         cfg = load(text)
     except pyyaml.YAMLError as e:
-        raise ModelError(f"{origin}: malformed YAML: {getattr(e, 'problem', None) or e}") from None
+        raise ModelError(error_line(origin, e)) from None
     if isinstance(cfg, dict):
         check_activation(cfg, origin)
     task = _guess_task(cfg)

@@ -11,7 +11,9 @@ step (``on_pretrain_routine_end``), and goes into ``determinism.json`` as three 
   weights digest of :mod:`yolo_det.core.record` over the weights the first step starts from: the checkpoint's
   for a ``.pt`` start, the seeded initialisation for a YAML start). Nothing is loaded from disk for it:
   the digest is taken from the model the trainer already built, so no checkpoint is unpickled again;
-- ``ultralytics_args``: every Ultralytics argument of the run, as plain JSON values.
+- ``ultralytics_args``: every Ultralytics argument of the run, as plain JSON values;
+- ``adjusted_args``: the arguments asked for that Ultralytics' trainer changed itself (``workers`` on a CPU),
+  each with the value asked, the value used and why.
 
 Taking the identity never fails a run: a part that cannot be computed holds ``{"error": "..."}`` instead.
 """
@@ -103,8 +105,27 @@ def trainer_data_fingerprint(trainer: Any) -> dict[str, Any]:
     return dataset_fingerprint(splits, root=root, names=names)
 
 
-def run_identity(trainer: Any) -> dict[str, Any]:
-    """``{"data", "model", "ultralytics_args"}`` of an Ultralytics trainer (see the module docstring)."""
+#: The arguments Ultralytics' trainer changes itself, and why (it says nothing of it).
+ADJUSTED_BY_ULTRALYTICS: dict[str, str] = {
+    "workers": "Ultralytics loads the data in the main process when it trains on a CPU or MPS device",
+}
+
+
+def adjusted_args(asked: Mapping[str, Any] | None, args: Any) -> dict[str, Any]:
+    """The arguments the run was given that Ultralytics' trainer changed: ``{name: {"asked", "used", "why"}}``."""
+    out: dict[str, Any] = {}
+    for key, why in ADJUSTED_BY_ULTRALYTICS.items():
+        if not isinstance(asked, Mapping) or key not in asked or not hasattr(args, key):
+            continue
+        want, used = plain_value(asked[key]), plain_value(getattr(args, key))
+        if want != used:
+            out[key] = {"asked": want, "used": used, "why": why}
+    return out
+
+
+def run_identity(trainer: Any, *, asked: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``{"data", "model", "ultralytics_args", "adjusted_args"}`` of an Ultralytics trainer (see the module
+    docstring); ``asked``: the arguments the run was given (``model.train(**asked)``)."""
     out: dict[str, Any] = {}
     args = getattr(trainer, "args", None)
     try:
@@ -117,6 +138,7 @@ def run_identity(trainer: Any) -> dict[str, Any]:
         out["model"] = _error(e)
     try:
         out["ultralytics_args"] = plain_args(args) if args is not None else {}
+        out["adjusted_args"] = adjusted_args(asked, args)
     except Exception as e:
         out["ultralytics_args"] = _error(e)
     return out

@@ -1,7 +1,8 @@
 """The swap table: PyTorch class -> yolo-det class, one entry per deterministic layer.
 
 :mod:`yolo_det.fixes.swaps` swaps by it (and ``register_swap`` adds to it); :mod:`yolo_det.layers.registry`
-makes the yolo-det class names resolvable in model YAMLs from it.
+makes the yolo-det class names resolvable in model YAMLs from it. Each yolo-det class pickles as its PyTorch
+class (:func:`yolo_det.layers._pickling.pickles_as`), whichever of these modules is imported.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from . import (
     DetUpsample,
     DetUpsamplingBilinear2d,
 )
+from ._pickling import pickles_as
 
 __all__ = ["SWAPS"]
 
@@ -46,3 +48,6 @@ SWAPS: dict[type[nn.Module], type[nn.Module]] = {
     nn.CrossEntropyLoss: DetCrossEntropyLoss,
     nn.NLLLoss: DetNLLLoss,
 }
+
+for _source, _target in SWAPS.items():
+    pickles_as(_target, _source)  # a checkpoint holding yolo-det's layers loads where yolo-det is not imported

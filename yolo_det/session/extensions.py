@@ -14,8 +14,9 @@ a phase is entered, and undoes them in reverse order when it is left, on error t
 - :class:`Interception`: routing of ``torch.nn.functional`` calls (:mod:`yolo_det.fixes.intercept`);
 - :class:`DataInvariance`: ``data_invariance: true`` makes a handed-over training loader worker-invariant
   (:mod:`yolo_det.fixes.data_invariance`).
-- :class:`BatchInvariance`: ``batch_invariant`` on a handed-over predictor or validator
-  (:mod:`yolo_det.session.batch_invariance`).
+
+An integration adds what only it knows with :func:`register_extension` (the Ultralytics plugin's
+``batch_invariant`` on a predictor or validator: :mod:`yolo_det.integrations.ultralytics.batch_invariance`).
 
 An extension's ``apply(ctx)`` returns a token (what it replaced) or None when it did nothing;
 ``undo(token)`` puts back what the token describes. Objects handed over while a phase is in force (the
@@ -43,11 +44,9 @@ from ..core.seeding import rank_seed, seed_dataloader, seed_everything
 from ..fixes import data_invariance as _data
 from ..fixes import swaps as _swaps
 from ..fixes.intercept import interception, suspended
-from .batch_invariance import MARK, per_image, per_image_loader, square_letterbox
 
 __all__ = [
     "BackwardToggle",
-    "BatchInvariance",
     "ContextExtension",
     "DataInvariance",
     "Extension",
@@ -253,48 +252,6 @@ class DataInvariance(Extension):
         _data.restore(token)
 
 
-class BatchInvariance(Extension):
-    """Applies ``batch_invariant: true`` to a handed-over predictor or validator; undo puts back what it had.
-
-    ``hand_over(ctx, "predictor", predictor)`` sets ``pre_transform`` (per-image square letterbox) and
-    ``inference`` (one image at a time) on the instance; ``hand_over(ctx, "validator", validator)`` replaces
-    its ``dataloader`` (per-image letterbox, batches of one). Handing the same object over again while it
-    is in force does nothing.
-    """
-
-    name = "batch_invariant"
-
-    def hand_over(self, ctx: PhaseContext, what: str, obj: Any, **options: Any) -> Any:
-        if what not in {"predictor", "validator"} or not ctx.settings.extra.get("batch_invariant", False):
-            return None
-        if obj is None or obj.__dict__.get(MARK):
-            return None
-        names: tuple[str, ...]
-        if what == "predictor":
-            names = ("pre_transform", "inference")
-            before = {n: obj.__dict__[n] for n in names if n in obj.__dict__}
-            obj.pre_transform = square_letterbox(obj)
-            obj.inference = per_image(before.get("inference", type(obj).inference.__get__(obj)))
-        else:
-            loader = getattr(obj, "dataloader", None)
-            if loader is None or not hasattr(loader, "dataset"):
-                return None
-            names = ("dataloader",)
-            before = {"dataloader": loader}
-            obj.dataloader = per_image_loader(loader)
-        obj.__dict__[MARK] = True
-        return obj, names, before
-
-    def undo(self, token: Any) -> None:
-        obj, names, before = token
-        obj.__dict__.pop(MARK, None)
-        for name in names:
-            if name in before:
-                obj.__dict__[name] = before[name]
-            else:
-                obj.__dict__.pop(name, None)
-
-
 class ContextExtension(Extension):
     """A ``factory(phase, settings, session) -> context manager | None`` as an extension (entered per phase)."""
 
@@ -328,7 +285,6 @@ def default_extensions() -> list[Extension]:
         Swaps(),
         Interception(),
         DataInvariance(),
-        BatchInvariance(),
         *(make() for make in _REGISTERED),
     ]
 

@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 
 from ..core.errors import ConfigError, ModelError, did_you_mean
+from ..core.text import short
 from ..core.untrusted import safe_yaml
-from ..core.untrusted.safe_yaml import short
 
 __all__ = [
     "MAX_IMGSZ",

@@ -14,7 +14,7 @@ from ..analysis.gate import check_arguments
 from ..core.errors import ConfigError
 from ..core.profiles import Profile, load_profile
 from ..core.resume import is_resume, resume_arguments, resume_save_dir
-from ..core.untrusted.safe_yaml import short
+from ..core.text import short
 from .overrides import (
     check_ultralytics_args,
     parse_overrides,

@@ -32,8 +32,16 @@ The package, one concern a module: :mod:`.channels` (the declarations and the ``
 from __future__ import annotations
 
 from .build_errors import build_error, naming_build_errors
-from .channels import ATTRIBUTE, ChannelRule, channel_rule, declare_block, declared_channels, undeclare_block
-from .portable import CHECKPOINT_KEY, own_config, portable_config
+from .channels import (
+    ATTRIBUTE,
+    ChannelRule,
+    channel_rule,
+    declare_block,
+    declared_call,
+    declared_channels,
+    undeclare_block,
+)
+from .portable import CHECKPOINT_KEY, own_config, plain_needs, portable_config
 from .rows import layer_lines
 
 __all__ = [
@@ -43,10 +51,12 @@ __all__ = [
     "build_error",
     "channel_rule",
     "declare_block",
+    "declared_call",
     "declared_channels",
     "layer_lines",
     "naming_build_errors",
     "own_config",
+    "plain_needs",
     "portable_config",
     "undeclare_block",
 ]

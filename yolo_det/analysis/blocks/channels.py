@@ -7,11 +7,14 @@ import ast
 import contextlib
 import copy
 import threading
-from collections.abc import Callable, Iterator, Mapping
+import weakref
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 from ...core.errors import ConfigError, ModelError
+from ...core.nesting import NestedPatch
 from .portable import _restore_layers
 from .rows import _one_line, _tasks, _where
 
@@ -22,8 +25,19 @@ ChannelRule = Callable[..., Any]
 
 _lock = threading.RLock()
 _rules: dict[type, ChannelRule] = {}
-_depth = 0
 _original: Any = None
+#: Each declared block built here -> (input channels, output channels, constructor arguments).
+_built: weakref.WeakKeyDictionary[Any, tuple[Any, int, list[Any]]] = weakref.WeakKeyDictionary()
+
+
+def declared_call(module: Any) -> tuple[Any, int, list[Any]] | None:
+    """``(c_in, c_out, args)`` of a layer the ``parse_model`` wrapper built from a declared row: its input and
+    output channels and the arguments its constructor received (its YAML arguments after the channel rule);
+    None for any other module (a copy of such a layer included)."""
+    try:
+        return _built.get(module)
+    except TypeError:
+        return None
 
 
 def declare_block(cls: type, channels: ChannelRule) -> type:
@@ -249,6 +263,7 @@ def _parse_model(d: dict[str, Any], ch: Any, verbose: bool = True) -> Any:
         module.np = sum(p.numel() for p in module.parameters())
         kind = f"{row.cls.__module__}.{row.cls.__qualname__}".replace("__main__.", "")
         module.i, module.f, module.type = row.index, row.source, kind  # as parse_model marks its layers
+        _built[module] = (c_in, c_out, list(passed))
         seq[row.index] = module
         sources = row.source if isinstance(row.source, list) else [row.source]
         save.extend(x % row.index for x in sources if x != -1)
@@ -260,26 +275,29 @@ def _parse_model(d: dict[str, Any], ch: Any, verbose: bool = True) -> Any:
     return seq, sorted(save)
 
 
-@contextlib.contextmanager
-def declared_channels() -> Iterator[None]:
+def _wrap_parse_model() -> Any:
+    global _original
+    tasks = _tasks()
+    _original = tasks.parse_model
+    tasks.parse_model = _parse_model
+    return tasks
+
+
+def _unwrap_parse_model(tasks: Any) -> None:
+    global _original
+    if tasks.parse_model is _parse_model:
+        tasks.parse_model = _original
+    _original = None
+
+
+_wrapped = NestedPatch(_wrap_parse_model, _unwrap_parse_model, lock=_lock)
+
+
+def declared_channels() -> AbstractContextManager[None]:
     """Build declared blocks with their channel rules in every ``parse_model`` call inside the block.
 
     Re-entrant: nested blocks share one wrapper, and the ``parse_model`` bound before the outermost block is
     bound again after it (unless something else rebound it meanwhile, which is then left alone).
     """
-    global _depth, _original
-    tasks = _tasks()
-    with _lock:
-        if _depth == 0:
-            _original = tasks.parse_model
-            tasks.parse_model = _parse_model
-        _depth += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0:
-                if tasks.parse_model is _parse_model:
-                    tasks.parse_model = _original
-                _original = None
+    _tasks()  # Ultralytics is there (raises as before when not), nested or not
+    return _wrapped.scope()

@@ -139,9 +139,7 @@ def parse_table(text: str, source: str = "<table>") -> OpTable:
     try:
         data = safe_yaml.load(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{source}{line}: malformed YAML: {getattr(e, 'problem', None) or e}") from None
+        raise ConfigError(safe_yaml.error_line(str(source), e)) from None
     if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
         raise ConfigError(f"{source}: a table must be a mapping with an 'entries' list")
     for key in data:

@@ -41,6 +41,7 @@ from .state import (
     load_state,
     previous_state_path,
     save_state,
+    state_files,
     state_path,
 )
 from .writer import StateWriter
@@ -66,5 +67,6 @@ __all__ = [
     "run_folder_of",
     "save_state",
     "set_rng_state",
+    "state_files",
     "state_path",
 ]

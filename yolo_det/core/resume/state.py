@@ -39,6 +39,24 @@ def previous_state_path(checkpoint: str | os.PathLike[str], rank: int = 0) -> Pa
     return path.with_name(f"{path.stem}.prev.pt")
 
 
+def state_files(checkpoint: str | os.PathLike[str]) -> list[Path]:
+    """Every resume state of ``checkpoint`` on disk: each rank's (:func:`state_path`), current and previous
+    (:func:`previous_state_path`)."""
+    checkpoint = Path(checkpoint)
+    prefix = f"{_PREFIX}.{checkpoint.stem}"
+    found = []
+    for p in sorted(checkpoint.parent.glob(f"{prefix}*.pt")):
+        rest = p.name[len(prefix) : -len(".pt")]  # "", ".rank1", ".prev", ".rank1.prev"
+        if rest and not rest.startswith("."):
+            continue
+        parts = rest.split(".")[1:]
+        if parts[-1:] == ["prev"]:
+            parts = parts[:-1]
+        if p.is_file() and (not parts or (len(parts) == 1 and parts[0][:4] == "rank" and parts[0][4:].isdigit())):
+            found.append(p)
+    return found
+
+
 def save_state(path: str | os.PathLike[str], state: Mapping[str, Any]) -> Path:
     """Write a resume state atomically (tensors and plain values only).
 

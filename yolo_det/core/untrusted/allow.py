@@ -8,7 +8,8 @@ Three kinds of names are allowed:
   ``IterableSimpleNamespace``, ``argparse.Namespace``, paths, dates, NumPy scalars, dtypes and arrays).
   Only these may be *called* by the pickle (``REDUCE``);
 - **model classes**: ``nn.Module`` subclasses defined in ``torch.nn``, ``torchvision.ops``,
-  ``torchvision.transforms``, Ultralytics' ``ultralytics.nn`` packages, yolo-det's layers, and the modules
+  ``torchvision.transforms``, Ultralytics' ``ultralytics.nn`` packages, yolo-det's layers and example blocks
+  (``yolo_det_zoo``), and the modules
   the user named with ``--import`` (:func:`allowed_user_modules`), plus the plain classes Ultralytics keeps
   in a model (its loss and assigner classes, and a classifier's torchvision transforms such as ``Compose``).
   They are only *created* (``cls.__new__``) and given their pickled state, never called;
@@ -40,7 +41,14 @@ __all__ = [
 ]
 
 #: Packages whose ``nn.Module`` subclasses a checkpoint may hold.
-CLASS_PACKAGES = ("torch.nn", "torchvision.ops", "torchvision.transforms", "ultralytics.nn", "yolo_det.layers")
+CLASS_PACKAGES = (
+    "torch.nn",
+    "torchvision.ops",
+    "torchvision.transforms",
+    "ultralytics.nn",
+    "yolo_det.layers",
+    "yolo_det_zoo",
+)
 #: Modules whose own plain classes (not only modules) Ultralytics keeps inside a model (loss, assigner).
 PLAIN_CLASS_MODULES = frozenset(
     {
@@ -59,6 +67,7 @@ SAFE_IMPORTS = (
     "ultralytics.nn.tasks",
     "ultralytics.nn.distill_model",
     "yolo_det.layers",
+    "yolo_det_zoo",
 )
 #: Names older Ultralytics versions pickled, and what they are now.
 ALIASES = {

@@ -13,18 +13,17 @@ malformed YAML.
 :func:`load` with ``numbers=True`` also reads ``1e-3`` and ``5E4`` as floats (YAML 1.2, and Ultralytics'
 own command line), where YAML 1.1 reads them as strings; it is used for ``key=value`` values.
 
-:func:`short` is a bounded ``repr`` for error messages: a value from a file is never shown whole.
+:func:`error_line` is the one line a malformed YAML is reported with: ``WHERE:LINE: malformed YAML: PROBLEM``.
 """
 
 from __future__ import annotations
 
 import re
-import reprlib
 from typing import Any
 
 import yaml
 
-__all__ = ["MAX_DEPTH", "MAX_NODES", "BoundedLoader", "YamlLimitError", "compose", "load", "prescan", "short"]
+__all__ = ["MAX_DEPTH", "MAX_NODES", "BoundedLoader", "YamlLimitError", "compose", "error_line", "load", "prescan"]
 
 #: Deepest nesting of collections accepted (Ultralytics' model YAMLs nest 4 deep).
 MAX_DEPTH = 64
@@ -236,12 +235,40 @@ def prescan(text: str) -> None:
         loader.dispose()
 
 
-_REPR = reprlib.Repr()
-_REPR.maxlevel = 3
-_REPR.maxlist = _REPR.maxtuple = _REPR.maxset = _REPR.maxdict = 6
-_REPR.maxstring = _REPR.maxother = _REPR.maxlong = 60
+def error_line(where: str, error: Exception, *, fallback: str | None = None, context: bool = False) -> str:
+    """``WHERE:LINE: malformed YAML: PROBLEM``: the one line a YAML error (PyYAML's or ruamel's) is reported with.
+
+    Args:
+        where: What was read (a path, ``data 'coco.yaml'``); the line number is added when the error has one.
+        error: The parser's error (its ``problem_mark`` and ``problem``, when it has them).
+        fallback: The problem said when the error names none (default: the first line of the error's text).
+        context: Add the parser's context when it points at another line (``(while parsing ... at line N)``).
+    """
+    mark = getattr(error, "problem_mark", None)
+    line = f":{mark.line + 1}" if mark is not None else ""
+    problem = getattr(error, "problem", None) or (fallback if fallback is not None else _first_line(error))
+    if context:
+        said, context_mark = getattr(error, "context", None), getattr(error, "context_mark", None)
+        if said and context_mark is not None and (mark is None or context_mark.line != mark.line):
+            problem += f" ({said} at line {context_mark.line + 1})"
+    return f"{where}{line}: malformed YAML: {problem}"
 
 
-def short(value: Any) -> str:
-    """``repr(value)`` cut to a readable length (at most about 200 characters, however big the value)."""
-    return _REPR.repr(value)[:200]
+def _first_line(error: Exception) -> str:
+    lines = str(error).splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+def __getattr__(name: str) -> Any:
+    if name == "short":  # its home is core/text.py
+        import warnings
+
+        from ..text import short
+
+        warnings.warn(
+            "yolo_det.core.untrusted.safe_yaml.short is deprecated; import yolo_det.core.text.short",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return short
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

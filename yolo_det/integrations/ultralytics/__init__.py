@@ -17,7 +17,7 @@ Phase boundaries: ``train`` from ``on_pretrain_routine_start`` (right after ``in
 ``val`` between ``on_val_start`` and ``on_val_end`` (inside training and in ``model.val()``); ``deploy``
 between ``on_predict_start``/``on_predict_end`` and ``on_export_start``/``on_export_end``. The validator
 (at ``on_val_start``) and the predictor (at each ``on_predict_batch_start``) are handed to the session,
-which applies ``batch_invariant`` to them (:mod:`yolo_det.session.batch_invariance`); a streaming
+which applies ``batch_invariant`` to them (:mod:`.batch_invariance`); a streaming
 ``predict`` is suspended each time it yields an item (the caller's loop body runs under the caller's state).
 
 Endings (see :mod:`yolo_det.core.endings`): every training writes ``determinism.json`` however it ends

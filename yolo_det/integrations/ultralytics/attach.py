@@ -96,6 +96,7 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
             return export_standard(plugin, method, owner, args, kwargs)
         if name == "train":
             kwargs = resume_into_its_folder(owner, kwargs)
+            plugin.asked = dict(kwargs)
             with stop_signals(), plugin.guard(), terminate_via_launcher():
                 lock = lock_fixed_folder(owner, kwargs)
                 try:

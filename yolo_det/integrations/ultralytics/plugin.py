@@ -25,21 +25,26 @@ from ...core.endings import one_line, weights_stats
 from ...core.errors import YoloDetError
 from ...core.modules import unwrap_model
 from ...core.record import RECORD_NAME
+from ...core.resume.lineage import previous_record
 from ...core.signals import defer_stops, safe_point, stop_signals
 from ...core.state import snapshot
 from ...fixes import data_invariance as _data
 from ...session.distributed import gather_states, rank_info
+from ...session.extensions import register_extension
 from ...session.session import DeterminismSession, note_restore_failure
 from ..identity import run_identity
 from ..trainer_state import state_of
 from . import data as _stream
+from .batch_invariance import BatchInvariance
 from .folders import check_resume_folder
-from .lineage import previous_record
 from .records import RunRecords
 from .resume import UltralyticsResume
 from .runs import process_rank
 
 __all__ = ["UltralyticsPlugin", "is_plugin_callback"]
+
+# ``batch_invariant`` acts on the predictor and validator this plugin hands over: an extension of every session.
+register_extension(BatchInvariance)
 
 
 def is_plugin_callback(fn: Any) -> bool:
@@ -182,7 +187,9 @@ class UltralyticsPlugin(RunRecords):
         session = self._ensure_train(trainer)
         settings = self.profile.train
         if self.record and process_rank() in {-1, 0}:
-            state_of(trainer).identity = run_identity(trainer)  # data, start model, arguments (before any swap)
+            identity = run_identity(trainer, asked=self.asked)  # data, start model, arguments (before any swap)
+            state_of(trainer).identity = identity
+            self.adjusted = dict(identity.get("adjusted_args") or {})
         session.hand_over("loader", getattr(trainer, "train_loader", None), epoch=_stream.start_epoch(trainer))
         if self.record:
             _stream.tap(trainer)  # the fingerprint of the first batches, for the record
@@ -202,18 +209,43 @@ class UltralyticsPlugin(RunRecords):
         safe_point("train-setup")
 
     def _stamp_checkpoint_yaml(self, trainer: Any) -> None:
-        """The YAML the checkpoints store: torch's names where the model names yolo-det's layers (plain Ultralytics
-        rebuilds it), yolo-det's names and the run's ``--import`` modules under a key Ultralytics ignores."""
-        from ...analysis.blocks import CHECKPOINT_KEY, portable_config
+        """The YAML the checkpoints store: the names of the classes yolo-det's layers stand for where the model
+        names yolo-det's layers, and the constructor's arguments for a declared single-input block that keeps its
+        channels (plain Ultralytics rebuilds it); yolo-det's names and arguments and the run's ``--import`` modules
+        under a key Ultralytics ignores. One line says when plain Ultralytics cannot rebuild the model, and why."""
+        from ...analysis.blocks import CHECKPOINT_KEY, declared_call, plain_needs, portable_config
         from ...analysis.names import active_imports
 
         imports = active_imports()
-        for net in (unwrap_model(getattr(trainer, "model", None)), getattr(getattr(trainer, "ema", None), "ema", None)):
+        model = unwrap_model(getattr(trainer, "model", None))
+        call_args: dict[int, list[Any]] = {}
+        declared: dict[int, tuple[Any, int]] = {}
+        for i, layer in enumerate(getattr(model, "model", None) or []):
+            call = declared_call(layer)
+            if call is None:
+                continue
+            c_in, c_out, args = call
+            if isinstance(c_in, int) and c_in == c_out:
+                call_args[i] = args  # plain Ultralytics passes these as they are and keeps the channels
+            else:
+                declared[i] = (c_in, c_out)
+        for net in (model, getattr(getattr(trainer, "ema", None), "ema", None)):
             cfg = getattr(net, "yaml", None)
             if isinstance(net, torch.nn.Module) and isinstance(cfg, dict):
-                portable = portable_config(cfg, imports)
+                portable = portable_config(cfg, imports, call_args)
                 net.__dict__["yaml"] = portable  # a new dict: the user's model keeps its own
                 self._portable = dict(portable[CHECKPOINT_KEY])
+                self._plain = plain_needs(portable, declared)
+        reasons = self._plain.get("yolo_det") if self._plain else None
+        if reasons and process_rank() in {-1, 0}:
+            print(
+                "yolo-det: the checkpoints of this run fine-tune only with yolo-det: "
+                + "; ".join(reasons)
+                + " (plain Ultralytics loads, validates, predicts and exports them with the blocks' modules "
+                "importable)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     @_callback
     def on_train_start(self, trainer: Any) -> None:
@@ -225,7 +257,8 @@ class UltralyticsPlugin(RunRecords):
 
     @_callback
     def on_train_end(self, trainer: Any) -> None:
-        """Write ``determinism.json`` with the weights digest (rank 0).
+        """Write ``determinism.json`` with the weights digest and remove the resume state, nothing being left to
+        resume (rank 0).
 
         A record that cannot be written (read-only folder, ``determinism.json`` a directory) does not
         fail the finished training: the weights digest is kept, and :attr:`record_error` says why.
@@ -242,6 +275,11 @@ class UltralyticsPlugin(RunRecords):
             state_of(trainer).record_written = True  # the failure is this run's answer; never rewrite it as failed
             if self.warn_record_error:
                 warnings.warn(f"yolo-det: {self.record_error}", UserWarning, stacklevel=2)
+        if self.resume is not None:  # completed: nothing is left to resume, the states would only take space
+            try:
+                self.resume.discard_states(trainer)
+            except Exception as e:
+                warnings.warn(f"yolo-det: could not remove the resume state: {one_line(e)}", UserWarning, stacklevel=2)
 
     @_callback
     def on_train_epoch_start(self, trainer: Any) -> None:

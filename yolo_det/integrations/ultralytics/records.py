@@ -18,12 +18,12 @@ import torch
 from ...core.endings import describe_ending, one_line, weights_files
 from ...core.partial import set_aside_incomplete
 from ...core.record import RECORD_NAME, build_record, state_dict_digest, write_record
+from ...core.resume.lineage import segments_of
 from ...core.testpoints import reach
 from ...session.distributed import ranks_consistent
 from ...session.session import note_restore_failure
 from ..trainer_state import state_of
 from . import data as _stream
-from .lineage import segments_of
 from .runs import RunControl, process_rank
 
 __all__ = ["RUN_ARGS", "RunRecords"]
@@ -166,6 +166,7 @@ class RunRecords(RunControl):
             rank_problems=ranks_consistent(self._ranks) if self._ranks else [],
             imports=self._portable.get("imports", []),
             checkpoint_yaml_layers=self._portable.get("layers", {}),
+            **({"checkpoint_needs": dict(self._plain)} if self._plain else {}),
             **(state_of(trainer).identity or {}),
             data_stream=_stream.data_stream_section(
                 trainer, int(self.session.seeds()["seed"]), state_of(trainer).identity

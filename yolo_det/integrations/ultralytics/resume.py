@@ -14,7 +14,10 @@ Driven by :class:`~yolo_det.integrations.ultralytics.UltralyticsPlugin`'s callba
 - the checkpoint save (rank 0): ``trainer.save_model`` is wrapped so that the resume state of the epoch is
   written (atomically, the previous state kept as ``...prev.pt``) before the checkpoint is: at every moment
   the folder holds a checkpoint and the state that matches it, whatever interrupts the run (an exception
-  from a user's ``on_model_save``, SIGTERM, SIGKILL). Then the record is updated (``epochs_completed``).
+  from a user's ``on_model_save``, SIGTERM, SIGKILL). Once the checkpoint is written the previous state is
+  removed, and the record is updated (``epochs_completed``).
+- ``on_train_end`` (rank 0): the run completed, nothing is left to resume: :meth:`UltralyticsResume.discard_states`
+  removes every rank's state, so a finished run keeps none.
 - ``on_fit_epoch_end``: ranks > 0 (which write no checkpoint) write their state
   (:func:`yolo_det.core.resume.state_path`).
 
@@ -31,20 +34,16 @@ from typing import Any
 import torch
 
 from ...core.modules import unwrap_model
-from ...core.resume import StateWriter, find_state, previous_state_path, set_rng_state, state_path
+from ...core.resume import StateWriter, find_state, previous_state_path, set_rng_state, state_files, state_path
+from ...core.resume.lineage import segments_of, warn_no_state
 from ...core.seeding import epoch_data_seed
 from ...core.testpoints import reach
-from .lineage import changed_overrides, segments_of
+from .lineage import changed_overrides
 from .resume_state import capture_state, restore_state
 
-__all__ = ["NO_STATE_WARNING", "UltralyticsResume"]
+__all__ = ["UltralyticsResume"]
 
 _EARLY = ("model_buffers", "grads")
-
-NO_STATE_WARNING = (
-    "yolo-det: no resume state for {ckpt} ({why}); the run continues, but not bit for bit as "
-    "the uninterrupted run would have"
-)
 
 
 def _mosaic_changed(trainer: Any, state: dict[str, Any]) -> str | None:
@@ -149,7 +148,7 @@ class UltralyticsResume:
             if self._mosaic_note:
                 print(f"yolo-det: {self._mosaic_note}", file=sys.stderr, flush=True)
         else:
-            print(NO_STATE_WARNING.format(ckpt=ckpt, why=why), file=sys.stderr, flush=True)
+            warn_no_state(ckpt, why)
         info["overrides"] = changed_overrides(ckpt, trainer)
         if info["overrides"]:
             changed = ", ".join(f"{k}={now} (checkpoint: {was})" for k, (was, now) in info["overrides"].items())
@@ -237,6 +236,8 @@ class UltralyticsResume:
             if saved is not False:
                 self.checkpointed = int(getattr(trainer, "epoch", 0)) + 1
             reach("checkpoint-written")
+            if saved is not False:
+                self._drop_previous(trainer)
             after_checkpoint(trainer)
             return saved
 
@@ -266,6 +267,25 @@ class UltralyticsResume:
         if self._writer is not None:
             self._writer.wait()  # on disk before the checkpoint is
         reach("resume-state-written")
+
+    def _drop_previous(self, trainer: Any) -> None:
+        """The new checkpoint is on disk: the state of the one before matches no file any more."""
+        last = Path(getattr(trainer, "last", Path(trainer.save_dir) / "weights" / "last.pt"))
+        previous_state_path(last, self.rank).unlink(missing_ok=True)
+
+    def discard_states(self, trainer: Any) -> list[Path]:
+        """The run completed (its ``last.pt`` is final, Ultralytics refuses to resume it): remove every rank's
+        resume state of ``last.pt``; return the files removed."""
+        self.flush()
+        last = Path(getattr(trainer, "last", Path(trainer.save_dir) / "weights" / "last.pt"))
+        removed = []
+        for path in state_files(last):
+            try:
+                path.unlink()
+            except OSError:
+                continue
+            removed.append(path)
+        return removed
 
     def _submit(self, trainer: Any, path: Path, epoch: int) -> None:
         import time

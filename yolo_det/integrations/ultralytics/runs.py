@@ -61,6 +61,9 @@ class RunControl:
         self._digests: dict[str, Any] = {}  # weights file digests of the run in progress (by file identity)
         self._release_stops: Callable[[], None] | None = None  # stops wait for a safe point while training
         self._portable: dict[str, Any] = {}  # what the checkpoints' YAML keeps under yolo-det's key
+        self._plain: dict[str, Any] = {}  # what plain Ultralytics needs to rebuild the checkpoints' model
+        self.asked: dict[str, Any] = {}  # the arguments the run was asked for (model.train(**kwargs), overrides)
+        self.adjusted: dict[str, Any] = {}  # those Ultralytics changed itself (identity.adjusted_args)
 
     # A pickled plugin (Ultralytics' DDP launcher pickles the callbacks) starts fresh in the worker.
     def __getstate__(self) -> dict[str, Any]:

@@ -75,6 +75,7 @@ def _with_profile(base: Any, resolved: Profile, record: bool) -> type:
             if lock is not None:
                 plugin._locks.append(lock)
             overrides = resume_overrides(overrides)
+            plugin.asked = dict(overrides or {})
             cbs = {k: list(v) for k, v in (_callbacks or ul_callbacks.get_default_callbacks()).items()}
             plugin.register(cbs)
             base.__init__(self, DEFAULT_CFG if cfg is None else cfg, overrides, cbs)

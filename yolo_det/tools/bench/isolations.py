@@ -6,13 +6,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ...core.constants import DEFAULT_BENCH_PROFILES as DEFAULT_PROFILES
 from ...core.profiles import PhaseSettings
 
 __all__ = ["BASES", "DEFAULT_PROFILES", "ISOLATIONS", "Isolation"]
 
 SCHEMA = "yolo-det/bench/1"
 POOL_BATCHES = 4  # input batches loaded once and cycled through by every configuration
-DEFAULT_PROFILES: tuple[str, ...] = ("repro", "balanced", "fast")
 RESERVED = {
     "resume": "the bench trains from the model as given",
     "time": "the bench decides how many steps to run (use --steps)",

@@ -62,8 +62,23 @@ class _Collector:
     def __init__(self) -> None:
         self.items: list[Difference] = []
         self.notes: list[str] = []
+        self.compared: dict[str, int] = {}  # group -> settings both records hold, compared
 
-    def add(self, group: str, name: str, a: Any, b: Any, *, changes_bits: bool = True, note: str | None = None) -> bool:
+    def add(
+        self,
+        group: str,
+        name: str,
+        a: Any,
+        b: Any,
+        *,
+        changes_bits: bool = True,
+        note: str | None = None,
+        held: bool | None = None,
+    ) -> bool:
+        """Compare one setting (``held``: whether both records hold it, when a default stands in for a missing
+        value); a difference is kept, and a setting both hold counts as compared."""
+        if held if held is not None else all(v is not None and v != _MISSING for v in (a, b)):
+            self.compared[group] = self.compared.get(group, 0) + 1
         if _canon(a) == _canon(b):
             return False
         self.items.append(Difference(group, name, a, b, changes_bits, note))

@@ -35,7 +35,7 @@ def diff_records(record_a: Mapping[str, Any], record_b: Mapping[str, Any], *, a:
     _data_stream(c, record_a.get("data_stream"), record_b.get("data_stream"))
     order = {g: i for i, g in enumerate(GROUPS)}
     items = sorted(c.items, key=lambda d: order[d.group])  # stable: the order of addition within a group
-    report = DiffReport(a=a, b=b, differences=items, notes=c.notes)
+    report = DiffReport(a=a, b=b, differences=items, notes=c.notes, compared=dict(c.compared))
     for key, rec in (("a", record_a), ("b", record_b)):
         found = rec.get("weights")
         weights = found if isinstance(found, Mapping) else {}

@@ -67,6 +67,7 @@ class DiffReport:
         ema: The same for the EMA weights.
         notes: What could not be compared, and why.
         status: ``{"a": ..., "b": ...}`` of the runs (``completed`` or ``failed``).
+        compared: The evidence: per group, how many settings both records hold and were compared.
     """
 
     a: str
@@ -79,6 +80,7 @@ class DiffReport:
     warnings: dict[str, int] = field(default_factory=dict)
     progress: dict[str, str] = field(default_factory=dict)
     resumed: dict[str, list[int]] = field(default_factory=dict)
+    compared: dict[str, int] = field(default_factory=dict)
 
     @property
     def causes(self) -> list[Difference]:
@@ -101,18 +103,33 @@ class DiffReport:
 
     @property
     def kind(self) -> str:
-        """``identical``, ``nondeterministic``, ``expected``, ``configured-differently`` or ``incomparable``."""
+        """``identical``, ``nondeterministic``, ``expected``, ``configured-differently`` or ``nothing-compared``
+        (configured the same as far as the records tell, but a record has no final weights digest)."""
         equal = self.weights_equal
         if self.causes:
             return "configured-differently" if equal else "expected"
         if equal is None:
-            return "incomparable"
+            return "nothing-compared"
         return "identical" if equal else "nondeterministic"
 
     @property
     def exit_code(self) -> int:
-        """0 when the runs are configured the same and their weights digests are equal, else 1."""
-        return 0 if self.kind == "identical" else 1
+        """0 when the runs are configured the same and their weights digests are equal; 3 when nothing tells them
+        apart but there are no weights to compare (nothing compared); else 1."""
+        kind = self.kind
+        return 0 if kind == "identical" else 3 if kind == "nothing-compared" else 1
+
+    @property
+    def evidence(self) -> str:
+        """What was compared, in words: settings and topics both records hold, and the weights."""
+        settings = sum(self.compared.values())
+        topics = [GROUPS[g] for g in GROUPS if self.compared.get(g)]
+        held = sum(1 for k in ("a", "b") if self.weights.get(k))
+        weights = "the final weights digests" if held == 2 else f"no weights (digests in {held} of 2 records)"
+        return (
+            f"{settings} setting(s) in {len(topics)} topic(s){' (' + ', '.join(topics) + ')' if topics else ''}, "
+            f"and {weights}"
+        )
 
     @property
     def verdict(self) -> str:
@@ -132,12 +149,15 @@ class DiffReport:
                 "these runs should be bitwise identical but their weights differ: non-determinism not covered "
                 f"by the profile (see warnings: {hint})"
             )
-        if kind == "incomparable":
+        if kind == "nothing-compared":
             missing = [k.upper() for k in ("a", "b") if not self.weights.get(k)]
             why = ", ".join(
                 f"run {k} ({self.progress.get(k.lower()) or self.status.get(k.lower(), 'unknown')})" for k in missing
             )
-            return f"these runs are configured the same, but the weights cannot be compared: no final weights for {why}"
+            return (
+                f"nothing compared: no final weights digest for {why}, so an equality would prove nothing; "
+                "compare the records of finished runs"
+            )
         reasons = "; ".join(_short(d) for d in self.causes[:3])
         more = f"; and {len(self.causes) - 3} more" if len(self.causes) > 3 else ""
         if kind == "configured-differently":
@@ -160,6 +180,7 @@ class DiffReport:
             "differences": [d.to_dict() for d in self.differences],
             "notes": self.notes,
             "exit_code": self.exit_code,
+            "compared": {"settings": sum(self.compared.values()), "by_group": dict(self.compared)},
             "progress": self.progress,
             "resumed_after": self.resumed,
         }
@@ -192,6 +213,7 @@ class DiffReport:
         if not self.differences:
             lines.append("no differences in configuration, software or hardware")
         lines.extend(f"note: {n}" for n in self.notes)
+        lines.append(f"compared: {self.evidence}")
         lines.append(f"verdict: {self.verdict}")
         return "\n".join(_esc(line) for line in lines)
 

@@ -68,12 +68,27 @@ def _data(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
     if fa.get("sha256") == fb.get("sha256"):
         return
     sa, sb = fa.get("splits") or {}, fb.get("splits") or {}
+    renamed = False
     for split in sorted(set(sa) | set(sb), key=lambda s: (s != "train", s)):
         xa, xb = sa.get(split), sb.get(split)
         if xa is None or xb is None:
             c.add("data", f"data: {split} split", "present" if xa else "absent", "present" if xb else "absent")
             continue
         if xa.get("sha256") == xb.get("sha256"):
+            continue
+        if xa.get("content_sha256") and xa.get("content_sha256") == xb.get("content_sha256"):
+            renamed = (
+                c.add(
+                    "data",
+                    f"data: {split} file names",
+                    f"{xa.get('images')} images, names {_short_hash(xa.get('list_sha256'))}",
+                    f"{xb.get('images')} images, names {_short_hash(xb.get('list_sha256'))}",
+                    changes_bits=False,
+                    note="the same images and labels, listed another way (a .txt image list, another path:); "
+                    "the order they are read in is compared by the data stream",
+                )
+                or renamed
+            )
             continue
         if xa.get("list_sha256") != xb.get("list_sha256"):
             c.add(
@@ -98,7 +113,7 @@ def _data(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
                 f"{_short_hash(xb.get('labels_sha256'))} ({xb.get('missing_labels', 0)} missing)",
             )
     c.add("data", "data: class names", _short_hash(fa.get("names_sha256")), _short_hash(fb.get("names_sha256")))
-    if not any(d.group == "data" and d.changes_bits for d in c.items):  # a reason the parts above do not show
+    if not renamed and not any(d.group == "data" and d.changes_bits for d in c.items):  # a reason not shown above
         c.add("data", "data", _short_hash(fa.get("sha256")), _short_hash(fb.get("sha256")))
 
 
@@ -319,7 +334,8 @@ def _swaps_and_warnings(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, A
     def swaps(r: Mapping[str, Any]) -> list[str]:
         return sorted(_canon(s) for s in r.get("swaps") or [])
 
-    c.add("swaps", "layer swaps", [json.loads(s) for s in swaps(ra)], [json.loads(s) for s in swaps(rb)])
+    held = "swaps" in ra and "swaps" in rb
+    c.add("swaps", "layer swaps", [json.loads(s) for s in swaps(ra)], [json.loads(s) for s in swaps(rb)], held=held)
     c.add(
         "swaps",
         "routed calls",
@@ -344,6 +360,7 @@ def _swaps_and_warnings(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, A
         messages(rb),
         changes_bits=False,
         note="a symptom: a non-deterministic kernel ran",
+        held="nondeterminism_warnings" in ra and "nondeterminism_warnings" in rb,
     )
 
 
@@ -354,16 +371,23 @@ def _data_stream(c: _Collector, sa: Any, sb: Any) -> None:
         if d.group == "args" and d.name in neutral:
             d.changes_bits, d.note = False, "the data were worker-invariant in both runs"
     causes = {d.name: d for d in c.items if d.changes_bits}
+    # the same images and labels under other names: the dataset digest differs by the names alone
+    renamed = next((d.name for d in c.items if d.group == "data" and d.name.endswith(" file names")), None)
+
+    def origin_of(name: str) -> str | None:
+        found = _stream_origin(name, causes)
+        return found if found is not None or name != "data stream: dataset" else renamed
+
     stream = explain_data_stream(sa, sb)
     own = [r for r in stream if r.changes_data and r.name != "data stream: first batches"]
     for r in stream:
         changes, note = r.changes_data, r.note
         # a reason another group already names is its consequence, not a second cause
-        origin = _stream_origin(r.name, causes)
+        origin = origin_of(r.name)
         if changes and origin is not None:
             changes, note = False, f"follows from {origin}"
         elif changes and r.name == "data stream: first batches":
-            left = [x.name.removeprefix("data stream: ") for x in own if _stream_origin(x.name, causes) is None]
+            left = [x.name.removeprefix("data stream: ") for x in own if origin_of(x.name) is None]
             if not left and causes:
                 changes, note = False, f"an effect of {', '.join(list(causes)[:3])}"
         c.items.append(Difference("data", r.name, r.a, r.b, changes, note))

@@ -10,8 +10,8 @@ from typing import Any
 import yaml
 
 from ...core.errors import ConfigError
+from ...core.text import short
 from ...core.untrusted import safe_yaml
-from ...core.untrusted.safe_yaml import short
 from .values import _text
 
 
@@ -113,10 +113,7 @@ def check_data(data: str, task: str | None = None) -> dict[str, Any] | None:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot read data '{data}': {e}") from None
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or "not valid YAML"
-        raise ConfigError(f"data '{data}'{line}: malformed YAML: {problem}") from None
+        raise ConfigError(safe_yaml.error_line(f"data '{data}'", e, fallback="not valid YAML")) from None
     if not isinstance(cfg, Mapping):
         raise ConfigError(f"data '{data}' must be a mapping with train:, val: and names:, got {type(cfg).__name__}")
     val = cfg.get("val") if cfg.get("val") is not None else cfg.get("validation")
@@ -192,11 +189,7 @@ def check_cfg_file(cfg: Any) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot read cfg={short(cfg)}: {getattr(e, 'strerror', None) or e}") from None
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise ConfigError(
-            f"cfg '{short(cfg)}'{line}: malformed YAML: {getattr(e, 'problem', None) or 'invalid'}"
-        ) from None
+        raise ConfigError(safe_yaml.error_line(f"cfg '{short(cfg)}'", e, fallback="invalid")) from None
     if values is None:
         return {}
     if not isinstance(values, dict):

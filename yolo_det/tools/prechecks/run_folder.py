@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.errors import ConfigError
-from ...core.untrusted.safe_yaml import short
+from ...core.text import short
 
 #: Longest file name and path the run folder may have (Linux's NAME_MAX and PATH_MAX); the run folder's own
 #: files (weights/last.pt, ...) and Ultralytics' ``-N`` suffix must still fit.

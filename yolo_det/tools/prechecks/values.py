@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 from ...core.errors import ConfigError
-from ...core.untrusted.safe_yaml import short
+from ...core.text import short
 
 SEED_LIMIT = 2**32  # numpy's legacy seeding (Ultralytics' init_seeds) takes [0, 2**32)
 _FALLBACK_OPTIMIZERS = ("Adam", "Adamax", "AdamW", "NAdam", "RAdam", "RMSprop", "SGD", "auto")

@@ -40,12 +40,13 @@ from typing import Any
 from ...core.datafp import is_inside
 from ...core.errors import ConfigError
 from ...core.fileio import atomic_write_text
-from ...core.text import printable
-from ...core.untrusted.safe_yaml import short
+from ...core.text import printable, short
 from ..data_stream import explain_data_stream
 from ..diff import VERIFY_SAVED_SCHEMA, DiffReport, diff_records
 from .compare import compare_runs
 from .records import NOTHING, Divergence, MicroBatch, RunRecord, StepRecord, nothing_trained
+from .saved_schema import check_saved_schema
+from .saved_schema import not_usable as _fail
 
 __all__ = [
     "SAVED_SCHEMA",
@@ -166,91 +167,6 @@ def save_run(
     return atomic_write_text(path, json.dumps(data, sort_keys=True, separators=(",", ":"), default=str) + "\n")
 
 
-def _fail(path: Any, what: str) -> ConfigError:
-    return ConfigError(f"'{path}' is not a usable verify --save file: {what}")
-
-
-_DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "npu", "")
-_MAX_TEXT = 4096
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _is_text(v: Any) -> bool:
-    return isinstance(v, str) and len(v) <= _MAX_TEXT
-
-
-def _texts(v: Any) -> bool:
-    return isinstance(v, list) and all(_is_text(x) for x in v)
-
-
-def _check_schema(data: Mapping[str, Any], path: Any) -> None:
-    """Every field of a saved file has the type :func:`save_run` writes; the first one that does not is named."""
-
-    def need(ok: bool, where: str, what: str) -> None:
-        if not ok:
-            raise _fail(path, f"'{where}' must be {what}")
-
-    for key in ("created", "profile", "device"):
-        need(data.get(key) is None or _is_text(data[key]), key, "a string")
-    need(data.get("args") is None or isinstance(data["args"], Mapping), "args", "a mapping")
-    need(data.get("steps_requested") is None or _is_int(data["steps_requested"]), "steps_requested", "an integer")
-    need(data.get("record") is None or isinstance(data["record"], Mapping), "record", "a mapping (determinism.json)")
-    run = data["run"]
-    need(_texts(run["param_names"]), "run.param_names", "a list of strings")
-    need(run.get("loss_names") is None or _texts(run["loss_names"]), "run.loss_names", "a list of strings")
-    weights = run.get("weights")
-    need(
-        weights is None
-        or (isinstance(weights, Mapping) and all(_is_text(k) and _is_text(v) for k, v in weights.items())),
-        "run.weights",
-        "a mapping of names to digests",
-    )
-    need(
-        run.get("optimizer_steps") is None or (_is_int(run["optimizer_steps"]) and run["optimizer_steps"] >= 0),
-        "run.optimizer_steps",
-        "a non-negative integer",
-    )
-    need(
-        run.get("device_type") in _DEVICE_TYPES or run.get("device_type") is None,
-        "run.device_type",
-        f"one of {', '.join(repr(t) for t in _DEVICE_TYPES[:-1])}",
-    )
-    n_params = len(run["param_names"])
-    for i, step in enumerate(run["steps"], start=1):
-        at = f"run.steps[{i - 1}]"
-        need(isinstance(step, Mapping), at, "a mapping")
-        for key in ("step", "epoch"):
-            need(step.get(key) is None or _is_int(step[key]), f"{at}.{key}", "an integer")
-        need(step.get("scale") is None or _is_num(step["scale"]), f"{at}.scale", "a number")
-        need(step.get("weights") is None or _is_text(step["weights"]), f"{at}.weights", "a digest (string)")
-        need(
-            _texts(step.get("grads")) and len(step["grads"]) == n_params,
-            f"{at}.grads",
-            f"a list of {n_params} digests (one per parameter)",
-        )
-        need(isinstance(step.get("batches"), list), f"{at}.batches", "a list")
-        for j, b in enumerate(step["batches"]):
-            bat = f"{at}.batches[{j}]"
-            need(isinstance(b, Mapping), bat, "a mapping")
-            for key in ("index", "epoch"):
-                need(b.get(key) is None or _is_int(b[key]), f"{bat}.{key}", "an integer")
-            need(_is_text(b.get("data")), f"{bat}.data", "a digest (string)")
-            need(b.get("raw") is None or _is_text(b["raw"]), f"{bat}.raw", "a digest (string)")
-            need(b.get("files") is None or _texts(b["files"]), f"{bat}.files", "a list of paths")
-            need(
-                b.get("loss") is None or (isinstance(b["loss"], list) and all(_is_num(x) for x in b["loss"])),
-                f"{bat}.loss",
-                "a list of numbers",
-            )
-
-
 def _step_from(data: Mapping[str, Any]) -> StepRecord:
     batches = [
         MicroBatch(
@@ -301,7 +217,7 @@ def read_saved(data: Any, path: str | os.PathLike[str] = "<data>") -> Saved:
         or not isinstance(run_data.get("param_names"), list)
     ):
         raise _fail(path, "no recorded run")
-    _check_schema(data, path)
+    check_saved_schema(data, path)
     steps = [_step_from(s) for s in run_data["steps"]]
     run = RunRecord(
         index=1,

@@ -14,7 +14,7 @@ import torch
 
 from ...core.compat import loss_components
 from ...core.instance_attrs import SavedAttributes
-from ...core.record import state_dict_digest
+from ...core.record import checkpoint_weights_digest, state_dict_digest
 from ...core.resume import NUMPY_COPY_DTYPES
 from ..fingerprint import combine, tensor_digests
 from ..runtime import unwrap_model
@@ -267,6 +267,8 @@ class _Recorder:
         ema = getattr(getattr(trainer, "ema", None), "ema", None)
         if isinstance(ema, torch.nn.Module):
             self.record.weights["ema"] = state_dict_digest(ema)
+        # the digest `train` prints and the record keeps: the weights last.pt holds (the EMA in float16)
+        self.record.weights["sha256"] = checkpoint_weights_digest(ema if isinstance(ema, torch.nn.Module) else model)
         self.record.save_dir = str(getattr(trainer, "save_dir", ""))
         if not self.enabled:
             return

@@ -14,7 +14,6 @@ from ...core.constants import ALERT
 __all__ = ["Divergence", "MicroBatch", "RunRecord", "StepRecord"]
 
 SCHEMA = "yolo-det/verify/1"
-DEFAULT_KEEP_MIB = 64
 #: Ultralytics arguments verify refuses: they make runs differ on purpose or leave the single process.
 RESERVED = {
     "resume": "verify trains fresh runs; resuming would compare different trainings",
@@ -85,7 +84,9 @@ class RunRecord:
         param_names: Names of the trainable parameters, in recording order.
         loss_names: Names of the loss components.
         steps: One record per optimizer step.
-        weights: ``{"model": sha256, "ema": sha256}`` of the final weights (see :mod:`yolo_det.core.record`).
+        weights: Digests of the final weights (see :mod:`yolo_det.core.record`): ``sha256``, the weights digest
+            ``train`` prints and the record keeps (the EMA as ``last.pt`` holds it, in float16); ``model`` and
+            ``ema``, the live model and the EMA in full precision.
         seconds: Wall time of the run (``model.train``).
         save_dir: The run folder.
         kept: Gradient values kept on the CPU, ``{step: {parameter: tensor}}`` (scaled like the digests).

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core import state as _state
+from ...core.constants import DEFAULT_KEEP_MIB
 from ...core.errors import ConfigError
 from ...core.profiles import Profile, load_profile
 from ...core.quiet import quiet_ultralytics
@@ -28,7 +29,7 @@ from ...integrations.trainer_state import state_of
 from ..runtime import run_folder
 from .compare import compare_runs
 from .recorder import _Recorder
-from .records import DEFAULT_KEEP_MIB, RunRecord
+from .records import RunRecord
 from .report import VerifyReport
 from .run import _device_name, check_args
 

@@ -12,13 +12,14 @@ from typing import Any, Union
 import torch
 
 from ...core import state as _state
-from ...core.errors import ConfigError
+from ...core.constants import DEFAULT_KEEP_MIB
+from ...core.errors import ConfigError, did_you_mean
 from ...core.profiles import Profile, load_profile
 from ...core.quiet import quiet_ultralytics
 from ..runtime import run_folder
 from .compare import compare_runs
 from .recorder import _Recorder
-from .records import DEFAULT_KEEP_MIB, NONDETERMINISTIC_KERNEL, RESERVED, RunRecord
+from .records import NONDETERMINISTIC_KERNEL, RESERVED, RunRecord
 from .report import VerifyReport
 
 __all__ = ["check_args", "check_callbacks", "progress_to_stderr", "record_runs", "verify"]
@@ -36,12 +37,22 @@ def check_callbacks(callbacks: Callbacks | None) -> dict[str, list[Callable[[Any
             f"callbacks must be a dict {{event: fn or [fn, ...]}}, got {type(callbacks).__name__}; "
             "e.g. callbacks={'on_train_epoch_end': fn}"
         )
+    from ...core.compat import callbacks as ul_callbacks
+
+    events = list(ul_callbacks.get_default_callbacks())
     out: dict[str, list[Callable[[Any], None]]] = {}
     for event, value in callbacks.items():
-        fns = [value] if callable(value) else list(value) if isinstance(value, (list, tuple)) else None
-        if not isinstance(event, str) or fns is None or not all(callable(f) for f in fns):
+        if not isinstance(event, str) or event not in events:
+            hint = did_you_mean(str(event), events)
+            some = ", ".join(e for e in events if e.startswith("on_train") or e == "on_fit_epoch_end")
             raise ConfigError(
-                f"callbacks[{event!r}] must be a function or a list of functions, got {type(value).__name__}"
+                f"callbacks: {str(event)[:60]!r} is not an Ultralytics callback event.{hint} Events: {some}, ..."
+            )
+        fns = [value] if callable(value) else list(value) if isinstance(value, (list, tuple)) else None
+        if fns is None or not all(callable(f) for f in fns):
+            raise ConfigError(
+                f"callbacks[{event!r}] must be a function or a list of functions, got {type(value).__name__}; "
+                f"e.g. callbacks={{{event!r}: fn}}"
             )
         out[event] = fns
     return out

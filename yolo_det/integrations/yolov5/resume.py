@@ -10,7 +10,7 @@ place (``load_state_dict``, in-place copies). The one local that cannot be chang
   :func:`yolo_det.core.seeding.epoch_data_seed` of the user's ``--seed`` and its persistent iterator restarted,
   so the data order and the worker seeds of an epoch depend on (seed, rank, epoch) only; a
   ``DistributedSampler`` gets the user's seed (:attr:`YOLOv5Resume.align`, which the run points at
-  :meth:`yolo_det.integrations.yolov5_data.YOLOv5Data.epoch_start`: it also hands the loader over and keys
+  :meth:`yolo_det.integrations.yolov5.data.YOLOv5Data.epoch_start`: it also hands the loader over and keys
   a worker-invariant loader's pass with the epoch). On the first epoch of a resumed run, the saved state is
   restored here. Ranks > 0 write the state of the epoch that just ended here (YOLOv5 runs no callback on
   them after an epoch).
@@ -35,10 +35,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.modules import unwrap_model
-from ..core.resume import find_state, get_rng_state, save_state, set_rng_state, state_path
-from ..core.seeding import epoch_data_seed
-from ..fixes import data_invariance as _data
+from ...core.modules import unwrap_model
+from ...core.resume import find_state, get_rng_state, save_state, set_rng_state, state_path
+from ...core.resume.lineage import warn_no_state
+from ...core.seeding import epoch_data_seed
+from ...fixes import data_invariance as _data
 
 __all__ = ["YOLOv5Resume"]
 
@@ -154,9 +155,7 @@ class YOLOv5Resume:
         )
         self.info = info
         if state is None:
-            from .ultralytics.resume import NO_STATE_WARNING
-
-            print(NO_STATE_WARNING.format(ckpt=ckpt, why=why), file=sys.stderr, flush=True)
+            warn_no_state(ckpt, why)
             return default
         self._pending = state
         return int(state.get("last_opt_step", default))

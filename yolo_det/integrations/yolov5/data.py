@@ -1,7 +1,7 @@
 """What a patched YOLOv5 run's training data depended on, and worker-invariant batches for it.
 
 No line of the patch is needed for the data: YOLOv5's own ``on_train_epoch_start`` callback (registered by
-:class:`~yolo_det.integrations.yolov5_resume.YOLOv5Resume`, every rank) calls :meth:`YOLOv5Data.epoch_start`
+:class:`~yolo_det.integrations.yolov5.resume.YOLOv5Resume`, every rank) calls :meth:`YOLOv5Data.epoch_start`
 with ``train()``'s ``train_loader`` and ``epoch`` at the start of every epoch:
 
 - the first time, the loader is handed to the run's session: under a profile with ``data_invariance`` (on in
@@ -9,7 +9,7 @@ with ``train()``'s ``train_loader`` and ``epoch`` at the start of every epoch:
   partners, affine, HSV, flips, mixup, copy-paste) to (seed, epoch, index). YOLOv5's ``InfiniteDataLoader``
   made its iterator (and started its workers) when it was built; that iterator is stopped and a new one is
   made at the first batch, over the keyed sampler;
-- every time, :func:`~yolo_det.integrations.yolov5_resume.realign_loader` tells the loader the epoch (an
+- every time, :func:`~yolo_det.integrations.yolov5.resume.realign_loader` tells the loader the epoch (an
   invariant loader's keyed sampler then keys the whole pass with it, whatever YOLOv5 prefetched before), so a
   resumed run, with any worker count, continues the stream of the uninterrupted one;
 - in the run's first epoch the loader's first batches pass a :class:`~yolo_det.fixes.data_invariance.BatchTap`
@@ -27,10 +27,10 @@ from typing import Any
 
 import torch
 
-from ..core.datafp import dataset_fingerprint
-from ..core.plain import plain_value
-from ..fixes import data_invariance as _data
-from .yolov5_resume import realign_loader
+from ...core.datafp import dataset_fingerprint
+from ...core.plain import plain_value
+from ...fixes import data_invariance as _data
+from .resume import realign_loader
 
 __all__ = ["AUGMENT_HYP", "AUGMENT_OPT", "FINGERPRINT_BATCHES", "YOLOv5Data"]
 

@@ -12,7 +12,8 @@ Two things make a detector's output for one image depend on its batch, and this 
   runs one image at a time (a fixed internal batch of 1), each on a fresh, contiguous copy of its input,
   and the outputs are concatenated: the result for an image is the result of a batch of one.
 
-:class:`~yolo_det.session.extensions.BatchInvariance` applies it to the objects an integration hands
+:class:`BatchInvariance` (an extension the plugin registers with
+:func:`~yolo_det.session.extensions.register_extension`) applies it to the objects the plugin hands
 over (:meth:`DeterminismSession.hand_over`): ``"predictor"`` (an Ultralytics ``BasePredictor``: its
 ``pre_transform`` and ``inference``, set on the instance and taken away again on undo) and ``"validator"``
 (an Ultralytics ``BaseValidator``: its ``dataloader`` is replaced, for the phase, by one over the same
@@ -29,7 +30,9 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["MARK", "concat_outputs", "per_image", "per_image_loader", "square_letterbox"]
+from ...session.extensions import Extension, PhaseContext
+
+__all__ = ["MARK", "BatchInvariance", "concat_outputs", "per_image", "per_image_loader", "square_letterbox"]
 
 #: Set on an object while batch invariance is applied to it.
 MARK = "_yolo_det_batch_invariant"
@@ -77,7 +80,7 @@ def per_image(forward: Callable[..., Any]) -> Callable[..., Any]:
 
 def square_letterbox(predictor: Any) -> Callable[[list[np.ndarray]], list[Any]]:
     """The predictor's pre-transform with every image letterboxed on its own to the square ``imgsz``."""
-    from ..core.compat import LetterBox
+    from ...core.compat import LetterBox
 
     def pre_transform(images: list[np.ndarray]) -> list[Any]:
         box = LetterBox(
@@ -105,3 +108,45 @@ def per_image_loader(loader: Any) -> Any:
         pin_memory=bool(getattr(loader, "pin_memory", False)),
         collate_fn=getattr(loader, "collate_fn", None) or getattr(dataset, "collate_fn", None),
     )
+
+
+class BatchInvariance(Extension):
+    """Applies ``batch_invariant: true`` to a handed-over predictor or validator; undo puts back what it had.
+
+    ``hand_over(ctx, "predictor", predictor)`` sets ``pre_transform`` (per-image square letterbox) and
+    ``inference`` (one image at a time) on the instance; ``hand_over(ctx, "validator", validator)`` replaces
+    its ``dataloader`` (per-image letterbox, batches of one). Handing the same object over again while it
+    is in force does nothing.
+    """
+
+    name = "batch_invariant"
+
+    def hand_over(self, ctx: PhaseContext, what: str, obj: Any, **options: Any) -> Any:
+        if what not in {"predictor", "validator"} or not ctx.settings.extra.get("batch_invariant", False):
+            return None
+        if obj is None or obj.__dict__.get(MARK):
+            return None
+        names: tuple[str, ...]
+        if what == "predictor":
+            names = ("pre_transform", "inference")
+            before = {n: obj.__dict__[n] for n in names if n in obj.__dict__}
+            obj.pre_transform = square_letterbox(obj)
+            obj.inference = per_image(before.get("inference", type(obj).inference.__get__(obj)))
+        else:
+            loader = getattr(obj, "dataloader", None)
+            if loader is None or not hasattr(loader, "dataset"):
+                return None
+            names = ("dataloader",)
+            before = {"dataloader": loader}
+            obj.dataloader = per_image_loader(loader)
+        obj.__dict__[MARK] = True
+        return obj, names, before
+
+    def undo(self, token: Any) -> None:
+        obj, names, before = token
+        obj.__dict__.pop(MARK, None)
+        for name in names:
+            if name in before:
+                obj.__dict__[name] = before[name]
+            else:
+                obj.__dict__.pop(name, None)

@@ -30,7 +30,7 @@ extra arguments and a tree patched by hand in part still works: a call outside a
 
 The training data needs no patched line: YOLOv5's ``on_train_epoch_start`` callback hands the training loader
 to the run and aligns it every epoch (worker-invariant under ``data_invariance``; see
-:mod:`yolo_det.integrations.yolov5_data`), and the record gets its ``data_stream`` section.
+:mod:`yolo_det.integrations.yolov5.data`), and the record gets its ``data_stream`` section.
 """
 
 from __future__ import annotations
@@ -47,17 +47,18 @@ from typing import Any, TypeVar
 
 import torch
 
-from ..core.constants import global_rank, world_size
-from ..core.endings import describe_ending, one_line, weights_files, weights_stats
-from ..core.errors import ConfigError, ProfileError, YoloDetError
-from ..core.plain import plain_value
-from ..core.profiles import Profile, load_profile
-from ..core.record import RECORD_NAME, build_record, write_record
-from ..core.signals import defer_stops, safe_point, stop_signals
-from ..core.state import snapshot
-from ..session.session import DeterminismSession, note_restore_failure
-from .yolov5_data import YOLOv5Data
-from .yolov5_resume import YOLOv5Resume
+from ...core.constants import global_rank, world_size
+from ...core.endings import describe_ending, one_line, weights_files, weights_stats
+from ...core.errors import ConfigError, ProfileError, YoloDetError
+from ...core.plain import plain_value
+from ...core.profiles import Profile, load_profile
+from ...core.record import RECORD_NAME, build_record, write_record
+from ...core.resume.lineage import previous_record
+from ...core.signals import defer_stops, safe_point, stop_signals
+from ...core.state import snapshot
+from ...session.session import DeterminismSession, note_restore_failure
+from .data import YOLOv5Data
+from .resume import YOLOv5Resume
 
 __all__ = [
     "OPTION",
@@ -184,8 +185,6 @@ class YOLOv5Run:
         self.resume.align = self.data.epoch_start  # the training loader, at the start of every epoch
         self.previous: dict[str, Any] | None = None
         if getattr(opt, "resume", False) and getattr(opt, "weights", None):
-            from .ultralytics.lineage import previous_record
-
             self.previous = previous_record(str(opt.weights))
 
     # -- lifecycle ------------------------------------------------------------------------------------
@@ -341,7 +340,7 @@ def _describe_model(model: Any) -> dict[str, Any] | None:
 
 def _provide_font(script: Callable[..., Any] | None) -> list[Path]:
     """Put a local ``Arial.ttf`` where YOLOv5's ``check_font`` looks, so no run downloads it."""
-    from .fonts import ensure_local_font
+    from ..fonts import ensure_local_font
 
     folders: list[Path] = []
     # YOLOv5's settings folder is utils.general.CONFIG_DIR of the tree being run (repository or PyPI layout);

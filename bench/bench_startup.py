@@ -1,0 +1,188 @@
+"""Whole-process wall time of the answers that need no training: --help, argument errors, digest, diff, audit.
+
+Each case runs ``python -m yolo_det ...`` as a user does, in a fresh process, ``--repeats`` times (default 10),
+interleaved (one round runs every case once, so the machine's load hits all alike); the figure is the median of
+the wall time, with the median CPU time (user + system) of the process beside it (less sensitive to the load).
+Targets (issue 38): under 1 s for --help, argument errors, ``digest`` of a checkpoint and ``diff`` of two run
+folders; under 4 s for ``audit yolov8n.yaml --imgsz 64``. Each child also reports whether it imported torch.
+
+The checkpoint is a yolov8n (2 classes) saved the way Ultralytics saves one (half-precision EMA); the two run
+folders are two demo trainings (``yolo-det train``, 1 epoch at imgsz 64), or ``--runs A B``.
+
+usage: python bench/bench_startup.py [--repeats 10] [--runs A B] [--json bench/results/startup.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+FAST_TARGET_S = 1.0
+AUDIT_TARGET_S = 4.0
+
+# Runs the command line as `python -m yolo_det` does, then says on stderr whether torch was imported.
+CHILD = (
+    "import sys\n"
+    "from yolo_det.cli import main\n"
+    "try:\n"
+    "    rc = main(sys.argv[1:])\n"
+    "except SystemExit as e:\n"
+    "    rc = e.code\n"
+    "sys.stderr.write('\\nTORCH=%d\\n' % ('torch' in sys.modules))\n"
+    "sys.exit(rc)\n"
+)
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "YOLO_OFFLINE": "1"}
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _once(argv: list[str], cwd: Path) -> tuple[float, float, int, bool]:
+    cpu, start = _cpu(), time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, *argv], cwd=cwd, env=_env(), capture_output=True, text=True, check=False
+    )
+    seconds = time.perf_counter() - start
+    return seconds, _cpu() - cpu, proc.returncode, "TORCH=1" in proc.stderr
+
+
+def _checkpoint(folder: Path) -> Path:
+    import torch
+    from ultralytics.nn.tasks import DetectionModel
+
+    model = DetectionModel("yolov8n.yaml", nc=2, verbose=False).half()
+    path = folder / "yolov8n-ckpt.pt"
+    torch.save({"epoch": 0, "model": None, "ema": model, "updates": 1, "train_args": {}}, path)
+    return path
+
+
+def _runs(folder: Path) -> list[str]:
+    out = []
+    for name in ("a", "b"):
+        argv = [
+            "train",
+            "--profile",
+            "repro",
+            "epochs=1",
+            "imgsz=64",
+            "batch=8",
+            "fraction=0.25",
+            "workers=0",
+            "device=cpu",
+            "plots=False",
+            "val=False",
+            f"project={folder / 'runs'}",
+            f"name={name}",
+        ]
+        subprocess.run(
+            [sys.executable, "-m", "yolo_det", *argv], cwd=folder, env=_env(), check=True, capture_output=True
+        )
+        out.append(str(folder / "runs" / name))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--runs", nargs=2, default=None, metavar=("A", "B"), help="two run folders for diff")
+    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "startup.json")
+    args = parser.parse_args(argv)
+
+    from yolo_det.cli import COMMANDS
+    from yolo_det.core.fileio import atomic_write_json
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        ckpt = _checkpoint(work)
+        runs = args.runs or _runs(work)
+        cases: list[tuple[str, list[str], float]] = [("yolo-det --help", ["--help"], FAST_TARGET_S)]
+        cases += [(f"yolo-det {c} --help", [c, "--help"], FAST_TARGET_S) for c in COMMANDS]
+        cases += [
+            ("argument error: train foo=", ["train", "epochs=1", "foo="], FAST_TARGET_S),
+            ("argument error: train --profile nope", ["train", "--profile", "nope"], FAST_TARGET_S),
+            ("argument error: unknown command", ["nocommand"], FAST_TARGET_S),
+            ("digest CHECKPOINT (yolov8n)", ["digest", str(ckpt)], FAST_TARGET_S),
+            ("diff RUN_A RUN_B", ["diff", *runs], FAST_TARGET_S),
+            ("audit yolov8n.yaml --imgsz 64", ["audit", "yolov8n.yaml", "--imgsz", "64"], AUDIT_TARGET_S),
+        ]
+        times: dict[str, list[float]] = {name: [] for name, _, _ in cases}
+        cpus: dict[str, list[float]] = {name: [] for name, _, _ in cases}
+        codes: dict[str, int] = {}
+        torch_seen: dict[str, bool] = {}
+        _once(["--help"], work)  # the first process warms the file cache
+        for _ in range(args.repeats):
+            for name, case_argv, _target in cases:
+                seconds, cpu, code, imported = _once(case_argv, work)
+                times[name].append(seconds)
+                cpus[name].append(cpu)
+                codes[name] = code
+                torch_seen[name] = imported
+        baseline = statistics.median(_once_plain(work) for _ in range(args.repeats))
+    # the temporary paths are not shown: what they stand for is
+    shown = {"digest CHECKPOINT (yolov8n)": ["digest", "CHECKPOINT"], "diff RUN_A RUN_B": ["diff", "RUN_A", "RUN_B"]}
+    rows = []
+    for name, case_argv, target in cases:
+        median = statistics.median(times[name])
+        rows.append(
+            {
+                "case": name,
+                "argv": shown.get(name, case_argv),
+                "median_s": round(median, 3),
+                "min_s": round(min(times[name]), 3),
+                "max_s": round(max(times[name]), 3),
+                "cpu_median_s": round(statistics.median(cpus[name]), 3),
+                "target_s": target,
+                "within_target": median < target,
+                "exit_code": codes[name],
+                "imports_torch": torch_seen[name],
+            }
+        )
+    result = {
+        "what": "whole-process wall time of `python -m yolo_det ...` (and its CPU time, user + system), median of "
+        "the repeats, interleaved rounds",
+        "repeats": args.repeats,
+        "python_start_s": round(baseline, 3),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "load_average": round(os.getloadavg()[0], 1),
+        "results": rows,
+    }
+    atomic_write_json(args.json, result)
+    print(
+        f"whole process, median of {args.repeats}; python start {baseline:.2f} s; load average {result['load_average']}"
+    )
+    print(f"{'case':<44} {'median s':>9} {'min s':>7} {'CPU s':>6} {'target':>7}  torch")
+    for r in rows:
+        mark = "ok" if r["within_target"] else "OVER"
+        print(
+            f"{r['case']:<44} {r['median_s']:>9.2f} {r['min_s']:>7.2f} {r['cpu_median_s']:>6.2f} "
+            f"{r['target_s']:>6.0f}s  {'yes' if r['imports_torch'] else 'no':<4} {mark}"
+        )
+    print(f"written: {args.json}")
+    return 0
+
+
+def _once_plain(cwd: Path) -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], cwd=cwd, env=_env(), check=True)
+    return time.perf_counter() - start
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

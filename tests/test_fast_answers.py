@@ -1,0 +1,186 @@
+"""Fast answers: --help, argument errors, digest and diff start without torch; the torch-free digest equals torch's.
+
+The speed itself is measured in bench/bench_startup.py (never timed here); what makes it is structural: a process
+that answers these never imports torch or Ultralytics, which these tests check in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from helpers import subprocess_env
+from yolo_det.cli import COMMANDS
+from yolo_det.core.record import checkpoint_digest
+from yolo_det.core.untrusted.rawdigest import raw_checkpoint_digest
+
+# Runs the command line in a fresh interpreter and says, last on stderr, which heavy modules it imported.
+_WRAPPER = (
+    "import sys\n"
+    "from yolo_det.cli import main\n"
+    "try:\n"
+    "    rc = main(sys.argv[1:])\n"
+    "except SystemExit as e:\n"
+    "    rc = e.code\n"
+    "heavy = [m for m in ('torch', 'ultralytics', 'torchvision', 'cv2') if m in sys.modules]\n"
+    "print('HEAVY=' + ','.join(heavy), file=sys.stderr)\n"
+    "sys.exit(rc)\n"
+)
+
+
+def _run(*argv: str, cwd: Path | None = None) -> tuple[int, str, str, list[str]]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _WRAPPER, *argv],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        cwd=cwd,
+        timeout=300,
+    )
+    lines = proc.stderr.strip().splitlines()
+    assert lines, proc.stderr
+    assert lines[-1].startswith("HEAVY="), proc.stderr
+    heavy = [m for m in lines[-1].removeprefix("HEAVY=").split(",") if m]
+    return proc.returncode, proc.stdout, "\n".join(lines[:-1]), heavy
+
+
+class Tiny(nn.Module):
+    """Every kind of entry the digest covers: float16/bfloat16/float32/float64 parameters, integer, bool and
+    0-dim buffers, a strided view, a shared storage, a non-persistent buffer, a child module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+        self.half_w = nn.Parameter(torch.randn(5, 3, generator=g).half())
+        self.bf16_w = nn.Parameter(torch.randn(2, 7, generator=g).bfloat16())
+        self.f64_w = nn.Parameter(torch.randn(3, generator=g).double())
+        base = torch.randn(6, 8, generator=g)
+        self.register_buffer("strided", base.t()[1:5, ::2])  # a non-contiguous view of a larger storage
+        self.register_buffer("shared", base[2])  # the same storage again
+        self.register_buffer("ints", torch.arange(7, dtype=torch.int32))
+        self.register_buffer("flags", torch.tensor([True, False, True]))
+        self.register_buffer("scalar", torch.tensor(3.5))
+        self.register_buffer("empty", torch.zeros(0, 4))
+        self.register_buffer("scratch", torch.ones(2), persistent=False)
+
+
+def _ultralytics_like(model: nn.Module) -> dict[str, object]:
+    return {"epoch": 3, "model": None, "ema": model, "updates": 7, "train_args": {"imgsz": 64}, "date": "x"}
+
+
+def test_the_digest_from_the_archive_bytes_equals_torchs(tmp_path: Path) -> None:
+    model = Tiny()
+    path = tmp_path / "tiny.pt"
+    torch.save(_ultralytics_like(model), path)
+    expected = checkpoint_digest(path)
+    assert raw_checkpoint_digest(path) == expected
+    state = tmp_path / "state.pt"  # a plain state dict
+    torch.save(model.state_dict(), state)
+    assert raw_checkpoint_digest(state) == checkpoint_digest(state) == expected
+    with torch.no_grad():  # control: one value of one weight changed, the digest changes, on both paths alike
+        model.half_w[1, 2] += 1
+    changed = tmp_path / "changed.pt"
+    torch.save(_ultralytics_like(model), changed)
+    assert raw_checkpoint_digest(changed) == checkpoint_digest(changed) != expected
+
+
+def test_a_real_ultralytics_model_digests_alike(tmp_path: Path) -> None:
+    from ultralytics.nn.tasks import DetectionModel
+
+    model = DetectionModel("yolov8n.yaml", nc=2, verbose=False).half()
+    path = tmp_path / "v8.pt"
+    torch.save(_ultralytics_like(model), path)
+    assert raw_checkpoint_digest(path) == checkpoint_digest(path)
+
+
+def test_what_the_archive_reader_does_not_know_goes_to_the_full_reader(tmp_path: Path) -> None:
+    import numpy as np
+
+    path = tmp_path / "np.pt"  # a NumPy scalar among the metadata: only the full reader reads it
+    torch.save({**_ultralytics_like(Tiny()), "best_fitness": np.float64(0.5)}, path)
+    assert raw_checkpoint_digest(path) is None
+    code, out, err, heavy = _run("digest", str(path))
+    assert code == 0, err
+    assert out.split()[0] == checkpoint_digest(path)
+    assert "torch" in heavy  # the full reader ran
+
+
+def test_a_hostile_checkpoint_is_still_refused(tmp_path: Path) -> None:
+    class Evil:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (print, ("ran",))
+
+    path = tmp_path / "evil.pt"
+    torch.save({"model": Tiny(), "x": Evil()}, path)
+    assert raw_checkpoint_digest(path) is None
+    code, out, err, _ = _run("digest", str(path))
+    assert code == 2
+    assert "ran" not in out
+    assert "builtins.print" in err
+    assert "allow-list" in err
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_help_starts_without_torch(command: str) -> None:
+    code, out, err, heavy = _run(command, "--help")
+    assert code == 0, err
+    assert "usage: yolo-det" in out
+    assert heavy == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["train", "epochs=1", "foo="], "'foo=' has no value"),
+        (["train", "epochs"], "expected key=value"),
+        (["train", "--profile", "nope", "epochs=1"], "unknown profile 'nope'"),
+        (["verify", "--profile", "nope"], "unknown profile 'nope'"),
+        (["verify", "imgsz=[1,"], "cannot parse the value of 'imgsz'"),
+        (["bench", "--profiles", "repro,nope"], "unknown profile 'nope'"),
+        (["audit", "--imgsz", "0", "yolov8n.yaml"], "expected a positive integer"),
+        (["nocommand"], "invalid choice: 'nocommand'"),
+        (["train", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    ],
+)
+def test_argument_errors_answer_without_torch(argv: list[str], says: str) -> None:
+    code, out, err, heavy = _run(*argv)
+    assert code == 2
+    assert out == ""
+    assert err.startswith("yolo-det: error: "), err
+    assert len(err.splitlines()) == 1, err
+    assert says in err
+    assert heavy == []
+
+
+def test_digest_and_diff_answer_without_torch(tmp_path: Path) -> None:
+    model = Tiny()
+    a, b = tmp_path / "a.pt", tmp_path / "b.pt"
+    torch.save(_ultralytics_like(model), a)
+    with torch.no_grad():
+        model.conv.weight[0, 0, 0, 0] += 1
+    torch.save(_ultralytics_like(model), b)
+    code, out, err, heavy = _run("digest", str(a), str(b))
+    assert code == 1, err  # they differ
+    assert [line.split()[0] for line in out.splitlines()] == [checkpoint_digest(a), checkpoint_digest(b)]
+    assert heavy == []
+
+    runs = []
+    for name, digest in (("r1", "d" * 64), ("r2", "d" * 64)):
+        folder = tmp_path / name
+        folder.mkdir()
+        rec = {"schema": 1, "profile": {"name": "repro"}, "environment": {"torch": "2.4"}, "status": "completed"}
+        rec["weights"] = {"sha256": digest}
+        (folder / "determinism.json").write_text(json.dumps(rec))
+        runs.append(str(folder))
+    code, out, err, heavy = _run("diff", *runs)
+    assert code == 0, out + err
+    assert "verdict: these runs should be bitwise identical and are" in out
+    assert heavy == []
