@@ -14,7 +14,7 @@ PYTEST_ARGS ?= -n 2
 # Installed without their declared requirements (see requirements-yolov5.txt)
 YOLOV5_NODEPS ?= yolov5==7.0.14 roboflow==1.7.3
 
-.PHONY: venv install install-test demo lint test test-fast test-other-machine bench clean
+.PHONY: venv install install-test demo lint test test-fast test-other-machine test-compat bench clean
 
 venv:
 	@[ -x "$(PY)" ] || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,15 @@ NUMERICS_TESTS ?= tests/test_export_parity.py tests/test_deploy_check.py tests/t
 	tests/test_layers_padding.py tests/test_layers_grid_sample.py tests/test_layers_loss.py
 test-other-machine: install-test
 	$(PY) tests/simulated_machine.py --cpus 3 --isa avx2 -- -m pytest $(PYTEST_ARGS) -p no:cacheprovider $(NUMERICS_TESTS)
+
+# The older Ultralytics releases of the supported range, with the installed torch (bench/compat_matrix.py): each
+# wheel is installed from PyPI into $(COMPAT_CACHE) (pip install --target, nothing in the venv changes), then the
+# demo trains twice (digests equal; one epoch fewer differs), audit, and verify --resume-at 1. .ci/run runs it
+# after test-other-machine. The older torch cells are run by hand when the range changes (docs/usage.md).
+COMPAT_ULTRALYTICS ?= 8.3.0,8.3.253
+COMPAT_CACHE ?= $(CURDIR)/runs/compat-cache
+test-compat: install-test
+	$(PY) bench/compat_matrix.py --ultralytics $(COMPAT_ULTRALYTICS) --cache $(COMPAT_CACHE) --out $(CURDIR)/runs/compat-ci.json
 
 # The fast lane: every test but those marked slow (they train a model or take more than ~2 s).
 test-fast: install-test

@@ -77,3 +77,71 @@ def test_importing_compat_imports_no_ultralytics():
         [sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(), timeout=120
     )
     assert out.stdout.strip() == "[]", out.stderr
+
+
+# -- the internals whose behaviour differs between Ultralytics versions (compat's table) ---------------------
+def test_run_folder_is_what_ultralytics_gives_and_creates_nothing(tmp_path):
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(project=str(tmp_path / "p"), name="n", task="detect", mode="train", exist_ok=False)
+    assert compat.run_folder(args) == (tmp_path / "p" / "n").resolve()
+    assert not (tmp_path / "p").exists()  # Ultralytics 8.3's get_save_dir would have created it
+    (tmp_path / "p" / "n").mkdir(parents=True)
+    assert compat.run_folder(args).name != "n"  # numbered past the existing folder (control)
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["n"]
+    import ultralytics.utils.files as files
+
+    assert files.increment_path.__module__ == "ultralytics.utils.files"  # restored
+
+
+def test_loss_components_of_each_version_shape():
+    import torch
+
+    one_tensor = torch.tensor([1.0, 2.0, 3.0])  # Ultralytics 8.3
+    assert compat.loss_components(one_tensor)[0] is None
+    assert [float(v) for v in compat.loss_components(one_tensor)[1]] == [1.0, 2.0, 3.0]
+    parts = (torch.tensor(1.0), torch.tensor(2.0))  # Ultralytics 8.4
+    assert compat.loss_components(parts) == (None, list(parts))
+    assert compat.loss_components({"box": 1.0, "cls": 2.0}) == (["box", "cls"], [1.0, 2.0])
+    assert compat.loss_components(torch.tensor(4.0)) == (None, [torch.tensor(4.0)])
+
+
+def test_optimizer_state_holds_plain_numbers_and_loads_weights_only(tmp_path):
+    import numpy as np
+    import torch
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.ones(2))], lr=0.1, momentum=0.9)
+    optimizer.param_groups[0]["lr"] = np.interp(0.5, [0, 1], [0.0, 0.2])  # as Ultralytics 8.3's warmup sets it
+    torch.save(optimizer.state_dict(), tmp_path / "raw.pt")
+    with pytest.raises(Exception, match="(?i)weights only"):  # control: NumPy scalars do not load
+        torch.load(tmp_path / "raw.pt", weights_only=True)
+    state = compat.optimizer_state(optimizer)
+    torch.save(state, tmp_path / "plain.pt")
+    loaded = torch.load(tmp_path / "plain.pt", weights_only=True)
+    assert type(loaded["param_groups"][0]["lr"]) is float
+    assert loaded["param_groups"][0]["lr"] == 0.1
+    assert type(optimizer.param_groups[0]["lr"]).__module__ == "numpy"  # the optimizer itself is untouched
+
+
+def test_the_installed_ultralytics_version_is_in_the_declared_range():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    lowest = re.search(r'"ultralytics>=([\d.]+)"', text).group(1)
+    version = tuple(int(p) for p in compat.ultralytics_version().split(".")[:3])
+    assert version >= tuple(int(p) for p in lowest.split("."))
+
+
+@pytest.mark.parametrize("name", sorted(compat.EARLIER))
+def test_an_internal_an_older_release_keeps_elsewhere_resolves_where_this_release_has_it(name):
+    import importlib
+
+    found = []
+    for module, attribute in (compat.INTERNALS[name], compat.EARLIER[name]):
+        try:
+            found.append(getattr(importlib.import_module(module), attribute))
+        except (ImportError, AttributeError):
+            pass
+    assert found, f"{name}: in neither place"
+    assert compat.internal(name) is found[0]

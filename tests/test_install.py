@@ -220,3 +220,97 @@ def test_wheel_install_trains_from_an_empty_folder(tmp_path):
     cpu = usage.ru_utime + usage.ru_stime - cpu_before
     print(f"wheel smoke test: {cpu:.1f} s of CPU; wall clock at each stage: {times}")
     assert cpu < 60, f"the wheel smoke test used {cpu:.0f} s of CPU (wall times: {times})"
+
+
+def _stub_distribution(site: Path, name: str, version: str) -> None:
+    """An installed distribution as pip sees one (its metadata only): what a user's environment holds."""
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "INSTALLER").write_text("pip\n")
+
+
+def _resolve_into(tmp_path: Path, wheel: Path, installed: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """pip's resolver (``--dry-run --report``, no index) installing ``wheel`` into a venv holding ``installed``."""
+    venv = tmp_path / f"venv-{len(list(tmp_path.glob('venv-*')))}"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    purelib = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    for name, version in installed.items():
+        _stub_distribution(Path(purelib), name, version)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")  # no site index, links or constraints
+    report = tmp_path / "report.json"
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv / "bin" / "python"),
+            "install",
+            "--dry-run",
+            "--no-index",
+            "--report",
+            str(report),
+            "--quiet",
+            str(wheel),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+#: The oldest versions pyproject.toml accepts, and what else the wheel requires, as a user's environment has them.
+OLDEST = {
+    "torch": "2.4.1",
+    "torchvision": "0.19.1",
+    "ultralytics": "8.3.0",
+    "PyYAML": "6.0.1",
+    "opencv-python": "4.6.0.66",
+    "numpy": "1.26.4",
+    "matplotlib": "3.8.0",
+    "ruamel.yaml": "0.18.6",
+    "cloudpickle": "3.1.1",
+}
+
+
+@pytest.mark.slow
+def test_installing_the_wheel_keeps_the_users_older_torch_and_ultralytics(tmp_path):
+    """pip's own resolver, given the built wheel and an environment with the oldest supported torch and
+    Ultralytics, installs yolo-det alone; a torch below the range makes it ask for another torch (control)."""
+    import json
+
+    src = _source_copy(tmp_path / "src")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "dist"),
+            str(src),
+        ],
+        check=True,
+        cwd=tmp_path,
+        timeout=300,
+        env={**os.environ, "PIP_CONFIG_FILE": os.devnull},
+    )
+    (wheel,) = (tmp_path / "dist").glob("yolo_det-*.whl")
+    done = _resolve_into(tmp_path, wheel, OLDEST)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [item["metadata"]["name"] for item in report["install"]] == ["yolo-det"]
+    older = _resolve_into(tmp_path, wheel, {**OLDEST, "torch": "2.3.1", "ultralytics": "8.2.103"})
+    assert older.returncode != 0
+    assert "torch" in older.stderr

@@ -171,3 +171,28 @@ def test_diff_names_the_machine_causes_check_machine_names() -> None:
     assert "fix: intra_op_threads:" in (causes["intra-op threads"].note or "")
     # the same records, compared with themselves: nothing
     assert not [d for d in diff_records(a, copy.deepcopy(a)).causes if d.group in {"cpu", "threads"}]
+
+
+def test_the_ultralytics_version_is_a_cause_named_by_check_machine_and_diff() -> None:
+    from yolo_det.core.compat import ultralytics_version
+    from yolo_det.tools.diff import diff_records
+
+    a = _record(machine_fingerprint())
+    assert a["environment"]["host"]["ultralytics"] == ultralytics_version()
+    a["environment"]["ultralytics"] = ultralytics_version()
+    a["ultralytics_args"] = {"epochs": 2, "imgsz": 64}
+    same = copy.deepcopy(a)
+    assert not [d for d in diff_records(a, same).causes if d.name in ("Ultralytics", "ultralytics")]  # control
+    b = copy.deepcopy(a)
+    b["environment"]["host"]["ultralytics"] = b["environment"]["ultralytics"] = "8.3.0"
+    b["ultralytics_args"] = {"epochs": 2}  # 8.3.0 without imgsz= here, as an older release lacks a newer argument
+    causes = machine_causes(a["environment"]["host"], b["environment"]["host"], cuda=False)[0]
+    assert [(c.name, c.fix) for c in causes] == [("Ultralytics", f"install ultralytics=={ultralytics_version()}")]
+    report = diff_records(a, b)
+    line = next(d for d in report.causes if d.name == "ultralytics")
+    assert "install ultralytics==" in (line.note or "")
+    arg = next(d for d in report.differences if d.name == "imgsz=")
+    assert "Ultralytics versions differ" in (arg.note or "")
+    assert f"Ultralytics {ultralytics_version()} only" in (arg.note or "")
+    # a YOLOv5 run has no Ultralytics on either side: nothing to compare
+    assert machine_causes({"ultralytics": None}, {"ultralytics": None}, cuda=False) == ([], [])

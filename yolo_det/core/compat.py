@@ -7,8 +7,10 @@ release that moves or renames one breaks this module and its contract tests (``t
 not a layer of its own. ``tests/test_architecture.py`` fails when another module imports an Ultralytics
 internal.
 
-Ultralytics releases in the supported range (8.3.253 to 8.4.x) differ in one internal yolo-det depends on;
-:func:`stop_loader` handles it, so the rest of yolo-det sees one behaviour:
+Ultralytics releases in the supported range differ in a few internals yolo-det depends on; one function
+here handles each (:func:`stop_loader`, :func:`run_folder`, :func:`loss_components`,
+:func:`optimizer_state`), so the rest of
+yolo-det sees one behaviour:
 
 ======================================  ===============================  ===================================
 internal                                8.3 (8.3.253)                    8.4 (8.4.190)
@@ -16,6 +18,10 @@ internal                                8.3 (8.3.253)                    8.4 (8.
 ``InfiniteDataLoader.iterator``         made in ``__init__`` (workers    made at the first batch
                                         start with the loader)
 ``InfiniteDataLoader.reset()``          makes the next iterator at once  closes it; the next batch makes one
+``cfg.get_save_dir``                    creates the folder it names      creates nothing
+``non_max_suppression``                 ``utils.ops`` (8.3.0)            ``utils.nms``
+``BaseTrainer.loss_items``              one tensor, a value per part     a tuple of parts, or a name mapping
+optimizer ``lr``/``momentum`` (warmup)  NumPy scalars                    Python floats
 ======================================  ===============================  ===================================
 
 The names resolve lazily (``from yolo_det.core.compat import tasks`` imports ``ultralytics.nn.tasks`` when
@@ -26,9 +32,22 @@ from ``layers`` up to ``tools`` use Ultralytics internals; it imports nothing of
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-__all__ = ["EVENTS", "INTERNALS", "TASK_TRAINERS", "internal", "stop_loader", "ultralytics_version"]
+__all__ = [
+    "EARLIER",
+    "EVENTS",
+    "INTERNALS",
+    "TASK_TRAINERS",
+    "internal",
+    "loss_components",
+    "optimizer_state",
+    "run_folder",
+    "stop_loader",
+    "ultralytics_version",
+]
 
 #: ``name -> (module, attribute)`` (attribute None: the module itself) of each Ultralytics internal.
 INTERNALS: dict[str, tuple[str, str | None]] = {
@@ -67,6 +86,11 @@ INTERNALS: dict[str, tuple[str, str | None]] = {
     "ASSETS": ("ultralytics.utils", "ASSETS"),
     # running an exported model (ONNX, TorchScript, ...) as predict() runs it
     "AutoBackend": ("ultralytics.nn.autobackend", "AutoBackend"),
+}
+
+#: Where an older Ultralytics release in the range has an internal of :data:`INTERNALS` instead.
+EARLIER: dict[str, tuple[str, str | None]] = {
+    "non_max_suppression": ("ultralytics.utils.ops", "non_max_suppression"),  # 8.3.0: no ultralytics.utils.nms
 }
 
 #: The Ultralytics callback events the plugin registers (each in Ultralytics' default callbacks).
@@ -110,6 +134,13 @@ def internal(name: str) -> Any:
         module, attribute = INTERNALS[name]
     except KeyError:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    try:
+        mod = importlib.import_module(module)
+        return mod if attribute is None else getattr(mod, attribute)
+    except (ImportError, AttributeError):
+        if name not in EARLIER:
+            raise
+    module, attribute = EARLIER[name]
     mod = importlib.import_module(module)
     return mod if attribute is None else getattr(mod, attribute)
 
@@ -147,6 +178,58 @@ def stop_loader(loader: Any) -> bool:
     if callable(shutdown):
         shutdown()
     return False
+
+
+def run_folder(args: Any) -> Path:
+    """The run folder Ultralytics' ``get_save_dir`` gives for the namespace ``args``, creating nothing.
+
+    Ultralytics 8.3's ``get_save_dir`` creates the folder it names (it calls ``increment_path(...,
+    mkdir=True)``): a folder computed before training would exist when training starts, and Ultralytics would
+    number the run's folder past it. For the call, ``ultralytics.utils.files.increment_path`` is replaced by
+    one that never creates (restored afterwards, on error too); 8.4 creates nothing either way.
+    """
+    files: Any = importlib.import_module("ultralytics.utils.files")
+    original = files.increment_path
+
+    def increment_path(path: Any, *args: Any, **kwargs: Any) -> Any:  # (path, exist_ok, sep, mkdir)
+        kwargs["mkdir"] = False
+        return original(path, *args[:2], **kwargs)
+
+    files.increment_path = increment_path
+    try:
+        return Path(internal("get_save_dir")(args))
+    finally:
+        files.increment_path = original
+
+
+def loss_components(items: Any) -> tuple[list[str] | None, list[Any]]:
+    """The parts of a trainer's ``loss_items`` as ``(names or None, values)``.
+
+    Ultralytics 8.3 keeps one tensor with a value per part (box, cls, dfl); 8.4 a tuple or list of parts,
+    or a mapping from part name to value. Values are returned as they are (tensors or numbers).
+    """
+    if isinstance(items, Mapping):
+        return [str(k) for k in items], list(items.values())
+    if isinstance(items, (list, tuple)):
+        return None, list(items)
+    if getattr(items, "ndim", 0):  # a tensor (or array) with a value per part
+        return None, list(items.reshape(-1))
+    return None, [items]
+
+
+def optimizer_state(optimizer: Any) -> dict[str, Any]:
+    """``optimizer.state_dict()`` with the NumPy scalars of its parameter groups as Python numbers.
+
+    Ultralytics 8.3's warmup sets ``lr`` and ``momentum`` to NumPy scalars (``np.interp``'s result), 8.4 to
+    Python floats; a state with NumPy scalars does not load with ``torch.load(weights_only=True)``. The
+    conversion is exact (a NumPy float64 is a Python float).
+    """
+    state: dict[str, Any] = optimizer.state_dict()
+    for group in state.get("param_groups", ()):
+        for key, value in group.items():
+            if type(value).__module__ == "numpy" and callable(getattr(value, "item", None)):
+                group[key] = value.item()
+    return state
 
 
 def __getattr__(name: str) -> Any:  # ``from yolo_det.core.compat import tasks``

@@ -91,9 +91,20 @@ def machine_fingerprint() -> dict[str, Any]:
         "mkl": _config_version(r"Math Kernel Library Version ([\w.]+)"),
         "onednn": _config_version(r"MKL-DNN v([\w.]+)"),
         "torch": torch.__version__,
+        "ultralytics": _installed_version("ultralytics"),
         "env": {k: os.environ.get(k) for k in MACHINE_ENV},
         "gpu": _gpu(),
     }
+
+
+def _installed_version(name: str) -> str | None:
+    """The version of the installed distribution ``name`` (None when it is not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def machine_view(environment: Mapping[str, Any]) -> dict[str, Any]:
@@ -110,6 +121,7 @@ def machine_view(environment: Mapping[str, Any]) -> dict[str, Any]:
         "intra_op_threads": environment.get("torch_threads"),
         "cpu_capability": environment.get("cpu_capability"),
         "torch": environment.get("torch"),
+        "ultralytics": environment.get("ultralytics"),
         "env": {k: env.get(k) for k in MACHINE_ENV if k in env},
         "gpu": None,
     }
@@ -169,6 +181,8 @@ def machine_causes(a: Mapping[str, Any], b: Mapping[str, Any], *, cuda: bool) ->
             causes.append(MachineCause(name, va, vb, fix))
 
     check("torch", a.get("torch"), b.get("torch"), f"install torch=={a.get('torch')}")
+    if a.get("ultralytics") or b.get("ultralytics"):  # a YOLOv5 run has none on either side
+        check("Ultralytics", a.get("ultralytics"), b.get("ultralytics"), f"install ultralytics=={a.get('ultralytics')}")
     if cuda:
         ga, gb = a.get("gpu") or {}, b.get("gpu") or {}
         if not ga or not gb:

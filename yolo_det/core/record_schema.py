@@ -100,6 +100,7 @@ _MACHINE_STRINGS = (
     ("mkl", "MKL's version."),
     ("onednn", "oneDNN's version."),
     ("torch", "torch's version."),
+    ("ultralytics", "Ultralytics' version (null: not installed; `check-machine` names a different one)."),
 )
 _PHASE = "The resolved settings of the {} phase (see docs/profiles: deterministic, backward, swaps, ...)."
 

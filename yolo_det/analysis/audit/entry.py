@@ -8,10 +8,10 @@ from typing import Any
 
 import torch
 
-from ...core.errors import ConfigError
+from ...core.errors import ConfigError, ModelError
 from ...core.profiles import Profile, load_profile
 from ..loader import LoadedModel, load_model
-from ..optable import OpTable, load_table, parse_version
+from ..optable import OpTable, fake_cuda_trace_problem, load_table, parse_version
 from ..optable import torch_version as _running_torch
 from .match import _match, _merge_observed
 from .report import AuditReport, Finding
@@ -104,6 +104,9 @@ def audit(
         )
     loaded = _load(model, modules)
     _check_size(imgsz, batch, loaded.stride)
+    problem = fake_cuda_trace_problem()
+    if problem is not None:
+        raise ModelError(f"the audit cannot trace here: {problem}")
     trace = _fake_trace(loaded, tbl, imgsz=imgsz, batch=batch, forward_det=settings.deterministic)
     findings = _match(trace, tbl, version, loaded, settings)
     notes = list(trace.notes)

@@ -23,16 +23,18 @@ from .decompose import decomposable_op, function_name, op_arguments
 from .model import Fix, OpEntry, OpTable, VersionRange
 from .parse import load_table, parse_table
 from .schema import BEHAVIOUR, EFFECTS
-from .versions import parse_version, torch_version, version_in
+from .versions import FAKE_CUDA_WITHOUT_DEVICE, fake_cuda_trace_problem, parse_version, torch_version, version_in
 
 __all__ = [
     "BEHAVIOUR",
+    "FAKE_CUDA_WITHOUT_DEVICE",
     "EFFECTS",
     "Fix",
     "OpEntry",
     "OpTable",
     "VersionRange",
     "decomposable_op",
+    "fake_cuda_trace_problem",
     "function_name",
     "load_table",
     "op_arguments",

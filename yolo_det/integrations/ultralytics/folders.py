@@ -93,13 +93,13 @@ def lock_planned_folder(cfg: Any, overrides: dict[str, Any] | None) -> runlock.R
     if process_rank() != -1:
         return None
     try:
-        from ...core.compat import DEFAULT_CFG, DEFAULT_CFG_DICT, get_cfg, get_save_dir
+        from ...core.compat import DEFAULT_CFG, DEFAULT_CFG_DICT, get_cfg, run_folder
 
         overrides = {k: v for k, v in (overrides or {}).items() if k in DEFAULT_CFG_DICT}
         args = get_cfg(DEFAULT_CFG if cfg is None else cfg, overrides)
         if getattr(args, "resume", None) or not (getattr(args, "exist_ok", False) or getattr(args, "save_dir", None)):
             return None
-        folder = get_save_dir(args)
+        folder = run_folder(args)
     except Exception:  # Ultralytics reports bad arguments its own way; the later lock still holds
         return None
     return runlock.acquire(folder)

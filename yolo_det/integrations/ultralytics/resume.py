@@ -46,6 +46,24 @@ __all__ = ["UltralyticsResume"]
 _EARLY = ("model_buffers", "grads")
 
 
+def _mosaic_changed(trainer: Any, state: dict[str, Any]) -> str | None:
+    """One line when Ultralytics' setup of the resumed run switched mosaic off or on against the saved state.
+
+    Ultralytics 8.3 closes mosaic at resume when ``close_mosaic`` reaches back before the resumed epoch, while
+    its uninterrupted run closes it only at the epoch ``epochs - close_mosaic`` (never when that is below 0).
+    """
+    saved = (state.get("data") or {}).get("mosaic")
+    now = getattr(getattr(getattr(trainer, "train_loader", None), "dataset", None), "mosaic", None)
+    if not isinstance(saved, bool) or not isinstance(now, bool) or saved == now:
+        return None
+    return (
+        f"Ultralytics resumed with mosaic {'on' if now else 'off'} where the uninterrupted run had it "
+        f"{'on' if saved else 'off'} (close_mosaic={getattr(trainer.args, 'close_mosaic', '?')}, "
+        f"epochs={getattr(trainer, 'epochs', '?')}): the run continues, but not bit for bit as the uninterrupted "
+        "run would have"
+    )
+
+
 class UltralyticsResume:
     """Resume bookkeeping for one Ultralytics training (see the module docstring).
 
@@ -81,6 +99,7 @@ class UltralyticsResume:
         self._forward_barrier: Any = None
         self.seconds_waiting = 0.0
         self._wrapped: Any = None
+        self._mosaic_note: str | None = None
         self.checkpointed: int | None = None
 
     def _before_forward(self, *args: Any) -> None:
@@ -125,6 +144,9 @@ class UltralyticsResume:
         )
         if state is not None:
             self._pending = state
+            self._mosaic_note = _mosaic_changed(trainer, state)
+            if self._mosaic_note:
+                print(f"yolo-det: {self._mosaic_note}", file=sys.stderr, flush=True)
         else:
             warn_no_state(ckpt, why)
         info["overrides"] = changed_overrides(ckpt, trainer)
@@ -345,6 +367,8 @@ class UltralyticsResume:
             )
         for key, (was, now) in (info.get("overrides") or {}).items():
             reasons.append(f"{key}={now} differs from the checkpoint's {key}={was}")
+        if self._mosaic_note:
+            reasons.append(self._mosaic_note)
         return reasons
 
     def epochs_checkpointed(self, trainer: Any) -> int:

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ...core.compat import optimizer_state
 from ...core.modules import unwrap_model
 from ...core.resume import get_rng_state
 
@@ -80,7 +81,7 @@ def capture_state(
         "model": _float_state(model, buffers=False),
         "model_buffers": _float_state(model, buffers=True),
         "ema": _float_state(ema.ema) if ema is not None else None,
-        "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "optimizer": optimizer_state(optimizer) if optimizer is not None else None,
         "grads": {n: p.grad for n, p in model.named_parameters() if p.grad is not None},
         "last_opt_step": last_opt_step,
         "accumulate": getattr(trainer, "accumulate", None),

@@ -240,8 +240,14 @@ def _arguments(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> N
         keys = set(aa) | set(ab)
     # seed, data and model have their own groups; YOLOv5's --cfg/--weights are its model; Ultralytics' cfg=
     # file only fills in other arguments, which are compared themselves
+    ua, ub = _get(ra, "environment", "ultralytics"), _get(rb, "environment", "ultralytics")
+    versions_differ = ua != ub and _MISSING not in (ua, ub) and "ultralytics_args" in ra and "ultralytics_args" in rb
     for key in sorted(keys - OUTPUT_ARGS - {"seed", "data", "model", "cfg", "weights"}):
-        c.add("args", f"{key}=", aa.get(key, _MISSING), ab.get(key, _MISSING))
+        va, vb = aa.get(key, _MISSING), ab.get(key, _MISSING)
+        note = None
+        if versions_differ and _MISSING in (va, vb):
+            note = f"an argument of Ultralytics {ub if va is _MISSING else ua} only: the Ultralytics versions differ"
+        c.add("args", f"{key}=", va, vb, note=note)
     for key in sorted(keys & OUTPUT_ARGS):
         c.add(
             "other",
@@ -304,7 +310,12 @@ def _environment(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) ->
 
 
 #: Machine causes that an environment line above already names (the cause adds its fix to that line's note).
-_SAME_AS = {"torch": "torch", "intra-op threads": "torch_threads", "ATen CPU capability": "cpu_capability"}
+_SAME_AS = {
+    "torch": "torch",
+    "Ultralytics": "ultralytics",
+    "intra-op threads": "torch_threads",
+    "ATen CPU capability": "cpu_capability",
+}
 
 
 def _machine(c: _Collector, ea: Mapping[str, Any], eb: Mapping[str, Any], *, cuda: bool) -> None:

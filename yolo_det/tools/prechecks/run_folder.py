@@ -74,7 +74,7 @@ def run_dir(args: Mapping[str, Any], task: str | None) -> Path:
     computed as Ultralytics computes it, without creating anything."""
     from types import SimpleNamespace
 
-    from ...core.compat import get_save_dir
+    from ...core.compat import run_folder
 
     ns = SimpleNamespace(
         project=args.get("project"),
@@ -83,7 +83,7 @@ def run_dir(args: Mapping[str, Any], task: str | None) -> Path:
         mode="train",
         exist_ok=bool(args.get("exist_ok", False)),
     )
-    return Path(get_save_dir(ns))
+    return run_folder(ns)
 
 
 def _probe_writable(folder: Path, key: str, value: str) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ...core.compat import loss_components
 from ...core.instance_attrs import SavedAttributes
 from ...core.record import checkpoint_weights_digest, state_dict_digest
 from ...core.resume import NUMPY_COPY_DTYPES
@@ -142,12 +143,9 @@ class _Recorder:
         items = getattr(trainer, "loss_items", None)
         if mb is None or items is None:
             return
-        if isinstance(items, Mapping):
-            if not self.record.loss_names:
-                self.record.loss_names = [str(k) for k in items]
-            values = list(items.values())
-        else:
-            values = list(items) if isinstance(items, (list, tuple)) else [items]
+        names, values = loss_components(items)
+        if names is not None and not self.record.loss_names:
+            self.record.loss_names = names
         if values and all(isinstance(v, torch.Tensor) for v in values):
             mb.loss = tuple(float(x) for x in torch.stack([v.detach().float().reshape(()) for v in values]).tolist())
         else:
