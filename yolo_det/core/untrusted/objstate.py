@@ -71,7 +71,9 @@ class _Refused(Exception):
 
 def _kind(value: Any) -> str:
     if isinstance(value, type):
-        return f"the class {value.__module__[:80]}.{value.__qualname__[:80]}"
+        module = getattr(value, "_inert_module", value.__module__)  # a placeholder: the name the pickle gave
+        name = getattr(value, "_inert_name", value.__qualname__)
+        return f"the class {str(module)[:80]}.{str(name)[:80]}"
     if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
         return f"the function {getattr(value, '__qualname__', '?')[:80]}"
     return f"a {type(value).__name__[:60]}"
