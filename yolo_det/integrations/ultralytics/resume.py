@@ -66,6 +66,7 @@ def _with_atomic_weights(trainer: Any, save: Any) -> Any:
         for k, path in kept.items():
             setattr(trainer, k, path)
 
+
 _EARLY = ("model_buffers", "grads")
 
 NO_STATE_WARNING = (
