@@ -19,6 +19,7 @@ allow-list of keys and value kinds:
 
 from __future__ import annotations
 
+import collections
 import datetime
 import enum
 import pathlib
@@ -62,6 +63,10 @@ MODULE_DATA = {
 _SCALARS = (type(None), bool, int, float, complex, str, bytes, bytearray)
 _ATOMS = (torch.dtype, torch.device, slice, pathlib.PurePath, datetime.date, datetime.timedelta)
 _MAX_VALUES = 5_000_000
+#: The namespaces the unpickler makes (``types.SimpleNamespace``, ``argparse.Namespace``, Ultralytics' own).
+_NAMESPACES = frozenset(
+    {("types", "SimpleNamespace"), ("argparse", "Namespace"), ("ultralytics.utils", "IterableSimpleNamespace")}
+)
 
 
 class _Refused(Exception):
@@ -103,7 +108,7 @@ class _Checker:
             for item in value:
                 self.data(item)
             return
-        if isinstance(value, dict) and type(value).__module__ in {"builtins", "collections"}:
+        if type(value) in (dict, collections.OrderedDict):
             for key, item in value.items():
                 self.data(key)
                 self.data(item)
@@ -122,13 +127,7 @@ class _Checker:
 
 
 def _namespace(value: Any) -> bool:
-    from ..compat import IterableSimpleNamespace
-
-    return (
-        type(value) in (types.SimpleNamespace, IterableSimpleNamespace)
-        or type(value).__name__ == "Namespace"
-        and (type(value).__module__ == "argparse")
-    )
+    return (type(value).__module__, type(value).__qualname__) in _NAMESPACES
 
 
 def _numpy_data(value: Any) -> bool:
