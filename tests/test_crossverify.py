@@ -298,3 +298,47 @@ def test_data_is_named_first_with_its_cause_when_only_the_stream_differs():
     assert d.cause is not None
     assert d.cause.startswith("dataset (")
     assert "workers" not in d.cause
+
+
+def test_a_baseline_naming_a_hostile_data_yaml_is_refused_before_training(tmp_path, capsys, monkeypatch):
+    """A verify baseline is a file from others: the paths it carries (its arguments, its record's run section)
+    pass the same gate as data= on the command line, before any training."""
+    from yolo_det.commands import verify as verify_command
+    from yolo_det.tools.verify.crossverify import _run_to_dict
+
+    def no_training(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("trained despite a hostile --against file")
+
+    monkeypatch.setattr(verify_command, "record_runs", no_training)
+    canary = tmp_path / "CANARY"
+    hostile = tmp_path / "hostile.yaml"
+    hostile.write_text(
+        f"path: {tmp_path}\ntrain: images/train\nval: images/val\nnames: {{0: a}}\n"
+        f"download: open({str(canary)!r}, 'w').write('ran')\n"
+    )
+    base = {
+        "schema": "yolo-det/verify-fingerprints",
+        "version": 1,
+        "digest": "fingerprint/1",
+        "run": _run_to_dict(make_run()),
+        "record": {},
+    }
+    for where, edit in (
+        ("args", {"args": {"data": str(hostile)}}),
+        ("record", {"record": {"run": {"data": str(hostile)}}}),
+    ):
+        path = tmp_path / f"{where}.json"
+        path.write_text(json.dumps({**base, **edit}))
+        code = main(["verify", "--against", str(path), *TINY])
+        out, err = capsys.readouterr()
+        assert code == 2, (where, err)
+        assert len(err.strip().splitlines()) == 1, err
+        assert "has a 'download:'" in err, err
+        assert f"the verify baseline '{path}'" in err, err
+    assert not canary.exists()
+    # control: the same baseline naming nothing hostile reads
+    path = tmp_path / "plain.json"
+    path.write_text(json.dumps({**base, "args": {"data": str(tmp_path / "elsewhere.yaml")}}))
+    from yolo_det.tools.verify.crossverify import load_saved
+
+    assert load_saved(path).args == {"data": str(tmp_path / "elsewhere.yaml")}

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.abc
 import sys
 from pathlib import Path
 
@@ -11,6 +13,8 @@ import torch
 import torch.hub
 
 from yolo_det.cli import main
+from yolo_det.core.errors import ModelError
+from yolo_det.core.untrusted.safeload import load_checkpoint
 
 
 def _no_download(*_a: object, **_k: object) -> None:
@@ -43,6 +47,32 @@ def test_audit_of_a_torchvision_layer_downloads_nothing(
         TorchVision("resnet18", "DEFAULT")
 
 
+TEXT_MODEL = "ultralytics.nn.text_model"  # imported, it installs a package from a URL
+
+
+class _Blocker(importlib.abc.MetaPathFinder):
+    """First on ``sys.meta_path``: records and refuses every attempt to import one of ``names``."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+        self.attempts: list[str] = []
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
+        if fullname in self.names:
+            self.attempts.append(fullname)
+            raise ImportError(f"import of {fullname} attempted")
+        return None
+
+
+@pytest.fixture
+def blocker(monkeypatch: pytest.MonkeyPatch) -> _Blocker:
+    """Any import of the canary module or of Ultralytics' text model is recorded (and fails)."""
+    found = _Blocker({"ultralytics.nn.yd_canary_block", TEXT_MODEL})
+    monkeypatch.delitem(sys.modules, TEXT_MODEL, raising=False)
+    monkeypatch.setattr(sys, "meta_path", [found, *sys.meta_path])
+    return found
+
+
 def _canary_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Path]:
     """A module inside ``ultralytics.nn`` (an allowed package) that is not imported yet and writes a file
     when it is."""
@@ -61,38 +91,53 @@ def _canary_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str
     return name, canary
 
 
-def test_digest_of_a_checkpoint_naming_an_unimported_module_imports_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    module, canary = _canary_module(tmp_path, monkeypatch)
-    # a checkpoint whose pickle names `ultralytics.nn.yd_canary_block.Block`
-    block = type("Block", (torch.nn.Module,), {"__module__": module})
+def _naming(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str, name: str) -> Path:
+    """A checkpoint whose pickle names ``module.name`` (written with a stand-in, then forgotten)."""
+    block = type(name, (torch.nn.Module,), {"__module__": module, "__qualname__": name})
     stand_in = type(sys)(module)
-    stand_in.Block = block  # type: ignore[attr-defined]
+    setattr(stand_in, name, block)
     monkeypatch.setitem(sys.modules, module, stand_in)
-    ckpt = tmp_path / "x.pt"
+    ckpt = tmp_path / f"{name}.pt"
     torch.save({"model": block(), "epoch": 1}, ckpt)
     del sys.modules[module]
+    return ckpt
+
+
+def test_digest_of_a_checkpoint_naming_an_unimported_module_imports_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], blocker: _Blocker
+) -> None:
+    module, canary = _canary_module(tmp_path, monkeypatch)
+    ckpts = [_naming(tmp_path, monkeypatch, module, "Block"), _naming(tmp_path, monkeypatch, TEXT_MODEL, "MobileCLIP")]
     assert module not in sys.modules
-    main(["digest", str(ckpt)])  # a digest reads the file's bytes and its names; the result is not the point
+    for ckpt in ckpts:
+        main(["digest", str(ckpt)])  # a digest reads the file's bytes and its names; the result is not the point
+        main(["audit", str(ckpt)])
+        with pytest.raises(ModelError, match="not on yolo-det's allow-list"):
+            load_checkpoint(ckpt)
     capsys.readouterr()
+    assert blocker.attempts == []  # not one import was even tried
     assert not canary.exists()
     assert module not in sys.modules
-    # control: importing the module does run it
-    import importlib
-
+    assert TEXT_MODEL not in sys.modules
+    # control: the blocker sees an import, and importing the module does run it
+    with pytest.raises(ImportError, match="attempted"):
+        importlib.import_module(TEXT_MODEL)
+    assert blocker.attempts == [TEXT_MODEL]
+    sys.meta_path.remove(blocker)
     importlib.import_module(module)
     assert canary.exists()
     del sys.modules[module]
 
 
 def test_loading_a_checkpoint_naming_an_unimported_module_refuses_without_importing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, blocker: _Blocker
 ) -> None:
     from yolo_det.core.untrusted.allow import model_class
 
     module, canary = _canary_module(tmp_path, monkeypatch)
     assert model_class(module, "Block") is None
+    assert model_class(TEXT_MODEL, "MobileCLIP") is None
+    assert blocker.attempts == []
     assert not canary.exists()
     assert module not in sys.modules
     # control: a class of an allowed module that is imported resolves

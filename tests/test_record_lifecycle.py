@@ -3,6 +3,7 @@ each checkpoint; a (checkpoint, resume state) pair that is always consistent, wh
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -246,3 +247,102 @@ def test_a_kill_during_the_final_rewrite_of_last_pt_leaves_the_final_checkpoint(
         assert entry.get("sha256") in (None, checkpoint_digest(path)), entry
     assert main(["train", "--profile", "repro", f"resume={last}"]) == 2
     assert "nothing to resume" in capsys.readouterr().err
+
+
+def _no_space_at(point: str, *, after_checkpoints: int, nth: int = 1) -> Any:
+    """A hook raising a full disk's ``OSError(ENOSPC)`` the ``nth`` time ``point`` is reached once
+    ``after_checkpoints`` checkpoints are written, once (the disk has room again afterwards)."""
+    seen = {"checkpoints": 0, "reached": 0}
+
+    def hook(reached: str) -> None:
+        if reached == "checkpoint-written":
+            seen["checkpoints"] += 1
+        if reached == point and seen["checkpoints"] == after_checkpoints:
+            seen["reached"] += 1
+            if seen["reached"] == nth:
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+    return hook
+
+
+def _files_true(record: dict[str, Any]) -> None:
+    for entry in record["weights"]["files"]:  # never a size or digest that is not the file on disk
+        path = Path(entry["file"])
+        assert entry.get("bytes") in (None, path.stat().st_size), entry
+        assert entry.get("sha256") in (None, checkpoint_digest(path)), entry
+
+
+@pytest.mark.parametrize("nth", [1, 2], ids=["record-after-checkpoint", "record-before-checkpoint"])
+def test_a_full_disk_at_the_record_write_fails_naming_it_and_resumes_bitwise(
+    nth: int, straight: tuple[list[str], str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    common, digest, _ = straight
+    tokens = [*[t for t in common if not t.startswith("project=")], f"project={tmp_path}", "name=d"]
+    with pytest.raises(OSError, match="No space left on device"):
+        _train(tokens, hook=_no_space_at("record-writing", after_checkpoints=1, nth=nth))
+    last = tmp_path / "d" / "weights" / "last.pt"
+    assert read_checkpoint(last).epoch == 0  # the second checkpoint was never written
+    record = json.loads((tmp_path / "d" / RECORD_NAME).read_text())
+    assert record["status"] == "failed"
+    assert record["error"]["type"] == "OSError"
+    assert "No space left on device" in record["error"]["message"]
+    _files_true(record)
+    assert checkpoint_digest(last) != digest  # control: one epoch fewer differs
+
+    assert main(["train", "--profile", "repro", f"resume={last}"]) == 0
+    capsys.readouterr()
+    assert checkpoint_digest(last) == digest, "the resumed run ends bit for bit as the uninterrupted one"
+    resumed = json.loads((tmp_path / "d" / RECORD_NAME).read_text())
+    assert resumed["resume"]["bitwise_expected"] is True
+    part = resumed["segments"][0]
+    assert part["status"] == "failed"  # not "killed (SIGKILL, power loss)"
+    assert "No space left on device" in json.dumps(part)
+
+
+def test_a_full_disk_at_the_final_weights_write_keeps_the_final_checkpoint_and_says_finished(
+    straight: tuple[list[str], str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    common, digest, twin = straight
+    tokens = [*[t for t in common if not t.startswith("project=")], f"project={tmp_path}", "name=s"]
+    with pytest.raises(OSError, match="No space left on device"):
+        _train(tokens, hook=_no_space_at("weights-file-saving", after_checkpoints=3))
+    last = tmp_path / "s" / "weights" / "last.pt"
+    info = read_checkpoint(last)
+    assert (info.epoch, info.has_optimizer) == (2, True)  # the final checkpoint, not a file cut short
+    assert checkpoint_digest(last) == digest
+    assert last.read_bytes() != (twin / "weights" / "last.pt").read_bytes()  # control: the twin's was stripped
+    assert not list(last.parent.glob("*.tmp*"))
+    record = json.loads((tmp_path / "s" / RECORD_NAME).read_text())
+    assert record["status"] == "failed"
+    assert "No space left on device" in record["error"]["message"]
+    _files_true(record)
+    before = last.read_bytes()
+    assert main(["train", "--profile", "repro", f"resume={last}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "nothing to resume" in err
+    assert last.read_bytes() == before
+
+
+def test_a_full_disk_at_a_checkpoints_weights_write_keeps_the_previous_one_and_resumes_bitwise(
+    straight: tuple[list[str], str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ultralytics writes last.pt in place; under yolo-det the write is atomic, so a full disk half way through
+    the second checkpoint leaves the first one (and the state matching it), not a file cut short."""
+    common, digest, _ = straight
+    tokens = [*[t for t in common if not t.startswith("project=")], f"project={tmp_path}", "name=c"]
+    with pytest.raises(OSError, match="No space left on device"):
+        _train(tokens, hook=_no_space_at("weights-file-writing", after_checkpoints=1))
+    last = tmp_path / "c" / "weights" / "last.pt"
+    assert read_checkpoint(last).epoch == 0  # the first checkpoint, whole
+    assert not [p.name for p in last.parent.iterdir() if p.name.startswith(".") or "incomplete" in p.name]
+    record = json.loads((tmp_path / "c" / RECORD_NAME).read_text())
+    assert record["status"] == "failed"
+    assert "No space left on device" in record["error"]["message"]
+    _files_true(record)
+    assert checkpoint_digest(last) != digest  # control: one epoch fewer differs
+
+    assert main(["train", "--profile", "repro", f"resume={last}"]) == 0
+    out = capsys.readouterr()
+    assert "no resume state" not in out.err
+    assert checkpoint_digest(last) == digest
+    assert json.loads((tmp_path / "c" / RECORD_NAME).read_text())["segments"][0]["status"] == "failed"

@@ -6,7 +6,8 @@ the tests build the corpus in a temporary folder. Payloads: the deny-list bypass
 ``doctest.debug_script``, ``torch.fx`` graph modules, ``logging.config.dictConfig``, ``codecs.open``,
 ``_pyio.open``, ``logging.FileHandler``, ``torch.save``, an uninstalled module), the parser differentials
 (a legacy pickle before a zip, case-colliding ``data.pkl`` records), a model class called with arguments,
-``INST``/``OBJ`` calls, a zip bomb, a stride-0 tensor and a truncated file.
+``INST``/``OBJ`` calls, modules whose state sets behaviour (a hook, ``forward``, ``_compiled_call_impl``), a zip
+bomb, a stride-0 tensor and a truncated file.
 """
 
 from __future__ import annotations
@@ -91,6 +92,26 @@ def payloads(marker: Path) -> dict[str, bytes]:
     }
 
 
+def _text(text: str) -> bytes:
+    return b"X" + len(text).to_bytes(4, "little") + text.encode()
+
+
+def behaviour_payloads() -> dict[str, bytes]:
+    """``{name: data.pkl bytes}`` of modules whose state sets behaviour to an allowed class: a forward hook
+    filled after the state was given, ``_compiled_call_impl``, ``forward``."""
+    module = b"\x80\x02ctorch.nn.modules.linear\nIdentity\n)\x81q\x00}(" + _text("training") + b"\x88"
+    model = _global("ultralytics.nn.tasks", "DetectionModel")
+    return {
+        "module-hook-after-state": module
+        + _text("_forward_hooks")
+        + b"ccollections\nOrderedDict\n)Rq\x01ubh\x01K\x00"
+        + model
+        + b"s0.",
+        "module-compiled-call": module + _text("_compiled_call_impl") + model + b"ub.",
+        "module-forward": module + _text("forward") + model + b"ub.",
+    }
+
+
 class _Exec:
     def __init__(self, code: str) -> None:
         self.code = code
@@ -138,6 +159,10 @@ def build(folder: Path, marker: Path) -> dict[str, Path]:
     torch.save({"w": t}, b2)
     expanded.write_bytes(b2.getvalue())
     out["stride-0"] = expanded
+    for name, data in behaviour_payloads().items():  # load, but would call an allowed class when used
+        path = folder / f"{name}.pt"
+        path.write_bytes(_zip({"archive/data.pkl": data, "archive/version": b"3\n"}))
+        out[name] = path
     truncated = folder / "truncated.pt"
     b3 = io.BytesIO()
     torch.save({"w": torch.arange(10000, dtype=torch.float32)}, b3)

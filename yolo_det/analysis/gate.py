@@ -41,6 +41,7 @@ __all__ = [
     "PATH_KEYS",
     "allow_downloads",
     "check_arguments",
+    "check_sourced",
     "downloads_allowed",
     "path_keys",
 ]
@@ -291,10 +292,38 @@ def _check_stored(path: Path, depth: int, seen: set[str], given: set[str]) -> No
         raise type(e)(f"{e} (named in the train_args stored in checkpoint '{path}')") from None
 
 
-def check_arguments(args: Mapping[str, Any], *, _depth: int = 0, _seen: set[str] | None = None) -> None:
+def check_sourced(args: Mapping[str, Any], source: str, *, kinds: Mapping[str, str] | None = None) -> None:
+    """Pass the arguments a file from others stores (``source``: a ``verify --save`` baseline, a YOLOv5
+    ``opt.yaml``) through the gate, as if given on the command line; a refusal names ``source``.
+
+    Args:
+        args: The stored arguments.
+        source: What stored them, for the message ("the verify baseline 'base.json'").
+        kinds: Argument name -> kind (see :func:`check_arguments`), for a framework other than Ultralytics.
+
+    Raises:
+        ModelError, ConfigError: As :func:`check_arguments`, the message ending with where the path was named.
+    """
+    from ..core.errors import YoloDetError
+
+    try:
+        check_arguments(args, kinds=kinds)
+    except YoloDetError as e:
+        raise type(e)(f"{e} (named in {source})") from None
+
+
+def check_arguments(
+    args: Mapping[str, Any],
+    *,
+    kinds: Mapping[str, str] | None = None,
+    _depth: int = 0,
+    _seen: set[str] | None = None,
+) -> None:
     """Pass every path-valued Ultralytics argument in ``args`` through the gate (see the module docstring).
 
-    The arguments are those of :func:`path_keys`; a checkpoint's own stored arguments pass the gate with it.
+    The arguments are those of :func:`path_keys` (or ``kinds``: name -> ``checkpoint``, ``model``, ``cfg``,
+    ``data``, ``tracker``, ``file``, or ``stored``: a checkpoint another framework loads itself, of which only
+    the arguments it stores are gated); a checkpoint's own stored arguments pass the gate with it.
 
     Raises:
         ModelError: A checkpoint or model YAML is refused (one line naming why and the opt-in).
@@ -304,7 +333,7 @@ def check_arguments(args: Mapping[str, Any], *, _depth: int = 0, _seen: set[str]
         raise ConfigError("files name other files more than 8 deep (a cfg or checkpoint naming another ...)")
     seen = set() if _seen is None else _seen
     given = {k for k, v in args.items() if v is not None}
-    for key, kind in path_keys().items():
+    for key, kind in (path_keys() if kinds is None else kinds).items():
         value = args.get(key)
         if value is None or isinstance(value, bool):
             continue
@@ -318,5 +347,9 @@ def check_arguments(args: Mapping[str, Any], *, _depth: int = 0, _seen: set[str]
             _check_data(value)
         elif kind == "tracker":
             _check_tracker(value, depth=_depth, seen=seen)
+        elif kind == "stored":  # a checkpoint another framework reads itself: the arguments it stores
+            path = _file(value)
+            if path is not None and _first_visit(path, seen):
+                _check_stored(path, _depth, seen, given - {key})
         else:
             _check_file(value, _depth, seen)

@@ -3,10 +3,13 @@
 Code calls :func:`reach` with a point's name; a test installs a hook with :func:`hooked` that raises or
 sends a signal at the point it names. Without a hook, :func:`reach` does nothing.
 
-Points: ``resume-state-written`` (a checkpoint's resume state is on disk, the checkpoint is not written
-yet), ``checkpoint-written`` (the checkpoint is on disk, the record not yet updated), ``record-updated``,
-``weights-file-saving`` (a ``torch.save`` to a path under the load guard, such as Ultralytics' final
-``strip_optimizer`` rewrite of ``last.pt``, has written its temporary file, not yet renamed over the file).
+Points: ``resume-state-written`` (a checkpoint's resume state is on disk, the checkpoint is not written yet),
+``checkpoint-written`` (the checkpoint is on disk, the record not yet updated), ``record-writing`` (a record
+is built and about to be written: a hook raising ``OSError(ENOSPC)`` there is a full disk at that write),
+``record-updated``, ``weights-file-writing`` (Ultralytics' checkpoint write of ``last.pt``/``best.pt`` has
+written its temporary file, not yet renamed over the file), ``weights-file-saving`` (a ``torch.save`` to a
+path under the load guard, such as Ultralytics' final ``strip_optimizer`` rewrite of ``last.pt``, has written
+its temporary file, not yet renamed over the file).
 """
 
 from __future__ import annotations

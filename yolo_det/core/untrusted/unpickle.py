@@ -42,6 +42,7 @@ import torch
 from ..errors import ModelError
 from .allow import ALIASES, model_class
 from .container import CheckpointArchive, trust_checkpoints, trust_hint
+from .objstate import check_made
 
 __all__ = ["MAX_TENSOR_EXPANSION", "TENSOR_SLACK_BYTES", "Inert", "RefusedGlobal", "SafeUnpickler", "VALUES"]
 
@@ -69,6 +70,7 @@ class Inert:
 
     _inert_module = "?"
     _inert_name = "?"
+    _inert_class: type | None = None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Inert:
         obj = object.__new__(cls)
@@ -289,7 +291,15 @@ class SafeUnpickler(pickle._Unpickler):
         self._types: set[type] = {collections.OrderedDict, *_VALUE_TYPES}
         self._budget = MAX_TENSOR_EXPANSION * archive.size + TENSOR_SLACK_BYTES
         self._keep: list[Any] = []  # what the id keys above refer to stays alive while loading
+        self._made: list[Any] = []  # the objects of model and plain classes made: their state is checked at the end
         self.names: list[str] = []  # every module.name the pickle referred to, in first-seen order
+
+    def load(self) -> Any:
+        """The unpickled object, once every object it made is known to hold only data (:mod:`.objstate`)."""
+        out = super().load()
+        if self._live or not trust_checkpoints():
+            check_made(self._archive.path, self._made, live=self._live)
+        return out
 
     # -- names -------------------------------------------------------------------------------------------
     def find_class(self, module: str, name: str) -> Any:
@@ -352,13 +362,15 @@ class SafeUnpickler(pickle._Unpickler):
         module, name = ALIASES.get((module, name), (module, name))
         if cls is None and not (name.isidentifier() and all(p.isidentifier() for p in module.split("."))):
             return None
-        return _placeholder(module, name)  # inspection: created, never called, nothing imported
+        made = _placeholder(module, name)  # inspection: created, never called, nothing imported
+        made._inert_class = cls  # type: ignore[attr-defined]  # what its state is checked against, when imported
+        return made
 
     # -- calls -------------------------------------------------------------------------------------------
     def _reconstructor(self, cls: Any, base: Any, state: Any = None) -> Any:
         if id(cls) not in self._classes or base is not object or state is not None:
             raise RefusedGlobal(self._archive.path, f"copyreg._reconstructor of {self._name(cls)}", called=True)
-        return cls.__new__(cls)
+        return self._made_object(cls, cls.__new__(cls))
 
     def _getattr(self, obj: Any, name: Any) -> Any:
         # Ultralytics' heads keep `Detect.forward` as an attribute: a method of an allowed class, nothing more.
@@ -399,11 +411,16 @@ class SafeUnpickler(pickle._Unpickler):
         if id(cls) not in self._classes or not isinstance(cls, type):
             raise RefusedGlobal(self._archive.path, f"{self._name(cls)}.__new__", called=True)
         new: Any = cls.__new__
-        if issubclass(cls, torch.nn.Module) or (args == () and not kwargs):
-            return new(cls)
         if cls in _VALUE_TYPES:
             return new(cls, *args, **kwargs)
+        if issubclass(cls, torch.nn.Module) or (args == () and not kwargs):
+            return self._made_object(cls, new(cls))
         raise RefusedGlobal(self._archive.path, f"{self._name(cls)}.__new__ with arguments", called=True)
+
+    def _made_object(self, cls: type, obj: Any) -> Any:
+        if id(cls) not in self._callables:  # a model or plain class, not a value type
+            self._made.append(obj)
+        return obj
 
     def _refuse_op(self) -> None:
         raise ModelError(
@@ -427,6 +444,8 @@ class SafeUnpickler(pickle._Unpickler):
     def _load_build(self) -> None:
         state = self.stack[-1]
         self._target(self.stack[-2], "a state")
+        if isinstance(self.stack[-2], torch.Tensor):  # torch never does: it would set the tensor's hooks
+            raise ModelError(f"checkpoint '{self._archive.path}' gives a tensor a state, so it was not loaded")
         if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):
             if not all(isinstance(k, str) for k in state[1]):
                 raise ModelError(f"checkpoint '{self._archive.path}' sets an attribute that is not a name")

@@ -9,6 +9,8 @@ itself is built by :func:`yolo_det.core.record.build_record` and written atomica
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import warnings
 from pathlib import Path
 from typing import Any
@@ -50,19 +52,33 @@ RUN_ARGS = (
     "fraction",
 )
 
+#: The errors of a full disk: no space, no quota, a file size limit.
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
 
 class RunRecords(RunControl):
     """Writes ``determinism.json`` for the run in progress (see the module docstring)."""
 
     def _write_running(self, trainer: Any, rewriting: frozenset[str] = frozenset()) -> None:
-        """Write (replace) the record with status ``running`` (rank 0; a failure to write is kept, not raised);
-        the weights files named in ``rewriting`` are listed without size or digest (about to be replaced)."""
+        """Write (replace) the record with status ``running`` (rank 0); the weights files named in ``rewriting``
+        are listed without size or digest (about to be replaced).
+
+        A full disk (no space, quota, file size limit) stops the run: raised, so that it fails naming it while the
+        record on disk still lists only files as they are. Another failure is kept, not raised, and the training
+        goes on; when it was the record before a checkpoint, the record still on disk (which lists the files that
+        checkpoint replaces) is removed, so that no record lists a file that is not on disk."""
         if not self.record or process_rank() not in {-1, 0}:
             return
         try:
             self._write(trainer, None, running=True, rewriting=rewriting)
         except Exception as e:  # the training goes on; the final record says what it can
+            if isinstance(e, OSError) and e.errno in _NO_SPACE:
+                raise
             self.record_error = f"could not write {RECORD_NAME}: {type(e).__name__}: {one_line(e)}"
+            save_dir = getattr(trainer, "save_dir", None)
+            if rewriting and save_dir is not None:
+                with contextlib.suppress(OSError):
+                    Path(save_dir, RECORD_NAME).unlink()
 
     def _before_checkpoint_record(self, trainer: Any) -> None:
         """Before each checkpoint: the files it replaces are listed without a size or digest, so that the record
@@ -179,6 +195,7 @@ class RunRecords(RunControl):
             record.update(
                 segments=segments_of(self._previous), epochs_completed=int(getattr(trainer, "start_epoch", 0) or 0)
             )
+        reach("record-writing")
         self.record_path = write_record(save_dir, record)
         if not running:
             state_of(trainer).record_written = True

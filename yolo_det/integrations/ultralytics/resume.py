@@ -14,8 +14,10 @@ Driven by :class:`~yolo_det.integrations.ultralytics.UltralyticsPlugin`'s callba
 - the checkpoint save (rank 0): ``trainer.save_model`` is wrapped so that the resume state of the epoch is
   written (atomically, the previous state kept as ``...prev.pt``) before the checkpoint is: at every moment
   the folder holds a checkpoint and the state that matches it, whatever interrupts the run (an exception
-  from a user's ``on_model_save``, SIGTERM, SIGKILL). Once the checkpoint is written the previous state is
-  removed, and the record is updated (``epochs_completed``).
+  from a user's ``on_model_save``, SIGTERM, SIGKILL). Ultralytics' own writes of ``last.pt`` and ``best.pt``
+  are made atomic while it saves (a full disk half way leaves the previous checkpoint, not a file cut short;
+  fault point ``weights-file-writing``). Once the checkpoint is written the previous state is removed, and the
+  record is updated (``epochs_completed``).
 - ``on_train_end`` (rank 0): the run completed, nothing is left to resume: :meth:`UltralyticsResume.discard_states`
   removes every rank's state, so a finished run keeps none.
 - ``on_fit_epoch_end``: ranks > 0 (which write no checkpoint) write their state
@@ -42,6 +44,32 @@ from .lineage import changed_overrides
 from .resume_state import capture_state, restore_state
 
 __all__ = ["UltralyticsResume"]
+
+
+class _AtomicPath(type(Path())):  # type: ignore[misc]
+    """A weights path whose ``write_bytes`` replaces the file atomically (all or nothing)."""
+
+    def write_bytes(self, data: Any) -> int:
+        from ...core.fileio import atomic_file
+
+        view = memoryview(data)
+        with atomic_file(self, sync=False) as f:
+            f.write(view)
+            reach("weights-file-writing")
+        return view.nbytes
+
+
+def _with_atomic_weights(trainer: Any, save: Any) -> Any:
+    """Run Ultralytics' ``save_model`` with its ``last``/``best`` paths writing atomically; put them back after."""
+    kept = {k: getattr(trainer, k) for k in ("last", "best") if isinstance(getattr(trainer, k, None), Path)}
+    try:
+        for k, path in kept.items():
+            setattr(trainer, k, _AtomicPath(path))
+        return save()
+    finally:
+        for k, path in kept.items():
+            setattr(trainer, k, path)
+
 
 _EARLY = ("model_buffers", "grads")
 
@@ -232,7 +260,7 @@ class UltralyticsResume:
             if before_checkpoint is not None:
                 before_checkpoint(trainer)
             self._before_checkpoint(trainer)
-            saved = original()
+            saved = _with_atomic_weights(trainer, original)
             if saved is not False:
                 self.checkpointed = int(getattr(trainer, "epoch", 0)) + 1
             reach("checkpoint-written")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-_ROOMS = ("run", "resume", "data", "patch", "edits", "writer")
+_ROOMS = ("run", "resume", "data", "gate", "patch", "edits", "writer")
 
 
 def __getattr__(name: str) -> Any:

@@ -409,6 +409,8 @@ def _find_callbacks(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
 def training(fn: _F) -> _F:
     """Decorate YOLOv5's ``train()``: with ``opt.det_profile`` set, it runs as one yolo-det run.
 
+    First the options pass the gate (:func:`yolo_det.integrations.yolov5.gate.check_options`: a resumed run's,
+    with or without a profile, which come from its ``opt.yaml``; the run folder's links under a profile).
     The run snapshots the process state, provides a local font, enters the profile's ``train`` phase, and
     when ``train()`` returns or raises writes ``determinism.json`` into ``opt.save_dir`` (rank 0) and
     restores the state it found. Without a profile (or inside a run already), ``train()`` runs unchanged.
@@ -418,6 +420,10 @@ def training(fn: _F) -> _F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         opt = _find_opt(args, kwargs)
         profile = getattr(opt, _DEST, None) if opt is not None else None
+        if opt is not None and _CURRENT.get() is None and (profile is not None or getattr(opt, "resume", False)):
+            from .gate import check_options
+
+            check_options(opt)  # what a resumed run's opt.yaml names, and the run folder: before any read or write
         if profile is None or _CURRENT.get() is not None:
             return fn(*args, **kwargs)
         run = YOLOv5Run(profile, opt, script=fn)

@@ -54,6 +54,7 @@ __all__ = [
     "AgainstReport",
     "Saved",
     "compare_against",
+    "gate_saved",
     "load_saved",
     "read_saved",
     "save_run",
@@ -261,7 +262,25 @@ def load_saved(path: str | os.PathLike[str]) -> Saved:
         data = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: nested too deep
         raise _fail(p, f"not JSON ({type(e).__name__})") from None
-    return read_saved(data, p)
+    saved = read_saved(data, p)
+    gate_saved(saved)
+    return saved
+
+
+def gate_saved(saved: Saved) -> None:
+    """Pass every path a baseline carries (its Ultralytics arguments, its record's ``run`` section) through the
+    one gate, as ``data=`` on the command line is: a baseline is a file from others.
+
+    Raises:
+        ConfigError, ModelError: One line naming the file refused and the baseline that named it.
+    """
+    from ...analysis.gate import check_sourced
+
+    source = f"the verify baseline '{saved.path}'"
+    check_sourced(saved.args, source)
+    run = saved.record.get("run") if isinstance(saved.record, Mapping) else None
+    if isinstance(run, Mapping):
+        check_sourced(run, source)
 
 
 # ---------------------------------------------------------------------------------------------------------
