@@ -52,6 +52,19 @@ def test_two_nodes_of_one_rank_equal_one_node_of_two_ranks(one_node: dict[str, A
         assert record["rank_problems"] == []
 
 
+def test_rank_zero_records_every_rank_and_where_it_ran(one_node: dict[str, Any], two_nodes: dict[str, Any]) -> None:
+    import socket
+
+    for result, nodes, local in ((one_node, [0, 0], [0, 1]), (two_nodes, [0, 1], [0, 0])):
+        places = [r["place"] for r in result["record"]["ranks"]]
+        assert [p["node"] for p in places] == nodes
+        assert [p["local_rank"] for p in places] == local
+        assert {p["host"] for p in places} == {socket.gethostname()}
+        assert {p["device"] for p in places} == {"cpu"}
+        assert {p["launcher"] for p in places} == {"torchrun"}
+        assert all(p["versions"]["torch"] and p["machine"]["cpu_capability"] for p in places)
+
+
 def test_one_epoch_fewer_gives_other_weights(two_nodes: dict[str, Any], one_epoch_fewer: dict[str, Any]) -> None:
     assert one_epoch_fewer["codes"] == [0, 0], one_epoch_fewer["output"][-4000:]
     assert digest(one_epoch_fewer) != digest(two_nodes)

@@ -220,7 +220,7 @@ class UltralyticsPlugin(RunRecords):
         """Record the flags in force as the first batch starts, on every rank (a collective under DDP)."""
         self._observed = snapshot().to_dict()
         if self.session is not None:
-            self._ranks = gather_states(self.session)
+            self._ranks = gather_states(self.session, str(getattr(trainer, "device", "") or "") or None)
         safe_point("train-start")
 
     @_callback
