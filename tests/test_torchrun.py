@@ -62,6 +62,8 @@ def test_rank_zero_records_every_rank_and_where_it_ran(one_node: dict[str, Any],
         assert {p["host"] for p in places} == {socket.gethostname()}
         assert {p["device"] for p in places} == {"cpu"}
         assert {p["launcher"] for p in places} == {"torchrun"}
+        launch = result["record"]["launch"]  # the job as the launcher describes it, rank 0's view
+        assert (launch["world_size"], launch["rank"], launch["restart_count"]) == (2, 0, 0)
         assert all(p["versions"]["torch"] and p["machine"]["cpu_capability"] for p in places)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["Launch", "export_slurm_env", "launch_from_env"]
+__all__ = ["Launch", "export_slurm_env", "launch_from_env", "launch_identity"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,23 @@ def launch_from_env(environ: Mapping[str, str] | None = None) -> Launch | None:
         node = rank // max(local_world, 1)
     source = "slurm" if env.get("YOLO_DET_LAUNCHER") == "slurm" else "torchrun"
     return Launch(rank, world, local, max(local_world, local + 1), node, source)
+
+
+def launch_identity(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """What tells this job from another, and which start of it this is, for the record: the :class:`Launch`
+    fields, the rendezvous (``MASTER_ADDR``/``MASTER_PORT``, ``TORCHELASTIC_RUN_ID``) and the restart count
+    (``TORCHELASTIC_RESTART_COUNT``: 0 at the first start, n after torchrun restarted the workers n times)."""
+    env = os.environ if environ is None else environ
+    launch = launch_from_env(env)
+    if launch is None:
+        return None
+    return {
+        **launch.to_dict(),
+        "master_addr": env.get("MASTER_ADDR"),
+        "master_port": env.get("MASTER_PORT"),
+        "run_id": env.get("TORCHELASTIC_RUN_ID"),
+        "restart_count": _int(env, "TORCHELASTIC_RESTART_COUNT") or 0,
+    }
 
 
 def export_slurm_env(environ: MutableMapping[str, str] | None = None) -> bool:
