@@ -4,7 +4,9 @@ Two torchrun agents on localhost (``--nnodes 2 --node_rank 0/1``, one rank each)
 agent with two ranks is one machine with two devices. Both train the same job, so the weights are bitwise equal;
 one epoch fewer gives other weights (the control). The one-node job runs a user script calling
 ``yolo_det.trainer_class`` and ``model.train()``, the two-node job ``python -m yolo_det train``: both routes join
-the launcher's process group. Jobs are shared by the tests that need them (module-scoped fixtures).
+the launcher's process group. A job whose rank 1 is SIGKILLed after epoch 1's checkpoint and restarted by torchrun
+(``--max-restarts 1``) resumes by itself and ends on the uninterrupted weights. Jobs are shared by the tests that
+need them (module-scoped fixtures).
 """
 
 from __future__ import annotations
@@ -39,6 +41,20 @@ def two_nodes(tmp: Path) -> dict[str, Any]:
 def one_epoch_fewer(tmp: Path) -> dict[str, Any]:
     """The control: the two-node job with one epoch fewer."""
     return job(tmp, "one-epoch", nnodes=2, nproc=1, epochs=1)
+
+
+@pytest.fixture(scope="module")
+def restarted(tmp: Path) -> dict[str, Any]:
+    """1 node x 2 ranks, the command line; rank 1 SIGKILLed at its first start once epoch 1 is checkpointed, and
+    torchrun (--max-restarts 1) starts both workers again with the same command line."""
+    return job(
+        tmp,
+        "restarted",
+        nnodes=1,
+        nproc=2,
+        torchrun_args=("--max-restarts", "1"),
+        env={"YOLO_DET_TEST_SIGNAL_AT": "fit-epoch-end:SIGKILL", "YOLO_DET_TEST_SIGNAL_RANK": "1"},
+    )
 
 
 def test_two_nodes_of_one_rank_equal_one_node_of_two_ranks(one_node: dict[str, Any], two_nodes: dict[str, Any]) -> None:
@@ -77,3 +93,19 @@ def test_only_rank_zero_writes_the_run_folder(two_nodes: dict[str, Any]) -> None
     assert list(save_dir.rglob("determinism.json")) == [save_dir / "determinism.json"]
     assert not [p for p in save_dir.parent.iterdir() if p.name.startswith("two-nodes") and p != save_dir]
     assert "Default process group has not been initialized" not in two_nodes["output"]
+
+
+def test_a_worker_killed_after_a_checkpoint_is_restarted_and_ends_on_the_uninterrupted_weights(
+    one_node: dict[str, Any], restarted: dict[str, Any]
+) -> None:
+    assert restarted["codes"] == [0], restarted["output"][-4000:]
+    assert "resuming from" in restarted["output"]
+    record = restarted["record"]
+    assert record["resume"]["state_found"], record["resume"]
+    assert record["resume"]["bitwise_expected"], record["resume"]
+    assert digest(restarted) == digest(one_node)
+    assert record["launch"]["restart_count"] == 1
+    (before,) = record["segments"]  # the first start, up to the kill
+    assert before["launch"]["restart_count"] == 0
+    assert before["status"] in {"terminated", "killed", "failed"}
+    assert before["epochs_completed"] == 1

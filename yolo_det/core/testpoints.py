@@ -5,6 +5,7 @@ sends a signal at the point it names. Without a hook, :func:`reach` does nothing
 
 Points: ``resume-state-written`` (a checkpoint's resume state is on disk, the checkpoint is not written
 yet), ``checkpoint-written`` (the checkpoint is on disk, the record not yet updated), ``record-updated``,
+``rank-states-written`` (rank 0 wrote the states the other ranks of an outside launcher's job sent it),
 ``weights-file-saving`` (a ``torch.save`` to a path under the load guard, such as Ultralytics' final
 ``strip_optimizer`` rewrite of ``last.pt``, has written its temporary file, not yet renamed over the file).
 """

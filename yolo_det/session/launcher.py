@@ -7,11 +7,13 @@ exists (a user script that called ``init_process_group`` itself) is used as it i
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
 
+from ..core.constants import env_int
 from ..core.errors import ConfigError
 from ..core.launcher import Launch
 
@@ -35,8 +37,29 @@ def join_process_group(launch: Launch, device_type: str) -> bool:
             )
         return False
     backend = "gloo" if device_type == "cpu" or not dist.is_nccl_available() else "nccl"
+    restart = env_int("TORCHELASTIC_RESTART_COUNT", 0)
+    if restart <= 0:
+        dist.init_process_group(
+            backend=backend, init_method="env://", rank=launch.rank, world_size=launch.world_size, timeout=TIMEOUT
+        )
+        return True
+    # Workers torchrun started again: the store can still hold the dead workers' addresses under the default
+    # group's keys, so this start's group rendezvous under its own prefix.
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(
+        host_name=os.environ["MASTER_ADDR"],
+        port=int(os.environ["MASTER_PORT"]),
+        world_size=launch.world_size,
+        is_master=launch.rank == 0 and not agent_store,
+        timeout=TIMEOUT,
+        multi_tenant=not agent_store,
+    )
     dist.init_process_group(
-        backend=backend, init_method="env://", rank=launch.rank, world_size=launch.world_size, timeout=TIMEOUT
+        backend=backend,
+        store=dist.PrefixStore(f"/yolo-det/start_{restart}", store),
+        rank=launch.rank,
+        world_size=launch.world_size,
+        timeout=TIMEOUT,
     )
     return True
 

@@ -16,12 +16,17 @@ devices as ranks) are left to Ultralytics, which joins its group itself.
 
 from __future__ import annotations
 
+import json
+import re
+import sys
 from contextlib import nullcontext
+from pathlib import Path
 from typing import Any
 
 from ...core.compat import cpu_ddp_wrapping, validator_on_cpu
 from ...core.errors import ConfigError
-from ...core.launcher import Launch, launch_from_env
+from ...core.launcher import Launch, launch_from_env, launch_identity
+from ...core.record import RECORD_NAME
 from ...session.launcher import broadcast_from_rank0, join_process_group, leave_process_group
 
 __all__ = ["default_base", "device_type", "launched_externally", "launcher_trainer"]
@@ -81,22 +86,71 @@ def _local_device(launch: Launch, request: str) -> Any:
     return torch.device("cuda", index)
 
 
+def _earlier_start(folder: Path, me: dict[str, Any]) -> bool:
+    """Whether ``folder`` holds the run of an earlier start of this very job (its record names the same
+    rendezvous and run id, an earlier restart count, and the run did not complete)."""
+    try:
+        record = json.loads((folder / RECORD_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    launch = record.get("launch") if isinstance(record, dict) else None
+    if not isinstance(launch, dict) or record.get("status") == "completed":
+        return False
+    same = all(launch.get(k) == me.get(k) for k in ("master_addr", "master_port", "run_id", "world_size"))
+    return same and isinstance(launch.get("restart_count"), int) and launch["restart_count"] < me["restart_count"]
+
+
+def _restarted_run(args: Any, planned: Path) -> Path | None:
+    """The ``last.pt`` an earlier start of this job left, when torchrun restarted the workers (rank 0 only).
+
+    The folder is the planned one when its name is fixed (``exist_ok=True`` or ``save_dir=``), else the newest
+    numbered sibling (``name``, ``name2``, ...) whose record is an earlier start of this job."""
+    me = launch_identity()
+    if me is None or not me["restart_count"] or getattr(args, "resume", False):
+        return None
+    if getattr(args, "exist_ok", False) or getattr(args, "save_dir", None):
+        candidates = [planned]
+    else:
+        stem = re.sub(r"\d+$", "", planned.name) if not planned.exists() else planned.name
+        pattern = re.compile(re.escape(stem) + r"\d*$")
+        siblings = [p for p in planned.parent.glob(f"{stem}*") if pattern.fullmatch(p.name) and p.is_dir()]
+        candidates = sorted(siblings, key=lambda p: p.stat().st_mtime, reverse=True)
+    for folder in candidates:
+        last = folder / "weights" / "last.pt"
+        if last.is_file() and _earlier_start(folder, me):
+            return last
+    return None
+
+
 def _shared_folder(cfg: Any, overrides: dict[str, Any] | None) -> dict[str, Any]:
-    """``overrides`` with ``save_dir`` set to the run folder rank 0 picks (a collective: every rank calls it)."""
+    """``overrides`` with ``save_dir`` set to the run folder rank 0 picks (a collective: every rank calls it).
+
+    After torchrun restarted the workers (``--max-restarts``), rank 0 finds the run an earlier start of the job
+    left and every rank resumes from its ``last.pt`` (and the resume states next to it), with no new command line.
+    """
     from ...core.compat import DEFAULT_CFG, DEFAULT_CFG_DICT, get_cfg, get_save_dir
     from ...session.distributed import rank_info
 
     over = dict(overrides or {})
-    folder: str | None = None
+    choice: dict[str, str] | None = None
     if rank_info()[0] == 0:
         known = {k: v for k, v in over.items() if k in DEFAULT_CFG_DICT}
         try:
-            folder = str(get_save_dir(get_cfg(DEFAULT_CFG if cfg is None else cfg, known)))
+            args = get_cfg(DEFAULT_CFG if cfg is None else cfg, known)
+            planned = Path(get_save_dir(args))
+            last = _restarted_run(args, planned)
+            choice = (
+                {"save_dir": str(planned)}
+                if last is None
+                else {"save_dir": str(last.parent.parent), "resume": str(last)}
+            )
         except Exception:  # Ultralytics reports bad arguments its own way, on every rank
-            folder = None
-    folder = broadcast_from_rank0(folder)
-    if folder:
-        over["save_dir"] = folder
+            choice = None
+    choice = broadcast_from_rank0(choice)
+    if choice:
+        if "resume" in choice and rank_info()[0] == 0:
+            print(f"yolo-det: torchrun restarted the workers; resuming from {choice['resume']}", file=sys.stderr)
+        over.update(choice)
     return over
 
 
