@@ -44,7 +44,7 @@ def subprocess_env(extra: Mapping[str, str] | None = None, *, path: Sequence[str
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([*map(str, path), str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     env["YOLO_OFFLINE"] = "1"
-    for name in ("YOLO_DET_DEBUG", "YOLO_DET_TEST_SIGNAL_AT"):
+    for name in ("YOLO_DET_DEBUG", "YOLO_DET_TEST_SIGNAL_AT", "YOLO_DET_TEST_SIGNAL_RANK"):
         env.pop(name, None)
     env.update(extra or {})
     return env

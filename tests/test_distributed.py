@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from helpers import ROOT
+from helpers import ROOT, subprocess_env
 
 pytestmark = pytest.mark.slow
 
@@ -230,7 +230,7 @@ def test_ultralytics_ddp_payload_applies_the_profile_on_a_worker_rank(tmp_path):
     payload.write_bytes(cloudpickle.dumps({"trainer": trainer_class("balanced"), "callbacks": model.callbacks}))
     script = tmp_path / "child.py"
     script.write_text(CHILD)
-    env = {**os.environ, "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "YOLO_OFFLINE": "1"}
+    env = subprocess_env({"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"})  # this checkout's yolo_det
     proc = subprocess.run(
         [sys.executable, str(script), str(payload)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
     )

@@ -95,3 +95,47 @@ def test_sigterm_without_a_launcher_goes_to_the_previous_handler() -> None:
         assert launcher_children() == []
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _placed(rank: int, node: int, host: str, *, threads: int = 1, ultralytics: str = "8.4.190") -> dict[str, Any]:
+    state = _state(rank)
+    state["place"] = {
+        "node": node,
+        "host": host,
+        "local_rank": 0,
+        "device": "cpu",
+        "versions": {"python": "3.11.7", "torch": "2.14.1", "ultralytics": ultralytics},
+        "machine": {"arch": "x86_64", "intra_op_threads": threads, "cpu_capability": "AVX2", "torch": "2.14.1"},
+    }
+    return state
+
+
+def test_ranks_on_other_hosts_agree_unless_a_version_or_a_bit_deciding_setting_differs() -> None:
+    assert ranks_consistent([_placed(0, 0, "node-a"), _placed(1, 1, "node-b")]) == []  # host, node: by design
+    threads = ranks_consistent([_placed(0, 0, "node-a"), _placed(1, 1, "node-b", threads=4)])
+    assert threads == ["rank 1 on host node-b (node 1) differs from rank 0 in intra-op threads 4 (rank 0: 1)"]
+    version = ranks_consistent([_placed(0, 0, "node-a"), _placed(1, 1, "node-b", ultralytics="8.4.100")])
+    assert version == ["rank 1 on host node-b (node 1) differs from rank 0 in ultralytics 8.4.100 (rank 0: 8.4.190)"]
+
+
+def test_diff_explains_another_world_size_and_another_node_layout() -> None:
+    from yolo_det.tools.diff import diff_records
+
+    def record(*nodes: int) -> dict[str, Any]:
+        ranks = [_placed(r, n, f"node-{n}") for r, n in enumerate(nodes)]
+        return {"ranks": ranks, "seeds": {"seed": 0, "world_size": len(nodes)}, "run": {"device": "cpu"}}
+
+    same = diff_records(record(0, 1), record(0, 1))
+    assert [d.name for d in same.differences] == []
+    layout = diff_records(record(0, 1), record(0, 0))  # 2 nodes x 1 rank against 1 node x 2 ranks
+    (d,) = [d for d in layout.differences if d.group == "ranks"]
+    assert (d.name, d.a, d.b, d.changes_bits) == (
+        "node layout",
+        "2 node(s): 1+1 rank(s)",
+        "1 node(s): 2 rank(s)",
+        False,
+    )
+    world = diff_records(record(0, 1), record(0, 1, 1, 1))
+    names = {d.name: d for d in world.differences if d.group == "ranks"}
+    assert (names["world size"].a, names["world size"].b, names["world size"].changes_bits) == (2, 4, True)
+    assert not names["node layout"].changes_bits

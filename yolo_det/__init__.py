@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .analysis.names import custom_modules
     from .core.backward import ToggleScaler, backward_scope, toggled_backward
     from .core.errors import ConfigError, ModelError, PatchError, ProfileError, YoloDetError
+    from .core.launcher import export_slurm_env
     from .core.profiles import PhaseSettings, Profile, list_profiles, load_profile
     from .core.record import checkpoint_digest, environment, state_dict_digest
     from .core.seeding import data_seed, rank_seed, seed_dataloader, seed_everything, seed_worker
@@ -58,6 +59,7 @@ __all__ = [
     "__version__",
     "apply",
     "attach",
+    "export_slurm_env",
     "audit",
     "backward_scope",
     "checkpoint_digest",
@@ -131,6 +133,7 @@ _PUBLIC: dict[str, str] = {
     "attach": "yolo_det.integrations.ultralytics",
     "detach": "yolo_det.integrations.ultralytics",
     "trainer_class": "yolo_det.integrations.ultralytics",
+    "export_slurm_env": "yolo_det.core.launcher",
 }
 
 

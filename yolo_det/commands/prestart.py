@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from ..core.errors import ConfigError, ProfileError
+from ..core.launcher import export_slurm_env
 from ..core.machine_settings import ISA_ENV, cannot_match, missing_env
 from ..core.profiles import PHASES, load_profile
 
@@ -52,6 +53,7 @@ def prepare(command: str | None, tokens: Sequence[str], *, reexec: bool) -> None
     """
     if command not in TRAINING_COMMANDS:
         return
+    export_slurm_env()  # SLURM's tasks under torchrun's names, before Ultralytics reads RANK at import
     isas: dict[str, str] = {}  # cpu_isa -> the profile asking for it
     for name in _profile_args(tokens):
         try:

@@ -32,7 +32,8 @@ from ``layers`` up to ``tools`` use Ultralytics internals; it imports nothing of
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +42,12 @@ __all__ = [
     "EVENTS",
     "INTERNALS",
     "TASK_TRAINERS",
+    "cpu_ddp_wrapping",
     "internal",
     "loss_components",
     "optimizer_state",
     "run_folder",
+    "validator_on_cpu",
     "stop_loader",
     "ultralytics_version",
 ]
@@ -69,6 +72,8 @@ INTERNALS: dict[str, tuple[str, str | None]] = {
     "DATASETS_DIR": ("ultralytics.utils", "DATASETS_DIR"),
     "USER_CONFIG_DIR": ("ultralytics.utils", "USER_CONFIG_DIR"),
     "LOGGER": ("ultralytics.utils", "LOGGER"),
+    # the global rank Ultralytics read from RANK at import (-1 outside a distributed run)
+    "ULTRALYTICS_RANK": ("ultralytics.utils", "RANK"),
     # engine: the model base class, the trainer base class, the default callbacks
     "Model": ("ultralytics.engine.model", "Model"),
     "BaseTrainer": ("ultralytics.engine.trainer", "BaseTrainer"),
@@ -230,6 +235,66 @@ def optimizer_state(optimizer: Any) -> dict[str, Any]:
             if type(value).__module__ == "numpy" and callable(getattr(value, "item", None)):
                 group[key] = value.item()
     return state
+
+
+@contextmanager
+def cpu_ddp_wrapping() -> Iterator[None]:
+    """While the block runs, ``torch.nn.parallel.DistributedDataParallel`` drops ``device_ids`` for a CPU module.
+
+    ``BaseTrainer._setup_train`` (8.3 and 8.4) wraps the model with ``device_ids=[self.device.index]``, which
+    is ``[None]`` on the CPU, and DDP refuses device ids for a CPU module. The class is put back after the
+    block, also when it raises; the wrapper is a subclass, so ``isinstance`` checks still hold.
+    """
+    import torch.nn.parallel as parallel
+
+    original = parallel.DistributedDataParallel
+
+    class CpuDistributedDataParallel(original):  # type: ignore[misc, valid-type]
+        """DDP whose ``device_ids`` are dropped for a module on the CPU."""
+
+        def __init__(self, module: Any, *args: Any, device_ids: Any = None, **kwargs: Any) -> None:
+            on_cpu = all(p.device.type == "cpu" for p in module.parameters())
+            super().__init__(module, *args, device_ids=None if on_cpu else device_ids, **kwargs)
+
+    parallel.DistributedDataParallel = CpuDistributedDataParallel  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        parallel.DistributedDataParallel = original  # type: ignore[misc]
+
+
+class _NoCudaDevice:
+    """What the validator asks ``get_torch_device_backend("cuda")`` on a CPU rank: an index, CUDA untouched."""
+
+    @staticmethod
+    def current_device() -> int:
+        return 0
+
+
+@contextmanager
+def validator_on_cpu() -> Iterator[None]:
+    """While the block runs, a validator built outside a trainer on a CPU DDP rank runs on the CPU.
+
+    ``BaseValidator.__call__`` (8.4) gives a DDP rank ``torch.device("cuda", current_device())`` for the model of
+    the final validation, whatever its device; a CPU rank has no CUDA. Inside the block the validator module's
+    ``get_torch_device_backend`` answers an index without initializing CUDA and its ``AutoBackend`` is built on
+    the CPU; every rank still takes part in the validator's collectives. Both are put back after the block, also
+    when it raises.
+    """
+    module: Any = importlib.import_module("ultralytics.engine.validator")
+    backend, autobackend = module.get_torch_device_backend, module.AutoBackend
+
+    def get_torch_device_backend(device: Any) -> Any:
+        return _NoCudaDevice() if str(device).split(":")[0] == "cuda" else backend(device)
+
+    def on_cpu(*args: Any, **kwargs: Any) -> Any:
+        return autobackend(*args, **{**kwargs, "device": importlib.import_module("torch").device("cpu")})
+
+    module.get_torch_device_backend, module.AutoBackend = get_torch_device_backend, on_cpu
+    try:
+        yield
+    finally:
+        module.get_torch_device_backend, module.AutoBackend = backend, autobackend
 
 
 def __getattr__(name: str) -> Any:  # ``from yolo_det.core.compat import tasks``

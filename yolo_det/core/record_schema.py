@@ -233,8 +233,9 @@ FIELDS: tuple[Field, ...] = (
         fields=(Field("kind", (_S,), "How the model was given."),),
     ),
     Field("phase_events", (_A,), "The phases entered and left, in order.", items=(_O,)),
-    Field("ranks", (_A,), "The flags of every rank (DDP).", items=(_O,)),
-    Field("rank_problems", (_A,), "Ranks whose flags differ from rank 0's.", items=(_O, _S)),
+    Field("ranks", (_A,), "Every rank's flags, seeds and place (node, host, device, versions).", items=(_O,)),
+    Field("rank_problems", (_A,), "Ranks whose flags, versions or machine differ from rank 0's.", items=(_O, _S)),
+    Field("launch", (_O, _Z), "The job torchrun/srun started: world size, node, rendezvous, restart count."),
     Field(
         "epochs_completed",
         (_I,),

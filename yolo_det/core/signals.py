@@ -28,7 +28,9 @@ main thread, and each is put back when the outermost block ends, unless the user
 Testing hook: ``YOLO_DET_TEST_SIGNAL_AT=POINT[:SIGNAL]`` (``SIGINT`` by default) makes the process send
 itself the signal the first time it reaches the safe point named ``POINT`` (:data:`POINTS`) while
 :func:`stop_signals` is active (once per outermost block), so tests
-stop a run at a named moment instead of after a sleep.
+stop a run at a named moment instead of after a sleep. With ``YOLO_DET_TEST_SIGNAL_RANK=R`` only the process of
+global rank ``R`` (``RANK``) at its first start (``TORCHELASTIC_RESTART_COUNT`` unset or 0) does so: one worker
+of a torchrun job, not the workers torchrun starts again.
 """
 
 from __future__ import annotations
@@ -46,6 +48,16 @@ __all__ = ["POINTS", "TEST_HOOK_ENV", "Terminated", "defer_stops", "exit_code", 
 
 #: The environment variable of the testing hook.
 TEST_HOOK_ENV = "YOLO_DET_TEST_SIGNAL_AT"
+#: The testing hook's rank filter (see the module docstring).
+TEST_HOOK_RANK_ENV = "YOLO_DET_TEST_SIGNAL_RANK"
+
+
+def _hook_applies() -> bool:
+    wanted = os.environ.get(TEST_HOOK_RANK_ENV)
+    if wanted is None:
+        return True
+    return os.environ.get("RANK") == wanted and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+
 
 #: The named safe points, in the order a command-line training reaches them.
 POINTS = (
@@ -233,7 +245,7 @@ def safe_point(name: str) -> None:
         KeyboardInterrupt: a SIGINT was noted (:class:`Terminated` for SIGTERM or SIGHUP).
     """
     hook = os.environ.get(TEST_HOOK_ENV)
-    if hook and _STOPS.depth and name not in _STOPS.fired:
+    if hook and _STOPS.depth and name not in _STOPS.fired and _hook_applies():
         point, _, sig = hook.partition(":")
         if point == name:
             _STOPS.fired.add(name)

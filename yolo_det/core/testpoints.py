@@ -6,7 +6,8 @@ sends a signal at the point it names. Without a hook, :func:`reach` does nothing
 Points: ``resume-state-written`` (a checkpoint's resume state is on disk, the checkpoint is not written yet),
 ``checkpoint-written`` (the checkpoint is on disk, the record not yet updated), ``record-writing`` (a record
 is built and about to be written: a hook raising ``OSError(ENOSPC)`` there is a full disk at that write),
-``record-updated``, ``weights-file-writing`` (Ultralytics' checkpoint write of ``last.pt``/``best.pt`` has
+``record-updated``, ``rank-states-written`` (rank 0 wrote the states the other ranks of an outside launcher's
+job sent it), ``weights-file-writing`` (Ultralytics' checkpoint write of ``last.pt``/``best.pt`` has
 written its temporary file, not yet renamed over the file), ``weights-file-saving`` (a ``torch.save`` to a
 path under the load guard, such as Ultralytics' final ``strip_optimizer`` rewrite of ``last.pt``, has written
 its temporary file, not yet renamed over the file).

@@ -40,6 +40,7 @@ __all__ = [
     "gather_states",
     "launcher_children",
     "rank_info",
+    "rank_place",
     "rank_session",
     "ranks_consistent",
     "terminate_via_launcher",
@@ -64,8 +65,43 @@ def rank_session(profile: Profile | str, *, seed: int = 0) -> DeterminismSession
     return DeterminismSession(profile, seed=seed, rank=rank, world_size=world_size)
 
 
-def local_state(session: DeterminismSession) -> dict[str, Any]:
-    """What this rank observes now: rank, phases in force, flags and seeds."""
+def rank_place(device: str | None = None) -> dict[str, Any]:
+    """Where this rank runs: node, host, local rank, device, the library versions and the machine fingerprint
+    (:func:`yolo_det.core.machine.machine_fingerprint`: threads, ISA, CPU, GPU)."""
+    import platform
+    import socket
+
+    import numpy
+    import torch
+
+    from ..core.launcher import launch_from_env
+    from ..core.machine import machine_fingerprint
+    from ..core.record import _version
+
+    try:
+        launch = launch_from_env()
+    except Exception:  # contradicting variables are reported where the job is joined
+        launch = None
+    return {
+        "node": launch.node_rank if launch else 0,
+        "host": socket.gethostname(),
+        "local_rank": launch.local_rank if launch else max(global_rank(0), 0),
+        "local_world_size": launch.local_world_size if launch else None,
+        "launcher": launch.source if launch else None,
+        "device": device,
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "numpy": numpy.__version__,
+            "ultralytics": _version("ultralytics"),
+            "yolo_det": _version("yolo-det"),
+        },
+        "machine": machine_fingerprint(),
+    }
+
+
+def local_state(session: DeterminismSession, device: str | None = None) -> dict[str, Any]:
+    """What this rank observes now: rank, phases in force, flags, seeds and where it runs (:func:`rank_place`)."""
     return {
         "rank": session.rank,
         "world_size": session.world_size,
@@ -73,12 +109,13 @@ def local_state(session: DeterminismSession) -> dict[str, Any]:
         "phases": list(session.phases),
         "state": snapshot().to_dict(),
         "seeds": session.seeds(),
+        "place": rank_place(device),
     }
 
 
-def gather_states(session: DeterminismSession) -> list[dict[str, Any]]:
+def gather_states(session: DeterminismSession, device: str | None = None) -> list[dict[str, Any]]:
     """Every rank's :func:`local_state`, in rank order (a collective call when a process group is up)."""
-    mine = local_state(session)
+    mine = local_state(session, device)
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return [mine]
     out: list[Any] = [None] * dist.get_world_size()
@@ -98,11 +135,33 @@ def _state_differences(ref: dict[str, Any], other: dict[str, Any]) -> list[str]:
     return diff
 
 
+def _place_problems(ref: dict[str, Any], other: dict[str, Any]) -> list[str]:
+    """Where two ranks' places differ in what must agree: library versions, and the machine settings that change
+    the bits (:func:`yolo_det.core.machine.machine_causes`); host, node, local rank and device index may differ."""
+    from ..core.machine import machine_causes
+
+    a, b = ref.get("place"), other.get("place")
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return []
+    va, vb = a.get("versions") or {}, b.get("versions") or {}
+    diff = [f"{k} {vb.get(k)} (rank 0: {va.get(k)})" for k in sorted(set(va) | set(vb)) if va.get(k) != vb.get(k)]
+    cuda = str(a.get("device") or "").startswith("cuda")
+    causes, _ = machine_causes(a.get("machine") or {}, b.get("machine") or {}, cuda=cuda)
+    diff += [f"{c.name} {c.b} (rank 0: {c.a})" for c in causes if c.name != "torch"]
+    if not diff:
+        return []
+    return [
+        f"rank {other['rank']} on host {b.get('host')} (node {b.get('node')}) differs from rank 0 in {'; '.join(diff)}"
+    ]
+
+
 def ranks_consistent(states: list[dict[str, Any]]) -> list[str]:
     """Problems with a gathered list: ranks under another profile or flags, or ranks sharing an RNG seed.
 
     Ranks must agree on the profile, the phases, the torch flags, the environment variables (except
-    :data:`PER_RANK_ENV`) and the sampler seed; their RNG seeds must all differ.
+    :data:`PER_RANK_ENV`), the sampler seed, the library versions and the machine settings that change the bits
+    (threads, instruction set, GPU model, ...); their RNG seeds must all differ. Host, node, local rank and device
+    index differ by design.
 
     Returns:
         One line per problem; empty when every rank ran the same profile with the same flags and its own seed.
@@ -124,6 +183,7 @@ def ranks_consistent(states: list[dict[str, Any]]) -> list[str]:
                 f"rank {s['rank']} shuffles with seed {s['seeds']['sampler_seed']}, rank 0 with "
                 f"{ref['seeds']['sampler_seed']}"
             )
+        problems += _place_problems(ref, s)
     rng = [s["seeds"]["rng_seed"] for s in states]
     if len(set(rng)) != len(rng):
         problems.append(f"ranks share RNG seeds: {rng}")

@@ -41,6 +41,7 @@ from .state import (
     load_state,
     previous_state_path,
     save_state,
+    state_bytes,
     state_files,
     state_path,
 )
@@ -66,6 +67,7 @@ __all__ = [
     "resume_save_dir",
     "run_folder_of",
     "save_state",
+    "state_bytes",
     "set_rng_state",
     "state_files",
     "state_path",

@@ -71,6 +71,16 @@ def save_state(path: str | os.PathLike[str], state: Mapping[str, Any]) -> Path:
     return path
 
 
+def state_bytes(state: Mapping[str, Any]) -> bytes:
+    """A resume state serialised as :func:`save_state` writes it (its tensors copied to the CPU first): what a rank
+    without the run folder sends to the rank that writes it (the receiver writes the bytes, never unpickles them)."""
+    import io
+
+    buffer = io.BytesIO()
+    torch.save({"format": FORMAT, **{k: host_copy(v) for k, v in state.items()}}, buffer)
+    return buffer.getvalue()
+
+
 def host_copy(obj: Any) -> Any:
     """``obj`` with every tensor in it (nested in dicts, lists, tuples) copied to the CPU, others as they are."""
     if isinstance(obj, torch.Tensor):

@@ -201,7 +201,11 @@ class UltralyticsPlugin(RunRecords):
             state_of(trainer).swapped = True
         session.wrap_scaler(trainer)  # backward: disable -> a ToggleScaler until the train phase ends
         self._stamp_checkpoint_yaml(trainer)
-        self.resume = UltralyticsResume(int(session.seeds()["seed"]), rank=session.rank)
+        self.resume = UltralyticsResume(
+            int(session.seeds()["seed"]),
+            rank=session.rank,
+            gather=getattr(trainer, "yolo_det_launch", None) is not None,  # ranks > 0 write nothing in the run folder
+        )
         self.resume.prepare(trainer)
         self.resume.wrap_save(trainer, self._after_checkpoint, self._before_checkpoint_record)
         self._warn_profile_change()
@@ -252,7 +256,7 @@ class UltralyticsPlugin(RunRecords):
         """Record the flags in force as the first batch starts, on every rank (a collective under DDP)."""
         self._observed = snapshot().to_dict()
         if self.session is not None:
-            self._ranks = gather_states(self.session)
+            self._ranks = gather_states(self.session, str(getattr(trainer, "device", "") or "") or None)
         safe_point("train-start")
 
     @_callback

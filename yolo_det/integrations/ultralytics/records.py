@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from ...core.endings import describe_ending, one_line, weights_files
+from ...core.launcher import launch_identity
 from ...core.partial import set_aside_incomplete
 from ...core.record import RECORD_NAME, build_record, state_dict_digest, write_record
 from ...core.resume.lineage import segments_of
@@ -179,6 +180,7 @@ class RunRecords(RunControl):
             weights=weights,
             run={k: getattr(args, k, None) for k in RUN_ARGS} | {"save_dir": str(save_dir)},
             ranks=self._ranks,
+            launch=launch_identity(),
             rank_problems=ranks_consistent(self._ranks) if self._ranks else [],
             imports=self._portable.get("imports", []),
             checkpoint_yaml_layers=self._portable.get("layers", {}),

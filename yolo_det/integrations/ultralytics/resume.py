@@ -21,7 +21,8 @@ Driven by :class:`~yolo_det.integrations.ultralytics.UltralyticsPlugin`'s callba
 - ``on_train_end`` (rank 0): the run completed, nothing is left to resume: :meth:`UltralyticsResume.discard_states`
   removes every rank's state, so a finished run keeps none.
 - ``on_fit_epoch_end``: ranks > 0 (which write no checkpoint) write their state
-  (:func:`yolo_det.core.resume.state_path`).
+  (:func:`yolo_det.core.resume.state_path`); in a job an outside launcher started (``gather``), they write nothing
+  themselves: every rank takes part in one gather and rank 0 writes their states next to its own.
 
 What is saved and how it is put back: :mod:`.resume_state`; what the run knows of its earlier parts:
 :mod:`.lineage`.
@@ -35,8 +36,17 @@ from typing import Any
 
 import torch
 
+from ...core.fileio import atomic_write_bytes
 from ...core.modules import unwrap_model
-from ...core.resume import StateWriter, find_state, previous_state_path, set_rng_state, state_files, state_path
+from ...core.resume import (
+    StateWriter,
+    find_state,
+    previous_state_path,
+    set_rng_state,
+    state_bytes,
+    state_files,
+    state_path,
+)
 from ...core.resume.lineage import segments_of, warn_no_state
 from ...core.seeding import epoch_data_seed
 from ...core.testpoints import reach
@@ -106,9 +116,11 @@ class UltralyticsResume:
         seconds_waiting: Time an optimizer step waited for a state's copy (the write runs on a thread).
     """
 
-    def __init__(self, seed: int, rank: int = 0) -> None:
+    def __init__(self, seed: int, rank: int = 0, *, gather: bool = False) -> None:
         self.seed = seed
         self.rank = max(rank, 0)
+        self.gather = gather
+        self._state_epoch: int | None = None  # the epoch of rank 0's state written with the last checkpoint
         self.info: dict[str, Any] | None = None
         self.states_written = 0
         self.seconds_saving = 0.0
@@ -294,6 +306,7 @@ class UltralyticsResume:
         self._submit(trainer, path, epoch)
         if self._writer is not None:
             self._writer.wait()  # on disk before the checkpoint is
+        self._state_epoch = epoch
         reach("resume-state-written")
 
     def _drop_previous(self, trainer: Any) -> None:
@@ -330,6 +343,9 @@ class UltralyticsResume:
     def on_fit_epoch_end(self, trainer: Any) -> None:
         """Ranks without a checkpoint (DDP ranks > 0), or a trainer whose save is not wrapped: write this rank's
         resume state after the epoch's checkpoint (not after the final epoch)."""
+        if self.gather:
+            self._gather_states(trainer)
+            return
         if not self._trained:
             return  # final_eval's extra on_fit_epoch_end, an epoch redone, or written with the checkpoint
         self._trained = False
@@ -340,6 +356,37 @@ class UltralyticsResume:
         if self.rank == 0 and not last.is_file():
             return
         self._submit(trainer, state_path(last, self.rank), epoch)
+
+    def _gather_states(self, trainer: Any) -> None:
+        """Every rank sends its state of the epoch just checkpointed to rank 0, which writes them (a collective:
+        every rank calls it at every ``on_fit_epoch_end``, final validation's included)."""
+        import os
+
+        import torch.distributed as dist
+
+        mine: tuple[int, bytes] | None = None  # bytes: rank 0 writes them and never unpickles what a rank sent
+        if self.rank > 0 and self._trained:
+            epoch = self._resumable_epoch(trainer)
+            if epoch is not None:
+                mine = (epoch, state_bytes(self.capture(trainer, epoch)))
+        self._trained = False
+        if not dist.is_initialized():
+            return
+        out: list[Any] | None = [None] * dist.get_world_size() if self.rank == 0 else None
+        dist.gather_object(mine, out, dst=0)
+        written, self._state_epoch = self._state_epoch, None
+        if out is None or written is None:
+            return
+        last = Path(getattr(trainer, "last", Path(trainer.save_dir) / "weights" / "last.pt"))
+        for rank, item in enumerate(out):
+            if rank == 0 or item is None or item[0] != written or not isinstance(item[1], bytes):
+                continue
+            path = state_path(last, rank)
+            if path.is_file():
+                os.replace(path, previous_state_path(last, rank))
+            atomic_write_bytes(path, item[1])
+            self.states_written += 1
+        reach("rank-states-written")
 
     def capture(self, trainer: Any, epoch: int) -> dict[str, Any]:
         """The state the rest of the run depends on (:func:`~.resume_state.capture_state`)."""

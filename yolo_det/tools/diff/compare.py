@@ -10,6 +10,7 @@ from ...core.errors import ConfigError
 from .common import _MISSING, _Collector
 from .lineage import _effective, _lineage, _progress, _resumed_after
 from .load import load_record
+from .ranks import _ranks
 from .report import GROUPS, DiffReport
 from .topics import _arguments, _data, _data_stream, _environment, _model, _profile, _seeds, _swaps_and_warnings
 
@@ -27,6 +28,7 @@ def diff_records(record_a: Mapping[str, Any], record_b: Mapping[str, Any], *, a:
     _data(c, record_a, record_b)
     _model(c, record_a, record_b)
     _seeds(c, record_a, record_b)
+    _ranks(c, record_a, record_b)
     _profile(c, record_a, record_b)
     _lineage(c, full_a, full_b)
     _arguments(c, record_a, record_b)

@@ -12,6 +12,7 @@ GROUPS: dict[str, str] = {
     "data": "data",
     "model": "model",
     "seed": "seeds",
+    "ranks": "ranks",
     "profile": "profile settings",
     "args": "Ultralytics arguments",
     "versions": "versions",
