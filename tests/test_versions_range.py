@@ -38,7 +38,7 @@ def test_a_probe_that_runs_clean_lets_an_unlisted_torch_trace(fresh_probe, monke
 
 
 def test_a_mosaic_switched_at_resume_is_one_line():
-    from yolo_det.integrations.ultralytics.resume import _mosaic_changed
+    from yolo_det.integrations.ultralytics.lineage import mosaic_changed
 
     def trainer(mosaic):
         return SimpleNamespace(
@@ -48,9 +48,9 @@ def test_a_mosaic_switched_at_resume_is_one_line():
         )
 
     state = {"data": {"mosaic": True}}
-    assert _mosaic_changed(trainer(True), state) is None  # control: as saved
-    line = _mosaic_changed(trainer(False), state)
+    assert mosaic_changed(trainer(True), state) is None  # control: as saved
+    line = mosaic_changed(trainer(False), state)
     assert line is not None
     assert "\n" not in line
     assert "mosaic off where the uninterrupted run had it on (close_mosaic=10, epochs=2)" in line
-    assert _mosaic_changed(trainer(False), {"data": {}}) is None  # an older state without the flag
+    assert mosaic_changed(trainer(False), {"data": {}}) is None  # an older state without the flag

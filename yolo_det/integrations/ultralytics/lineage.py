@@ -12,7 +12,7 @@ from typing import Any
 
 from ...core.resume import read_checkpoint
 
-__all__ = ["RESULT_OVERRIDES", "changed_overrides"]
+__all__ = ["RESULT_OVERRIDES", "changed_overrides", "mosaic_changed"]
 
 
 #: Arguments Ultralytics lets a resumed run change that change the trained weights (``check_resume``'s allowed
@@ -47,3 +47,21 @@ def changed_overrides(ckpt: Path, trainer: Any) -> dict[str, list[Any]]:
             if str(was) != str(now):
                 out[key] = [was, now if isinstance(now, (str, int, float, bool, type(None))) else str(now)]
     return out
+
+
+def mosaic_changed(trainer: Any, state: dict[str, Any]) -> str | None:
+    """One line when Ultralytics' setup of the resumed run switched mosaic off or on against the saved state.
+
+    Ultralytics 8.3 closes mosaic at resume when ``close_mosaic`` reaches back before the resumed epoch, while
+    its uninterrupted run closes it only at the epoch ``epochs - close_mosaic`` (never when that is below 0).
+    """
+    saved = (state.get("data") or {}).get("mosaic")
+    now = getattr(getattr(getattr(trainer, "train_loader", None), "dataset", None), "mosaic", None)
+    if not isinstance(saved, bool) or not isinstance(now, bool) or saved == now:
+        return None
+    return (
+        f"Ultralytics resumed with mosaic {'on' if now else 'off'} where the uninterrupted run had it "
+        f"{'on' if saved else 'off'} (close_mosaic={getattr(trainer.args, 'close_mosaic', '?')}, "
+        f"epochs={getattr(trainer, 'epochs', '?')}): the run continues, but not bit for bit as the uninterrupted "
+        "run would have"
+    )

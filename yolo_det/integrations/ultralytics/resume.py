@@ -50,56 +50,14 @@ from ...core.resume import (
 from ...core.resume.lineage import segments_of, warn_no_state
 from ...core.seeding import epoch_data_seed
 from ...core.testpoints import reach
-from .lineage import changed_overrides
+from .atomic_weights import with_atomic_weights
+from .lineage import changed_overrides, mosaic_changed
 from .resume_state import capture_state, restore_state
 
 __all__ = ["UltralyticsResume"]
 
 
-class _AtomicPath(type(Path())):  # type: ignore[misc]
-    """A weights path whose ``write_bytes`` replaces the file atomically (all or nothing)."""
-
-    def write_bytes(self, data: Any) -> int:
-        from ...core.fileio import atomic_file
-
-        view = memoryview(data)
-        with atomic_file(self, sync=False) as f:
-            f.write(view)
-            reach("weights-file-writing")
-        return view.nbytes
-
-
-def _with_atomic_weights(trainer: Any, save: Any) -> Any:
-    """Run Ultralytics' ``save_model`` with its ``last``/``best`` paths writing atomically; put them back after."""
-    kept = {k: getattr(trainer, k) for k in ("last", "best") if isinstance(getattr(trainer, k, None), Path)}
-    try:
-        for k, path in kept.items():
-            setattr(trainer, k, _AtomicPath(path))
-        return save()
-    finally:
-        for k, path in kept.items():
-            setattr(trainer, k, path)
-
-
 _EARLY = ("model_buffers", "grads")
-
-
-def _mosaic_changed(trainer: Any, state: dict[str, Any]) -> str | None:
-    """One line when Ultralytics' setup of the resumed run switched mosaic off or on against the saved state.
-
-    Ultralytics 8.3 closes mosaic at resume when ``close_mosaic`` reaches back before the resumed epoch, while
-    its uninterrupted run closes it only at the epoch ``epochs - close_mosaic`` (never when that is below 0).
-    """
-    saved = (state.get("data") or {}).get("mosaic")
-    now = getattr(getattr(getattr(trainer, "train_loader", None), "dataset", None), "mosaic", None)
-    if not isinstance(saved, bool) or not isinstance(now, bool) or saved == now:
-        return None
-    return (
-        f"Ultralytics resumed with mosaic {'on' if now else 'off'} where the uninterrupted run had it "
-        f"{'on' if saved else 'off'} (close_mosaic={getattr(trainer.args, 'close_mosaic', '?')}, "
-        f"epochs={getattr(trainer, 'epochs', '?')}): the run continues, but not bit for bit as the uninterrupted "
-        "run would have"
-    )
 
 
 class UltralyticsResume:
@@ -184,7 +142,7 @@ class UltralyticsResume:
         )
         if state is not None:
             self._pending = state
-            self._mosaic_note = _mosaic_changed(trainer, state)
+            self._mosaic_note = mosaic_changed(trainer, state)
             if self._mosaic_note:
                 print(f"yolo-det: {self._mosaic_note}", file=sys.stderr, flush=True)
         else:
@@ -272,7 +230,7 @@ class UltralyticsResume:
             if before_checkpoint is not None:
                 before_checkpoint(trainer)
             self._before_checkpoint(trainer)
-            saved = _with_atomic_weights(trainer, original)
+            saved = with_atomic_weights(trainer, original)
             if saved is not False:
                 self.checkpointed = int(getattr(trainer, "epoch", 0)) + 1
             reach("checkpoint-written")
