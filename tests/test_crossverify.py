@@ -118,7 +118,7 @@ def test_unknown_future_version_and_broken_files_exit_2_before_training(tmp_path
     def no_training(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("trained despite a bad --against file")
 
-    monkeypatch.setattr(verify_command, "record_runs", no_training)
+    monkeypatch.setattr(verify_tools, "record_runs", no_training)
     future = tmp_path / "future.json"
     future.write_text(json.dumps({"schema": "yolo-det/verify-fingerprints", "version": SAVED_VERSION + 1}))
     broken = tmp_path / "broken.json"
@@ -303,13 +303,13 @@ def test_data_is_named_first_with_its_cause_when_only_the_stream_differs():
 def test_a_baseline_naming_a_hostile_data_yaml_is_refused_before_training(tmp_path, capsys, monkeypatch):
     """A verify baseline is a file from others: the paths it carries (its arguments, its record's run section)
     pass the same gate as data= on the command line, before any training."""
-    from yolo_det.commands import verify as verify_command
+    import yolo_det.tools.verify as verify_tools  # the command imports record_runs from here when it runs
     from yolo_det.tools.verify.crossverify import _run_to_dict
 
     def no_training(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("trained despite a hostile --against file")
 
-    monkeypatch.setattr(verify_command, "record_runs", no_training)
+    monkeypatch.setattr(verify_tools, "record_runs", no_training)
     canary = tmp_path / "CANARY"
     hostile = tmp_path / "hostile.yaml"
     hostile.write_text(
