@@ -108,8 +108,12 @@ def straight(tmp: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def stopped(tmp: Path) -> dict[str, Any]:
-    """The same run stopped on every rank after epoch 1's checkpoint."""
-    return _launch(tmp, "stopped", *_args(tmp, name="resumed"), "--at", "stop@1")
+    """The same run stopped on every rank after epoch 1's checkpoint, with the resume states it left (the
+    resumed run completes in the same folder and removes them)."""
+    result = _launch(tmp, "stopped", *_args(tmp, name="resumed"), "--at", "stop@1")
+    weights = Path(result["save_dir"]) / "weights"
+    result["state_files"] = {p.name for p in weights.glob("yolo-det-resume.*")}
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -240,16 +244,13 @@ def test_interrupted_two_rank_run_resumed_with_two_ranks_is_bitwise_equal(
     straight: dict[str, Any], stopped: dict[str, Any], resumed: dict[str, Any]
 ) -> None:
     assert stopped["record_json"]["status"] == "interrupted"
-    weights = Path(stopped["save_dir"]) / "weights"
-    assert {p.name for p in weights.glob("yolo-det-resume.*")} >= {
-        "yolo-det-resume.last.pt",
-        "yolo-det-resume.last.rank1.pt",
-    }
+    assert stopped["state_files"] >= {"yolo-det-resume.last.pt", "yolo-det-resume.last.rank1.pt"}
     record = resumed["record_json"]
     assert resumed["error"] is None, resumed["stderr"][-3000:]
     assert record["status"] == "completed"
     assert record["resume"]["state_found"]
     assert record["resume"]["bitwise_expected"]
+    assert not list((Path(stopped["save_dir"]) / "weights").glob("yolo-det-resume.*"))  # completed: none kept
     for r in ("0", "1"):
         assert list(resumed["ranks"][r]["epochs"]) == ["2"]  # the resumed run trained epoch 2 only
         assert list(straight["ranks"][r]["epochs"]) == ["1", "2"]
