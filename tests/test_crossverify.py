@@ -118,7 +118,7 @@ def test_unknown_future_version_and_broken_files_exit_2_before_training(tmp_path
     def no_training(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("trained despite a bad --against file")
 
-    monkeypatch.setattr(verify_tools, "record_runs", no_training)
+    monkeypatch.setattr(verify_command, "record_runs", no_training)
     future = tmp_path / "future.json"
     future.write_text(json.dumps({"schema": "yolo-det/verify-fingerprints", "version": SAVED_VERSION + 1}))
     broken = tmp_path / "broken.json"
