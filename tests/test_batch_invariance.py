@@ -179,6 +179,9 @@ def test_the_setting_hides_kernels_that_depend_on_the_batch(tmp_path, fresh_mode
     does: the plain path passes it on to same-size neighbours; under the setting each image sees a batch of one."""
     ims = _images(tmp_path / "images")
     batch = [ims["1"], ims["4"], ims["7"]]  # same size: one letterbox on both paths
+    # The predictor runs a copy of the model made when it is built: build it after the hook, and drop the hooked
+    # copy afterwards (an earlier test's predictor would run without the hook: the control would hold at one thread).
+    fresh_model.predictor = None
     by_batch = fresh_model.model.model[0].register_forward_hook(lambda m, i, out: out + 1e-2 * (out.shape[0] - 1))
     try:
         attach(fresh_model, _profile(tmp_path, False))
@@ -188,6 +191,7 @@ def test_the_setting_hides_kernels_that_depend_on_the_batch(tmp_path, fresh_mode
         alone, same = _predict(fresh_model, batch[:1], 1)[0], _predict(fresh_model, batch, 3)
     finally:
         by_batch.remove()
+        fresh_model.predictor = None
     assert alone.shape[0] > 0
     assert torch.equal(same[0], alone)
 
