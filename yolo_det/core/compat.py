@@ -48,6 +48,7 @@ __all__ = [
     "optimizer_state",
     "run_folder",
     "validator_on_cpu",
+    "sees_through",
     "stop_loader",
     "ultralytics_version",
 ]
@@ -261,6 +262,14 @@ def cpu_ddp_wrapping() -> Iterator[None]:
         yield
     finally:
         parallel.DistributedDataParallel = original  # type: ignore[misc]
+
+
+def sees_through(wrapper: Any, inner: Any) -> bool:
+    """Whether the installed Ultralytics finds ``inner`` in ``wrapper`` (an ``nn.Module`` holding it as ``.module``)
+    where it unwraps a trainer's model (``unwrap_model`` in 8.4; 8.3's ``de_parallel`` knows only DP/DDP)."""
+    module: Any = importlib.import_module("ultralytics.utils.torch_utils")
+    unwrap = getattr(module, "unwrap_model", None) or getattr(module, "de_parallel", None)
+    return callable(unwrap) and unwrap(wrapper) is inner
 
 
 class _NoCudaDevice:

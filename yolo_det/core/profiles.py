@@ -505,6 +505,25 @@ DATA_INVARIANCE = Setting(
 register_setting(DATA_INVARIANCE)
 
 
+def _check_shards(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096:
+        raise ValueError(f"must be null or an integer from 1 to 4096, got {_type_name(value)} {short(value)}")
+    return value
+
+
+#: The same weights on any number of ranks: each global batch is cut into K shards by sample index, each shard is
+#: computed alone and the shards' gradients are summed in shard order (``fixes.shards``; implies data invariance).
+SHARDS = Setting(
+    "shards",
+    None,
+    _check_shards,
+    "K fixed shards per global batch, summed in shard order: the same weights on 1, 2, ... K ranks (K % ranks == 0)",
+)
+register_setting(SHARDS)
+
+
 def _register_builtin_settings() -> None:
     """The settings of yolo-det's own extensions (``batch_invariant``, ``intra_op_threads``, ``cpu_isa``),
     registered like a plugin's."""

@@ -203,6 +203,7 @@ class _KeyedItems:
         self.pool: list[int] | None = None  # the distinct indices of the batch under construction
         self.current: int | None = None  # the index of the sample under construction
         self.images: dict[Any, Any] | None = None  # the batch's decoded images
+        self.parts = 1  # a batch holds this many shards (fixes.shards): partners come from the sample's shard
 
     def __call__(self, keys: Iterable[Any]) -> list[Any]:
         dataset = self.dataset
@@ -218,11 +219,16 @@ class _KeyedItems:
             if get_worker_info() is not None
             else (random.getstate(), np.random.get_state(), torch.random.get_rng_state())
         )
-        self.pool = list(dict.fromkeys(int(k[1]) for k in keys if isinstance(k, tuple)))
+        size = len(keys) // self.parts if self.parts > 1 and len(keys) % self.parts == 0 else len(keys)
+        pools = [
+            list(dict.fromkeys(int(k[1]) for k in keys[j : j + size] if isinstance(k, tuple)))
+            for j in range(0, len(keys), max(size, 1))
+        ]
         self.images = {}
         try:
             out = []
-            for key in keys:
+            for position, key in enumerate(keys):
+                self.pool = pools[position // size]
                 if isinstance(key, tuple):
                     epoch, index = key
                     _seed_sample(self.seed, epoch, index)

@@ -42,6 +42,7 @@ from ..core.machine_settings import ISA_CAPABILITY, ISA_ENV, cannot_match, missi
 from ..core.profiles import PhaseSettings
 from ..core.seeding import rank_seed, seed_dataloader, seed_everything
 from ..fixes import data_invariance as _data
+from ..fixes import shards as _shards
 from ..fixes import swaps as _swaps
 from ..fixes.intercept import interception, suspended
 
@@ -236,10 +237,17 @@ class DataInvariance(Extension):
     name = "data"
 
     def hand_over(self, ctx: PhaseContext, what: str, obj: Any, **options: Any) -> Any:
-        if what != "loader" or obj is None or not ctx.settings.extra.get("data_invariance", False):
+        shards = ctx.settings.extra.get("shards")
+        if what != "loader" or obj is None or not (ctx.settings.extra.get("data_invariance", False) or shards):
             return None
         if _data.keyed_sampler(obj) is not None:
             return None
+        if shards and options.get("batch") is not None:  # shards imply keyed data, and cut it into shards
+            layout = _shards.ShardLayout.checked(
+                int(shards), ctx.session.world_size, max(int(ctx.session.rank), 0), int(options["batch"])
+            )
+            seed = int(ctx.session.seeds()["seed"])
+            return _shards.make_sharded(obj, seed, layout, epoch=int(options.get("epoch", 0)))
         return _data.make_invariant(
             obj,
             int(ctx.session.seeds()["seed"]),
@@ -249,7 +257,10 @@ class DataInvariance(Extension):
         )
 
     def undo(self, token: Any) -> None:
-        _data.restore(token)
+        if isinstance(token, _shards.ShardToken):
+            _shards.restore_sharded(token)
+        else:
+            _data.restore(token)
 
 
 class ContextExtension(Extension):

@@ -35,6 +35,7 @@ from ...session.session import DeterminismSession, note_restore_failure
 from ..identity import run_identity
 from ..trainer_state import state_of
 from . import data as _stream
+from . import shards as _shards
 from .batch_invariance import BatchInvariance
 from .folders import check_resume_folder
 from .records import RunRecords
@@ -190,7 +191,16 @@ class UltralyticsPlugin(RunRecords):
             identity = run_identity(trainer, asked=self.asked)  # data, start model, arguments (before any swap)
             state_of(trainer).identity = identity
             self.adjusted = dict(identity.get("adjusted_args") or {})
-        session.hand_over("loader", getattr(trainer, "train_loader", None), epoch=_stream.start_epoch(trainer))
+        shards = settings.extra.get("shards")
+        layout = _shards.check(trainer, int(shards), session.rank, session.world_size) if shards else None
+        session.hand_over(
+            "loader",
+            getattr(trainer, "train_loader", None),
+            epoch=_stream.start_epoch(trainer),
+            batch=None if layout is None else layout.batch,
+        )
+        if layout is not None:
+            _shards.install(trainer, layout, int(session.seeds()["seed"]))
         if self.record:
             _stream.tap(trainer)  # the fingerprint of the first batches, for the record
         model = getattr(trainer, "model", None)
@@ -333,6 +343,7 @@ class UltralyticsPlugin(RunRecords):
                 self._record_ending(trainer, error)
             finally:
                 _stream.untap(trainer)  # the trainer's own preprocess_batch again
+                _shards.uninstall(trainer)  # and its own model
         except BaseException as e:
             if error is None:
                 self.end_run()
