@@ -85,11 +85,13 @@ def job(
     torchrun_args: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
     timeout: float = 600,
+    args: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Run one job to its end; its agents' exit codes, output, run folder and rank 0's record."""
+    """Run one job to its end; its agents' exit codes, output, run folder and rank 0's record (``args``: the
+    training arguments instead of the tiny run's, e.g. ``resume=...``; the run folder is still ``runs/name``)."""
     port = free_port()
     project = tmp / "runs"
-    run_args = [*TINY, f"epochs={epochs}", f"project={project}", f"name={name}", "exist_ok=True"]
+    run_args = args or [*TINY, f"epochs={epochs}", f"project={project}", f"name={name}", "exist_ok=True"]
     if script:
         path = tmp / "user_train.py"
         path.write_text(USER_SCRIPT)

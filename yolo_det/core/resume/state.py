@@ -135,6 +135,7 @@ def find_state(
     ema: Any,
     updates: Any,
     world_size: int | None = None,
+    shards: int | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any] | None, str | None]:
     """Look up and check the resume state of ``checkpoint`` for a run resuming at ``start_epoch``.
 
@@ -146,6 +147,8 @@ def find_state(
         updates: The EMA update count loaded from the checkpoint (a state of another save is refused).
         world_size: The number of ranks of the resumed run (a state written by a run of another number of
             ranks is refused: the data order and the gradient sums differ). ``None``: not checked.
+        shards: The resumed run's ``shards`` (profile key): a state written under the same ``shards`` is used
+            whatever the number of ranks (the weights do not depend on it), a state of other ``shards`` is refused.
 
     Returns:
         ``(info, state, problem)``: the record's resume data, the state to restore (``None`` when it is
@@ -190,8 +193,21 @@ def find_state(
     else:
         info["problem"] = why
         return info, None, why
-    saved_ranks = state.get("world_size")
-    if world_size is not None and saved_ranks is not None and int(saved_ranks) != max(int(world_size), 1):
+    saved_ranks, saved_shards = state.get("world_size"), state.get("shards")
+    if (shards or saved_shards) and saved_shards != shards:
+        why = (
+            f"{path.name} was written by a run with shards: {saved_shards}, this run has shards: {shards}; "
+            "resume with the same shards to continue bit for bit"
+        )
+        info["problem"] = why
+        return info, None, why
+    # the same shards: the same weights on any number of ranks
+    if (
+        not shards
+        and world_size is not None
+        and saved_ranks is not None
+        and int(saved_ranks) != max(int(world_size), 1)
+    ):
         why = (
             f"{path.name} was written by a run of {saved_ranks} rank(s), this run has {max(int(world_size), 1)}; "
             "resume with as many ranks to continue bit for bit"

@@ -96,7 +96,13 @@ def _earlier_start(folder: Path, me: dict[str, Any]) -> bool:
     launch = record.get("launch") if isinstance(record, dict) else None
     if not isinstance(launch, dict) or record.get("status") == "completed":
         return False
-    same = all(launch.get(k) == me.get(k) for k in ("master_addr", "master_port", "run_id", "world_size"))
+    profile = record.get("profile")
+    sharded = isinstance(profile, dict) and isinstance(profile.get("train"), dict) and profile["train"].get("shards")
+    # under shards an elastic restart may come back with another number of ranks: the weights do not depend on it
+    keys = (
+        ("master_addr", "master_port", "run_id") if sharded else ("master_addr", "master_port", "run_id", "world_size")
+    )
+    same = all(launch.get(k) == me.get(k) for k in keys)
     return same and isinstance(launch.get("restart_count"), int) and launch["restart_count"] < me["restart_count"]
 
 
@@ -122,6 +128,16 @@ def _restarted_run(args: Any, planned: Path) -> Path | None:
     return None
 
 
+def _resumed_checkpoint(over: dict[str, Any]) -> Path | None:
+    """The checkpoint ``resume=`` names (a path, or ``True`` with a ``.pt`` model), else None."""
+    resume, model = over.get("resume"), over.get("model")
+    if isinstance(resume, (str, Path)) and str(resume).lower() not in {"", "true", "false"}:
+        return Path(resume).resolve()
+    if resume in {True, "True", "true"} and isinstance(model, (str, Path)) and str(model).endswith(".pt"):
+        return Path(model).resolve()
+    return None
+
+
 def _shared_folder(cfg: Any, overrides: dict[str, Any] | None) -> dict[str, Any]:
     """``overrides`` with ``save_dir`` set to the run folder rank 0 picks (a collective: every rank calls it).
 
@@ -133,7 +149,10 @@ def _shared_folder(cfg: Any, overrides: dict[str, Any] | None) -> dict[str, Any]
 
     over = dict(overrides or {})
     choice: dict[str, str] | None = None
-    if rank_info()[0] == 0:
+    resumed = _resumed_checkpoint(over)
+    if rank_info()[0] == 0 and resumed is not None:  # a resumed run writes into its checkpoint's folder
+        choice = {"save_dir": str(resumed.parent.parent)}
+    elif rank_info()[0] == 0:
         known = {k: v for k, v in over.items() if k in DEFAULT_CFG_DICT}
         try:
             args = get_cfg(DEFAULT_CFG if cfg is None else cfg, known)

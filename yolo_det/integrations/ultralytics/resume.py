@@ -131,14 +131,15 @@ class UltralyticsResume:
         if not getattr(trainer, "resume", False):
             return
         ckpt = Path(str(trainer.args.resume or trainer.args.model))
-        ema = getattr(trainer, "ema", None)
+        ema, shards = getattr(trainer, "ema", None), getattr(trainer.__dict__.get("yolo_det_shards"), "shards", None)
         info, state, why = find_state(
             ckpt,
-            rank=self.rank,
+            rank=0 if shards else self.rank,  # under shards every rank holds rank 0's state, whatever the ranks
             start_epoch=int(getattr(trainer, "start_epoch", 0)),
             ema=getattr(ema, "ema", None),
             updates=getattr(ema, "updates", None),
             world_size=max(int(getattr(trainer, "world_size", 1) or 1), 1),
+            shards=shards,
         )
         if state is not None:
             self._pending = state

@@ -76,6 +76,7 @@ def capture_state(
         "updates": getattr(ema, "updates", None),
         "rank": rank,
         "world_size": max(int(getattr(trainer, "world_size", 1) or 1), 1),
+        "shards": getattr(trainer.__dict__.get("yolo_det_shards"), "shards", None),
         "seed": seed,
         "rng": get_rng_state(),
         "model": _float_state(model, buffers=False),

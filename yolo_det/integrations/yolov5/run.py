@@ -159,6 +159,11 @@ class YOLOv5Run:
         self, profile: Profile | str, opt: Any, *, script: Callable[..., Any] | None = None, record: bool = True
     ) -> None:
         self.profile = load_profile(profile)
+        if self.profile.train.extra.get("shards"):
+            raise ConfigError(
+                f"the profile '{self.profile.name}' sets shards, which yolo-det applies to Ultralytics training only; "
+                f"remove shards from the profile to train YOLOv5 with {OPTION}"
+            )
         self.opt = opt
         self.script = script
         self.record = record

@@ -1,0 +1,118 @@
+"""``shards: 4``: one Ultralytics job gives one digest on 1 process (no launcher), 2 and 4 torchrun ranks (gloo,
+device=cpu), and a run interrupted on 1 process resumes on 2 ranks bitwise.
+
+The tiny run is tests/torchrun_jobs.py's (batch 4 = nbs: every optimizer step changes the weights); the control is
+the same job with one epoch fewer. Jobs are shared by the tests that need them (module-scoped fixtures).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from torchrun_jobs import TINY, digest, job
+
+from helpers import subprocess_env
+
+pytestmark = pytest.mark.slow
+
+PROFILE = "name: repro-shards4\nextends: repro\ntrain:\n  shards: 4\n"
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("shards")
+    (path / "shards4.yaml").write_text(PROFILE)
+    return path
+
+
+def _alone(tmp: Path, name: str, *extra: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The job in one process, no launcher: ``python -m yolo_det train`` (``extra`` replaces the tiny run's keys)."""
+    project = tmp / "runs"
+    keys = {a.split("=", 1)[0] for a in extra}
+    tiny = [a for a in TINY if a.split("=", 1)[0] not in keys]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "yolo_det",
+            "train",
+            "--profile",
+            str(tmp / "shards4.yaml"),
+            *tiny,
+            f"project={project}",
+            f"name={name}",
+            "exist_ok=True",
+            *extra,
+        ],
+        cwd=tmp,
+        env=subprocess_env({"OMP_NUM_THREADS": "1", **(env or {})}),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    record_path = project / name / "determinism.json"
+    record = json.loads(record_path.read_text()) if record_path.is_file() else None
+    return {
+        "codes": [proc.returncode],
+        "output": proc.stdout + proc.stderr,
+        "save_dir": project / name,
+        "record": record,
+    }
+
+
+@pytest.fixture(scope="module")
+def one(tmp: Path) -> dict[str, Any]:
+    return _alone(tmp, "one", "epochs=2")
+
+
+@pytest.fixture(scope="module")
+def two(tmp: Path) -> dict[str, Any]:
+    return job(tmp, "two", nproc=2, profile=str(tmp / "shards4.yaml"))
+
+
+@pytest.fixture(scope="module")
+def four(tmp: Path) -> dict[str, Any]:
+    return job(tmp, "four", nproc=4, profile=str(tmp / "shards4.yaml"))
+
+
+def test_one_process_two_ranks_and_four_ranks_give_one_digest(
+    one: dict[str, Any], two: dict[str, Any], four: dict[str, Any]
+) -> None:
+    for result in (one, two, four):
+        assert result["codes"] == [0], result["output"][-4000:]
+    assert digest(one) == digest(two) == digest(four)
+    assert [r["rank"] for r in four["record"]["ranks"]] == [0, 1, 2, 3]
+    assert four["record"]["rank_problems"] == []
+    assert four["record"]["profile"]["train"]["shards"] == 4
+
+
+def test_one_epoch_fewer_gives_other_weights(tmp: Path, one: dict[str, Any]) -> None:
+    fewer = _alone(tmp, "fewer", "epochs=1")
+    assert fewer["codes"] == [0], fewer["output"][-4000:]
+    assert digest(fewer) != digest(one)
+
+
+def test_a_run_stopped_on_one_process_resumes_on_two_ranks_bitwise(tmp: Path, one: dict[str, Any]) -> None:
+    stopped = _alone(tmp, "resumed", "epochs=2", env={"YOLO_DET_TEST_SIGNAL_AT": "fit-epoch-end"})
+    assert stopped["record"]["status"] == "interrupted", stopped["output"][-4000:]
+    last = stopped["save_dir"] / "weights" / "last.pt"
+    resumed = job(tmp, "resumed", nproc=2, profile=str(tmp / "shards4.yaml"), args=[f"resume={last}"])
+    assert resumed["codes"] == [0], resumed["output"][-4000:]
+    record = resumed["record"]
+    assert record["resume"]["state_found"], record["resume"]
+    assert record["resume"]["bitwise_expected"], record["resume"]
+    assert record["launch"]["world_size"] == 2
+    assert digest(resumed) == digest(one)
+
+
+def test_a_batch_the_shards_do_not_divide_is_refused_in_one_line(tmp: Path) -> None:
+    result = _alone(tmp, "ragged", "epochs=1", "batch=6")
+    assert result["codes"] == [2], result["output"][-4000:]
+    lines = [line for line in result["output"].splitlines() if "yolo-det: error" in line]
+    assert lines
+    assert "needs a batch that is a multiple of 4, got batch=6" in lines[0]
