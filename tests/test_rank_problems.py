@@ -139,3 +139,28 @@ def test_diff_explains_another_world_size_and_another_node_layout() -> None:
     names = {d.name: d for d in world.differences if d.group == "ranks"}
     assert (names["world size"].a, names["world size"].b, names["world size"].changes_bits) == (2, 4, True)
     assert not names["node layout"].changes_bits
+
+
+def test_diff_says_another_world_size_changes_nothing_when_both_runs_train_the_same_shards() -> None:
+    from yolo_det.tools.diff import diff_records
+
+    def record(shards: int | None, *nodes: int) -> dict[str, Any]:
+        ranks = [_placed(r, n, f"node-{n}") for r, n in enumerate(nodes)]
+        return {
+            "ranks": ranks,
+            "seeds": {"seed": 0, "world_size": len(nodes), "rank_rng_seeds": [1 + r for r in range(len(nodes))]},
+            "run": {"device": "cpu"},
+            "profile": {"name": "s", "train": {"shards": shards}},
+            "environment": {"env": {"RANK": None if len(nodes) == 1 else "0", "PYTHONHASHSEED": str(len(nodes))}},
+        }
+
+    sharded = diff_records(record(4, 0), record(4, 0, 0, 1, 1))
+    bits = [d for d in sharded.differences if d.changes_bits]
+    assert bits == []  # the world size, the rank seeds, the launcher's variables: none changes the weights
+    names = {d.name: d for d in sharded.differences}
+    assert (names["world size"].a, names["world size"].b) == (1, 4)
+    assert "shards: 4" in str(names["world size"].note)
+    other = diff_records(record(4, 0), record(2, 0, 0, 1, 1))  # control: other shards, or none, change them
+    assert {d.name for d in other.differences if d.changes_bits} >= {"world size", "train.shards"}
+    plain = diff_records(record(None, 0), record(None, 0, 0, 1, 1))
+    assert "world size" in {d.name for d in plain.differences if d.changes_bits}

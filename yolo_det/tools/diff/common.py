@@ -123,3 +123,9 @@ def _trained_on_cpu(record: Mapping[str, Any]) -> bool:
     if str(device).strip().lower() in {"cpu", "mps"}:
         return True
     return device in (None, "") and not _get(record, "environment", "cuda_available")
+
+
+def _sharded(ra: Mapping[str, Any], rb: Mapping[str, Any]) -> int | None:
+    """``K`` when both runs trained under the same ``shards: K`` (their weights do not depend on the ranks)."""
+    ka, kb = _get(ra, "profile", "train", "shards"), _get(rb, "profile", "train", "shards")
+    return int(ka) if isinstance(ka, int) and not isinstance(ka, bool) and ka > 0 and ka == kb else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .common import _Collector, _get
+from .common import _Collector, _get, _sharded
 
 __all__ = ["_ranks"]
 
@@ -33,16 +33,20 @@ def _world(record: Mapping[str, Any]) -> Any:
 
 
 def _ranks(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
+    shards = _sharded(ra, rb)
     world_differs = c.add(
         "ranks",
         "world size",
         _world(ra),
         _world(rb),
-        note="each rank takes batch / world size images and its own BatchNorm statistics; the gradients are "
-        "summed over another number of ranks (shards: K in the profile gives the same weights on any divisor of K)",
+        changes_bits=shards is None,
+        note=f"no effect: both runs train shards: {shards} (each shard computed alone, summed in shard order)"
+        if shards
+        else "each rank takes batch / world size images and its own BatchNorm statistics; the gradients are summed "
+        "over another number of ranks (shards: K in the profile gives the same weights on any divisor of K)",
     )
     la, lb = _layout(ra), _layout(rb)
-    if la is None or lb is None:
+    if la is None or lb is None or shards:
         return
     cuda = any(str(_get(r, "run", "device") or "").replace("cpu", "") for r in (ra, rb))
     c.add(

@@ -17,6 +17,7 @@ from .common import (
     _Collector,
     _fingerprint,
     _get,
+    _sharded,
     _short_hash,
     _trained_on_cpu,
     _why_missing,
@@ -167,14 +168,20 @@ def _model(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
 
 def _seeds(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
     seed_differs = c.add("seed", "seed", _get(ra, "seeds", "seed"), _get(rb, "seeds", "seed"))
+    shards = _sharded(ra, rb)
     for key in _SEED_KEYS[1:]:
+        per_rank = key in {"world_size", "rank_rng_seeds"}
         c.add(
             "seed",
             f"seed: {key}",
             _get(ra, "seeds", key),
             _get(rb, "seeds", key),
-            changes_bits=not seed_differs,
-            note="derived from the seed" if seed_differs else None,
+            changes_bits=not seed_differs and not (shards and per_rank),
+            note="derived from the seed"
+            if seed_differs
+            else f"no effect: both runs train shards: {shards}"
+            if shards and per_rank
+            else None,
         )
 
 
@@ -205,7 +212,10 @@ def _profile(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> Non
     if sa and sb:
         seed_differs = _canon(_get(ra, "seeds", "seed")) != _canon(_get(rb, "seeds", "seed"))
         for key in sorted(set(sa) | set(sb)):
-            derived = seed_differs and key.endswith("PYTHONHASHSEED")
+            derived = key.endswith("PYTHONHASHSEED") and (
+                seed_differs
+                or _canon(_get(ra, "environment", "env", "RANK")) != _canon(_get(rb, "environment", "env", "RANK"))
+            )
             cuda_only = on_cpu and key.startswith(_CUDA_ONLY_FLAGS)
             c.add(
                 "profile",
@@ -213,8 +223,12 @@ def _profile(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> Non
                 sa.get(key, _MISSING),
                 sb.get(key, _MISSING),
                 changes_bits=not derived and not cuda_only,
-                note="derived from the seed" if derived else _ON_CPU if cuda_only else None,
+                note="derived from the seed and the rank" if derived else _ON_CPU if cuda_only else None,
             )
+
+
+#: The launcher's description of a rank (the world size, compared under "ranks", is what changes the weights).
+_LAUNCHER_ENV = frozenset({"WORLD_SIZE", "RANK", "LOCAL_RANK"})
 
 
 def _flat(state: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -294,16 +308,24 @@ def _environment(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) ->
     _machine(c, ea, eb, cuda=not on_cpu)
     va, vb = ea.get("env") or {}, eb.get("env") or {}
     seed_differs = _canon(_get(ra, "seeds", "seed")) != _canon(_get(rb, "seeds", "seed"))
+    rank_differs = _canon(va.get("RANK")) != _canon(vb.get("RANK"))
     for key in sorted(set(va) | set(vb)):
-        derived = seed_differs and key == "PYTHONHASHSEED"  # the profile sets it from the seed
+        derived = (seed_differs or rank_differs) and key == "PYTHONHASHSEED"  # set from the seed and the rank
         cuda_only = on_cpu and f"env.{key}".startswith(_CUDA_ONLY_FLAGS)
+        launcher = key in _LAUNCHER_ENV
         c.add(
             "env",
             key,
             va.get(key, _MISSING),
             vb.get(key, _MISSING),
-            changes_bits=not derived and not cuda_only,
-            note="derived from the seed" if derived else _ON_CPU if cuda_only else None,
+            changes_bits=not derived and not cuda_only and not launcher,
+            note="derived from the seed and the rank"
+            if derived
+            else _ON_CPU
+            if cuda_only
+            else "the launcher's: the world size under ranks decides"
+            if launcher
+            else None,
         )
     env("other", "platform", changes_bits=False, note="the CPU, versions and threads above are what matter")
     env("other", "argv", name="command line", changes_bits=False)
