@@ -116,3 +116,25 @@ def test_a_batch_the_shards_do_not_divide_is_refused_in_one_line(tmp: Path) -> N
     lines = [line for line in result["output"].splitlines() if "yolo-det: error" in line]
     assert lines
     assert "needs a batch that is a multiple of 4, got batch=6" in lines[0]
+
+
+@pytest.mark.parametrize("task", ["segment", "classify"])
+def test_other_tasks_give_one_digest_on_one_process_and_two_ranks(tmp: Path, task: str) -> None:
+    """Masks cut with their images; a classifier's validation gathers tensors between the ranks."""
+    from tests.task_data import TASK_MODELS, make_dataset
+
+    data = make_dataset(tmp / f"data-{task}", task, n=8)
+    args = [f"model={TASK_MODELS[task]}", f"data={data}", "fraction=1.0", "epochs=1"]
+    alone = _alone(tmp, f"{task}-one", *args)
+    project = tmp / "runs"
+    run_args = [*(a for a in TINY if a.split("=", 1)[0] not in {"model", "data", "fraction"}), *args]
+    ranks = job(
+        tmp,
+        f"{task}-two",
+        nproc=2,
+        profile=str(tmp / "shards4.yaml"),
+        args=[*run_args, f"project={project}", f"name={task}-two", "exist_ok=True"],
+    )
+    assert alone["codes"] == [0], alone["output"][-4000:]
+    assert ranks["codes"] == [0], ranks["output"][-4000:]
+    assert digest(alone) == digest(ranks)

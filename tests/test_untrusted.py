@@ -527,3 +527,31 @@ def test_a_classify_folder_with_its_splits_ignores_a_download_only_data_yaml(tmp
         (folder / split / "a").mkdir(parents=True)
     check_arguments({"data": str(folder)})  # Ultralytics reads the folder, never its data.yaml
     assert not marker.exists()
+
+
+def test_tensors_sent_between_ranks_unpickle_under_the_load_guard_and_a_stream_is_still_refused() -> None:
+    import io
+    import pickle
+
+    sent = pickle.dumps([torch.arange(3.0)])  # what torch.distributed's gather_object sends (plain pickle)
+    with guarded_torch_load():
+        (received,) = pickle.loads(sent)  # torch's storage unpickling calls torch.load on its own bytes
+        assert torch.equal(received, torch.arange(3.0))
+        with pytest.raises(ModelError, match="legacy-format"):
+            torch.load(io.BytesIO(pickle.dumps(1, protocol=2)))  # control: a stream handed to torch.load
+
+
+class _NestedLoad:
+    """An object that unpickles through torch's storage loader (a nested pickle)."""
+
+    def __reduce__(self) -> tuple[object, tuple[bytes]]:
+        import torch.storage
+
+        return (torch.storage._load_from_bytes, (b"",))
+
+
+def test_a_checkpoint_cannot_reach_the_storage_loader_the_guard_lets_through(tmp_path: Path) -> None:
+    path = tmp_path / "nested.pt"
+    torch.save({"model": _NestedLoad()}, path)
+    with pytest.raises(ModelError, match="_load_from_bytes"):
+        load_checkpoint(path)

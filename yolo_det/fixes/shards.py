@@ -434,7 +434,7 @@ class ShardedStep(nn.Module):
             p.grad = None
         norms = _norms(self.module)
         scaler = self._scaler() if self._scaler is not None else None
-        rows: list[torch.Tensor] = []
+        mine: torch.Tensor | None = None  # this rank's rows, one per shard
         like: Any = None
         device = params[0].device if params else torch.device("cpu")
         try:
@@ -454,12 +454,17 @@ class ShardedStep(nn.Module):
                 for p in params:
                     p.grad = None
                 loss_row = [total.detach().reshape(1).float(), _flat_items(items).to(device)]
-                rows.append(torch.cat([*grads, *stats, *loss_row]))
+                row = torch.cat([*grads, *stats, *loss_row])
+                if mine is None:
+                    mine = row.new_empty((len(shards), row.numel()))
+                mine[j] = row
         except BaseException:
             for p, g in zip(params, earlier):
                 p.grad = g
             raise
-        everything = self._gather(torch.stack(rows))
+        if mine is None:
+            raise RuntimeError("a sharded step needs at least one shard")
+        everything = self._gather(mine)
         self.shard_rows = int(everything.shape[0])
         acc = everything[0].clone()
         for s in range(1, everything.shape[0]):  # shard order, whatever rank computed which shard
@@ -471,9 +476,10 @@ class ShardedStep(nn.Module):
             return mine
         import torch.distributed as dist
 
-        out = [torch.empty_like(mine) for _ in range(self.layout.world)]
-        dist.all_gather(out, mine.contiguous(), group=self.group)
-        return torch.cat(out)  # rank r's rows are shards r*K/W ...: shard order
+        everything = mine.new_empty((self.layout.shards, mine.shape[1]))
+        # rank r's rows land in rows r*K/W ...: shard order (the chunks are contiguous views of one tensor)
+        dist.all_gather(list(everything.chunk(self.layout.world)), mine, group=self.group)
+        return everything
 
     def _apply_sum(
         self,

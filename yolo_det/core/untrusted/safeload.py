@@ -175,9 +175,19 @@ _REAL_LOAD: list[Any] = []
 _REAL_SAVE: list[Any] = []
 
 
+def _from_plain_pickle() -> bool:
+    """Whether ``torch.load`` was called by torch's ``storage._load_from_bytes``: a tensor inside a stream that plain
+    ``pickle`` is unpickling (torch.distributed's object collectives between the ranks of one job do). Whoever
+    unpickles that stream trusted it already; yolo-det's own unpickler never reaches that function."""
+    import torch.storage
+
+    code = getattr(getattr(torch.storage, "_load_from_bytes", None), "__code__", None)
+    return code is not None and sys._getframe(2).f_code is code
+
+
 def _guarded_load(f: Any, map_location: Any = None, pickle_module: Any = None, *args: Any, **kwargs: Any) -> Any:
     real = _REAL_LOAD[0]
-    if trust_checkpoints() or pickle_module is not None or args:
+    if trust_checkpoints() or pickle_module is not None or args or _from_plain_pickle():
         return real(f, map_location, pickle_module, *args, **kwargs)
     if isinstance(f, (str, os.PathLike)):
         name, data = str(f), read_bytes(f)
