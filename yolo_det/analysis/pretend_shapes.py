@@ -161,11 +161,21 @@ def _cudnn_batch_norm(
 
 
 def _cudnn_batch_norm_backward(
-    input: torch.Tensor, grad_output: torch.Tensor, weight: torch.Tensor, *rest: Any
+    input: torch.Tensor,
+    grad_output: torch.Tensor,
+    weight: torch.Tensor,
+    running_mean: torch.Tensor | None,
+    running_var: torch.Tensor | None,
+    save_mean: torch.Tensor | None,
+    save_var: torch.Tensor | None,
+    *rest: Any,
 ) -> tuple[torch.Tensor, ...] | None:
-    if weight is None or not _dense(input) or grad_output.stride() != input.stride():
+    if weight is None or input.dim() < 2 or not _dense(input) or grad_output.stride() != input.stride():
         return None
     if grad_output.shape != input.shape or grad_output.dtype != input.dtype:
+        return None
+    channels = (input.shape[1],)
+    if any(s is None or s.shape != channels for s in (save_mean, save_var)):  # not after a training forward
         return None
     return torch.empty_like(input), torch.empty_like(weight), torch.empty_like(weight)
 
