@@ -271,3 +271,20 @@ def test_an_audit_imports_neither_dynamo_nor_inductor() -> None:
         found[engine] = done.stdout.strip().splitlines()[-1]
     assert found["pretend"] == "[]"
     assert "torch._dynamo" in found["torch-fake"]  # control: the old engine imports it
+
+
+def test_the_model_is_built_on_one_thread_and_the_count_put_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = torch.get_num_threads()
+
+    def build(model: Any) -> Any:
+        raise ValueError("boom")
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)  # as on this 2-core machine
+    calls: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    monkeypatch.setattr(entry, "load_model", build)
+    with pytest.raises(ValueError, match="boom"):
+        entry._load("yolov8n.yaml")
+    assert calls == [1, 2]  # one thread for the build, the count put back on error too
+    monkeypatch.undo()
+    assert torch.get_num_threads() == before
