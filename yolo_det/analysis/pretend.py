@@ -13,9 +13,13 @@ device of its inputs (a CPU scalar joins any device; other mixes are refused as 
 them). A one-element tensor made from Python numbers (``torch.tensor(2.0)``) keeps its value, and so does
 what is computed from such values only, so that ``.item()`` on it works as it does for real.
 
-This is what torch's own ``FakeTensorMode`` does for a trace without symbolic shapes, kept to that: the
-audit needs neither ``torch._dynamo`` nor ``sympy``, which ``FakeTensorMode`` imports on first use (two
-seconds of a fresh process), and a trace runs several times faster.
+Each op is computed as torch's own ``FakeTensorMode`` computes it for a trace without symbolic shapes: an op
+without a Python meta kernel runs torch's decomposition of it, op by op; a view goes through torch's reference
+reshape; a convolution's outputs get the layout torch's convolution backend picks for CUDA; indices and copies
+may mix devices. ``tests/test_pretend.py`` compares the two op by op. What this leaves out of
+``FakeTensorMode`` is what the audit never needs (symbolic shapes, its cache, real-tensor propagation), and its
+imports: ``torch._dynamo``, ``torch._inductor`` and their dependencies, about two seconds of a fresh process
+on first use.
 """
 
 from __future__ import annotations
