@@ -35,7 +35,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from .pretend_shapes import CONV, as_format, conv_memory_format, stand_in
 
-__all__ = ["PretendDevice", "PretendTensor", "is_pretend"]
+__all__ = ["PretendDevice", "PretendTensor"]
 
 _META = torch.device("meta")
 _CPU = torch.device("cpu")
@@ -54,7 +54,7 @@ _LIKE = frozenset(
     }
 )
 _VIEWS = frozenset({_aten.view.default, _aten._unsafe_view.default})
-_LIFT = frozenset({_aten.lift_fresh.default, _aten.lift.default})
+_LIFT = frozenset({_aten.lift_fresh.default, _aten.lift_fresh_copy.default, _aten.lift.default})
 #: Ops whose inputs may sit on different devices (CPU indices into a CUDA tensor, a copy between devices): the
 #: output is on the first input's device.
 _MIXED = frozenset(
@@ -113,11 +113,6 @@ class PretendTensor(torch.Tensor):
         if func is torch.ops.prim.device.default:
             return _META if _STATE.in_kernel else args[0].pretend_device
         return _run(func, args, kwargs or {}, None)
-
-
-def is_pretend(obj: Any) -> bool:
-    """Whether ``obj`` is a :class:`PretendTensor`."""
-    return isinstance(obj, PretendTensor)
 
 
 class PretendDevice(TorchDispatchMode):
