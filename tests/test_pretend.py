@@ -288,3 +288,8 @@ def test_the_model_is_built_on_one_thread_and_the_count_put_back(monkeypatch: py
     assert calls == [1, 2]  # one thread for the build, the count put back on error too
     monkeypatch.undo()
     assert torch.get_num_threads() == before
+
+
+def test_an_unknown_engine_is_refused() -> None:
+    with pytest.raises(ValueError, match="engine must be 'pretend' or 'torch-fake'"):
+        trace_mod._device_mode("gpu")
