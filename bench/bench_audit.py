@@ -2,7 +2,7 @@
 
 For each model: the time to build it from its YAML (``load``), the time of the fake-CUDA trace with the
 matching and the report (``trace``), and their sum, as medians over ``--repeats`` runs in one warm
-process; plus the first audit in a fresh Python process (imports and torch's one-time FakeTensor set-up
+process; plus the first audit in a fresh Python process (imports and the first use of torch's meta kernels
 included), measured once. The model size does not change the trace time (fake tensors hold no data);
 the number of ops does.
 
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     from yolo_det.analysis.audit.entry import _load
     from yolo_det.core.fileio import atomic_write_json
 
-    audit(_load("yolov8n.yaml"), imgsz=args.imgsz)  # one-time set-up of FakeTensorMode, not part of a model's time
+    audit(_load("yolov8n.yaml"), imgsz=args.imgsz)  # one-time imports of the first trace, not part of a model's time
     rows = []
     for model in args.models:
         loads, traces, totals = [], [], []
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
     print(
         f"target: total under {TARGET_S:.0f} s per model; 'fresh process' adds imports (torch, ultralytics) and "
-        "FakeTensorMode's one-time set-up"
+        "the first trace's one-time imports"
     )
     if args.json:
         atomic_write_json(

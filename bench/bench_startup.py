@@ -9,7 +9,11 @@ folders; under 4 s for ``audit yolov8n.yaml --imgsz 64``. Each child also report
 The checkpoint is a yolov8n (2 classes) saved the way Ultralytics saves one (half-precision EMA); the two run
 folders are two demo trainings (``yolo-det train``, 1 epoch at imgsz 64), or ``--runs A B``.
 
-usage: python bench/bench_startup.py [--repeats 10] [--runs A B] [--json bench/results/startup.json]
+With ``--only TEXT`` only the cases whose name contains TEXT run (``--only audit`` times the audit alone, in
+a few seconds per round; no checkpoint or runs are made unless a selected case needs them). Every round also
+times ``python -c "import torch"``: the floor of any command that needs torch on this machine.
+
+usage: python bench/bench_startup.py [--repeats 10] [--runs A B] [--only TEXT] [--json bench/results/startup.json]
 """
 
 from __future__ import annotations
@@ -102,15 +106,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--runs", nargs=2, default=None, metavar=("A", "B"), help="two run folders for diff")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "startup.json")
+    parser.add_argument("--only", default="", metavar="TEXT", help="run only the cases whose name contains TEXT")
     args = parser.parse_args(argv)
 
     from yolo_det.cli import COMMANDS
     from yolo_det.core.fileio import atomic_write_json
 
+    def wanted(name: str) -> bool:
+        return args.only in name
+
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        ckpt = _checkpoint(work)
-        runs = args.runs or _runs(work)
+        ckpt = _checkpoint(work) if wanted("digest CHECKPOINT (yolov8n)") else work / "unused.pt"
+        runs = args.runs or (_runs(work) if wanted("diff RUN_A RUN_B") else ["A", "B"])
         cases: list[tuple[str, list[str], float]] = [("yolo-det --help", ["--help"], FAST_TARGET_S)]
         cases += [(f"yolo-det {c} --help", [c, "--help"], FAST_TARGET_S) for c in COMMANDS]
         cases += [
@@ -121,19 +129,27 @@ def main(argv: list[str] | None = None) -> int:
             ("diff RUN_A RUN_B", ["diff", *runs], FAST_TARGET_S),
             ("audit yolov8n.yaml --imgsz 64", ["audit", "yolov8n.yaml", "--imgsz", "64"], AUDIT_TARGET_S),
         ]
+        cases = [c for c in cases if wanted(c[0])]
+        if not cases:
+            parser.error(f"no case name contains {args.only!r}")
         times: dict[str, list[float]] = {name: [] for name, _, _ in cases}
         cpus: dict[str, list[float]] = {name: [] for name, _, _ in cases}
         codes: dict[str, int] = {}
         torch_seen: dict[str, bool] = {}
         _once(["--help"], work)  # the first process warms the file cache
+        _once_plain(work, "import torch")
+        floor: list[tuple[float, float]] = []
+        loads: list[float] = []
         for _ in range(args.repeats):
+            loads.append(os.getloadavg()[0])
             for name, case_argv, _target in cases:
                 seconds, cpu, code, imported = _once(case_argv, work)
                 times[name].append(seconds)
                 cpus[name].append(cpu)
                 codes[name] = code
                 torch_seen[name] = imported
-        baseline = statistics.median(_once_plain(work) for _ in range(args.repeats))
+            floor.append(_once_plain(work, "import torch"))
+        baseline = statistics.median(_once_plain(work)[0] for _ in range(args.repeats))
     # the temporary paths are not shown: what they stand for is
     shown = {"digest CHECKPOINT (yolov8n)": ["digest", "CHECKPOINT"], "diff RUN_A RUN_B": ["diff", "RUN_A", "RUN_B"]}
     rows = []
@@ -158,14 +174,19 @@ def main(argv: list[str] | None = None) -> int:
         "the repeats, interleaved rounds",
         "repeats": args.repeats,
         "python_start_s": round(baseline, 3),
+        "import_torch_median_s": round(statistics.median(t for t, _ in floor), 3),
+        "import_torch_cpu_median_s": round(statistics.median(c for _, c in floor), 3),
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "load_average": round(os.getloadavg()[0], 1),
+        "load_average_during": [round(min(loads), 2), round(max(loads), 2)],
         "results": rows,
     }
     atomic_write_json(args.json, result)
     print(
-        f"whole process, median of {args.repeats}; python start {baseline:.2f} s; load average {result['load_average']}"
+        f"whole process, median of {args.repeats}; python start {baseline:.2f} s; "
+        f"import torch {result['import_torch_median_s']:.2f} s (CPU {result['import_torch_cpu_median_s']:.2f} s); "
+        f"load average {result['load_average_during'][0]}-{result['load_average_during'][1]} during the rounds"
     )
     print(f"{'case':<44} {'median s':>9} {'min s':>7} {'CPU s':>6} {'target':>7}  torch")
     for r in rows:
@@ -178,10 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _once_plain(cwd: Path) -> float:
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "pass"], cwd=cwd, env=_env(), check=True)
-    return time.perf_counter() - start
+def _once_plain(cwd: Path, code: str = "pass") -> tuple[float, float]:
+    """Wall and CPU seconds of ``python -c CODE``."""
+    cpu, start = _cpu(), time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], cwd=cwd, env=_env(), check=True)
+    return time.perf_counter() - start, _cpu() - cpu
 
 
 if __name__ == "__main__":

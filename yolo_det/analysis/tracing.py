@@ -17,6 +17,7 @@ that autograd runs in this thread. This module owns the parts they share:
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
@@ -61,6 +62,12 @@ class DispatchHook(TorchDispatchMode):
         super().__init__()
         self.handler = handler
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # otherwise torch wraps the handler in ``torch._dynamo.disable``, which imports torch._dynamo (seconds)
+        # on the first op; the hooks never run inside compiled code
+        return False
+
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         return self.handler(func, args, kwargs or {})
 
@@ -73,10 +80,13 @@ def deterministic_mode() -> str:
 
 
 def _set_mode(mode: str) -> None:
-    if mode == "off":
-        torch.use_deterministic_algorithms(False)
+    enabled, warn_only = mode != "off", mode == "warn"
+    if "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
     else:
-        torch.use_deterministic_algorithms(True, warn_only=mode == "warn")
+        # torch's setter first imports inductor's configuration (and with it torch._dynamo: seconds) to copy
+        # the flag there; nothing in this process has compiled with inductor, so the switch itself is enough
+        torch._C._set_deterministic_algorithms(enabled, warn_only=warn_only)
 
 
 @contextlib.contextmanager
@@ -124,11 +134,14 @@ def tensors(obj: Any, *, max_depth: int = 6) -> list[torch.Tensor]:
 
 
 def any_fake(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
-    """Whether a call runs on fake tensors (an audit's trace: it computes nothing)."""
+    """Whether a call runs on fake tensors (an audit's trace on its pretend CUDA device, or torch's fake
+    tensors): it computes nothing."""
     from torch._subclasses.fake_tensor import FakeTensor
     from torch.utils._pytree import tree_leaves
 
-    return any(isinstance(leaf, FakeTensor) for leaf in tree_leaves((args, dict(kwargs))))
+    from .pretend import PretendTensor
+
+    return any(isinstance(leaf, (FakeTensor, PretendTensor)) for leaf in tree_leaves((args, dict(kwargs))))
 
 
 def _collect(obj: Any, out: list[torch.Tensor], depth: int, max_depth: int) -> None:

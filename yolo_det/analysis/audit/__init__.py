@@ -1,8 +1,10 @@
 """Say, on any machine, which layer of a model will break strict determinism on CUDA, and how to fix it.
 
-:func:`audit` runs the model's forward and backward on a *fake* CUDA device (``FakeTensorMode``: no GPU,
-no memory, no arithmetic) with deterministic algorithms set as the profile sets them at forward time, so
-torch takes the code paths it takes on a GPU, the Python-level ones in ``F.interpolate``/``F.pad`` included.
+:func:`audit` runs the model's forward and backward on a *fake* CUDA device (yolo-det's pretend CUDA device,
+:mod:`yolo_det.analysis.pretend`: meta tensors that report ``cuda``, computed as torch's ``FakeTensorMode``
+computes them, without its seconds of imports; no GPU, no memory, no arithmetic) with deterministic
+algorithms set as the profile sets them at forward time, so torch takes the code paths it takes on a GPU,
+the Python-level ones in ``F.interpolate``/``F.pad`` included.
 Every aten op of the forward and of the backward, and every autograd node, is attributed to the module
 that produced it (module path, class, and for Ultralytics models the YAML layer index and line), then
 matched against the knowledge table (:mod:`yolo_det.analysis.optable`) for the running torch version, or for any
