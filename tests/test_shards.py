@@ -280,3 +280,52 @@ def test_gradients_of_earlier_steps_are_accumulated_and_plain_calls_pass_through
     assert not torch.equal(net.conv.weight.grad, first)
     assert torch.equal(net.conv.weight.grad, first + first)  # added to what the earlier step left
     assert step(batch["img"]).shape == (4, 1)  # a tensor: the model itself
+
+
+class _Trainer:
+    """The parts of an Ultralytics trainer the shard step touches."""
+
+    def __init__(self) -> None:
+        self.model = _Net()
+        self.world_size = 1
+        self.batch_size = 4
+        self.epoch = 0
+        self.args = type("Args", (), {"rect": False, "multi_scale": 0.0, "compile": False})()
+
+    def preprocess_batch(self, batch: dict[str, Any]) -> dict[str, Any]:
+        return {**batch, "img": batch["img"] * 2}
+
+
+def test_install_wraps_the_model_and_preprocessing_and_uninstall_gives_them_back() -> None:
+    from yolo_det.integrations.ultralytics import shards as ul_shards
+
+    trainer = _Trainer()
+    net = trainer.model
+    layout = ul_shards.check(trainer, 2, -1, 1)
+    step = ul_shards.install(trainer, layout, seed=0)
+    assert trainer.model is step
+    assert step.module is net
+    batch = ShardedBatch([{"img": torch.ones(2, 3, 6, 6), "y": torch.zeros(2)}] * 2)
+    out = trainer.preprocess_batch(batch)
+    assert isinstance(out, ShardedBatch)
+    assert [float(s["img"].max()) for s in out.shards] == [2.0, 2.0]  # each shard through the trainer's own
+    ul_shards.uninstall(trainer)
+    assert trainer.model is net
+    assert "preprocess_batch" not in vars(trainer)
+
+
+def test_what_shards_cannot_make_rank_free_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from yolo_det.core import compat
+    from yolo_det.integrations.ultralytics import shards as ul_shards
+
+    trainer = _Trainer()
+    trainer.args.rect = True
+    with pytest.raises(ConfigError, match="cannot train with rect=True"):
+        ul_shards.check(trainer, 2, -1, 1)
+    trainer.args.rect = False
+    monkeypatch.setattr(compat, "sees_through", lambda wrapper, inner: False)  # an Ultralytics without it
+    net = trainer.model
+    with pytest.raises(ConfigError, match="finds its model inside a wrapper"):
+        ul_shards.install(trainer, ul_shards.check(trainer, 2, -1, 1), seed=0)
+    assert trainer.model is net  # nothing changed
+    assert "preprocess_batch" not in vars(trainer)

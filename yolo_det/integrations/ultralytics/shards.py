@@ -55,7 +55,7 @@ class ShardPreprocess:
 
 def install(trainer: Any, layout: ShardLayout, seed: int) -> ShardedStep:
     """Make ``trainer`` train ``layout``'s shards (see the module)."""
-    from ...core.compat import ULTRALYTICS_RANK, sees_through
+    from ...core.compat import ULTRALYTICS_RANK, sees_through, ultralytics_version
 
     current = trainer.model
     if isinstance(current, ShardedStep):
@@ -71,8 +71,8 @@ def install(trainer: Any, layout: ShardLayout, seed: int) -> ShardedStep:
     )
     if not sees_through(step, inner):
         raise ConfigError(
-            "shards needs an Ultralytics whose trainer unwraps its model with unwrap_model (8.4 or newer); "
-            "upgrade ultralytics or remove shards from the profile"
+            f"shards needs an Ultralytics whose trainer finds its model inside a wrapper (unwrap_model; 8.3.253 and "
+            f"8.4 have it, {ultralytics_version()} does not); upgrade ultralytics or remove shards from the profile"
         )
     if layout.world > 1:
         broadcast_state(inner)  # every rank starts from rank 0's weights, as DDP's constructor would give
