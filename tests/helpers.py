@@ -44,7 +44,12 @@ def subprocess_env(extra: Mapping[str, str] | None = None, *, path: Sequence[str
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([*map(str, path), str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     env["YOLO_OFFLINE"] = "1"
-    for name in ("YOLO_DET_DEBUG", "YOLO_DET_TEST_SIGNAL_AT", "YOLO_DET_TEST_SIGNAL_RANK"):
+    for name in (
+        "YOLO_DET_DEBUG",
+        "YOLO_DET_TEST_SIGNAL_AT",
+        "YOLO_DET_TEST_SIGNAL_RANK",
+        "YOLO_DET_TEST_SIGNAL_AGENT",
+    ):
         env.pop(name, None)
     env.update(extra or {})
     return env

@@ -138,3 +138,79 @@ def test_a_classifier_gives_one_digest_on_one_process_and_two_ranks(tmp: Path) -
     assert alone["codes"] == [0], alone["output"][-4000:]
     assert ranks["codes"] == [0], ranks["output"][-4000:]
     assert digest(alone) == digest(ranks)
+
+
+def test_a_machine_lost_mid_run_leaves_one_worker_that_resumes_and_ends_on_the_same_weights(
+    tmp: Path, one: dict[str, Any]
+) -> None:
+    """Two torchrun agents (``--nnodes 1:2``, c10d rendezvous hosted by the first) as two machines; the second
+    machine's worker kills its agent and itself once epoch 1 is checkpointed. torchrun starts the first machine's
+    worker again, alone: it finds the run, resumes it and ends on the digest of the uninterrupted run."""
+    from torchrun_jobs import free_port
+
+    port, project = free_port(), tmp / "runs"
+    run_args = [*TINY, "epochs=2", f"project={project}", "name=lost", "exist_ok=True"]
+
+    def agent(node: int, env: dict[str, str]) -> subprocess.Popen[str]:
+        host = "true" if node == 0 else "false"
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "1:2",
+                "--nproc_per_node",
+                "1",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                f"127.0.0.1:{port}",
+                "--rdzv-id",
+                "lost-machine",
+                "--max-restarts",
+                "1",
+                "--rdzv-conf",
+                f"last_call_timeout=2,join_timeout=120,is_host={host}",
+                "-m",
+                "yolo_det",
+                "train",
+                "--profile",
+                str(tmp / "shards4.yaml"),
+                *run_args,
+            ],
+            cwd=tmp,
+            env=subprocess_env({"OMP_NUM_THREADS": "1", **env}),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    first = agent(0, {})
+    second = agent(
+        1,
+        {
+            "YOLO_DET_TEST_SIGNAL_AT": "fit-epoch-end:SIGKILL",
+            "YOLO_DET_TEST_SIGNAL_RANK": "1",
+            "YOLO_DET_TEST_SIGNAL_AGENT": "1",
+        },
+    )
+    try:
+        out_second, _ = second.communicate(timeout=600)
+        out_first, _ = first.communicate(timeout=600)
+    finally:
+        for proc in (first, second):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert second.returncode == -9, out_second[-3000:]  # the machine is gone
+    assert first.returncode == 0, out_first[-4000:]
+    assert "resuming from" in out_first
+    record = json.loads((project / "lost" / "determinism.json").read_text())
+    assert record["resume"]["state_found"], record["resume"]
+    assert record["resume"]["bitwise_expected"], record["resume"]
+    assert (record["launch"]["world_size"], record["launch"]["restart_count"]) == (1, 1)
+    (before,) = record["segments"]
+    assert before["launch"]["world_size"] == 2
+    assert before["epochs_completed"] == 1
+    assert digest({"record": record, "output": out_first}) == digest(one)

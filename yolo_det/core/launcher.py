@@ -83,12 +83,26 @@ def launch_from_env(environ: Mapping[str, str] | None = None) -> Launch | None:
     return Launch(rank, world, local, max(local_world, local + 1), node, source)
 
 
+def _restarted_alone(env: Mapping[str, str]) -> Launch | None:
+    """The one worker torchrun started again (``TORCHELASTIC_RESTART_COUNT`` > 0) with ``WORLD_SIZE=1``: no job to
+    Ultralytics, but a start of one whose earlier starts may have had more ranks (a machine lost)."""
+    if (
+        _int(env, "WORLD_SIZE") != 1
+        or not env.get("TORCHELASTIC_RUN_ID")
+        or not (_int(env, "TORCHELASTIC_RESTART_COUNT") or 0)
+    ):
+        return None
+    local = _int(env, "LOCAL_RANK")
+    return None if local is None else Launch(0, 1, local, 1, _int(env, "GROUP_RANK") or 0, "torchrun")
+
+
 def launch_identity(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """What tells this job from another, and which start of it this is, for the record: the :class:`Launch`
     fields, the rendezvous (``MASTER_ADDR``/``MASTER_PORT``, ``TORCHELASTIC_RUN_ID``) and the restart count
-    (``TORCHELASTIC_RESTART_COUNT``: 0 at the first start, n after torchrun restarted the workers n times)."""
+    (``TORCHELASTIC_RESTART_COUNT``: 0 at the first start, n after torchrun restarted the workers n times). A single
+    worker torchrun started again has one too: the job's earlier starts may have had more ranks."""
     env = os.environ if environ is None else environ
-    launch = launch_from_env(env)
+    launch = launch_from_env(env) or _restarted_alone(env)
     if launch is None:
         return None
     return {

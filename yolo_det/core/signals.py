@@ -30,7 +30,8 @@ itself the signal the first time it reaches the safe point named ``POINT`` (:dat
 :func:`stop_signals` is active (once per outermost block), so tests
 stop a run at a named moment instead of after a sleep. With ``YOLO_DET_TEST_SIGNAL_RANK=R`` only the process of
 global rank ``R`` (``RANK``) at its first start (``TORCHELASTIC_RESTART_COUNT`` unset or 0) does so: one worker
-of a torchrun job, not the workers torchrun starts again.
+of a torchrun job, not the workers torchrun starts again; with ``YOLO_DET_TEST_SIGNAL_AGENT=1`` that worker sends the
+signal to its torchrun agent first (a machine lost).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ __all__ = ["POINTS", "TEST_HOOK_ENV", "Terminated", "defer_stops", "exit_code", 
 TEST_HOOK_ENV = "YOLO_DET_TEST_SIGNAL_AT"
 #: The testing hook's rank filter (see the module docstring).
 TEST_HOOK_RANK_ENV = "YOLO_DET_TEST_SIGNAL_RANK"
+#: With ``YOLO_DET_TEST_SIGNAL_AGENT=1`` a torchrun worker sends the signal to its agent first (a machine lost).
+TEST_HOOK_AGENT_ENV = "YOLO_DET_TEST_SIGNAL_AGENT"
 
 
 def _hook_applies() -> bool:
@@ -249,6 +252,8 @@ def safe_point(name: str) -> None:
         point, _, sig = hook.partition(":")
         if point == name:
             _STOPS.fired.add(name)
+            if os.environ.get(TEST_HOOK_AGENT_ENV) == "1" and os.environ.get("TORCHELASTIC_RUN_ID"):
+                os.kill(os.getppid(), getattr(signal, sig or "SIGINT"))  # the torchrun agent too: a machine lost
             signal.raise_signal(getattr(signal, sig or "SIGINT"))  # handlers run before this returns
     if _STOPS.depth and _STOPS.pending is not None and threading.current_thread() is threading.main_thread():
         _raise_pending()

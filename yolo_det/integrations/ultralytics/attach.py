@@ -22,7 +22,7 @@ from ...core.signals import stop_signals
 from ...session.distributed import terminate_via_launcher
 from .deploy import export_standard, guarded_stream
 from .folders import lock_fixed_folder, resume_into_its_folder
-from .launcher import default_base, launched_externally, launcher_trainer
+from .launcher import default_base, launched_externally, launcher_trainer, restarted_alone
 from .plugin import UltralyticsPlugin, is_plugin_callback
 
 __all__ = ["attach", "detach"]
@@ -98,7 +98,8 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
         if name == "train":
             kwargs = resume_into_its_folder(owner, kwargs)
             plugin.asked = dict(kwargs)
-            if launched_externally(None, {**getattr(owner, "overrides", {}), **kwargs}) is not None:
+            asked = {**getattr(owner, "overrides", {}), **kwargs}
+            if launched_externally(None, asked) is not None or restarted_alone(None, asked):
                 kwargs = {**kwargs, "trainer": launcher_trainer(kwargs.get("trainer") or default_base(owner))}
             with stop_signals(), plugin.guard(), terminate_via_launcher():
                 lock = lock_fixed_folder(owner, kwargs)

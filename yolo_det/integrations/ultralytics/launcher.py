@@ -29,7 +29,7 @@ from ...core.launcher import Launch, launch_from_env, launch_identity
 from ...core.record import RECORD_NAME
 from ...session.launcher import broadcast_from_rank0, join_process_group, leave_process_group
 
-__all__ = ["default_base", "device_type", "launched_externally", "launcher_trainer"]
+__all__ = ["default_base", "device_type", "launched_externally", "launcher_trainer", "restarted_alone"]
 
 _MADE: dict[type, type] = {}
 
@@ -144,33 +144,40 @@ def _shared_folder(cfg: Any, overrides: dict[str, Any] | None) -> dict[str, Any]
     After torchrun restarted the workers (``--max-restarts``), rank 0 finds the run an earlier start of the job
     left and every rank resumes from its ``last.pt`` (and the resume states next to it), with no new command line.
     """
-    from ...core.compat import DEFAULT_CFG, DEFAULT_CFG_DICT, get_cfg, get_save_dir
     from ...session.distributed import rank_info
 
     over = dict(overrides or {})
-    choice: dict[str, str] | None = None
-    resumed = _resumed_checkpoint(over)
-    if rank_info()[0] == 0 and resumed is not None:  # a resumed run writes into its checkpoint's folder
-        choice = {"save_dir": str(resumed.parent.parent)}
-    elif rank_info()[0] == 0:
-        known = {k: v for k, v in over.items() if k in DEFAULT_CFG_DICT}
-        try:
-            args = get_cfg(DEFAULT_CFG if cfg is None else cfg, known)
-            planned = Path(get_save_dir(args))
-            last = _restarted_run(args, planned)
-            choice = (
-                {"save_dir": str(planned)}
-                if last is None
-                else {"save_dir": str(last.parent.parent), "resume": str(last)}
-            )
-        except Exception:  # Ultralytics reports bad arguments its own way, on every rank
-            choice = None
-    choice = broadcast_from_rank0(choice)
+    alone = launched_externally(cfg, overrides) is None  # the one worker left after a restart: no collective
+    choice = _folder_choice(cfg, over) if alone or rank_info()[0] == 0 else None
+    choice = choice if alone else broadcast_from_rank0(choice)
     if choice:
-        if "resume" in choice and rank_info()[0] == 0:
+        if "resume" in choice and (alone or rank_info()[0] == 0):
             print(f"yolo-det: torchrun restarted the workers; resuming from {choice['resume']}", file=sys.stderr)
         over.update(choice)
     return over
+
+
+def _folder_choice(cfg: Any, over: dict[str, Any]) -> dict[str, str] | None:
+    """The run folder (and the checkpoint to resume from, after a restart) rank 0 picks for the job."""
+    from ...core.compat import DEFAULT_CFG, DEFAULT_CFG_DICT, get_cfg, get_save_dir
+
+    resumed = _resumed_checkpoint(over)
+    if resumed is not None:  # a resumed run writes into its checkpoint's folder
+        return {"save_dir": str(resumed.parent.parent)}
+    known = {k: v for k, v in over.items() if k in DEFAULT_CFG_DICT}
+    try:
+        args = get_cfg(DEFAULT_CFG if cfg is None else cfg, known)
+        planned = Path(get_save_dir(args))
+        last = _restarted_run(args, planned)
+    except Exception:  # Ultralytics reports bad arguments its own way, on every rank
+        return None
+    return {"save_dir": str(planned)} if last is None else {"save_dir": str(last.parent.parent), "resume": str(last)}
+
+
+def restarted_alone(cfg: Any = None, overrides: dict[str, Any] | None = None) -> bool:
+    """Whether this process is the one worker torchrun started again for a job that may have had more (a machine
+    lost under ``--nnodes 1:N``): Ultralytics sees no job (``WORLD_SIZE=1``), but the run the job left is found."""
+    return launched_externally(cfg, overrides) is None and launch_identity() is not None
 
 
 def launcher_trainer(base: type) -> type:
@@ -207,7 +214,7 @@ def launcher_trainer(base: type) -> type:
                 torch.cuda.set_device(device)
             self._yolo_det_group = join_process_group(launch, device.type)
         try:
-            if launch is not None:
+            if launch is not None or restarted_alone(cfg, overrides):
                 overrides = _shared_folder(cfg, overrides)
             parent.__init__(self, cfg, overrides, _callbacks)
         except BaseException:
