@@ -329,3 +329,24 @@ def test_what_shards_cannot_make_rank_free_is_refused_in_one_line(monkeypatch: p
         ul_shards.install(trainer, ul_shards.check(trainer, 2, -1, 1), seed=0)
     assert trainer.model is net  # nothing changed
     assert "preprocess_batch" not in vars(trainer)
+
+
+def test_a_loader_handed_over_without_the_global_batch_is_refused_not_left_unsharded(tmp_path: Path) -> None:
+    from yolo_det.session.session import DeterminismSession
+
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\nextends: repro\ntrain:\n  shards: 2\n")
+    session = DeterminismSession(load_profile(str(path)), seed=0)
+    loader = DataLoader(_Numbers(8), batch_size=4, shuffle=True, generator=torch.Generator())
+    session.begin()
+    try:
+        session.enter("train")
+        with pytest.raises(ConfigError, match="needs the run's global batch"):
+            session.hand_over("loader", loader)
+        assert not isinstance(loader.collate_fn, ShardCollate)
+        tokens = session.hand_over("loader", loader, batch=4)  # with it: sharded
+        assert isinstance(loader.collate_fn, ShardCollate)
+        assert tokens
+    finally:
+        session.end()
+    assert not isinstance(loader.collate_fn, ShardCollate)  # undone with the run

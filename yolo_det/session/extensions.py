@@ -242,7 +242,12 @@ class DataInvariance(Extension):
             return None
         if _data.keyed_sampler(obj) is not None:
             return None
-        if shards and options.get("batch") is not None:  # shards imply keyed data, and cut it into shards
+        if shards:  # shards imply keyed data, and cut it into shards
+            if options.get("batch") is None:
+                raise ConfigError(
+                    f"shards: {shards} needs the run's global batch when its loader is handed over; "
+                    "this integration does not pass it (shards are applied to Ultralytics training only)"
+                )
             layout = _shards.ShardLayout.checked(
                 int(shards), ctx.session.world_size, max(int(ctx.session.rank), 0), int(options["batch"])
             )
