@@ -118,28 +118,6 @@ def test_a_batch_the_shards_do_not_divide_is_refused_in_one_line(tmp: Path) -> N
     assert "needs a batch that is a multiple of 4, got batch=6" in lines[0]
 
 
-def test_a_classifier_gives_one_digest_on_one_process_and_two_ranks(tmp: Path) -> None:
-    """Another task's batches (no boxes), and a validation that gathers tensors between the ranks."""
-    task = "classify"
-    from tests.task_data import TASK_MODELS, make_dataset
-
-    data = make_dataset(tmp / f"data-{task}", task, n=8)
-    args = [f"model={TASK_MODELS[task]}", f"data={data}", "fraction=1.0", "epochs=1"]
-    alone = _alone(tmp, f"{task}-one", *args)
-    project = tmp / "runs"
-    run_args = [*(a for a in TINY if a.split("=", 1)[0] not in {"model", "data", "fraction"}), *args]
-    ranks = job(
-        tmp,
-        f"{task}-two",
-        nproc=2,
-        profile=str(tmp / "shards4.yaml"),
-        args=[*run_args, f"project={project}", f"name={task}-two", "exist_ok=True"],
-    )
-    assert alone["codes"] == [0], alone["output"][-4000:]
-    assert ranks["codes"] == [0], ranks["output"][-4000:]
-    assert digest(alone) == digest(ranks)
-
-
 def test_a_machine_lost_mid_run_leaves_one_worker_that_resumes_and_ends_on_the_same_weights(
     tmp: Path, one: dict[str, Any]
 ) -> None:
