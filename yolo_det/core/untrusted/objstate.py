@@ -11,9 +11,10 @@ allow-list of keys and value kinds:
   ``_non_persistent_buffers_set`` (names), ``_is_full_backward_hook`` (None or a bool), each hook dict
   (:data:`HOOK_DICTS`) only when empty, and any other attribute only as data;
 - any other object (a loss, a transform) holds attributes as data only;
-- data is None, a bool, number, string or bytes, a tensor, a dtype, device, size, path, date or slice, a NumPy
-  array (no objects), scalar or dtype, a namespace or container of data, or another object the pickle made
-  (checked on its own). A class, a function, a method or anything else is refused;
+- data is None, a bool, number, string or bytes, a tensor, a dtype, device, random generator (made by the
+  unpickler from its state bytes), size, path, date or slice, a NumPy array (no objects), scalar or dtype, a
+  namespace or container of data, or another object the pickle made (checked on its own). A class, a function,
+  a method or anything else is refused;
 - nothing callable (a module included) may shadow a method of its class (``forward``), and no name is a dunder.
 """
 
@@ -61,7 +62,7 @@ MODULE_DATA = {
     "_is_full_backward_hook": "None or a bool",
 }
 _SCALARS = (type(None), bool, int, float, complex, str, bytes, bytearray)
-_ATOMS = (torch.dtype, torch.device, slice, pathlib.PurePath, datetime.date, datetime.timedelta)
+_ATOMS = (torch.dtype, torch.device, torch.Generator, slice, pathlib.PurePath, datetime.date, datetime.timedelta)
 _MAX_VALUES = 5_000_000
 #: The namespaces the unpickler makes (``types.SimpleNamespace``, ``argparse.Namespace``, Ultralytics' own).
 _NAMESPACES = frozenset(

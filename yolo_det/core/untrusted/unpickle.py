@@ -1,4 +1,4 @@
-"""The one unpickler for checkpoints from others: an allow-list, a restricted instruction set, bounded work.
+"""The one unpickler for every checkpoint (yolo-det's own too): an allow-list, restricted instructions, bounded work.
 
 Length: the one unpickler for files from others, with the value constructors it may call and the
 opcodes it changes: kept whole so that what stands between a file and running code reads in one place.
@@ -11,6 +11,8 @@ with Python's own pickle machine, changed where the pickle could run code:
 - ``REDUCE`` (a call) calls only value functions; a model class is never called, only created with
   ``cls.__new__`` (``NEWOBJ``, ``copyreg._reconstructor``) and given its pickled state (``BUILD``);
 - ``INST``/``OBJ`` (calls) and the extension registry (``EXT1/2/4``) are refused;
+- a ``torch.Generator`` (a user's block may keep one) is made fresh on the CPU by yolo-det and given the seed,
+  offset and state bytes its pickle carries, checked to be just those;
 - ``BUILD``, ``APPEND(S)``, ``SETITEM(S)`` and ``ADDITEMS`` act only on objects the pickle made of allowed
   types, never on a class or function;
 - storages come from the archive's records, checked to hold the bytes the pickle claims (a truncated
@@ -238,6 +240,33 @@ def _interpolation_mode(value: Any) -> Any:
     return InterpolationMode(value)
 
 
+def _generator(device: Any = None) -> torch.Generator:
+    """A fresh CPU ``torch.Generator`` (what a pickled generator is created as; its state comes as bytes, given by
+    :func:`_generator_state`)."""
+    if device is not None and not (isinstance(device, torch.device) and device.type == "cpu"):
+        raise ModelError(
+            f"a torch.Generator of device {str(device)[:20]} in checkpoint: yolo-det loads checkpoints on the CPU"
+        )
+    return torch.Generator(device="cpu")
+
+
+def _generator_state(gen: torch.Generator, state: Any) -> None:
+    """Give ``gen`` the state a pickled generator carries: its seed, offset and state bytes, nothing else."""
+    ok = isinstance(state, tuple) and len(state) == 3
+    if ok:
+        seed, offset, data = state
+        ok = (
+            type(seed) is int
+            and (offset is None or type(offset) is int)
+            and type(data) is torch.Tensor
+            and data.dtype == torch.uint8
+            and data.dim() == 1
+        )
+    if not ok:
+        raise ModelError("malformed torch.Generator state in checkpoint")
+    gen.__setstate__((seed, offset, data.contiguous()))
+
+
 #: The functions and types a checkpoint's pickle may call (everything else is refused).
 VALUES: dict[tuple[str, str], Any] = {
     ("collections", "OrderedDict"): collections.OrderedDict,
@@ -250,6 +279,9 @@ VALUES: dict[tuple[str, str], Any] = {
     ("_codecs", "encode"): _bytes,
     ("torch", "Size"): torch.Size,
     ("torch", "device"): torch.device,
+    # a user's block that keeps a random generator: created here, its state given as bytes (_generator_state)
+    ("torch._C", "Generator"): _generator,
+    ("torch", "Generator"): _generator,
     ("types", "SimpleNamespace"): types.SimpleNamespace,
     ("argparse", "Namespace"): argparse.Namespace,
     ("datetime", "datetime"): datetime.datetime,
@@ -443,6 +475,10 @@ class SafeUnpickler(pickle._Unpickler):
 
     def _load_build(self) -> None:
         state = self.stack[-1]
+        if type(self.stack[-2]) is torch.Generator:  # only _generator makes one
+            self.stack.pop()
+            _generator_state(self.stack[-1], state)
+            return
         self._target(self.stack[-2], "a state")
         if isinstance(self.stack[-2], torch.Tensor):  # torch never does: it would set the tensor's hooks
             raise ModelError(f"checkpoint '{self._archive.path}' gives a tensor a state, so it was not loaded")
