@@ -27,7 +27,7 @@ import torch
 
 from ..errors import ModelError
 from .container import TRUST_FLAG, open_checkpoint, read_bytes, trust_checkpoints, trust_hint, trusted_checkpoints
-from .unpickle import Inert, RefusedGlobal, SafeUnpickler
+from .unpickle import Inert, RefusedGlobal, SafeUnpickler, module_dict, module_state_dict
 
 __all__ = [
     "TRUST_FLAG",
@@ -201,63 +201,9 @@ def guarded_torch_load() -> Iterator[None]:
                 torch.save = _REAL_SAVE.pop()
 
 
-def _module_dict(obj: Any) -> dict[str, Any] | None:
-    if not isinstance(obj, Inert):
-        return None
-    state = obj.state
-    if isinstance(state, tuple) and len(state) == 2 and isinstance(state[0], dict):
-        state = state[0]
-    if isinstance(state, dict) and ("_parameters" in state or "_modules" in state):
-        return state
-    return None
-
-
 def is_module_like(obj: Any) -> bool:
     """Whether ``obj`` is the placeholder of a pickled ``nn.Module``."""
-    return _module_dict(obj) is not None
-
-
-def module_state_dict(obj: Any, *, max_depth: int = 200, max_modules: int = 100_000) -> dict[str, torch.Tensor]:
-    """The state dict of a pickled ``nn.Module`` placeholder, keyed as ``nn.Module.state_dict`` keys it.
-
-    Raises:
-        ModelError: ``obj`` is not a pickled module, or its modules nest deeper than ``max_depth`` or
-            number more than ``max_modules`` (a module shared by many parents counts once per parent,
-            as ``state_dict`` lists it).
-    """
-    out: dict[str, torch.Tensor] = {}
-    visits = [0]
-
-    def walk(node: Any, prefix: str, depth: int) -> None:
-        state = _module_dict(node)
-        if state is None:
-            return
-        if depth > max_depth:
-            raise ModelError(f"the checkpoint's modules nest more than {max_depth} deep")
-        visits[0] += 1
-        if visits[0] > max_modules:
-            raise ModelError(f"the checkpoint's model lists more than {max_modules} modules")
-        params = state.get("_parameters")
-        if isinstance(params, Mapping):
-            for name, value in params.items():
-                if isinstance(value, torch.Tensor):
-                    out[f"{prefix}{name}"] = value
-        buffers = state.get("_buffers")
-        skip = state.get("_non_persistent_buffers_set")
-        skip = skip if isinstance(skip, (set, frozenset)) else set()
-        if isinstance(buffers, Mapping):
-            for name, value in buffers.items():
-                if isinstance(value, torch.Tensor) and name not in skip:
-                    out[f"{prefix}{name}"] = value
-        children = state.get("_modules")
-        if isinstance(children, Mapping):
-            for name, child in children.items():
-                walk(child, f"{prefix}{name}.", depth + 1)
-
-    if _module_dict(obj) is None:
-        raise ModelError("the checkpoint object is not a model")
-    walk(obj, "", 0)
-    return out
+    return module_dict(obj) is not None
 
 
 def _model_object(obj: Any) -> Any:
@@ -318,7 +264,7 @@ def checkpoint_model_yaml(path: str | os.PathLike[str]) -> tuple[dict[str, Any],
     model = _model_object(obj)
     if model is None:
         return None
-    cfg = (_module_dict(model) or {}).get("yaml")
+    cfg = (module_dict(model) or {}).get("yaml")
     if not isinstance(cfg, dict) or not _plain(cfg, [100_000]):
         return None
     return dict(cfg), module_state_dict(model)
