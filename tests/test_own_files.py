@@ -157,7 +157,7 @@ def test_a_run_with_a_generator_block_reads_its_own_checkpoints(
         sys.modules.pop("noisy_gate_i38", None)
         assert main(["digest", str(last)]) == 0
         assert record["weights"]["sha256"] in capsys.readouterr().out
-        with pytest.raises(ModelError, match=r"refers to noisy_gate_i38\.NoisyGate"):
+        with pytest.raises(ModelError, match=r"refers to noisy_gate_i38\.NoisyGate, .* pass --import noisy_gate_i38;"):
             load_checkpoint(last)
         assert "noisy_gate_i38" not in sys.modules
         assert not (tmp_path / "cache" / "written").exists()  # no store of digests

@@ -132,10 +132,14 @@ class RefusedGlobal(ModelError):
     def __init__(self, path: Any, what: str, called: bool = False) -> None:
         self.name = what
         verb = "calls" if called else "refers to"
+        module = what.rpartition(".")[0]
+        # a class of a module not imported here: the --import that would allow it, if it is the user's block
+        named = not called and 0 < len(module) <= 100 and module not in sys.modules
+        named = named and all(p.isidentifier() for p in module.split("."))
         super().__init__(
             f"checkpoint '{path}' {verb} {what[:160]}, which is not on yolo-det's allow-list of what "
-            f"checkpoints hold, so it was not loaded (if it is your own block, pass --import MODULE; "
-            f"{trust_hint()})"
+            f"checkpoints hold, so it was not loaded (if it is your own block, pass --import "
+            f"{module if named else 'MODULE'}; {trust_hint()})"
         )
 
 
