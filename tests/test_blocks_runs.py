@@ -132,23 +132,23 @@ def test_blocks_through_audit_rewrite_train_and_resume(project, capsys):
     cfg = torch.load(last, map_location="cpu", weights_only=False)["ema"].yaml
     assert cfg["head"][0][2] == "nn.Upsample"
     assert cfg["yolo_det"]["imports"] == record["imports"]
-    # the module changed since: resuming without --import is one line naming it, nothing written into the run
-    original = (project / mod).read_text()
-    (project / mod).write_text(original + "# edited\n", encoding="utf-8")
+    # resuming without --import is one line naming the --import to add, nothing imported (the file beside it is
+    # unchanged) and nothing written into the run
+    sys.modules.pop(NAME, None)
     before = _files(run)
     assert main(["train", f"resume={last}"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
-    assert f"--import {NAME}" in err, err
-    assert "changed" in err, err
+    assert f"add --import {NAME}" in err, err
+    assert NAME not in sys.modules
     assert _files(run) == before
-    # the audit of the checkpoint uses the run's module (unchanged file) and rebuilds yolo-det's layer
-    (project / mod).write_text(original, encoding="utf-8")
-    assert main(["audit", str(last)]) == 0
+    assert main(["audit", str(last)]) == 2  # the audit of the checkpoint too
+    assert f"add --import {NAME}" in capsys.readouterr().err
+    assert NAME not in sys.modules
+    # on the user's word: the audit rebuilds yolo-det's layer, and the resume finishes the run
+    assert main(["audit", "--import", mod, str(last)]) == 0
     assert "fixed: layer 5" in capsys.readouterr().out
-    # resuming without --import imports the unchanged file again and finishes the run
-    sys.modules.pop(NAME, None)
-    assert main(["train", f"resume={last}"]) == 0
+    assert main(["train", "--import", mod, f"resume={last}"]) == 0
     record = json.loads((run / RECORD_NAME).read_text())
     assert record["status"] == "completed"
     assert record["imports"][0]["sha256"] == digest

@@ -17,6 +17,7 @@ from torch import nn
 
 from helpers import subprocess_env
 from yolo_det.cli import COMMANDS
+from yolo_det.core.errors import ModelError
 from yolo_det.core.record import checkpoint_digest
 from yolo_det.core.untrusted.rawdigest import raw_checkpoint_digest
 
@@ -101,16 +102,20 @@ def test_a_real_ultralytics_model_digests_alike(tmp_path: Path) -> None:
     assert raw_checkpoint_digest(path) == checkpoint_digest(path)
 
 
-def test_what_the_archive_reader_does_not_know_goes_to_the_full_reader(tmp_path: Path) -> None:
+def test_what_only_torch_makes_goes_to_the_reading_with_torch(tmp_path: Path) -> None:
     import numpy as np
 
-    path = tmp_path / "np.pt"  # a NumPy scalar among the metadata: only the full reader reads it
-    torch.save({**_ultralytics_like(Tiny()), "best_fitness": np.float64(0.5)}, path)
+    model = Tiny()
+    numpy_scalar = tmp_path / "np.pt"  # a NumPy scalar among the metadata: read without torch too
+    torch.save({**_ultralytics_like(model), "best_fitness": np.float64(0.5)}, numpy_scalar)
+    assert raw_checkpoint_digest(numpy_scalar) == checkpoint_digest(numpy_scalar)
+    path = tmp_path / "gen.pt"  # a random generator in the metadata: only torch makes one
+    torch.save({**_ultralytics_like(model), "rng": torch.Generator().manual_seed(3)}, path)
     assert raw_checkpoint_digest(path) is None
     code, out, err, heavy = _run("digest", str(path))
     assert code == 0, err
-    assert out.split()[0] == checkpoint_digest(path)
-    assert "torch" in heavy  # the full reader ran
+    assert out.split()[0] == checkpoint_digest(path) == checkpoint_digest(numpy_scalar)
+    assert "torch" in heavy  # the reading with torch ran
 
 
 def test_a_hostile_checkpoint_is_still_refused(tmp_path: Path) -> None:
@@ -120,12 +125,14 @@ def test_a_hostile_checkpoint_is_still_refused(tmp_path: Path) -> None:
 
     path = tmp_path / "evil.pt"
     torch.save({"model": Tiny(), "x": Evil()}, path)
-    assert raw_checkpoint_digest(path) is None
-    code, out, err, _ = _run("digest", str(path))
+    with pytest.raises(ModelError, match=r"calls builtins\.print, which is not on yolo-det's allow-list"):
+        raw_checkpoint_digest(path)  # the one reader's refusal, without torch
+    code, out, err, heavy = _run("digest", str(path))
     assert code == 2
     assert "ran" not in out
     assert "builtins.print" in err
     assert "allow-list" in err
+    assert "torch" not in heavy
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))

@@ -1,12 +1,17 @@
-"""A run can read what it wrote: a checkpoint yolo-det serialized on this machine loads through the same gate
-whatever classes the user's model holds (a ``torch.Generator``); the same bytes received on a machine whose
-store never saw them, a changed file, or a record that lists their digest are refused as files from others."""
+"""One reader for every checkpoint: a file yolo-det wrote itself loads through the same allow-list as any other.
+
+No digest unlocks a wider reader: a crafted checkpoint whose SHA-256 is planted where an older yolo-det kept the
+digests of the files it wrote (``written/`` in the cache folder) runs nothing, through ``digest``, ``train
+resume=`` and the model loader. What a user's model holds beyond the allow-list's classes is learnt as data: a
+block keeping a ``torch.Generator`` loads (the generator rebuilt from its state bytes), whoever wrote the file.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
-import shutil
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,11 +23,8 @@ from torch import nn
 from yolo_det.analysis.gate import check_arguments
 from yolo_det.cli import main
 from yolo_det.core.errors import ModelError
-from yolo_det.core.untrusted import written
 from yolo_det.core.untrusted.allow import allowed_user_modules
 from yolo_det.core.untrusted.safeload import checkpoint_state_dict, guarded_torch_load, load_checkpoint
-
-REFUSED = "refers to torch._C.Generator, which is not on yolo-det's allow-list"
 
 
 class Held(nn.Module):
@@ -34,89 +36,133 @@ class Held(nn.Module):
         self.gen = torch.Generator().manual_seed(7)
 
 
-def _serialized(scale: float = 1.0) -> bytes:
-    model = Held()
-    with torch.no_grad():
-        model.conv.weight.fill_(scale)
-    buffer = io.BytesIO()
-    torch.save({"epoch": 1, "ema": model, "train_args": {}}, buffer)
-    return buffer.getvalue()
+class Payload:
+    """What an attacker pickles: ``posix.system`` called with a shell command."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.system, (self.command,))
 
 
 @pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setenv("YOLO_DET_CACHE", str(tmp_path / "cache"))
-    with allowed_user_modules([__name__]):  # Held is the user's block (--import): only the generator is off the list
-        yield tmp_path / "cache" / "written"
+def user_block() -> Iterator[None]:
+    with allowed_user_modules([__name__]):  # Held is the user's block (--import): only the generator is beyond it
+        yield
 
 
-def _own(path: Path) -> bytes:
-    """Write a checkpoint as a yolo-det run does (``torch.save`` to a buffer, then the bytes to the file)."""
-    with guarded_torch_load():
-        buffer = io.BytesIO()
-        torch.save({"epoch": 1, "ema": Held(), "train_args": {}}, buffer)
+def _save(obj: object, path: Path) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(buffer.getvalue())
     return buffer.getvalue()
 
 
-def test_a_file_yolo_det_wrote_loads_through_the_gate(store: Path, tmp_path: Path) -> None:
-    foreign = tmp_path / "foreign.pt"
-    foreign.write_bytes(_serialized())  # the same classes, not written by yolo-det
-    with pytest.raises(ModelError, match=REFUSED):  # control: the allow-list still refuses it
-        load_checkpoint(foreign)
-    with pytest.raises(ModelError, match=REFUSED):
-        check_arguments({"model": str(foreign)})
-    own = tmp_path / "runs" / "r" / "weights" / "last.pt"
-    data = _own(own)
-    assert (store / written.digest(data)).is_file()  # the store, outside the run folder
-    check_arguments({"model": str(own)})  # the gate lets it through
-    ckpt = load_checkpoint(own)
+def test_a_checkpoint_holding_a_generator_loads_whoever_wrote_it(user_block: None, tmp_path: Path) -> None:
+    held = Held()
+    held.gen.manual_seed(11)
+    drawn = torch.rand(3, generator=held.gen)  # a generator whose state moved on from its seed
+    foreign = tmp_path / "foreign.pt"  # the same classes, written by anything
+    _save({"epoch": 1, "ema": held, "train_args": {}}, foreign)
+    check_arguments({"model": str(foreign)})  # the gate lets it through
+    ckpt = load_checkpoint(foreign)
     assert isinstance(ckpt["ema"], Held)
     assert isinstance(ckpt["ema"].gen, torch.Generator)
-    assert torch.equal(ckpt["ema"].gen.get_state(), torch.Generator().manual_seed(7).get_state())
-    assert set(checkpoint_state_dict(own)) == {"conv.weight", "conv.bias"}  # inspection reads it too
-    with guarded_torch_load():  # what Ultralytics' own torch.load gets
-        assert isinstance(torch.load(own, map_location="cpu")["ema"], Held)
-
-
-def test_the_same_bytes_received_elsewhere_or_changed_are_refused(
-    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+    assert torch.equal(ckpt["ema"].gen.get_state(), held.gen.get_state())
+    assert not torch.equal(held.gen.get_state(), torch.Generator().manual_seed(11).get_state())
+    assert ckpt["ema"].gen.initial_seed() == 11
+    assert not torch.equal(torch.rand(3, generator=ckpt["ema"].gen), drawn)  # it continues, not restarts
+    assert set(checkpoint_state_dict(foreign)) == {"conv.weight", "conv.bias"}  # inspection reads it too
     own = tmp_path / "runs" / "r" / "weights" / "last.pt"
-    data = _own(own)
-    # a changed file (the same classes, another weight): not the bytes yolo-det wrote
-    tampered = tmp_path / "tampered.pt"
-    tampered.write_bytes(_serialized(scale=2.0))
-    assert tampered.read_bytes() != data
-    with pytest.raises(ModelError, match=REFUSED):
-        load_checkpoint(tampered)
-    # the run folder received on a machine whose store never saw it: its record lists the digest, in vain
-    received = tmp_path / "received" / "r"
-    shutil.copytree(own.parent.parent, received)
-    listed = {"file": str(received / "weights" / "last.pt"), "sha256": written.digest(data)}
-    (received / "determinism.json").write_text(json.dumps({"weights": {"files": [listed]}}))
-    monkeypatch.setenv("YOLO_DET_CACHE", str(tmp_path / "other-cache"))
-    with pytest.raises(ModelError, match=REFUSED):
-        load_checkpoint(received / "weights" / "last.pt")
-    with pytest.raises(ModelError, match=REFUSED):
-        check_arguments({"resume": str(received / "weights" / "last.pt")})
-    assert not (tmp_path / "other-cache").exists()  # reading wrote nothing
-    # back on the machine that wrote it, the copy is the same bytes: it loads
-    monkeypatch.setenv("YOLO_DET_CACHE", str(store.parent))
-    assert isinstance(load_checkpoint(received / "weights" / "last.pt")["ema"], Held)
+    own.parent.mkdir(parents=True)
+    with guarded_torch_load():  # what a run writes and Ultralytics' own torch.load reads back
+        torch.save({"epoch": 1, "ema": Held(), "train_args": {}}, own)
+        assert isinstance(torch.load(own, map_location="cpu")["ema"].gen, torch.Generator)
 
 
-def test_own_files_import_nothing(store: Path, tmp_path: Path) -> None:
-    """A file of ours that names a module not imported now is refused in one line, not imported."""
-    own = tmp_path / "own.pt"
-    _own(own)
-    saved = sys.modules.pop(__name__)
+def test_a_generator_is_data_only(user_block: None, tmp_path: Path) -> None:
+    """Its state is checked to be bytes: anything else in its place is refused in one line."""
+
+    class Bad(torch.Generator):
+        def __reduce__(self):  # type: ignore[no-untyped-def]
+            return (torch.Generator, (torch.device("cpu"),), (0, None, "not bytes"))
+
+    held = Held()
+    held.gen = Bad()
+    bad = tmp_path / "bad.pt"
+    _save({"ema": held}, bad)
+    with pytest.raises(ModelError, match="malformed torch.Generator state"):
+        load_checkpoint(bad)
+
+
+@pytest.fixture
+def planted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A crafted checkpoint running ``touch CANARY``, its digest planted in the folder where an older yolo-det
+    noted the checkpoints it wrote (``written/`` in ``$YOLO_DET_CACHE``)."""
+    canary = tmp_path / "canary"
+    evil = tmp_path / "received" / "weights" / "last.pt"
+    data = _save({"epoch": 1, "model": Payload(f"touch {canary}"), "train_args": {}}, evil)
+    store = tmp_path / "cache" / "written"
+    store.mkdir(parents=True)
+    (store / hashlib.sha256(data).hexdigest()).write_bytes(b"")
+    monkeypatch.setenv("YOLO_DET_CACHE", str(tmp_path / "cache"))
+    return evil, canary
+
+
+@pytest.mark.parametrize("command", ["digest", "resume", "audit", "load"])
+def test_a_planted_digest_unlocks_nothing(command: str, planted: tuple[Path, Path], tmp_path: Path, capsys) -> None:
+    evil, canary = planted
+    if command == "load":
+        with pytest.raises(ModelError) as refused:
+            load_checkpoint(evil)
+        code, err = 2, str(refused.value)
+    else:
+        argv = {
+            "digest": ["digest", str(evil)],
+            "resume": ["train", f"resume={evil}"],
+            "audit": ["audit", str(evil)],
+        }[command]
+        code, err = main(argv), capsys.readouterr().err.strip()
+    assert not canary.exists()  # nothing ran
+    assert code == 2
+    assert len(err.splitlines()) == 1, err
+    assert "posix.system, which is not on yolo-det's allow-list" in err, err
+    assert sorted(p.name for p in evil.parent.parent.rglob("*")) == ["last.pt", "weights"]  # nothing written
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_run_with_a_generator_block_reads_its_own_checkpoints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "noisy_gate_i38.py").write_text(BLOCK, encoding="utf-8")
+    (tmp_path / "m.yaml").write_text(MODEL, encoding="utf-8")
+    monkeypatch.setenv("YOLO_DET_CACHE", str(tmp_path / "cache"))
+    small = ["imgsz=64", "batch=8", "nbs=8", "fraction=0.25", "plots=false", "workers=0", "device=cpu"]
     try:
-        with pytest.raises(ModelError, match="not imported here"):
-            load_checkpoint(own)
+        run = [f"project={tmp_path / 'runs'}", "name=r"]
+        code = main(["train", "--import", "noisy_gate_i38.py", "model=m.yaml", "epochs=1", *small, *run])
+        assert code == 0, capsys.readouterr().err
+        last = tmp_path / "runs" / "r" / "weights" / "last.pt"
+        record = json.loads((tmp_path / "runs" / "r" / "determinism.json").read_text())
+        assert record["weights"]["sha256"], record["weights"]  # the record could read its own file back
+        capsys.readouterr()
+        assert main(["digest", str(last)]) == 0, capsys.readouterr().err
+        assert record["weights"]["sha256"] in capsys.readouterr().out
+        # read without the user's module (a file received elsewhere): the digest, which never makes the block,
+        # still answers; loading it is refused by name; nothing is imported
+        sys.modules.pop("noisy_gate_i38", None)
+        assert main(["digest", str(last)]) == 0
+        assert record["weights"]["sha256"] in capsys.readouterr().out
+        with pytest.raises(ModelError, match=r"refers to noisy_gate_i38\.NoisyGate, .* pass --import noisy_gate_i38;"):
+            load_checkpoint(last)
+        assert "noisy_gate_i38" not in sys.modules
+        assert not (tmp_path / "cache" / "written").exists()  # no store of digests
     finally:
-        sys.modules[__name__] = saved
+        sys.modules.pop("noisy_gate_i38", None)
 
 
 BLOCK = '''
@@ -144,30 +190,3 @@ backbone:
 head:
   - [[2], 1, Detect, [nc]]
 """
-
-
-@pytest.mark.slow
-@pytest.mark.filterwarnings("ignore::UserWarning")
-def test_a_run_with_a_generator_block_reads_its_own_checkpoints(
-    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "noisy_gate_i38.py").write_text(BLOCK, encoding="utf-8")
-    (tmp_path / "m.yaml").write_text(MODEL, encoding="utf-8")
-    small = ["imgsz=64", "batch=8", "nbs=8", "fraction=0.25", "plots=false", "workers=0", "device=cpu"]
-    try:
-        run = [f"project={tmp_path / 'runs'}", "name=r"]
-        code = main(["train", "--import", "noisy_gate_i38.py", "model=m.yaml", "epochs=1", *small, *run])
-        assert code == 0, capsys.readouterr().err
-        last = tmp_path / "runs" / "r" / "weights" / "last.pt"
-        record = json.loads((tmp_path / "runs" / "r" / "determinism.json").read_text())
-        assert record["weights"]["sha256"], record["weights"]  # the record could read its own file back
-        capsys.readouterr()
-        assert main(["digest", str(last)]) == 0, capsys.readouterr().err
-        assert record["weights"]["sha256"] in capsys.readouterr().out
-        # the same file received by a machine that never wrote it: refused, exit 2
-        monkeypatch.setenv("YOLO_DET_CACHE", str(tmp_path / "fresh"))
-        assert main(["digest", str(last)]) == 2
-        assert "torch._C.Generator" in capsys.readouterr().err
-    finally:
-        sys.modules.pop("noisy_gate_i38", None)

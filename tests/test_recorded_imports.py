@@ -1,54 +1,78 @@
-"""A module path a checkpoint or record stores is a hint: a file is imported again only from the top of the
-user's own current folder, never from a received run folder or anywhere below the current folder."""
+"""A module a checkpoint or record names is imported only on the user's word (``--import``): never because the
+checkpoint stores its path and digest and an unchanged file of that name lies in the current folder."""
 
 from __future__ import annotations
 
 import hashlib
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from yolo_det.analysis.names import recorded_imports
+from yolo_det.analysis.names import checkpoint_imports, recorded_imports
+from yolo_det.cli import main
 from yolo_det.core.errors import ConfigError
 
-CODE = "import pathlib\npathlib.Path(__file__).with_name('ran').write_text('x')\n"
+NAME = "blocks_beside_i45"
+
+
+def _code(canary: Path) -> str:
+    return (
+        f"import pathlib\npathlib.Path({str(canary)!r}).write_text('ran')\n"
+        "from torch import nn\n\nclass Gate(nn.Module):\n    pass\n"
+    )
 
 
 def _entry(path: Path, name: str) -> dict[str, str]:
     return {"name": name, "path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
 
 
-def test_a_file_at_the_top_of_the_current_folder_is_imported_again(tmp_path: Path, monkeypatch) -> None:
-    (tmp_path / "blocks.py").write_text(CODE)
-    (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "blocks.py").write_text(CODE)
-    monkeypatch.chdir(tmp_path)
-    got = recorded_imports([_entry(tmp_path / "blocks.py", "blocks")], "checkpoint 'x'")
-    assert got == [str(tmp_path / "blocks.py")]
-    assert recorded_imports([_entry(tmp_path / "pkg" / "blocks.py", "pkg.blocks")], "checkpoint 'x'") == ["pkg.blocks"]
-    assert not (tmp_path / "ran").exists()  # deciding imports nothing
+@pytest.fixture
+def received(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A received folder: a checkpoint whose stored model YAML records ``NAME`` (path and digest of the file beside
+    it, unchanged), as a run with ``--import`` would have written it; the current folder."""
+    folder = tmp_path / "received"
+    folder.mkdir()
+    (folder / f"{NAME}.py").write_text(_code(tmp_path / "ran"))
+    from ultralytics.nn.tasks import DetectionModel
+
+    model = DetectionModel("yolov8n.yaml", nc=3, verbose=False)
+    model.yaml["yolo_det"] = {"imports": [_entry(folder / f"{NAME}.py", NAME)]}
+    torch.save({"epoch": 0, "model": None, "ema": model, "train_args": {}}, folder / "model.pt")
+    monkeypatch.chdir(folder)
+    yield folder
+    sys.modules.pop(NAME, None)
 
 
-def test_a_file_received_with_a_run_folder_is_never_imported(tmp_path: Path, monkeypatch) -> None:
-    received = tmp_path / "downloads" / "run"
-    received.mkdir(parents=True)
-    (received / "determinism.json").write_text("{}")
-    (received / "blocks.py").write_text(CODE)
-    entry = _entry(received / "blocks.py", "blocks")
-    # from a folder above it (the user's home, a project holding the download): below the top, refused
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match=r"not at the top of the current folder: pass --import blocks\.py"):
+def test_a_py_beside_a_received_checkpoint_is_never_imported(received: Path, tmp_path: Path, capsys) -> None:
+    assert main(["train", "model=model.pt", "epochs=1", "imgsz=32", "device=cpu", f"project={tmp_path}/runs"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert f"add --import {NAME} " in err, err
+    assert main(["audit", "model.pt"]) == 2
+    assert f"add --import {NAME} " in capsys.readouterr().err
+    assert not (tmp_path / "ran").exists()  # nothing ran
+    assert NAME not in sys.modules
+    assert not (tmp_path / "runs").exists()  # nothing written
+    with pytest.raises(ConfigError, match=rf"add --import {NAME} "):
+        recorded_imports([_entry(received / f"{NAME}.py", NAME)], "checkpoint 'x'")
+
+
+def test_the_users_import_still_imports(received: Path, tmp_path: Path) -> None:
+    # the harmless twin: on the user's word the same module is imported, and the check passes
+    checkpoint_imports(received / "model.pt", given=[f"{NAME}.py"])
+    from yolo_det.analysis.models import model_names
+
+    with model_names([f"{NAME}.py"]):
+        assert (tmp_path / "ran").read_text() == "ran"
+        checkpoint_imports(received / "model.pt")  # imported in this block: nothing to add
+
+
+def test_a_hostile_module_name_is_shown_escaped() -> None:
+    entry = {"name": "x\x1b]8;;evil\x07", "path": "/x.py", "sha256": "0" * 64}
+    with pytest.raises(ConfigError) as info:
         recorded_imports([entry], "checkpoint 'x'")
-    # from inside the run folder itself: a run folder's files are never imported
-    monkeypatch.chdir(received)
-    with pytest.raises(ConfigError, match="is a run folder"):
-        recorded_imports([entry], "checkpoint 'x'")
-    # the user's word still imports it
-    assert recorded_imports([entry], "checkpoint 'x'", given=[str(received / "blocks.py")]) == []
-    # a dotted name whose package sits below the top is refused too
-    (tmp_path / "deep" / "pkg").mkdir(parents=True)
-    (tmp_path / "deep" / "pkg" / "blocks.py").write_text(CODE)
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match="not at the top"):
-        recorded_imports([_entry(tmp_path / "deep" / "pkg" / "blocks.py", "pkg.blocks")], "checkpoint 'x'")
-    assert not (tmp_path / "downloads" / "run" / "ran").exists()
+    assert "\x1b" not in str(info.value)
+    assert "\x07" not in str(info.value)
+    assert "--import with the module it was trained with" in str(info.value)

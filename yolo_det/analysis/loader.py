@@ -341,8 +341,8 @@ def _rebuild_checkpoint(path: Path, source: str) -> LoadedModel:
     from .names import recorded_imports
 
     extra = cfg.get(CHECKPOINT_KEY)
-    again = recorded_imports(extra.get("imports") if isinstance(extra, dict) else None, f"checkpoint '{path}'")
-    with model_names(again):  # the run's modules, yolo-det's layer names and example blocks, as `yolo-det train`
+    recorded_imports(extra.get("imports") if isinstance(extra, dict) else None, f"checkpoint '{path}'")
+    with model_names():  # yolo-det's layer names and example blocks, as `yolo-det train` (the user's: --import)
         try:
             check_yaml_modules(cfg, "", origin, vars(tasks))
             check_activation(cfg, origin)
@@ -369,8 +369,9 @@ def _unpickle_checkpoint(path: Path, source: str) -> LoadedModel:
 
     from .names import checkpoint_imports
 
+    checkpoint_imports(path)  # one line naming the --import to add, never an import
     try:
-        with model_names(checkpoint_imports(path)), quiet_ultralytics(level=logging.ERROR, drop_stdout=True):
+        with model_names(), quiet_ultralytics(level=logging.ERROR, drop_stdout=True):
             ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # pickle errors come in many types
         msg = " ".join(str(e).split()) or type(e).__name__

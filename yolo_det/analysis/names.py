@@ -34,7 +34,6 @@ from types import ModuleType
 from typing import Any, Union, cast
 
 from ..core.errors import ConfigError
-from ..core.record_schema import RECORD_NAME
 
 __all__ = [
     "ModuleSpec",
@@ -172,34 +171,32 @@ def module_origin(module: ModuleType) -> dict[str, str] | None:
 
 def active_imports() -> list[dict[str, str]]:
     """The user's modules (``--import``, ``modules=``) imported by the :func:`custom_modules` blocks now open,
-    each ``{"name", "path", "sha256"}``, in import order: what a run records so that resuming it can import
-    them again."""
+    each ``{"name", "path", "sha256"}``, in import order: what a run records so that resuming it can name the
+    ``--import`` to pass (:func:`recorded_imports`)."""
     seen: dict[str, dict[str, str]] = {}
     for entry in _active:
         seen.setdefault(entry["name"], dict(entry))
     return list(seen.values())
 
 
-def _entries(recorded: Any) -> list[dict[str, str]]:
+def _recorded_names(recorded: Any) -> list[str]:
     if not isinstance(recorded, list):
         return []
-    keys = ("name", "path", "sha256")
-    return [
-        {k: e[k] for k in keys}
-        for e in recorded
-        if isinstance(e, dict) and all(isinstance(e.get(k), str) and e.get(k) for k in keys)
-    ]
+    names = [e.get("name") for e in recorded if isinstance(e, dict)]
+    return [n for n in names if isinstance(n, str) and n]
 
 
-def recorded_imports(recorded: Any, what: str, *, given: Iterable[ModuleSpec] = ()) -> list[str]:
-    """The files to import for a run that recorded ``recorded`` (:func:`active_imports` of that run).
+def _module_name(text: str) -> str | None:
+    return text if len(text) <= 100 and all(p.isidentifier() for p in text.split(".")) else None
 
-    A recorded module given (``--import``) needs nothing more. Otherwise it is imported again only from the very
-    file the run imported, unchanged (same sha256) and at the top of the current folder (``blocks.py`` in it,
-    or ``pkg/blocks.py`` for ``pkg.blocks``: the project the run was started from), and only when the current
-    folder is not itself a run folder (it holds no ``determinism.json``). A checkpoint is data: the path it
-    stores is a hint, the modules it names are never looked for anywhere else, and a ``.py`` received beside or
-    inside a run folder is never imported without ``--import``.
+
+def recorded_imports(recorded: Any, what: str, *, given: Iterable[ModuleSpec] = ()) -> None:
+    """Refuse a checkpoint or record whose run imported a module (:func:`active_imports` of that run) that the user
+    does not import now (``given``, or a module of the :func:`custom_modules` blocks now open).
+
+    Nothing is imported here, ever: a module is imported because the user names it (``--import``,
+    ``modules=``), never because a checkpoint, a record or a file's digest says so. The recorded entry only
+    names the ``--import`` to add.
 
     Args:
         recorded: The ``imports`` a checkpoint or record stores (anything: checked here).
@@ -207,57 +204,44 @@ def recorded_imports(recorded: Any, what: str, *, given: Iterable[ModuleSpec] = 
         given: The modules the user passes.
 
     Raises:
-        ConfigError: A recorded module is neither given, nor imported, nor importable from its unchanged file
-            (one line naming the module and the ``--import`` to pass).
+        ConfigError: A recorded module is not imported by the user (one line naming the ``--import`` to add).
     """
-    given_names = set()
+    from ..core.text import printable
+
+    have = {m["name"] for m in _active}
     for spec in given:
         if isinstance(spec, ModuleType):
-            given_names.add(spec.__name__)
+            have.add(spec.__name__)
         elif isinstance(spec, (str, os.PathLike)):
             text = os.fspath(spec)
-            given_names.add(Path(text).stem if text.endswith(".py") else text)
-    here = Path.cwd().resolve()
-    in_run_folder = (here / RECORD_NAME).exists()
-    out = []
-    for entry in _entries(recorded):
-        name, path = entry["name"], Path(entry["path"])
-        if name in given_names:
+            have.add(Path(text).stem if text.endswith(".py") else text)
+    for name in _recorded_names(recorded):
+        if name in have:
             continue
-        hint = f"pass --import {name if '.' in name else path.name} (or modules=[...] in Python)"
-        if not path.is_file():
-            reason = "that file is gone"
-        elif len(path.resolve().parents) <= name.count(".") or path.resolve().parents[name.count(".")] != here:
-            reason = "that file is not at the top of the current folder"
-        elif in_run_folder:
-            reason = f"the current folder is a run folder ({RECORD_NAME} is here), whose files are never imported"
-        elif _sha256(path) != entry["sha256"]:
-            reason = "that file changed since"
-        else:
-            out.append(str(path) if "." not in name else name)
-            continue
+        module = _module_name(name)
+        hint = f"--import {module}" if module else "--import with the module it was trained with"
         raise ConfigError(
-            f"{what} was trained with --import {name} ({path}, sha256 {entry['sha256'][:12]}); {reason}: {hint}"
+            f"{what} was trained with the block module {printable(name[:100], newlines=False)!r}, which yolo-det "
+            f"imports only on your word: add {hint} (or modules=[...] in Python)"
         )
-    return out
 
 
-def checkpoint_imports(path: Any, *, given: Iterable[ModuleSpec] = ()) -> list[str]:
-    """:func:`recorded_imports` of the run that wrote checkpoint ``path`` (read without unpickling it); ``[]`` for
-    anything that is not a checkpoint storing them."""
+def checkpoint_imports(path: Any, *, given: Iterable[ModuleSpec] = ()) -> None:
+    """:func:`recorded_imports` of the run that wrote checkpoint ``path`` (read without unpickling it); nothing to
+    check for anything that is not a checkpoint storing them."""
     from ..core.errors import YoloDetError
     from ..core.untrusted.safeload import checkpoint_model_yaml
     from .blocks import CHECKPOINT_KEY
 
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path).endswith((".pt", ".pth")):
-        return []
+        return
     try:
         found = checkpoint_model_yaml(path)
     except YoloDetError:
-        return []
+        return
     extra = found[0].get(CHECKPOINT_KEY) if found is not None else None
     recorded = extra.get("imports") if isinstance(extra, dict) else None
-    return recorded_imports(recorded, f"checkpoint '{os.fspath(path)}'", given=given)
+    recorded_imports(recorded, f"checkpoint '{os.fspath(path)}'", given=given)
 
 
 def _yolo_det_names() -> dict[str, Any]:

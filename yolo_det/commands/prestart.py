@@ -3,8 +3,13 @@
 ATen, oneDNN and MKL read their instruction-set variables once, when torch starts. ``yolo-det train`` and
 ``yolo-det verify`` with a profile that has ``cpu_isa`` (``portable``) set them here, before anything imports
 torch: when they are missing from the environment, the command runs again in a fresh process with them
-(``os.execve``, the same arguments). In a process that already imported torch (a program calling
-:func:`yolo_det.cli.main`) nothing can set them any more, and the run is refused in one line naming them.
+(``os.execve``, the same arguments). The new process starts as the console script does, never as
+``python -m yolo_det`` (which puts the current folder first on ``sys.path``, so that an ``argparse.py`` in a
+received folder would run): ``python -c`` with the current folder taken off ``sys.path`` before anything is
+imported, and the very ``yolo_det`` package this process runs loaded by its file (:data:`START`). The environment
+is this one plus the profile's fixed table (:data:`~yolo_det.core.machine_settings.ISA_ENV`). In a process
+that already imported torch (a program calling :func:`yolo_det.cli.main`) nothing can set them any more, and the
+run is refused in one line naming them.
 A machine that cannot run the profile's branch (another architecture, no AVX2) is refused in one line too.
 This module imports no torch.
 """
@@ -20,12 +25,29 @@ from ..core.launcher import export_slurm_env
 from ..core.machine_settings import ISA_ENV, cannot_match, missing_env
 from ..core.profiles import PHASES, load_profile
 
-__all__ = ["TRAINING_COMMANDS", "prepare"]
+__all__ = ["START", "TRAINING_COMMANDS", "prepare"]
 
 #: The commands that train under ``--profile`` in this process. (``bench`` is not one: it measures several profiles
 #: in one process, and the others would be measured under the pinned branches; run ``portable`` there with the
 #: variables set, as the one-line refusal says.)
 TRAINING_COMMANDS = ("train", "verify")
+#: What the re-executed process runs (``python -c START PACKAGE_DIR ARGS``): the current folder off ``sys.path`` (put
+#: there by ``-c``, unless ``-P``/``PYTHONSAFEPATH`` already left it off) before any import, then the package at
+#: ``PACKAGE_DIR`` loaded by its file, and the command line as the console script runs it.
+START = """import sys
+if sys.path[:1] == [""] and not getattr(sys.flags, "safe_path", False):
+    del sys.path[0]
+import importlib.util, os
+pkg = sys.argv.pop(1)
+init = os.path.join(pkg, "__init__.py")
+spec = importlib.util.spec_from_file_location("yolo_det", init, submodule_search_locations=[pkg])
+mod = importlib.util.module_from_spec(spec)
+sys.modules["yolo_det"] = mod
+spec.loader.exec_module(mod)
+sys.argv[0] = "yolo-det"
+from yolo_det.cli import run_cli
+run_cli()
+"""
 
 
 def _profile_args(tokens: Sequence[str]) -> list[str]:
@@ -84,4 +106,5 @@ def prepare(command: str | None, tokens: Sequence[str], *, reexec: bool) -> None
             f"start the process with them"
         )
     env = {**os.environ, **missing}
-    os.execve(sys.executable, [sys.executable, "-m", "yolo_det", *tokens], env)  # noqa: S606 - the same command
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    os.execve(sys.executable, [sys.executable, "-c", START, package, *tokens], env)  # noqa: S606 - the same command

@@ -165,8 +165,8 @@ def run(args: argparse.Namespace) -> int:
         trusted_checkpoints(args.trust_checkpoint),
         allow_downloads(args.allow_download),
     ):  # import first: a bad module fails before any work
-        # a checkpoint's run imported modules: import them again (unchanged files) or say which to pass; before
-        # the gate, which allows a checkpoint's classes of the modules imported
+        # a checkpoint's run imported modules: the user imports them (--import), or one line names what to add;
+        # before the gate, which allows a checkpoint's classes of the modules imported, and before anything is written
         ckpt = next(
             (
                 v
@@ -175,21 +175,20 @@ def run(args: argparse.Namespace) -> int:
             ),
             None,
         )
-        again = checkpoint_imports(ckpt, given=args.imports)
+        checkpoint_imports(ckpt, given=args.imports)
         started: list[Any] = []
-        with model_names(again):
-            profile, ul_args = prepare(args.profile or "repro", list(args.overrides))
-            if args.profile is None:
-                profile = _resumed_profile(ul_args) or profile
-            try:
-                plugin = train(profile, ul_args, warn_record_error=False, started=started, tracer=tracer)
-            except OSError as e:  # the surroundings failed (disk full, read-only folder): one line, exit 1
-                raise RunFailed(_failure(e, started[0] if started else None)) from None
-            except SystemExit as e:  # a user's block (or anything) called sys.exit() mid-run: never a success
-                raise RunFailed(
-                    f"training stopped: sys.exit({'' if e.code is None else e.code}) was called during "
-                    "the run; nothing was trained to the end"
-                ) from None
+        profile, ul_args = prepare(args.profile or "repro", list(args.overrides))
+        if args.profile is None:
+            profile = _resumed_profile(ul_args) or profile
+        try:
+            plugin = train(profile, ul_args, warn_record_error=False, started=started, tracer=tracer)
+        except OSError as e:  # the surroundings failed (disk full, read-only folder): one line, exit 1
+            raise RunFailed(_failure(e, started[0] if started else None)) from None
+        except SystemExit as e:  # a user's block (or anything) called sys.exit() mid-run: never a success
+            raise RunFailed(
+                f"training stopped: sys.exit({'' if e.code is None else e.code}) was called during "
+                "the run; nothing was trained to the end"
+            ) from None
     if plugin.record_error is None and plugin.record_path is not None:
         print(f"determinism record: {plugin.record_path}")
     if plugin.weights_digest is not None:

@@ -5,7 +5,8 @@ Three kinds of names are allowed:
 - **values**: the functions and types yolo-det itself implements or knows to build plain data only
   (torch's tensor and parameter rebuilders, storage types, dtypes, ``torch.Size``, ``torch.device``,
   ``OrderedDict``, ``set``/``frozenset``/``slice``/``complex``, ``SimpleNamespace``, Ultralytics'
-  ``IterableSimpleNamespace``, ``argparse.Namespace``, paths, dates, NumPy scalars, dtypes and arrays).
+  ``IterableSimpleNamespace``, ``argparse.Namespace``, paths, dates, NumPy scalars, dtypes and arrays, and
+  ``torch.Generator``: made fresh on the CPU and given its state as bytes).
   Only these may be *called* by the pickle (``REDUCE``);
 - **model classes**: ``nn.Module`` subclasses defined in ``torch.nn``, ``torchvision.ops``,
   ``torchvision.transforms``, Ultralytics' ``ultralytics.nn`` packages, yolo-det's layers and example blocks

@@ -15,14 +15,11 @@ With ``--trust-checkpoint`` (:func:`trusted_checkpoints`) :func:`guarded_torch_l
 
 from __future__ import annotations
 
-import _compat_pickle
 import contextlib
 import io
 import os
-import pickle
 import sys
 import threading
-import types
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -30,8 +27,7 @@ import torch
 
 from ..errors import ModelError
 from .container import TRUST_FLAG, open_checkpoint, read_bytes, trust_checkpoints, trust_hint, trusted_checkpoints
-from .unpickle import Inert, RefusedGlobal, SafeUnpickler
-from .written import is_own, note_written
+from .unpickle import Inert, RefusedGlobal, SafeUnpickler, module_dict, module_state_dict
 
 __all__ = [
     "TRUST_FLAG",
@@ -51,47 +47,10 @@ __all__ = [
 ]
 
 
-class _OwnUnpickler(pickle.Unpickler):
-    """Torch's unpickling of a file yolo-det wrote itself: names resolve only in modules already imported."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _compat_pickle.NAME_MAPPING:
-            module, name = _compat_pickle.NAME_MAPPING[(module, name)]
-        module = _compat_pickle.IMPORT_MAPPING.get(module, module)
-        mod = sys.modules.get(module)
-        obj: Any = mod
-        for part in name.split("."):
-            obj = getattr(obj, part, None)
-        if mod is None or obj is None:
-            raise ModelError(f"its pickle names {module[:80]}.{name[:80]}, which is not imported here")
-        return obj
-
-
-_OWN_PICKLE = types.SimpleNamespace(Unpickler=_OwnUnpickler, load=pickle.load, __name__="yolo_det_own_pickle")
-
-
-def _own_load(path: str | os.PathLike[str], raw: bytes) -> Any:
-    """Load a checkpoint whose bytes yolo-det on this machine serialized (:func:`.written.is_own`)."""
-    try:
-        return torch.serialization.load(
-            io.BytesIO(raw), map_location="cpu", pickle_module=_OWN_PICKLE, weights_only=False
-        )
-    except ModelError as e:
-        raise ModelError(f"checkpoint '{path}' (written by yolo-det here): {e}") from None
-
-
 def _unpickle(path: str | os.PathLike[str], data: bytes | None, live: bool) -> Any:
+    """The one reading of every checkpoint, whoever wrote it (yolo-det's own runs included): the allow-list."""
     raw = read_bytes(path) if data is None else data
-    try:
-        return _unpickle_safe(path, raw, live)
-    except RefusedGlobal:
-        if is_own(raw):  # a file this machine's yolo-det wrote: it may hold any class the user's model held
-            return _own_load(path, raw)
-        raise
-
-
-def _unpickle_safe(path: str | os.PathLike[str], data: bytes, live: bool) -> Any:
-    with open_checkpoint(path, data) as archive:
+    with open_checkpoint(path, raw) as archive:
         try:
             return SafeUnpickler(archive, live=live).load()
         except RefusedGlobal:  # names its file already
@@ -204,44 +163,33 @@ def _guarded_load(f: Any, map_location: Any = None, pickle_module: Any = None, *
     return obj
 
 
-def _noted_save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
-    """``torch.save`` (to a path: atomically, so that a kill leaves the file as it was), then the digest of the
-    bytes it wrote noted as yolo-det's own (:mod:`.written`)."""
+def _atomic_save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+    """``torch.save``, to a path atomically (so that a kill leaves the file as it was)."""
     # a module that kept a reference to this function (Ultralytics' patches, imported under the guard) still saves
     real = _REAL_SAVE[0] if _REAL_SAVE else torch.serialization.save
-    if not _REAL_SAVE:
+    if not _REAL_SAVE or not isinstance(f, (str, os.PathLike)):
         return real(obj, f, *args, **kwargs)
-    if isinstance(f, (str, os.PathLike)):  # Ultralytics' final strip_optimizer rewrite: all or nothing
-        from ..fileio import atomic_file
-        from ..testpoints import reach
+    from ..fileio import atomic_file  # Ultralytics' final strip_optimizer rewrite: all or nothing
+    from ..testpoints import reach
 
-        with atomic_file(f, sync=False) as out_file:
-            out = real(obj, out_file, *args, **kwargs)
-            reach("weights-file-saving")
-    else:
-        out = real(obj, f, *args, **kwargs)
-    try:
-        if isinstance(f, io.BytesIO):
-            note_written(f.getvalue())
-        elif isinstance(f, (str, os.PathLike)):
-            note_written(read_bytes(f))
-    except (OSError, ModelError):  # a file gone or too big: it is simply not known as ours
-        pass
+    with atomic_file(f, sync=False) as out_file:
+        out = real(obj, out_file, *args, **kwargs)
+        reach("weights-file-saving")
     return out
 
 
 @contextlib.contextmanager
 def guarded_torch_load() -> Iterator[None]:
     """While active, ``torch.load`` reads through :func:`load_checkpoint` (the allow-list), unless the user
-    trusts checkpoints or the caller passes its own ``pickle_module``; what ``torch.save`` writes is noted as
-    yolo-det's own (:func:`.written.note_written`), so that the run can read it back. Restored on exit, on
-    error too."""
+    trusts checkpoints or the caller passes its own ``pickle_module``, and ``torch.save`` to a path writes
+    atomically. A checkpoint the run wrote itself is read back through the same allow-list as any other.
+    Restored on exit, on error too."""
     with _LOAD_LOCK:
         if _LOAD_DEPTH[0] == 0:
             _REAL_LOAD[:] = [torch.load]
             _REAL_SAVE[:] = [torch.save]
             torch.load = _guarded_load
-            torch.save = _noted_save
+            torch.save = _atomic_save
         _LOAD_DEPTH[0] += 1
     try:
         yield
@@ -253,65 +201,9 @@ def guarded_torch_load() -> Iterator[None]:
                 torch.save = _REAL_SAVE.pop()
 
 
-def _module_dict(obj: Any) -> dict[str, Any] | None:
-    if isinstance(obj, torch.nn.Module):  # a file yolo-det wrote itself, loaded as it is
-        return obj.__dict__
-    if not isinstance(obj, Inert):
-        return None
-    state = obj.state
-    if isinstance(state, tuple) and len(state) == 2 and isinstance(state[0], dict):
-        state = state[0]
-    if isinstance(state, dict) and ("_parameters" in state or "_modules" in state):
-        return state
-    return None
-
-
 def is_module_like(obj: Any) -> bool:
     """Whether ``obj`` is the placeholder of a pickled ``nn.Module``."""
-    return _module_dict(obj) is not None
-
-
-def module_state_dict(obj: Any, *, max_depth: int = 200, max_modules: int = 100_000) -> dict[str, torch.Tensor]:
-    """The state dict of a pickled ``nn.Module`` placeholder, keyed as ``nn.Module.state_dict`` keys it.
-
-    Raises:
-        ModelError: ``obj`` is not a pickled module, or its modules nest deeper than ``max_depth`` or
-            number more than ``max_modules`` (a module shared by many parents counts once per parent,
-            as ``state_dict`` lists it).
-    """
-    out: dict[str, torch.Tensor] = {}
-    visits = [0]
-
-    def walk(node: Any, prefix: str, depth: int) -> None:
-        state = _module_dict(node)
-        if state is None:
-            return
-        if depth > max_depth:
-            raise ModelError(f"the checkpoint's modules nest more than {max_depth} deep")
-        visits[0] += 1
-        if visits[0] > max_modules:
-            raise ModelError(f"the checkpoint's model lists more than {max_modules} modules")
-        params = state.get("_parameters")
-        if isinstance(params, Mapping):
-            for name, value in params.items():
-                if isinstance(value, torch.Tensor):
-                    out[f"{prefix}{name}"] = value
-        buffers = state.get("_buffers")
-        skip = state.get("_non_persistent_buffers_set")
-        skip = skip if isinstance(skip, (set, frozenset)) else set()
-        if isinstance(buffers, Mapping):
-            for name, value in buffers.items():
-                if isinstance(value, torch.Tensor) and name not in skip:
-                    out[f"{prefix}{name}"] = value
-        children = state.get("_modules")
-        if isinstance(children, Mapping):
-            for name, child in children.items():
-                walk(child, f"{prefix}{name}.", depth + 1)
-
-    if _module_dict(obj) is None:
-        raise ModelError("the checkpoint object is not a model")
-    walk(obj, "", 0)
-    return out
+    return module_dict(obj) is not None
 
 
 def _model_object(obj: Any) -> Any:
@@ -372,7 +264,7 @@ def checkpoint_model_yaml(path: str | os.PathLike[str]) -> tuple[dict[str, Any],
     model = _model_object(obj)
     if model is None:
         return None
-    cfg = (_module_dict(model) or {}).get("yaml")
+    cfg = (module_dict(model) or {}).get("yaml")
     if not isinstance(cfg, dict) or not _plain(cfg, [100_000]):
         return None
     return dict(cfg), module_state_dict(model)

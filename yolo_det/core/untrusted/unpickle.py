@@ -1,4 +1,4 @@
-"""The one unpickler for checkpoints from others: an allow-list, a restricted instruction set, bounded work.
+"""The one unpickler for every checkpoint (yolo-det's own too): an allow-list, restricted instructions, bounded work.
 
 Length: the one unpickler for files from others, with the value constructors it may call and the
 opcodes it changes: kept whole so that what stands between a file and running code reads in one place.
@@ -11,6 +11,8 @@ with Python's own pickle machine, changed where the pickle could run code:
 - ``REDUCE`` (a call) calls only value functions; a model class is never called, only created with
   ``cls.__new__`` (``NEWOBJ``, ``copyreg._reconstructor``) and given its pickled state (``BUILD``);
 - ``INST``/``OBJ`` (calls) and the extension registry (``EXT1/2/4``) are refused;
+- a ``torch.Generator`` (a user's block may keep one) is made fresh on the CPU by yolo-det and given the seed,
+  offset and state bytes its pickle carries, checked to be just those;
 - ``BUILD``, ``APPEND(S)``, ``SETITEM(S)`` and ``ADDITEMS`` act only on objects the pickle made of allowed
   types, never on a class or function;
 - storages come from the archive's records, checked to hold the bytes the pickle claims (a truncated
@@ -22,6 +24,12 @@ with Python's own pickle machine, changed where the pickle could run code:
 torch: model classes become :class:`Inert` placeholders that keep the state the pickle gave them, and a
 class name nobody knows is accepted as long as the pickle only creates it (it is never called). ``live=True``
 (handing the object to Ultralytics) makes real objects of allowed classes only.
+
+``raw=True`` (inspection without torch: what makes ``yolo-det digest`` answer in well under a second) is the
+same interpreter, the same allow-list and the same checks, with tensors kept as :class:`RawTensor` views of the
+archive's bytes and dtypes as :class:`RawDtype` names; a value only torch can make (a device, a generator, a
+tensor subclass, a dtype outside :data:`ITEMSIZE`) raises :class:`NeedsTorch`, and the caller reads the file
+again with torch. This module imports torch only when a reading that is not ``raw`` needs it.
 """
 
 from __future__ import annotations
@@ -29,27 +37,93 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime
+import importlib
 import io
 import math
 import pathlib
 import pickle
 import sys
 import types
+from collections.abc import Mapping
 from typing import Any
-
-import torch
 
 from ..errors import ModelError
 from .allow import ALIASES, model_class
 from .container import CheckpointArchive, trust_checkpoints, trust_hint
 from .objstate import check_made
 
-__all__ = ["MAX_TENSOR_EXPANSION", "TENSOR_SLACK_BYTES", "Inert", "RefusedGlobal", "SafeUnpickler", "VALUES"]
+__all__ = [
+    "ITEMSIZE",
+    "MAX_TENSOR_EXPANSION",
+    "TENSOR_SLACK_BYTES",
+    "VALUES",
+    "Inert",
+    "NeedsTorch",
+    "RawDtype",
+    "RawTensor",
+    "RefusedGlobal",
+    "SafeUnpickler",
+    "is_tensor",
+    "module_dict",
+    "module_state_dict",
+]
 
 #: The bytes all tensors of a checkpoint span may be at most this many times the file's size ...
 MAX_TENSOR_EXPANSION = 4
 #: ... plus this many bytes.
 TENSOR_SLACK_BYTES = 2**20
+
+
+#: The bytes per element of the dtypes a ``raw`` reading knows (any other makes it hand over to torch).
+ITEMSIZE: dict[str, int] = {
+    "float16": 2,
+    "bfloat16": 2,
+    "float32": 4,
+    "float64": 8,
+    "complex64": 8,
+    "complex128": 16,
+    "bool": 1,
+    "uint8": 1,
+    "int8": 1,
+    "int16": 2,
+    "int32": 4,
+    "int64": 8,
+}
+
+
+def _torch() -> Any:
+    """torch, imported by a reading that is not ``raw``."""
+    return importlib.import_module("torch")
+
+
+class NeedsTorch(Exception):
+    """A ``raw`` reading met a value only torch can make: read the file again without ``raw``."""
+
+
+class RawDtype:
+    """A dtype a ``raw`` reading names (``float32``), no torch involved."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class RawTensor:
+    """A tensor of a ``raw`` reading: its storage's bytes, offset, size and stride, checked as torch's would be."""
+
+    __slots__ = ("data", "dtype", "offset", "size", "stride")
+
+    def __init__(self, data: bytes, offset: int, size: tuple[int, ...], stride: tuple[int, ...], dtype: str) -> None:
+        self.data, self.offset, self.size, self.stride, self.dtype = data, offset, size, stride, dtype
+
+
+def is_tensor(value: Any) -> bool:
+    """Whether ``value`` is a tensor an unpickling made (a torch tensor, or a :class:`RawTensor`)."""
+    if isinstance(value, RawTensor):
+        return True
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
 
 
 class RefusedGlobal(ModelError):
@@ -58,10 +132,14 @@ class RefusedGlobal(ModelError):
     def __init__(self, path: Any, what: str, called: bool = False) -> None:
         self.name = what
         verb = "calls" if called else "refers to"
+        module = what.rpartition(".")[0]
+        # a class of a module not imported here: the --import that would allow it, if it is the user's block
+        named = not called and 0 < len(module) <= 100 and module not in sys.modules
+        named = named and all(p.isidentifier() for p in module.split("."))
         super().__init__(
             f"checkpoint '{path}' {verb} {what[:160]}, which is not on yolo-det's allow-list of what "
-            f"checkpoints hold, so it was not loaded (if it is your own block, pass --import MODULE; "
-            f"{trust_hint()})"
+            f"checkpoints hold, so it was not loaded (if it is your own block, pass --import "
+            f"{module if named else 'MODULE'}; {trust_hint()})"
         )
 
 
@@ -116,37 +194,38 @@ def _placeholder(module: str, name: str) -> type:
 class _StorageType:
     """What a pickle's storage class (``torch.FloatStorage``, ``torch.UntypedStorage``) says: a dtype."""
 
-    def __init__(self, dtype: torch.dtype) -> None:
+    def __init__(self, dtype: Any) -> None:
         self.dtype = dtype
 
 
 class _Storage:
-    """A storage read from the archive: its bytes as a uint8 tensor."""
+    """A storage read from the archive: its bytes (a uint8 tensor; ``bytes`` in a ``raw`` reading)."""
 
-    def __init__(self, data: torch.Tensor, dtype: torch.dtype) -> None:
+    def __init__(self, data: Any, dtype: Any) -> None:
         self.data = data
         self.dtype = dtype
+        self.nbytes = len(data) if isinstance(data, bytes) else int(data.numel())
 
 
-_STORAGE_DTYPES: dict[str, torch.dtype] = {
-    "UntypedStorage": torch.uint8,
-    "ByteStorage": torch.uint8,
-    "CharStorage": torch.int8,
-    "ShortStorage": torch.int16,
-    "IntStorage": torch.int32,
-    "LongStorage": torch.int64,
-    "HalfStorage": torch.float16,
-    "FloatStorage": torch.float32,
-    "DoubleStorage": torch.float64,
-    "BFloat16Storage": torch.bfloat16,
-    "BoolStorage": torch.bool,
-    "ComplexFloatStorage": torch.complex64,
-    "ComplexDoubleStorage": torch.complex128,
+_STORAGE_DTYPES: dict[str, str] = {
+    "UntypedStorage": "uint8",
+    "ByteStorage": "uint8",
+    "CharStorage": "int8",
+    "ShortStorage": "int16",
+    "IntStorage": "int32",
+    "LongStorage": "int64",
+    "HalfStorage": "float16",
+    "FloatStorage": "float32",
+    "DoubleStorage": "float64",
+    "BFloat16Storage": "bfloat16",
+    "BoolStorage": "bool",
+    "ComplexFloatStorage": "complex64",
+    "ComplexDoubleStorage": "complex128",
 }
 
 
 def _ints(value: Any, what: str) -> tuple[int, ...]:
-    if not isinstance(value, (tuple, list, torch.Size)) or len(value) > 64 or not all(type(v) is int for v in value):
+    if not isinstance(value, (tuple, list)) or len(value) > 64 or not all(type(v) is int for v in value):
         raise ModelError(f"malformed tensor in checkpoint: {what} is not a tuple of integers")
     return tuple(value)
 
@@ -238,6 +317,35 @@ def _interpolation_mode(value: Any) -> Any:
     return InterpolationMode(value)
 
 
+def _generator(device: Any = None) -> Any:
+    """A fresh CPU ``torch.Generator`` (what a pickled generator is created as; its state comes as bytes, given by
+    :func:`_generator_state`)."""
+    torch = _torch()
+    if device is not None and not (isinstance(device, torch.device) and device.type == "cpu"):
+        raise ModelError(
+            f"a torch.Generator of device {str(device)[:20]} in checkpoint: yolo-det loads checkpoints on the CPU"
+        )
+    return torch.Generator(device="cpu")
+
+
+def _generator_state(gen: Any, state: Any) -> None:
+    """Give ``gen`` the state a pickled generator carries: its seed, offset and state bytes, nothing else."""
+    torch = _torch()
+    ok = isinstance(state, tuple) and len(state) == 3
+    if ok:
+        seed, offset, data = state
+        ok = (
+            type(seed) is int
+            and (offset is None or type(offset) is int)
+            and type(data) is torch.Tensor
+            and data.dtype == torch.uint8
+            and data.dim() == 1
+        )
+    if not ok:
+        raise ModelError("malformed torch.Generator state in checkpoint")
+    gen.__setstate__((seed, offset, data.contiguous()))
+
+
 #: The functions and types a checkpoint's pickle may call (everything else is refused).
 VALUES: dict[tuple[str, str], Any] = {
     ("collections", "OrderedDict"): collections.OrderedDict,
@@ -248,8 +356,6 @@ VALUES: dict[tuple[str, str], Any] = {
     ("builtins", "bytearray"): _bytearray,
     ("builtins", "object"): object,  # the base copyreg._reconstructor names (protocol 0/1 objects)
     ("_codecs", "encode"): _bytes,
-    ("torch", "Size"): torch.Size,
-    ("torch", "device"): torch.device,
     ("types", "SimpleNamespace"): types.SimpleNamespace,
     ("argparse", "Namespace"): argparse.Namespace,
     ("datetime", "datetime"): datetime.datetime,
@@ -261,6 +367,14 @@ VALUES: dict[tuple[str, str], Any] = {
         for c in ("Path", "PosixPath", "WindowsPath", "PurePath", "PurePosixPath", "PureWindowsPath")
     },
 }
+#: What torch itself makes: ``torch.Size``, ``torch.device``, and a user's block's random generator (created
+#: here, its state given as bytes by :func:`_generator_state`). A ``raw`` reading makes a size a tuple.
+_TORCH_VALUES = {
+    ("torch", "Size"): lambda: _torch().Size,
+    ("torch", "device"): lambda: _torch().device,
+    ("torch._C", "Generator"): lambda: _generator,
+    ("torch", "Generator"): lambda: _generator,
+}
 _VALUE_TYPES = (
     collections.OrderedDict,
     types.SimpleNamespace,
@@ -268,9 +382,11 @@ _VALUE_TYPES = (
     datetime.datetime,
     datetime.date,
     datetime.timedelta,
-    torch.Size,
-    torch.device,
 )
+
+
+def _raw_size(items: Any = ()) -> tuple[int, ...]:
+    return _ints(items, "size")
 
 
 class SafeUnpickler(pickle._Unpickler):
@@ -281,14 +397,21 @@ class SafeUnpickler(pickle._Unpickler):
     metastack: list[list[Any]]
     append: Any
 
-    def __init__(self, archive: CheckpointArchive, *, live: bool) -> None:
+    def __init__(self, archive: CheckpointArchive, *, live: bool, raw: bool = False) -> None:
         super().__init__(io.BytesIO(archive.pickle), encoding="latin1")
+        if live and raw:
+            raise ValueError("a raw reading makes no live objects")
         self._archive = archive
         self._live = live
+        self._raw = raw
         self._storages: dict[str, _Storage] = {}
         self._callables: dict[int, str] = {}  # id -> name of what REDUCE may call
         self._classes: dict[int, str] = {}  # id -> name of what NEWOBJ may create
-        self._types: set[type] = {collections.OrderedDict, *_VALUE_TYPES}
+        self._value_types: set[type] = set(_VALUE_TYPES)
+        if not raw:
+            torch = _torch()
+            self._value_types |= {torch.Size, torch.device}
+        self._types: set[type] = {collections.OrderedDict, *self._value_types}
         self._budget = MAX_TENSOR_EXPANSION * archive.size + TENSOR_SLACK_BYTES
         self._keep: list[Any] = []  # what the id keys above refer to stays alive while loading
         self._made: list[Any] = []  # the objects of model and plain classes made: their state is checked at the end
@@ -298,8 +421,16 @@ class SafeUnpickler(pickle._Unpickler):
         """The unpickled object, once every object it made is known to hold only data (:mod:`.objstate`)."""
         out = super().load()
         if self._live or not trust_checkpoints():
-            check_made(self._archive.path, self._made, live=self._live)
+            tensors, atoms = self._data_kinds()
+            check_made(self._archive.path, self._made, live=self._live, tensors=tensors, atoms=atoms)
         return out
+
+    def _data_kinds(self) -> tuple[tuple[type, ...], tuple[type, ...]]:
+        """The tensor types, and the other plain values, only torch (or a ``raw`` reading) makes."""
+        if self._raw:
+            return (RawTensor,), (RawDtype,)
+        torch = _torch()
+        return (torch.Tensor, torch.nn.Parameter), (torch.dtype, torch.device, torch.Size, torch.Generator)
 
     # -- names -------------------------------------------------------------------------------------------
     def find_class(self, module: str, name: str) -> Any:
@@ -337,25 +468,52 @@ class SafeUnpickler(pickle._Unpickler):
             return self._reconstructor
         if (module, name) == ("builtins", "getattr"):
             return self._getattr
-        if module in {"torch", "torch.storage"} and name in _STORAGE_DTYPES:
-            return _StorageType(_STORAGE_DTYPES[name])
-        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
-            return getattr(torch, name)
+        if module.split(".")[0] == "torch":
+            return self._torch_value(module, name)
         if module.startswith("numpy"):
             return _numpy_values().get((module, name))
         if (module, name) == ("torchvision.transforms.functional", "InterpolationMode"):
+            if self._raw:
+                raise NeedsTorch(f"{module}.{name}")
             return _interpolation_mode
         if (module, name) in {
             ("ultralytics.utils", "IterableSimpleNamespace"),
             ("ultralytics.yolo.utils", "IterableSimpleNamespace"),
         }:
+            if self._raw:  # inspection: a namespace of data, Ultralytics not imported
+                return types.SimpleNamespace
             from ..compat import IterableSimpleNamespace
 
             self._types.add(IterableSimpleNamespace)
             return IterableSimpleNamespace
         return None
 
+    def _torch_value(self, module: str, name: str) -> Any:
+        """A value of torch's a pickle names: a storage type, a dtype, a size, a device, a generator; else None."""
+        if module in {"torch", "torch.storage"} and name in _STORAGE_DTYPES:
+            return _StorageType(self._dtype(_STORAGE_DTYPES[name]))
+        if (module, name) in _TORCH_VALUES:
+            if self._raw and (module, name) != ("torch", "Size"):
+                raise NeedsTorch(f"{module}.{name}")
+            return _raw_size if self._raw else _TORCH_VALUES[(module, name)]()
+        if module == "torch" and self._raw:
+            if name in ITEMSIZE:
+                return RawDtype(name)
+            raise NeedsTorch(f"{module}.{name}")  # torch judges its own names
+        if module == "torch" and isinstance(getattr(_torch(), name, None), _torch().dtype):
+            return getattr(_torch(), name)
+        return None
+
+    def _dtype(self, name: str) -> Any:
+        """The dtype ``name`` (one of :data:`ITEMSIZE`): a torch dtype, or a :class:`RawDtype` in a ``raw`` reading."""
+        return RawDtype(name) if self._raw else getattr(_torch(), name)
+
     def _class(self, module: str, name: str) -> type | None:
+        if self._raw:  # inspection without torch: created as a placeholder only, nothing imported
+            module, name = ALIASES.get((module, name), (module, name))
+            if not (name.isidentifier() and all(p.isidentifier() for p in module.split("."))):
+                return None
+            return _placeholder(module, name)
         cls = model_class(module, name)
         if self._live:
             return cls
@@ -411,9 +569,10 @@ class SafeUnpickler(pickle._Unpickler):
         if id(cls) not in self._classes or not isinstance(cls, type):
             raise RefusedGlobal(self._archive.path, f"{self._name(cls)}.__new__", called=True)
         new: Any = cls.__new__
-        if cls in _VALUE_TYPES:
+        if cls in self._value_types:
             return new(cls, *args, **kwargs)
-        if issubclass(cls, torch.nn.Module) or (args == () and not kwargs):
+        torch = sys.modules.get("torch")
+        if (torch is not None and issubclass(cls, torch.nn.Module)) or (args == () and not kwargs):
             return self._made_object(cls, new(cls))
         raise RefusedGlobal(self._archive.path, f"{self._name(cls)}.__new__ with arguments", called=True)
 
@@ -431,7 +590,7 @@ class SafeUnpickler(pickle._Unpickler):
     def _target(self, obj: Any, what: str) -> None:
         if type(obj) in {list, dict, set} or (type(obj) in self._types and not isinstance(obj, type)):
             return
-        if isinstance(obj, (torch.Tensor, Inert)) and not isinstance(obj, type):
+        if (is_tensor(obj) or isinstance(obj, Inert)) and not isinstance(obj, type):
             return
         np = sys.modules.get("numpy")
         if np is not None and isinstance(obj, (np.ndarray, np.dtype)):
@@ -443,8 +602,13 @@ class SafeUnpickler(pickle._Unpickler):
 
     def _load_build(self) -> None:
         state = self.stack[-1]
+        torch = sys.modules.get("torch")
+        if torch is not None and type(self.stack[-2]) is torch.Generator:  # only _generator makes one
+            self.stack.pop()
+            _generator_state(self.stack[-1], state)
+            return
         self._target(self.stack[-2], "a state")
-        if isinstance(self.stack[-2], torch.Tensor):  # torch never does: it would set the tensor's hooks
+        if is_tensor(self.stack[-2]):  # torch never does: it would set the tensor's hooks
             raise ModelError(f"checkpoint '{self._archive.path}' gives a tensor a state, so it was not loaded")
         if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):
             if not all(isinstance(k, str) for k in state[1]):
@@ -488,7 +652,7 @@ class SafeUnpickler(pickle._Unpickler):
         cached = self._storages.get(key)
         if cached is not None:
             return cached
-        itemsize = torch.empty(0, dtype=dtype).element_size()
+        itemsize = self._itemsize(dtype)
         if self._archive.byteorder != "little" and itemsize > 1:
             raise ModelError(
                 f"'{self._archive.path}' was saved on a big-endian machine; load and save it again on this one"
@@ -500,14 +664,21 @@ class SafeUnpickler(pickle._Unpickler):
                 f"file of {self._archive.size}"
             )
         raw = self._archive.read_record(key, nbytes)
-        data = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
-        storage = _Storage(data, dtype)
+        if self._raw:
+            storage = _Storage(raw, dtype)
+        else:
+            torch = _torch()
+            data = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+            storage = _Storage(data, dtype)
         self._storages[key] = storage
         return storage
 
-    def tensor(
-        self, storage: Any, offset: Any, size: Any, stride: Any, dtype: torch.dtype | None = None
-    ) -> torch.Tensor:
+    def _itemsize(self, dtype: Any) -> int:
+        if isinstance(dtype, RawDtype):
+            return ITEMSIZE[dtype.name]
+        return int(_torch().empty(0, dtype=dtype).element_size())
+
+    def tensor(self, storage: Any, offset: Any, size: Any, stride: Any, dtype: Any = None) -> Any:
         """A tensor viewing ``storage``, checked to lie inside it and within the expansion budget."""
         if not isinstance(storage, _Storage):
             raise ModelError("malformed tensor in checkpoint: its storage is not one of the archive's")
@@ -517,9 +688,9 @@ class SafeUnpickler(pickle._Unpickler):
         if len(size_t) != len(stride_t) or any(v < 0 for v in (*size_t, *stride_t)):
             raise ModelError("malformed tensor in checkpoint: size and stride do not match")
         dtype = dtype or storage.dtype
-        itemsize = torch.empty(0, dtype=dtype).element_size()
+        itemsize = self._itemsize(dtype)
         extent = offset + (sum((s - 1) * st for s, st in zip(size_t, stride_t)) + 1 if all(size_t) else 0)
-        if extent * itemsize > storage.data.numel():
+        if extent * itemsize > storage.nbytes:
             raise ModelError(f"'{self._archive.path}' is truncated or malformed: a tensor reaches past its storage")
         self._budget -= math.prod(size_t) * itemsize
         if self._budget < 0:
@@ -527,14 +698,20 @@ class SafeUnpickler(pickle._Unpickler):
                 f"'{self._archive.path}': its tensors span more than {MAX_TENSOR_EXPANSION}x the file's "
                 "size (expanded, stride-0 tensors), so it was not loaded"
             )
-        t = torch.empty(0, dtype=dtype)
+        if self._raw:
+            return RawTensor(storage.data, offset, size_t, stride_t, dtype.name)
+        t = _torch().empty(0, dtype=dtype)
         t.set_(storage.data.untyped_storage(), offset, size_t, stride_t)
         return t
 
+    def is_dtype(self, value: Any) -> bool:
+        """Whether ``value`` is a dtype this reading made."""
+        return isinstance(value, RawDtype) if self._raw else isinstance(value, _torch().dtype)
+
     def make_parameter(self, data: Any, requires_grad: Any) -> Any:
-        if not isinstance(data, torch.Tensor):
+        if not is_tensor(data):
             raise ModelError("malformed parameter in checkpoint")
-        return torch.nn.Parameter(data, requires_grad=bool(requires_grad)) if self._live else data
+        return _torch().nn.Parameter(data, requires_grad=bool(requires_grad)) if self._live else data
 
 
 def _rebuild_v2(
@@ -546,9 +723,9 @@ def _rebuild_v2(
     requires_grad: Any = False,
     hooks: Any = None,
     metadata: Any = None,
-) -> torch.Tensor:
+) -> Any:
     t = u.tensor(storage, offset, size, stride)
-    if requires_grad is True and t.is_floating_point():
+    if requires_grad is True and not isinstance(t, RawTensor) and t.is_floating_point():
         t.requires_grad_(True)
     return t
 
@@ -563,8 +740,8 @@ def _rebuild_v3(
     hooks: Any,
     dtype: Any,
     metadata: Any = None,
-) -> torch.Tensor:
-    if not isinstance(dtype, torch.dtype):
+) -> Any:
+    if not u.is_dtype(dtype):
         raise ModelError("malformed tensor in checkpoint: bad dtype")
     return u.tensor(storage, offset, size, stride, dtype)
 
@@ -576,6 +753,9 @@ def _rebuild_parameter(u: SafeUnpickler, data: Any, requires_grad: Any, hooks: A
 def _rebuild_from_type_v2(u: SafeUnpickler, func: Any, new_type: Any, args: Any, state: Any) -> Any:
     if id(func) not in u._callables or not isinstance(args, tuple):
         raise RefusedGlobal(u._archive.path, "torch._tensor._rebuild_from_type_v2 of an unknown function", called=True)
+    if u._raw:
+        raise NeedsTorch("torch._tensor._rebuild_from_type_v2")
+    torch = _torch()
     value = func(*args)
     if new_type is not torch.Tensor and new_type is not torch.nn.Parameter:
         raise RefusedGlobal(u._archive.path, "a tensor subclass", called=True)
@@ -608,3 +788,58 @@ _OPS = {
 }
 for _op, _method in _OPS.items():
     SafeUnpickler.dispatch[_op[0]] = getattr(SafeUnpickler, _method)
+
+
+def module_dict(obj: Any) -> dict[str, Any] | None:
+    """The pickled state of a module placeholder (``_parameters``, ``_buffers``, ``_modules`` ...), else None."""
+    if not isinstance(obj, Inert):
+        return None
+    state = obj.state
+    if isinstance(state, tuple) and len(state) == 2 and isinstance(state[0], dict):
+        state = state[0]
+    if isinstance(state, dict) and ("_parameters" in state or "_modules" in state):
+        return state
+    return None
+
+
+def module_state_dict(obj: Any, *, max_depth: int = 200, max_modules: int = 100_000) -> dict[str, Any]:
+    """The state dict of a pickled ``nn.Module`` placeholder, keyed as ``nn.Module.state_dict`` keys it.
+
+    Raises:
+        ModelError: ``obj`` is not a pickled module, or its modules nest deeper than ``max_depth`` or
+            number more than ``max_modules`` (a module shared by many parents counts once per parent,
+            as ``state_dict`` lists it).
+    """
+    out: dict[str, Any] = {}
+    visits = [0]
+
+    def walk(node: Any, prefix: str, depth: int) -> None:
+        state = module_dict(node)
+        if state is None:
+            return
+        if depth > max_depth:
+            raise ModelError(f"the checkpoint's modules nest more than {max_depth} deep")
+        visits[0] += 1
+        if visits[0] > max_modules:
+            raise ModelError(f"the checkpoint's model lists more than {max_modules} modules")
+        params = state.get("_parameters")
+        if isinstance(params, Mapping):
+            for name, value in params.items():
+                if is_tensor(value):
+                    out[f"{prefix}{name}"] = value
+        buffers = state.get("_buffers")
+        skip = state.get("_non_persistent_buffers_set")
+        skip = skip if isinstance(skip, (set, frozenset)) else set()
+        if isinstance(buffers, Mapping):
+            for name, value in buffers.items():
+                if is_tensor(value) and name not in skip:
+                    out[f"{prefix}{name}"] = value
+        children = state.get("_modules")
+        if isinstance(children, Mapping):
+            for name, child in children.items():
+                walk(child, f"{prefix}{name}.", depth + 1)
+
+    if module_dict(obj) is None:
+        raise ModelError("the checkpoint object is not a model")
+    walk(obj, "", 0)
+    return out
