@@ -137,3 +137,23 @@ def test_a_new_run_from_the_command_line_is_yolov5s_own(tmp_path: Path) -> None:
     (tmp_path / "new").mkdir()
     assert train({}, opt, "cpu", None) == "done"
     assert canary.exists()
+
+
+def _local_data(folder: Path) -> Path:
+    for split in ("train", "val"):
+        (folder / "images" / split).mkdir(parents=True)
+    (folder / "data.yaml").write_text(
+        yaml.safe_dump({"path": str(folder), "train": "images/train", "val": "images/val", "names": {0: "a"}})
+    )
+    return folder
+
+
+def test_a_stored_disk_cache_never_writes_into_the_dataset(tmp_path: Path) -> None:
+    data = _local_data(tmp_path / "data")
+    opt, run = _run(tmp_path, data=str(data / "data.yaml"), cache="disk")
+    with pytest.raises(ConfigError, match=r"opt\.yaml' stores cache=disk.*folder you did not name.*--cache disk"):
+        train({}, opt, "cpu", None)
+    assert SEEN == {}
+    for cache in (None, "ram"):  # control: a cache in memory, or none, writes nothing into the dataset
+        opt, run = _run(tmp_path / str(cache), data=str(data / "data.yaml"), cache=cache)
+        assert train({}, opt, "cpu", None) == "done"
