@@ -119,7 +119,10 @@ def test_missing_file():
         ("deploy:\n  deterministic_algorithms: strcit\n", 2, "Did you mean 'strict'"),
         ("defaults:\n  backward: off\n", 2, "'backward' must be one of keep, disable"),
         ("train: [1, 2]\n", 1, "'train' must be a mapping"),
-        ("defaults:\n  env: {A: [1]}\n", 2, "'env.A' must be a string or null"),
+        ("defaults:\n  env: {PYTHONHASHSEED: [1]}\n", 2, "'env.PYTHONHASHSEED' must be a string or null"),
+        ("defaults:\n  env: {YOLO_DET_CACHE: /tmp/x}\n", 2, "may set only the variables that decide determinism"),
+        ("train:\n  env: {PYTHONPATH: .}\n", 2, "not 'PYTHONPATH'; set it in your shell instead"),
+        ("train:\n  env: {OMP_NUM_THREAD: '1'}\n", 2, "Did you mean 'OMP_NUM_THREADS'"),
         ("extends: 3\n", 1, "'extends' must be a profile name or path"),
         ("name: x\ntrain:\n  seed: 1\n   bad: indent\n", 4, "malformed YAML"),
     ],
@@ -159,3 +162,24 @@ def test_phase_lookup_and_replace():
     assert isinstance(p, Profile)
     assert load_profile(p) is p
     assert hash(p.train) == hash(load_profile("repro").train)
+
+
+def test_env_is_an_allow_list_of_the_variables_that_decide_determinism(tmp_path, capsys):
+    from yolo_det.cli import main
+    from yolo_det.core.machine_settings import ISA_ENV, PRESTART_ENV
+    from yolo_det.core.profiles import ENV_VARIABLES
+
+    # every variable yolo-det itself sets for determinism may be named in a profile
+    assert {k for table in ISA_ENV.values() for k in table} <= set(ENV_VARIABLES)
+    assert set(PRESTART_ENV) <= set(ENV_VARIABLES)
+    for preset in ("repro", "portable", "balanced", "fast"):
+        assert set(load_profile(preset).train.env) <= set(ENV_VARIABLES)
+    mine = write(tmp_path, "extends: repro\ntrain:\n  env: {OMP_NUM_THREADS: '1', MKL_CBWR: COMPATIBLE}\n")
+    assert dict(load_profile(mine).train.env)["OMP_NUM_THREADS"] == "1"  # control: allowed names load
+    shared = tmp_path / "shared.yaml"
+    shared.write_text("extends: repro\ndefaults:\n  env: {YOLO_DET_CACHE: /tmp/elsewhere, LD_PRELOAD: x.so}\n")
+    assert main(["train", "--profile", str(shared), f"project={tmp_path}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert "'YOLO_DET_CACHE'" in err
+    assert not (tmp_path / "train").exists()

@@ -38,6 +38,7 @@ from .untrusted import safe_yaml
 
 __all__ = [
     "BUILTIN_PROFILES",
+    "ENV_VARIABLES",
     "PHASES",
     "PhaseSettings",
     "Profile",
@@ -57,6 +58,27 @@ Phase = Literal["train", "val", "deploy"]
 PHASES: tuple[str, ...] = get_args(Phase)
 BUILTIN_PROFILES: tuple[str, ...] = ("balanced", "fast", "portable", "repro")
 _SEED_LIMIT = 2**32  # numpy's legacy seeding accepts [0, 2**32)
+
+#: The environment variables a profile's ``env`` may set: those that decide determinism, and what each decides.
+#: Any other name is refused (a profile may come from someone else, and a variable such as ``PYTHONPATH``,
+#: ``LD_PRELOAD`` or ``YOLO_DET_CACHE`` would change what the run, or a process it starts, loads).
+ENV_VARIABLES: Mapping[str, str] = MappingProxyType(
+    {
+        "CUBLAS_WORKSPACE_CONFIG": "cuBLAS's workspace: a fixed one makes its kernels deterministic",
+        "NVIDIA_TF32_OVERRIDE": "whether CUDA libraries may use TF32",
+        "NCCL_ALGO": "NCCL's all-reduce algorithm (the order of its sums)",
+        "NCCL_PROTO": "NCCL's protocol (the order of its sums)",
+        "PYTHONHASHSEED": "Python's hash seed (the order of sets, for processes started with it)",
+        "OMP_NUM_THREADS": "OpenMP's thread count (how CPU reductions are split)",
+        "MKL_NUM_THREADS": "MKL's thread count (how its reductions are split)",
+        "OPENBLAS_NUM_THREADS": "OpenBLAS's thread count (how its reductions are split)",
+        "MKL_CBWR": "MKL's conditional numerical reproducibility branch",
+        "MKL_ENABLE_INSTRUCTIONS": "the instruction set MKL may use",
+        "ATEN_CPU_CAPABILITY": "the instruction set of ATen's CPU kernels",
+        "ONEDNN_MAX_CPU_ISA": "the instruction set oneDNN may use",
+        "DNNL_MAX_CPU_ISA": "the instruction set oneDNN may use (its former name)",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -299,6 +321,12 @@ def _check_value(key: str, value: Any, *, where: str) -> Any:
         for name, val in value.items():
             if not isinstance(name, str) or not name or "=" in name or "\0" in name:
                 raise ProfileError(f"{where}: 'env' has an invalid variable name {short(name)}")
+            if name not in ENV_VARIABLES:
+                raise ProfileError(
+                    f"{where}: 'env' may set only the variables that decide determinism "
+                    f"({', '.join(ENV_VARIABLES)}), not {short(name)[:100]}; set it in your shell instead."
+                    f"{did_you_mean(name[:100], list(ENV_VARIABLES))}"
+                )
             if val is not None and not isinstance(val, (str, int, float)) or isinstance(val, bool):
                 raise ProfileError(f"{where}: 'env.{name[:100]}' must be a string or null, got {short(val)}")
             if isinstance(val, str) and "\0" in val:
