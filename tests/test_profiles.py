@@ -183,3 +183,32 @@ def test_env_is_an_allow_list_of_the_variables_that_decide_determinism(tmp_path,
     assert "\n" not in err
     assert "'YOLO_DET_CACHE'" in err
     assert not (tmp_path / "train").exists()
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "root:$6$SECRETHASH:19000:0:99999:7:::\n  bad: [indent\n",  # malformed YAML: its line would be quoted
+        "SECRET_TOKEN: abc\n",  # a mapping: its key would be named
+        "train:\n  seed: SECRET_VALUE\n",  # a profile with a bad value: the value would be shown
+    ],
+)
+def test_an_extends_error_never_shows_the_extended_files_text(tmp_path, secret):
+    target = tmp_path / "private" / "shadow"
+    target.parent.mkdir()
+    target.write_text(secret)
+    (tmp_path / "link.yaml").symlink_to(target)
+    shared = write(tmp_path, "extends: link.yaml\n", name="shared.yaml")
+    with pytest.raises(ProfileError) as e:
+        load_profile(shared)
+    msg = str(e.value)
+    assert "SECRET" not in msg
+    assert "'extends: link.yaml' is not a valid profile" in msg
+    assert "profiles show link.yaml" in msg
+    with pytest.raises(ProfileError) as own:  # named by the user, the file's own error says what is wrong
+        load_profile(tmp_path / "link.yaml")
+    assert "is not a valid profile" not in str(own.value)
+    assert str(own.value).startswith(str(tmp_path / "link.yaml"))
+    cycle = write(tmp_path, "extends: shared2.yaml\n", name="shared2.yaml")
+    with pytest.raises(ProfileError, match="forms a cycle"):  # errors holding no file text still pass through
+        load_profile(cycle)

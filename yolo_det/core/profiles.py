@@ -398,6 +398,11 @@ def load_profile(profile: str | os.PathLike[str] | Profile) -> Profile:
     return _load(profile, chain=())
 
 
+class _Structural(ProfileError):
+    """A profile error whose message holds no text of the file (a cycle, a missing file, an unknown name): it may be
+    shown through ``extends:``, where the profile's own errors are not (they quote the file)."""
+
+
 def _load(
     profile: str | os.PathLike[str] | Profile, *, chain: tuple[str, ...], base_dir: Path | None = None
 ) -> Profile:
@@ -419,12 +424,12 @@ def _load(
         path = base_dir / path
     looks_like_path = path.suffix in {".yaml", ".yml"} or os.sep in text_name or "/" in text_name
     if not looks_like_path:
-        raise ProfileError(
+        raise _Structural(
             f"unknown profile '{text_name}'; choose from {', '.join(BUILTIN_PROFILES)} or give the path of a "
             f"profile YAML file.{did_you_mean(text_name, BUILTIN_PROFILES)}"
         )
     if not path.is_file():
-        raise ProfileError(
+        raise _Structural(
             f"profile file '{path}' does not exist; give a built-in name "
             f"({', '.join(BUILTIN_PROFILES)}) or an existing YAML file"
         )
@@ -442,9 +447,9 @@ def _load(
 def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | None, ident: str) -> Profile:
     # ``chain`` holds the real paths of the files being loaded, so ``extends: ../p/up.yaml`` is a cycle too
     if ident in chain:
-        raise ProfileError(f"{origin}: 'extends' forms a cycle: {' -> '.join((*chain, ident))}")
+        raise _Structural(f"{origin}: 'extends' forms a cycle: {' -> '.join((*chain, ident))}")
     if len(chain) >= 32:
-        raise ProfileError(f"{origin}: 'extends' chains more than 32 profiles")
+        raise _Structural(f"{origin}: 'extends' chains more than 32 profiles")
     try:
         data = safe_yaml.load(text)
     except yaml.YAMLError as e:
@@ -471,8 +476,16 @@ def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | N
             )
         try:
             base = _load(extends, chain=(*chain, ident), base_dir=base_dir)
-        except ProfileError as e:
-            raise ProfileError(f"{_where(origin, lines, 'extends')}: in 'extends: {extends}': {e}") from None
+        except _Structural as e:
+            where = _where(origin, lines, "extends")
+            raise _Structural(f"{where}: in 'extends: {short(extends)[1:-1]}': {e}") from None
+        except ProfileError:
+            # what the extended file holds is never quoted here (it may be any file the name reaches, a link to a
+            # secret included): the user sees why by naming it
+            raise _Structural(
+                f"{_where(origin, lines, 'extends')}: 'extends: {short(extends)[1:-1]}' is not a valid profile; "
+                f"run 'yolo-det profiles show {short(extends)[1:-1]}' to see why"
+            ) from None
         phases = {p: base.phase(p).to_dict() for p in PHASES}
         description = base.description
     else:
