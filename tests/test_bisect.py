@@ -388,6 +388,41 @@ def test_malformed_traces_are_one_line_and_exit_2(
     assert len(err.strip().splitlines()) == 1
 
 
+def test_a_nan_in_a_trace_equals_itself(tmp_path: Path) -> None:
+    path = _trace_file(tmp_path)
+    head, step = (json.loads(line) for line in path.read_text().splitlines())
+    step["scale"] = float("nan")
+    step["hyper"] = [{"lr": float("nan"), "momentum": 0.9}]
+    head["settings"]["nan_setting"] = float("nan")
+    a, b = tmp_path / "nan-a.jsonl", tmp_path / "nan-b.jsonl"
+    for p in (a, b):
+        p.write_text(json.dumps(head) + "\n" + json.dumps(step) + "\n")  # JSON's NaN, as json.dumps writes it
+    assert "NaN" in a.read_text()
+    report = bisect_paths(a, b)
+    assert report.equal
+    assert report.parting is None
+    step["scale"] = 2.0  # control: a scale that differs parts the traces there
+    b.write_text(json.dumps(head) + "\n" + json.dumps(step) + "\n")
+    report = bisect_paths(a, b)
+    assert report.parting is not None
+    assert "AMP scale" in report.parting.detail
+
+
+def test_trace_reading_is_bounded_by_what_it_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from yolo_det.tools.trace import tracefile
+
+    path = _trace_file(tmp_path)
+    held = read_trace(path)  # control: read whole under the real bound
+    assert held.steps
+    monkeypatch.setattr(tracefile, "MAX_TRACE_ENTRIES", 3)
+    with pytest.raises(ConfigError, match="more than 3 digests"):
+        read_trace(path)
+    assert main(["bisect", str(path), str(path)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
 def test_unusable_inputs_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _trace_file(tmp_path)
     (tmp_path / "junk.jsonl").write_bytes(b"\xff\xfe not json")

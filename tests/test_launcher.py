@@ -54,3 +54,95 @@ def test_slurm_without_a_rendezvous_address_is_refused_and_one_task_ignored() ->
     batch_script = {"SLURM_NTASKS": "8", "SLURM_PROCID": "0"}  # the job script itself, not an srun step
     assert not export_slurm_env(batch_script)
     assert "RANK" not in batch_script
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"WORLD_SIZE": "2", "RANK": "abc", "LOCAL_RANK": "0"}, "RANK='abc'"),
+        ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "/etc/passwd"}, "LOCAL_RANK='/etc/passwd'"),
+        ({"WORLD_SIZE": "9" * 5000, "RANK": "0", "LOCAL_RANK": "0"}, "WORLD_SIZE='9999"),
+        ({"WORLD_SIZE": "1e9", "RANK": "0", "LOCAL_RANK": "0"}, "WORLD_SIZE='1e9'"),
+        ({"WORLD_SIZE": "2", "RANK": "-3", "LOCAL_RANK": "0"}, "RANK='-3'"),
+        ({"RANK": "0\x1b[2J"}, "RANK='0\\x1b[2J'"),
+        ({"MASTER_PORT": "abc"}, "MASTER_PORT=abc is not a port"),
+        ({"MASTER_PORT": "70000"}, "MASTER_PORT=70000 is not a port"),
+        ({"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "0", "MASTER_PORT": "29500"}, "MASTER_ADDR is not set"),
+        ({"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "0"}, "MASTER_ADDR and MASTER_PORT is not set"),
+    ],
+)
+def test_bad_launcher_variables_are_one_line_before_anything_starts(
+    env: dict[str, str], named: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from yolo_det.cli import main
+    from yolo_det.core.launcher import check_launcher_env
+
+    with pytest.raises(ConfigError) as err:
+        check_launcher_env(env)
+    message = str(err.value)
+    assert "\n" not in message
+    assert len(message) < 400
+    assert named.replace("'", "") in message.replace("'", "")
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(["train", "epochs=1"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("yolo-det: error: the launcher's") or "is not set" in lines[0]
+
+
+def test_good_launcher_variables_pass() -> None:
+    from yolo_det.core.launcher import check_launcher_env
+
+    check_launcher_env({})
+    check_launcher_env({"RANK": "-1", "LOCAL_RANK": "-1", "WORLD_SIZE": "1"})  # what some scripts export alone
+    env = {"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1", "MASTER_ADDR": "node-a", "MASTER_PORT": "29500"}
+    check_launcher_env(env)
+    check_launcher_env({**env, "SLURM_NTASKS_PER_NODE": "2(x2)"})
+
+
+def test_slurm_variables_are_checked_before_they_are_copied() -> None:
+    env = {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "x", "MASTER_ADDR": "node-a", "MASTER_PORT": "29500"}
+    with pytest.raises(ConfigError, match="SLURM_PROCID='?x'? is not an integer"):
+        export_slurm_env(env)
+    assert "RANK" not in env
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("addr", "launch"),
+    [
+        ("no-such-host.invalid", Launch(1, 2, 0, 1, 0, "torchrun")),  # an address that cannot be reached
+        ("127.0.0.1", Launch(0, 1_000_000_000, 0, 1, 0, "torchrun")),  # ranks that never all come
+    ],
+)
+def test_a_rendezvous_that_cannot_be_reached_fails_within_its_timeout(
+    addr: str, launch: Launch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch.distributed as dist
+
+    from yolo_det.session.launcher import join_process_group, leave_process_group
+
+    monkeypatch.setenv("YOLO_DET_RENDEZVOUS_TIMEOUT", "1")
+    monkeypatch.setenv("MASTER_ADDR", addr)
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
+    with pytest.raises(ConfigError, match=r"could not join the job at .* within 1 s") as err:
+        join_process_group(launch, "cpu")
+    assert "\n" not in str(err.value)
+    assert not dist.is_initialized()
+    # control: a job whose ranks are all there joins, and leaves
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    assert join_process_group(Launch(0, 1, 0, 1, 0, "torchrun"), "cpu")
+    assert dist.get_world_size() == 1
+    leave_process_group(True)
+    assert not dist.is_initialized()

@@ -196,3 +196,42 @@ def test_the_ultralytics_version_is_a_cause_named_by_check_machine_and_diff() ->
     assert f"Ultralytics {ultralytics_version()} only" in (arg.note or "")
     # a YOLOv5 run has no Ultralytics on either side: nothing to compare
     assert machine_causes({"ultralytics": None}, {"ultralytics": None}, cuda=False) == ([], [])
+
+
+def test_check_machine_shows_record_text_escaped_and_never_as_a_fix(tmp_path: Path, capsys) -> None:
+    here = machine_fingerprint()
+    record = _record(here)
+    evil = "9.9\x1b]8;;http://evil.example\x07click\x1b]8;;\x07\r\u202eforged"
+    record["environment"]["host"]["torch"] = evil
+    record["environment"]["host"]["intra_op_threads"] = -5
+    path = tmp_path / "determinism.json"
+    path.write_text(json.dumps(record))
+    assert main(["check-machine", str(path), "--profile", "repro"]) == 1
+    out = capsys.readouterr().out
+    for raw in ("\x1b", "\x07", "\r", "\u202e"):
+        assert raw not in out
+    assert "\\x1b]8;;http://evil.example" in out  # shown, escaped
+    assert "install the torch version the record names" in out
+    assert "intra_op_threads: -5" not in out
+    assert not any(line.startswith("forged") for line in out.splitlines())
+    record["environment"]["host"].update(torch="9.9.1", intra_op_threads=7)  # control: real values are the fix
+    path.write_text(json.dumps(record))
+    assert main(["check-machine", str(path), "--profile", "repro"]) == 1
+    out = capsys.readouterr().out
+    assert "install torch==9.9.1" in out
+    assert "intra_op_threads: 7 in the profile" in out
+
+
+def test_a_records_profile_name_never_loads_a_file_here(tmp_path: Path, monkeypatch) -> None:
+    local = tmp_path / "local.yaml"
+    local.write_text("name: loaded-from-a-file\nextends: fast\n")
+    monkeypatch.chdir(tmp_path)
+    record = _record(machine_fingerprint())
+    for name in (str(local), "local.yaml"):
+        record["profile"]["name"] = name
+        verdict = check_machine(record)
+        assert verdict.profile == "repro"
+        assert any("not a built-in one" in n for n in verdict.notes)
+    record["profile"]["name"] = "fast"  # control: a built-in name is the run's profile
+    assert check_machine(record).profile == "fast"
+    assert check_machine(record, str(local)).profile == "loaded-from-a-file"  # named by the user: loaded

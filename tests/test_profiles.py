@@ -119,7 +119,10 @@ def test_missing_file():
         ("deploy:\n  deterministic_algorithms: strcit\n", 2, "Did you mean 'strict'"),
         ("defaults:\n  backward: off\n", 2, "'backward' must be one of keep, disable"),
         ("train: [1, 2]\n", 1, "'train' must be a mapping"),
-        ("defaults:\n  env: {A: [1]}\n", 2, "'env.A' must be a string or null"),
+        ("defaults:\n  env: {PYTHONHASHSEED: [1]}\n", 2, "'env.PYTHONHASHSEED' must be a string or null"),
+        ("defaults:\n  env: {YOLO_DET_CACHE: /tmp/x}\n", 2, "may set only the variables that decide determinism"),
+        ("train:\n  env: {PYTHONPATH: .}\n", 2, "not 'PYTHONPATH'; set it in your shell instead"),
+        ("train:\n  env: {OMP_NUM_THREAD: '1'}\n", 2, "Did you mean 'OMP_NUM_THREADS'"),
         ("extends: 3\n", 1, "'extends' must be a profile name or path"),
         ("name: x\ntrain:\n  seed: 1\n   bad: indent\n", 4, "malformed YAML"),
     ],
@@ -159,3 +162,53 @@ def test_phase_lookup_and_replace():
     assert isinstance(p, Profile)
     assert load_profile(p) is p
     assert hash(p.train) == hash(load_profile("repro").train)
+
+
+def test_env_is_an_allow_list_of_the_variables_that_decide_determinism(tmp_path, capsys):
+    from yolo_det.cli import main
+    from yolo_det.core.machine_settings import ISA_ENV, PRESTART_ENV
+    from yolo_det.core.profiles import ENV_VARIABLES
+
+    # every variable yolo-det itself sets for determinism may be named in a profile
+    assert {k for table in ISA_ENV.values() for k in table} <= set(ENV_VARIABLES)
+    assert set(PRESTART_ENV) <= set(ENV_VARIABLES)
+    for preset in ("repro", "portable", "balanced", "fast"):
+        assert set(load_profile(preset).train.env) <= set(ENV_VARIABLES)
+    mine = write(tmp_path, "extends: repro\ntrain:\n  env: {OMP_NUM_THREADS: '1', MKL_CBWR: COMPATIBLE}\n")
+    assert dict(load_profile(mine).train.env)["OMP_NUM_THREADS"] == "1"  # control: allowed names load
+    shared = tmp_path / "shared.yaml"
+    shared.write_text("extends: repro\ndefaults:\n  env: {YOLO_DET_CACHE: /tmp/elsewhere, LD_PRELOAD: x.so}\n")
+    assert main(["train", "--profile", str(shared), f"project={tmp_path}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert "'YOLO_DET_CACHE'" in err
+    assert not (tmp_path / "train").exists()
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "root:$6$SECRETHASH:19000:0:99999:7:::\n  bad: [indent\n",  # malformed YAML: its line would be quoted
+        "SECRET_TOKEN: abc\n",  # a mapping: its key would be named
+        "train:\n  seed: SECRET_VALUE\n",  # a profile with a bad value: the value would be shown
+    ],
+)
+def test_an_extends_error_never_shows_the_extended_files_text(tmp_path, secret):
+    target = tmp_path / "private" / "shadow"
+    target.parent.mkdir()
+    target.write_text(secret)
+    (tmp_path / "link.yaml").symlink_to(target)
+    shared = write(tmp_path, "extends: link.yaml\n", name="shared.yaml")
+    with pytest.raises(ProfileError) as e:
+        load_profile(shared)
+    msg = str(e.value)
+    assert "SECRET" not in msg
+    assert "'extends: link.yaml' is not a valid profile" in msg
+    assert "profiles show link.yaml" in msg
+    with pytest.raises(ProfileError) as own:  # named by the user, the file's own error says what is wrong
+        load_profile(tmp_path / "link.yaml")
+    assert "is not a valid profile" not in str(own.value)
+    assert str(own.value).startswith(str(tmp_path / "link.yaml"))
+    cycle = write(tmp_path, "extends: shared2.yaml\n", name="shared2.yaml")
+    with pytest.raises(ProfileError, match="forms a cycle"):  # errors holding no file text still pass through
+        load_profile(cycle)

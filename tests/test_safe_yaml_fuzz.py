@@ -107,7 +107,7 @@ def test_profile_loader_answers_fast_and_in_one_line(text: str, where: str, tmp_
     doc = {
         "top": text,
         "seed": f"extends: repro\nbombs:\n{indented}\ntrain:\n  seed: 1\n",
-        "env": f"train:\n  env:\n    X:\n{indented}\n",
+        "env": f"train:\n  env:\n    PYTHONHASHSEED:\n{indented}\n",
         "name": f"name:\n{indented}\n",
         "defaults": f"defaults:\n{indented}\n",
     }[where]

@@ -137,3 +137,69 @@ def test_a_new_run_from_the_command_line_is_yolov5s_own(tmp_path: Path) -> None:
     (tmp_path / "new").mkdir()
     assert train({}, opt, "cpu", None) == "done"
     assert canary.exists()
+
+
+def _local_data(folder: Path) -> Path:
+    for split in ("train", "val"):
+        (folder / "images" / split).mkdir(parents=True)
+    (folder / "data.yaml").write_text(
+        yaml.safe_dump({"path": str(folder), "train": "images/train", "val": "images/val", "names": {0: "a"}})
+    )
+    return folder
+
+
+def test_a_stored_disk_cache_never_writes_into_the_dataset(tmp_path: Path) -> None:
+    data = _local_data(tmp_path / "data")
+    opt, run = _run(tmp_path, data=str(data / "data.yaml"), cache="disk")
+    with pytest.raises(ConfigError, match=r"opt\.yaml' stores cache=disk.*folder you did not name.*--cache disk"):
+        train({}, opt, "cpu", None)
+    assert SEEN == {}
+    for cache in (None, "ram"):  # control: a cache in memory, or none, writes nothing into the dataset
+        opt, run = _run(tmp_path / str(cache), data=str(data / "data.yaml"), cache=cache)
+        assert train({}, opt, "cpu", None) == "done"
+
+
+SCRIPT = """
+import argparse, sys, yaml
+from pathlib import Path
+from yolo_det.integrations import yolov5 as ydet
+
+@ydet.training
+def train(hyp, opt, device, callbacks):
+    Path(opt.save_dir, "trained").write_text("yes")
+    return "done"
+
+if __name__ == "__main__":
+    run = Path(sys.argv[1])
+    opt = argparse.Namespace(**yaml.safe_load((run / "opt.yaml").read_text()))
+    opt.cfg, opt.weights, opt.resume = "", str(run / "weights" / "last.pt"), True
+    train({}, opt, "cpu", None)
+"""
+
+
+def test_yolov5s_script_refuses_in_one_line_with_exit_2(tmp_path: Path) -> None:
+    """``python train.py --resume`` over a hostile opt.yaml: one line and exit 2, never a traceback."""
+    import subprocess
+    import sys
+
+    from helpers import subprocess_env
+
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    data = _local_data(tmp_path / "data")
+    _, run = _run(tmp_path / "bad", data=str(data / "data.yaml"), cache="disk", det_profile=None)
+    done = subprocess.run(
+        [sys.executable, str(script), str(run)], capture_output=True, text=True, env=subprocess_env(), timeout=600
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("yolo-det: error: ")
+    assert "cache=disk" in lines[0]
+    assert not (run / "trained").exists()
+    _, run = _run(tmp_path / "good", data=str(data / "data.yaml"), cache="ram", det_profile=None)  # control
+    done = subprocess.run(
+        [sys.executable, str(script), str(run)], capture_output=True, text=True, env=subprocess_env(), timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    assert (run / "trained").read_text() == "yes"

@@ -112,6 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with stop_signals():  # SIGINT, SIGTERM, SIGHUP: clean-up, record, exit 130, 143, 129
             safe_point("cli-start")
             tokens = list(sys.argv[1:] if argv is None else argv)
+            from .core.launcher import check_launcher_env
+
+            check_launcher_env()  # before Ultralytics reads RANK, LOCAL_RANK and WORLD_SIZE at import
             from .commands.prestart import prepare  # before anything imports torch
 
             prepare(next(iter(_command_of(tokens)), None), tokens, reexec=argv is None)

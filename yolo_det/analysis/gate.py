@@ -12,7 +12,12 @@ in the Python API (the guards :func:`yolo_det.attach` puts on ``train/val/predic
 - a ``cfg`` YAML and a tracker YAML are bounded YAML whose own path-valued keys pass the gate too;
 - a data YAML (or each YAML at the top of a data folder) may not have a ``download:`` that Ultralytics would
   run (a split it names is missing), nor be an ``.ndjson`` file Ultralytics converts (and downloads)
-  elsewhere, unless the user opts in (:func:`downloads_allowed`).
+  elsewhere, unless the user opts in (:func:`downloads_allowed`);
+- a resumed checkpoint's run folder: every other checkpoint Ultralytics reads there (``weights/best.pt`` at the
+  final evaluation, ``weights/last.pt``) passes the gate before the run starts (:func:`run_folder_reads`);
+- a resumed checkpoint's stored arguments may not make the run write outside its run folder: a stored
+  ``cache: disk`` (images cached as ``.npy`` files in the dataset) is refused unless the user names ``cache=``
+  (:data:`STORED_WRITES`, :func:`check_stored_writes`; YOLOv5's ``opt.yaml`` too).
 
 Refusals are :class:`~yolo_det.core.errors.ModelError`/:class:`~yolo_det.core.errors.ConfigError`: one
 line, exit 2.
@@ -31,7 +36,7 @@ from typing import Any
 import yaml
 
 from ..core.errors import ConfigError
-from ..core.text import short
+from ..core.text import printable, short
 from ..core.untrusted import safe_yaml
 
 __all__ = [
@@ -39,11 +44,15 @@ __all__ = [
     "DOWNLOAD_FLAG",
     "NOT_PATHS",
     "PATH_KEYS",
+    "STORED_WRITES",
     "allow_downloads",
     "check_arguments",
     "check_sourced",
+    "check_stored_writes",
     "downloads_allowed",
     "path_keys",
+    "resumed_checkpoint",
+    "run_folder_reads",
 ]
 
 #: The command-line flag that lets a data YAML's ``download:`` run.
@@ -85,6 +94,18 @@ NOT_PATHS: dict[str, str] = {
     "copy_paste_mode": "a mode name",
     "auto_augment": "a policy name",
 }
+
+#: Arguments a resumed run takes from its checkpoint (YOLOv5: its ``opt.yaml``) that would make it write outside
+#: its run folder, with the values known to write nothing there: ``cache`` (``disk`` writes a ``.npy`` file per
+#: image beside the dataset's images; ``ram`` and no cache write nothing). Any other stored value is refused
+#: unless the user names the argument.
+STORED_WRITES: dict[str, frozenset[Any]] = {
+    "cache": frozenset({None, False, True, "", "ram", "false", "true", "none", "False", "True", "None"}),
+}
+
+#: The checkpoints of a run folder that Ultralytics reads when it resumes a run from it, besides the resumed
+#: checkpoint: ``best.pt`` at the final evaluation, ``last.pt`` when it strips it.
+RUN_FOLDER_READS = ("last.pt", "best.pt")
 
 #: Arguments Ultralytics types as switches but also reads as a path (``isinstance(args.KEY, (str, Path))``).
 BOOL_OR_PATH = frozenset({"resume", "pretrained"})
@@ -139,7 +160,7 @@ def _first_visit(path: Path, seen: set[str]) -> bool:
     return True
 
 
-def _check_checkpoint(value: Any, *, depth: int, seen: set[str], given: set[str]) -> None:
+def _check_checkpoint(value: Any, *, depth: int, seen: set[str], given: set[str], resumed: bool = False) -> None:
     path = _file(value)
     if path is not None and path.suffix.lower() in _CKPT_SUFFIXES:  # what Ultralytics hands to torch.load
         if not _first_visit(path, seen):
@@ -149,10 +170,61 @@ def _check_checkpoint(value: Any, *, depth: int, seen: set[str], given: set[str]
 
         check_checkpoint(path)
         check_checkpoint_yaml(path)
-        _check_stored(path, depth, seen, given)
+        _check_stored(path, depth, seen, given, resumed=resumed)
+    if resumed and path is not None:
+        for other in run_folder_reads(path):
+            _check_checkpoint(other, depth=depth + 1, seen=seen, given=given)
 
 
-def _check_model(value: Any, *, depth: int, seen: set[str], given: set[str]) -> None:
+def resumed_checkpoint(args: Mapping[str, Any]) -> Path | None:
+    """The checkpoint a training with ``args`` resumes (``resume=PATH``, or ``resume=True`` with ``model=PATH``);
+    None when it resumes none, or names no file here."""
+    resume = args.get("resume")
+    if isinstance(resume, str) and resume.strip().lower() in {"true", "false", ""}:
+        resume = resume.strip().lower() == "true"
+    if resume is True:
+        return _file(args.get("model"))
+    if isinstance(resume, (str, os.PathLike)):
+        return _file(resume)
+    return None
+
+
+def run_folder_reads(checkpoint: str | os.PathLike[str]) -> list[Path]:
+    """The other checkpoints of the run folder holding ``checkpoint`` (``RUN/weights/X.pt``) that a run resumed
+    from it reads (:data:`RUN_FOLDER_READS` that are here): they pass the gate before the run starts."""
+    weights = Path(checkpoint).expanduser().absolute().parent
+    if weights.name != "weights":
+        return []
+    return [weights / name for name in RUN_FOLDER_READS if (weights / name).is_file()]
+
+
+def check_stored_writes(stored: Mapping[str, Any], source: str, *, opt_in: str) -> None:
+    """Refuse a stored argument that would make a resumed run write outside its run folder (see
+    :data:`STORED_WRITES`); the caller has removed the arguments the user gave.
+
+    Args:
+        stored: The arguments the file stores (a checkpoint's ``train_args``, a YOLOv5 ``opt.yaml``).
+        source: What stored them, for the message.
+        opt_in: How the user names the argument instead (ends the message).
+
+    Raises:
+        ConfigError: One line naming the argument, its value, where it was stored and how to opt in.
+    """
+    for key, safe in STORED_WRITES.items():
+        value = stored.get(key)
+        try:
+            known = value in safe
+        except TypeError:  # a list or a mapping: not a known value
+            known = False
+        if not known:
+            shown = printable(value, newlines=False)[:80] if isinstance(value, str) else short(value)
+            raise ConfigError(
+                f"{source} stores {key}={shown}, which makes the resumed run write cached images into "
+                f"its dataset, a folder you did not name; {opt_in.format(key=key, value=shown)}"
+            )
+
+
+def _check_model(value: Any, *, depth: int, seen: set[str], given: set[str], resumed: bool = False) -> None:
     if not isinstance(value, (str, os.PathLike)):
         return
     text = str(value)
@@ -166,7 +238,7 @@ def _check_model(value: Any, *, depth: int, seen: set[str], given: set[str]) -> 
             if "not found" not in str(e):  # a missing file reads nothing: the pre-checks name it
                 raise
     else:
-        _check_checkpoint(value, depth=depth, seen=seen, given=given)
+        _check_checkpoint(value, depth=depth, seen=seen, given=given, resumed=resumed)
 
 
 def _check_cfg(value: Any, depth: int, seen: set[str]) -> None:
@@ -275,9 +347,10 @@ def _check_file(value: Any, depth: int, seen: set[str]) -> None:
         _check_cfg(path, depth, seen)
 
 
-def _check_stored(path: Path, depth: int, seen: set[str], given: set[str]) -> None:
+def _check_stored(path: Path, depth: int, seen: set[str], given: set[str], *, resumed: bool = False) -> None:
     """The path-valued arguments a checkpoint stores (``train_args``): what Ultralytics reads from them on resume,
-    fine-tune, val, predict and export, unless the caller gives the argument itself."""
+    fine-tune, val, predict and export, unless the caller gives the argument itself; for a resumed checkpoint,
+    also the stored arguments that would make it write outside its run folder (:func:`check_stored_writes`)."""
     from ..core.errors import ModelError, YoloDetError
     from ..core.resume.checkpoint import stored_arguments
 
@@ -286,6 +359,12 @@ def _check_stored(path: Path, depth: int, seen: set[str], given: set[str]) -> No
     except ModelError:
         return  # refused already by the allow-list above, or trusted: nothing more to read safely
     stored = {k: v for k, v in stored.items() if k not in given}
+    if resumed:
+        check_stored_writes(
+            stored,
+            f"checkpoint '{path}'",
+            opt_in="name it to resume with it ({key}={value}, or {key}=False to cache nothing)",
+        )
     try:
         check_arguments(stored, _depth=depth + 1, _seen=seen)
     except YoloDetError as e:
@@ -333,14 +412,16 @@ def check_arguments(
         raise ConfigError("files name other files more than 8 deep (a cfg or checkpoint naming another ...)")
     seen = set() if _seen is None else _seen
     given = {k for k, v in args.items() if v is not None}
+    resumed = resumed_checkpoint(args) if kinds is None else None
     for key, kind in (path_keys() if kinds is None else kinds).items():
         value = args.get(key)
         if value is None or isinstance(value, bool):
             continue
+        is_resumed = resumed is not None and _file(value) == resumed and key in ("resume", "model")
         if kind == "checkpoint":
-            _check_checkpoint(value, depth=_depth, seen=seen, given=given - {key})
+            _check_checkpoint(value, depth=_depth, seen=seen, given=given - {key}, resumed=is_resumed)
         elif kind == "model":
-            _check_model(value, depth=_depth, seen=seen, given=given - {key})
+            _check_model(value, depth=_depth, seen=seen, given=given - {key}, resumed=is_resumed)
         elif kind == "cfg":
             _check_cfg(value, _depth, seen)
         elif kind == "data":

@@ -33,7 +33,6 @@ examples:
 from __future__ import annotations
 
 import argparse
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -75,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if args.replay_trace is not None and args.replay is None:
         raise ConfigError("--replay-trace goes with --replay CHECKPOINT")
     check_ci_options(args)
-    from ..core.fileio import check_output_path
+    from ..core.fileio import check_output_path, copy_file
     from ..tools.trace.bisect import resolve_trace
     from ..tools.trace.tracefile import read_trace
 
@@ -88,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="yolo-det-replay-") as tmp:
             replayed = _replay(args.replay, Path(tmp), args)
             if keep is not None:
-                shutil.copyfile(replayed, keep)
+                copy_file(replayed, keep)  # replaces a link there, never writes through it
             report = bisect_paths(args.a, replayed, rank=args.rank)
             if keep is not None:
                 report.b = str(keep)
@@ -102,6 +101,7 @@ def _replay(checkpoint: str, folder: Path, args: argparse.Namespace) -> Path:
     from ..analysis.gate import allow_downloads
     from ..analysis.models import model_names
     from ..core.errors import ConfigError
+    from ..core.fileio import copy_file
     from ..core.quiet import quiet_ultralytics
     from ..core.record import RECORD_NAME
     from ..core.resume import state_path
@@ -116,12 +116,12 @@ def _replay(checkpoint: str, folder: Path, args: argparse.Namespace) -> Path:
     run = folder / "replay"
     (run / "weights").mkdir(parents=True)
     copy = run / "weights" / src.name
-    shutil.copyfile(src, copy)
+    copy_file(src, copy)
     if state_path(src).is_file():
-        shutil.copyfile(state_path(src), state_path(copy))
+        copy_file(state_path(src), state_path(copy))
     record = src.parent.parent / RECORD_NAME
     if record.is_file():
-        shutil.copyfile(record, run / RECORD_NAME)
+        copy_file(record, run / RECORD_NAME)
     trace = folder / "replay.jsonl"
     with (
         model_names(args.imports),

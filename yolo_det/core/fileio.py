@@ -1,9 +1,11 @@
 """Atomic file writes, file digests, and checking an output path before any work starts.
 
 The one home of these helpers: every file yolo-det writes goes through :func:`atomic_file` (or the
-``atomic_write_*`` functions built on it): it is first written to a temporary file in the same folder,
-flushed and then renamed over the target, so a reader never sees half a file and a crash never leaves one.
-A new file gets the mode ``open()`` would give it (``0o666`` less the umask); a replaced file keeps its mode.
+``atomic_write_*`` functions and :func:`copy_file` built on it): it is first written to a temporary file in the
+same folder, flushed and then renamed over the target, so a reader never sees half a file and a crash never
+leaves one. The target is replaced, never followed: a symbolic link there is replaced by the new file, and the
+file it pointed to is left as it was. A new file gets the mode ``open()`` would give it (``0o666`` less the
+umask); a replaced file keeps its mode (a replaced link gets a new file's).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import stat
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -26,6 +30,7 @@ __all__ = [
     "atomic_write_json",
     "atomic_write_text",
     "check_output_path",
+    "copy_file",
     "file_sha256",
     "new_file_mode",
 ]
@@ -58,7 +63,8 @@ def atomic_file(path: str | os.PathLike[str], *, mode: int | None = None, sync: 
     path = Path(path)
     if mode is None:
         try:
-            mode = path.stat().st_mode & 0o777
+            st = path.lstat()  # a link's target is never looked at, nor written
+            mode = new_file_mode() if stat.S_ISLNK(st.st_mode) else st.st_mode & 0o777
         except FileNotFoundError:
             mode = new_file_mode()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -80,6 +86,18 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int |
     with atomic_file(path, mode=mode) as f:
         f.write(data)
     return Path(path)
+
+
+def copy_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, times: bool = False) -> Path:
+    """Copy ``src``'s bytes (and mode) to ``dst`` atomically, replacing ``dst`` (a link there is replaced, never
+    followed); ``times`` keeps ``src``'s access and modification times too. Return ``dst``."""
+    st = os.stat(src)
+    with open(src, "rb") as fin, atomic_file(dst, mode=st.st_mode & 0o777) as out:
+        shutil.copyfileobj(fin, out, _CHUNK)
+        if times:
+            out.flush()
+            os.utime(out.fileno(), ns=(st.st_atime_ns, st.st_mtime_ns))
+    return Path(dst)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str, *, mode: int | None = None) -> Path:

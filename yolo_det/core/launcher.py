@@ -6,6 +6,10 @@ torchrun and the launchers built on it export ``RANK``, ``WORLD_SIZE``, ``LOCAL_
 ``SLURM_PROCID``, ``SLURM_STEP_NUM_TASKS``, ``SLURM_LOCALID`` and ``SLURM_NODEID``; :func:`export_slurm_env` copies them
 under torchrun's names (before Ultralytics is imported: it reads ``RANK`` once, at import), so the rest of
 yolo-det and Ultralytics see one convention.
+
+:func:`check_launcher_env` checks every such variable before anything reads it (the command line calls it
+first): each is a small integer in its range, ``MASTER_PORT`` a port, and a job of several processes names its
+rendezvous (``MASTER_ADDR``, ``MASTER_PORT``); anything else is one line, exit 2.
 """
 
 from __future__ import annotations
@@ -16,8 +20,34 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .errors import ConfigError
+from .text import printable
 
-__all__ = ["Launch", "export_slurm_env", "launch_from_env", "launch_identity"]
+__all__ = [
+    "LAUNCHER_INTEGERS",
+    "Launch",
+    "check_launcher_env",
+    "export_slurm_env",
+    "launch_from_env",
+    "launch_identity",
+]
+
+#: The launchers' integer variables yolo-det (or Ultralytics, at import) reads, with the least value each may
+#: take (``-1``: Ultralytics' "no rank"). SLURM's ``2(x3)`` (2 tasks on each of 3 nodes) reads as 2.
+LAUNCHER_INTEGERS: dict[str, int] = {
+    "WORLD_SIZE": 1,
+    "RANK": -1,
+    "LOCAL_RANK": -1,
+    "LOCAL_WORLD_SIZE": 1,
+    "GROUP_RANK": 0,
+    "TORCHELASTIC_RESTART_COUNT": 0,
+    "SLURM_PROCID": 0,
+    "SLURM_LOCALID": 0,
+    "SLURM_NODEID": 0,
+    "SLURM_STEP_NUM_TASKS": 1,
+    "SLURM_NTASKS_PER_NODE": 1,
+}
+#: The most digits a launcher's integer may have (a job of a billion processes has 10).
+_MAX_DIGITS = 10
 
 
 @dataclass(frozen=True)
@@ -45,14 +75,62 @@ class Launch:
         return asdict(self)
 
 
+def _shown(value: str) -> str:
+    """A variable's value as an error shows it: escaped, cut to 40 characters."""
+    text = printable(value, newlines=False)
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
 def _int(environ: Mapping[str, str], name: str) -> int | None:
     value = environ.get(name)
     if value is None or value.strip() == "":
         return None
-    try:
-        return int(value.split("(")[0])  # SLURM writes "2(x3)" for 2 tasks on each of 3 nodes
-    except ValueError:
-        raise ConfigError(f"the launcher's {name}={value!r} is not an integer; check how the job was started") from None
+    text = value.strip().split("(")[0]  # SLURM writes "2(x3)" for 2 tasks on each of 3 nodes
+    digits = text[1:] if text[:1] in "+-" else text
+    least = LAUNCHER_INTEGERS.get(name, 0)
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > _MAX_DIGITS or int(text) < least:
+        raise ConfigError(
+            f"the launcher's {name}={_shown(value)} is not an integer >= {least} (at most {_MAX_DIGITS} digits); "
+            "check how the job was started"
+        )
+    return int(text)
+
+
+def check_launcher_env(environ: Mapping[str, str] | None = None) -> None:
+    """Check the launchers' variables before anything reads them: each of :data:`LAUNCHER_INTEGERS` that is set is
+    an integer in its range, ``MASTER_PORT`` a port, and a process of a job of several (``WORLD_SIZE`` > 1 with a
+    ``LOCAL_RANK``, or SLURM's copied tasks) has its rendezvous address and port.
+
+    Raises:
+        ConfigError: One line naming the variable, what it holds (escaped, cut short) and what it must be.
+    """
+    env = os.environ if environ is None else environ
+    for name in LAUNCHER_INTEGERS:
+        _int(env, name)
+    port = env.get("MASTER_PORT")
+    if port is not None and port.strip() != "":
+        text = port.strip()
+        if not (text.isascii() and text.isdigit() and len(text) <= 5 and 1 <= int(text) <= 65535):
+            raise ConfigError(
+                f"the launcher's MASTER_PORT={_shown(port)} is not a port (1 to 65535); "
+                "export a free port, or launch with torchrun"
+            )
+    launch = launch_from_env(env) or _restarted_alone(env)
+    if launch is None:
+        return
+    missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not (env.get(name) or "").strip()]
+    if missing:
+        raise ConfigError(
+            f"this process is rank {launch.rank} of a job of {launch.world_size} "
+            f"but {' and '.join(missing)} is not set; start the job with torchrun (or export MASTER_ADDR, the "
+            "first node's host name, and MASTER_PORT, a free port)"
+        )
+    addr = env.get("MASTER_ADDR", "")
+    if printable(addr, newlines=False) != addr or len(addr) > 253:
+        raise ConfigError(
+            f"the launcher's MASTER_ADDR={_shown(addr)} is not a host name; "
+            "export the first node's host name or address"
+        )
 
 
 def launch_from_env(environ: Mapping[str, str] | None = None) -> Launch | None:
@@ -132,6 +210,8 @@ def export_slurm_env(environ: MutableMapping[str, str] | None = None) -> bool:
     tasks = _int(env, "SLURM_STEP_NUM_TASKS")
     if tasks is None or tasks <= 1 or "SLURM_PROCID" not in env or "RANK" in env:
         return False
+    for name in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS_PER_NODE"):
+        _int(env, name)  # checked before they are copied under torchrun's names
     missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not env.get(name)]
     if missing:
         raise ConfigError(

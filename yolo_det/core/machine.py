@@ -153,6 +153,23 @@ def _onednn_isa(m: Mapping[str, Any]) -> str | None:
     return cap
 
 
+_VERSION = re.compile(r"^[0-9][0-9A-Za-z.+!_-]{0,40}$")
+
+
+def _install(package: str, version: Any) -> str:
+    """The fix for another version of ``package``: the recorded version when it reads as one, never other text
+    of the record (a fix is something to type)."""
+    if isinstance(version, str) and _VERSION.match(version):
+        return f"install {package}=={version}"
+    return f"install the {package} version the record names"
+
+
+def _threads_fix(threads: Any) -> str:
+    if isinstance(threads, int) and not isinstance(threads, bool) and 1 <= threads <= 4096:
+        return f"intra_op_threads: {threads} in the profile (portable pins the threads)"
+    return "the record's thread count is not one a machine runs with: no setting reproduces it"
+
+
 def _isa_fix(a: Any, b: Any) -> str:
     lower = "DEFAULT" if "DEFAULT" in (a, b) else "AVX2"
     name = {v: k for k, v in ISA_CAPABILITY.items()}.get(lower, "avx2")
@@ -180,9 +197,9 @@ def machine_causes(a: Mapping[str, Any], b: Mapping[str, Any], *, cuda: bool) ->
         if va != vb:
             causes.append(MachineCause(name, va, vb, fix))
 
-    check("torch", a.get("torch"), b.get("torch"), f"install torch=={a.get('torch')}")
+    check("torch", a.get("torch"), b.get("torch"), _install("torch", a.get("torch")))
     if a.get("ultralytics") or b.get("ultralytics"):  # a YOLOv5 run has none on either side
-        check("Ultralytics", a.get("ultralytics"), b.get("ultralytics"), f"install ultralytics=={a.get('ultralytics')}")
+        check("Ultralytics", a.get("ultralytics"), b.get("ultralytics"), _install("ultralytics", a.get("ultralytics")))
     if cuda:
         ga, gb = a.get("gpu") or {}, b.get("gpu") or {}
         if not ga or not gb:
@@ -205,7 +222,7 @@ def machine_causes(a: Mapping[str, Any], b: Mapping[str, Any], *, cuda: bool) ->
         "intra-op threads",
         a.get("intra_op_threads"),
         b.get("intra_op_threads"),
-        f"intra_op_threads: {a.get('intra_op_threads')} in the profile (portable pins the threads)",
+        _threads_fix(a.get("intra_op_threads")),
     )
     ca, cb = a.get("cpu_capability"), b.get("cpu_capability")
     check("ATen CPU capability", ca, cb, _isa_fix(ca, cb))
@@ -213,7 +230,7 @@ def machine_causes(a: Mapping[str, Any], b: Mapping[str, Any], *, cuda: bool) ->
     check("mkldnn enabled", a.get("mkldnn_enabled"), b.get("mkldnn_enabled"), "torch.backends.mkldnn as in the record")
     if mkldnn and "env" in a and "env" in b and ("cpu_flags" in a or "cpu_flags" in b):
         check("oneDNN instruction set", _onednn_isa(a), _onednn_isa(b), "ONEDNN_MAX_CPU_ISA=AVX2 (portable sets it)")
-        check("oneDNN version", a.get("onednn"), b.get("onednn"), f"install torch=={a.get('torch')} (its oneDNN)")
+        check("oneDNN version", a.get("onednn"), b.get("onednn"), f"{_install('torch', a.get('torch'))} (its oneDNN)")
     ea, eb = a.get("env") or {}, b.get("env") or {}
     if "cpu_flags" in a and "cpu_flags" in b:
         wa, wb = ea.get("MKL_CBWR"), eb.get("MKL_CBWR")
@@ -228,5 +245,5 @@ def machine_causes(a: Mapping[str, Any], b: Mapping[str, Any], *, cuda: bool) ->
                     "MKL_CBWR=COMPATIBLE before torch starts (portable)",
                 )
             )
-        check("MKL version", a.get("mkl"), b.get("mkl"), f"install torch=={a.get('torch')} (its MKL)")
+        check("MKL version", a.get("mkl"), b.get("mkl"), f"{_install('torch', a.get('torch'))} (its MKL)")
     return causes, notes

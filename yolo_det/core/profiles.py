@@ -38,6 +38,7 @@ from .untrusted import safe_yaml
 
 __all__ = [
     "BUILTIN_PROFILES",
+    "ENV_VARIABLES",
     "PHASES",
     "PhaseSettings",
     "Profile",
@@ -57,6 +58,27 @@ Phase = Literal["train", "val", "deploy"]
 PHASES: tuple[str, ...] = get_args(Phase)
 BUILTIN_PROFILES: tuple[str, ...] = ("balanced", "fast", "portable", "repro")
 _SEED_LIMIT = 2**32  # numpy's legacy seeding accepts [0, 2**32)
+
+#: The environment variables a profile's ``env`` may set: those that decide determinism, and what each decides.
+#: Any other name is refused (a profile may come from someone else, and a variable such as ``PYTHONPATH``,
+#: ``LD_PRELOAD`` or ``YOLO_DET_CACHE`` would change what the run, or a process it starts, loads).
+ENV_VARIABLES: Mapping[str, str] = MappingProxyType(
+    {
+        "CUBLAS_WORKSPACE_CONFIG": "cuBLAS's workspace: a fixed one makes its kernels deterministic",
+        "NVIDIA_TF32_OVERRIDE": "whether CUDA libraries may use TF32",
+        "NCCL_ALGO": "NCCL's all-reduce algorithm (the order of its sums)",
+        "NCCL_PROTO": "NCCL's protocol (the order of its sums)",
+        "PYTHONHASHSEED": "Python's hash seed (the order of sets, for processes started with it)",
+        "OMP_NUM_THREADS": "OpenMP's thread count (how CPU reductions are split)",
+        "MKL_NUM_THREADS": "MKL's thread count (how its reductions are split)",
+        "OPENBLAS_NUM_THREADS": "OpenBLAS's thread count (how its reductions are split)",
+        "MKL_CBWR": "MKL's conditional numerical reproducibility branch",
+        "MKL_ENABLE_INSTRUCTIONS": "the instruction set MKL may use",
+        "ATEN_CPU_CAPABILITY": "the instruction set of ATen's CPU kernels",
+        "ONEDNN_MAX_CPU_ISA": "the instruction set oneDNN may use",
+        "DNNL_MAX_CPU_ISA": "the instruction set oneDNN may use (its former name)",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -299,6 +321,12 @@ def _check_value(key: str, value: Any, *, where: str) -> Any:
         for name, val in value.items():
             if not isinstance(name, str) or not name or "=" in name or "\0" in name:
                 raise ProfileError(f"{where}: 'env' has an invalid variable name {short(name)}")
+            if name not in ENV_VARIABLES:
+                raise ProfileError(
+                    f"{where}: 'env' may set only the variables that decide determinism "
+                    f"({', '.join(ENV_VARIABLES)}), not {short(name)[:100]}; set it in your shell instead."
+                    f"{did_you_mean(name[:100], list(ENV_VARIABLES))}"
+                )
             if val is not None and not isinstance(val, (str, int, float)) or isinstance(val, bool):
                 raise ProfileError(f"{where}: 'env.{name[:100]}' must be a string or null, got {short(val)}")
             if isinstance(val, str) and "\0" in val:
@@ -370,6 +398,11 @@ def load_profile(profile: str | os.PathLike[str] | Profile) -> Profile:
     return _load(profile, chain=())
 
 
+class _Structural(ProfileError):
+    """A profile error whose message holds no text of the file (a cycle, a missing file, an unknown name): it may be
+    shown through ``extends:``, where the profile's own errors are not (they quote the file)."""
+
+
 def _load(
     profile: str | os.PathLike[str] | Profile, *, chain: tuple[str, ...], base_dir: Path | None = None
 ) -> Profile:
@@ -391,12 +424,12 @@ def _load(
         path = base_dir / path
     looks_like_path = path.suffix in {".yaml", ".yml"} or os.sep in text_name or "/" in text_name
     if not looks_like_path:
-        raise ProfileError(
+        raise _Structural(
             f"unknown profile '{text_name}'; choose from {', '.join(BUILTIN_PROFILES)} or give the path of a "
             f"profile YAML file.{did_you_mean(text_name, BUILTIN_PROFILES)}"
         )
     if not path.is_file():
-        raise ProfileError(
+        raise _Structural(
             f"profile file '{path}' does not exist; give a built-in name "
             f"({', '.join(BUILTIN_PROFILES)}) or an existing YAML file"
         )
@@ -414,9 +447,9 @@ def _load(
 def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | None, ident: str) -> Profile:
     # ``chain`` holds the real paths of the files being loaded, so ``extends: ../p/up.yaml`` is a cycle too
     if ident in chain:
-        raise ProfileError(f"{origin}: 'extends' forms a cycle: {' -> '.join((*chain, ident))}")
+        raise _Structural(f"{origin}: 'extends' forms a cycle: {' -> '.join((*chain, ident))}")
     if len(chain) >= 32:
-        raise ProfileError(f"{origin}: 'extends' chains more than 32 profiles")
+        raise _Structural(f"{origin}: 'extends' chains more than 32 profiles")
     try:
         data = safe_yaml.load(text)
     except yaml.YAMLError as e:
@@ -443,8 +476,16 @@ def _parse(text: str, *, origin: str, chain: tuple[str, ...], base_dir: Path | N
             )
         try:
             base = _load(extends, chain=(*chain, ident), base_dir=base_dir)
-        except ProfileError as e:
-            raise ProfileError(f"{_where(origin, lines, 'extends')}: in 'extends: {extends}': {e}") from None
+        except _Structural as e:
+            where = _where(origin, lines, "extends")
+            raise _Structural(f"{where}: in 'extends: {short(extends)[1:-1]}': {e}") from None
+        except ProfileError:
+            # what the extended file holds is never quoted here (it may be any file the name reaches, a link to a
+            # secret included): the user sees why by naming it
+            raise _Structural(
+                f"{_where(origin, lines, 'extends')}: 'extends: {short(extends)[1:-1]}' is not a valid profile; "
+                f"run 'yolo-det profiles show {short(extends)[1:-1]}' to see why"
+            ) from None
         phases = {p: base.phase(p).to_dict() for p in PHASES}
         description = base.description
     else:

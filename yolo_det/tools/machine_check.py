@@ -18,7 +18,8 @@ from typing import Any
 
 from ..core.machine import MachineCause, machine_causes, machine_fingerprint, machine_view
 from ..core.machine_settings import ISA_CAPABILITY, ISA_ENV, cannot_match
-from ..core.profiles import Profile, load_profile
+from ..core.profiles import BUILTIN_PROFILES, Profile, load_profile
+from ..core.text import printable
 from .diff.common import _args, _trained_on_cpu
 
 __all__ = ["MachineVerdict", "check_machine", "predicted_fingerprint"]
@@ -44,14 +45,15 @@ class MachineVerdict:
         return 1 if self.causes else 0
 
     def summary(self) -> str:
-        """The report: one line per cause with the setting that fixes it, then the verdict."""
-        lines = [f"  {c.name}: recorded {c.a} | here {c.b} -> fix: {c.fix}" for c in self.causes]
+        """The report: one line per cause with the setting that fixes it, then the verdict. Text read from the
+        record is escaped (a control character, a terminal escape, a bidi mark) and cut short, as ``diff`` shows it."""
+        lines = [f"  {c.name}: recorded {_show(c.a)} | here {_show(c.b)} -> fix: {c.fix}" for c in self.causes]
         lines += [f"  note: {n}" for n in self.notes]
         if self.causes:
             lines.append(f"will differ under profile '{self.profile}': {len(self.causes)} cause(s) above")
         else:
             lines.append(f"will agree: the same command under profile '{self.profile}' reproduces those weights here")
-        return "\n".join(lines)
+        return "\n".join(printable(line, newlines=False) for line in lines)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data."""
@@ -81,6 +83,11 @@ def predicted_fingerprint(record: Mapping[str, Any], profile: Profile) -> dict[s
     return here
 
 
+def _show(value: Any, limit: int = 100) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _canon(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
@@ -92,13 +99,20 @@ def check_machine(record: Mapping[str, Any], profile: str | Profile | None = Non
         ProfileError: ``profile`` is unknown or malformed.
     """
     recorded_profile = record.get("profile") or {}
-    name = profile if profile is not None else recorded_profile.get("name", "repro")
-    try:
-        resolved = load_profile(name)
-    except Exception:
-        if profile is not None:
-            raise
-        resolved = load_profile("repro")
+    if not isinstance(recorded_profile, Mapping):
+        recorded_profile = {}
+    recorded_name = recorded_profile.get("name")
+    builtin = recorded_name if recorded_name in BUILTIN_PROFILES else None
+    early: list[str] = []
+    if profile is not None:
+        resolved = load_profile(profile)
+    else:  # a record names its profile; only a built-in one is loaded by that name, never a file here
+        resolved = load_profile(builtin or "repro")
+        if builtin is None:
+            early.append(
+                f"the run's profile '{_show(recorded_name, 60)}' is not a built-in one: predicted under repro; "
+                "pass --profile FILE to predict under the run's profile file"
+            )
     on_cuda = not _trained_on_cpu(record)
     here = predicted_fingerprint(record, resolved)
     recorded = machine_view(record.get("environment") or {})
@@ -118,10 +132,10 @@ def check_machine(record: Mapping[str, Any], profile: str | Profile | None = Non
                     f"profile setting train.{key}",
                     ran[key],
                     wanted[key],
-                    f"--profile {recorded_profile.get('name', '?')} (the run's profile)",
+                    f"--profile {builtin} (the run's profile)" if builtin else "--profile with the run's profile file",
                 )
             )
     device = _args(record).get("device")
     if on_cuda and not here.get("gpu"):
         causes.append(MachineCause("device", device or "cuda", "no CUDA here", "train on a machine with the GPU"))
-    return MachineVerdict(causes, notes, recorded=recorded, here=here, profile=resolved.name)
+    return MachineVerdict(causes, early + notes, recorded=recorded, here=here, profile=resolved.name)

@@ -73,7 +73,8 @@ def save_state(path: str | os.PathLike[str], state: Mapping[str, Any]) -> Path:
 
 def state_bytes(state: Mapping[str, Any]) -> bytes:
     """A resume state serialised as :func:`save_state` writes it (its tensors copied to the CPU first): what a rank
-    without the run folder sends to the rank that writes it (the receiver writes the bytes, never unpickles them)."""
+    without the run folder sends to the rank that writes it (the receiver writes these bytes as they came; the
+    collective that carries them unpickles its envelope: the ranks of a job trust each other, docs/security.md)."""
     import io
 
     buffer = io.BytesIO()

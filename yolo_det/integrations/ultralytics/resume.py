@@ -323,7 +323,10 @@ class UltralyticsResume:
 
         import torch.distributed as dist
 
-        mine: tuple[int, bytes] | None = None  # bytes: rank 0 writes them and never unpickles what a rank sent
+        # gather_object unpickles on rank 0 what each rank sent: the ranks of a job trust each other, as torch's
+        # object collectives require (docs/security.md, "Who is trusted"); the state's own bytes are written as
+        # they came, never unpickled by rank 0
+        mine: tuple[int, bytes] | None = None
         if self.rank > 0 and self._trained:
             epoch = self._resumable_epoch(trainer)
             if epoch is not None:

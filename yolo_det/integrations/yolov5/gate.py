@@ -12,7 +12,8 @@ yolo-det's command line is:
   checkpoint stores (``opt``; YOLOv5 unpickles the checkpoint itself, see docs/security.md), anything else by
   its suffix (a checkpoint, or a bounded YAML whose own path arguments are gated);
 - a resumed run writes only into the run folder that holds its checkpoint: an ``opt.yaml`` naming another
-  ``save_dir`` is refused;
+  ``save_dir`` is refused, and so is one whose ``cache: disk`` would write ``.npy`` files into the dataset
+  (:func:`yolo_det.analysis.gate.check_stored_writes`);
 - a run folder that exists already (a resumed run, ``--exist-ok``) is refused when it holds a symbolic link
   (:func:`yolo_det.core.runfolder.check_no_links`), before anything is written.
 
@@ -26,7 +27,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ...analysis.gate import check_sourced
+from ...analysis.gate import check_sourced, check_stored_writes
 from ...core.errors import ConfigError
 from ...core.runfolder import check_no_links
 
@@ -65,6 +66,11 @@ def check_options(opt: Any) -> None:
     if resumed:
         kinds = {k: OPTION_KINDS.get(k, "file") for k in values}
         check_sourced(values, _source(opt), kinds=kinds)
+        check_stored_writes(
+            values,
+            _source(opt),
+            opt_in="YOLOv5 resumes with the stored options only: to cache, start a new run with --{key} {value}",
+        )
     save_dir = values.get("save_dir")
     if not isinstance(save_dir, (str, os.PathLike)) or not str(save_dir):
         return

@@ -43,7 +43,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import torch
 
@@ -425,13 +425,19 @@ def training(fn: _F) -> _F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         opt = _find_opt(args, kwargs)
         profile = getattr(opt, _DEST, None) if opt is not None else None
-        if opt is not None and _CURRENT.get() is None and (profile is not None or getattr(opt, "resume", False)):
-            from .gate import check_options
+        try:
+            if opt is not None and _CURRENT.get() is None and (profile is not None or getattr(opt, "resume", False)):
+                from .gate import check_options
 
-            check_options(opt)  # what a resumed run's opt.yaml names, and the run folder: before any read or write
-        if profile is None or _CURRENT.get() is not None:
+                check_options(opt)  # what a resumed run's opt.yaml names, and the run folder: before any read or write
+            if profile is None or _CURRENT.get() is not None:
+                run = None
+            else:
+                run = YOLOv5Run(profile, opt, script=fn)
+        except YoloDetError as e:
+            _refuse(fn, e)
+        if run is None:
             return fn(*args, **kwargs)
-        run = YOLOv5Run(profile, opt, script=fn)
         token = _CURRENT.set(run)
         run.resume.attach(_find_callbacks(args, kwargs))
         try:
@@ -443,6 +449,18 @@ def training(fn: _F) -> _F:
             _CURRENT.reset(token)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _refuse(fn: Callable[..., Any], error: YoloDetError) -> NoReturn:
+    """A refusal before ``train()`` starts: raised to a Python caller; in YOLOv5's own script run from the command
+    line (``python train.py``: ``train`` is defined in ``__main__``), one line on stderr and the error's exit code
+    (2), as the ``yolo-det`` command line gives it, never a traceback."""
+    if getattr(fn, "__module__", None) != "__main__":
+        raise error
+    from ...core.text import printable
+
+    print(f"yolo-det: error: {printable(one_line(error), newlines=False)}", file=sys.stderr)
+    raise SystemExit(error.exit_code) from None
 
 
 def init_seeds(yolov5_init_seeds: Callable[..., Any], seed: int = 0, deterministic: bool = False) -> None:

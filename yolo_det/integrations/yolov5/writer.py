@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import stat
 import tempfile
@@ -23,7 +22,7 @@ from types import FrameType
 from typing import Any
 
 from ...core.errors import PatchError
-from ...core.fileio import atomic_write_text, new_file_mode
+from ...core.fileio import atomic_write_text, copy_file, new_file_mode
 from .edits import FILES, MARKER
 from .patch import BACKUP_SUFFIX, FilePlan, PatchPlan, _inside, find_tree
 
@@ -169,9 +168,7 @@ def _keep_original(path: Path, orig: Path) -> None:
     try:
         os.link(path, orig)
     except OSError:
-        part = orig.with_name(orig.name + ".part")
-        shutil.copy2(path, part)
-        os.replace(part, orig)  # a copy cut short is never taken for the original
+        copy_file(path, orig, times=True)  # atomic: a copy cut short is never taken for the original
 
 
 def _write_journal(root: Path, entries: Sequence[_Entry], committed: bool) -> None:

@@ -239,7 +239,7 @@ class _Cmp:
                 f"learning rate, momentum or weight decay differ: {list(sa.hyper)} | {list(sb.hyper)}",
                 module="",
             )
-        if sa.scale != sb.scale:
+        if not (sa.scale is sb.scale or sa.scale == sb.scale):  # a NaN read from a trace is one object
             return self.parting(sa, sb, "optimizer", "AMP scale", f"AMP scale {sa.scale} | {sb.scale}", module="")
         opt_b = {n: (g, w) for n, g, w in sb.optimizer}
         for name, g, w in sa.optimizer:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -36,6 +36,10 @@ TRACE_SCHEMA = "yolo-det/op-trace"
 TRACE_VERSION = 1
 TRACE_DIGEST = "fingerprint/1"  # yolo_det.tools.fingerprint
 MAX_TRACE_BYTES = 512 * 2**20
+#: The most digests (inputs, outputs, gradients, states, weights) a trace may hold: what bounds the memory reading
+#: one costs (a 512 MiB file of short lines would otherwise make tens of millions of objects).
+MAX_TRACE_ENTRIES = 4_000_000
+_NAN = float("nan")
 _MAX_TEXT = 4096
 _DIGEST = re.compile(r"^(?:[0-9a-f]{32}|none)$")
 _BACKWARD_KINDS = ("gout", "gin", "grad")
@@ -181,8 +185,21 @@ def _header(data: Any) -> dict[str, Any]:
     return data
 
 
-def _step(data: Any, n: int) -> TraceStep:
+def _step(data: Any, n: int, names: dict[str, str] | None = None, budget: list[int] | None = None) -> TraceStep:
+    """Check one step's line and make it a :class:`TraceStep`; ``names`` keeps each module name once across steps,
+    ``budget`` counts down the digests a trace may still hold."""
+    names = {} if names is None else names
+    budget = [MAX_TRACE_ENTRIES] if budget is None else budget
     at = f"steps[{n}]"
+
+    def name(text: str) -> str:
+        return names.setdefault(text, text)
+
+    def spend(count: int) -> None:
+        budget[0] -= count
+        if budget[0] < 0:
+            raise _Bad(f"it holds more than {MAX_TRACE_ENTRIES} digests (at {at}): not an op trace yolo-det compares")
+
     _need(isinstance(data, dict), at, "a JSON object")
     for key in ("step", "epoch", "iteration"):
         _need(_int(data.get(key)) and data[key] >= 0, f"{at}.{key}", "a non-negative integer")
@@ -214,9 +231,9 @@ def _step(data: Any, n: int) -> TraceStep:
                 "[key, inputs, outputs, shapes, dtype]",
             )
             _need(isinstance(c[3], list) and all(_text(s) for s in c[3]), f"{cat}.shapes", "a list of strings")
-            calls.append(
-                ForwardCall(c[0], _digests(c[1], f"{cat}.inputs"), _digests(c[2], f"{cat}.outputs"), tuple(c[3]), c[4])
-            )
+            inputs, outputs = _digests(c[1], f"{cat}.inputs"), _digests(c[2], f"{cat}.outputs")
+            spend(len(inputs) + len(outputs))
+            calls.append(ForwardCall(name(c[0]), inputs, outputs, tuple(name(x) for x in c[3]), name(c[4])))
         bwd = m.get("backward")
         _need(isinstance(bwd, list), f"{mat}.backward", "a list")
         events = []
@@ -231,7 +248,8 @@ def _step(data: Any, n: int) -> TraceStep:
                 f"{mat}.backward[{k}]",
                 "[gout|gin|grad, key, index, digest]",
             )
-            events.append((e[0], e[1], e[2], e[3]))
+            events.append((name(e[0]), name(e[1]), e[2], e[3]))
+        spend(len(events) + 2)
         micros.append(Micro(m["data"], m["files"], tuple(calls), tuple(events)))
     opt = data.get("optimizer")
     _need(
@@ -253,20 +271,57 @@ def _step(data: Any, n: int) -> TraceStep:
     )
     scale = data.get("scale", 1.0)
     _need(isinstance(scale, (int, float)) and not isinstance(scale, bool), f"{at}.scale", "a number")
+    spend(len(state) + 2 * len(opt))
     return TraceStep(
         step=data["step"],
         epoch=data["epoch"],
         iteration=data["iteration"],
-        state=tuple((e[0], e[1]) for e in state),
+        state=tuple((name(e[0]), e[1]) for e in state),
         micro=tuple(micros),
-        optimizer=tuple((e[0], e[1], e[2]) for e in opt),
-        hyper=tuple(tuple(sorted((k, float(v)) for k, v in g.items())) for g in hyper),
-        scale=float(scale),
+        optimizer=tuple((name(e[0]), e[1], e[2]) for e in opt),
+        hyper=tuple(tuple(sorted((name(k), _number(v)) for k, v in g.items())) for g in hyper),
+        scale=_number(scale),
     )
 
 
+def _number(v: float) -> float:
+    """A trace's number as a float, NaN kept as the one shared NaN (see :func:`_constant`)."""
+    return v if isinstance(v, float) else float(v)
+
+
+def _constant(name: str) -> float:
+    """JSON's ``NaN``/``Infinity``: NaN is one shared object, so that a NaN compares equal to itself wherever a
+    trace's values are compared in tuples, lists or dicts (which compare items by identity first)."""
+    return _NAN if name == "NaN" else float(name)
+
+
+def _rows(f: Any, p: Path) -> Iterator[Any]:
+    """The JSON values of the lines of ``f``, one at a time (a line is never longer than the file's cap)."""
+    size, number = 0, 0
+    while True:
+        line = f.readline(MAX_TRACE_BYTES - size + 1)  # never more than the file may still hold
+        if not line:
+            return
+        number += 1
+        size += len(line)
+        if size > MAX_TRACE_BYTES:
+            raise ConfigError(f"'{p}' is larger than {MAX_TRACE_BYTES >> 20} MiB: not an op trace")
+        if not line.strip():
+            continue
+        try:
+            yield json.loads(line, parse_constant=_constant)
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
+            raise ConfigError(
+                f"'{p}' is not a usable op trace: not JSON lines (line {number}: {type(e).__name__})"
+            ) from None
+
+
 def read_trace(path: str | os.PathLike[str]) -> Trace:
-    """Read and check an op trace.
+    """Read and check an op trace, one line at a time.
+
+    The file is streamed: each line is checked and kept only as the step it describes (names shared between
+    steps are kept once), so reading costs about the steps' own size, not the file's several times; the file
+    may hold at most :data:`MAX_TRACE_BYTES` and :data:`MAX_TRACE_ENTRIES` digests.
 
     Raises:
         ConfigError: Missing, too large, not JSON lines, another schema, a newer version, or a malformed field
@@ -275,22 +330,18 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
     p = Path(path).expanduser()
     if not p.is_file():
         raise ConfigError(f"'{p}' does not exist; pass an op trace (.jsonl) or a run folder trained with --trace-ops")
+    names: dict[str, str] = {}
+    budget = [MAX_TRACE_ENTRIES]
     try:
         with p.open("rb") as f:
-            raw = f.read(MAX_TRACE_BYTES + 1)
+            rows = _rows(f, p)
+            first = next(rows, None)
+            if first is None:
+                raise _Bad("the file is empty")
+            head = _header(first)
+            steps = [_step(r, n, names, budget) for n, r in enumerate(rows)]
     except OSError as e:
         raise ConfigError(f"cannot read '{p}' ({type(e).__name__})") from None
-    if len(raw) > MAX_TRACE_BYTES:
-        raise ConfigError(f"'{p}' is larger than {MAX_TRACE_BYTES >> 20} MiB: not an op trace")
-    try:
-        rows = [json.loads(line) for line in raw.decode("utf-8").splitlines() if line.strip()]
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise ConfigError(f"'{p}' is not a usable op trace: not JSON lines ({type(e).__name__})") from None
-    try:
-        if not rows:
-            raise _Bad("the file is empty")
-        head = _header(rows[0])
-        steps = [_step(r, n) for n, r in enumerate(rows[1:])]
     except _Bad as e:
         raise ConfigError(f"'{p}' is not a usable op trace: {e}") from None
     return Trace(
