@@ -58,6 +58,16 @@ examples:
   yolo-det diff runs/detect/train runs/detect/train2  # why do two runs differ?
   yolo-det bench --profiles repro,balanced,fast        # what each profile costs here
 
+two runs differ? which command:
+  yolo-det diff RUN_A RUN_B          first: compares the two records and names the setting, data, version or
+                                     machine difference that explains the split (no training, under a second)
+  yolo-det check-machine RUN         before training elsewhere: will this machine give RUN's weights, and if
+                                     not, what to set
+  yolo-det verify --against FILE     trains here and compares step by step with a run saved elsewhere
+                                     (verify --save FILE there): the first step and tensor that part
+  yolo-det bisect RUN_A RUN_B        the first op where two runs part (both trained with --trace-ops STEPS;
+                                     --replay CHECKPOINT for a run that was not traced)
+
 Set YOLO_DET_DEBUG=1 to see tracebacks.
 """
 

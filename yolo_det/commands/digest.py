@@ -1,7 +1,5 @@
 """Print the weights digest of checkpoints (the digest determinism.json records).
 
-usage: yolo-det digest CHECKPOINT [CHECKPOINT ...] [--trust-checkpoint]
-
 The digest covers the model's state dict in a defined order and dtype (see yolo_det.core.record), so two
 checkpoints with equal weights have equal digests even when their metadata (dates, paths) differ.
 

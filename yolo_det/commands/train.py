@@ -1,8 +1,5 @@
 """Train an Ultralytics model under a determinism profile.
 
-usage: yolo-det train [--profile NAME|FILE] [--import MODULE] [--trust-checkpoint] [--trace-ops STEPS]
-                      [key=value ...]
-
 Every key=value is an Ultralytics train argument (model=, data=, epochs=, imgsz=, batch=, device=,
 seed=, project=, name=, ...), parsed with YAML rules (never eval). Without data= the bundled demo
 dataset is used with small defaults (model=yolov8n.yaml epochs=3 imgsz=96 batch=16 device=cpu), so
@@ -64,7 +61,7 @@ from ..analysis.gate import allow_downloads
 from ..core.errors import RunFailed
 from ..core.untrusted.container import trusted_checkpoints
 from ..tools.overrides import parse_overrides
-from . import add_import_option, add_trust_flag
+from . import add_import_option, add_trust_flag, profile_names
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -73,7 +70,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--profile",
         default=None,
         metavar="NAME|FILE",
-        help="built-in profile (repro, balanced, fast) or a profile YAML file (default: repro; "
+        help=f"built-in profile ({profile_names()}) or a profile YAML file (default: repro; "
         "on resume, the profile the run trained under)",
     )
     add_import_option(parser)

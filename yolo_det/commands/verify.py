@@ -1,9 +1,5 @@
 """Train the same configuration several times and check that the runs are bitwise identical.
 
-usage: yolo-det verify [--profile NAME|FILE] [--runs N] [--steps K] [--import MODULE] [--json] [--plot PATH]
-                       [--save FILE [--trace-ops STEPS]] [--against FILE] [--resume-at K [--drop-resume-state]]
-                       [--junit FILE.xml] [--annotations github] [key=value ...]
-
 Each run trains a fresh model exactly as `yolo-det train` does (same key=value arguments, same demo
 defaults without data=). Per optimizer step the input batch, the loss components and every gradient are
 fingerprinted; at the end the weights. The runs are compared step by step: either "bitwise identical"
@@ -62,7 +58,7 @@ from ..core.fileio import check_output_path
 from ..core.text import printable
 from ..core.untrusted.container import trusted_checkpoints
 from ..tools.overrides import parse_overrides
-from . import add_ci_options, add_import_option, add_trust_flag, check_ci_options, emit_ci
+from . import add_ci_options, add_import_option, add_trust_flag, check_ci_options, emit_ci, profile_names
 
 USER_DATA_EPOCHS = 1
 
@@ -73,7 +69,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--profile",
         default="repro",
         metavar="NAME|FILE",
-        help="built-in profile (repro, balanced, fast) or a profile YAML file (default: repro)",
+        help=f"built-in profile ({profile_names()}) or a profile YAML file (default: repro)",
     )
     parser.add_argument(
         "--runs",
