@@ -1,13 +1,14 @@
 """The ``yolo-det`` command line.
 
-``main(argv) -> int`` runs in process (tests call it directly). A known error (bad profile, bad
-``key=value``, missing file, ...) prints one line on stderr and returns 2; set ``YOLO_DET_DEBUG=1`` to
-see the traceback instead. Ctrl-C (SIGINT) prints one line and returns 130; SIGTERM and SIGHUP, handled
-like Ctrl-C while a command runs, print one line and return 143 and 129. A training stops at the next
+``main(argv) -> int`` runs in process (tests call it directly). A known error (bad profile, bad ``key=value``,
+missing file, ...) prints one line on stderr and returns 2; set ``YOLO_DET_DEBUG=1`` to see the traceback
+instead. Every command but ``train`` uses 1 for a verdict ("they differ"): an unforeseen error ending one of
+them is one line and 2 as well, never 1. Ctrl-C (SIGINT) prints one line and returns 130; SIGTERM and SIGHUP,
+handled like Ctrl-C while a command runs, print one line and return 143 and 129. A training stops at the next
 batch or epoch boundary, anything else at once (:mod:`yolo_det.core.signals`). Each command is a module of
-:mod:`yolo_det.commands` with a ``configure(parser)`` and a ``run(args) -> int``; this module only
-dispatches, and imports a command's module only when that command runs (``--help``, ``--version`` and
-``profiles`` start without torch).
+:mod:`yolo_det.commands` with a ``configure(parser)`` and a ``run(args) -> int``; this module only dispatches,
+and imports a command's module only when that command runs (``--help``, ``--version`` and ``profiles`` start
+without torch).
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if getattr(args, "_run", None) is None:
                 parser.print_help()
                 return 2
-            code = int(args._run(args) or 0)
+            code = _run_command(args)
             safe_point("cli-end")
             return code
     except YoloDetError as e:
@@ -146,6 +147,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         what = f"terminated ({e.signal_name})" if isinstance(e, Terminated) else "interrupted"
         print(f"yolo-det: {what}", file=sys.stderr)
         return exit_code(e)
+
+
+#: The command whose exit code 1 means "the training failed"; every other command's 1 is a verdict ("they differ",
+#: "diverged", "found", "would change").
+_TRAINING = "train"
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    """Run the parsed command and return its exit code.
+
+    Outside ``train``, exit 1 is a verdict, so what ends a command unforeseen (an exception that is no
+    :class:`YoloDetError`, a ``sys.exit()`` from a user's module, a failed run) is one line and exit 2, "unusable
+    input": a script never reads a crash as a difference.
+    """
+    if args.command == _TRAINING:
+        return int(args._run(args) or 0)
+    try:
+        return int(args._run(args) or 0)
+    except YoloDetError as e:
+        if e.exit_code == 1:
+            raise YoloDetError(f"{args.command} stopped: {e}; no verdict was reached") from e
+        raise
+    except (Exception, SystemExit) as e:
+        what = f"sys.exit({'' if e.code is None else e.code})" if isinstance(e, SystemExit) else type(e).__name__
+        detail = "" if isinstance(e, SystemExit) else f": {e}"
+        raise YoloDetError(
+            f"{args.command} stopped on an unexpected error ({what}{detail}); no verdict was reached "
+            "(YOLO_DET_DEBUG=1 shows the traceback)"
+        ) from e
 
 
 def _take_extra(args: argparse.Namespace, extra: list[str]) -> None:
