@@ -59,6 +59,7 @@ from typing import Any
 
 from ..analysis.gate import allow_downloads
 from ..core.errors import RunFailed
+from ..core.record_schema import DIGEST_NOTE
 from ..core.untrusted.container import trusted_checkpoints
 from ..tools.overrides import parse_overrides
 from . import add_import_option, add_trust_flag, profile_names
@@ -190,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     if plugin.record_error is None and plugin.record_path is not None:
         print(f"determinism record: {plugin.record_path}")
     if plugin.weights_digest is not None:
-        print(f"weights sha256: {plugin.weights_digest}")
+        print(f"weights digest: {plugin.weights_digest} ({DIGEST_NOTE})")
     for key, change in plugin.adjusted.items():  # Ultralytics changed it without a word
         print(f"note: {key}={change['asked']} ran as {key}={change['used']}: {change['why']}")
     if tracer is not None and tracer.written is not None:

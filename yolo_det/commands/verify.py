@@ -245,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"yolo-det verify: profile {profile.name}, 1 run of {len(r.steps)} optimizer steps in "
                 f"{r.seconds:.1f} s, "
-                f"device {device}, weights sha256 {r.weights.get('sha256', '?')}"
+                f"device {device}, weights digest {r.weights.get('sha256', '?')}"
             )
             if shown.steps_note:
                 print(f"note: {shown.steps_note}")

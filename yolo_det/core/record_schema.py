@@ -31,6 +31,7 @@ __all__ = [
     "FIELDS",
     "MAX_BYTES",
     "MAX_DEPTH",
+    "DIGEST_NOTE",
     "RECORD_NAME",
     "RECORD_SCHEMA",
     "STATUSES",
@@ -49,6 +50,11 @@ RECORD_SCHEMA = 3
 MAX_BYTES = 64 * 1024 * 1024
 #: Records nested deeper than this are refused (an ordinary record nests 6 levels).
 MAX_DEPTH = 64
+#: What the weights digest (``weights.sha256``, ``yolo-det digest``, ``weights digest:`` of ``train``) hashes.
+DIGEST_NOTE = (
+    "SHA-256 of the weights' values in a fixed order and dtype, not of the file's bytes: "
+    "`yolo-det digest FILE` gives it, `sha256sum FILE` does not"
+)
 #: How a run ended, or ``running`` while it trains.
 STATUSES = ("running", "completed", "failed", "interrupted", "terminated", "killed")
 
@@ -204,7 +210,7 @@ FIELDS: tuple[Field, ...] = (
         "The weights the run left.",
         fields=(
             Field("file", (_S,), "The final weights file (`last.pt`)."),
-            Field("sha256", (_S,), "The weights digest of that file (`yolo-det digest`)."),
+            Field("sha256", (_S,), f"The weights digest of that file: {DIGEST_NOTE}."),
             Field("ema_fp32_sha256", (_S,), "The digest of the final EMA in float32."),
             Field("files", (_A,), "Every weights file in the run's weights folder, read back from disk.", items=(_O,)),
         ),
