@@ -267,6 +267,8 @@ def run(args: argparse.Namespace) -> int:
         print(demo_note(ul_args, Path(plugin.record_path).parent, profile))
     if tracer is not None and tracer.written is not None:
         print(f"op trace: {tracer.written}")
+    if tracer is not None and tracer.shortfall() is not None:  # steps asked for that the run never reached
+        print(f"yolo-det: warning: {tracer.shortfall()}", file=sys.stderr)
     if plugin.record_error is not None:  # the training succeeded: a warning, exit code 0
         print(f"yolo-det: warning: {plugin.record_error}", file=sys.stderr)
     return 0

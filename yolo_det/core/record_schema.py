@@ -239,6 +239,17 @@ FIELDS: tuple[Field, ...] = (
         fields=(Field("kind", (_S,), "How the model was given."),),
     ),
     Field("phase_events", (_A,), "The phases entered and left, in order.", items=(_O,)),
+    Field(
+        "op_trace",
+        (_O,),
+        "With `--trace-ops`: what was asked and what was traced (steps the run never reached are not in `traced`).",
+        fields=(
+            Field("asked", (_S,), "The steps asked for (`3-5`)."),
+            Field("steps_run", (_I,), "The optimizer steps the run made."),
+            Field("traced", (_A,), "The steps the trace holds.", items=(_I,)),
+            Field("file", (_S, _Z), "The trace written (null: no step asked for ran)."),
+        ),
+    ),
     Field("ranks", (_A,), "Every rank's flags, seeds and place (node, host, device, versions).", items=(_O,)),
     Field("rank_problems", (_A,), "Ranks whose flags, versions or machine differ from rank 0's.", items=(_O, _S)),
     Field("launch", (_O, _Z), "The job torchrun/srun started: world size, node, rendezvous, restart count."),
