@@ -19,7 +19,8 @@ import os
 import sys
 import textwrap
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 from .core.errors import ConfigError, YoloDetError
@@ -114,7 +115,39 @@ def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentPars
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``yolo-det`` command line with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
+    """Run the ``yolo-det`` command line with ``argv`` (default ``sys.argv[1:]``) and return the exit code.
+
+    The process is given back as it was: the environment whole (what Ultralytics' ``YOLO()`` and the command set
+    is removed or put back), and, when torch was imported before, its determinism flags and thread count.
+    """
+    with _process_kept():
+        return _main(argv)
+
+
+@contextmanager
+def _process_kept() -> Iterator[None]:
+    """Put back, when the block ends, the environment and (torch imported before) torch's state it began with."""
+    env = dict(os.environ)
+    state = None
+    if "torch" in sys.modules:  # never imported for this: --help and argument errors start without torch
+        from .core.state import snapshot
+
+        state = snapshot()
+    try:
+        yield
+    finally:
+        if state is not None:
+            from .core.state import restore
+
+            restore(state)
+        for key in [k for k in os.environ if k not in env]:
+            del os.environ[key]
+        for key, value in env.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
+
+
+def _main(argv: Sequence[str] | None) -> int:
     debug = False
     try:
         debug = os.environ.get("YOLO_DET_DEBUG", "") not in {"", "0", "false", "False"}

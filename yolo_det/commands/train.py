@@ -212,12 +212,12 @@ def _resumed_profile(ul_args: dict[str, Any]) -> Any:
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det train``."""
     from ..core.profiles import load_profile
-    from ..core.resume import is_resume
 
     given = parse_overrides(list(args.overrides))  # what needs no torch is checked before torch starts
     load_profile(args.profile or "repro")
     from ..analysis.models import model_names
     from ..analysis.names import checkpoint_imports
+    from ..core.resume import is_resume
     from ..tools.prepare import prepare
 
     tracer = None
