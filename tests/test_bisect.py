@@ -472,3 +472,14 @@ def test_a_trace_request_past_the_runs_end_is_a_warning_a_record_field_and_bisec
 
     assert main(["train", "--trace-ops", "1-2", *few, "name=whole"]) == 0
     assert "--trace-ops" not in capsys.readouterr().err  # every step asked for ran: no warning
+
+
+@pytest.mark.slow
+def test_verify_save_with_a_trace_past_its_steps_warns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    save = tmp_path / "base.json"
+    argv = ["verify", "--steps", "1", "--save", str(save), "--trace-ops", "5", *TINY, f"project={tmp_path}"]
+    assert main(argv) in (0, 3)
+    err = capsys.readouterr().err
+    assert "yolo-det: warning: --trace-ops 5 traced nothing: run 1 had 1 optimizer step" in err, err
+    assert save.is_file()
+    assert not save.with_suffix(".ops.jsonl").exists()

@@ -174,7 +174,7 @@ def test_train_says_what_it_runs_under_and_what_the_demo_can_show(tmp_path, caps
     assert starts[0] < record
     note = [line for line in lines if line.startswith("note: this was the demo")]
     assert len(note) == 1, out
-    assert "2 epochs on 48 images of 32 px" in note[0]
+    assert "2 epochs on 12 images of 32 px" in note[0]  # fraction=0.25 of the 48
     assert "mAP 0 in every row is expected" in note[0]
     assert "training loss went from" in note[0]
     assert "run it again and the weights digest is the same" in note[0]

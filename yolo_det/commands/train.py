@@ -174,9 +174,11 @@ def demo_note(ul_args: dict[str, Any], run_dir: Path, profile: Any) -> str:
     except (OSError, ValueError, IndexError):
         pass
     epochs = ul_args.get("epochs")
+    fraction = ul_args.get("fraction")
+    images = round(N_TRAIN * fraction) if isinstance(fraction, (int, float)) and 0 < fraction < 1 else N_TRAIN
     return (
         f"note: this was the demo: {ul_args.get('model')} from scratch, {epochs} epoch{'s' if epochs != 1 else ''} "
-        f"on {N_TRAIN} images of {ul_args.get('imgsz')} px, far too short to detect anything, so mAP 0 in every "
+        f"on {images} images of {ul_args.get('imgsz')} px, far too short to detect anything, so mAP 0 in every "
         f"row is expected{fell}. "
         + (
             "What it shows is repeatability: run it again and the weights digest is the same. "

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from typing import Any
 
@@ -253,6 +254,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"fingerprints saved: {save_path}")
         if trace_file is not None and trace_file.is_file():
             print(f"op trace: {trace_file}")
+        elif trace_file is not None:  # the steps asked for never ran
+            ran = len(records[0].steps)
+            print(
+                f"yolo-det: warning: --trace-ops {args.trace_ops} traced nothing: run 1 had {ran} optimizer "
+                f"step{'s' if ran != 1 else ''}, so no op trace was written",
+                file=sys.stderr,
+            )
         if against is not None:
             print(printable(against.summary()))
         if shown.plot:

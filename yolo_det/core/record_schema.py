@@ -1,5 +1,7 @@
 """The schema of ``determinism.json``: typed, versioned, one table used by the writer, the reader and the docs.
 
+Length: one table: every field of the record, with its type and meaning, in the one place the three read it.
+
 :data:`FIELDS` lists every top-level field a record may hold, with its JSON type, whether every record has
 it, and what it means; objects list their own known fields the same way. Three things use it:
 
