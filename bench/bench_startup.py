@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         cases += [(f"yolo-det {c} --help", [c, "--help"], FAST_TARGET_S) for c in COMMANDS]
         cases += [
             ("argument error: train foo=", ["train", "epochs=1", "foo="], FAST_TARGET_S),
+            ("argument error: train epoch=3 (misspelled key)", ["train", "epoch=3"], FAST_TARGET_S),
             ("argument error: train --profile nope", ["train", "--profile", "nope"], FAST_TARGET_S),
             ("argument error: unknown command", ["nocommand"], FAST_TARGET_S),
             ("digest CHECKPOINT (yolov8n)", ["digest", str(ckpt)], FAST_TARGET_S),

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-DIGEST = re.compile(r"weights sha256: ([0-9a-f]{64})")
+DIGEST = re.compile(r"weights digest: ([0-9a-f]{64})")
 VERSIONS = (
     "import sys, torch, torchvision, ultralytics; "
     "print(torch.__version__, torchvision.__version__, ultralytics.__version__, sys.version.split()[0])"

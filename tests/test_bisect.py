@@ -480,3 +480,41 @@ def test_one_trace_per_rank_and_two_ranks_compare(
     assert "A is rank 0, B rank 1" in out["notes"]
     assert main(["bisect", str(run), str(run), "--rank", "2"]) == 2
     assert "holds no op trace for rank 2" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_trace_request_past_the_runs_end_is_a_warning_a_record_field_and_bisects_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    few = [*TINY, "fraction=0.25", f"project={tmp_path}"]  # 12 images, batch 8: 2 optimizer steps
+    assert main(["train", "--trace-ops", "500", *few, "name=late"]) == 0
+    err = capsys.readouterr().err
+    warning = "yolo-det: warning: --trace-ops 500 traced nothing: the run had 2 optimizer steps"
+    assert warning in err, err
+    late = tmp_path / "late"
+    assert not list(late.glob("ops-trace-rank*.jsonl"))
+    record = json.loads((late / "determinism.json").read_text())
+    assert record["op_trace"] == {"asked": "500", "steps_run": 2, "traced": [], "file": None}
+    with pytest.raises(ConfigError, match=r"trained with --trace-ops 500, but the run made 2 optimizer steps"):
+        bisect_paths(late, late)
+
+    assert main(["train", "--trace-ops", "2-500", *few, "name=part"]) == 0
+    err = capsys.readouterr().err
+    assert "--trace-ops 2-500 traced steps 2 only: the run had 2 optimizer steps" in err, err
+    part = json.loads((tmp_path / "part" / "determinism.json").read_text())["op_trace"]
+    assert (part["asked"], part["steps_run"], part["traced"]) == ("2-500", 2, [2])
+    assert part["file"] == str(tmp_path / "part" / "ops-trace-rank0.jsonl")
+
+    assert main(["train", "--trace-ops", "1-2", *few, "name=whole"]) == 0
+    assert "--trace-ops" not in capsys.readouterr().err  # every step asked for ran: no warning
+
+
+@pytest.mark.slow
+def test_verify_save_with_a_trace_past_its_steps_warns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    save = tmp_path / "base.json"
+    argv = ["verify", "--steps", "1", "--save", str(save), "--trace-ops", "5", *TINY, f"project={tmp_path}"]
+    assert main(argv) in (0, 3)
+    err = capsys.readouterr().err
+    assert "yolo-det: warning: --trace-ops 5 traced nothing: run 1 had 1 optimizer step" in err, err
+    assert save.is_file()
+    assert not save.with_suffix(".ops.jsonl").exists()

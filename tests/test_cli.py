@@ -153,3 +153,50 @@ def test_console_entry_runs_as_module():
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("yolo-det: error: unknown profile 'nope'")
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_train_says_what_it_runs_under_and_what_the_demo_can_show(tmp_path, capsys):
+    code, out, err = run(
+        ["train", "--profile", "repro", "epochs=2", "imgsz=32", "batch=8", "fraction=0.25", "seed=3", "val=false"]
+        + ["plots=false", f"project={tmp_path}", "name=demo"],
+        capsys,
+    )
+    assert code == 0, err
+    lines = out.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("yolo-det: training under")]
+    assert len(starts) == 1, out
+    assert (
+        lines[starts[0]]
+        == "yolo-det: training under profile 'repro' (built-in), seed 3, swaps: auto, no layer needed one"
+    )
+    record = next(i for i, line in enumerate(lines) if line.startswith("determinism record:"))
+    assert starts[0] < record
+    note = [line for line in lines if line.startswith("note: this was the demo")]
+    assert len(note) == 1, out
+    assert "2 epochs on 12 images of 32 px" in note[0]  # fraction=0.25 of the 48
+    assert "mAP 0 in every row is expected" in note[0]
+    assert "training loss went from" in note[0]
+    assert "run it again and the weights digest is the same" in note[0]
+
+
+def test_the_start_line_names_the_layers_swapped():
+    from ultralytics.nn.tasks import DetectionModel
+
+    from yolo_det.analysis.models import model_names
+    from yolo_det.commands.train import start_line
+    from yolo_det.core.profiles import load_profile
+    from yolo_det.session.session import DeterminismSession
+
+    with model_names():  # the example's blocks are nameable
+        model = DetectionModel(str(ROOT / "yolo_det" / "data" / "models" / "cbam-max.yaml"), nc=2, verbose=False)
+    session = DeterminismSession("repro", seed=5)
+    with session.run():
+        session.enter("train")
+        session.prepare_model(model, imgsz=32)
+        line = start_line(session)
+        assert line.startswith("yolo-det: training under profile 'repro' (built-in), seed 5, swaps: auto, ")
+        assert "AdaptiveMaxPool2d -> DetAdaptiveMaxPool2d" in line, line
+    portable = DeterminismSession(load_profile("portable"), seed=0)  # its pinned threads are named
+    with portable.run():
+        assert start_line(portable).endswith("no layer needed one, 1 intra-op thread")

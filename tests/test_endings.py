@@ -29,6 +29,7 @@ from yolo_det import attach
 from yolo_det.cli import main
 from yolo_det.core.endings import describe_ending
 from yolo_det.core.record import RECORD_NAME, checkpoint_digest
+from yolo_det.core.record_schema import DIGEST_NOTE
 from yolo_det.core.resume import is_state_file
 from yolo_det.core.runlock import LOCK_NAME, RunFolderBusy, acquire
 from yolo_det.core.signals import (
@@ -185,7 +186,7 @@ def test_cli_stopped_after_first_checkpoint(sig, status, code, line, tmp_path):
         out, err = finish(proc, runs, "a")
     assert proc.returncode == code, err[-3000:]
     assert stderr_ending(err) == line
-    assert "weights sha256" not in out
+    assert "weights digest" not in out
     record = json.loads((run / RECORD_NAME).read_text())
     assert record["status"] == status
     assert record["signal"] == signal.Signals(sig).name
@@ -683,10 +684,10 @@ def test_record_that_cannot_be_written_is_a_warning_after_the_digest(tmp_path):
     lines = [
         line
         for line in out.getvalue().splitlines()
-        if line.startswith(("weights sha256", "yolo-det:", "determinism record"))
+        if line.startswith(("weights digest", "yolo-det:", "determinism record"))
     ]
     digest = checkpoint_digest(run / "weights" / "last.pt")
-    assert lines[0] == f"weights sha256: {digest}"
+    assert lines[0] == f"weights digest: {digest} ({DIGEST_NOTE})"
     assert lines[1].startswith(f"yolo-det: warning: could not write {RECORD_NAME} in '{run}'")
     assert len(lines) == 2
     assert (run / RECORD_NAME).is_dir()

@@ -139,14 +139,37 @@ def test_a_hostile_checkpoint_is_still_refused(tmp_path: Path) -> None:
 def test_help_starts_without_torch(command: str) -> None:
     code, out, err, heavy = _run(command, "--help")
     assert code == 0, err
+    assert out.count("usage:") == 1, out  # one usage block per help
     assert "usage: yolo-det" in out
     assert heavy == []
+
+
+def test_the_help_lists_every_profile_and_the_two_runs_guide() -> None:
+    from yolo_det.core.profiles import BUILTIN_PROFILES
+
+    presets = Path(__file__).resolve().parents[1] / "yolo_det" / "core" / "presets"
+    assert set(BUILTIN_PROFILES) == {p.stem for p in presets.glob("*.yaml")}
+    assert "portable" in BUILTIN_PROFILES
+    for command in ("train", "verify"):
+        code, out, err, _ = _run(command, "--help")
+        assert code == 0, err
+        flat = " ".join(out.split())
+        assert f"built-in profile ({', '.join(BUILTIN_PROFILES)})" in flat, out
+    code, out, err, _ = _run("--help")
+    assert code == 0, err
+    assert out.count("usage:") == 1, out
+    guide = out.split("two runs differ? which command:")[1]
+    for command in ("yolo-det diff", "yolo-det check-machine", "yolo-det verify --against", "yolo-det bisect"):
+        assert command in guide, guide
 
 
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
         (["train", "epochs=1", "foo="], "'foo=' has no value"),
+        (["train", "epoch=3"], "unknown Ultralytics argument 'epoch'. Did you mean 'epochs'?"),
+        (["verify", "--steps", "2", "imgs=64"], "unknown Ultralytics argument 'imgs'. Did you mean 'imgsz'?"),
+        (["bench", "lr=0.1"], "unknown Ultralytics argument 'lr'"),
         (["train", "epochs"], "expected key=value"),
         (["train", "--profile", "nope", "epochs=1"], "unknown profile 'nope'"),
         (["verify", "--profile", "nope"], "unknown profile 'nope'"),

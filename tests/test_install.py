@@ -204,7 +204,7 @@ def test_wheel_install_trains_from_an_empty_folder(tmp_path):
     )
     times["train"] = time.perf_counter() - started
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "weights sha256: " in proc.stdout
+    assert "weights digest: " in proc.stdout
     demo_yaml = tmp_path / "cache" / "demo.yaml"
     assert demo_yaml.is_file()
     assert _mode(demo_yaml) == 0o644

@@ -190,7 +190,7 @@ def test_scientific_notation_trains(tmp_path: Path, capsys: pytest.CaptureFixtur
     saved = yaml.safe_load((tmp_path / "sci" / "args.yaml").read_text())
     assert saved["lr0"] == 0.001
     assert saved["weight_decay"] == 0.0005
-    assert "weights sha256:" in out
+    assert "weights digest:" in out
 
 
 def test_allow_download_opts_in_for_a_missing_split_and_the_refusal_names_it(tmp_path: Path) -> None:

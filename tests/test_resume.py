@@ -71,7 +71,7 @@ def test_interrupted_and_resumed_through_the_cli_ends_bit_for_bit(
 
     code, out, err = _cli([f"resume={last}"], capsys)
     assert code == 0
-    assert f"weights sha256: {straight}" in out
+    assert f"weights digest: {straight}" in out
     assert checkpoint_digest(last) == straight
     assert state_files(last) == []
     record = json.loads((tmp_path / "part" / RECORD_NAME).read_text())
@@ -276,11 +276,11 @@ def test_verify_resume_at(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     common = ["epochs=2", "imgsz=64", "plots=false"]
     # one model state, one digest: train and verify with the same arguments print the same (last.pt's EMA)
     assert main(["train", "--profile", "repro", *common, f"project={tmp_path}", "name=t"]) == 0
-    digest = capsys.readouterr().out.split("weights sha256: ")[1].split()[0]
+    digest = capsys.readouterr().out.split("weights digest: ")[1].split()[0]
     assert digest == checkpoint_digest(tmp_path / "t" / "weights" / "last.pt")
     assert main(["verify", "--profile", "repro", "--resume-at", "1", *common, f"project={tmp_path / 'a'}"]) == 0
     out = capsys.readouterr().out
-    assert out.count(f"weights sha256 {digest}") == 2, out  # the straight run and the resumed one
+    assert out.count(f"weights digest {digest}") == 2, out  # the straight run and the resumed one
     assert "bitwise identical" in out
     assert "interrupted after epoch 1 and resumed" in out
     assert "weights moved from the initial ones" in out  # the equality rests on weights that trained

@@ -193,3 +193,26 @@ def test_a_part_killed_before_its_record_caught_up_is_a_killed_segment_with_its_
     assert "full disk" in parts[1]["ending"]  # a run whose last record write failed for lack of space is one too
     assert "segments" not in parts[1]
     assert segments_of({"status": "interrupted", "epochs_completed": 2}, resumed_at=2)[0]["status"] == "interrupted"
+
+
+@pytest.mark.parametrize("form", ["resume={run}", "resume={run}/weights", "resume=True model={run}"])
+def test_resume_of_a_folder_names_the_checkpoint_to_pass(form: str, tmp_path: Path, capsys) -> None:
+    run = tmp_path / "train"
+    (run / "weights").mkdir(parents=True)
+    (run / "weights" / "last.pt").write_bytes(b"not read: the folder is refused first")
+    before = hashes(tmp_path)
+    code = main(["train", *form.format(run=run).split()])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert "is a folder, not a checkpoint" in err
+    assert str(run / "weights" / "last.pt") in err
+    assert "does not exist" not in err
+    assert hashes(tmp_path) == before
+
+
+def test_resume_of_a_folder_without_weights_says_what_to_pass(tmp_path: Path, capsys) -> None:
+    code = main(["train", f"resume={tmp_path}"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "is a folder, not a checkpoint, and holds no weights/last.pt" in err

@@ -86,3 +86,72 @@ def test_snapshot_serialises_what_is_set(monkeypatch, flag, warn_only, mode):
     assert data["env"]["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
     assert "PYTHONHASHSEED" in data["env"]
     assert data["env"]["PYTHONHASHSEED"] is None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# a training gives the process back as it was: the environment and torch's thread count included
+
+_DETERMINISM_ENV = ("CUBLAS_WORKSPACE_CONFIG", "PYTHONHASHSEED")
+
+
+def _other_threads() -> int:
+    """A thread count that is neither Ultralytics' choice for a CPU training nor the one in force."""
+    from ultralytics.utils import NUM_THREADS
+
+    return NUM_THREADS + 1
+
+
+def _tiny(tmp_path, name: str) -> dict:
+    from helpers import small_train
+    from yolo_det.tools.demo import demo_data_yaml
+
+    return small_train(
+        data=str(demo_data_yaml()), imgsz=32, batch=8, fraction=0.25, val=False, project=str(tmp_path), name=name
+    )
+
+
+@pytest.fixture
+def user_state(monkeypatch):
+    """The user's own state before a run: threads Ultralytics would not pick, and their own variables."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(_other_threads())
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("way", ["attach", "trainer_class"])
+def test_a_training_puts_back_the_users_variables_and_thread_count(way, tmp_path, monkeypatch, user_state):
+    from ultralytics import YOLO
+
+    import yolo_det
+
+    model = YOLO("yolov8n.yaml")  # Ultralytics' constructor sets CUBLAS_WORKSPACE_CONFIG itself
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")  # the user's own choices, made before the run
+    monkeypatch.setenv("PYTHONHASHSEED", "7")
+    env, threads, flags = dict(os.environ), torch.get_num_threads(), snapshot()
+    if way == "attach":
+        yolo_det.attach(model, "repro")
+        model.train(**_tiny(tmp_path, way))
+    else:
+        model.train(**_tiny(tmp_path, way), trainer=yolo_det.trainer_class("repro"))
+    assert (tmp_path / way / "weights" / "last.pt").is_file()  # it trained
+    assert {k: os.environ.get(k) for k in _DETERMINISM_ENV} == {k: env.get(k) for k in _DETERMINISM_ENV}
+    assert torch.get_num_threads() == threads
+    assert snapshot() == flags
+
+
+@pytest.mark.slow
+def test_a_cli_training_in_process_gives_the_environment_back_whole(tmp_path, monkeypatch, user_state):
+    from helpers import small_train_tokens
+    from yolo_det.cli import main
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)  # unset, as in a fresh process
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    env, threads, flags = dict(os.environ), torch.get_num_threads(), snapshot()
+    tokens = small_train_tokens(imgsz=32, batch=8, fraction=0.25, val=False)
+    assert main(["train", "--profile", "repro", *tokens, f"project={tmp_path}", "name=cli"]) == 0
+    assert (tmp_path / "cli" / "weights" / "last.pt").is_file()
+    assert dict(os.environ) == env  # YOLO() set CUBLAS_WORKSPACE_CONFIG, the command set others: all put back
+    assert torch.get_num_threads() == threads
+    assert snapshot() == flags

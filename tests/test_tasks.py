@@ -49,7 +49,7 @@ def test_each_task_trains_twice_with_equal_digests(task, tmp_path, capsys):
     cli = _record(tmp_path / "cli")
     assert cli["status"] == "completed"
     assert cli["run"]["task"] == task
-    assert f"weights sha256: {cli['weights']['sha256']}" in out
+    assert f"weights digest: {cli['weights']['sha256']}" in out
 
     seen: list[type] = []
     model = YOLO(model_name)

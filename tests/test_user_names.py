@@ -150,7 +150,7 @@ def test_yolo_det_names_resolve_where_the_user_binds_the_example_names(user_name
 @pytest.mark.slow
 def test_train_and_verify_build_the_users_classes(user_names, tmp_path, capsys):
     assert main(["train", "model=attention-mix.yaml", *SMALL, f"project={tmp_path}", "name=run"]) == 0
-    assert "weights sha256:" in capsys.readouterr().out
+    assert "weights digest:" in capsys.readouterr().out
     ckpt = torch.load(tmp_path / "run" / "weights" / "last.pt", map_location="cpu", weights_only=False)
     layers = ckpt["model"].model
     assert type(layers[10]) is UserCBAM
@@ -239,9 +239,9 @@ def test_train_import_in_a_fresh_process_twice_with_equal_digests(tmp_path):
             timeout=600,
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
-        line = [x for x in proc.stdout.splitlines() if x.startswith("weights sha256: ")]
+        line = [x for x in proc.stdout.splitlines() if x.startswith("weights digest: ")]
         assert len(line) == 1
-        digests.append(line[0].split()[-1])
+        digests.append(line[0].split()[2])
         record = json.loads((project / "runs" / name / "determinism.json").read_text())
         assert any(s["path"] == "model.10.pool" for s in record["swaps"])  # the user's max pool was swapped
     assert digests[0] == digests[1]

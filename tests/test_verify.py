@@ -14,6 +14,7 @@ import torch
 import yolo_det.tools.verify as verify_command  # the command imports verify from here when it runs
 from helpers import small_train_tokens
 from yolo_det.cli import main
+from yolo_det.core.errors import RunFailed
 from yolo_det.core.state import snapshot
 from yolo_det.tools import verify as verify_module
 from yolo_det.tools.prepare import prepare
@@ -433,6 +434,39 @@ def test_strict_mode_crash_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch)
     assert "run 1 stopped" in err
     assert "balanced" in err
     assert snapshot() == before
+
+
+@pytest.mark.slow
+def test_exist_ok_is_accepted(tmp_path, capsys):
+    code = main(["verify", "--profile", "repro", "--steps", "1", *TINY, "exist_ok=True", f"project={tmp_path}"])
+    out, err = capsys.readouterr()
+    assert code in (0, 3), err  # a verdict over the runs (exit 3: one step may leave the weights where they were)
+    assert "Traceback" not in err
+    assert {p.name for p in tmp_path.iterdir()} >= {"verify-run1", "verify-run2"}
+
+
+@pytest.mark.parametrize(
+    ("raised", "says"),
+    [
+        (TypeError("got multiple values for keyword argument 'exist_ok'"), "TypeError: got multiple values"),
+        (SystemExit(1), "sys.exit(1)"),
+        (SystemExit(0), "sys.exit(0)"),
+        (RunFailed("training stopped: OSError: [Errno 28] No space left on device"), "No space left on device"),
+    ],
+)
+def test_a_crash_is_exit_2_never_the_diverged_code(raised, says, tmp_path, capsys, monkeypatch):
+    def crash(*args: Any, **kwargs: Any) -> Any:
+        raise raised
+
+    monkeypatch.setattr(verify_command, "verify", crash)
+    code = main(["verify", "--profile", "repro", "--steps", "1", *TINY, f"project={tmp_path}"])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("yolo-det: error: verify stopped")
+    assert says in err
+    assert "no verdict" in err
 
 
 @pytest.mark.slow

@@ -1,13 +1,14 @@
 """The ``yolo-det`` command line.
 
-``main(argv) -> int`` runs in process (tests call it directly). A known error (bad profile, bad
-``key=value``, missing file, ...) prints one line on stderr and returns 2; set ``YOLO_DET_DEBUG=1`` to
-see the traceback instead. Ctrl-C (SIGINT) prints one line and returns 130; SIGTERM and SIGHUP, handled
-like Ctrl-C while a command runs, print one line and return 143 and 129. A training stops at the next
+``main(argv) -> int`` runs in process (tests call it directly). A known error (bad profile, bad ``key=value``,
+missing file, ...) prints one line on stderr and returns 2; set ``YOLO_DET_DEBUG=1`` to see the traceback
+instead. Every command but ``train`` uses 1 for a verdict ("they differ"): an unforeseen error ending one of
+them is one line and 2 as well, never 1. Ctrl-C (SIGINT) prints one line and returns 130; SIGTERM and SIGHUP,
+handled like Ctrl-C while a command runs, print one line and return 143 and 129. A training stops at the next
 batch or epoch boundary, anything else at once (:mod:`yolo_det.core.signals`). Each command is a module of
-:mod:`yolo_det.commands` with a ``configure(parser)`` and a ``run(args) -> int``; this module only
-dispatches, and imports a command's module only when that command runs (``--help``, ``--version`` and
-``profiles`` start without torch).
+:mod:`yolo_det.commands` with a ``configure(parser)`` and a ``run(args) -> int``; this module only dispatches,
+and imports a command's module only when that command runs (``--help``, ``--version`` and ``profiles`` start
+without torch).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import os
 import sys
 import textwrap
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 from .core.errors import ConfigError, YoloDetError
@@ -57,6 +59,16 @@ examples:
   yolo-det verify --profile repro --steps 5            # train twice, compare step by step
   yolo-det diff runs/detect/train runs/detect/train2  # why do two runs differ?
   yolo-det bench --profiles repro,balanced,fast        # what each profile costs here
+
+two runs differ? which command:
+  yolo-det diff RUN_A RUN_B          first: compares the two records and names the setting, data, version or
+                                     machine difference that explains the split (no training, under a second)
+  yolo-det check-machine RUN         before training elsewhere: will this machine give RUN's weights, and if
+                                     not, what to set
+  yolo-det verify --against FILE     trains here and compares step by step with a run saved elsewhere
+                                     (verify --save FILE there): the first step and tensor that part
+  yolo-det bisect RUN_A RUN_B        the first op where two runs part (both trained with --trace-ops STEPS;
+                                     --replay CHECKPOINT for a run that was not traced)
 
 Set YOLO_DET_DEBUG=1 to see tracebacks.
 """
@@ -103,7 +115,39 @@ def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentPars
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``yolo-det`` command line with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
+    """Run the ``yolo-det`` command line with ``argv`` (default ``sys.argv[1:]``) and return the exit code.
+
+    The process is given back as it was: the environment whole (what Ultralytics' ``YOLO()`` and the command set
+    is removed or put back), and, when torch was imported before, its determinism flags and thread count.
+    """
+    with _process_kept():
+        return _main(argv)
+
+
+@contextmanager
+def _process_kept() -> Iterator[None]:
+    """Put back, when the block ends, the environment and (torch imported before) torch's state it began with."""
+    env = dict(os.environ)
+    state = None
+    if "torch" in sys.modules:  # never imported for this: --help and argument errors start without torch
+        from .core.state import snapshot
+
+        state = snapshot()
+    try:
+        yield
+    finally:
+        if state is not None:
+            from .core.state import restore
+
+            restore(state)
+        for key in [k for k in os.environ if k not in env]:
+            del os.environ[key]
+        for key, value in env.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
+
+
+def _main(argv: Sequence[str] | None) -> int:
     debug = False
     try:
         debug = os.environ.get("YOLO_DET_DEBUG", "") not in {"", "0", "false", "False"}
@@ -125,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if getattr(args, "_run", None) is None:
                 parser.print_help()
                 return 2
-            code = int(args._run(args) or 0)
+            code = _run_command(args)
             safe_point("cli-end")
             return code
     except YoloDetError as e:
@@ -139,6 +183,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         what = f"terminated ({e.signal_name})" if isinstance(e, Terminated) else "interrupted"
         print(f"yolo-det: {what}", file=sys.stderr)
         return exit_code(e)
+
+
+#: The command whose exit code 1 means "the training failed"; every other command's 1 is a verdict ("they differ",
+#: "diverged", "found", "would change").
+_TRAINING = "train"
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    """Run the parsed command and return its exit code.
+
+    Outside ``train``, exit 1 is a verdict, so what ends a command unforeseen (an exception that is no
+    :class:`YoloDetError`, a ``sys.exit()`` from a user's module, a failed run) is one line and exit 2, "unusable
+    input": a script never reads a crash as a difference.
+    """
+    if args.command == _TRAINING:
+        return int(args._run(args) or 0)
+    try:
+        return int(args._run(args) or 0)
+    except YoloDetError as e:
+        if e.exit_code == 1:
+            raise YoloDetError(f"{args.command} stopped: {e}; no verdict was reached") from e
+        raise
+    except (Exception, SystemExit) as e:
+        what = f"sys.exit({'' if e.code is None else e.code})" if isinstance(e, SystemExit) else type(e).__name__
+        detail = "" if isinstance(e, SystemExit) else f": {e}"
+        raise YoloDetError(
+            f"{args.command} stopped on an unexpected error ({what}{detail}); no verdict was reached "
+            "(YOLO_DET_DEBUG=1 shows the traceback)"
+        ) from e
 
 
 def _take_extra(args: argparse.Namespace, extra: list[str]) -> None:

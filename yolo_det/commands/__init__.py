@@ -15,6 +15,13 @@ IMPORT_HELP = (
 )
 
 
+def profile_names() -> str:
+    """The built-in profiles' names for a help text, from the presets yolo-det ships (``repro, balanced, ...``)."""
+    from ..core.profiles import BUILTIN_PROFILES
+
+    return ", ".join(BUILTIN_PROFILES)
+
+
 def add_import_option(parser: argparse.ArgumentParser) -> None:
     """Add ``--import MODULE`` (repeatable) to a command that builds models."""
     parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE", help=IMPORT_HELP)

@@ -1,9 +1,5 @@
 """Say which layer of a model will break strict determinism on CUDA, on any machine.
 
-usage: yolo-det audit MODEL [MODEL ...] [--imgsz N] [--batch N] [--profile NAME|FILE] [--import MODULE] [--json]
-                      [--device fake|cuda] [--loss] [--fix -o OUT.yaml] [--trust-checkpoint]
-                      [--fail-on any|unhandled] [--hook] [--junit FILE.xml] [--annotations github]
-
 MODEL is a model YAML (a path, an Ultralytics name such as yolov8n.yaml, or a yolo-det example such as
 cbam-max.yaml), a checkpoint (.pt), or a factory package.module:function returning an nn.Module. A YAML
 may name yolo-det's layers (what `yolo-det rewrite` writes), its example blocks, and the classes of the

@@ -1,8 +1,5 @@
 """Measure what each determinism profile costs on your model and device.
 
-usage: yolo-det bench [--profiles repro,balanced,fast] [--steps K] [--warmup W] [--block B] [--no-isolate]
-                      [--import MODULE] [--json] [--plot PATH] [key=value ...]
-
 The key=value arguments are the Ultralytics train arguments of `yolo-det train` (model=, data=, imgsz=, batch=,
 device=, amp=, ...), with the same demo defaults without data=. In one process, every profile's train phase
 runs the trainer's own training step (forward, backward, optimizer step) on the same model and batches, in

@@ -1,8 +1,5 @@
 """Find the first op where two runs part: the step, then the module, from their op traces.
 
-usage: yolo-det bisect A B [--rank R] [--rank-b R] [--json] [--junit FILE.xml] [--annotations github]
-       yolo-det bisect A --replay CHECKPOINT [--replay-trace FILE.jsonl] [--import MODULE] [--json]
-
 A and B are op traces (.jsonl) or run folders trained with `--trace-ops STEPS` (their
 ops-trace-rank{R}.jsonl), or `verify --save FILE --trace-ops STEPS` files (FILE.ops.jsonl beside FILE):
 two runs, two machines, two ranks (--rank-b), a resumed run and its uninterrupted twin, a run and a

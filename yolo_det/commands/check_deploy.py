@@ -1,9 +1,5 @@
 """Check that an image's detections do not depend on its batch, or compare two export records.
 
-usage: yolo-det check-deploy WEIGHTS IMAGES [--profile NAME|FILE] [--imgsz N] [--batches 2,4,8]
-                             [--data DATA --val-batches 1,4,16] [--json PATH] [--plot PATH]
-       yolo-det check-deploy --compare A.determinism.json B.determinism.json [--json PATH]
-
 Every image of IMAGES (a folder) is predicted alone, then in batches of 2..N and next to images of
 other sizes; its detections after NMS (boxes, scores, classes) and the raw network outputs are compared
 with those alone. With --data, `val` runs at each --val-batches value and the metrics are compared.

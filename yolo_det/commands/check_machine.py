@@ -1,7 +1,5 @@
 """Say whether this machine will reproduce a run's weights, before training, and what to set when not.
 
-usage: yolo-det check-machine RECORD [--profile P] [--json]
-
 RECORD is a run folder (holding determinism.json), a determinism.json file, or a file written by
 `yolo-det verify --save`. The same command under profile P (default: the run's own) is predicted here:
 the threads it would train with, the instruction-set branches of ATen, oneDNN and MKL, torch and its

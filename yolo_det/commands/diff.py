@@ -1,7 +1,5 @@
 """Compare two runs and say why their weights differ (or confirm that they do not).
 
-usage: yolo-det diff A B [--json] [--junit FILE.xml] [--annotations github]
-
 A and B are run folders (holding determinism.json), determinism.json files, or files written by
 `yolo-det verify --save`. Every difference is listed with both values, grouped and ordered by how
 likely it changes the bits: data (dataset fingerprint), model (architecture, starting weights), seeds,

@@ -1,9 +1,8 @@
 """Print the weights digest of checkpoints (the digest determinism.json records).
 
-usage: yolo-det digest CHECKPOINT [CHECKPOINT ...] [--trust-checkpoint]
-
-The digest covers the model's state dict in a defined order and dtype (see yolo_det.core.record), so two
-checkpoints with equal weights have equal digests even when their metadata (dates, paths) differ.
+The digest is the SHA-256 of the model's weights, in a defined order and dtype (see yolo_det.core.record), not
+of the file: two checkpoints with equal weights have equal digests even when their metadata (dates, paths, the
+optimizer) differ, and `sha256sum FILE` gives another value.
 
 A checkpoint is read without importing anything outside torch (an Ultralytics or YOLOv5 checkpoint, or a state
 dict, of the common dtypes: without torch at all, the digest computed from the archive's bytes), and its

@@ -1,7 +1,5 @@
 """Patch a YOLOv5 tree so its scripts take --det-profile and run under yolo-det profiles.
 
-usage: yolo-det patch-yolov5 DIR [--check] [--reverse] [--diff] [--profile NAME] [--no-backup]
-
 DIR is a YOLOv5 clone (any tag from v7.0 to master) or the installed yolov5 package. The patch changes
 a few lines of train.py, val.py, detect.py and export.py (and their segment/ and classify/ versions):
 each changed line ends with '# yolo-det' and calls yolo_det.integrations.yolov5. Without --det-profile

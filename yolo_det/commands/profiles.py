@@ -1,7 +1,5 @@
 """List the built-in determinism profiles, or show one resolved.
 
-usage: yolo-det profiles [show NAME|FILE] [--json]
-
 examples:
   yolo-det profiles
   yolo-det profiles show repro

@@ -1,8 +1,5 @@
 """Swap a model YAML's non-deterministic layers for yolo-det's deterministic ones (or back).
 
-usage: yolo-det rewrite IN.yaml (-o OUT.yaml | --in-place | --check) [--reverse] [--policy auto|all]
-                        [--import MODULE] [--json]
-
 Only the module name of each layer that needs it changes (nn.AdaptiveMaxPool2d -> DetAdaptiveMaxPool2d,
 nn.Upsample with a bicubic mode -> DetUpsample, ...); comments, key order and every other line stay as
 they are, and --reverse turns the names back (rewrite then --reverse gives the original text). The

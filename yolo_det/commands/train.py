@@ -1,8 +1,5 @@
 """Train an Ultralytics model under a determinism profile.
 
-usage: yolo-det train [--profile NAME|FILE] [--import MODULE] [--trust-checkpoint] [--trace-ops STEPS]
-                      [key=value ...]
-
 Every key=value is an Ultralytics train argument (model=, data=, epochs=, imgsz=, batch=, device=,
 seed=, project=, name=, ...), parsed with YAML rules (never eval). Without data= the bundled demo
 dataset is used with small defaults (model=yolov8n.yaml epochs=3 imgsz=96 batch=16 device=cpu), so
@@ -24,9 +21,12 @@ checkpoint needs (builtins.exec, os.system, subprocess, ...) is refused; --trust
 Ultralytics anyway. Ultralytics' own loader then reads it (and honours ULTRALYTICS_SAFE_LOAD=1). A model
 YAML is your own model: Ultralytics builds it, evaluating its 'activation:' as it always does.
 
-The run directory gets determinism.json (profile, seeds, versions, flags, warnings, weights digest);
-its path and the weights digest are printed at the end. However the run ends, the record says how
-(completed, failed, interrupted, terminated) and lists every weights file left with its digest.
+One line says, as the training starts, the profile, the seed and the layer swaps in force. The run directory
+gets determinism.json (profile, seeds, versions, flags, warnings, weights digest); its path and the weights
+digest (of the weights' values, not of the file: `yolo-det digest` gives it) are printed at the end. On the
+demo data a note says what to expect: a few epochs from scratch detect nothing yet (mAP 0), the loss falls.
+However the run ends, the record says how (completed, failed, interrupted, terminated) and lists every weights
+file left with its digest.
 Exit codes: 0 trained (also when the record could not be written: a warning after the digest), 2 a
 bad argument or a run folder in use by another live yolo-det run, 130 interrupted (Ctrl-C, SIGINT),
 143 terminated (SIGTERM), 129 terminated (SIGHUP), 1 the training failed (a full disk or a run folder that
@@ -62,9 +62,10 @@ from typing import Any
 
 from ..analysis.gate import allow_downloads
 from ..core.errors import RunFailed
+from ..core.record_schema import DIGEST_NOTE
 from ..core.untrusted.container import trusted_checkpoints
 from ..tools.overrides import parse_overrides
-from . import add_import_option, add_trust_flag
+from . import add_import_option, add_trust_flag, profile_names
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -73,7 +74,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--profile",
         default=None,
         metavar="NAME|FILE",
-        help="built-in profile (repro, balanced, fast) or a profile YAML file (default: repro; "
+        help=f"built-in profile ({profile_names()}) or a profile YAML file (default: repro; "
         "on resume, the profile the run trained under)",
     )
     add_import_option(parser)
@@ -95,6 +96,7 @@ def train(
     warn_record_error: bool = True,
     started: list[Any] | None = None,
     tracer: Any = None,
+    banner: bool = False,
 ) -> Any:
     """Train with Ultralytics under ``profile``; return the plugin (``record_path``, ``weights_digest``,
     ``record_error``).
@@ -102,6 +104,7 @@ def train(
     ``modules`` (``--import``) are imported first and their classes are nameable in the model YAML.
     ``started`` (a list) gets the plugin as soon as it is attached, so a caller still has it when training raises.
     ``tracer`` (a :class:`yolo_det.tools.trace.OpTracer`) is added to the model's callbacks after the plugin.
+    ``banner``: print :func:`start_line` when the training starts (after the layer swaps).
     """
     from ultralytics import YOLO
 
@@ -123,10 +126,74 @@ def train(
         plugin.warn_record_error = warn_record_error
         if tracer is not None:
             tracer.add_to(model)
+        if banner:
+            model.add_callback("on_train_start", lambda trainer: _print_start_line(plugin))
         if started is not None:
             started.append(plugin)
         model.train(**train_args)
     return plugin
+
+
+def start_line(session: Any) -> str:
+    """One line saying what a training runs under: the profile (and where it comes from), the seed, the layer
+    swaps in force and the intra-op threads when the profile pins them."""
+    profile = session.profile
+    source = "built-in" if profile.source.startswith("builtin:") else f"file {profile.source or '(in memory)'}"
+    swaps = session.swaps()
+    policy = profile.train.swaps
+    if policy == "none":
+        swapped = "no layer swaps (swaps: none)"
+    elif not swaps:
+        swapped = f"swaps: {policy}, no layer needed one"
+    else:
+        kinds: dict[str, int] = {}
+        for s in swaps:
+            key = f"{s['source'].rsplit('.', 1)[-1]} -> {s['target'].rsplit('.', 1)[-1]}"
+            kinds[key] = kinds.get(key, 0) + 1
+        listed = ", ".join(f"{k}" + (f" x{n}" if n > 1 else "") for k, n in kinds.items())
+        swapped = f"swaps: {policy}, {len(swaps)} layer{'s' if len(swaps) != 1 else ''} swapped ({listed})"
+    threads = profile.train.extra.get("intra_op_threads")
+    pinned = f", {threads} intra-op thread{'s' if threads != 1 else ''}" if threads is not None else ""
+    seed = session.seeds()["seed"]
+    return f"yolo-det: training under profile '{profile.name}' ({source}), seed {seed}, {swapped}{pinned}"
+
+
+def demo_note(ul_args: dict[str, Any], run_dir: Path, profile: Any) -> str:
+    """What to expect of a training on the bundled demo data: no detection yet (every mAP 0), a falling loss, and
+    (under a profile whose training is deterministic) the same weights digest on every repeat."""
+    from ..tools.demo import N_TRAIN
+
+    fell = ""
+    try:  # Ultralytics' per-epoch table: the training loss, summed over its components
+        lines = (run_dir / "results.csv").read_text(encoding="utf-8").splitlines()
+        head = [h.strip() for h in lines[0].split(",")]
+        cols = [i for i, h in enumerate(head) if h.startswith("train/") and h.endswith("_loss")]
+        losses = [sum(float(line.split(",")[i]) for i in cols) for line in lines[1:] if line.strip()]
+        if cols and len(losses) >= 2:
+            fell = f"; its training loss went from {losses[0]:.2f} to {losses[-1]:.2f}"
+    except (OSError, ValueError, IndexError):
+        pass
+    epochs = ul_args.get("epochs")
+    fraction = ul_args.get("fraction")
+    images = round(N_TRAIN * fraction) if isinstance(fraction, (int, float)) and 0 < fraction < 1 else N_TRAIN
+    return (
+        f"note: this was the demo: {ul_args.get('model')} from scratch, {epochs} epoch{'s' if epochs != 1 else ''} "
+        f"on {images} images of {ul_args.get('imgsz')} px, far too short to detect anything, so mAP 0 in every "
+        f"row is expected{fell}. "
+        + (
+            "What it shows is repeatability: run it again and the weights digest is the same. "
+            if profile.train.deterministic
+            else f"Profile '{profile.name}' does not make training repeatable: its weights digest may change. "
+        )
+        + "For a model that detects, pass your data (data=) and more epochs."
+    )
+
+
+def _print_start_line(plugin: Any) -> None:
+    from ..core.constants import global_rank
+
+    if plugin.session is not None and global_rank(-1) in (-1, 0):
+        print(start_line(plugin.session), flush=True)
 
 
 def _resumed_profile(ul_args: dict[str, Any]) -> Any:
@@ -152,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
     load_profile(args.profile or "repro")
     from ..analysis.models import model_names
     from ..analysis.names import checkpoint_imports
+    from ..core.resume import is_resume
     from ..tools.prepare import prepare
 
     tracer = None
@@ -178,10 +246,11 @@ def run(args: argparse.Namespace) -> int:
         checkpoint_imports(ckpt, given=args.imports)
         started: list[Any] = []
         profile, ul_args = prepare(args.profile or "repro", list(args.overrides))
+        demo = given.get("data") is None and not is_resume(ul_args)
         if args.profile is None:
             profile = _resumed_profile(ul_args) or profile
         try:
-            plugin = train(profile, ul_args, warn_record_error=False, started=started, tracer=tracer)
+            plugin = train(profile, ul_args, warn_record_error=False, started=started, tracer=tracer, banner=True)
         except OSError as e:  # the surroundings failed (disk full, read-only folder): one line, exit 1
             raise RunFailed(_failure(e, started[0] if started else None)) from None
         except SystemExit as e:  # a user's block (or anything) called sys.exit() mid-run: never a success
@@ -192,11 +261,15 @@ def run(args: argparse.Namespace) -> int:
     if plugin.record_error is None and plugin.record_path is not None:
         print(f"determinism record: {plugin.record_path}")
     if plugin.weights_digest is not None:
-        print(f"weights sha256: {plugin.weights_digest}")
+        print(f"weights digest: {plugin.weights_digest} ({DIGEST_NOTE})")
     for key, change in plugin.adjusted.items():  # Ultralytics changed it without a word
         print(f"note: {key}={change['asked']} ran as {key}={change['used']}: {change['why']}")
+    if demo and plugin.record_path is not None:
+        print(demo_note(ul_args, Path(plugin.record_path).parent, profile))
     if tracer is not None and tracer.written is not None:
         print(f"op trace: {tracer.written}")
+    if tracer is not None and tracer.shortfall() is not None:  # steps asked for that the run never reached
+        print(f"yolo-det: warning: {tracer.shortfall()}", file=sys.stderr)
     if plugin.record_error is not None:  # the training succeeded: a warning, exit code 0
         print(f"yolo-det: warning: {plugin.record_error}", file=sys.stderr)
     return 0

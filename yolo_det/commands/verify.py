@@ -1,9 +1,5 @@
 """Train the same configuration several times and check that the runs are bitwise identical.
 
-usage: yolo-det verify [--profile NAME|FILE] [--runs N] [--steps K] [--import MODULE] [--json] [--plot PATH]
-                       [--save FILE [--trace-ops STEPS]] [--against FILE] [--resume-at K [--drop-resume-state]]
-                       [--junit FILE.xml] [--annotations github] [key=value ...]
-
 Each run trains a fresh model exactly as `yolo-det train` does (same key=value arguments, same demo
 defaults without data=). Per optimizer step the input batch, the loss components and every gradient are
 fingerprinted; at the end the weights. The runs are compared step by step: either "bitwise identical"
@@ -52,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from typing import Any
 
@@ -62,7 +59,7 @@ from ..core.fileio import check_output_path
 from ..core.text import printable
 from ..core.untrusted.container import trusted_checkpoints
 from ..tools.overrides import parse_overrides
-from . import add_ci_options, add_import_option, add_trust_flag, check_ci_options, emit_ci
+from . import add_ci_options, add_import_option, add_trust_flag, check_ci_options, emit_ci, profile_names
 
 USER_DATA_EPOCHS = 1
 
@@ -73,7 +70,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--profile",
         default="repro",
         metavar="NAME|FILE",
-        help="built-in profile (repro, balanced, fast) or a profile YAML file (default: repro)",
+        help=f"built-in profile ({profile_names()}) or a profile YAML file (default: repro)",
     )
     parser.add_argument(
         "--runs",
@@ -249,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"yolo-det verify: profile {profile.name}, 1 run of {len(r.steps)} optimizer steps in "
                 f"{r.seconds:.1f} s, "
-                f"device {device}, weights sha256 {r.weights.get('sha256', '?')}"
+                f"device {device}, weights digest {r.weights.get('sha256', '?')}"
             )
             if shown.steps_note:
                 print(f"note: {shown.steps_note}")
@@ -257,6 +254,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"fingerprints saved: {save_path}")
         if trace_file is not None and trace_file.is_file():
             print(f"op trace: {trace_file}")
+        elif trace_file is not None:  # the steps asked for never ran
+            ran = len(records[0].steps)
+            print(
+                f"yolo-det: warning: --trace-ops {args.trace_ops} traced nothing: run 1 had {ran} optimizer "
+                f"step{'s' if ran != 1 else ''}, so no op trace was written",
+                file=sys.stderr,
+            )
         if against is not None:
             print(printable(against.summary()))
         if shown.plot:

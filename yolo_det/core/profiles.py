@@ -385,7 +385,7 @@ def load_profile(profile: str | os.PathLike[str] | Profile) -> Profile:
     """Load and validate a profile.
 
     Args:
-        profile: A built-in name (``repro``, ``balanced``, ``fast``), the path of a profile YAML file,
+        profile: A built-in name (one of :data:`BUILTIN_PROFILES`), the path of a profile YAML file,
             or a :class:`Profile` (returned as is).
 
     Returns:

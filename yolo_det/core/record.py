@@ -170,7 +170,7 @@ def state_dict_digest(state: Mapping[str, Any] | torch.nn.Module) -> str:
 def checkpoint_weights_digest(state: Mapping[str, Any] | torch.nn.Module) -> str:
     """The weights digest of a model (or state dict) as an Ultralytics checkpoint stores it: its floating tensors
     rounded to float16, as the trainer saves its EMA. For a trainer's final EMA it equals :func:`checkpoint_digest`
-    of the ``last.pt`` the run leaves (``weights sha256`` of ``yolo-det train``, ``weights.sha256`` of the record)."""
+    of the ``last.pt`` the run leaves (``weights digest`` of ``yolo-det train``, ``weights.sha256`` of the record)."""
     if isinstance(state, torch.nn.Module):
         state = state.state_dict()
     return state_dict_digest(

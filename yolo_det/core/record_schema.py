@@ -1,5 +1,7 @@
 """The schema of ``determinism.json``: typed, versioned, one table used by the writer, the reader and the docs.
 
+Length: one table: every field of the record, with its type and meaning, in the one place the three read it.
+
 :data:`FIELDS` lists every top-level field a record may hold, with its JSON type, whether every record has
 it, and what it means; objects list their own known fields the same way. Three things use it:
 
@@ -31,6 +33,7 @@ __all__ = [
     "FIELDS",
     "MAX_BYTES",
     "MAX_DEPTH",
+    "DIGEST_NOTE",
     "RECORD_NAME",
     "RECORD_SCHEMA",
     "STATUSES",
@@ -49,6 +52,11 @@ RECORD_SCHEMA = 3
 MAX_BYTES = 64 * 1024 * 1024
 #: Records nested deeper than this are refused (an ordinary record nests 6 levels).
 MAX_DEPTH = 64
+#: What the weights digest (``weights.sha256``, ``yolo-det digest``, ``weights digest:`` of ``train``) hashes.
+DIGEST_NOTE = (
+    "SHA-256 of the weights' values in a fixed order and dtype, not of the file's bytes: "
+    "`yolo-det digest FILE` gives it, `sha256sum FILE` does not"
+)
 #: How a run ended, or ``running`` while it trains.
 STATUSES = ("running", "completed", "failed", "interrupted", "terminated", "killed")
 
@@ -204,7 +212,7 @@ FIELDS: tuple[Field, ...] = (
         "The weights the run left.",
         fields=(
             Field("file", (_S,), "The final weights file (`last.pt`)."),
-            Field("sha256", (_S,), "The weights digest of that file (`yolo-det digest`)."),
+            Field("sha256", (_S,), f"The weights digest of that file: {DIGEST_NOTE}."),
             Field("ema_fp32_sha256", (_S,), "The digest of the final EMA in float32."),
             Field("files", (_A,), "Every weights file in the run's weights folder, read back from disk.", items=(_O,)),
         ),
@@ -233,6 +241,17 @@ FIELDS: tuple[Field, ...] = (
         fields=(Field("kind", (_S,), "How the model was given."),),
     ),
     Field("phase_events", (_A,), "The phases entered and left, in order.", items=(_O,)),
+    Field(
+        "op_trace",
+        (_O,),
+        "With `--trace-ops`: what was asked and what was traced (steps the run never reached are not in `traced`).",
+        fields=(
+            Field("asked", (_S,), "The steps asked for (`3-5`)."),
+            Field("steps_run", (_I,), "The optimizer steps the run made."),
+            Field("traced", (_A,), "The steps the trace holds.", items=(_I,)),
+            Field("file", (_S, _Z), "The trace written (null: no step asked for ran)."),
+        ),
+    ),
     Field("ranks", (_A,), "Every rank's flags, seeds and place (node, host, device, versions).", items=(_O,)),
     Field("rank_problems", (_A,), "Ranks whose flags, versions or machine differ from rank 0's.", items=(_O, _S)),
     Field("launch", (_O, _Z), "The job torchrun/srun started: world size, node, rendezvous, restart count."),

@@ -1,8 +1,9 @@
 """Snapshot, apply and restore the process-wide state that decides determinism.
 
 The state is: ``torch.use_deterministic_algorithms`` (and its ``warn_only``), cuDNN's ``benchmark``,
-``deterministic`` and TF32 switches, the float32 matmul precision, ``fill_uninitialized_memory`` and
-the environment variables a profile touches. :func:`apply` sets a phase's settings and returns the
+``deterministic`` and TF32 switches, the float32 matmul precision, ``fill_uninitialized_memory``, torch's
+intra-op thread count (Ultralytics sets it for a CPU training; a profile may pin it) and the environment
+variables a profile touches. :func:`apply` sets a phase's settings and returns the
 state it replaced; :func:`restore` puts a snapshot back; :func:`phase_scope` does both around a block,
 on error too.
 
@@ -60,6 +61,9 @@ class DeterminismState:
     cudnn_conv_fp32_precision: str | None
     fill_uninitialized_memory: bool | None
     env: Mapping[str, str | None] = field(default_factory=dict)
+    #: ``torch.get_num_threads()``: put back by :func:`restore`; not part of :meth:`to_dict` (the record keeps the
+    #: threads a run trained with in its machine fingerprint).
+    intra_op_threads: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
@@ -77,6 +81,7 @@ class DeterminismState:
                 self.cudnn_conv_fp32_precision,
                 self.fill_uninitialized_memory,
                 tuple(sorted(self.env.items())),
+                self.intra_op_threads,
             )
         )
 
@@ -127,6 +132,7 @@ def snapshot(env_keys: Iterable[str] = ()) -> DeterminismState:
         cudnn_conv_fp32_precision=_try(lambda: conv.fp32_precision) if conv is not None else None,
         fill_uninitialized_memory=_try(lambda: bool(_deterministic_utils().fill_uninitialized_memory)),
         env={k: os.environ.get(k) for k in keys},
+        intra_op_threads=torch.get_num_threads(),
     )
 
 
@@ -136,6 +142,11 @@ def _set_env(env: Mapping[str, str | None]) -> None:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+def _set_threads(count: int) -> None:
+    if torch.get_num_threads() != count:
+        torch.set_num_threads(count)
 
 
 def preload() -> None:
@@ -230,6 +241,8 @@ def restore(state: DeterminismState) -> None:
             lambda: setattr(_deterministic_utils(), "fill_uninitialized_memory", state.fill_uninitialized_memory)
         )
     steps.append(lambda: _set_env(state.env))
+    if state.intra_op_threads is not None:
+        steps.append(lambda: _set_threads(state.intra_op_threads))
     first: BaseException | None = None
     for step in steps:
         try:

@@ -7,6 +7,7 @@ in one :class:`TrainerState` at ``trainer.yolo_det_state`` (:func:`state_of`), n
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,12 +29,14 @@ class TrainerState:
             written again for a later ending.
         stopped_on_purpose: The run was stopped on purpose after a saved epoch (``verify --resume-at``);
             the exception that stops it is recorded as ``interrupted``, not ``failed``.
+        op_trace: What ``--trace-ops`` asked for and traced so far (the tracer's ``summary``), for the record.
     """
 
     identity: dict[str, Any] | None = None
     swapped: bool = False
     record_written: bool = False
     stopped_on_purpose: bool = False
+    op_trace: Callable[[], dict[str, Any]] | None = None
 
 
 def state_of(trainer: Any) -> TrainerState:

@@ -4,12 +4,16 @@ Values are parsed as bounded YAML (:mod:`yolo_det.core.untrusted.safe_yaml`, nev
 ``amp=false`` a bool, ``lr0=1e-3`` a float (as Ultralytics' own command line reads it; YAML 1.1 alone would
 read a string), ``imgsz=[96,128]`` a list, ``name=exp`` a string; ``none``/``None``/``null`` is None.
 Alias bombs and deep nesting are refused in one line. Keys are
-checked against Ultralytics' configuration (unknown keys get a close-match hint) and values against
-its type rules, so a typo fails in a second with one line instead of after the model is built.
+checked against Ultralytics' argument names (unknown keys get a close-match hint) as they are parsed, before
+torch or Ultralytics is imported: the names are read from the installed package's ``cfg/default.yaml``, found
+without importing it (:func:`argument_names`). Values are checked against Ultralytics' type rules later
+(:func:`check_ultralytics_args`), still before a model is built.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -23,6 +27,7 @@ from ..core.untrusted import safe_yaml
 
 __all__ = [
     "MAX_IMGSZ",
+    "argument_names",
     "check_ultralytics_args",
     "parse_overrides",
     "resolve_data",
@@ -34,11 +39,37 @@ __all__ = [
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+@functools.lru_cache(maxsize=1)
+def argument_names() -> frozenset[str]:
+    """The names of Ultralytics' arguments (the keys of its ``cfg/default.yaml``), read without importing
+    Ultralytics (nor torch): the file is found through the package's import location. When it cannot be found
+    that way (a zipped install), Ultralytics' own ``DEFAULT_CFG_DICT`` is imported instead."""
+    spec = importlib.util.find_spec("ultralytics")
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        path = Path(folder) / "cfg" / "default.yaml"
+        if path.is_file():
+            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the installed package's own file
+            data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)  # noqa: S506 - a safe loader
+            if isinstance(data, dict) and data:
+                return frozenset(str(k) for k in data)
+    from ..core.compat import DEFAULT_CFG_DICT
+
+    return frozenset(DEFAULT_CFG_DICT)
+
+
+def _check_name(key: str) -> None:
+    names = argument_names()
+    if key not in names:
+        raise ConfigError(
+            f"unknown Ultralytics argument '{key}'.{did_you_mean(key, names)} See `yolo cfg` for the list"
+        )
+
+
 def parse_overrides(tokens: Iterable[str]) -> dict[str, Any]:
-    """Parse ``key=value`` tokens into a dict.
+    """Parse ``key=value`` tokens into a dict; every key must be one of Ultralytics' :func:`argument_names`.
 
     Raises:
-        ConfigError: A token is not ``key=value``, a key is malformed or repeated, or a value is not YAML.
+        ConfigError: A token is not ``key=value``, a key is malformed, unknown or repeated, or a value is not YAML.
     """
     out: dict[str, Any] = {}
     for token in tokens:
@@ -50,6 +81,7 @@ def parse_overrides(tokens: Iterable[str]) -> dict[str, Any]:
             raise ConfigError(f"invalid key {short(key)} in {short(token)}; keys are names like epochs or imgsz")
         if raw.strip() == "":
             raise ConfigError(f"'{key}=' has no value; write {key}=VALUE")
+        _check_name(key)
         if key in out:
             raise ConfigError(f"'{key}' is given twice")
         if raw.strip().lower() in {"none", "null", "~"}:
@@ -76,17 +108,13 @@ def check_ultralytics_args(args: Mapping[str, Any], *, reserved: Mapping[str, st
     Raises:
         ConfigError: An unknown or reserved key, or a value of the wrong type or range.
     """
-    from ..core.compat import DEFAULT_CFG_DICT, check_cfg
+    from ..core.compat import check_cfg
 
     reserved = reserved or {}
     for key in args:
         if key in reserved:
             raise ConfigError(f"'{key}=' cannot be passed here: {reserved[key]}")
-        if key not in DEFAULT_CFG_DICT:
-            raise ConfigError(
-                f"unknown Ultralytics argument '{key}'.{did_you_mean(key, DEFAULT_CFG_DICT)} "
-                "See `yolo cfg` for the list"
-            )
+        _check_name(key)
     checked = dict(args)
     try:
         check_cfg(checked, hard=True)

@@ -13,6 +13,7 @@ from typing import Any
 from ..errors import ModelError
 from ..fileio import file_sha256
 from ..plain import plain_value
+from ..untrusted.container import no_checkpoint
 from ..untrusted.safeload import Inert
 from ..untrusted.safeload import read_checkpoint as safe_read
 
@@ -98,7 +99,7 @@ def read_checkpoint(path: str | os.PathLike[str]) -> CheckpointInfo:
     """
     path = Path(path)
     if not path.is_file():
-        raise ModelError(f"checkpoint '{path}' does not exist")
+        raise no_checkpoint(path)
     obj = safe_read(path)  # imports and calls nothing the file names
     if not isinstance(obj, Mapping) or "epoch" not in obj:
         raise ModelError(f"'{path}' is not a training checkpoint (no 'epoch' in it); pass the last.pt of a run")

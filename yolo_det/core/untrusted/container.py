@@ -34,6 +34,7 @@ __all__ = [
     "SLACK_BYTES",
     "TRUST_FLAG",
     "CheckpointArchive",
+    "no_checkpoint",
     "open_checkpoint",
     "read_bytes",
     "trust_checkpoints",
@@ -142,6 +143,21 @@ def _refuse(path: Path, why: str) -> ModelError:
     )
 
 
+def no_checkpoint(path: str | os.PathLike[str]) -> ModelError:
+    """The error for a checkpoint path that is not a file: a folder is named as one, with the ``last.pt`` to pass
+    (a run folder's ``weights/last.pt``, or the folder's own), else the path does not exist."""
+    p = Path(path)
+    if not p.is_dir():
+        return ModelError(f"checkpoint '{p}' does not exist")
+    found = next((c for c in (p / "weights" / "last.pt", p / "last.pt") if c.is_file()), None)
+    if found is not None:
+        return ModelError(f"'{p}' is a folder, not a checkpoint; pass its checkpoint file: {found}")
+    return ModelError(
+        f"'{p}' is a folder, not a checkpoint, and holds no weights/last.pt; pass a checkpoint file "
+        "(RUN/weights/last.pt)"
+    )
+
+
 def read_bytes(path: str | os.PathLike[str]) -> bytes:
     """The bytes of a checkpoint file, at most :data:`MAX_FILE_BYTES`.
 
@@ -150,7 +166,7 @@ def read_bytes(path: str | os.PathLike[str]) -> bytes:
     """
     p = Path(path)
     if not p.is_file():
-        raise ModelError(f"checkpoint '{p}' does not exist")
+        raise no_checkpoint(p)
     try:
         with open(p, "rb") as f:
             data = f.read(MAX_FILE_BYTES + 1)

@@ -186,6 +186,7 @@ class RunRecords(RunControl):
             checkpoint_yaml_layers=self._portable.get("layers", {}),
             **({"checkpoint_needs": dict(self._plain)} if self._plain else {}),
             **(state_of(trainer).identity or {}),
+            **({"op_trace": trace()} if (trace := state_of(trainer).op_trace) is not None else {}),
             data_stream=_stream.data_stream_section(
                 trainer, int(self.session.seeds()["seed"]), state_of(trainer).identity
             ),

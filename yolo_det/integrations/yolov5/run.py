@@ -51,7 +51,7 @@ from ...core.constants import global_rank, world_size
 from ...core.endings import describe_ending, one_line, weights_files, weights_stats
 from ...core.errors import ConfigError, ProfileError, YoloDetError
 from ...core.plain import plain_value
-from ...core.profiles import Profile, load_profile
+from ...core.profiles import BUILTIN_PROFILES, Profile, load_profile
 from ...core.record import RECORD_NAME, build_record, write_record
 from ...core.resume.lineage import previous_record
 from ...core.signals import defer_stops, safe_point, stop_signals
@@ -391,7 +391,7 @@ def add_argument(parser: argparse.ArgumentParser, *, default: str | None = None)
         type=_check_profile,
         default=default,
         metavar="NAME|FILE",
-        help="yolo-det determinism profile (repro, balanced, fast or a profile YAML); "
+        help=f"yolo-det determinism profile ({', '.join(BUILTIN_PROFILES)} or a profile YAML); "
         "default: YOLOv5's own seeding and determinism",
     )
 

@@ -135,7 +135,7 @@ def bench(
                 model = YOLO(model_src)
             model.add_callback("on_pretrain_routine_end", run_bench)
             try:
-                model.train(**train_args, project=project, name="bench", exist_ok=True)
+                model.train(**{**train_args, "project": project, "name": "bench", "exist_ok": True})
             except _Done:
                 pass
     finally:

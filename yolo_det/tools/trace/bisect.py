@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ...core.errors import ConfigError
-from ...core.record_schema import RECORD_NAME
+from ...core.errors import ConfigError, YoloDetError
+from ...core.record_schema import RECORD_NAME, parse_record
 from .report import BisectReport, Parting
 from .tracefile import Micro, Trace, TraceStep, read_trace
 from .tracer import trace_path
@@ -52,6 +52,23 @@ _CUDA = (
 )
 
 
+def _why_no_trace(folder: Path) -> str:
+    """What the run's record says of its ``--trace-ops`` request (asked, and what ran), or what to do."""
+    try:
+        record = parse_record((folder / RECORD_NAME).read_bytes())
+    except (OSError, YoloDetError):
+        record = {}
+    asked = record.get("op_trace")
+    if not isinstance(asked, Mapping):
+        return "train with --trace-ops STEPS"
+    ran = asked.get("steps_run")
+    return (
+        f"it was trained with --trace-ops {asked.get('asked')}, but the run made {ran} optimizer step"
+        f"{'s' if ran != 1 else ''}, so none of those ran; train again with steps that run "
+        f"(--trace-ops first:{min(3, ran) if isinstance(ran, int) and ran > 0 else 1})"
+    )
+
+
 def resolve_trace(source: str | os.PathLike[str], rank: int = 0) -> Path:
     """A trace file, or the rank's trace in a run folder (or beside a ``verify --save`` file)."""
     p = Path(source).expanduser()
@@ -60,7 +77,7 @@ def resolve_trace(source: str | os.PathLike[str], rank: int = 0) -> Path:
     if p.is_dir():
         found = trace_path(p, rank)
         if not found.is_file():
-            raise ConfigError(f"'{p}' holds no op trace for rank {rank} ({found.name}); train with --trace-ops STEPS")
+            raise ConfigError(f"'{p}' holds no op trace for rank {rank} ({found.name}); {_why_no_trace(p)}")
         return found
     if p.suffix == ".json" and p.with_suffix(".ops.jsonl").is_file():
         return p.with_suffix(".ops.jsonl")

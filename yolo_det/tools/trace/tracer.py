@@ -19,6 +19,10 @@ Digests are those of :mod:`yolo_det.tools.fingerprint` (SHA-256 of the bytes on 
 a device): order-sensitive, any changed bit changes them. The trace is written atomically (JSON lines,
 :mod:`yolo_det.tools.trace.tracefile`) after every traced step, one file per rank. Every hook is removed
 and every wrapped trainer method put back at ``teardown``, whatever ended the run.
+
+Steps asked for that the run never reached (``--trace-ops 500`` on a run of 12 steps) are not silent:
+:meth:`OpTracer.summary` says what was asked, how many steps ran and which were traced (the run's record keeps
+it as ``op_trace``), and :meth:`OpTracer.shortfall` is the warning ``yolo-det train`` prints at the end.
 """
 
 from __future__ import annotations
@@ -104,6 +108,30 @@ class OpTracer:
     def callbacks(self) -> dict[str, Callable[[Any], None]]:
         return {"on_pretrain_routine_end": self.on_pretrain_routine_end, "teardown": self.teardown}
 
+    def summary(self) -> dict[str, Any]:
+        """What was asked and what was traced: ``asked`` (the steps), ``steps_run`` (the optimizer steps this
+        process ran), ``traced`` (the steps in the trace), ``file`` (the trace written, or None)."""
+        return {
+            "asked": str(self.steps),
+            "steps_run": self._count,
+            "traced": [int(line["step"]) for line in self._lines],
+            "file": str(self.written) if self.written is not None else None,
+        }
+
+    def shortfall(self) -> str | None:
+        """One line when steps asked for were never traced (the run ended before them), else None."""
+        traced = [int(line["step"]) for line in self._lines]
+        if len(traced) == self.steps.last - self.steps.first + 1:
+            return None
+        ran = f"the run had {self._count} optimizer step{'s' if self._count != 1 else ''}"
+        if not traced:
+            return (
+                f"--trace-ops {self.steps} traced nothing: {ran}, so no op trace was written; "
+                f"ask for steps that run (--trace-ops first:{min(3, max(self._count, 1))})"
+            )
+        done = str(StepRange(traced[0], traced[-1]))
+        return f"--trace-ops {self.steps} traced steps {done} only: {ran}; the others never ran"
+
     def add_to(self, model: Any) -> None:
         """Register on an Ultralytics ``model``; ``teardown`` first of all (the last to wrap is the first to unwrap)."""
         model.add_callback("on_pretrain_routine_end", self.on_pretrain_routine_end)
@@ -111,6 +139,9 @@ class OpTracer:
 
     # -- wrapping the trainer ---------------------------------------------------------------------------
     def on_pretrain_routine_end(self, trainer: Any) -> None:
+        from ...integrations.trainer_state import state_of
+
+        state_of(trainer).op_trace = self.summary  # the run's record says what was asked and what ran
         self._trainer = trainer
         self._model = unwrap_model(trainer.model)
         if self.path is None:

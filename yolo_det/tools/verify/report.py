@@ -162,7 +162,7 @@ class VerifyReport:
         for r in self.runs:
             lines.append(
                 f"  run {r.index}: {len(r.steps)} steps in {r.seconds:.1f} s, "
-                f"weights sha256 {r.weights.get('sha256', '?')}"
+                f"weights digest {r.weights.get('sha256', '?')}"
             )
         if self.steps_note:
             lines.append(f"note: {self.steps_note}")

@@ -205,7 +205,8 @@ def record_runs(
                     model.add_callback(event, fn)
             t0 = time.perf_counter()
             try:
-                model.train(**train_args, project=project, name=f"{base_name}-run{index}", exist_ok=True)
+                # verify's own run folders, replaced when they exist (a given exist_ok= changes nothing)
+                model.train(**{**train_args, "project": project, "name": f"{base_name}-run{index}", "exist_ok": True})
             except RuntimeError as e:
                 if NONDETERMINISTIC_KERNEL not in str(e):
                     raise
