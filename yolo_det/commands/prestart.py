@@ -3,21 +3,23 @@
 ATen, oneDNN and MKL read their instruction-set variables once, when torch starts. ``yolo-det train`` and
 ``yolo-det verify`` with a profile that has ``cpu_isa`` (``portable``) set them here, before anything imports
 torch: when they are missing from the environment, the command runs again in a fresh process with them
-(``os.execve``, the same arguments). In a process that already imported torch (a program calling
-:func:`yolo_det.cli.main`) nothing can set them any more, and the run is refused in one line naming them.
-A machine that cannot run the profile's branch (another architecture, no AVX2) is refused in one line too.
-This module imports no torch.
+(``os.execve``, the same arguments). A value of the user's own that the profile replaces (``MKL_CBWR=AUTO``, say)
+is named in one line, and the run's record keeps it (``environment.replaced_env``). In a process that already
+imported torch (a program calling :func:`yolo_det.cli.main`) nothing can set them any more, and the run is
+refused in one line naming them. A machine that cannot run the profile's branch (another architecture, no
+AVX2) is refused in one line too. This module imports no torch.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Sequence
 
 from ..core.errors import ConfigError, ProfileError
 from ..core.launcher import export_slurm_env
-from ..core.machine_settings import ISA_ENV, cannot_match, missing_env
+from ..core.machine_settings import ISA_ENV, REPLACED_VAR, cannot_match, missing_env, user_values
 from ..core.profiles import PHASES, load_profile
 
 __all__ = ["TRAINING_COMMANDS", "prepare"]
@@ -84,4 +86,16 @@ def prepare(command: str | None, tokens: Sequence[str], *, reexec: bool) -> None
             f"start the process with them"
         )
     env = {**os.environ, **missing}
+    env.pop(REPLACED_VAR, None)  # only this start's replacements are handed on
+    yours = user_values(isa)
+    if yours:
+        print(
+            f"yolo-det: profile '{profile_name}' replaces your "
+            + ", ".join(f"{k}={v}" for k, v in yours.items())
+            + " with "
+            + ", ".join(f"{k}={missing[k]}" for k in yours)
+            + " (yours are kept in determinism.json, environment.replaced_env)",
+            file=sys.stderr,
+        )
+        env[REPLACED_VAR] = json.dumps(yours)
     os.execve(sys.executable, [sys.executable, "-m", "yolo_det", *tokens], env)  # noqa: S606 - the same command

@@ -176,6 +176,11 @@ FIELDS: tuple[Field, ...] = (
             ),
             Field("argv", (_A,), "The command line."),
             Field(
+                "replaced_env",
+                (_O,),
+                "Your own instruction-set variables the profile replaced before torch started (name: your value).",
+            ),
+            Field(
                 "host",
                 (_O,),
                 "What of the machine decides the bits, as training started (`yolo-det check-machine` reads it).",

@@ -286,6 +286,9 @@ def _environment(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) ->
 
     for key in _VERSION_KEYS:
         env("versions", key)
+    for d in c.items:
+        if d.group == "versions":
+            d.measured = False  # another release: nobody measured what it changes
     on_cpu = _trained_on_cpu(ra) and _trained_on_cpu(rb)
     for key in ("gpus", "cuda_available"):
         env("gpu", key, changes_bits=not on_cpu, note="both runs trained on the CPU" if on_cpu else None)
@@ -347,9 +350,11 @@ def _machine(c: _Collector, ea: Mapping[str, Any], eb: Mapping[str, Any], *, cud
     for cause in causes:
         line = named.get(_SAME_AS.get(cause.name, ""))
         if line is not None and line.changes_bits:
-            line.note = f"fix: {cause.fix}" if line.note is None else f"{line.note}; fix: {cause.fix}"
+            line.note = cause.reason if line.note is None else f"{line.note}; {cause.reason}"
+            line.measured = cause.measured
             continue
-        c.add("gpu" if cuda else "cpu", cause.name, cause.a, cause.b, note=f"fix: {cause.fix}")
+        if c.add("gpu" if cuda else "cpu", cause.name, cause.a, cause.b, note=cause.reason):
+            c.items[-1].measured = cause.measured
 
 
 def _swaps_and_warnings(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
