@@ -60,6 +60,10 @@ class Difference:
             "measured": self.measured,
         }
 
+    def brief(self) -> str:
+        """``name (A vs B)``, the values cut to 40 characters."""
+        return _short(self)
+
 
 @dataclass
 class DiffReport:
