@@ -194,8 +194,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"determinism record: {plugin.record_path}")
     if plugin.weights_digest is not None:
         print(f"weights sha256: {plugin.weights_digest}")
-    for key, change in plugin.adjusted.items():  # Ultralytics changed it without a word
-        print(f"note: {key}={change['asked']} ran as {key}={change['used']}: {change['why']}")
+    from ..integrations.identity import ADJUSTED_BY_ULTRALYTICS
+
+    for key, change in plugin.adjusted.items():  # Ultralytics changed it without a word (it logs optimizer=auto)
+        if key in ADJUSTED_BY_ULTRALYTICS:
+            print(f"note: {key}={change['asked']} ran as {key}={change['used']}: {change['why']}")
     if tracer is not None and tracer.written is not None:
         print(f"op trace: {tracer.written}")
     if plugin.record_error is not None:  # the training succeeded: a warning, exit code 0

@@ -241,9 +241,23 @@ def _flat(state: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _used(record: Mapping[str, Any]) -> dict[str, tuple[Any, str]]:
+    """The values Ultralytics used in place of those asked, and why (``adjusted_args``: ``optimizer=auto``'s
+    choice, ``workers`` on a CPU)."""
+    adjusted = record.get("adjusted_args")
+    if not isinstance(adjusted, Mapping):
+        return {}
+    return {
+        k: (v["used"], str(v.get("why", ""))) for k, v in adjusted.items() if isinstance(v, Mapping) and "used" in v
+    }
+
+
 def _arguments(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
     c.add("args", "framework", ra.get("framework", _MISSING), rb.get("framework", _MISSING))
-    aa, ab = _args(ra), _args(rb)
+    used = {**_used(rb), **_used(ra)}
+    # the values the runs trained with
+    aa = {**_args(ra), **{k: v for k, (v, _) in _used(ra).items()}}
+    ab = {**_args(rb), **{k: v for k, (v, _) in _used(rb).items()}}
     if ("ultralytics_args" in ra) != ("ultralytics_args" in rb):
         c.notes.append(
             "only one record lists every Ultralytics argument (the other is from an older yolo-det): "
@@ -261,6 +275,8 @@ def _arguments(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> N
         note = None
         if versions_differ and _MISSING in (va, vb):
             note = f"an argument of Ultralytics {ub if va is _MISSING else ua} only: the Ultralytics versions differ"
+        elif key in used:
+            note = f"as Ultralytics used it, not as asked (adjusted_args): {used[key][1]}"
         c.add("args", f"{key}=", va, vb, note=note)
     for key in sorted(keys & OUTPUT_ARGS):
         c.add(
