@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...core.compat import numpy_pair_problem
 from ...core.errors import ConfigError
 from ...core.launcher import launch_from_env
 from ...core.profiles import shard_layout_problem
@@ -45,6 +46,9 @@ def check_train_args(
         shards: The profile's ``shards`` (train phase), checked against the ranks and ``batch=``.
     """
     check_shards(shards, args)
+    problem = numpy_pair_problem()  # a pair of the declared range that cannot train, refused before it starts
+    if problem:
+        raise ConfigError(problem)
     if "seed" in args:
         check_seed(args["seed"])
     if device and "device" in args:
