@@ -8,7 +8,13 @@ touches every profile alike. An epoch's time is Ultralytics' own (``results.csv`
 consecutive epochs; the first epoch, which warms up, is left out); a run's figure is its median epoch, a
 profile's the median of its runs. Prints a line per profile and writes JSON.
 
-Usage: python bench/bench_portable.py [--rounds 5] [--epochs 3] [--imgsz 64] [--out bench/results/portable.json]
+``--cpus N`` runs every training on a machine of N logical CPUs simulated here (``tests/simulated_machine.py``:
+``os.cpu_count()`` patched in every process), so ``repro`` trains with Ultralytics' ``min(8, N - 1)`` threads
+while ``portable`` pins one: the thread pin's cost is in the figure, as far as this machine's real cores carry
+those threads (``--cpus 3`` gives ``repro`` two threads, which a 2-core machine runs on its two cores).
+
+Usage: python bench/bench_portable.py [--rounds 5] [--epochs 3] [--imgsz 64] [--cpus N]
+       [--out bench/results/portable.json]
 """
 
 from __future__ import annotations
@@ -29,10 +35,22 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ISA = "name: portable-default\nextends: portable\ndefaults:\n  cpu_isa: default\n"
 
 
-def _run(profile: str, project: Path, name: str, args: argparse.Namespace) -> list[float]:
-    env = {**os.environ, "YOLO_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+def _env(project: Path, cpus: int | None) -> dict[str, str]:
+    """The training's environment: this one's, or that of a simulated machine of ``cpus`` logical CPUs."""
+    if cpus is None:
+        env = {**os.environ, "YOLO_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    else:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from simulated_machine import Machine
+
+        env = Machine(cpus=cpus).env(project)
     for key in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR"):
         env.pop(key, None)
+    return env
+
+
+def _run(profile: str, project: Path, name: str, args: argparse.Namespace) -> list[float]:
+    env = _env(project, args.cpus)
     argv = [
         sys.executable,
         "-m",
@@ -60,6 +78,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--imgsz", type=int, default=64)
+    parser.add_argument("--cpus", type=int, default=None, help="simulate a machine of this many logical CPUs")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "portable.json"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -79,7 +98,12 @@ def main() -> int:
     ref = medians["repro"]
     out: dict[str, Any] = {
         "schema": "yolo-det/bench-portable/1",
-        "machine": {"cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count()},
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "simulated_cpus": args.cpus,
+            "repro_threads": min(8, max(1, (args.cpus or os.cpu_count() or 1) - 1)),
+        },
         "setup": {"model": "yolov8n.yaml", "data": "bundled demo", "imgsz": args.imgsz, "epochs": args.epochs},
         "rounds": args.rounds,
         "seconds_per_epoch": runs,

@@ -40,6 +40,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from yolo_det.core.compat import NUMPY_WITHOUT_TRAPZ, numpy_pair_problem  # noqa: E402 - after the path
+
 DIGEST = re.compile(r"weights digest: ([0-9a-f]{64})")
 VERSIONS = (
     "import sys, torch, torchvision, ultralytics; "
@@ -79,6 +83,8 @@ def install_ultralytics(version: str, cache: Path) -> Path:
     missing = _missing_requirements(site, version)
     if missing:
         subprocess.run([*pip, *missing], check=True, timeout=600)
+    if numpy_pair_problem(version):  # an Ultralytics that calls np.trapz: the NumPy docs/usage.md names for it
+        subprocess.run([*pip, f"numpy<{'.'.join(map(str, NUMPY_WITHOUT_TRAPZ))}"], check=True, timeout=600)
     done.write_text("")
     return site
 

@@ -55,8 +55,8 @@ def subprocess_env(extra: Mapping[str, str] | None = None, *, path: Sequence[str
     return env
 
 
-def train_stopped_after(tokens: list[str], after: int, *, modules: Sequence[str] = ()) -> Path:
-    """Train as ``yolo-det train --profile repro [--import M ...] TOKENS`` does, stopped cleanly (as an
+def train_stopped_after(tokens: list[str], after: int, *, modules: Sequence[str] = (), profile: str = "repro") -> Path:
+    """Train as ``yolo-det train --profile PROFILE [--import M ...] TOKENS`` does, stopped cleanly (as an
     interrupted job leaves it) once epoch ``after`` is checkpointed; return the run's ``last.pt``."""
     import pytest
     from ultralytics import YOLO
@@ -75,10 +75,10 @@ def train_stopped_after(tokens: list[str], after: int, *, modules: Sequence[str]
             raise Stop
 
     with model_names(list(modules)):
-        profile, args = prepare("repro", tokens)
+        resolved, args = prepare(profile, tokens)
         args = dict(args)
         model = YOLO(args.pop("model"))
-        attach(model, profile)
+        attach(model, resolved)
         model.add_callback("on_fit_epoch_end", stop)
         with pytest.raises(Stop):
             model.train(**args)

@@ -61,7 +61,8 @@ def test_check_deploy_finds_the_letterbox_difference_and_the_setting_removes_it(
         == 1
     )
     out = capsys.readouterr().out
-    assert "\nverdict: differs\n" in out
+    assert "\nverdict: differs (" in out
+    assert "preprocessing (the batch's letterbox shape): differs" in out  # the letterbox, not the kernels
     assert "batch=8 skipped" in out
     plain = json.loads(plain_json.read_text())
     assert plain_png.read_bytes().startswith(b"\x89PNG")
@@ -70,7 +71,11 @@ def test_check_deploy_finds_the_letterbox_difference_and_the_setting_removes_it(
     assert {c["image"] for c in changed} >= {"im1.png", "im2.png"}
     assert all(c["cause"].startswith("letterbox") and c["changed"] for c in changed)
     assert plain["largest"]["box"]["value"] > 1.0
-    assert all(c["verdict"] == "bitwise" for c in plain["comparisons"] if c["image"] in {"im0.png", "im3.png"})
+    # the square images keep their input shape in any batch: only numerics, held to the stated tolerance
+    square = [c for c in plain["comparisons"] if c["image"] in {"im0.png", "im3.png"}]
+    assert all(c["part"] == "numerics" and c["verdict"] != "differs" for c in square)
+    assert plain["parts"]["preprocessing"] == "differs"
+    assert plain["tolerances"]["atol"] == 1e-4
 
     fixed_json = tmp_path / "fixed.json"
     assert main(["check-deploy", *common, "--profile", "repro", "--json", str(fixed_json)]) == 0
@@ -219,19 +224,56 @@ def test_all_zero_val_metrics_are_nothing_compared() -> None:
 
 
 def test_raw_outputs_decide_as_well_as_detections() -> None:
-    from yolo_det.tools.deploy.check import _compare_raw, _fold_raw
+    from yolo_det.core.detections import compare_raw
+    from yolo_det.tools.deploy.check import _fold_raw
 
     a = torch.zeros(7, 252)
-    other_shape = {"verdict": "bitwise", **_compare_raw(a, torch.zeros(7, 336))}
-    _fold_raw(other_shape, 1e-4)
+    other_shape = {"verdict": "bitwise", **compare_raw(a, torch.zeros(7, 336), 1e-4)}
+    _fold_raw(other_shape)
     assert other_shape["verdict"] == "differs"
-    close = {"verdict": "bitwise", **_compare_raw(a, a + 1e-6)}
-    _fold_raw(close, 1e-4)
+    close = {"verdict": "bitwise", **compare_raw(a, a + 1e-6, 1e-4)}
+    _fold_raw(close)
     assert close["verdict"] == "within tolerance"
-    far = {"verdict": "bitwise", **_compare_raw(a, a + 1.0)}
-    _fold_raw(far, 1e-4)
+    far = {"verdict": "bitwise", **compare_raw(a, a + 1.0, 1e-4)}
+    _fold_raw(far)
     assert far["verdict"] == "differs"
-    same = {"verdict": "bitwise", **_compare_raw(a, a.clone())}
-    _fold_raw(same, 1e-4)
+    same = {"verdict": "bitwise", **compare_raw(a, a.clone(), 1e-4)}
+    _fold_raw(same)
     assert same["verdict"] == "bitwise"
     assert same["raw_elements"] == 7 * 252
+
+
+def test_raw_outputs_are_held_to_the_box_rule_not_a_flat_atol() -> None:
+    """A box corner at 60 px that moves 2e-5 px (a few float32 roundings there) is within tolerance at --atol
+    1e-5, as its detection is; the same move at 0.5 (a score) is not."""
+    from yolo_det.core.detections import BOX_RTOL, compare_raw, tolerances
+    from yolo_det.tools.deploy.check import _fold_raw
+
+    boxes = torch.full((4, 100), 60.0)
+    moved = {"verdict": "within tolerance", **compare_raw(boxes, boxes + 2e-5, 1e-5)}
+    _fold_raw(moved)
+    assert moved["verdict"] == "within tolerance"
+    assert moved["raw_max_diff"] > 1e-5  # control: beyond the flat atol
+    scores = torch.full((4, 100), 0.5)
+    far = {"verdict": "within tolerance", **compare_raw(scores, scores + 2e-5, 1e-5)}
+    _fold_raw(far)
+    assert far["verdict"] == "differs"
+    stated = tolerances(1e-5)
+    assert stated["rtol"] == BOX_RTOL
+    assert stated["raw_output"].startswith("1e-05 + 7.6e-06 x |value|")
+
+
+def test_a_class_flip_is_named_as_a_class_flip_not_a_box_distance() -> None:
+    ref = torch.tensor([[10.0, 10.0, 50.0, 50.0, 0.9, 0.0], [60.0, 60.0, 90.0, 90.0, 0.8, 2.0]])
+    got = ref.clone()
+    got[1, 5] = 5.0  # the second box kept with another class
+    out = compare_detections(ref, got, atol=1e-4)
+    assert out["verdict"] == "differs"
+    assert out["class_flips"] == [[1, 2, 5]]
+    report = _report([{**out, "image": "a.jpg", "scenario": "batch=2", "raw_max_diff": None, "part": "numerics"}])
+    text = report.summary()
+    assert "class flip: row 1 class 2 -> 5 (same box)" in text
+    assert " px, score" not in text.split("largest:")[1].split("\n")[0]
+    assert "tolerance: boxes 0.0001 + 7.6e-06 x |coordinate| px" in text
+    assert "verdict: differs (numerics (same input): differs)" in text
+    assert compare_detections(ref, ref.clone(), atol=1e-4)["class_flips"] == []  # control

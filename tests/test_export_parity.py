@@ -79,6 +79,10 @@ def test_every_export_gets_a_parity_record(build, tmp_path, monkeypatch, capsys)
             assert rec["deploy_settings"]["batch_invariant"] is True
             numerics = rec["parity"]["numerics"]
             assert 0 <= numerics["raw_mean_abs_diff"] <= numerics["raw_max_abs_diff"] < 1e-3
+            # a default export (the .pt predicts with a rectangular letterbox): the export's verdict is its numerics'
+            assert numerics["verdict"] != "differs"
+            assert rec["parity"]["verdict"] in {numerics["verdict"], "nothing compared"}
+            assert rec["parity"]["summary"].startswith(f"numerics {rec['parity']['verdict']} (raw outputs")
             assert rec["parity"]["preprocessing"]["export"] == {
                 "imgsz": [64, 64],
                 "dynamic": False,
@@ -129,7 +133,13 @@ def test_a_mismatched_preprocessing_is_reported_as_the_cause(tmp_path, monkeypat
     assert matched["cause"] is None
     assert matched["preprocessing"]["detections"] != "differs"
     rect = export_parity(model, exported, images=images, pt_rect=True, conf=0.0)
-    assert rect["verdict"] == "differs"
+    # the export computes what the model computes; only what predict feeds each differs, and says so
+    assert rect["verdict"] in {"bitwise", "within tolerance"}
+    assert rect["numerics"]["verdict"] == rect["verdict"]
+    assert rect["preprocessing"]["verdict"] == "differs"
+    assert rect["summary"].startswith(f"numerics {rect['verdict']} (raw outputs 0.0001 + 7.6e-06 x |value|")
+    assert "preprocessing differs: letterbox: rectangular" in rect["summary"]
+    assert rect["tolerances"]["atol"] == 1e-4
     assert rect["numerics"]["detections_match"]
     assert rect["cause"].startswith("preprocessing: letterbox: rectangular")
     assert "dynamic=True" in rect["cause"]

@@ -235,3 +235,117 @@ def test_a_records_profile_name_never_loads_a_file_here(tmp_path: Path, monkeypa
     record["profile"]["name"] = "fast"  # control: a built-in name is the run's profile
     assert check_machine(record).profile == "fast"
     assert check_machine(record, str(local)).profile == "loaded-from-a-file"  # named by the user: loaded
+def _portable_host(**changes: object) -> dict:
+    """The fingerprint a ``portable`` run on this machine records (one thread, the AVX2 branches pinned)."""
+    from yolo_det.core.machine_settings import ISA_ENV
+
+    host = machine_fingerprint()
+    host.update({"intra_op_threads": 1, "cpu_capability": "AVX2", **changes})
+    host["env"] = {**host["env"], **ISA_ENV["avx2"]}
+    return host
+
+
+def test_a_version_nobody_measured_is_not_promised_and_diff_says_the_same(tmp_path: Path, capsys) -> None:
+    from yolo_det.tools.diff import diff_records
+
+    # a portable run on torch 2.15.0 (oneDNN 3.13.3), checked here on another torch: measured to agree once, but no
+    # rule promises it, and nothing known to change the bits differs
+    record = _record(_portable_host(torch="2.15.0", onednn="3.13.3"), profile="portable")
+    assert torch.__version__ != "2.15.0"
+    verdict = check_machine(record, "portable")
+    assert verdict.verdict == "not promised"
+    assert verdict.exit_code == 3
+    assert {c.name for c in verdict.causes} >= {"torch", "oneDNN version"}
+    assert not any(c.measured for c in verdict.causes)
+    path = tmp_path / "determinism.json"
+    path.write_text(json.dumps(record))
+    assert main(["check-machine", str(path), "--profile", "portable"]) == 3
+    out = capsys.readouterr().out
+    assert "torch: recorded 2.15.0" in out
+    assert "not measured" in out
+    assert "not promised under profile 'portable'" in out
+    assert "will differ" not in out
+    assert "will agree" not in out
+    # control: the same torch here is "will agree"; a thread count added to the version is "will differ"
+    same = _record(_portable_host(), profile="portable")
+    assert check_machine(same, "portable").verdict == "will agree"
+    threads = _record(_portable_host(torch="2.15.0", intra_op_threads=4), profile="portable")
+    assert check_machine(threads, "portable").verdict == "will differ"
+    assert main(["check-machine", str(path), "--profile", "portable", "--json"]) == 3
+    assert json.loads(capsys.readouterr().out)["verdict"] == "not promised"
+    # diff reads the same rule: a torch release is named as not measured, and weights that differ under it are not
+    # "expected to differ"
+    here = copy.deepcopy(same)
+    record["weights"], here["weights"] = {"sha256": "a" * 64}, {"sha256": "b" * 64}
+    report = diff_records(record, here)
+    line = next(d for d in report.causes if d.name == "torch")
+    assert not line.measured
+    assert "not measured" in (line.note or "")
+    assert "nobody has measured" in report.verdict
+    assert "expected to differ" not in report.verdict
+
+
+def test_a_cpu_without_avx2_is_not_told_to_use_the_profile_it_cannot_run(monkeypatch) -> None:
+    info = {"vendor_id": "GenuineIntel", "model name": "an old CPU", "flags": "fpu sse2 sse4_1 sse4_2"}
+    monkeypatch.setattr("yolo_det.core.machine.cpu_info", lambda: info)
+    monkeypatch.setattr("yolo_det.core.machine_settings.cpu_info", lambda: info)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
+    record = _record(_portable_host(), profile="portable")
+    record["environment"]["host"]["cpu_flags"] = ["avx", "avx2", "fma"]
+    verdict = check_machine(record, "portable")
+    assert verdict.verdict == "will differ"
+    text = verdict.summary()
+    assert "needs a CPU with AVX2, and this one has none; no setting fixes it" in text
+    fixes = [c.fix for c in verdict.causes if c.name in ("ATen CPU capability", "oneDNN instruction set")]
+    assert fixes, text
+    for fix in fixes:  # no fix that names a setting this CPU cannot run, nor portable as the cure
+        assert "portable has it" not in fix
+        assert "cpu_isa: avx2" not in fix
+        assert "no setting reproduces an AVX2 run on it" in fix
+
+
+def test_portable_names_a_value_of_yours_it_replaces_and_the_record_keeps_it(monkeypatch, capsys) -> None:
+    import sys
+    from types import SimpleNamespace
+
+    from yolo_det.commands import prestart
+    from yolo_det.core.machine_settings import REPLACED_VAR, replaced_env
+    from yolo_det.core.record import environment
+
+    class Exec(Exception):
+        pass
+
+    seen: dict = {}
+
+    def execve(path: str, argv: list, env: dict) -> None:
+        seen.update(env=env, argv=argv)
+        raise Exec
+
+    monkeypatch.setattr(prestart.os, "execve", execve)
+    # a console start: torch not imported yet
+    monkeypatch.setattr(prestart, "sys", SimpleNamespace(modules={}, executable=sys.executable, stderr=sys.stderr))
+    monkeypatch.setenv("MKL_CBWR", "AUTO")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")  # the value portable wants: not a replacement
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)  # unset: set, not replaced
+    with pytest.raises(Exec):
+        prestart.prepare("train", ["train", "--profile", "portable", "epochs=1"], reexec=True)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "yolo-det: profile 'portable' replaces your MKL_CBWR=AUTO with MKL_CBWR=COMPATIBLE "
+        "(yours are kept in determinism.json, environment.replaced_env)"
+    ]
+    env = seen["env"]
+    assert env["MKL_CBWR"] == "COMPATIBLE"
+    assert env["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    assert replaced_env(env) == {"MKL_CBWR": "AUTO"}
+    monkeypatch.setenv(REPLACED_VAR, env[REPLACED_VAR])
+    record_env = environment()
+    assert record_env["replaced_env"] == {"MKL_CBWR": "AUTO"}
+    assert check_record(_record(record_env["host"]) | {"environment": record_env}) is None
+    # nothing of yours replaced: no line, an empty record field; a name outside the allow-list is never read back
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    with pytest.raises(Exec):
+        prestart.prepare("train", ["train", "--profile", "portable"], reexec=True)
+    assert capsys.readouterr().err == ""
+    assert REPLACED_VAR not in seen["env"]
+    assert replaced_env({REPLACED_VAR: '{"LD_PRELOAD": "x", "MKL_CBWR": "AUTO"}'}) == {"MKL_CBWR": "AUTO"}

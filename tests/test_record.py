@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -183,3 +184,39 @@ def test_a_cpu_run_asked_for_workers_records_and_says_what_ran(tmp_path, capsys,
     assert "CPU" in change["why"]
     notes = [line for line in out.splitlines() if line.startswith("note: workers=")]
     assert notes == [f"note: workers=2 ran as workers=0: {change['why']}"]
+    # optimizer=auto (Ultralytics' default): the optimizer, lr0 and momentum it chose, read from the optimizer built
+    auto = record["adjusted_args"]
+    assert auto["optimizer"]["asked"] == "auto"
+    assert auto["optimizer"]["used"] in {"AdamW", "MuSGD", "SGD"}
+    assert auto["lr0"]["asked"] == 0.01
+    assert auto["lr0"]["used"] != 0.01
+    assert "optimizer=auto" in auto["lr0"]["why"]
+    assert not [line for line in out.splitlines() if line.startswith("note: optimizer=")]  # Ultralytics logs it
+
+
+def test_optimizer_auto_is_in_adjusted_args_and_diff_names_what_it_chose() -> None:
+    import copy
+
+    from yolo_det.integrations.identity import adjusted_args
+    from yolo_det.tools.diff import diff_records
+
+    weights = [torch.nn.Parameter(torch.zeros(2))]
+    adamw = torch.optim.AdamW(weights, lr=0.001111, betas=(0.9, 0.999))
+    out = adjusted_args({"epochs": 1}, SimpleNamespace(), adamw)
+    assert out["optimizer"] == {"asked": "auto", "used": "AdamW", "why": out["optimizer"]["why"]}
+    assert (out["lr0"]["asked"], out["lr0"]["used"]) == (0.01, 0.001111)
+    assert (out["momentum"]["asked"], out["momentum"]["used"]) == (0.937, 0.9)
+    # control: an optimizer asked by name is used as asked
+    sgd = torch.optim.SGD(weights, lr=0.02, momentum=0.937)
+    assert adjusted_args({"optimizer": "SGD", "lr0": 0.02}, SimpleNamespace(), sgd) == {}
+    # two runs whose arguments read the same (Ultralytics 8.3 leaves optimizer=auto in them) but auto chose
+    # different optimizers: diff names the optimizer used
+    args = {"optimizer": "auto", "lr0": 0.01, "epochs": 1}
+    a = {"schema": 3, "profile": {"name": "repro"}, "environment": {}, "ultralytics_args": dict(args)}
+    b = copy.deepcopy(a)
+    a["adjusted_args"] = out
+    b["adjusted_args"] = adjusted_args({}, SimpleNamespace(), sgd)
+    causes = {d.name: d for d in diff_records(a, b).causes}
+    assert (causes["optimizer="].a, causes["optimizer="].b) == ("AdamW", "SGD")
+    assert "adjusted_args" in (causes["optimizer="].note or "")
+    assert "optimizer=" not in {d.name for d in diff_records(a, copy.deepcopy(a)).causes}

@@ -42,6 +42,33 @@ def test_layout_refuses_a_batch_that_is_not_a_multiple_of_the_shards() -> None:
         ShardLayout.checked(4, 2, 0, 6)
 
 
+def test_a_layout_that_cannot_fit_is_refused_before_anything_is_built_or_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from yolo_det.cli import main
+    from yolo_det.tools.prepare import prepare
+
+    profile = tmp_path / "shards4.yaml"
+    profile.write_text("name: shards4\nextends: repro\ntrain:\n  shards: 4\n")
+    runs = tmp_path / "runs"
+    code = main(["train", "--profile", str(profile), "epochs=1", "batch=6", f"project={runs}", "name=ragged"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "needs a batch that is a multiple of 4, got batch=6; use batch=4" in err[0]
+    assert not runs.exists()  # no run folder, no failed record: nothing was built
+    # the ranks of a torchrun job that do not divide the shards: refused by the same pre-check
+    for name, value in {"WORLD_SIZE": "3", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "3"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=r"divides 4 \(1, 2, 4\), this job has 3"):
+        prepare(str(profile), ["epochs=1", "batch=8", f"project={runs}"])
+    # control: a layout that fits passes (two ranks, a batch of 8)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert prepare(str(profile), ["epochs=1", "batch=8", f"project={runs}"])[1]["batch"] == 8
+    assert not runs.exists()
+
+
 def test_layout_gives_each_rank_its_contiguous_shards() -> None:
     assert [(ShardLayout.checked(4, 2, r, 8).first, ShardLayout.checked(4, 2, r, 8).per_rank) for r in (0, 1)] == [
         (0, 2),

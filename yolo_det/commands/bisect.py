@@ -16,7 +16,12 @@ with A's trace of it: a run that was not traced can still be compared with one t
 its resume state and its record are copied to a temporary folder first and the step runs there, so nothing
 beside the checkpoint changes; --replay-trace FILE keeps the replayed step's trace.
 
-Exit codes: 0 the traces are equal, 1 they part (the op named), 2 unusable input (one line). Traces are
+The runs' records (beside their traces; for --replay, the record of the checkpoint's run) name the settings
+the runs differ in. When every traced step agrees but the records' final weights differ, the answer is that
+the traced window agrees and the runs part later, with those settings (close_mosaic=, say), never "equal".
+
+Exit codes: 0 the traces are equal (and the final weights, where both records hold them), 1 they part (the op
+named, or after the traced steps), 2 unusable input (one line). Traces are
 read as data only: the schema, version and every field are checked; nothing in them is executed.
 
 examples:
@@ -85,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
             replayed = _replay(args.replay, Path(tmp), args)
             if keep is not None:
                 copy_file(replayed, keep)  # replaces a link there, never writes through it
-            report = bisect_paths(args.a, replayed, rank=args.rank)
+            made_by = Path(args.replay).expanduser().parent.parent  # the run the checkpoint came from
+            report = bisect_paths(args.a, replayed, rank=args.rank, record_b=made_by)
             if keep is not None:
                 report.b = str(keep)
     print(report.to_json() if args.json else report.summary())

@@ -6,8 +6,13 @@ the threads it would train with, the instruction-set branches of ATen, oneDNN an
 libraries, the CPU (or on CUDA the GPU model, SM count, driver, CUDA, cuDNN and TF32), and P's training
 settings. `yolo-det diff` and `verify --against` name the same causes (one rule, yolo_det.core.machine).
 
-Exit 0 "will agree", 1 "will differ" (every cause named with the setting that fixes it), 2 for an
-unusable file.
+Three answers, each with its exit code:
+  0 "will agree"    nothing that decides the bits differs;
+  1 "will differ"   a difference known to change the bits (threads, an instruction-set branch, the MKL code
+                    path, the GPU model or SM count, TF32), each named with the setting that fixes it;
+  3 "not promised"  only versions differ (torch, Ultralytics, oneDNN, MKL, CUDA, cuDNN, the driver) and nobody
+                    has measured whether they change the bits: they may agree or not, each named with the reason.
+Exit 2 for an unusable file.
 
 examples:
   yolo-det check-machine runs/detect/train                      # under the run's own profile
@@ -28,7 +33,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``yolo-det check-machine``: 0 will agree, 1 will differ."""
+    """Run ``yolo-det check-machine``: 0 will agree, 1 will differ, 3 not promised."""
     from ..tools.diff import load_record
     from ..tools.machine_check import check_machine
 

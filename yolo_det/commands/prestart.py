@@ -7,22 +7,24 @@ torch: when they are missing from the environment, the command runs again in a f
 ``python -m yolo_det`` (which puts the current folder first on ``sys.path``, so that an ``argparse.py`` in a
 received folder would run): ``python -c`` with the current folder taken off ``sys.path`` before anything is
 imported, and the very ``yolo_det`` package this process runs loaded by its file (:data:`START`). The environment
-is this one plus the profile's fixed table (:data:`~yolo_det.core.machine_settings.ISA_ENV`). In a process
-that already imported torch (a program calling :func:`yolo_det.cli.main`) nothing can set them any more, and the
-run is refused in one line naming them.
+is this one plus the profile's fixed table (:data:`~yolo_det.core.machine_settings.ISA_ENV`). A value of the user's
+own that the profile replaces (``MKL_CBWR=AUTO``, say) is named in one line, and the run's record keeps it
+(``environment.replaced_env``). In a process that already imported torch (a program calling
+:func:`yolo_det.cli.main`) nothing can set them any more, and the run is refused in one line naming them.
 A machine that cannot run the profile's branch (another architecture, no AVX2) is refused in one line too.
 This module imports no torch.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Sequence
 
 from ..core.errors import ConfigError, ProfileError
 from ..core.launcher import export_slurm_env
-from ..core.machine_settings import ISA_ENV, cannot_match, missing_env
+from ..core.machine_settings import ISA_ENV, REPLACED_VAR, cannot_match, missing_env, user_values
 from ..core.profiles import PHASES, load_profile
 
 __all__ = ["START", "TRAINING_COMMANDS", "prepare"]
@@ -106,5 +108,17 @@ def prepare(command: str | None, tokens: Sequence[str], *, reexec: bool) -> None
             f"start the process with them"
         )
     env = {**os.environ, **missing}
+    env.pop(REPLACED_VAR, None)  # only this start's replacements are handed on
+    yours = user_values(isa)
+    if yours:
+        print(
+            f"yolo-det: profile '{profile_name}' replaces your "
+            + ", ".join(f"{k}={v}" for k, v in yours.items())
+            + " with "
+            + ", ".join(f"{k}={missing[k]}" for k in yours)
+            + " (yours are kept in determinism.json, environment.replaced_env)",
+            file=sys.stderr,
+        )
+        env[REPLACED_VAR] = json.dumps(yours)
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     os.execve(sys.executable, [sys.executable, "-c", START, package, *tokens], env)  # noqa: S606 - the same command

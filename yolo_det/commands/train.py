@@ -262,8 +262,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"determinism record: {plugin.record_path}")
     if plugin.weights_digest is not None:
         print(f"weights digest: {plugin.weights_digest} ({DIGEST_NOTE})")
-    for key, change in plugin.adjusted.items():  # Ultralytics changed it without a word
-        print(f"note: {key}={change['asked']} ran as {key}={change['used']}: {change['why']}")
+    from ..integrations.identity import ADJUSTED_BY_ULTRALYTICS
+
+    for key, change in plugin.adjusted.items():  # Ultralytics changed it without a word (it logs optimizer=auto)
+        if key in ADJUSTED_BY_ULTRALYTICS:
+            print(f"note: {key}={change['asked']} ran as {key}={change['used']}: {change['why']}")
     if demo and plugin.record_path is not None:
         print(demo_note(ul_args, Path(plugin.record_path).parent, profile))
     if tracer is not None and tracer.written is not None:

@@ -41,10 +41,13 @@ __all__ = [
     "EARLIER",
     "EVENTS",
     "INTERNALS",
+    "NUMPY_WITHOUT_TRAPZ",
     "TASK_TRAINERS",
+    "TRAPZ_FIXED_IN",
     "cpu_ddp_wrapping",
     "internal",
     "loss_components",
+    "numpy_pair_problem",
     "optimizer_state",
     "run_folder",
     "validator_on_cpu",
@@ -164,6 +167,40 @@ def task_trainer(task: str) -> type:
 def ultralytics_version() -> str:
     """The installed Ultralytics' version (``ultralytics.__version__``)."""
     return str(importlib.import_module("ultralytics").__version__)
+
+
+#: Ultralytics releases before this one call ``np.trapz`` in validation (``utils.metrics.compute_ap``), and NumPy
+#: from this one on no longer has it (deprecated in 2.0, removed in 2.4): such a pair fails at its first validation.
+TRAPZ_FIXED_IN, NUMPY_WITHOUT_TRAPZ = (8, 3, 108), (2, 4)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    import re
+
+    m = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+    return tuple(int(g) for g in m.groups("0")) if m else (0,)
+
+
+def numpy_pair_problem(ultralytics: str | None = None, numpy: str | None = None) -> str | None:
+    """Why the installed Ultralytics cannot validate with the installed NumPy (one line), or None.
+
+    Versions are read from the installed distributions' metadata (nothing is imported) unless given.
+    """
+    from importlib import metadata
+
+    try:
+        ultralytics = ultralytics or metadata.version("ultralytics")
+        numpy = numpy or metadata.version("numpy")
+    except metadata.PackageNotFoundError:
+        return None
+    if _release(ultralytics) >= TRAPZ_FIXED_IN or _release(numpy)[:2] < NUMPY_WITHOUT_TRAPZ:
+        return None
+    fixed = ".".join(map(str, TRAPZ_FIXED_IN))
+    below = ".".join(map(str, NUMPY_WITHOUT_TRAPZ))
+    return (
+        f"Ultralytics {ultralytics} calls np.trapz in validation, which NumPy {numpy} no longer has (removed in "
+        f"{below}): its first validation would fail; pip install 'numpy<{below}', or Ultralytics >= {fixed}"
+    )
 
 
 def stop_loader(loader: Any) -> bool:

@@ -14,6 +14,11 @@ tolerance explains it:
   Without such evidence (candidates not known, or other candidates: another input) no row is a tie of NMS.
 
 Known candidates that differ (another input) excuse nothing: then the tables must match row for row.
+
+One tolerance rule holds boxes and raw outputs alike (:func:`tolerances`): a value may move ``atol`` plus
+:data:`BOX_RTOL` of its size (a box corner at 600 px moves further in float32 than one at 6 px); a score
+``atol``. A row whose box another row of another class holds is a class flip, named as such (never as the
+distance to the next box in order).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["BOX_RTOL", "VERDICTS", "candidates", "compare_detections", "worst"]
+__all__ = ["BOX_RTOL", "VERDICTS", "candidates", "compare_detections", "compare_raw", "tolerances", "worst"]
 
 #: Verdicts from best to worst.
 VERDICTS = ("bitwise", "within tolerance", "differs")
@@ -30,6 +35,44 @@ VERDICTS = ("bitwise", "within tolerance", "differs")
 LISTED = 10
 #: Relative box tolerance: 64 float32 epsilons (about 7.6e-6), a few roundings of a box's decoding and scaling.
 BOX_RTOL = 64 * float(torch.finfo(torch.float32).eps)
+
+
+#: A box kept with another class: the two boxes overlap at least this much.
+FLIP_IOU = 0.9
+
+
+def tolerances(atol: float) -> dict[str, Any]:
+    """The tolerances a comparison at ``atol`` holds values to, stated for the report and the record."""
+    return {
+        "box_px": f"{atol:g} + {BOX_RTOL:.2g} x |coordinate|",
+        "score": f"{atol:g}",
+        "raw_output": f"{atol:g} + {BOX_RTOL:.2g} x |value|",
+        "atol": atol,
+        "rtol": BOX_RTOL,
+    }
+
+
+def compare_raw(ref: torch.Tensor | None, got: torch.Tensor | None, atol: float) -> dict[str, Any]:
+    """Compare two raw head outputs: ``raw_max_diff``, ``raw_bitwise``, ``raw_elements`` and ``raw_within`` (every
+    element within ``atol`` plus :data:`BOX_RTOL` of its size; None when an output is missing)."""
+    if ref is None or got is None:
+        return {"raw_max_diff": None, "raw_bitwise": None, "raw_within": None}
+    if ref.shape != got.shape:
+        return {
+            "raw_max_diff": None,
+            "raw_bitwise": False,
+            "raw_within": False,
+            "raw_note": f"raw outputs of other shapes {tuple(ref.shape)} and {tuple(got.shape)}",
+        }
+    a, b = ref.double(), got.double()
+    diff = (a - b).abs()
+    bound = atol + BOX_RTOL * torch.maximum(a.abs(), b.abs())
+    return {
+        "raw_max_diff": float(diff.max()) if diff.numel() else 0.0,
+        "raw_bitwise": bool(torch.equal(ref, got)),
+        "raw_within": bool((diff <= bound).all()),
+        "raw_elements": int(diff.numel()),
+    }
 
 
 def worst(verdicts: Any) -> str:
@@ -175,7 +218,9 @@ def compare_detections(
         NMS started from the same candidates within tolerance; False when not known), ``max_box_diff`` and
         ``max_score_diff`` over the matched pairs when every row is matched or a near tie, else over the rows in
         order (where the tables part),
-        ``classes_equal`` (the rows in order have the same classes), and ``changed``: the indices of the
+        ``classes_equal`` (the rows in order have the same classes), ``class_flips`` (``[row, class, class
+        there]`` for each reference row left unexplained whose box the other table holds, IoU at least
+        :data:`FLIP_IOU`, with another class), and ``changed``: the indices of the
         reference rows (then of the compared rows past the reference's length) that differ or are unexplained
         (at most 10).
     """
@@ -191,6 +236,7 @@ def compare_detections(
             "max_box_diff": 0.0,
             "max_score_diff": 0.0,
             "classes_equal": True,
+            "class_flips": [],
             "changed": [],
         }
     of_a, of_b, box, score = _match(a, b, atol)
@@ -212,6 +258,13 @@ def compare_detections(
         max_box = max((float(box[i, i]) for i in in_order), default=0.0)
         max_score = max((float(score[i, i]) for i in in_order), default=0.0)
     classes_equal = bool(torch.equal(a[:n, 5], b[:n, 5]))
+    flips: list[list[Any]] = []
+    if unexplained and n_ref and n_got:
+        iou_ab = _box_iou(a[:, :4], b[:, :4])
+        for i in sorted(set(range(n_ref)) - {i for i, _ in pairs} - ties_a):
+            j = int(torch.argmax(iou_ab[i]))
+            if float(iou_ab[i, j]) >= FLIP_IOU and a[i, 5] != b[j, 5]:
+                flips.append([i, int(a[i, 5]), int(b[j, 5])])
     # rows that are not the same bits in the same place, reference first
     changed = [i for i in range(n_ref) if i >= n_got or not torch.equal(ref[i], got[i])]
     changed += [j for j in range(n_ref, n_got)]
@@ -225,5 +278,6 @@ def compare_detections(
         "max_box_diff": max_box,
         "max_score_diff": max_score,
         "classes_equal": classes_equal,
+        "class_flips": flips[:LISTED],
         "changed": changed[:LISTED],
     }

@@ -7,9 +7,12 @@ model and instruction-set flags, the core count, and on CUDA the GPU fingerprint
 capability, driver, CUDA, cuDNN, TF32 and ``fp32_precision``). It is ``environment.host`` in the record.
 
 :func:`machine_causes` compares two fingerprints (or the ``environment`` of an older record, which holds only
-the threads and the capability) and names every difference that changes the bits, each with the setting
-that fixes it. ``yolo-det diff``, ``verify --against`` and ``check-machine`` all use it, so they cannot
-disagree. Only the fingerprint needs torch (imported when it is taken): a comparison of records does not.
+the threads and the capability) and names every difference between them, each with the setting that fixes
+it, in two kinds: a difference known to change the bits (threads, an instruction-set branch, the MKL code path,
+the GPU model or SM count, TF32), and a version difference nobody has measured (torch, Ultralytics, oneDNN,
+MKL, CUDA, cuDNN, the driver), under which agreement is not promised (nor a difference). ``yolo-det diff``,
+``verify --against`` and ``check-machine`` all use it, so they cannot disagree.
+Only the fingerprint needs torch (imported when it is taken): a comparison of records does not.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .machine_settings import ISA_CAPABILITY, PRESTART_ENV, cpu_info
+from .machine_settings import PRESTART_ENV, cpu_info
 
 __all__ = ["MachineCause", "machine_causes", "machine_fingerprint", "machine_view"]
 
@@ -129,12 +132,25 @@ def machine_view(environment: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class MachineCause:
-    """One difference between two machines that changes the bits: what, both values, and the fix."""
+    """One difference between two machines: what, both values, the fix, and whether it is known to change the bits.
+
+    Attributes:
+        measured: True when this difference changes the bits (the runs will differ); False for a version
+            difference whose effect nobody has measured (agreement is not promised, nor is a difference).
+    """
 
     name: str
     a: Any
     b: Any
     fix: str
+    measured: bool = True
+
+    @property
+    def reason(self) -> str:
+        """The fix, with the words that say how sure the cause is."""
+        if self.measured:
+            return f"fix: {self.fix}"
+        return f"not measured, may or may not change the bits; to be sure: {self.fix}"
 
 
 def _onednn_isa(m: Mapping[str, Any]) -> str | None:
@@ -170,10 +186,24 @@ def _threads_fix(threads: Any) -> str:
     return "the record's thread count is not one a machine runs with: no setting reproduces it"
 
 
-def _isa_fix(a: Any, b: Any) -> str:
-    lower = "DEFAULT" if "DEFAULT" in (a, b) else "AVX2"
-    name = {v: k for k, v in ISA_CAPABILITY.items()}.get(lower, "avx2")
-    return f"cpu_isa: {name} in the profile (portable has it), or ATEN_CPU_CAPABILITY={name} before torch starts"
+def _lacks_avx2(m: Mapping[str, Any]) -> bool:
+    flags = m.get("cpu_flags")
+    return isinstance(flags, list) and bool(flags) and "avx2" not in flags
+
+
+def _isa_fix(a: Mapping[str, Any], b: Mapping[str, Any], va: Any, vb: Any) -> str:
+    """The branch both runs must pin to agree: the plainer of the two, which both CPUs can run."""
+    plain = "DEFAULT" in (va, vb) or "SSE41" in (va, vb) or _lacks_avx2(a) or _lacks_avx2(b)
+    if not plain:
+        return (
+            "cpu_isa: avx2 in the profile of both runs (portable has it), "
+            "or ATEN_CPU_CAPABILITY=avx2 before torch starts"
+        )
+    lacking = " (a CPU without AVX2 cannot run the AVX2 branch: no setting reproduces an AVX2 run on it)"
+    return (
+        "cpu_isa: default in a profile of your own for both runs (portable pins avx2), or ATEN_CPU_CAPABILITY=default "
+        f"ONEDNN_MAX_CPU_ISA=SSE41 before torch starts{lacking if _lacks_avx2(a) or _lacks_avx2(b) else ''}"
+    )
 
 
 def machine_causes(a: Mapping[str, Any], b: Mapping[str, Any], *, cuda: bool) -> tuple[list[MachineCause], list[str]]:
@@ -184,38 +214,43 @@ def machine_causes(a: Mapping[str, Any], b: Mapping[str, Any], *, cuda: bool) ->
         cuda: Whether the run trains on CUDA (then the GPU decides; else the CPU does).
 
     Returns:
-        The causes, each with the setting that fixes it, and one note per value a fingerprint does not hold.
+        The causes, each with the setting that fixes it and whether it is known to change the bits
+        (:attr:`MachineCause.measured`), and one note per value a fingerprint does not hold.
     """
     causes: list[MachineCause] = []
     notes: list[str] = []
 
-    def check(name: str, va: Any, vb: Any, fix: str) -> None:
+    def check(name: str, va: Any, vb: Any, fix: str, *, measured: bool = True) -> None:
         if va is None or vb is None:
             if va != vb:
                 notes.append(f"{name}: not recorded on one side, not compared")
             return
         if va != vb:
-            causes.append(MachineCause(name, va, vb, fix))
+            causes.append(MachineCause(name, va, vb, fix, measured))
 
-    check("torch", a.get("torch"), b.get("torch"), _install("torch", a.get("torch")))
+    def version(name: str, va: Any, vb: Any, fix: str) -> None:  # a release nobody has measured against the other
+        check(name, va, vb, fix, measured=False)
+
+    version("torch", a.get("torch"), b.get("torch"), _install("torch", a.get("torch")))
     if a.get("ultralytics") or b.get("ultralytics"):  # a YOLOv5 run has none on either side
-        check("Ultralytics", a.get("ultralytics"), b.get("ultralytics"), _install("ultralytics", a.get("ultralytics")))
+        ua, ub = a.get("ultralytics"), b.get("ultralytics")
+        version("Ultralytics", ua, ub, _install("ultralytics", ua))
     if cuda:
         ga, gb = a.get("gpu") or {}, b.get("gpu") or {}
         if not ga or not gb:
             notes.append("GPU: not recorded on one side, not compared")
-        for key, fix in (
-            ("name", "train on the same GPU model"),
-            ("sm_count", "train on a GPU with the same SM count (cuBLAS and CUDA RNG depend on it)"),
-            ("cuda", "install the torch build with the same CUDA"),
-            ("cudnn", "install the same cuDNN"),
-            ("driver", "install the same driver"),
-            ("matmul_fp32_precision", "allow_tf32 as in the record"),
-            ("matmul_allow_tf32", "allow_tf32 as in the record"),
-            ("cudnn_allow_tf32", "allow_tf32 as in the record"),
+        for key, fix, measured in (
+            ("name", "train on the same GPU model", True),
+            ("sm_count", "train on a GPU with the same SM count (cuBLAS and CUDA RNG depend on it)", True),
+            ("cuda", "install the torch build with the same CUDA", False),
+            ("cudnn", "install the same cuDNN", False),
+            ("driver", "install the same driver", False),
+            ("matmul_fp32_precision", "allow_tf32 as in the record", True),
+            ("matmul_allow_tf32", "allow_tf32 as in the record", True),
+            ("cudnn_allow_tf32", "allow_tf32 as in the record", True),
         ):
             if ga and gb:
-                check(f"GPU {key}", ga.get(key), gb.get(key), fix)
+                check(f"GPU {key}", ga.get(key), gb.get(key), fix, measured=measured)
         return causes, notes
     check("CPU architecture", a.get("arch"), b.get("arch"), "none: train on the same architecture")
     check(
@@ -225,12 +260,13 @@ def machine_causes(a: Mapping[str, Any], b: Mapping[str, Any], *, cuda: bool) ->
         _threads_fix(a.get("intra_op_threads")),
     )
     ca, cb = a.get("cpu_capability"), b.get("cpu_capability")
-    check("ATen CPU capability", ca, cb, _isa_fix(ca, cb))
+    check("ATen CPU capability", ca, cb, _isa_fix(a, b, ca, cb))
     mkldnn = a.get("mkldnn_enabled") is not False and b.get("mkldnn_enabled") is not False
     check("mkldnn enabled", a.get("mkldnn_enabled"), b.get("mkldnn_enabled"), "torch.backends.mkldnn as in the record")
     if mkldnn and "env" in a and "env" in b and ("cpu_flags" in a or "cpu_flags" in b):
-        check("oneDNN instruction set", _onednn_isa(a), _onednn_isa(b), "ONEDNN_MAX_CPU_ISA=AVX2 (portable sets it)")
-        check("oneDNN version", a.get("onednn"), b.get("onednn"), f"{_install('torch', a.get('torch'))} (its oneDNN)")
+        ia, ib = _onednn_isa(a), _onednn_isa(b)
+        check("oneDNN instruction set", ia, ib, _isa_fix(a, b, ia, ib))
+        version("oneDNN version", a.get("onednn"), b.get("onednn"), f"{_install('torch', a.get('torch'))} (its oneDNN)")
     ea, eb = a.get("env") or {}, b.get("env") or {}
     if "cpu_flags" in a and "cpu_flags" in b:
         wa, wb = ea.get("MKL_CBWR"), eb.get("MKL_CBWR")
@@ -245,5 +281,5 @@ def machine_causes(a: Mapping[str, Any], b: Mapping[str, Any], *, cuda: bool) ->
                     "MKL_CBWR=COMPATIBLE before torch starts (portable)",
                 )
             )
-        check("MKL version", a.get("mkl"), b.get("mkl"), f"{_install('torch', a.get('torch'))} (its MKL)")
+        version("MKL version", a.get("mkl"), b.get("mkl"), f"{_install('torch', a.get('torch'))} (its MKL)")
     return causes, notes

@@ -12,6 +12,7 @@ This module imports nothing but the standard library, so the command line can re
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 from collections.abc import Mapping
@@ -22,9 +23,12 @@ __all__ = [
     "ISA_ENV",
     "MACHINE_SETTINGS",
     "PRESTART_ENV",
+    "REPLACED_VAR",
     "cannot_match",
     "cpu_flags",
     "missing_env",
+    "replaced_env",
+    "user_values",
 ]
 
 #: The environment every choice of ``cpu_isa`` needs before torch starts (MKL's conditional numerical
@@ -39,6 +43,8 @@ ISA_CAPABILITY = {"avx2": "AVX2", "default": "DEFAULT"}
 _ISA_FLAG = {"avx2": "avx2", "default": "sse2"}
 #: Environment variables read when torch (or its libraries) start: setting them later changes nothing.
 PRESTART_ENV = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS")
+#: How ``yolo-det`` hands the process it re-executes the user's own values a profile replaced (JSON object).
+REPLACED_VAR = "YOLO_DET_REPLACED_ENV"
 _CPUINFO_LIMIT = 4 * 1024 * 1024  # /proc/cpuinfo of a 512-core machine is about 1 MB
 
 
@@ -113,3 +119,24 @@ def missing_env(isa: str, environ: Mapping[str, str] | None = None) -> dict[str,
     """The variables of :data:`ISA_ENV` ``[isa]`` that ``environ`` (default ``os.environ``) does not hold."""
     environ = os.environ if environ is None else environ
     return {k: v for k, v in ISA_ENV[isa].items() if environ.get(k) != v}
+
+
+def user_values(isa: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The user's own values (set, and not what ``isa`` needs) that pinning ``isa`` replaces."""
+    environ = os.environ if environ is None else environ
+    return {k: environ[k] for k in missing_env(isa, environ) if k in environ}
+
+
+def replaced_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The user's own values a profile replaced before torch started (:data:`REPLACED_VAR`), name -> value.
+
+    Only the names of :data:`PRESTART_ENV` are read back; anything else in the variable is ignored.
+    """
+    raw = (os.environ if environ is None else environ).get(REPLACED_VAR)
+    try:
+        found = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    return {k: v[:200] for k, v in found.items() if k in PRESTART_ENV and isinstance(v, str)}

@@ -47,6 +47,7 @@ __all__ = [
     "load_profile",
     "register_setting",
     "registered_settings",
+    "shard_layout_problem",
     "unregister_setting",
 ]
 
@@ -563,6 +564,27 @@ SHARDS = Setting(
     "K fixed shards per global batch, summed in shard order: the same weights on 1, 2, ... K ranks (K % ranks == 0)",
 )
 register_setting(SHARDS)
+
+
+def shard_layout_problem(shards: int, world: int, batch: Any) -> str | None:
+    """What does not fit ``shards: K`` on ``world`` ranks with the global ``batch`` (one line), or None.
+
+    The one rule: the ranks divide ``K`` and the batch is a multiple of ``K``. The pre-checks apply it to the
+    arguments before anything is built, :class:`yolo_det.fixes.shards.ShardLayout` to the trainer's batch.
+    """
+    if shards % world:
+        divisors = [d for d in range(1, shards + 1) if shards % d == 0]
+        return (
+            f"shards: {shards} needs a number of ranks that divides {shards} ({', '.join(map(str, divisors))}), "
+            f"this job has {world}; change the ranks or the profile's shards"
+        )
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < shards or batch % shards:
+        fit = max(shards, int(batch) // shards * shards) if isinstance(batch, (int, float)) else shards
+        return (
+            f"shards: {shards} needs a batch that is a multiple of {shards}, got batch={batch}; "
+            f"use batch={fit} or another shards"
+        )
+    return None
 
 
 def _register_builtin_settings() -> None:

@@ -31,6 +31,7 @@ import torch
 from .constants import RECORDED_ENV
 from .fileio import atomic_write_json
 from .machine import machine_fingerprint
+from .machine_settings import replaced_env
 from .record_schema import RECORD_NAME, RECORD_SCHEMA, RecordError, check_record
 
 if TYPE_CHECKING:
@@ -118,6 +119,7 @@ def environment() -> dict[str, Any]:
         "env": recorded_env(),
         "argv": list(sys.argv),
         "host": machine_fingerprint(),
+        "replaced_env": replaced_env(),
     }
 
 

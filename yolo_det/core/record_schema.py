@@ -177,12 +177,9 @@ FIELDS: tuple[Field, ...] = (
             Field("gpus", (_A,), "The GPU model names.", items=(_S,)),
             Field("torch_threads", (_I, _Z), "torch's intra-op threads."),
             Field("torch_interop_threads", (_I, _Z), "torch's inter-op threads."),
-            Field(
-                "env",
-                (_O,),
-                "The environment variables that can change a run's bits, as the training had them (null: unset).",
-            ),
+            Field("env", (_O,), "The variables that can change a run's bits, as the training had them (null: unset)."),
             Field("argv", (_A,), "The command line."),
+            Field("replaced_env", (_O,), "Your own variables the profile replaced before torch started (name: value)."),
             Field(
                 "host",
                 (_O,),

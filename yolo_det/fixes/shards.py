@@ -46,6 +46,7 @@ from torch import nn
 from torch.utils.data import RandomSampler
 
 from ..core.errors import ConfigError
+from ..core.profiles import shard_layout_problem
 from ..core.seeding import epoch_data_seed
 from . import data_invariance as _data
 
@@ -87,17 +88,9 @@ class ShardLayout:
         world, rank = max(int(world), 1), max(int(rank), 0)
         if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
             raise ConfigError(f"shards must be a positive integer, got {shards!r}")
-        if shards % world:
-            divisors = [d for d in range(1, shards + 1) if shards % d == 0]
-            raise ConfigError(
-                f"shards: {shards} needs a number of ranks that divides {shards} ({', '.join(map(str, divisors))}), "
-                f"this job has {world}; change the ranks or the profile's shards"
-            )
-        if batch < shards or batch % shards:
-            raise ConfigError(
-                f"shards: {shards} needs a batch that is a multiple of {shards}, got batch={batch}; "
-                f"use batch={max(shards, batch // shards * shards)} or another shards"
-            )
+        problem = shard_layout_problem(shards, world, batch)
+        if problem:
+            raise ConfigError(problem)
         if rank >= world:
             raise ConfigError(f"rank {rank} is outside a job of {world} ranks")
         return cls(int(shards), world, rank, int(batch))

@@ -4,13 +4,20 @@ After ``export()`` under yolo-det, :func:`export_parity` runs the exported file 
 (both through Ultralytics' ``AutoBackend``, as ``predict`` runs them) and measures two things:
 
 - **numerics**: both models on the *same* preprocessed inputs (each image letterboxed to the export's
-  input shape): the largest and mean absolute differences of the raw outputs, and whether the detections
-  after NMS match (bitwise, within tolerance, or not);
+  input shape): the largest and mean absolute differences of the raw outputs, whether every raw output is
+  within the stated tolerance (``atol`` plus :data:`~yolo_det.core.detections.BOX_RTOL` of its size, the rule
+  boxes are held to), and whether the detections after NMS match (bitwise, within tolerance, or not);
 - **preprocessing**: each image letterboxed the way ``predict`` letterboxes it for each model (a ``.pt``
   model gets a rectangular letterbox, a static export the square shape it was exported with, a dynamic one
   a rectangle again) and the detections compared in the image's own pixels. When these differ and the
   numerics do not, the cause is the preprocessing, and the record says which mismatch (``imgsz``,
   rectangular vs square letterbox, ``dynamic``).
+
+The top-level ``verdict`` is the numerics' (does the export compute what the PyTorch model computes?);
+``preprocessing.verdict`` says whether ``predict`` feeds both the same input, and ``summary`` says both in one
+line with the tolerances (``tolerances``). A default ``.pt`` predict letterboxes to a rectangle and a static
+export to a square, so a correct export reads "numerics within tolerance; preprocessing differs", never a
+bare "differs".
 
 :func:`write_export_record` writes the result next to the export as ``<export>.determinism.json``
 (atomically), with the export's digest, the source weights' digest, the profile and its deploy settings.
@@ -28,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.detections import candidates, compare_detections, worst
+from ..core.detections import candidates, compare_detections, compare_raw, tolerances, worst
 from ..core.errors import ConfigError
 from ..core.fileio import atomic_write_json
 from ..core.profiles import Profile, load_profile
@@ -158,10 +165,12 @@ def export_parity(
             for ``.pt`` models); False for a square letterbox.
         conf: Confidence threshold of the detections compared.
         iou: NMS IoU threshold.
-        atol: What "within tolerance" allows (pixels for boxes, absolute for scores and raw outputs).
+        atol: What "within tolerance" allows: for scores, and for boxes and raw outputs on top of ``BOX_RTOL`` of
+            their size (:func:`yolo_det.core.detections.tolerances`).
 
     Returns:
-        ``numerics``, ``preprocessing``, ``verdict``, ``evidence`` (images, detections and raw output elements
+        ``numerics`` (with its ``verdict``), ``preprocessing`` (with its ``verdict``), ``verdict`` (the numerics'),
+        ``summary`` (both in one line, with ``tolerances``), ``evidence`` (images, detections and raw output elements
         compared), ``nothing_compared`` (why there was no evidence) and ``cause`` (None when the detections
         match). With no detection on any image the verdict is "nothing compared" and ``detections_match`` None.
     """
@@ -183,7 +192,7 @@ def export_parity(
     loaded = _read_images(images)
     numerics: list[dict[str, Any]] = []
     end_to_end: list[dict[str, Any]] = []
-    max_raw, sum_raw, count_raw, raw_bitwise = 0.0, 0.0, 0, True
+    max_raw, sum_raw, count_raw, raw_bitwise, raw_within = 0.0, 0.0, 0, True, True
     try:
         reference = AutoBackend(net, device=torch.device("cpu"), fuse=True, verbose=False).eval()  # as predict runs it
         exported.eval()
@@ -197,11 +206,14 @@ def export_parity(
                 sum_raw += float(diff.sum())
                 count_raw += diff.numel()
                 raw_bitwise = raw_bitwise and bool(torch.equal(a, b))
+                raw = compare_raw(a, b, atol)
+                raw_within = raw_within and bool(raw["raw_within"])
                 numerics.append(
                     {
                         "image": name,
                         "input_shape": list(x.shape[2:]),
                         "raw_max_diff": float(diff.max()),
+                        "raw_within": raw["raw_within"],
                         **compare_detections(
                             _nms(a, conf, iou, end2end),
                             _nms(b, conf, iou, end2end),
@@ -237,11 +249,15 @@ def export_parity(
     finally:
         net.train(was_training)
     mismatches = _mismatches(pt_shape, ex_shape, pt_rect, dynamic, end_to_end)
-    numeric_verdict = worst(n["verdict"] for n in numerics)
+    detections_verdict = worst(n["verdict"] for n in numerics)
+    raw_verdict = "bitwise" if raw_bitwise else "within tolerance" if raw_within else "differs"
+    numeric_verdict = worst([detections_verdict, raw_verdict])
     e2e_verdict = worst(e["verdict"] for e in end_to_end)
     cause = None
     if numeric_verdict == "differs":
         cause = "numerics: the export computes other outputs from the same input"
+        if detections_verdict != "differs":
+            cause += f" (raw outputs beyond the tolerance: largest difference {max_raw:.3g})"
         if mismatches:
             cause += "; and preprocessing: " + "; ".join(mismatches)
     elif e2e_verdict == "differs":
@@ -252,7 +268,7 @@ def export_parity(
         "preprocessing_detections": sum(int(r["count"][0]) + int(r["count"][1]) for r in end_to_end),
         "raw_elements": count_raw,
     }
-    verdict = worst([numeric_verdict, e2e_verdict])
+    verdict = numeric_verdict  # the export's own parity; the preprocessing has its verdict beside it
     nothing = []
     if verdict != "differs" and not evidence["detections"] and not evidence["preprocessing_detections"]:
         nothing.append(
@@ -260,13 +276,22 @@ def export_parity(
             "(e.g. 0.001) or check a trained model"
         )
         verdict = NOTHING
+    stated = tolerances(atol)
+    summary = (
+        f"numerics {verdict} (raw outputs {stated['raw_output']}, boxes {stated['box_px']} px, scores "
+        f"{stated['score']}); preprocessing {'the same input' if e2e_verdict != 'differs' else 'differs'}"
+        + (f": {'; '.join(mismatches)}" if e2e_verdict == "differs" and mismatches else "")
+    )
     return {
         "numerics": {
+            "verdict": numeric_verdict,
             "raw_max_abs_diff": max_raw,
             "raw_mean_abs_diff": sum_raw / max(count_raw, 1),
             "raw_bitwise": raw_bitwise,
-            "detections": numeric_verdict,
-            "detections_match": None if nothing else numeric_verdict != "differs",
+            "raw_within": raw_within,
+            "raw": raw_verdict,
+            "detections": detections_verdict,
+            "detections_match": None if nothing else detections_verdict != "differs",
             "images": numerics,
         },
         "preprocessing": {
@@ -278,10 +303,13 @@ def export_parity(
                 "batch": int(meta.get("batch", 1) or 1),
             },
             "mismatches": mismatches,
+            "verdict": e2e_verdict,
             "detections": e2e_verdict,
             "images": end_to_end,
         },
         "verdict": verdict,
+        "summary": summary,
+        "tolerances": stated,
         "evidence": evidence,
         "nothing_compared": nothing,
         "cause": cause,

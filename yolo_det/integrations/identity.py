@@ -13,8 +13,9 @@ step (``on_pretrain_routine_end``), and goes into ``determinism.json`` as three 
   for a ``.pt`` start, the seeded initialisation for a YAML start). Nothing is loaded from disk for it:
   the digest is taken from the model the trainer already built, so no checkpoint is unpickled again;
 - ``ultralytics_args``: every Ultralytics argument of the run, as plain JSON values;
-- ``adjusted_args``: the arguments asked for that Ultralytics' trainer changed itself (``workers`` on a CPU),
-  each with the value asked, the value used and why.
+- ``adjusted_args``: the arguments asked for that Ultralytics' trainer changed itself (``workers`` on a CPU;
+  ``optimizer``, ``lr0`` and ``momentum`` under ``optimizer=auto``, read from the optimizer it built), each with
+  the value asked, the value used and why.
 
 Taking the identity never fails a run: a part that cannot be computed holds ``{"error": "..."}`` instead.
 """
@@ -128,8 +129,32 @@ ADJUSTED_BY_ULTRALYTICS: dict[str, str] = {
 }
 
 
-def adjusted_args(asked: Mapping[str, Any] | None, args: Any) -> dict[str, Any]:
-    """The arguments the run was given that Ultralytics' trainer changed: ``{name: {"asked", "used", "why"}}``."""
+#: Ultralytics' defaults of the arguments ``optimizer=auto`` replaces (``ultralytics/cfg/default.yaml``).
+_OPTIMIZER_DEFAULTS = {"optimizer": "auto", "lr0": 0.01, "momentum": 0.937}
+_AUTO = (
+    "optimizer=auto: Ultralytics chose the optimizer, lr0 and momentum itself (from the class count and the "
+    "iterations) and ignored the values given"
+)
+
+
+def _optimizer_used(optimizer: Any) -> dict[str, Any]:
+    """The optimizer's class, first learning rate and momentum, as built (``betas[0]`` for the Adam family)."""
+    groups = optimizer.param_groups
+    first = groups[0]
+    momentum = first["betas"][0] if "betas" in first else first.get("momentum")
+    return {
+        "optimizer": type(optimizer).__name__,
+        "lr0": float(first.get("initial_lr", first["lr"])),
+        "momentum": None if momentum is None else float(momentum),
+    }
+
+
+def adjusted_args(asked: Mapping[str, Any] | None, args: Any, optimizer: Any = None) -> dict[str, Any]:
+    """The arguments the run was given that Ultralytics' trainer changed: ``{name: {"asked", "used", "why"}}``.
+
+    ``optimizer``: the trainer's optimizer once built; under ``optimizer=auto`` (asked, or Ultralytics' default)
+    its class, learning rate and momentum are the values used for ``optimizer``, ``lr0`` and ``momentum``.
+    """
     out: dict[str, Any] = {}
     for key, why in ADJUSTED_BY_ULTRALYTICS.items():
         if not isinstance(asked, Mapping) or key not in asked or not hasattr(args, key):
@@ -137,6 +162,12 @@ def adjusted_args(asked: Mapping[str, Any] | None, args: Any) -> dict[str, Any]:
         want, used = plain_value(asked[key]), plain_value(getattr(args, key))
         if want != used:
             out[key] = {"asked": want, "used": used, "why": why}
+    given = asked if isinstance(asked, Mapping) else {}
+    if optimizer is not None and str(given.get("optimizer", "auto")).lower() == "auto":
+        for key, used in _optimizer_used(optimizer).items():
+            want = plain_value(given.get(key, _OPTIMIZER_DEFAULTS[key]))
+            if used is not None and want != used:
+                out[key] = {"asked": want, "used": used, "why": _AUTO}
     return out
 
 
@@ -155,7 +186,7 @@ def run_identity(trainer: Any, *, asked: Mapping[str, Any] | None = None) -> dic
         out["model"] = _error(e)
     try:
         out["ultralytics_args"] = plain_args(args) if args is not None else {}
-        out["adjusted_args"] = adjusted_args(asked, args)
+        out["adjusted_args"] = adjusted_args(asked, args, getattr(trainer, "optimizer", None))
     except Exception as e:
         out["ultralytics_args"] = _error(e)
     return out

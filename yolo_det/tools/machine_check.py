@@ -22,16 +22,24 @@ from ..core.profiles import BUILTIN_PROFILES, Profile, load_profile
 from ..core.text import printable
 from .diff.common import _args, _trained_on_cpu
 
-__all__ = ["MachineVerdict", "check_machine", "predicted_fingerprint"]
+__all__ = ["EXIT_CODES", "MachineVerdict", "check_machine", "predicted_fingerprint"]
 
 #: Settings whose effect is judged through the fingerprint (threads, branches), or that act only on CUDA.
 _THROUGH_FINGERPRINT = frozenset({"intra_op_threads", "cpu_isa"})
 _CUDA_ONLY = frozenset({"cudnn_benchmark", "cudnn_deterministic", "allow_tf32", "env"})
 
 
+#: The three answers and their exit codes.
+EXIT_CODES = {"will agree": 0, "will differ": 1, "not promised": 3}
+
+
 @dataclass
 class MachineVerdict:
-    """The prediction: the causes (empty: will agree), notes, and both fingerprints."""
+    """The prediction: the causes (none: will agree), notes, and both fingerprints.
+
+    The verdict is "will differ" when a cause is known to change the bits, "not promised" when every cause is a
+    version difference nobody has measured (:attr:`MachineCause.measured`), else "will agree".
+    """
 
     causes: list[MachineCause]
     notes: list[str] = field(default_factory=list)
@@ -40,27 +48,45 @@ class MachineVerdict:
     profile: str = ""
 
     @property
+    def verdict(self) -> str:
+        """``will agree``, ``will differ`` or ``not promised``."""
+        if any(c.measured for c in self.causes):
+            return "will differ"
+        return "not promised" if self.causes else "will agree"
+
+    @property
     def exit_code(self) -> int:
-        """0: will agree; 1: will differ."""
-        return 1 if self.causes else 0
+        """0: will agree; 1: will differ; 3: not promised."""
+        return EXIT_CODES[self.verdict]
 
     def summary(self) -> str:
-        """The report: one line per cause with the setting that fixes it, then the verdict. Text read from the
-        record is escaped (a control character, a terminal escape, a bidi mark) and cut short, as ``diff`` shows it."""
-        lines = [f"  {c.name}: recorded {_show(c.a)} | here {_show(c.b)} -> fix: {c.fix}" for c in self.causes]
+        """The report: one line per cause with why it matters (the setting that fixes it, or that nobody measured
+        it), then the verdict. Text read from the record is escaped (a control character, a terminal escape, a bidi
+        mark) and cut short, as ``diff`` shows it."""
+        lines = [f"  {c.name}: recorded {_show(c.a)} | here {_show(c.b)} -> {c.reason}" for c in self.causes]
         lines += [f"  note: {n}" for n in self.notes]
-        if self.causes:
-            lines.append(f"will differ under profile '{self.profile}': {len(self.causes)} cause(s) above")
+        verdict, profile = self.verdict, f"under profile '{self.profile}'"
+        if verdict == "will differ":
+            known = sum(c.measured for c in self.causes)
+            lines.append(f"will differ {profile}: {known} cause(s) above change the bits")
+        elif verdict == "not promised":
+            lines.append(
+                f"not promised {profile}: {len(self.causes)} version difference(s) above that nobody has measured; "
+                "the weights may agree or not (train once here and compare with `yolo-det digest` to know)"
+            )
         else:
-            lines.append(f"will agree: the same command under profile '{self.profile}' reproduces those weights here")
+            lines.append(f"will agree: the same command {profile} reproduces those weights here")
         return "\n".join(printable(line, newlines=False) for line in lines)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data."""
         return {
-            "verdict": "will differ" if self.causes else "will agree",
+            "verdict": self.verdict,
             "profile": self.profile,
-            "causes": [{"name": c.name, "recorded": c.a, "here": c.b, "fix": c.fix} for c in self.causes],
+            "causes": [
+                {"name": c.name, "recorded": c.a, "here": c.b, "fix": c.fix, "measured": c.measured}
+                for c in self.causes
+            ],
             "notes": list(self.notes),
             "recorded": self.recorded,
             "here": self.here,

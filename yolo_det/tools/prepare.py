@@ -85,7 +85,7 @@ def prepare(profile: str | Profile, tokens: list[str], *, check_device: bool = T
     args = check_ultralytics_args(args, reserved=RESERVED)
     if "split" in args:
         check_split(args["split"], data_cfg)
-    args = check_train_args(args, device=check_device, task=task)
+    args = check_train_args(args, device=check_device, task=task, shards=resolved.train.extra.get("shards"))
     check_arguments(given)  # the one gate, before Ultralytics reads any file (the checks above read safely)
     return resolved, args
 

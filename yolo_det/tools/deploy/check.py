@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from ...core.detections import VERDICTS, compare_detections
+from ...core.detections import VERDICTS, compare_detections, compare_raw, tolerances
 from ...core.detections import worst as _worst
 from ...core.errors import ConfigError
 from ...core.profiles import Profile, load_profile
@@ -54,29 +54,13 @@ def list_images(folder: str | os.PathLike[str], *, limit: int = 16) -> list[Path
     return found[:limit]
 
 
-def _compare_raw(ref: torch.Tensor | None, got: torch.Tensor | None) -> dict[str, Any]:
-    if ref is None or got is None:
-        return {"raw_max_diff": None, "raw_bitwise": None}
-    if ref.shape != got.shape:
-        return {
-            "raw_max_diff": None,
-            "raw_bitwise": False,
-            "raw_note": f"raw outputs of other shapes {tuple(ref.shape)} and {tuple(got.shape)}",
-        }
-    diff = (ref.double() - got.double()).abs()
-    return {
-        "raw_max_diff": float(diff.max()) if diff.numel() else 0.0,
-        "raw_bitwise": bool(torch.equal(ref, got)),
-        "raw_elements": int(diff.numel()),
-    }
-
-
-def _fold_raw(row: dict[str, Any], atol: float) -> None:
-    """Let the raw outputs decide as well as the detections: other shapes or a difference above ``atol`` differ,
-    a difference within it is at best "within tolerance"."""
+def _fold_raw(row: dict[str, Any]) -> None:
+    """Let the raw outputs decide as well as the detections, under the one tolerance rule of
+    :func:`yolo_det.core.detections.compare_raw`: other shapes or a value beyond it differ, a difference within it
+    is at best "within tolerance"."""
     if row.get("raw_bitwise") is not False:
         return
-    if row.get("raw_note") or (row.get("raw_max_diff") or 0.0) > atol:
+    if not row.get("raw_within"):
         row["verdict"] = "differs"
     elif row["verdict"] == "bitwise":
         row["verdict"] = "within tolerance"
@@ -138,6 +122,15 @@ class DeployReport:
         return verdict
 
     @property
+    def parts(self) -> dict[str, str]:
+        """The worst verdict of the comparisons whose input shape differed (``preprocessing``: the batch's
+        letterbox) and of those on the same input (``numerics``: the kernels), each where there are any."""
+        out: dict[str, list[str]] = {}
+        for c in self.comparisons:
+            out.setdefault(str(c.get("part", "numerics")), []).append(c["verdict"])
+        return {part: _worst(v) for part, v in sorted(out.items(), key=lambda kv: kv[0] != "numerics")}
+
+    @property
     def exit_code(self) -> int:
         """0 when bitwise or within tolerance, 1 when something differs, 3 when nothing was compared."""
         verdict = self.verdict
@@ -164,6 +157,8 @@ class DeployReport:
             "val_settings": self.val_settings,
             "imgsz": self.imgsz,
             "atol": self.atol,
+            "tolerances": tolerances(self.atol),
+            "parts": self.parts,
             "images": self.images,
             "comparisons": self.comparisons,
             "val": self.val,
@@ -190,9 +185,15 @@ class DeployReport:
             text = f"  {scenario:<14} {worst:<16} {len(rows) - len(bad)}/{len(rows)} images bitwise"
             if bad:
                 r = max(bad, key=lambda r: (r["max_box_diff"], r["max_score_diff"], abs(r["count"][0] - r["count"][1])))
+                flips = r.get("class_flips") or []
+                what = (
+                    "class flip: " + ", ".join(f"row {i} class {a} -> {b} (same box)" for i, a, b in flips[:3])
+                    if flips
+                    else f"box {r['max_box_diff']:.4g} px, score {r['max_score_diff']:.3g}"
+                )
                 text += (
-                    f"; largest: {r['image']} box {r['max_box_diff']:.4g} px, score {r['max_score_diff']:.3g}, "
-                    f"boxes {r['count'][0]}->{r['count'][1]}, changed rows {r['changed']}"
+                    f"; largest: {r['image']} {what}, boxes {r['count'][0]}->{r['count'][1]}, "
+                    f"changed rows {r['changed']} ({r.get('part', 'numerics')})"
                 )
             lines.append(text)
         if self.val is not None:
@@ -205,9 +206,18 @@ class DeployReport:
             f"  compared: {e['images']} images, {e['comparisons']} comparisons, {e['detections']} detections, "
             f"{e['raw_elements']} raw output elements"
         )
+        t = tolerances(self.atol)
+        lines.append(
+            f"  tolerance: boxes {t['box_px']} px, scores {t['score']}, raw outputs {t['raw_output']} (--atol)"
+        )
         if self.verdict == NOTHING:
             lines.extend(f"  nothing compared: {why}" for why in self.nothing_compared)
-        lines.append(f"verdict: {self.verdict}")
+        parts = self.parts
+        split = ""
+        if parts and self.verdict != NOTHING:
+            word = {"preprocessing": "preprocessing (the batch's letterbox shape)", "numerics": "numerics (same input)"}
+            split = " (" + "; ".join(f"{word.get(k, k)}: {v}" for k, v in parts.items()) + ")"
+        lines.append(f"verdict: {self.verdict}{split}")
         return "\n".join(lines)
 
 
@@ -401,9 +411,11 @@ def check_deploy(
                     "scenario": scenario,
                     **compare_detections(alone[i][0][0], dets, atol=atol, conf=conf),  # NMS at predict's iou (0.7)
                 }
-                row.update(_compare_raw(alone[i][1][0], raw))
-                _fold_raw(row, atol)
+                row.update(compare_raw(alone[i][1][0], raw, atol))
+                _fold_raw(row)
                 row["input_shape"] = [list(alone[i][2][0] or ()), list(ins or ())]
+                # another input shape is the preprocessing's doing; the same input computed otherwise, the numerics'
+                row["part"] = "preprocessing" if row["input_shape"][0] != row["input_shape"][1] else "numerics"
                 if row.get("raw_note") and row["verdict"] == "differs":
                     row.setdefault("cause", row["raw_note"])
                 if row["input_shape"][0] != row["input_shape"][1] and row["verdict"] != "bitwise":

@@ -17,8 +17,10 @@ a YAML start's initial weights follow from the seed and the torch version when t
 
 The verdict is one line: "these runs should be bitwise identical and are"; "these runs should be
 bitwise identical but their weights differ: non-determinism not covered by the profile (see warnings)";
-or "expected to differ because: ..." naming the most likely causes. Records written by older versions,
-without fingerprints, are compared on what they hold (data and model by path) with a note saying so.
+"expected to differ because: ..." naming the most likely causes; or, when only versions nobody has measured
+differ, that those are the likely cause though no release pair is promised either way. Records written by
+older versions, without fingerprints, are compared on what they hold (data and model by path) with a note
+saying so.
 
 The package, one concern a module: :mod:`.load` reads a record, :mod:`.common` reads fields of one,
 :mod:`.topics` compares them topic by topic, :mod:`.lineage` handles the parts of a resumed run,

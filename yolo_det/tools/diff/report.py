@@ -36,6 +36,8 @@ class Difference:
         a, b: The two values (``"(not recorded)"`` when a record lacks it).
         changes_bits: Whether this difference can change the trained weights.
         note: Why it cannot, or what the values mean, when that needs saying.
+        measured: False for a version difference whose effect nobody has measured (it may change the bits or
+            not; :attr:`yolo_det.core.machine.MachineCause.measured`, the rule ``check-machine`` uses).
     """
 
     group: str
@@ -44,6 +46,7 @@ class Difference:
     b: Any
     changes_bits: bool = True
     note: str | None = None
+    measured: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON."""
@@ -54,7 +57,12 @@ class Difference:
             "b": self.b,
             "changes_bits": self.changes_bits,
             "note": self.note,
+            "measured": self.measured,
         }
+
+    def brief(self) -> str:
+        """``name (A vs B)``, the values cut to 40 characters."""
+        return _short(self)
 
 
 @dataclass
@@ -163,6 +171,11 @@ class DiffReport:
         more = f"; and {len(self.causes) - 3} more" if len(self.causes) > 3 else ""
         if kind == "configured-differently":
             return f"configured differently ({reasons}{more}), yet their weights are identical"
+        if not any(d.measured for d in self.causes):
+            return (
+                f"the weights differ and only versions nobody has measured differ ({reasons}{more}): "
+                "the likely cause, though no release pair is promised either way"
+            )
         return f"expected to differ because: {reasons}{more}"
 
     def to_dict(self) -> dict[str, Any]:

@@ -241,9 +241,23 @@ def _flat(state: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _used(record: Mapping[str, Any]) -> dict[str, tuple[Any, str]]:
+    """The values Ultralytics used in place of those asked, and why (``adjusted_args``: ``optimizer=auto``'s
+    choice, ``workers`` on a CPU)."""
+    adjusted = record.get("adjusted_args")
+    if not isinstance(adjusted, Mapping):
+        return {}
+    return {
+        k: (v["used"], str(v.get("why", ""))) for k, v in adjusted.items() if isinstance(v, Mapping) and "used" in v
+    }
+
+
 def _arguments(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
     c.add("args", "framework", ra.get("framework", _MISSING), rb.get("framework", _MISSING))
-    aa, ab = _args(ra), _args(rb)
+    used = {**_used(rb), **_used(ra)}
+    # the values the runs trained with
+    aa = {**_args(ra), **{k: v for k, (v, _) in _used(ra).items()}}
+    ab = {**_args(rb), **{k: v for k, (v, _) in _used(rb).items()}}
     if ("ultralytics_args" in ra) != ("ultralytics_args" in rb):
         c.notes.append(
             "only one record lists every Ultralytics argument (the other is from an older yolo-det): "
@@ -261,6 +275,8 @@ def _arguments(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> N
         note = None
         if versions_differ and _MISSING in (va, vb):
             note = f"an argument of Ultralytics {ub if va is _MISSING else ua} only: the Ultralytics versions differ"
+        elif key in used:
+            note = f"as Ultralytics used it, not as asked (adjusted_args): {used[key][1]}"
         c.add("args", f"{key}=", va, vb, note=note)
     for key in sorted(keys & OUTPUT_ARGS):
         c.add(
@@ -286,6 +302,9 @@ def _environment(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) ->
 
     for key in _VERSION_KEYS:
         env("versions", key)
+    for d in c.items:
+        if d.group == "versions":
+            d.measured = False  # another release: nobody measured what it changes
     on_cpu = _trained_on_cpu(ra) and _trained_on_cpu(rb)
     for key in ("gpus", "cuda_available"):
         env("gpu", key, changes_bits=not on_cpu, note="both runs trained on the CPU" if on_cpu else None)
@@ -347,9 +366,11 @@ def _machine(c: _Collector, ea: Mapping[str, Any], eb: Mapping[str, Any], *, cud
     for cause in causes:
         line = named.get(_SAME_AS.get(cause.name, ""))
         if line is not None and line.changes_bits:
-            line.note = f"fix: {cause.fix}" if line.note is None else f"{line.note}; fix: {cause.fix}"
+            line.note = cause.reason if line.note is None else f"{line.note}; {cause.reason}"
+            line.measured = cause.measured
             continue
-        c.add("gpu" if cuda else "cpu", cause.name, cause.a, cause.b, note=f"fix: {cause.fix}")
+        if c.add("gpu" if cuda else "cpu", cause.name, cause.a, cause.b, note=cause.reason):
+            c.items[-1].measured = cause.measured
 
 
 def _swaps_and_warnings(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from .data import DATA_SUFFIXES, SCAN_LIMIT, check_cfg_file, check_classify_data, check_data, check_split
 from .model import check_checkpoint_model, check_model_yaml
 from .run_folder import NAME_MAX, PATH_MAX, check_run_folder, run_dir
-from .train_args import check_train_args
+from .train_args import check_shards, check_train_args
 from .values import SEED_LIMIT, check_device, check_optimizer, check_seed, optimizer_names
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "check_optimizer",
     "check_run_folder",
     "check_seed",
+    "check_shards",
     "check_split",
     "check_train_args",
     "optimizer_names",

@@ -8,6 +8,12 @@ gradients of its inputs and of its own parameters its output), then the optimize
 then per parameter the gradient applied and the weights after). The first op whose output differs is
 named, with whether its inputs are equal on both sides (they are when the runs part at that op) and the
 settings of both traces that can change it.
+
+The runs' records (beside a run folder's trace, or the record of the run a replayed checkpoint came from) are
+read too, and compared by :func:`yolo_det.tools.diff.diff_records`: the settings that differ are named with the
+parting (an augmentation argument such as ``close_mosaic`` for a batch of other pixels, the threads for a
+checkpoint made elsewhere), and when every traced step agrees but the final weights differ, the answer is that
+the runs part after the traced window, never "equal".
 """
 
 from __future__ import annotations
@@ -19,11 +25,12 @@ from typing import Any
 
 from ...core.errors import ConfigError, YoloDetError
 from ...core.record_schema import RECORD_NAME, parse_record
+from ..diff import diff_records, load_record
 from .report import BisectReport, Parting
 from .tracefile import Micro, Trace, TraceStep, read_trace
 from .tracer import trace_path
 
-__all__ = ["bisect_paths", "bisect_traces", "resolve_trace"]
+__all__ = ["bisect_paths", "bisect_traces", "record_beside", "resolve_trace"]
 
 _COMMON = ("torch", "device", "deterministic_algorithms", "amp")
 _CPU = (
@@ -84,6 +91,34 @@ def resolve_trace(source: str | os.PathLike[str], rank: int = 0) -> Path:
     return p
 
 
+def record_beside(source: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The record of the run a trace came from (a run folder, its ``determinism.json``, its trace, or a ``verify
+    --save`` file), or None when there is none; an unreadable one is refused as ``yolo-det diff`` refuses it."""
+    p = Path(source).expanduser()
+    if p.is_file() and p.suffix == ".jsonl":
+        saved = p.with_name(p.name.removesuffix(".ops.jsonl") + ".json")  # verify --save FILE: FILE.ops.jsonl
+        p = saved if p.name.endswith(".ops.jsonl") and saved.is_file() else p.parent
+    if p.is_dir() and not (p / RECORD_NAME).is_file():
+        return None
+    if not p.exists():
+        return None
+    return load_record(p)[0]
+
+
+def _hyper(a: tuple[tuple[tuple[str, float], ...], ...], b: tuple[tuple[tuple[str, float], ...], ...]) -> str:
+    """The hyper-parameters that differ, per parameter group: ``group 0: lr 0.01 | 0.002``."""
+    if len(a) != len(b):
+        return f"{len(a)} parameter groups in A, {len(b)} in B"
+    parts = []
+    for i, (ga, gb) in enumerate(zip(a, b)):
+        da, db = dict(ga), dict(gb)
+        changed = [f"{k} {da[k]:.6g} | {db[k]:.6g}" for k in sorted(set(da) & set(db)) if da[k] != db[k]]
+        changed += [f"{k} only in {'A' if k in da else 'B'}" for k in sorted(set(da) ^ set(db))]
+        if changed:
+            parts.append(f"group {i}: {', '.join(changed)}")
+    return "; ".join(parts)
+
+
 def _module_of(name: str, modules: Mapping[str, Any]) -> str:
     """The module a call key, parameter or buffer belongs to."""
     base = name.split("#", 1)[0]
@@ -93,10 +128,15 @@ def _module_of(name: str, modules: Mapping[str, Any]) -> str:
 
 
 class _Cmp:
-    def __init__(self, a: Trace, b: Trace) -> None:
+    def __init__(self, a: Trace, b: Trace, causes: list[str]) -> None:
         self.a, self.b = a, b
         self.count = 0
         self.notes: list[str] = []
+        self.causes = causes  # the settings the runs' records differ in, most likely first
+
+    def because(self, generic: str) -> str:
+        """The settings the records differ in, or ``generic`` when the records name none (or were not found)."""
+        return f"the runs' settings differ: {'; '.join(self.causes[:3])}" if self.causes else generic
 
     def settings(self, module: str) -> list[list[Any]]:
         keys = _COMMON + (_CUDA if self.a.device_type == "cuda" or self.b.device_type == "cuda" else _CPU)
@@ -147,7 +187,7 @@ class _Cmp:
                     )
                 why = (
                     "the step starts from different weights or buffers (the runs started from different states: "
-                    "another checkpoint or epoch)"
+                    f"{self.because('another checkpoint or epoch')})"
                     if first
                     else "the step starts from different weights or buffers, though the previous step ended equal "
                     "(something outside the training step changed them)"
@@ -179,7 +219,7 @@ class _Cmp:
                 sb,
                 "data",
                 "batch",
-                "same images, different pixels or labels (augmentation randomness)",
+                f"same images, different pixels or labels ({self.because('augmentation randomness')})",
                 micro=i,
                 module="",
             )
@@ -253,7 +293,7 @@ class _Cmp:
                 sb,
                 "optimizer",
                 "hyper-parameters",
-                f"learning rate, momentum or weight decay differ: {list(sa.hyper)} | {list(sb.hyper)}",
+                f"the optimizer's hyper-parameters differ (A | B): {_hyper(sa.hyper, sb.hyper)}",
                 module="",
             )
         if not (sa.scale is sb.scale or sa.scale == sb.scale):  # a NaN read from a trace is one object
@@ -294,8 +334,16 @@ def _backward_ops(
     return {k: ops[k] for k in order}
 
 
-def bisect_traces(a: Trace, b: Trace) -> BisectReport:
-    """Compare two traces (see the module docstring).
+def bisect_traces(
+    a: Trace,
+    b: Trace,
+    records: tuple[Mapping[str, Any] | None, Mapping[str, Any] | None] = (None, None),
+    *,
+    compare_weights: bool = True,
+) -> BisectReport:
+    """Compare two traces (see the module docstring), with the runs' records when there are (``records``).
+
+    ``compare_weights``: whether the records' final weights belong to the traced runs (not for a replayed step).
 
     Raises:
         ConfigError: Digests of different device types (not comparable), or no step both traced.
@@ -308,9 +356,15 @@ def bisect_traces(a: Trace, b: Trace) -> BisectReport:
     if not a.steps or not b.steps:
         empty = a.path if not a.steps else b.path
         raise ConfigError(f"'{empty}' holds no traced step (the run ended before the steps --trace-ops named)")
+    ra, rb = records
+    diff = diff_records(ra, rb) if ra is not None and rb is not None else None
+    weights_equal = None  # known only when both runs finished and their records are the traced runs'
+    if diff is not None and compare_weights and set(diff.status.values()) == {"completed"}:
+        weights_equal = diff.weights_equal
+    causes = [d.brief() for d in diff.causes] if diff is not None else []
     by_iter = {s.iteration: s for s in b.steps}
     common = [(s, by_iter[s.iteration]) for s in a.steps if s.iteration in by_iter]
-    cmp = _Cmp(a, b)
+    cmp = _Cmp(a, b, causes)
     if not common:  # e.g. two resumes from different epochs: compare the steps by their number in each process
         by_step = {s.step: s for s in b.steps}
         common = [(s, by_step[s.step]) for s in a.steps if s.step in by_step]
@@ -334,13 +388,34 @@ def bisect_traces(a: Trace, b: Trace) -> BisectReport:
         parting = cmp.step(sa, sb, first=n == 1)
         if parting is not None:
             break
-    return BisectReport(a=a.path, b=b.path, parting=parting, steps_compared=n, ops_compared=cmp.count, notes=cmp.notes)
+    if diff is None:
+        cmp.notes.append("the runs' records were not both found: the settings they differ in are not named")
+    return BisectReport(
+        a=a.path,
+        b=b.path,
+        parting=parting,
+        steps_compared=n,
+        ops_compared=cmp.count,
+        notes=cmp.notes,
+        causes=causes,
+        weights_equal=weights_equal,
+    )
 
 
 def bisect_paths(
-    a: str | os.PathLike[str], b: str | os.PathLike[str], *, rank: int = 0, rank_b: int | None = None
+    a: str | os.PathLike[str],
+    b: str | os.PathLike[str],
+    *,
+    rank: int = 0,
+    rank_b: int | None = None,
+    record_b: str | os.PathLike[str] | None = None,
 ) -> BisectReport:
-    """Read two traces (files or run folders) and compare them (see :func:`bisect_traces`)."""
-    return bisect_traces(
-        read_trace(resolve_trace(a, rank)), read_trace(resolve_trace(b, rank if rank_b is None else rank_b))
-    )
+    """Read two traces (files or run folders) and the runs' records, and compare them (see :func:`bisect_traces`).
+
+    ``record_b``: where B's record is, when it is not beside B's trace (the run a replayed checkpoint came from:
+    its settings are compared, not its final weights).
+    """
+    ta = read_trace(resolve_trace(a, rank))
+    tb = read_trace(resolve_trace(b, rank if rank_b is None else rank_b))
+    records = (record_beside(a), record_beside(b if record_b is None else record_b))
+    return bisect_traces(ta, tb, records, compare_weights=record_b is None)

@@ -62,6 +62,8 @@ class BisectReport:
         ops_compared: Digests compared.
         notes: What else the comparison found (module types that differ with equal outputs, steps only one
             side traced).
+        causes: The settings the runs' records differ in (``yolo-det diff``'s causes), most likely first.
+        weights_equal: Whether the runs' final weights are equal, by their records (None: not known).
     """
 
     a: str
@@ -70,16 +72,36 @@ class BisectReport:
     steps_compared: int
     ops_compared: int
     notes: list[str] = field(default_factory=list)
+    causes: list[str] = field(default_factory=list)
+    weights_equal: bool | None = None
 
     @property
     def equal(self) -> bool:
-        return self.parting is None
+        """Every traced op agrees and the final weights do not differ."""
+        return self.parting is None and self.weights_equal is not False
+
+    @property
+    def parted_later(self) -> bool:
+        """Every traced op agrees, but the final weights differ: the runs part after the traced steps."""
+        return self.parting is None and self.weights_equal is False
+
+    def _settings(self) -> str:
+        if not self.causes:
+            return "their records name no setting that differs (non-determinism the profile does not cover)"
+        more = f"; and {len(self.causes) - 3} more" if len(self.causes) > 3 else ""
+        return f"the settings that differ: {'; '.join(self.causes[:3])}{more}"
 
     @property
     def verdict(self) -> str:
         """One line for people."""
+        matched = f"{self.ops_compared} digests of {self.steps_compared} common steps match"
+        if self.parted_later:
+            return (
+                f"the traced window agrees ({matched}) and the runs part later: their final weights differ; "
+                f"{self._settings()} (trace later steps with --trace-ops to find where)"
+            )
         if self.parting is None:
-            return f"equal: {self.ops_compared} digests of {self.steps_compared} common steps match"
+            return f"equal: {matched}"
         p = self.parting
         where = f"step {p.step}" + (f" (step {p.step_b} in B)" if p.step_b != p.step else "")
         before = self.steps_compared - 1
@@ -93,6 +115,9 @@ class BisectReport:
             "a": self.a,
             "b": self.b,
             "equal": self.equal,
+            "parted_later": self.parted_later,
+            "weights_equal": self.weights_equal,
+            "causes": self.causes,
             "verdict": self.verdict,
             "steps_compared": self.steps_compared,
             "ops_compared": self.ops_compared,
@@ -134,6 +159,8 @@ class BisectReport:
                 for name, a, b in p.settings:
                     mark = "*" if a != b else " "
                     lines.append(f"   {mark} {name}: {_show(a)} | {_show(b)}")
+        if self.causes and not self.parted_later:
+            lines.append(f"  the runs' records: {self._settings()}")
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(printable(line, newlines=False) for line in lines)  # a name never starts a line
 
@@ -145,8 +172,7 @@ def _show(value: Any) -> str:
 def bisect_suite(report: BisectReport, *, seconds: float = 0.0) -> CheckSuite:
     """One JUnit test case: the two traces are equal (passed) or part at the op named (failed)."""
     suite = CheckSuite("yolo-det bisect", seconds=seconds, properties={"a": report.a, "b": report.b})
-    p = report.parting
-    if p is None:
+    if report.equal:
         suite.cases.append(CheckCase("ops", "yolo-det.bisect", "passed", details=report.verdict))
     else:
         details = report.summary()
