@@ -6,12 +6,13 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 
-from helpers import ROOT
+from helpers import ROOT, subprocess_env
 from yolo_det.cli import main
 
 
@@ -153,3 +154,31 @@ def test_console_entry_runs_as_module():
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("yolo-det: error: unknown profile 'nope'")
     assert "Traceback" not in proc.stderr
+
+
+def test_the_console_entry_collects_the_garbage_then_leaves_the_rest_to_the_os():
+    """At exit the garbage is finalised as before; what is still alive is not walked by Python's shutdown
+    collections (gc.freeze), and atexit handlers still run."""
+    code = textwrap.dedent(
+        """
+        import atexit, gc, sys
+        import yolo_det.cli as cli
+
+        class Cycle:
+            def __del__(self):
+                sys.stderr.write("garbage finalised\\n")
+
+        def main():
+            a, b = Cycle(), Cycle()
+            a.other, b.other = b, a  # unreachable once main returns: only a collection finalises them
+            return 3
+
+        atexit.register(lambda: sys.stderr.write(f"frozen at exit: {gc.get_freeze_count() > 0}\\n"))
+        cli.main = main
+        cli.run_cli()
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=subprocess_env())
+    assert proc.returncode == 3
+    assert proc.stderr.count("garbage finalised") == 2
+    assert "frozen at exit: True" in proc.stderr
