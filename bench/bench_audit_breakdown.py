@@ -6,10 +6,9 @@ Three measurements, each in fresh Python processes (nothing warm from an earlier
    child process runs the audit's steps in order and reads the clock between them: interpreter
    start, ``import torch``, ``import ultralytics`` (with ``ultralytics.nn.tasks``, which builds the
    model), yolo-det's imports (the command line, the ``audit`` command and its analysis modules),
-   the profile and the op table, the model build, the set-up of the pretend CUDA device (the first op
-   under ``PretendDevice``; with torch's ``FakeTensorMode``, which the audit used before, this stage
-   imported ``torch._dynamo``: about 2.4 s), the trace, the match, and the report. The median of
-   ``--repeats`` children per stage.
+   the profile and the op table, the model build, the set-up of torch's fake CUDA device (the first op
+   under ``FakeTensorMode``, whose construction imports ``torch._dynamo``), the trace, the match, and the
+   report. The median of ``--repeats`` children per stage.
 2. **The command itself**: ``python -m yolo_det audit MODEL`` as a user runs it, its CPU time from
    ``resource.getrusage(RUSAGE_CHILDREN)``; the stage sum should come close to it.
 3. **Attribution**: ``python -X importtime`` of that command (self time of every imported module,
@@ -81,9 +80,9 @@ def _stages(model: str, imgsz: int) -> dict[str, float]:
     mark("profile and op table")
     loaded = entry._load(model)
     mark("model build")
-    from yolo_det.analysis.pretend import PretendDevice
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
-    with PretendDevice():
+    with FakeTensorMode(allow_non_fake_inputs=True):
         torch.empty(1, device="cuda") + 1
     mark("device set-up")
     trace = _fake_trace(loaded, table, imgsz=imgsz, batch=2, forward_det=prof.train.deterministic)

@@ -6,12 +6,13 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 
-from helpers import ROOT
+from helpers import ROOT, subprocess_env
 from yolo_det.cli import main
 
 
@@ -200,3 +201,31 @@ def test_the_start_line_names_the_layers_swapped():
     portable = DeterminismSession(load_profile("portable"), seed=0)  # its pinned threads are named
     with portable.run():
         assert start_line(portable).endswith("no layer needed one, 1 intra-op thread")
+
+
+def test_the_console_entry_collects_the_garbage_then_leaves_the_rest_to_the_os():
+    """At exit the garbage is finalised as before; what is still alive is not walked by Python's shutdown
+    collections (gc.freeze), and atexit handlers still run."""
+    code = textwrap.dedent(
+        """
+        import atexit, gc, sys
+        import yolo_det.cli as cli
+
+        class Cycle:
+            def __del__(self):
+                sys.stderr.write("garbage finalised\\n")
+
+        def main():
+            a, b = Cycle(), Cycle()
+            a.other, b.other = b, a  # unreachable once main returns: only a collection finalises them
+            return 3
+
+        atexit.register(lambda: sys.stderr.write(f"frozen at exit: {gc.get_freeze_count() > 0}\\n"))
+        cli.main = main
+        cli.run_cli()
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=subprocess_env())
+    assert proc.returncode == 3
+    assert proc.stderr.count("garbage finalised") == 2
+    assert "frozen at exit: True" in proc.stderr

@@ -12,8 +12,10 @@ from torch import nn
 from torch.overrides import _get_current_function_mode_stack
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
+from helpers import MODELS
 from yolo_det.analysis.emulator import alert_message, emulate_cuda_alerts
 from yolo_det.analysis.optable import load_table
+from yolo_det.analysis.tracing import tensors
 from yolo_det.core.backward import backward_scope
 
 STRICT_TAIL = (
@@ -232,6 +234,56 @@ def test_no_effect_outside_the_block() -> None:
     # the same op inside a block does alert: what made the difference is the block
     with emulate_cuda_alerts(), pytest.raises(RuntimeError, match="adaptive_max_pool2d_backward_cuda"):
         F.adaptive_max_pool2d(_x(), 1).sum().backward()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# yolo-det's own fake-CUDA trace computes nothing: the emulator never takes it for real kernels
+
+
+@pytest.mark.slow
+def test_the_swap_planning_trace_is_never_taken_for_real_kernels() -> None:
+    from yolo_det.analysis.audit.entry import _load
+    from yolo_det.analysis.swap_plan import decide_swaps
+
+    model = _load(MODELS / "cbam-max.yaml").model  # Ultralytics' DetectionModel; CUDA refuses its pool's backward
+    _mode("strict")
+    with emulate_cuda_alerts() as log, warnings.catch_warnings():
+        warnings.simplefilter("error")  # a trace that failed would be a warning (and every layer swapped)
+        decided = decide_swaps(model, "auto")
+    assert decided == {"model.10.max_pool": "adaptive_max_pool2d_backward_cuda"}
+    assert log.events == []
+    # control: the same model trained for real under the emulator does alert, in the backward
+    with emulate_cuda_alerts() as log, pytest.raises(RuntimeError, match="adaptive_max_pool2d_backward_cuda"):
+        model.train()
+        sum(t.sum() for t in tensors(model(torch.zeros(1, 3, 64, 64)))).backward()
+    assert [(e.kernel, e.pass_) for e in log.events] == [("adaptive_max_pool2d_backward_cuda", "backward")]
+
+
+class _Histogram(nn.Module):
+    """Keeps a real tensor (neither parameter nor buffer) and bins it in its forward: CUDA refuses histc."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+        self.kept = torch.linspace(0, 1, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x) * torch.histc(self.kept, bins=4).sum()
+
+
+def test_a_real_tensor_inside_the_audits_trace_is_no_real_kernel() -> None:
+    """Under torch's fake mode an op on real inputs only (a constant the model keeps) computes nothing either."""
+    from yolo_det.analysis.audit import audit
+
+    _mode("strict")
+    with emulate_cuda_alerts() as log:
+        report = audit(_Histogram(), imgsz=8)
+    assert log.events == []
+    assert {(f.entry, f.pass_) for f in report.findings} == {("histc", "forward")}  # the trace saw it
+    # control: the same forward for real alerts as CUDA would
+    with emulate_cuda_alerts() as log, pytest.raises(RuntimeError, match="_histc_cuda"):
+        _Histogram()(torch.zeros(1, 3, 8, 8))
+    assert [e.entry for e in log.events] == ["histc"]
 
 
 @pytest.mark.gpu

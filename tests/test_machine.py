@@ -235,6 +235,8 @@ def test_a_records_profile_name_never_loads_a_file_here(tmp_path: Path, monkeypa
     record["profile"]["name"] = "fast"  # control: a built-in name is the run's profile
     assert check_machine(record).profile == "fast"
     assert check_machine(record, str(local)).profile == "loaded-from-a-file"  # named by the user: loaded
+
+
 def _portable_host(**changes: object) -> dict:
     """The fingerprint a ``portable`` run on this machine records (one thread, the AVX2 branches pinned)."""
     from yolo_det.core.machine_settings import ISA_ENV

@@ -10,7 +10,7 @@ that autograd runs in this thread. This module owns the parts they share:
   caller's flag back afterwards, on error too (:func:`deterministic_flag`);
 - autograd-node metadata, the channel from a forward call to the backward ops of its nodes
   (:func:`node_metadata`, :func:`current_node`, :func:`output_node`);
-- tensors inside nested outputs (:func:`tensors`) and whether a call computes on fake tensors
+- tensors inside nested outputs (:func:`tensors`) and whether a call computes nothing, on fake tensors
   (:func:`any_fake`).
 """
 
@@ -134,14 +134,15 @@ def tensors(obj: Any, *, max_depth: int = 6) -> list[torch.Tensor]:
 
 
 def any_fake(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
-    """Whether a call runs on fake tensors (an audit's trace on its pretend CUDA device, or torch's fake
-    tensors): it computes nothing."""
+    """Whether a call computes nothing (an audit's trace): torch's fake-tensor mode is active in this thread
+    (it turns real inputs, such as a constant the model keeps, into fake ones before any kernel runs) or one
+    of its tensors is fake."""
+    if torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None:
+        return True
     from torch._subclasses.fake_tensor import FakeTensor
     from torch.utils._pytree import tree_leaves
 
-    from .pretend import PretendTensor
-
-    return any(isinstance(leaf, (FakeTensor, PretendTensor)) for leaf in tree_leaves((args, dict(kwargs))))
+    return any(isinstance(leaf, FakeTensor) for leaf in tree_leaves((args, dict(kwargs))))
 
 
 def _collect(obj: Any, out: list[torch.Tensor], depth: int, max_depth: int) -> None:

@@ -1,8 +1,7 @@
 """Say, on any machine, which layer of a model will break strict determinism on CUDA, and how to fix it.
 
-:func:`audit` runs the model's forward and backward on a *fake* CUDA device (yolo-det's pretend CUDA device,
-:mod:`yolo_det.analysis.pretend`: meta tensors that report ``cuda``, computed as torch's ``FakeTensorMode``
-computes them, without its seconds of imports; no GPU, no memory, no arithmetic) with deterministic
+:func:`audit` runs the model's forward and backward on a *fake* CUDA device (torch's ``FakeTensorMode``:
+tensors that report ``cuda`` and hold only a shape; no GPU, no memory, no arithmetic) with deterministic
 algorithms set as the profile sets them at forward time, so torch takes the code paths it takes on a GPU,
 the Python-level ones in ``F.interpolate``/``F.pad`` included.
 Every aten op of the forward and of the backward, and every autograd node, is attributed to the module

@@ -21,7 +21,6 @@ from ...core.constants import ALERT
 from ...core.errors import ConfigError, ModelError, YoloDetError
 from ..loader import LoadedModel
 from ..optable import OpTable, decomposable_op, function_name, op_arguments
-from ..pretend import PretendDevice
 from ..tracing import DispatchHook, FunctionHook, current_node, deterministic_flag, node_metadata, tensors
 
 _META = "yolo_det.analysis.audit"
@@ -397,23 +396,9 @@ def _real_backward(trace: _Trace, root: torch.Tensor) -> None:
         trace.pass_ = "forward"
 
 
-def _device_mode(engine: str) -> Any:
-    """The dispatch mode the trace computes shapes under: yolo-det's pretend CUDA (``pretend``, the default) or
-    torch's ``FakeTensorMode`` (``torch-fake``: the same ops, seconds more to start; kept to check one against the
-    other)."""
-    if engine == "pretend":
-        return PretendDevice()
-    if engine == "torch-fake":
-        from torch._subclasses.fake_tensor import FakeTensorMode
+def _fake_trace(loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, forward_det: bool) -> _Trace:
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
-        return FakeTensorMode(allow_non_fake_inputs=True)
-    raise ValueError(f"engine must be 'pretend' or 'torch-fake', got {engine!r}")
-
-
-def _fake_trace(
-    loaded: LoadedModel, table: OpTable, *, imgsz: int, batch: int, forward_det: bool, engine: str = "pretend"
-) -> _Trace:
-    mode = _device_mode(engine)
     model = loaded.model
     trace = _Trace(model, table, forward_det=forward_det)
     with contextlib.ExitStack() as stack:
@@ -422,7 +407,7 @@ def _fake_trace(
         warnings.simplefilter("ignore")
         stack.enter_context(torch.enable_grad())
         model.train()
-        stack.enter_context(mode)
+        stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
         params = {
             k: torch.empty(v.shape, dtype=v.dtype, device="cuda").requires_grad_(v.requires_grad)
             for k, v in model.named_parameters()

@@ -15,9 +15,7 @@ __all__ = ["FAKE_CUDA_WITHOUT_DEVICE", "fake_cuda_trace_problem", "parse_version
 
 #: The torch versions whose fake-CUDA convolution runs on a machine without a usable CUDA device (measured:
 #: 2.14.1 does; the CUDA builds of 2.4.1 and 2.9.1 abort the process in the convolution, which Python cannot
-#: catch). The audit's pretend CUDA device (:mod:`yolo_det.analysis.pretend`) asks torch's convolution backend
-#: choice for a CUDA tensor exactly as torch's fake tensors do, so the probe below, with those, tells for both.
-#: Between the two, a short child process finds out (:func:`fake_cuda_trace_problem`).
+#: catch). Between the two, a short child process finds out (:func:`fake_cuda_trace_problem`).
 FAKE_CUDA_WITHOUT_DEVICE = ">=2.14"
 
 _PROBE = (
