@@ -123,9 +123,10 @@ def main(argv: list[str] | None = None) -> int:
             row["cold_vs_target"] = float(row["cold_s"]) / WHOLE_TARGET_S  # type: ignore[arg-type]
 
     print(
-        f"yolo-det audit wall time: imgsz {args.imgsz}; warm: median of {args.repeats} in one process; whole "
-        f"process: median of {args.cold_repeats}; torch {torch.__version__}, "
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
+        f"yolo-det audit wall time: imgsz {args.imgsz}"
+        + ("" if args.cold_only else f"; warm: median of {args.repeats} in one process")
+        + ("" if args.no_cold else f"; whole process: median of {args.cold_repeats}")
+        + f"; torch {torch.__version__}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
     )
     columns = [
         ("model", "model", "{}"),

@@ -74,6 +74,7 @@ def test_the_trace_takes_cudas_paths_on_fake_tensors(monkeypatch: pytest.MonkeyP
     assert not torch.cuda.is_initialized()
 
 
+@pytest.mark.slow
 def test_the_trace_finds_what_strict_cuda_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
     seen, trace = _ops(monkeypatch, MODELS / "cbam-max.yaml", imgsz=64)
     assert len(seen) > 2000  # forward and backward of a whole detector
