@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from helpers import small_train_tokens
 from yolo_det.cli import main
 from yolo_det.core.project import installed_packages, project_state
 from yolo_det.core.record import build_record, write_record
@@ -99,7 +100,6 @@ def test_the_project_is_recorded_as_the_run_started(tmp_path, monkeypatch):
 def test_outside_a_git_work_tree_or_without_git_there_is_no_project(tmp_path, monkeypatch):
     folder = tmp_path / "plain"
     folder.mkdir()
-    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # stripped for yolo-det's own git calls
     record = record_of_a_run_started_in(folder, monkeypatch)
     assert record["project"] is None
     assert record["packages"]["torch"]  # the packages are recorded all the same
@@ -207,3 +207,20 @@ def test_diff_names_a_changed_commit_and_changed_uncommitted_code(tmp_path, monk
     report = diff_records(older, committed)
     assert report.causes == []
     assert any("older yolo-det" in n for n in report.notes)
+
+
+@pytest.mark.slow
+def test_a_real_training_started_in_a_work_tree_records_it(tmp_path, monkeypatch):
+    repo = make_repo(tmp_path / "project")
+    (repo / "train.py").write_text(f"# {SECRET}\n")
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("YOLO_DET_CACHE", str(tmp_path / "cache"))
+    tokens = small_train_tokens(batch=8, fraction=0.25, val=False)
+    assert main(["train", "--profile", "repro", *tokens, f"project={repo / 'runs'}", "name=run"]) == 0
+    text = (repo / "runs" / "run" / "determinism.json").read_text()
+    record = json.loads(text)
+    assert record["project"]["commit"] == git(repo, "rev-parse", "HEAD")
+    assert record["project"]["dirty"] is True
+    assert record["project"]["changed_files"] == 1  # the run folder beside the code is untracked: not a change
+    assert SECRET not in text
+    assert record["packages"]["ultralytics"] == record["environment"]["ultralytics"]

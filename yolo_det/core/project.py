@@ -66,23 +66,29 @@ def _entries(listing: bytes) -> dict[bytes, tuple[bytes, bytes]]:
 def _blob_id(path: Path, algorithm: str) -> bytes | None:
     """The git object id of a work-tree file as it is now (a symlink: its target), or None when it is gone
     or not a regular file or link. Read here with no filter: git's would be the config's to choose."""
+    h = hashlib.new(algorithm)
     try:
         info = os.lstat(path)
         if stat.S_ISLNK(info.st_mode):
-            data = os.fsencode(os.readlink(path))
-        elif stat.S_ISREG(info.st_mode):
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-            with os.fdopen(fd, "rb") as f:
-                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                    return None
-                data = f.read()
-        else:
+            target = os.fsencode(os.readlink(path))
+            h.update(b"blob %d\0" % len(target) + target)
+            return h.hexdigest().encode()
+        if not stat.S_ISREG(info.st_mode):
             return None
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            opened = os.fstat(f.fileno())
+            if not stat.S_ISREG(opened.st_mode):
+                return None
+            h.update(b"blob %d\0" % opened.st_size)
+            read = 0
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+                read += len(chunk)
+            if read != opened.st_size:  # changed while read: a digest of no state the file was in
+                return None
     except OSError:
         return None
-    h = hashlib.new(algorithm)
-    h.update(b"blob %d\0" % len(data))
-    h.update(data)
     return h.hexdigest().encode()
 
 
