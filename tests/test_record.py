@@ -120,6 +120,8 @@ def test_one_record_builder_gives_the_shared_schema_and_framework_keys_after_it(
         "weights",
         "run",
         "phase_events",
+        "project",
+        "packages",
     ]
     assert list(record) == [*shared, "extra_key"]
     assert record["seeds"]["seed"] == 5

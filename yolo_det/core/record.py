@@ -4,7 +4,8 @@
 audit the run: the profile and its resolved settings per phase, the seeds, the versions of python,
 torch, CUDA, cuDNN, Ultralytics and yolo-det, the GPU, the CPU model and thread counts, the machine
 fingerprint of :mod:`yolo_det.core.machine` (``host``), the environment
-variables that matter, the flags observed when training started, every non-determinism warning seen,
+variables that matter, the git state of the user's project and the installed packages
+(:mod:`yolo_det.core.project`), the flags observed when training started, every non-determinism warning seen,
 and a SHA-256 digest of the final weights; the integrations add the dataset and model fingerprints and
 every Ultralytics argument (see :mod:`yolo_det.integrations.identity`).
 
@@ -32,6 +33,7 @@ from .constants import RECORDED_ENV
 from .fileio import atomic_write_json
 from .machine import machine_fingerprint
 from .machine_settings import replaced_env
+from .project import run_sources
 from .record_schema import RECORD_NAME, RECORD_SCHEMA, RecordError, check_record
 
 if TYPE_CHECKING:
@@ -227,6 +229,7 @@ class RecordSource(Protocol):
         events: The phase events, in order (``{"event": "enter" | "exit", ...}`` and others).
         train_env: The recorded environment variables while it trained (None when it did not train).
         train_machine: The machine fingerprint while it trained (None when it did not train).
+        train_sources: The user's project and packages as training started (None when it did not train).
     """
 
     @property
@@ -241,6 +244,8 @@ class RecordSource(Protocol):
     def train_env(self) -> Mapping[str, str | None] | None: ...
     @property
     def train_machine(self) -> Mapping[str, Any] | None: ...
+    @property
+    def train_sources(self) -> Mapping[str, Any] | None: ...
     def seeds(self) -> dict[str, Any]:
         """The seeds of the run (``seed``, the per-rank seed, ...)."""
         ...
@@ -297,6 +302,7 @@ def build_record(
         "weights": dict(weights),
         "run": dict(run),
         "phase_events": [e for e in session.events if e["event"] in {"enter", "exit"}],
+        **(session.train_sources or run_sources()),
     }
     record.update(extra)
     return record

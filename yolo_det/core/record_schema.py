@@ -197,6 +197,29 @@ FIELDS: tuple[Field, ...] = (
             ),
         ),
     ),
+    Field(
+        "project",
+        (_O, _Z),
+        "The git state of your project: the work tree the run was started from, as training started "
+        "(null: not in a git work tree, or git is missing). Read without running anything its config names.",
+        fields=(
+            Field("commit", (_S, _Z), "The commit checked out (null before the first commit)."),
+            Field("branch", (_S, _Z), "The branch (null: a detached HEAD)."),
+            Field(
+                "dirty",
+                (_B,),
+                "Whether a tracked or staged file differed from the commit (untracked files do not count).",
+            ),
+            Field("changed_files", (_I,), "How many files differed."),
+            Field(
+                "changes_sha256",
+                (_S, _Z),
+                "A SHA-256 digest of the differing paths and their contents' git ids (null when clean); "
+                "the text of a change is never recorded.",
+            ),
+        ),
+    ),
+    Field("packages", (_O,), "Every installed distribution as training started: name -> version, sorted."),
     Field("state_before", (_O, _Z), "The process's determinism flags before yolo-det changed anything."),
     Field("state_at_train_start", (_O, _Z), "The flags in force when the first batch started."),
     Field("backward_toggles", (_I,), "How often determinism was turned off around backward (`backward: disable`)."),

@@ -30,6 +30,7 @@ from ..core import state as _state
 from ..core.errors import YoloDetError
 from ..core.machine import machine_fingerprint
 from ..core.profiles import PHASES, PhaseSettings, Profile, load_profile
+from ..core.project import run_sources
 from ..core.record import recorded_env
 from ..core.seeding import data_seed, rank_seed
 from ..core.warnlog import WarningLog
@@ -121,6 +122,8 @@ class DeterminismSession:
         #: (a record written after the run has ended still describes the training, not the teardown).
         self.train_env: dict[str, str | None] | None = None
         self.train_machine: dict[str, Any] | None = None
+        #: The user's project and installed packages as training started (:func:`~yolo_det.core.project.run_sources`).
+        self.train_sources: dict[str, Any] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------
     @property
@@ -300,6 +303,7 @@ class DeterminismSession:
         if phase == "train" and self.train_env is None:
             self.train_env = recorded_env()
             self.train_machine = machine_fingerprint()
+            self.train_sources = run_sources()
         self._event("enter", phase)
         return settings
 

@@ -6,7 +6,8 @@ how likely it is to change the bits of the trained weights:
 1. data (the dataset fingerprint of :mod:`yolo_det.core.datafp`, per split: image list, image contents, labels),
 2. model (architecture, YAML text, the weights the first step starts from),
 3. seeds, 4. profile settings per phase and the flags observed at train start, 5. Ultralytics arguments,
-6. versions (torch, CUDA, cuDNN, numpy, Ultralytics, OpenCV, ...), 7. GPU model, 8. CPU model and
+6. the user's code (their project's git commit and uncommitted changes), versions (torch, CUDA, cuDNN, numpy,
+Ultralytics, OpenCV, ..., and every other installed package), 7. GPU model, 8. CPU model and
 instruction set, 9. thread counts, 10. environment variables, 11. layer swaps,
 12. non-determinism warnings seen (a symptom, not a cause), and last what cannot change the bits
 (paths, the command line, the platform string).
@@ -23,7 +24,8 @@ older versions, without fingerprints, are compared on what they hold (data and m
 saying so.
 
 The package, one concern a module: :mod:`.load` reads a record, :mod:`.common` reads fields of one,
-:mod:`.topics` compares them topic by topic, :mod:`.lineage` handles the parts of a resumed run,
+:mod:`.topics` compares them topic by topic,
+:mod:`.sources` the user's code and packages, :mod:`.lineage` handles the parts of a resumed run,
 :mod:`.compare` puts the comparison together and :mod:`.report` holds the report and renders it.
 """
 

@@ -12,6 +12,7 @@ from .lineage import _effective, _lineage, _progress, _resumed_after
 from .load import load_record
 from .ranks import _ranks
 from .report import GROUPS, DiffReport
+from .sources import _sources
 from .topics import _arguments, _data, _data_stream, _environment, _model, _profile, _seeds, _swaps_and_warnings
 
 
@@ -33,6 +34,7 @@ def diff_records(record_a: Mapping[str, Any], record_b: Mapping[str, Any], *, a:
     _lineage(c, full_a, full_b)
     _arguments(c, record_a, record_b)
     _environment(c, record_a, record_b)
+    _sources(c, record_a, record_b)
     _swaps_and_warnings(c, record_a, record_b)
     _data_stream(c, record_a.get("data_stream"), record_b.get("data_stream"))
     order = {g: i for i, g in enumerate(GROUPS)}

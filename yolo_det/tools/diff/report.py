@@ -15,6 +15,7 @@ GROUPS: dict[str, str] = {
     "ranks": "ranks",
     "profile": "profile settings",
     "args": "Ultralytics arguments",
+    "code": "your project's code",
     "versions": "versions",
     "gpu": "GPU",
     "cpu": "CPU",
