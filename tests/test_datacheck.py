@@ -164,6 +164,7 @@ def test_attach_and_trainer_class_refuse_it_before_the_run_folder_exists(tmp_pat
     assert not runs.exists()
 
 
+@pytest.mark.slow
 def test_backgrounds_and_single_cls_pass_and_a_correct_dataset_trains(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

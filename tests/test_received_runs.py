@@ -67,6 +67,7 @@ def _tree(folder: Path) -> dict[str, tuple[int, int]]:
     return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
 
 
+@pytest.mark.slow
 def test_a_received_best_pt_is_refused_before_the_run_starts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -92,6 +93,7 @@ def test_a_received_best_pt_is_refused_before_the_run_starts(
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_a_stored_disk_cache_is_refused_unless_the_user_names_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
