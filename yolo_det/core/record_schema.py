@@ -1,5 +1,7 @@
 """The schema of ``determinism.json``: typed, versioned, one table used by the writer, the reader and the docs.
 
+Length: one table of every field, which the writer, the reader and the docs page share.
+
 :data:`FIELDS` lists every top-level field a record may hold, with its JSON type, whether every record has
 it, and what it means; objects list their own known fields the same way. Three things use it:
 
@@ -210,6 +212,16 @@ FIELDS: tuple[Field, ...] = (
         ),
     ),
     Field("run", (_O,), "The framework's main arguments and `save_dir`."),
+    Field(
+        "trainer_seam",
+        (_O,),
+        "Ultralytics: whether the run trained through yolo-det's trainer seam (`trainer_class`, `attach`, the CLI), "
+        "and what it left off without it (callbacks registered in a trainer of the user's own).",
+        fields=(
+            Field("in_force", (_B,), "True when the trainer's class composed the seam."),
+            Field("off", (_A,), "What the run left off for want of the seam (empty with it).", items=(_S,)),
+        ),
+    ),
     Field("ultralytics_args", (_O,), "Every Ultralytics argument the run trained with."),
     Field(
         "adjusted_args",

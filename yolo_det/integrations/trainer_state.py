@@ -7,7 +7,8 @@ in one :class:`TrainerState` at ``trainer.yolo_det_state`` (:func:`state_of`), n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["ATTRIBUTE", "TrainerState", "state_of"]
@@ -28,12 +29,23 @@ class TrainerState:
             written again for a later ending.
         stopped_on_purpose: The run was stopped on purpose after a saved epoch (``verify --resume-at``);
             the exception that stops it is recorded as ``interrupted``, not ``failed``.
+        observers: The batch observers the trainer seam runs in ``preprocess_batch`` and ``optimizer_step``, in
+            order (:func:`yolo_det.integrations.ultralytics.seam.observe`).
+        around_save: ``(trainer, save) -> result``: what the seam's ``save_model`` runs around Ultralytics' own
+            ``save`` (None: Ultralytics' alone).
+        tap: The fingerprint of the first batches (a :class:`~yolo_det.fixes.data_invariance.BatchTap`), None
+            when the run takes none.
+        shards: The :class:`~yolo_det.fixes.shards.ShardLayout` the run trains under (None: no shards).
     """
 
     identity: dict[str, Any] | None = None
     swapped: bool = False
     record_written: bool = False
     stopped_on_purpose: bool = False
+    observers: list[Any] = field(default_factory=list)
+    around_save: Callable[[Any, Callable[[], Any]], Any] | None = None
+    tap: Any = None
+    shards: Any = None
 
 
 def state_of(trainer: Any) -> TrainerState:

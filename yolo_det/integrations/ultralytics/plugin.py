@@ -41,6 +41,7 @@ from .folders import check_resume_folder
 from .records import RunRecords
 from .resume import UltralyticsResume
 from .runs import process_rank
+from .seam import has_seam, say_missing
 
 __all__ = ["UltralyticsPlugin", "is_plugin_callback"]
 
@@ -191,6 +192,9 @@ class UltralyticsPlugin(RunRecords):
             identity = run_identity(trainer, asked=self.asked)  # data, start model, arguments (before any swap)
             state_of(trainer).identity = identity
             self.adjusted = dict(identity.get("adjusted_args") or {})
+        if process_rank() in {-1, 0}:
+            say_missing(trainer, self.record)  # one line: what callbacks alone leave off
+        seam = has_seam(trainer)
         shards = settings.extra.get("shards")
         layout = _shards.check(trainer, int(shards), session.rank, session.world_size) if shards else None
         session.hand_over(
@@ -201,7 +205,7 @@ class UltralyticsPlugin(RunRecords):
         )
         if layout is not None:
             _shards.install(trainer, layout, int(session.seeds()["seed"]))
-        if self.record:
+        if self.record and seam:
             _stream.tap(trainer)  # the fingerprint of the first batches, for the record
         model = getattr(trainer, "model", None)
         model = getattr(model, "module", model)  # DistributedDataParallel
@@ -217,7 +221,8 @@ class UltralyticsPlugin(RunRecords):
             gather=getattr(trainer, "yolo_det_launch", None) is not None,  # ranks > 0 write nothing in the run folder
         )
         self.resume.prepare(trainer)
-        self.resume.wrap_save(trainer, self._after_checkpoint, self._before_checkpoint_record)
+        if seam:
+            self.resume.hook_save(trainer, self._after_checkpoint, self._before_checkpoint_record)
         self._warn_profile_change()
         self._write_running(trainer)  # now with the data and model fingerprints
         safe_point("train-setup")
@@ -342,7 +347,7 @@ class UltralyticsPlugin(RunRecords):
             try:
                 self._record_ending(trainer, error)
             finally:
-                _stream.untap(trainer)  # the trainer's own preprocess_batch again
+                state_of(trainer).observers.clear()  # no batch observer outlives the run (their evidence stays)
                 _shards.uninstall(trainer)  # and its own model
         except BaseException as e:
             if error is None:

@@ -28,6 +28,7 @@ from ...session.session import note_restore_failure
 from ..trainer_state import state_of
 from . import data as _stream
 from .runs import RunControl, process_rank
+from .seam import seam_section
 
 __all__ = ["RUN_ARGS", "RunRecords"]
 
@@ -186,6 +187,7 @@ class RunRecords(RunControl):
             checkpoint_yaml_layers=self._portable.get("layers", {}),
             **({"checkpoint_needs": dict(self._plain)} if self._plain else {}),
             **(state_of(trainer).identity or {}),
+            trainer_seam=seam_section(trainer, self.record),
             data_stream=_stream.data_stream_section(
                 trainer, int(self.session.seeds()["seed"]), state_of(trainer).identity
             ),

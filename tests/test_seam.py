@@ -1,0 +1,184 @@
+"""The trainer seam: yolo-det's methods of the trainer class, composed with Ultralytics' trainers or the user's own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from helpers import small_train
+from yolo_det import trainer_class
+from yolo_det.core.errors import ConfigError
+from yolo_det.core.record import RECORD_NAME
+from yolo_det.fixes.shards import ShardedBatch
+from yolo_det.integrations.trainer_state import state_of
+from yolo_det.integrations.ultralytics.launcher import LAUNCHER_METHODS
+from yolo_det.integrations.ultralytics.seam import (
+    SEAM_FIX,
+    SEAM_METHODS,
+    BatchObserver,
+    SeamTrainer,
+    has_seam,
+    observe,
+    seam_trainer,
+    unobserve,
+)
+
+SMALL = small_train(imgsz=32, batch=8, nbs=8, fraction=0.25, val=False)
+
+
+class _Log(BatchObserver):
+    def __init__(self, name: str, log: list[tuple[str, str, Any]]) -> None:
+        self.name = name
+        self.log = log
+
+    def before_batch(self, trainer: Any, batch: Any) -> None:
+        self.log.append((self.name, "before", batch["img"].dtype))
+
+    def after_batch(self, trainer: Any, batch: Any) -> None:
+        self.log.append((self.name, "after", batch["img"].dtype))
+
+
+def _trainer(cls: type, tmp_path: Path, demo_data: str) -> Any:
+    return cls(overrides={"model": "yolov8n.yaml", "data": demo_data, "project": str(tmp_path), "name": "t", **SMALL})
+
+
+def _batch() -> dict[str, Any]:
+    return {"img": torch.zeros((2, 3, 32, 32), dtype=torch.uint8), "im_file": ["a.jpg", "b.jpg"]}
+
+
+def test_the_seam_runs_its_observers_in_order_around_the_trainers_own_preprocess(tmp_path, demo_data):
+    from ultralytics.models.yolo.detect import DetectionTrainer
+
+    cls = seam_trainer(DetectionTrainer)
+    assert issubclass(cls, DetectionTrainer)
+    assert cls.__mro__[1] is SeamTrainer
+    assert seam_trainer(cls) is cls
+    assert seam_trainer(DetectionTrainer) is cls
+    trainer = _trainer(cls, tmp_path, demo_data)
+    assert has_seam(trainer)
+    assert "preprocess_batch" not in vars(trainer)
+    log: list[tuple[str, str, Any]] = []
+    first, second = _Log("first", log), _Log("second", log)
+    observe(trainer, first, "a test")
+    observe(trainer, second, "a test")
+    observe(trainer, first, "a test")  # once
+    out = trainer.preprocess_batch(_batch())
+    assert out["img"].dtype == torch.float32  # DetectionTrainer's own preprocessing ran
+    assert log == [
+        ("first", "before", torch.uint8),
+        ("second", "before", torch.uint8),
+        ("first", "after", torch.float32),
+        ("second", "after", torch.float32),
+    ]
+    unobserve(trainer, first)
+    log.clear()
+    trainer.preprocess_batch(_batch())
+    assert [name for name, _, _ in log] == ["second", "second"]
+    assert state_of(trainer).observers == [second]
+
+
+def test_the_seam_preprocesses_a_sharded_step_shard_by_shard(tmp_path, demo_data):
+    from ultralytics.models.yolo.detect import DetectionTrainer
+
+    trainer = _trainer(seam_trainer(DetectionTrainer), tmp_path, demo_data)
+    out = trainer.preprocess_batch(ShardedBatch([_batch(), _batch()]))
+    assert isinstance(out, ShardedBatch)
+    assert len(out.shards) == 2
+    assert all(s["img"].dtype == torch.float32 for s in out.shards)
+    plain = DetectionTrainer.preprocess_batch(trainer, _batch())  # without the seam a sharded step is not known
+    assert plain["img"].dtype == torch.float32
+
+
+def test_an_observer_on_a_trainer_without_the_seam_is_refused_in_one_line(tmp_path, demo_data):
+    from ultralytics.models.yolo.detect import DetectionTrainer
+
+    trainer = _trainer(DetectionTrainer, tmp_path, demo_data)
+    with pytest.raises(ConfigError) as e:
+        observe(trainer, BatchObserver(), "the op trace")
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith("the op trace needs yolo-det's trainer seam")
+    assert SEAM_FIX in message
+    assert state_of(trainer).observers == []
+
+
+def _user_trainer() -> type:
+    from ultralytics.models.yolo.detect import DetectionTrainer
+
+    class UserTrainer(DetectionTrainer):
+        """A user's trainer: its own callback and its own ``get_dataloader``."""
+
+        loaders: list[str] = []
+        epochs_seen: list[int] = []
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.add_callback("on_train_epoch_end", lambda t: UserTrainer.epochs_seen.append(int(t.epoch)))
+
+        def get_dataloader(self, dataset_path: str, batch_size: int = 16, rank: int = 0, mode: str = "train") -> Any:
+            UserTrainer.loaders.append(mode)
+            return super().get_dataloader(dataset_path, batch_size=batch_size, rank=rank, mode=mode)
+
+    return UserTrainer
+
+
+@pytest.mark.slow
+def test_a_user_trainer_with_its_own_callbacks_and_loader_trains_bitwise_through_the_seam(tmp_path, demo_data):
+    from ultralytics import YOLO
+
+    user = _user_trainer()
+    digests = {}
+    for name, seed in (("a", 1), ("b", 1), ("other-seed", 2)):
+        user.loaders.clear()
+        user.epochs_seen.clear()
+        YOLO("yolov8n.yaml").train(
+            trainer=trainer_class("repro", base=user),
+            data=demo_data,
+            project=str(tmp_path),
+            name=name,
+            seed=seed,
+            **small_train(imgsz=32, batch=8, nbs=8, fraction=0.25, val=False, epochs=2),
+        )
+        assert user.loaders[0] == "train"
+        assert user.epochs_seen == [0, 1]
+        record = json.loads((tmp_path / name / RECORD_NAME).read_text())
+        assert record["status"] == "completed"
+        assert record["trainer_seam"] == {"in_force": True, "off": []}
+        assert record["data_stream"]["mode"] == "keyed"
+        assert record["data_stream"]["fingerprint"]
+        digests[name] = record["weights"]["sha256"]
+    assert digests["a"] == digests["b"]
+    assert digests["other-seed"] != digests["a"]
+
+
+@pytest.mark.parametrize("method", SEAM_METHODS + LAUNCHER_METHODS)
+def test_a_trainer_method_yolo_det_extends_missing_is_refused_at_start(method, monkeypatch, tmp_path, demo_data):
+    from ultralytics import YOLO
+    from ultralytics.models.yolo.detect import DetectionTrainer
+
+    from yolo_det import attach
+    from yolo_det.core.compat import MissingContact, ultralytics_version
+    from yolo_det.integrations.ultralytics import launcher, seam
+
+    monkeypatch.setattr(seam, "_MADE", {})  # the classes composed before the release "lost" the method
+    monkeypatch.setattr(launcher, "_MADE", {})
+    for cls in DetectionTrainer.__mro__:  # as a release without it: gone from the real classes
+        if method in vars(cls):
+            monkeypatch.delattr(cls, method)
+    with pytest.raises(MissingContact) as e:
+        trainer_class("repro")
+    message = str(e.value)
+    assert "\n" not in message
+    assert f"has no method {method}" in message
+    assert f"Ultralytics {ultralytics_version()}" in message
+    if method in LAUNCHER_METHODS:
+        return  # attach() extends the launcher's methods only under an outside launcher
+    model = YOLO("yolov8n.yaml")
+    attach(model, "repro")
+    with pytest.raises(MissingContact, match=f"has no method {method}"):
+        model.train(data=demo_data, project=str(tmp_path), name="refused", **SMALL)
+    assert not (tmp_path / "refused").exists()  # refused before the trainer was built: no run, no record
