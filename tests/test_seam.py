@@ -148,6 +148,10 @@ def test_a_user_trainer_with_its_own_callbacks_and_loader_trains_bitwise_through
         record = json.loads((tmp_path / name / RECORD_NAME).read_text())
         assert record["status"] == "completed"
         assert record["trainer_seam"] == {"in_force": True, "off": []}
+        flags = record["guarantees"]["flags"]
+        assert flags["in_force"] is True
+        assert flags["steps"] >= 2
+        assert record["guarantees"]["data_invariance"] == {"in_force": True, "loader": "keyed"}
         assert record["data_stream"]["mode"] == "keyed"
         assert record["data_stream"]["fingerprint"]
         digests[name] = record["weights"]["sha256"]
@@ -182,3 +186,29 @@ def test_a_trainer_method_yolo_det_extends_missing_is_refused_at_start(method, m
     with pytest.raises(MissingContact, match=f"has no method {method}"):
         model.train(data=demo_data, project=str(tmp_path), name="refused", **SMALL)
     assert not (tmp_path / "refused").exists()  # refused before the trainer was built: no run, no record
+
+
+@pytest.mark.slow
+def test_a_flag_turned_during_the_run_is_one_line_at_the_end_and_in_the_record(tmp_path, demo_data, capfd):
+    from ultralytics import YOLO
+
+    model = YOLO("yolov8n.yaml")
+    model.add_callback("on_train_batch_end", lambda t: torch.use_deterministic_algorithms(False))  # a library's
+    before = torch.are_deterministic_algorithms_enabled()
+    capfd.readouterr()
+    model.train(
+        trainer=trainer_class("repro"),
+        data=demo_data,
+        project=str(tmp_path),
+        name="turned",
+        seed=1,
+        **small_train(imgsz=32, batch=8, nbs=8, fraction=0.25, val=False, epochs=2),
+    )
+    assert torch.are_deterministic_algorithms_enabled() is before  # the state before the run, restored
+    flags = json.loads((tmp_path / "turned" / RECORD_NAME).read_text())["guarantees"]["flags"]
+    assert flags["in_force"] is False
+    assert 1 <= flags["steps_off"] < flags["steps"]  # the first step ran as set, the ones after the callback did not
+    assert flags["differing"]["deterministic_algorithms"] == ["strict", "off"]
+    lines = [line for line in capfd.readouterr().err.splitlines() if "guarantees did not all hold" in line]
+    assert len(lines) == 1
+    assert "optimizer steps ran with deterministic_algorithms=" in lines[0]

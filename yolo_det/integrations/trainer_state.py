@@ -36,6 +36,8 @@ class TrainerState:
         tap: The fingerprint of the first batches (a :class:`~yolo_det.fixes.data_invariance.BatchTap`), None
             when the run takes none.
         shards: The :class:`~yolo_det.fixes.shards.ShardLayout` the run trains under (None: no shards).
+        flags: The process states seen at the optimizer steps (a
+            :class:`~yolo_det.integrations.ultralytics.guarantees.FlagWatch`), None when not observed.
     """
 
     identity: dict[str, Any] | None = None
@@ -46,6 +48,7 @@ class TrainerState:
     around_save: Callable[[Any, Callable[[], Any]], Any] | None = None
     tap: Any = None
     shards: Any = None
+    flags: Any = None
 
 
 def state_of(trainer: Any) -> TrainerState:

@@ -38,6 +38,7 @@ from . import data as _stream
 from . import shards as _shards
 from .batch_invariance import BatchInvariance
 from .folders import check_resume_folder
+from .guarantees import guarantees_section, say_broken, watch_flags
 from .records import RunRecords
 from .resume import UltralyticsResume
 from .runs import process_rank
@@ -207,6 +208,7 @@ class UltralyticsPlugin(RunRecords):
             _shards.install(trainer, layout, int(session.seeds()["seed"]))
         if self.record and seam:
             _stream.tap(trainer)  # the fingerprint of the first batches, for the record
+            watch_flags(trainer)  # the flags at every optimizer step, checked at the end
         model = getattr(trainer, "model", None)
         model = getattr(model, "module", model)  # DistributedDataParallel
         if settings.swaps != "none" and isinstance(model, torch.nn.Module) and not self._swapped_for(trainer):
@@ -285,6 +287,7 @@ class UltralyticsPlugin(RunRecords):
         if process_rank() not in {-1, 0}:
             return
         self.record_error = None
+        say_broken(guarantees_section(trainer, self.profile, self._observed))  # asked, and not in force: one line
         try:
             self._write(trainer, None)
         except Exception as e:  # the training itself succeeded
