@@ -212,3 +212,36 @@ def test_a_flag_turned_during_the_run_is_one_line_at_the_end_and_in_the_record(t
     lines = [line for line in capfd.readouterr().err.splitlines() if "guarantees did not all hold" in line]
     assert len(lines) == 1
     assert "optimizer steps ran with deterministic_algorithms=" in lines[0]
+
+
+def test_an_attribute_a_guarantee_rests_on_missing_is_one_line_naming_it_and_the_release(tmp_path, demo_data):
+    from ultralytics.models.yolo.detect import DetectionTrainer
+
+    from yolo_det.core.compat import MissingContact, contact, ultralytics_version
+
+    trainer = _trainer(DetectionTrainer, tmp_path, demo_data)
+    assert contact(trainer, "start_epoch", "resume") == 0  # control: the real trainer has it
+    del trainer.start_epoch  # as a release that renamed it
+    with pytest.raises(MissingContact) as e:
+        contact(trainer, "start_epoch", "the data stream of a resumed run")
+    message = str(e.value)
+    assert "\n" not in message
+    assert f"DetectionTrainer of Ultralytics {ultralytics_version()} has no attribute start_epoch" in message
+    assert "the data stream of a resumed run" in message
+
+
+@pytest.mark.slow
+def test_a_run_whose_loader_is_not_where_yolo_det_reads_it_fails_at_start_never_completes_keyless(tmp_path, demo_data):
+    from ultralytics import YOLO
+
+    from yolo_det.core.compat import MissingContact
+
+    model = YOLO("yolov8n.yaml")
+    # before the plugin's own callback: the trainer as a release that keeps its loader under another name
+    model.callbacks["on_pretrain_routine_end"].insert(0, lambda t: setattr(t, "loader", vars(t).pop("train_loader")))
+    with pytest.raises(MissingContact, match="has no attribute train_loader, which yolo-det reads for data_invari"):
+        model.train(trainer=trainer_class("repro"), data=demo_data, project=str(tmp_path), name="renamed", **SMALL)
+    record = json.loads((tmp_path / "renamed" / RECORD_NAME).read_text())
+    assert record["status"] == "failed"  # never a completed run that claims keyed data
+    assert record["error"]["type"] == "MissingContact"
+    assert "train_loader" in record["error"]["message"]

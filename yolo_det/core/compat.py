@@ -46,6 +46,7 @@ __all__ = [
     "EVENTS",
     "INTERNALS",
     "TASK_TRAINERS",
+    "contact",
     "cpu_ddp_wrapping",
     "internal",
     "loss_components",
@@ -141,6 +142,18 @@ TASK_TRAINERS: dict[str, tuple[str, str]] = {
 class MissingContact(YoloDetError, AttributeError):
     """An Ultralytics internal yolo-det relies on is missing from the installed release (one line naming it and the
     release: never a guarantee silently off)."""
+
+
+def contact(obj: Any, name: str, why: str) -> Any:
+    """``obj.name``, an attribute of an Ultralytics object a guarantee rests on (``why``): never a default in its
+    place, but :class:`MissingContact` in one line naming it and the installed release."""
+    try:
+        return getattr(obj, name)
+    except AttributeError:
+        raise MissingContact(
+            f"{type(obj).__name__} of Ultralytics {ultralytics_version()} has no attribute {name}, which yolo-det "
+            f"reads for {why}; install an Ultralytics release yolo-det supports (pyproject.toml names the range)"
+        ) from None
 
 
 def require_methods(cls: type, names: tuple[str, ...], who: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...core.compat import contact
 from ...fixes import data_invariance as _data
 from ..trainer_state import state_of
 from .seam import BatchObserver, observe
@@ -50,7 +51,7 @@ FINGERPRINT_BATCHES = 2
 
 def start_epoch(trainer: Any) -> int:
     """The epoch a run (a resumed one included) starts training at."""
-    return int(getattr(trainer, "start_epoch", 0) or 0)
+    return int(contact(trainer, "start_epoch", "the data stream of a resumed run"))
 
 
 class _Tap(BatchObserver):

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from ...core.compat import contact
 from ...core.errors import ConfigError
 from ...fixes.shards import ShardedStep, ShardLayout, broadcast_state
 from ..trainer_state import state_of
@@ -29,7 +30,7 @@ _REFUSED = {
 
 def layout_for(trainer: Any, shards: int, rank: int, world: int) -> ShardLayout:
     """The rank's :class:`~yolo_det.fixes.shards.ShardLayout` for ``trainer``'s global batch."""
-    return ShardLayout.checked(int(shards), world, rank, int(getattr(trainer, "batch_size", 0) or 0))
+    return ShardLayout.checked(int(shards), world, rank, int(contact(trainer, "batch_size", "the shard layout")))
 
 
 def check(trainer: Any, shards: int, rank: int, world: int) -> ShardLayout:
@@ -60,9 +61,11 @@ def install(trainer: Any, layout: ShardLayout, seed: int) -> ShardedStep:
         inner,
         layout=layout,
         seed=seed,
-        scaler=lambda: getattr(trainer, "scaler", None),
-        epoch=lambda: int(getattr(trainer, "epoch", 0) or 0),
-        loss_scale=float(max(int(getattr(trainer, "world_size", 1) or 1), 1)) if int(ULTRALYTICS_RANK) != -1 else 1.0,
+        scaler=lambda: contact(trainer, "scaler", "each shard's backward"),
+        epoch=lambda: int(contact(trainer, "epoch", "the shards' random layers")),
+        loss_scale=float(max(int(contact(trainer, "world_size", "the loss scale") or 1), 1))
+        if int(ULTRALYTICS_RANK) != -1
+        else 1.0,
     )
     if not sees_through(step, inner):
         raise ConfigError(
