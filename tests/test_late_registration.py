@@ -22,7 +22,7 @@ def _start_weights(folder: Path) -> str:
 
 
 def test_callbacks_given_to_the_trainer_start_from_the_documented_routes_weights(
-    tmp_path: Path, demo_data: str
+    tmp_path: Path, demo_data: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
     from ultralytics import YOLO
     from ultralytics.models.yolo.detect import DetectionTrainer
@@ -37,8 +37,21 @@ def test_callbacks_given_to_the_trainer_start_from_the_documented_routes_weights
         overrides={"model": "yolov8n.yaml", "data": demo_data, "project": str(tmp_path), "name": "built", **SMALL},
         _callbacks=plugin.register(callbacks.get_default_callbacks()),
     )
+    capfd.readouterr()
     trainer.train()
     assert _start_weights(tmp_path / "built") == _start_weights(tmp_path / "attach")
+    # the callbacks route: what needs the seam is named in one line at start, with the fix, and recorded as off
+    lines = [line for line in capfd.readouterr().err.splitlines() if "trainer seam" in line]
+    assert len(lines) == 1
+    assert "bitwise resume" in lines[0]
+    assert "trainer_class(profile, base=YourTrainer)" in lines[0]
+    built = json.loads((tmp_path / "built" / RECORD_NAME).read_text())
+    assert built["trainer_seam"]["in_force"] is False
+    assert any("bitwise resume" in off for off in built["trainer_seam"]["off"])
+    assert built["data_stream"]["fingerprint"] is None
+    attached = json.loads((tmp_path / "attach" / RECORD_NAME).read_text())
+    assert attached["trainer_seam"] == {"in_force": True, "off": []}
+    assert attached["data_stream"]["fingerprint"]
 
 
 def test_registering_on_an_existing_trainer_is_refused_in_one_line(tmp_path: Path, demo_data: str) -> None:

@@ -342,10 +342,17 @@ class _Trainer:
         return {**batch, "img": batch["img"] * 2}
 
 
-def test_install_wraps_the_model_and_preprocessing_and_uninstall_gives_them_back() -> None:
+def _seamed() -> Any:
+    """A :class:`_Trainer` through the trainer seam (what yolo-det's routes train with)."""
+    from yolo_det.integrations.ultralytics.seam import SeamTrainer
+
+    return type("Seamed", (SeamTrainer, _Trainer), {})()
+
+
+def test_install_wraps_the_model_the_seam_preprocesses_each_shard_and_uninstall_gives_the_model_back() -> None:
     from yolo_det.integrations.ultralytics import shards as ul_shards
 
-    trainer = _Trainer()
+    trainer = _seamed()
     net = trainer.model
     layout = ul_shards.check(trainer, 2, -1, 1)
     step = ul_shards.install(trainer, layout, seed=0)
@@ -364,7 +371,7 @@ def test_what_shards_cannot_make_rank_free_is_refused_in_one_line(monkeypatch: p
     from yolo_det.core import compat
     from yolo_det.integrations.ultralytics import shards as ul_shards
 
-    trainer = _Trainer()
+    trainer = _seamed()
     trainer.args.rect = True
     with pytest.raises(ConfigError, match="cannot train with rect=True"):
         ul_shards.check(trainer, 2, -1, 1)
@@ -374,7 +381,8 @@ def test_what_shards_cannot_make_rank_free_is_refused_in_one_line(monkeypatch: p
     with pytest.raises(ConfigError, match="finds its model inside a wrapper"):
         ul_shards.install(trainer, ul_shards.check(trainer, 2, -1, 1), seed=0)
     assert trainer.model is net  # nothing changed
-    assert "preprocess_batch" not in vars(trainer)
+    with pytest.raises(ConfigError, match=r"^shards: 2 needs yolo-det's trainer seam.*base=YourTrainer\)\)$"):
+        ul_shards.check(_Trainer(), 2, -1, 1)  # callbacks alone: refused, never trained unsharded
 
 
 def test_a_loader_handed_over_without_the_global_batch_is_refused_not_left_unsharded(tmp_path: Path) -> None:

@@ -26,7 +26,8 @@ optimizer ``lr``/``momentum`` (warmup)  NumPy scalars                    Python 
 
 The names resolve lazily (``from yolo_det.core.compat import tasks`` imports ``ultralytics.nn.tasks`` when
 that line runs), so importing this module imports nothing. It lives in the bottom layer because layers
-from ``layers`` up to ``tools`` use Ultralytics internals; it imports nothing of yolo-det.
+from ``layers`` up to ``tools`` use Ultralytics internals; of yolo-det it imports only ``core.errors``. A name
+the installed release lacks is one line naming it and the release (:class:`MissingContact`), never a fallback.
 """
 
 from __future__ import annotations
@@ -37,18 +38,24 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .errors import YoloDetError
+
 __all__ = [
+    "MissingContact",
     "EARLIER",
     "EVENTS",
     "INTERNALS",
     "NUMPY_WITHOUT_TRAPZ",
     "TASK_TRAINERS",
     "TRAPZ_FIXED_IN",
+    "contact",
     "cpu_ddp_wrapping",
     "internal",
     "loss_components",
+    "mosaic_on",
     "numpy_pair_problem",
     "optimizer_state",
+    "require_methods",
     "run_folder",
     "validator_on_cpu",
     "sees_through",
@@ -93,6 +100,8 @@ INTERNALS: dict[str, tuple[str, str | None]] = {
     "get_latest_run": ("ultralytics.utils.files", "get_latest_run"),
     # preprocessing and postprocessing as predict() does them (batch invariance, export parity)
     "LetterBox": ("ultralytics.data.augment", "LetterBox"),
+    # the mosaic of a detection dataset's transforms (whether a run trains with mosaic: resume)
+    "Mosaic": ("ultralytics.data.augment", "Mosaic"),
     "non_max_suppression": ("ultralytics.utils.nms", "non_max_suppression"),
     "ops": ("ultralytics.utils.ops", None),
     "ASSETS": ("ultralytics.utils", "ASSETS"),
@@ -136,25 +145,60 @@ TASK_TRAINERS: dict[str, tuple[str, str]] = {
 }
 
 
+class MissingContact(YoloDetError, AttributeError):
+    """An Ultralytics internal yolo-det relies on is missing from the installed release (one line naming it and the
+    release: never a guarantee silently off)."""
+
+
+def contact(obj: Any, name: str, why: str) -> Any:
+    """``obj.name``, an attribute of an Ultralytics object a guarantee rests on (``why``): never a default in its
+    place, but :class:`MissingContact` in one line naming it and the installed release."""
+    try:
+        return getattr(obj, name)
+    except AttributeError:
+        raise MissingContact(
+            f"{type(obj).__name__} of Ultralytics {ultralytics_version()} has no attribute {name}, which yolo-det "
+            f"reads for {why}; install an Ultralytics release yolo-det supports (pyproject.toml names the range)"
+        ) from None
+
+
+def require_methods(cls: type, names: tuple[str, ...], who: str) -> None:
+    """Refuse, in one line naming the method and the installed Ultralytics, a trainer class that lacks one of the
+    methods ``who`` extends (:class:`MissingContact`)."""
+    for name in names:
+        if not callable(getattr(cls, name, None)):
+            raise MissingContact(
+                f"{cls.__name__} of Ultralytics {ultralytics_version()} has no method {name}, which {who} extends; "
+                "install an Ultralytics release yolo-det supports (pyproject.toml names the range)"
+            )
+
+
+def _resolve(module: str, attribute: str | None) -> Any:
+    mod = importlib.import_module(module)
+    return mod if attribute is None else getattr(mod, attribute)
+
+
 def internal(name: str) -> Any:
     """The Ultralytics internal called ``name`` in :data:`INTERNALS` (imported now).
 
     Raises:
         AttributeError: ``name`` is not one of them.
+        MissingContact: the installed Ultralytics lacks it (where :data:`INTERNALS` and :data:`EARLIER` say).
     """
     try:
         module, attribute = INTERNALS[name]
     except KeyError:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    try:
-        mod = importlib.import_module(module)
-        return mod if attribute is None else getattr(mod, attribute)
-    except (ImportError, AttributeError):
-        if name not in EARLIER:
-            raise
-    module, attribute = EARLIER[name]
-    mod = importlib.import_module(module)
-    return mod if attribute is None else getattr(mod, attribute)
+    for place in ((module, attribute), EARLIER[name]) if name in EARLIER else ((module, attribute),):
+        try:
+            return _resolve(*place)
+        except (ImportError, AttributeError):
+            continue
+    where = f"{module}.{attribute}" if attribute else module
+    raise MissingContact(
+        f"Ultralytics {ultralytics_version()} has no {where}, which yolo-det relies on; install an Ultralytics "
+        "release yolo-det supports (pyproject.toml names the range)"
+    )
 
 
 def task_trainer(task: str) -> type:
@@ -224,6 +268,33 @@ def stop_loader(loader: Any) -> bool:
     if callable(shutdown):
         shutdown()
     return False
+
+
+def mosaic_on(dataset: Any) -> bool | None:
+    """Whether ``dataset``'s transforms draw mosaics: an Ultralytics ``Mosaic`` with ``p > 0`` among them (None for
+    a dataset without transforms).
+
+    Ultralytics builds ``Mosaic(p=hyp.mosaic)`` into a detection dataset's transforms and rebuilds them with
+    ``mosaic=0`` when it closes mosaic (``BaseTrainer._close_dataloader_mosaic`` calls the dataset's
+    ``close_mosaic``): what the transforms hold is what the next batches are made with.
+    """
+    transforms = getattr(dataset, "transforms", None)
+    if transforms is None:
+        return None
+    mosaic = internal("Mosaic")
+    stack, seen, found = [transforms], set(), []
+    while stack:
+        obj = stack.pop()
+        if obj is None or id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, mosaic):
+            found.append(obj)
+        inner = getattr(obj, "transforms", None)  # Compose
+        if isinstance(inner, (list, tuple)):
+            stack.extend(inner)
+        stack.append(getattr(obj, "pre_transform", None))  # a mix transform's
+    return any(float(m.p) > 0 for m in found)
 
 
 def run_folder(args: Any) -> Path:

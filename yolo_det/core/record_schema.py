@@ -238,6 +238,27 @@ FIELDS: tuple[Field, ...] = (
         ),
     ),
     Field("run", (_O,), "The framework's main arguments and `save_dir`."),
+    Field(
+        "guarantees",
+        (_O,),
+        "Ultralytics, at the end of the run: each guarantee the train phase asked for and whether the run had it "
+        "(`flags`: the state at every optimizer step; `data_invariance`: the loader keyed; `shards`: the layout).",
+        fields=(
+            Field("flags", (_O,), "`in_force` (null: steps not observed), `steps`, `steps_off`, `differing`."),
+            Field("data_invariance", (_O,), "`in_force`, `loader` (the training loader's mode at the end)."),
+            Field("shards", (_O,), "`in_force`, `layout` (shards, world, rank, batch)."),
+        ),
+    ),
+    Field(
+        "trainer_seam",
+        (_O,),
+        "Ultralytics: whether the run trained through yolo-det's trainer seam (`trainer_class`, `attach`, the CLI), "
+        "and what it left off without it (callbacks registered in a trainer of the user's own).",
+        fields=(
+            Field("in_force", (_B,), "True when the trainer's class composed the seam."),
+            Field("off", (_A,), "What the run left off for want of the seam (empty with it).", items=(_S,)),
+        ),
+    ),
     Field("ultralytics_args", (_O,), "Every Ultralytics argument the run trained with."),
     Field(
         "adjusted_args",

@@ -448,8 +448,8 @@ def batch_digest(batches: Iterable[Any]) -> str:
 class BatchTap:
     """The fingerprint of the first ``limit`` batches a run trains on (see :func:`batch_digest`).
 
-    :meth:`wrap` puts it in front of a function that receives each batch (the trainer's
-    ``preprocess_batch``): it digests the batch as it arrives, before any change, then calls the function.
+    :meth:`feed` it each batch as it arrives, before any change (the trainer seam's observer does, and YOLOv5's
+    loader wrapper).
     """
 
     def __init__(self, limit: int = 2) -> None:
@@ -467,14 +467,3 @@ class BatchTap:
         if self.seen < self.limit:
             _feed(self._hash, batch, f"b{self.seen}")
             self.seen += 1
-
-    def wrap(self, fn: Any) -> Any:
-        """``fn`` with this tap in front of it."""
-
-        def tapped(batch: Any, *args: Any, **kwargs: Any) -> Any:
-            self.feed(batch)
-            return fn(batch, *args, **kwargs)
-
-        tapped.__wrapped__ = fn  # type: ignore[attr-defined]
-        tapped._yolo_det_tap = self  # type: ignore[attr-defined]
-        return tapped

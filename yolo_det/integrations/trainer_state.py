@@ -8,7 +8,7 @@ in one :class:`TrainerState` at ``trainer.yolo_det_state`` (:func:`state_of`), n
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["ATTRIBUTE", "TrainerState", "state_of"]
@@ -30,6 +30,15 @@ class TrainerState:
         stopped_on_purpose: The run was stopped on purpose after a saved epoch (``verify --resume-at``);
             the exception that stops it is recorded as ``interrupted``, not ``failed``.
         op_trace: What ``--trace-ops`` asked for and traced so far (the tracer's ``summary``), for the record.
+        observers: The batch observers the trainer seam runs in ``preprocess_batch`` and ``optimizer_step``, in
+            order (:func:`yolo_det.integrations.ultralytics.seam.observe`).
+        around_save: ``(trainer, save) -> result``: what the seam's ``save_model`` runs around Ultralytics' own
+            ``save`` (None: Ultralytics' alone).
+        tap: The fingerprint of the first batches (a :class:`~yolo_det.fixes.data_invariance.BatchTap`), None
+            when the run takes none.
+        shards: The :class:`~yolo_det.fixes.shards.ShardLayout` the run trains under (None: no shards).
+        flags: The process states seen at the optimizer steps (a
+            :class:`~yolo_det.integrations.ultralytics.guarantees.FlagWatch`), None when not observed.
     """
 
     identity: dict[str, Any] | None = None
@@ -37,6 +46,11 @@ class TrainerState:
     record_written: bool = False
     stopped_on_purpose: bool = False
     op_trace: Callable[[], dict[str, Any]] | None = None
+    observers: list[Any] = field(default_factory=list)
+    around_save: Callable[[Any, Callable[[], Any]], Any] | None = None
+    tap: Any = None
+    shards: Any = None
+    flags: Any = None
 
 
 def state_of(trainer: Any) -> TrainerState:

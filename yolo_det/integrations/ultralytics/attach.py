@@ -5,8 +5,9 @@ Attaching registers the plugin's callbacks on the model and guards its ``train``
 path-valued arguments (:func:`yolo_det.analysis.gate.check_arguments`) and loads under the allow-list, then
 runs under a run of the plugin that restores the process state afterwards, also when the call raises.
 ``train`` also checks the labels it will read (:func:`yolo_det.analysis.datacheck.check_training_data`),
-takes the stop signals, resumes into the checkpoint's folder and locks a run folder whose name is fixed; a
-streaming ``predict`` and ``export`` go through :mod:`.deploy`.
+takes the stop signals, resumes into the checkpoint's folder, locks a run folder whose name is fixed and trains
+with the trainer seam (:mod:`.seam`) composed with the model's trainer (or the ``trainer=`` passed); a streaming
+``predict`` and ``export`` go through :mod:`.deploy`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .deploy import export_standard, guarded_stream
 from .folders import lock_fixed_folder, resume_into_its_folder
 from .launcher import default_base, launched_externally, launcher_trainer, restarted_alone
 from .plugin import UltralyticsPlugin, is_plugin_callback
+from .seam import seam_trainer
 
 __all__ = ["attach", "detach"]
 
@@ -102,8 +104,10 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
             plugin.asked = dict(kwargs)
             asked = {**getattr(owner, "overrides", {}), **kwargs}
             check_training_data(asked, task=getattr(owner, "task", None))  # before anything is written
+            base = kwargs.get("trainer") or default_base(owner)
             if launched_externally(None, asked) is not None or restarted_alone(None, asked):
-                kwargs = {**kwargs, "trainer": launcher_trainer(kwargs.get("trainer") or default_base(owner))}
+                base = launcher_trainer(base)
+            kwargs = {**kwargs, "trainer": seam_trainer(base)}  # the trainer seam: yolo-det's methods of the class
             with stop_signals(), plugin.guard(), terminate_via_launcher():
                 lock = lock_fixed_folder(owner, kwargs)
                 try:

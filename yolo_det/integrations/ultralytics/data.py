@@ -2,7 +2,7 @@
 
 The plugin hands the training loader to the session (``data_invariance`` makes it worker-invariant there,
 :mod:`yolo_det.fixes.data_invariance`), tells an invariant loader each epoch as it starts, and puts a
-:class:`~yolo_det.fixes.data_invariance.BatchTap` in front of the trainer's ``preprocess_batch`` for the
+:class:`~yolo_det.fixes.data_invariance.BatchTap` among the trainer seam's batch observers for the
 fingerprint of the first batches. :func:`data_stream_section` turns that into the record's section, which
 :mod:`yolo_det.tools.data_stream` explains for ``diff``.
 """
@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...core.compat import contact
 from ...fixes import data_invariance as _data
+from ..trainer_state import state_of
+from .seam import BatchObserver, observe
 
-__all__ = ["AUGMENT_ARGS", "FINGERPRINT_BATCHES", "data_stream_section", "start_epoch", "tap", "untap"]
+__all__ = ["AUGMENT_ARGS", "FINGERPRINT_BATCHES", "data_stream_section", "start_epoch", "tap"]
 
 #: Ultralytics arguments that decide what a training sample's augmentation draws.
 AUGMENT_ARGS = (
@@ -44,32 +47,36 @@ AUGMENT_ARGS = (
 )
 #: Batches the fingerprint covers.
 FINGERPRINT_BATCHES = 2
-_TAP_ATTR = "preprocess_batch"
 
 
 def start_epoch(trainer: Any) -> int:
     """The epoch a run (a resumed one included) starts training at."""
-    return int(getattr(trainer, "start_epoch", 0) or 0)
+    return int(contact(trainer, "start_epoch", "the data stream of a resumed run"))
 
 
-def tap(trainer: Any) -> _data.BatchTap | None:
-    """Put a tap in front of ``trainer.preprocess_batch`` (once); return it (None when there is nothing to tap)."""
-    current = getattr(trainer, _TAP_ATTR, None)
-    existing = getattr(current, "_yolo_det_tap", None)
-    if isinstance(existing, _data.BatchTap):
-        return existing
-    if not callable(current):
-        return None
-    batch_tap = _data.BatchTap(FINGERPRINT_BATCHES)
-    setattr(trainer, _TAP_ATTR, batch_tap.wrap(current))
-    return batch_tap
+class _Tap(BatchObserver):
+    """The seam's observer feeding a :class:`~yolo_det.fixes.data_invariance.BatchTap` each batch as loaded."""
+
+    def __init__(self, batch_tap: _data.BatchTap) -> None:
+        self.tap = batch_tap
+
+    def before_batch(self, trainer: Any, batch: Any) -> None:
+        self.tap.feed(batch)
 
 
-def untap(trainer: Any) -> None:
-    """Take the tap away (the trainer's own ``preprocess_batch`` again)."""
-    current = vars(trainer).get(_TAP_ATTR) if hasattr(trainer, "__dict__") else None
-    if getattr(current, "_yolo_det_tap", None) is not None:
-        del trainer.__dict__[_TAP_ATTR]
+def tap(trainer: Any) -> _data.BatchTap:
+    """Put a tap among ``trainer``'s batch observers (once); return it.
+
+    Raises:
+        ConfigError: ``trainer`` has no trainer seam (one line with the fix).
+    """
+    state = state_of(trainer)
+    if isinstance(state.tap, _Tap):
+        return state.tap.tap
+    observer = _Tap(_data.BatchTap(FINGERPRINT_BATCHES))
+    observe(trainer, observer, "the record's data fingerprint")
+    state.tap = observer
+    return observer.tap
 
 
 def _dataset_digest(value: Any) -> str | None:
@@ -88,7 +95,8 @@ def data_stream_section(trainer: Any, seed: int, identity: dict[str, Any] | None
     """
     loader = getattr(trainer, "train_loader", None)
     args = getattr(trainer, "args", None)
-    batch_tap = getattr(getattr(trainer, _TAP_ATTR, None), "_yolo_det_tap", None)
+    observer = state_of(trainer).tap
+    batch_tap = observer.tap if isinstance(observer, _Tap) else None
     return {
         "mode": _data.data_mode(loader) if loader is not None else None,
         "workers": int(getattr(loader, "num_workers", 0)) if loader is not None else None,

@@ -23,15 +23,24 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from ...core.compat import cpu_ddp_wrapping, validator_on_cpu
+from ...core.compat import cpu_ddp_wrapping, require_methods, validator_on_cpu
 from ...core.errors import ConfigError
 from ...core.launcher import Launch, launch_from_env, launch_identity
 from ...core.record import RECORD_NAME
 from ...session.launcher import broadcast_from_rank0, join_process_group, leave_process_group
 
-__all__ = ["default_base", "device_type", "launched_externally", "launcher_trainer", "restarted_alone"]
+__all__ = [
+    "LAUNCHER_METHODS",
+    "default_base",
+    "device_type",
+    "launched_externally",
+    "launcher_trainer",
+    "restarted_alone",
+]
 
 _MADE: dict[type, type] = {}
+#: The methods of Ultralytics' trainer :func:`launcher_trainer` overrides (each calls the base's own).
+LAUNCHER_METHODS = ("_setup_ddp", "_setup_train", "final_eval", "train")
 
 
 def _device_request(cfg: Any, overrides: dict[str, Any] | None) -> str:
@@ -188,6 +197,7 @@ def launcher_trainer(base: type) -> type:
     """
     if getattr(base, "yolo_det_launcher", False):
         return base
+    require_methods(base, LAUNCHER_METHODS, "yolo-det's launcher")
     if base in _MADE:
         return _MADE[base]
     parent: Any = base

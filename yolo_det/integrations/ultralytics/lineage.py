@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ...core.compat import mosaic_on
 from ...core.resume import read_checkpoint
 
 __all__ = ["RESULT_OVERRIDES", "changed_overrides", "mosaic_changed"]
@@ -50,18 +51,26 @@ def changed_overrides(ckpt: Path, trainer: Any) -> dict[str, list[Any]]:
 
 
 def mosaic_changed(trainer: Any, state: dict[str, Any]) -> str | None:
-    """One line when Ultralytics' setup of the resumed run switched mosaic off or on against the saved state.
+    """One line when the resumed run trains its first epoch with mosaic on or off where the uninterrupted run would not.
 
-    Ultralytics 8.3 closes mosaic at resume when ``close_mosaic`` reaches back before the resumed epoch, while
-    its uninterrupted run closes it only at the epoch ``epochs - close_mosaic`` (never when that is below 0).
+    Read at the resumed run's first batch, from what Ultralytics really did: the state holds whether the epoch
+    before the resumed one trained with mosaic (:func:`~yolo_det.core.compat.mosaic_on`, read at its checkpoint),
+    and the dataset's transforms now say whether this one does. An uninterrupted run closes mosaic once, at the
+    first epoch ``e >= epochs - close_mosaic`` while it is on, so an epoch trained with mosaic is followed by one
+    without only at ``epochs - close_mosaic``. Ultralytics 8.3 closes mosaic at resume when ``close_mosaic``
+    reaches back before the resumed epoch (``close_mosaic`` 10 by default, over ``epochs``), where its
+    uninterrupted run never closes it (it closes at ``epoch == epochs - close_mosaic`` only).
     """
     saved = (state.get("data") or {}).get("mosaic")
-    now = getattr(getattr(getattr(trainer, "train_loader", None), "dataset", None), "mosaic", None)
-    if not isinstance(saved, bool) or not isinstance(now, bool) or saved == now:
+    now = mosaic_on(trainer.train_loader.dataset)
+    if not isinstance(saved, bool) or not isinstance(now, bool):
+        return None
+    start, epochs, close = int(trainer.start_epoch), int(trainer.epochs), int(trainer.args.close_mosaic or 0)
+    expected = saved and not (close and start == epochs - close)
+    if now == expected:
         return None
     return (
-        f"Ultralytics resumed with mosaic {'on' if now else 'off'} where the uninterrupted run had it "
-        f"{'on' if saved else 'off'} (close_mosaic={getattr(trainer.args, 'close_mosaic', '?')}, "
-        f"epochs={getattr(trainer, 'epochs', '?')}): the run continues, but not bit for bit as the uninterrupted "
-        "run would have"
+        f"Ultralytics resumed epoch {start + 1} with mosaic {'on' if now else 'off'} where the uninterrupted run "
+        f"has it {'on' if expected else 'off'} (close_mosaic={close}, epochs={epochs}): the run continues, but not "
+        "bit for bit as the uninterrupted run would have"
     )

@@ -21,6 +21,7 @@ import torch
 
 from ...core import runlock
 from ...core.compat import EVENTS as _EVENTS
+from ...core.compat import contact
 from ...core.endings import one_line, weights_stats
 from ...core.errors import YoloDetError
 from ...core.modules import unwrap_model
@@ -38,9 +39,11 @@ from . import data as _stream
 from . import shards as _shards
 from .batch_invariance import BatchInvariance
 from .folders import check_resume_folder
+from .guarantees import guarantees_section, say_broken, watch_flags
 from .records import RunRecords
 from .resume import UltralyticsResume
 from .runs import process_rank
+from .seam import has_seam, say_missing
 
 __all__ = ["UltralyticsPlugin", "is_plugin_callback"]
 
@@ -116,18 +119,17 @@ class UltralyticsPlugin(RunRecords):
         session = self.begin_run(owner="trainer")
         if "train" not in session.phases:
             check_resume_folder(trainer)  # refused here: nothing recorded or touched
-            save_dir = getattr(trainer, "save_dir", None)
-            if save_dir is not None:
-                if process_rank() == -1:  # under DDP the launching process holds it
-                    self._locks.append(runlock.acquire(save_dir))  # refused here: nothing recorded or touched
-                session.run_dir = str(save_dir)
-                self._weights_before = weights_stats(Path(save_dir) / "weights")
-                if getattr(trainer, "resume", False):  # read before this run's record replaces it
-                    self._previous = previous_record(str(trainer.args.resume or trainer.args.model))
-            session.seed = int(getattr(trainer.args, "seed", 0) or 0)
+            save_dir = contact(trainer, "save_dir", "the run folder and its record")
+            if process_rank() == -1:  # under DDP the launching process holds it
+                self._locks.append(runlock.acquire(save_dir))  # refused here: nothing recorded or touched
+            session.run_dir = str(save_dir)
+            self._weights_before = weights_stats(Path(save_dir) / "weights")
+            if contact(trainer, "resume", "bitwise resume"):  # read before this run's record replaces it
+                self._previous = previous_record(str(trainer.args.resume or trainer.args.model))
+            session.seed = int(contact(trainer.args, "seed", "the run's seed") or 0)
             rank, world_size = rank_info()
             session.rank = rank
-            session.world_size = max(int(getattr(trainer, "world_size", 1) or 1), world_size, 1)
+            session.world_size = max(int(contact(trainer, "world_size", "the ranks") or 1), world_size, 1)
             self._trainer = trainer
             if process_rank() >= 0 and self._rank_signals is None:  # a DDP rank: the launcher stops it with SIGTERM
                 self._rank_signals = ExitStack()
@@ -191,22 +193,26 @@ class UltralyticsPlugin(RunRecords):
             identity = run_identity(trainer, asked=self.asked)  # data, start model, arguments (before any swap)
             state_of(trainer).identity = identity
             self.adjusted = dict(identity.get("adjusted_args") or {})
+        if process_rank() in {-1, 0}:
+            say_missing(trainer, self.record)  # one line: what callbacks alone leave off
+        seam = has_seam(trainer)
         shards = settings.extra.get("shards")
         layout = _shards.check(trainer, int(shards), session.rank, session.world_size) if shards else None
         session.hand_over(
             "loader",
-            getattr(trainer, "train_loader", None),
+            contact(trainer, "train_loader", "data_invariance"),
             epoch=_stream.start_epoch(trainer),
             batch=None if layout is None else layout.batch,
         )
         if layout is not None:
             _shards.install(trainer, layout, int(session.seeds()["seed"]))
-        if self.record:
+        if self.record and seam:
             _stream.tap(trainer)  # the fingerprint of the first batches, for the record
-        model = getattr(trainer, "model", None)
-        model = getattr(model, "module", model)  # DistributedDataParallel
+            watch_flags(trainer)  # the flags at every optimizer step, checked at the end
+        model = contact(trainer, "model", "the layer swaps")
+        model = getattr(model, "module", model)  # DistributedDataParallel, the shard step
         if settings.swaps != "none" and isinstance(model, torch.nn.Module) and not self._swapped_for(trainer):
-            imgsz = getattr(trainer.args, "imgsz", 64)
+            imgsz = contact(trainer.args, "imgsz", "the swap audit")
             session.prepare_model(model, imgsz=int(max(imgsz) if isinstance(imgsz, (list, tuple)) else imgsz))
             state_of(trainer).swapped = True
         session.wrap_scaler(trainer)  # backward: disable -> a ToggleScaler until the train phase ends
@@ -217,7 +223,8 @@ class UltralyticsPlugin(RunRecords):
             gather=getattr(trainer, "yolo_det_launch", None) is not None,  # ranks > 0 write nothing in the run folder
         )
         self.resume.prepare(trainer)
-        self.resume.wrap_save(trainer, self._after_checkpoint, self._before_checkpoint_record)
+        if seam:
+            self.resume.hook_save(trainer, self._after_checkpoint, self._before_checkpoint_record)
         self._warn_profile_change()
         self._write_running(trainer)  # now with the data and model fingerprints
         safe_point("train-setup")
@@ -280,6 +287,7 @@ class UltralyticsPlugin(RunRecords):
         if process_rank() not in {-1, 0}:
             return
         self.record_error = None
+        say_broken(guarantees_section(trainer, self.profile, self._observed))  # asked, and not in force: one line
         try:
             self._write(trainer, None)
         except Exception as e:  # the training itself succeeded
@@ -342,7 +350,7 @@ class UltralyticsPlugin(RunRecords):
             try:
                 self._record_ending(trainer, error)
             finally:
-                _stream.untap(trainer)  # the trainer's own preprocess_batch again
+                state_of(trainer).observers.clear()  # no batch observer outlives the run (their evidence stays)
                 _shards.uninstall(trainer)  # and its own model
         except BaseException as e:
             if error is None:

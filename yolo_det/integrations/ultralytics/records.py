@@ -27,7 +27,9 @@ from ...session.distributed import ranks_consistent
 from ...session.session import note_restore_failure
 from ..trainer_state import state_of
 from . import data as _stream
+from .guarantees import guarantees_section
 from .runs import RunControl, process_rank
+from .seam import seam_section
 
 __all__ = ["RUN_ARGS", "RunRecords"]
 
@@ -187,6 +189,8 @@ class RunRecords(RunControl):
             **({"checkpoint_needs": dict(self._plain)} if self._plain else {}),
             **(state_of(trainer).identity or {}),
             **({"op_trace": trace()} if (trace := state_of(trainer).op_trace) is not None else {}),
+            trainer_seam=seam_section(trainer, self.record),
+            **({} if running else {"guarantees": guarantees_section(trainer, self.profile, self._observed)}),
             data_stream=_stream.data_stream_section(
                 trainer, int(self.session.seeds()["seed"]), state_of(trainer).identity
             ),

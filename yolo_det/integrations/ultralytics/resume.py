@@ -11,7 +11,7 @@ Driven by :class:`~yolo_det.integrations.ultralytics.UltralyticsPlugin`'s callba
   (Ultralytics keeps that in a local variable that restarts at -1 on resume; while the resumed run's value
   differs, the accumulation target is adjusted for the one comparison it feeds, so the optimizer steps at
   the same iterations as in the uninterrupted run).
-- the checkpoint save (rank 0): ``trainer.save_model`` is wrapped so that the resume state of the epoch is
+- the checkpoint save (rank 0): the trainer seam's ``save_model`` runs a hook so that the resume state of the epoch is
   written (atomically, the previous state kept as ``...prev.pt``) before the checkpoint is: at every moment
   the folder holds a checkpoint and the state that matches it, whatever interrupts the run (an exception
   from a user's ``on_model_save``, SIGTERM, SIGKILL). Ultralytics' own writes of ``last.pt`` and ``best.pt``
@@ -50,6 +50,7 @@ from ...core.resume import (
 from ...core.resume.lineage import segments_of, warn_no_state
 from ...core.seeding import epoch_data_seed
 from ...core.testpoints import reach
+from ..trainer_state import state_of
 from .atomic_weights import with_atomic_weights
 from .lineage import changed_overrides, mosaic_changed
 from .resume_state import capture_state, restore_state
@@ -98,6 +99,7 @@ class UltralyticsResume:
         self.seconds_waiting = 0.0
         self._wrapped: Any = None
         self._mosaic_note: str | None = None
+        self._mosaic_state: dict[str, Any] | None = None  # a resumed run's state until its first batch
         self.checkpointed: int | None = None
 
     def _before_forward(self, *args: Any) -> None:
@@ -131,7 +133,7 @@ class UltralyticsResume:
         if not getattr(trainer, "resume", False):
             return
         ckpt = Path(str(trainer.args.resume or trainer.args.model))
-        ema, shards = getattr(trainer, "ema", None), getattr(trainer.__dict__.get("yolo_det_shards"), "shards", None)
+        ema, shards = getattr(trainer, "ema", None), getattr(state_of(trainer).shards, "shards", None)
         info, state, why = find_state(
             ckpt,
             rank=0 if shards else self.rank,  # under shards every rank holds rank 0's state, whatever the ranks
@@ -142,10 +144,7 @@ class UltralyticsResume:
             shards=shards,
         )
         if state is not None:
-            self._pending = state
-            self._mosaic_note = mosaic_changed(trainer, state)
-            if self._mosaic_note:
-                print(f"yolo-det: {self._mosaic_note}", file=sys.stderr, flush=True)
+            self._pending = self._mosaic_state = state
         else:
             warn_no_state(ckpt, why)
         info["overrides"] = changed_overrides(ckpt, trainer)
@@ -197,9 +196,15 @@ class UltralyticsResume:
             self._restore(trainer, state)
 
     def on_train_batch_start(self, trainer: Any) -> None:
-        """Count iterations as Ultralytics does (``ni = i + nb * epoch``)."""
+        """Count iterations as Ultralytics does (``ni = i + nb * epoch``); at a resumed run's first batch, one line
+        when Ultralytics trains it with mosaic where the uninterrupted run would not (or the other way round)."""
         self._ni = self._i + self._nb * int(getattr(trainer, "epoch", 0))
         self._i += 1
+        if self._mosaic_state is not None:
+            state, self._mosaic_state = self._mosaic_state, None
+            self._mosaic_note = mosaic_changed(trainer, state)
+            if self._mosaic_note:
+                print(f"yolo-det: {self._mosaic_note}", file=sys.stderr, flush=True)
 
     def on_train_batch_end(self, trainer: Any) -> None:
         """Note an optimizer step (Ultralytics zeroes the gradients right after each)."""
@@ -218,20 +223,19 @@ class UltralyticsResume:
         self._trained = True
 
     # -- saving ---------------------------------------------------------------------------------------
-    def wrap_save(self, trainer: Any, after_checkpoint: Any, before_checkpoint: Any = None) -> None:
-        """Wrap ``trainer.save_model`` (rank 0): ``before_checkpoint(trainer)`` and the resume state before the
-        checkpoint, ``after_checkpoint(trainer)`` after it (see the module docstring). :meth:`close` takes the
-        wrapper off."""
-        original = getattr(trainer, "save_model", None)
-        if self.rank != 0 or not callable(original) or getattr(original, "_yolo_det_save", False):
+    def hook_save(self, trainer: Any, after_checkpoint: Any, before_checkpoint: Any = None) -> None:
+        """Hook the trainer seam's ``save_model`` (rank 0): ``before_checkpoint(trainer)`` and the resume state
+        before the checkpoint, ``after_checkpoint(trainer)`` after it (see the module docstring). :meth:`close`
+        takes the hook off."""
+        if self.rank != 0:
             return
 
-        def save_model() -> Any:
+        def around_save(trainer: Any, save: Any) -> Any:
             self._trained = False  # this epoch's state is written here, not at on_fit_epoch_end
             if before_checkpoint is not None:
                 before_checkpoint(trainer)
             self._before_checkpoint(trainer)
-            saved = with_atomic_weights(trainer, original)
+            saved = with_atomic_weights(trainer, save)
             if saved is not False:
                 self.checkpointed = int(getattr(trainer, "epoch", 0)) + 1
             reach("checkpoint-written")
@@ -240,8 +244,7 @@ class UltralyticsResume:
             after_checkpoint(trainer)
             return saved
 
-        save_model._yolo_det_save = True  # type: ignore[attr-defined]
-        trainer.save_model = save_model
+        state_of(trainer).around_save = around_save
         self._wrapped = trainer
 
     def _resumable_epoch(self, trainer: Any) -> int | None:
@@ -446,5 +449,5 @@ class UltralyticsResume:
         self._barrier = self._forward_barrier = None
         self._pending = None
         wrapped, self._wrapped = self._wrapped, None
-        if wrapped is not None and getattr(wrapped.__dict__.get("save_model"), "_yolo_det_save", False):
-            del wrapped.__dict__["save_model"]
+        if wrapped is not None:
+            state_of(wrapped).around_save = None

@@ -12,9 +12,10 @@ from typing import Any
 
 import torch
 
-from ...core.compat import optimizer_state
+from ...core.compat import mosaic_on, optimizer_state
 from ...core.modules import unwrap_model
 from ...core.resume import get_rng_state
+from ..trainer_state import state_of
 
 __all__ = ["capture_state", "restore_state"]
 
@@ -76,7 +77,7 @@ def capture_state(
         "updates": getattr(ema, "updates", None),
         "rank": rank,
         "world_size": max(int(getattr(trainer, "world_size", 1) or 1), 1),
-        "shards": getattr(trainer.__dict__.get("yolo_det_shards"), "shards", None),
+        "shards": getattr(state_of(trainer).shards, "shards", None),
         "seed": seed,
         "rng": get_rng_state(),
         "model": _float_state(model, buffers=False),
@@ -89,7 +90,7 @@ def capture_state(
         "scaler": scaler.state_dict() if scaler is not None else None,
         "data": {
             "generator": generator.get_state() if isinstance(generator, torch.Generator) else None,
-            "mosaic": getattr(dataset, "mosaic", None),
+            "mosaic": mosaic_on(dataset),
             "buffer": [int(i) for i in buffer]
             if isinstance(buffer := getattr(dataset, "buffer", None), list)
             else None,

@@ -3,8 +3,8 @@
 The plugin calls :func:`check` before the training loader is handed over (an error changes nothing), the session
 cuts the loader into shards, then :func:`install` puts a :class:`~yolo_det.fixes.shards.ShardedStep` in place of
 the trainer's model (DDP's wrapper is dropped: the step gathers the shards itself, and every rank takes rank 0's
-start state once) and makes ``preprocess_batch`` preprocess each shard. :func:`uninstall` gives the trainer its
-model and ``preprocess_batch`` back (at ``teardown``).
+start state once); the trainer seam's ``preprocess_batch`` preprocesses a sharded step shard by shard
+(:mod:`.seam`). :func:`uninstall` gives the trainer its model back (at ``teardown``).
 """
 
 from __future__ import annotations
@@ -13,10 +13,13 @@ from typing import Any
 
 import torch
 
+from ...core.compat import contact
 from ...core.errors import ConfigError
-from ...fixes.shards import ShardedBatch, ShardedStep, ShardLayout, broadcast_state
+from ...fixes.shards import ShardedStep, ShardLayout, broadcast_state
+from ..trainer_state import state_of
+from .seam import SEAM_FIX, has_seam
 
-__all__ = ["ShardPreprocess", "check", "install", "layout_for", "uninstall"]
+__all__ = ["check", "install", "layout_for", "uninstall"]
 
 _REFUSED = {
     "rect": "rectangular batches are shaped per batch of one rank",
@@ -27,30 +30,23 @@ _REFUSED = {
 
 def layout_for(trainer: Any, shards: int, rank: int, world: int) -> ShardLayout:
     """The rank's :class:`~yolo_det.fixes.shards.ShardLayout` for ``trainer``'s global batch."""
-    return ShardLayout.checked(int(shards), world, rank, int(getattr(trainer, "batch_size", 0) or 0))
+    return ShardLayout.checked(int(shards), world, rank, int(contact(trainer, "batch_size", "the shard layout")))
 
 
 def check(trainer: Any, shards: int, rank: int, world: int) -> ShardLayout:
-    """Refuse, in one line, what ``shards`` cannot make rank-free; return the layout."""
+    """Refuse, in one line, what ``shards`` cannot make rank-free (a trainer without the seam included); return the
+    layout."""
+    if not has_seam(trainer):
+        raise ConfigError(
+            f"shards: {shards} needs yolo-det's trainer seam, and {type(trainer).__name__} was built without it; "
+            f"train with {SEAM_FIX}"
+        )
     args = getattr(trainer, "args", None)
     for key, why in _REFUSED.items():
         value = getattr(args, key, None)
         if value and value not in {"False", "false"}:
             raise ConfigError(f"shards: {shards} cannot train with {key}={value} ({why}); set {key}=False")
     return layout_for(trainer, shards, rank, world)
-
-
-class ShardPreprocess:
-    """``trainer.preprocess_batch`` under ``shards``: a :class:`ShardedBatch` is preprocessed shard by shard."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.__wrapped__ = inner
-
-    def __call__(self, batch: Any, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(batch, ShardedBatch):
-            return ShardedBatch([self.inner(dict(shard), *args, **kwargs) for shard in batch.shards])
-        return self.inner(batch, *args, **kwargs)
 
 
 def install(trainer: Any, layout: ShardLayout, seed: int) -> ShardedStep:
@@ -65,9 +61,11 @@ def install(trainer: Any, layout: ShardLayout, seed: int) -> ShardedStep:
         inner,
         layout=layout,
         seed=seed,
-        scaler=lambda: getattr(trainer, "scaler", None),
-        epoch=lambda: int(getattr(trainer, "epoch", 0) or 0),
-        loss_scale=float(max(int(getattr(trainer, "world_size", 1) or 1), 1)) if int(ULTRALYTICS_RANK) != -1 else 1.0,
+        scaler=lambda: contact(trainer, "scaler", "each shard's backward"),
+        epoch=lambda: int(contact(trainer, "epoch", "the shards' random layers")),
+        loss_scale=float(max(int(contact(trainer, "world_size", "the loss scale") or 1), 1))
+        if int(ULTRALYTICS_RANK) != -1
+        else 1.0,
     )
     if not sees_through(step, inner):
         raise ConfigError(
@@ -77,20 +75,16 @@ def install(trainer: Any, layout: ShardLayout, seed: int) -> ShardedStep:
     if layout.world > 1:
         broadcast_state(inner)  # every rank starts from rank 0's weights, as DDP's constructor would give
     trainer.model = step  # DDP's wrapper (its reducer and hooks) goes with the last reference to it
-    trainer.__dict__["preprocess_batch"] = ShardPreprocess(trainer.preprocess_batch)
-    trainer.__dict__["yolo_det_shards"] = layout
+    state_of(trainer).shards = layout
     return step
 
 
 def uninstall(trainer: Any) -> None:
-    """Give ``trainer`` its model and ``preprocess_batch`` back (no-op when :func:`install` did not run)."""
-    if trainer.__dict__.pop("yolo_det_shards", None) is None:
+    """Give ``trainer`` its model back (no-op when :func:`install` did not run)."""
+    state = state_of(trainer)
+    if state.shards is None:
         return
+    state.shards = None
     step = getattr(trainer, "model", None)
     if isinstance(step, ShardedStep):
         trainer.model = step.module
-    current = trainer.__dict__.get("preprocess_batch")
-    if isinstance(current, ShardPreprocess):
-        del trainer.__dict__["preprocess_batch"]
-    elif current is not None and isinstance(getattr(current, "__wrapped__", None), ShardPreprocess):
-        trainer.__dict__["preprocess_batch"] = current.__wrapped__.inner  # under another wrapper (a tap)

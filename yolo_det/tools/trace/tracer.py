@@ -1,6 +1,7 @@
 """Recording an op trace: digests of every module's forward, the backward and the optimizer step, for chosen steps.
 
-:class:`OpTracer` is a set of Ultralytics callbacks. For each traced optimizer step (a
+:class:`OpTracer` is a set of Ultralytics callbacks and a batch observer of the trainer seam
+(:mod:`yolo_det.integrations.ultralytics.seam`). For each traced optimizer step (a
 :class:`~yolo_det.tools.trace.steps.StepRange`) it installs hooks at the first micro-batch and removes them
 after the optimizer step, so untraced steps run exactly as without it:
 
@@ -18,7 +19,7 @@ after the optimizer step, so untraced steps run exactly as without it:
 Digests are those of :mod:`yolo_det.tools.fingerprint` (SHA-256 of the bytes on a CPU, exact integer sums on
 a device): order-sensitive, any changed bit changes them. The trace is written atomically (JSON lines,
 :mod:`yolo_det.tools.trace.tracefile`) after every traced step, one file per rank. Every hook is removed
-and every wrapped trainer method put back at ``teardown``, whatever ended the run.
+and the observer taken off the trainer at ``teardown``, whatever ended the run.
 
 Steps asked for that the run never reached (``--trace-ops 500`` on a run of 12 steps) are not silent:
 :meth:`OpTracer.summary` says what was asked, how many steps ran and which were traced (the run's record keeps
@@ -34,7 +35,7 @@ from typing import Any
 
 import torch
 
-from ...core.instance_attrs import SavedAttributes
+from ...integrations.ultralytics.seam import BatchObserver, observe, unobserve
 from ..fingerprint import combine, tensor_digests
 from ..runtime import unwrap_model
 from .settings import op_settings
@@ -67,7 +68,7 @@ def _digests(tensors: list[torch.Tensor]) -> list[str]:
     return tensor_digests([t.detach() for t in tensors]) if tensors else []
 
 
-class OpTracer:
+class OpTracer(BatchObserver):
     """Ultralytics callbacks that trace the ops of chosen optimizer steps (see the module docstring).
 
     Args:
@@ -94,11 +95,11 @@ class OpTracer:
         self.written: Path | None = None
         self._trainer: Any = None
         self._model: torch.nn.Module | None = None
-        self._saved = SavedAttributes()
         self._handles: list[Any] = []
         self._count = 0  # optimizer steps done in this process
         self._iteration = 0  # micro-batches seen in this process
         self._step: dict[str, Any] | None = None
+        self._before: dict[str, str] | None = None
         self._micro: dict[str, Any] | None = None
         self._calls: dict[str, int] = {}
         self._header: dict[str, Any] = {}
@@ -133,11 +134,11 @@ class OpTracer:
         return f"--trace-ops {self.steps} traced steps {done} only: {ran}; the others never ran"
 
     def add_to(self, model: Any) -> None:
-        """Register on an Ultralytics ``model``; ``teardown`` first of all (the last to wrap is the first to unwrap)."""
+        """Register on an Ultralytics ``model`` (the trainer it builds needs the seam)."""
         model.add_callback("on_pretrain_routine_end", self.on_pretrain_routine_end)
-        model.callbacks.setdefault("teardown", []).insert(0, self.teardown)
+        model.add_callback("teardown", self.teardown)
 
-    # -- wrapping the trainer ---------------------------------------------------------------------------
+    # -- observing the trainer --------------------------------------------------------------------------
     def on_pretrain_routine_end(self, trainer: Any) -> None:
         from ...integrations.trainer_state import state_of
 
@@ -146,31 +147,25 @@ class OpTracer:
         self._model = unwrap_model(trainer.model)
         if self.path is None:
             self.path = trace_path(getattr(trainer, "save_dir", "."), self.rank)
-        self._saved.save(trainer, "preprocess_batch", "optimizer_step")
-        original_pre = trainer.preprocess_batch
-        original_step = trainer.optimizer_step
+        observe(trainer, self, "the op trace")
 
-        def preprocess_batch(batch: dict[str, Any]) -> dict[str, Any]:
-            out = original_pre(batch)
-            self._on_batch(trainer, out)
-            return out
+    def after_batch(self, trainer: Any, batch: Any) -> None:
+        self._on_batch(trainer, batch)
 
-        def optimizer_step() -> None:
-            step = self._step
-            before = self._before_optimizer() if step is not None else None
-            original_step()
-            self._count += 1
-            if step is not None and before is not None:
-                self._after_optimizer(step, before)
-            if self.stop and self._count >= self.steps.last:
-                trainer.stop = True
+    def before_step(self, trainer: Any) -> None:
+        self._before = self._before_optimizer() if self._step is not None else None
 
-        trainer.preprocess_batch = preprocess_batch
-        trainer.optimizer_step = optimizer_step
+    def after_step(self, trainer: Any) -> None:
+        step, before, self._before = self._step, self._before, None
+        self._count += 1
+        if step is not None and before is not None:
+            self._after_optimizer(step, before)
+        if self.stop and self._count >= self.steps.last:
+            trainer.stop = True
 
     def teardown(self, trainer: Any) -> None:
         self._remove_hooks()
-        self._saved.restore()
+        unobserve(trainer, self)
         self._step = self._micro = None
         self._trainer = self._model = None
 

@@ -18,9 +18,10 @@ reference), and the reference keeps its final state dict so the final weights ca
 
 The report says "bitwise identical" or gives the first divergence: the step, what differed first
 (``data`` (order or content), ``loss``, ``gradients``, ``weights``, or the number of ``steps``), the
-parameter whose gradient differs most and by how much. Hooks: the recorder wraps the trainer's
-``preprocess_batch`` and ``optimizer_step`` on the instance (from ``on_pretrain_routine_end``) and puts them
-back at ``teardown``; ``steps=K`` sets ``trainer.stop`` after the K-th optimizer step.
+parameter whose gradient differs most and by how much. Hooks: the recorder is one of the trainer seam's batch
+observers (:mod:`yolo_det.integrations.ultralytics.seam`: it sees each ``preprocess_batch`` and
+``optimizer_step``), added at ``on_pretrain_routine_end`` and taken off at ``teardown``; ``steps=K`` sets
+``trainer.stop`` after the K-th optimizer step.
 
 ``portable=True`` (``--save``/``--against``, see :mod:`yolo_det.tools.verify.crossverify`) also records, per
 micro-batch, a digest of the batch as the data loader gave it (before ``preprocess_batch`` moves it to the

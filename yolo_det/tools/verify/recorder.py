@@ -13,16 +13,17 @@ from typing import Any
 import torch
 
 from ...core.compat import loss_components
-from ...core.instance_attrs import SavedAttributes
 from ...core.record import checkpoint_weights_digest, state_dict_digest
 from ...core.resume import NUMPY_COPY_DTYPES
+from ...integrations.ultralytics.seam import BatchObserver, observe, unobserve
 from ..fingerprint import combine, tensor_digests
 from ..runtime import unwrap_model
 from .records import _MAX_INFLIGHT, MicroBatch, RunRecord, StepRecord
 
 
-class _Recorder:
-    """Ultralytics callbacks that record one run (see the module docstring)."""
+class _Recorder(BatchObserver):
+    """Ultralytics callbacks and a batch observer of the trainer seam that record one run (see the module
+    docstring)."""
 
     def __init__(
         self,
@@ -47,8 +48,8 @@ class _Recorder:
         self.iteration = 0
         self._pending: list[MicroBatch] = []
         self._current: MicroBatch | None = None
+        self._raw: str | None = None
         self._params: list[tuple[str, torch.nn.Parameter]] = []
-        self._saved = SavedAttributes()
         self._trainer: Any = None
         self._captured = False
         self._pool: ThreadPoolExecutor | None = None
@@ -64,16 +65,11 @@ class _Recorder:
         }
 
     def add_to(self, model: Any) -> None:
-        """Register the callbacks on an Ultralytics ``model``; ``teardown`` first of all, so that the recorder,
-        which wraps the trainer's methods last, puts them back first (whatever wrapped them before it, such as
-        the plugin's data tap, then finds its own wrapper to take away)."""
+        """Register the callbacks on an Ultralytics ``model`` (the trainer it builds needs the seam)."""
         for event, fn in self.callbacks.items():
-            if event == "teardown":
-                model.callbacks.setdefault(event, []).insert(0, fn)
-            else:
-                model.add_callback(event, fn)
+            model.add_callback(event, fn)
 
-    # -- wrapping -----------------------------------------------------------------------------------
+    # -- observing ----------------------------------------------------------------------------------
     def on_pretrain_routine_end(self, trainer: Any) -> None:
         self._trainer = trainer
         model = unwrap_model(trainer.model)
@@ -87,35 +83,31 @@ class _Recorder:
             self.record.param_elements = sum(p.numel() for _, p in self._params)
         data = getattr(trainer, "data", None)
         self.record.data_root = str(data.get("path") or "") if isinstance(data, Mapping) else ""
-        self._saved.save(trainer, "preprocess_batch", "optimizer_step")
-        original_pre = trainer.preprocess_batch
-        original_step = trainer.optimizer_step
+        observe(trainer, self, "verify's step recorder")
 
-        def preprocess_batch(batch: dict[str, Any]) -> dict[str, Any]:
-            raw = self._raw_digest(batch) if self.portable and self.enabled else None
-            out = original_pre(batch)
-            self._on_batch(trainer, out)
-            if self._current is not None:
-                self._current.raw = raw
-            return out
+    def before_batch(self, trainer: Any, batch: Any) -> None:
+        self._raw = self._raw_digest(batch) if self.portable and self.enabled else None
 
-        def optimizer_step() -> None:
-            self._before_step(trainer)
-            original_step()
-            if self.portable:
-                self._after_step()
-            self.count += 1
-            if self.steps is not None and self.count >= self.steps:
-                trainer.stop = True
+    def after_batch(self, trainer: Any, batch: Any) -> None:
+        self._on_batch(trainer, batch)
+        if self._current is not None:
+            self._current.raw = self._raw
 
-        trainer.preprocess_batch = preprocess_batch
-        trainer.optimizer_step = optimizer_step
+    def before_step(self, trainer: Any) -> None:
+        self._before_step(trainer)
+
+    def after_step(self, trainer: Any) -> None:
+        if self.portable:
+            self._after_step()
+        self.count += 1
+        if self.steps is not None and self.count >= self.steps:
+            trainer.stop = True
 
     def teardown(self, trainer: Any) -> None:
         self._inflight.clear()  # after a failure, digests still pending are of no use
         self._weight_futures.clear()
         self._drain()
-        self._saved.restore()
+        unobserve(trainer, self)
         self._trainer = None
 
     # -- per micro-batch ----------------------------------------------------------------------------
