@@ -197,7 +197,7 @@ class UltralyticsResume:
 
     def on_train_batch_start(self, trainer: Any) -> None:
         """Count iterations as Ultralytics does (``ni = i + nb * epoch``); at a resumed run's first batch, one line
-        when Ultralytics trains it with mosaic where the uninterrupted run would not (or the other way round)."""
+        when its mosaic differs from the uninterrupted run's."""
         self._ni = self._i + self._nb * int(getattr(trainer, "epoch", 0))
         self._i += 1
         if self._mosaic_state is not None:
@@ -326,9 +326,7 @@ class UltralyticsResume:
 
         import torch.distributed as dist
 
-        # gather_object unpickles on rank 0 what each rank sent: the ranks of a job trust each other, as torch's
-        # object collectives require (docs/security.md, "Who is trusted"); the state's own bytes are written as
-        # they came, never unpickled by rank 0
+        # gather_object unpickles on rank 0 what a rank sent: the ranks trust each other (docs/security.md)
         mine: tuple[int, bytes] | None = None
         if self.rank > 0 and self._trained:
             epoch = self._resumable_epoch(trainer)
