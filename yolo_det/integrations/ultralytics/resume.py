@@ -11,10 +11,9 @@ Driven by :class:`~yolo_det.integrations.ultralytics.UltralyticsPlugin`'s callba
   (Ultralytics keeps that in a local variable that restarts at -1 on resume; while the resumed run's value
   differs, the accumulation target is adjusted for the one comparison it feeds, so the optimizer steps at
   the same iterations as in the uninterrupted run).
-- the checkpoint save (rank 0): the trainer seam's ``save_model`` runs a hook so that the resume state of the epoch is
-  written (atomically, the previous state kept as ``...prev.pt``) before the checkpoint is: at every moment
-  the folder holds a checkpoint and the state that matches it, whatever interrupts the run (an exception
-  from a user's ``on_model_save``, SIGTERM, SIGKILL). Ultralytics' own writes of ``last.pt`` and ``best.pt``
+- the checkpoint save (rank 0): the seam's ``save_model`` writes the epoch's resume state (atomically, the previous
+  one kept as ``...prev.pt``) before the checkpoint: at every moment the folder holds a checkpoint and the state
+  that matches it, whatever interrupts the run (a user's ``on_model_save`` raising, SIGTERM, SIGKILL). Ultralytics' own writes of ``last.pt`` and ``best.pt``
   are made atomic while it saves (a full disk half way leaves the previous checkpoint, not a file cut short;
   fault point ``weights-file-writing``). Once the checkpoint is written the previous state is removed, and the
   record is updated (``epochs_completed``).
