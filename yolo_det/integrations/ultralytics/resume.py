@@ -13,10 +13,10 @@ Driven by :class:`~yolo_det.integrations.ultralytics.UltralyticsPlugin`'s callba
   the same iterations as in the uninterrupted run).
 - the checkpoint save (rank 0): the seam's ``save_model`` writes the epoch's resume state (atomically, the previous
   one kept as ``...prev.pt``) before the checkpoint: at every moment the folder holds a checkpoint and the state
-  that matches it, whatever interrupts the run (a user's ``on_model_save`` raising, SIGTERM, SIGKILL). Ultralytics' own writes of ``last.pt`` and ``best.pt``
-  are made atomic while it saves (a full disk half way leaves the previous checkpoint, not a file cut short;
-  fault point ``weights-file-writing``). Once the checkpoint is written the previous state is removed, and the
-  record is updated (``epochs_completed``).
+  that matches it, whatever interrupts the run (a user's ``on_model_save`` raising, SIGTERM, SIGKILL).
+  Ultralytics' own writes of ``last.pt`` and ``best.pt`` are made atomic (a full disk half way leaves the previous
+  checkpoint, not a file cut short; fault point ``weights-file-writing``). Once the checkpoint is written the
+  previous state is removed, and the record is updated (``epochs_completed``).
 - ``on_train_end`` (rank 0): the run completed, nothing is left to resume: :meth:`UltralyticsResume.discard_states`
   removes every rank's state, so a finished run keeps none.
 - ``on_fit_epoch_end``: ranks > 0 (which write no checkpoint) write their state
