@@ -40,7 +40,7 @@ lint: install-test
 	$(PY) -m mypy yolo_det yolo_det_zoo
 
 test: lint
-	YOLO_DET_REQUIRE_YOLOV5=1 $(PY) -m pytest $(PYTEST_ARGS)
+	YOLO_DET_REQUIRE_YOLOV5=1 $(PY) -m pytest $(PYTEST_ARGS) --durations=25
 
 # The numerics-sensitive tests (export parity, deploy checks, batch invariance, layer equivalence, detections) on a simulated
 # other machine: 3 cores and the AVX2 branch (tests/simulated_machine.py); .ci/run runs it after `make test`.
@@ -61,7 +61,7 @@ test-compat: install-test
 
 # The fast lane: every test but those marked slow (they train a model or take more than ~2 s).
 test-fast: install-test
-	$(PY) -m pytest $(PYTEST_ARGS) -m "not slow"
+	$(PY) -m pytest $(PYTEST_ARGS) -m "not slow" --durations=15
 
 bench: install-test
 	$(PY) bench/bench_plugin.py
