@@ -23,8 +23,8 @@ kept when they were measured with the same data set and arguments (an arm record
 can be measured on one commit and another arm later. ``--label ARM=NAME`` stores an arm's runs under another name
 (an ablation measured on an older commit, for example). Prints a markdown table.
 
-Usage: python bench/bench_accuracy.py [--seeds 5] [--epochs 30] [--arms plain,repro,...] [--jobs 2] [--data DIR]
-       [--out bench/results/accuracy.json] [--label repro=repro-batch-partners]
+Usage: python bench/bench_accuracy.py [--seeds 5] [--epochs 20] [--close-mosaic 5] [--arms plain,repro,...] [--jobs 2]
+       [--data DIR] [--out bench/results/accuracy.json] [--label repro=repro-batch-partners]
 """
 
 from __future__ import annotations
@@ -232,7 +232,9 @@ def final_metrics(results_csv: str | os.PathLike[str]) -> dict[str, float]:
     }
 
 
-def train_args(data: Path, epochs: int, imgsz: int, batch: int, seed: int, project: Path, name: str) -> dict[str, Any]:
+def train_args(
+    data: Path, epochs: int, imgsz: int, batch: int, close_mosaic: int, seed: int, project: Path, name: str
+) -> dict[str, Any]:
     """The arguments every arm trains with."""
     return {
         "model": "yolov8n.yaml",
@@ -240,6 +242,7 @@ def train_args(data: Path, epochs: int, imgsz: int, batch: int, seed: int, proje
         "epochs": epochs,
         "imgsz": imgsz,
         "batch": batch,
+        "close_mosaic": close_mosaic,
         "seed": seed,
         "workers": 0,
         "device": "cpu",
@@ -338,7 +341,8 @@ def _write(path: Path, setup: dict[str, Any], arms: dict[str, dict[str, Any]], s
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 per arm")
-    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--close-mosaic", type=int, default=5, help="Ultralytics' close_mosaic (its default: 10)")
     parser.add_argument("--imgsz", type=int, default=128)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated: " + ", ".join(ARMS))
@@ -375,7 +379,9 @@ def main(argv: list[str] | None = None) -> int:
         "classes": list(CLASSES),
         "args": {
             k: v
-            for k, v in train_args(Path("DATA"), args.epochs, args.imgsz, args.batch, 0, Path("."), "").items()
+            for k, v in train_args(
+                Path("DATA"), args.epochs, args.imgsz, args.batch, args.close_mosaic, 0, Path("."), ""
+            ).items()
             if k not in ("data", "seed", "project", "name")
         },
         "threads": 1,
@@ -405,14 +411,16 @@ def _measure(args: argparse.Namespace, setup: dict[str, Any], arms: dict[str, di
     with tempfile.TemporaryDirectory() as tmp:
         project = Path(tmp)
         data = make_dataset(args.data or project / "data", seed=args.data_seed, imgsz=args.imgsz)
-        jobs = [(arm, seed) for seed in range(args.seeds) for arm in args.arms]
+        jobs = [(arm, seed) for arm in args.arms for seed in range(args.seeds)]
         with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
             futures = {
                 pool.submit(
                     _run,
                     arm,
                     seed,
-                    train_args(data, args.epochs, args.imgsz, args.batch, seed, project, f"{arm}-s{seed}"),
+                    train_args(
+                        data, args.epochs, args.imgsz, args.batch, args.close_mosaic, seed, project, f"{arm}-s{seed}"
+                    ),
                     project,
                 ): arm
                 for arm, seed in jobs
