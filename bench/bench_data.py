@@ -17,8 +17,9 @@ Two datasets:
 - ``demo``: the bundled demo (48 images); every image fits in a worker's mosaic buffer;
 - ``large``: 192 synthetic 160x160 images at imgsz 160, batch 4: a worker's buffer holds 32 of them, more
   than a batch but far fewer than the dataset. Ultralytics draws mosaic partners from that buffer (already
-  decoded); the invariant loader draws them from the batch, decoding each image of the batch once. Measured
-  again with ``cache=ram``, where every image is decoded before training and only the reseeding is left.
+  decoded); the invariant loader draws them uniformly over the dataset (Ultralytics' rule without the buffer),
+  so most partners are decoded again. Measured again with ``cache=ram``, where every image is decoded before
+  training and only the reseeding is left.
 """
 
 from __future__ import annotations

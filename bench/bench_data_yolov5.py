@@ -60,7 +60,7 @@ def _images_per_second(images_dir: str, workers: int, invariant: bool) -> tuple[
     hyp_file = Path(next(iter(yolov5.__path__))) / "data" / "hyps" / "hyp.scratch-low.yaml"
     hyp = {**yaml.safe_load(hyp_file.read_text(encoding="utf-8")), "mosaic": 1.0, "mixup": 0.5}
     loader, _ = create_dataloader(images_dir, 160, 4, 32, hyp=hyp, augment=True, workers=workers, shuffle=True, seed=0)
-    token = make_invariant(loader, 0, batch_cache=False) if invariant else None
+    token = make_invariant(loader, 0) if invariant else None
     images, wall, cpu = 0, 0.0, 0.0
     try:
         for epoch in range(4):

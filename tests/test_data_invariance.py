@@ -340,60 +340,65 @@ def test_training_gives_the_same_weights_for_0_and_2_workers(tmp_path: Path, dem
     assert train(2, 1)["weights"]["sha256"] != b["weights"]["sha256"]  # the second epoch changed the weights
 
 
-def test_mix_partners_come_from_the_batch_and_each_image_is_decoded_once(
+def _partners(dataset: Any, keys: list[tuple[int, int]], monkeypatch: pytest.MonkeyPatch) -> dict[int, list[int]]:
+    """The mix partners each sample of one batch drew (mosaic tiles and mixup partner, in order), by index."""
+    mosaic, mixup = dataset.transforms.transforms[0].transforms[0], dataset.transforms.transforms[1]
+    drawn: dict[int, list[int]] = {}
+    current: list[int] = []
+    own_item = type(dataset).__getitem__
+
+    def item(self: Any, index: int) -> Any:
+        current[:] = [int(index)]
+        drawn.setdefault(int(index), [])
+        return own_item(self, index)
+
+    def spy(cls: type) -> None:
+        own = cls.get_indexes
+
+        def get_indexes(self: Any) -> Any:
+            got = own(self)
+            drawn[current[0]].extend(got if isinstance(got, list) else [got])
+            return got
+
+        monkeypatch.setattr(cls, "get_indexes", get_indexes)
+
+    monkeypatch.setattr(type(dataset), "__getitem__", item)
+    spy(type(mosaic))
+    spy(type(mixup))
+    try:
+        dataset.__getitems__(keys)
+    finally:
+        monkeypatch.undo()
+    return drawn
+
+
+def test_mix_partners_are_drawn_over_the_whole_dataset_by_the_sample_s_key(
     demo_yaml: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dataset = _dataset(demo_yaml)
-    loads: list[int] = []
-    own_load = type(dataset).load_image
-
-    def counting_load(self: Any, i: int, *args: Any, **kwargs: Any) -> Any:
-        loads.append(int(i))
-        return own_load(self, i, *args, **kwargs)
-
-    drawn: list[tuple[int | None, Any]] = []
-    own_draw = inv._BatchPartners.__call__
-
-    def spying_draw(self: Any) -> Any:
-        got = own_draw(self)
-        drawn.append((self.items.current, got))
-        return got
-
-    monkeypatch.setattr(type(dataset), "load_image", counting_load)
-    monkeypatch.setattr(inv._BatchPartners, "__call__", spying_draw)
+    mosaic, mixup = dataset.transforms.transforms[0].transforms[0], dataset.transforms.transforms[1]
+    assert mosaic.buffer_enabled  # Ultralytics' own rule: partners from the worker's recent images
     loader = _plain_loader(dataset, 0, False)
     token = inv.make_invariant(loader, SEED)
     try:
+        assert not mosaic.buffer_enabled  # Ultralytics' rule without the buffer: uniform over the dataset
+        assert "get_indexes" not in vars(mosaic)  # its own rule, unchanged
+        assert "get_indexes" not in vars(mixup)
         batch = [0, 5, 9, 13, 20, 33, 41, 47]
-        assert len(dataset.__getitems__([(1, i) for i in batch])) == len(batch)
-        assert sorted(loads) == batch  # every image of the batch decoded once, nothing outside it
-        partners = [p for _, got in drawn for p in (got if isinstance(got, list) else [got])]
-        assert len(partners) >= 3 * len(batch)  # mosaic (and mixup) did draw partners
-        assert all(
-            p in batch and p != current for current, got in drawn for p in (got if isinstance(got, list) else [got])
-        )
-        # a batch with fewer than MIN_BATCH_PARTNERS others draws over the dataset, still decoding each image once
-        loads.clear()
-        tiny = [3, 4]
-        assert len(dataset.__getitems__([(1, i) for i in tiny])) == len(tiny)
-        assert set(tiny) <= set(loads)
-        assert len(loads) == len(set(loads))
-        assert set(loads) - set(tiny)
+        drawn = _partners(dataset, [(1, i) for i in batch], monkeypatch)
+        assert sum(len(p) for p in drawn.values()) >= 3 * len(batch)  # mosaic (and mixup) did draw partners
+        assert set().union(*drawn.values()) - set(batch)  # partners come from outside the sample's batch
+        # a sample draws the same partners in any batch: they depend on (seed, epoch, index) only
+        alone = _partners(dataset, [(1, 13)], monkeypatch)
+        elsewhere = _partners(dataset, [(1, 2), (1, 13), (1, 30)], monkeypatch)
+        assert alone[13] == elsewhere[13] == drawn[13]
+        assert _partners(dataset, [(2, 13)], monkeypatch)[13] != drawn[13]  # another epoch, other partners
+        # over a few epochs every image of the dataset is somebody's partner
+        seen: set[int] = set()
+        for epoch in range(3):
+            seen |= set().union(*_partners(dataset, [(epoch, i) for i in range(len(dataset))], monkeypatch).values())
+        assert seen == set(range(len(dataset)))
     finally:
         inv.restore(token)
-    assert "load_image" not in vars(dataset)
-    assert all(
-        "get_indexes" not in vars(t)
-        for t in (dataset.transforms.transforms[0].transforms[0], dataset.transforms.transforms[1])
-    )
-    # a loader whose last batch is tiny (48 images in batches of 5: the last holds 3) is worker-invariant too
-    monkeypatch.undo()
-
-    def five(workers: int) -> list[str]:
-        monkeypatch.setattr(os, "cpu_count", lambda: 8)
-        from ultralytics.data import build_dataloader
-
-        loader = build_dataloader(_dataset(demo_yaml), batch=5, workers=workers, shuffle=True, device="cpu")
-        return _stream(loader, invariant=True, epochs=1)
-
-    assert five(0) == five(2)
+    assert mosaic.buffer_enabled  # given back as it was
+    assert "__getitems__" not in vars(dataset)

@@ -140,7 +140,7 @@ dataset = LoadImagesAndLabels(images, 64, 2, augment=True, hyp=hyp, stride=32, p
 sampler = torch.utils.data.distributed.DistributedSampler(dataset, shuffle=True)  # rank and world from gloo
 loader = InfiniteDataLoader(dataset, batch_size=2, sampler=sampler, num_workers=rank,
                             collate_fn=LoadImagesAndLabels.collate_fn, generator=torch.Generator())
-token = inv.make_invariant(loader, SEED, rank=rank, batch_cache=False)
+token = inv.make_invariant(loader, SEED, rank=rank)
 steps = [SAMPLES(b) for _ in range(2) for b in loader]
 dist.barrier()
 dist.destroy_process_group()
@@ -174,7 +174,7 @@ def test_two_gloo_ranks_train_each_global_step_on_one_process_samples(
     from helpers import subprocess_env
 
     one = _loader(images, hyp, 0, monkeypatch)  # 1 process at the global batch (4): the reference
-    token = inv.make_invariant(one, SEED, batch_cache=False)
+    token = inv.make_invariant(one, SEED)
     try:
         reference = [_samples(b) for _ in range(2) for b in one]
     finally:

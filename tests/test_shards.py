@@ -135,25 +135,44 @@ def test_a_sharded_loader_yields_the_rank_s_shards_with_keyed_draws_and_is_resto
     assert len({tuple(v[1] for shard in step for v in shard) for step in seen[1]}) == 3
 
 
-def test_mix_partners_come_from_the_sample_s_own_shard() -> None:
-    items = _data._KeyedItems(_Numbers(8), 0)
-    items.parts = 2
-    pools: list[list[int] | None] = []
-    dataset = items.dataset
-    original = type(dataset).__getitem__
+def _pixels_by_sample(world: int, shards: int | None) -> dict[str, bytes]:
+    """Each sample's image (mosaic and mixup on) in one epoch of Ultralytics' demo data, by file: under ``shards``
+    on ``world`` ranks (every rank's loader), or from a loader made invariant without shards."""
+    from ultralytics.cfg import get_cfg
+    from ultralytics.data import build_yolo_dataset
+    from ultralytics.data.utils import check_det_dataset
+    from ultralytics.utils import DEFAULT_CFG
 
-    def spy(self: Any, index: int) -> Any:
-        pools.append(items.partners())
-        return original(self, index)
+    from yolo_det.tools.demo import demo_data_yaml
 
-    type(dataset).__getitem__ = spy  # type: ignore[method-assign]
-    try:
-        items._walked = id(None)
-        items([(0, i) for i in range(8)])
-    finally:
-        type(dataset).__getitem__ = original  # type: ignore[method-assign]
-    assert pools[0] == [1, 2, 3]
-    assert pools[5] == [4, 6, 7]
+    cfg = get_cfg(DEFAULT_CFG, {"imgsz": 64, "mosaic": 1.0, "mixup": 0.5, "fliplr": 0.5})
+    data = check_det_dataset(str(demo_data_yaml()))
+    dataset = build_yolo_dataset(cfg, data["train"], 8, data, mode="train", stride=32)
+    out: dict[str, bytes] = {}
+    for rank in range(world):
+        loader = DataLoader(
+            dataset, batch_size=8 // world, shuffle=True, collate_fn=dataset.collate_fn, generator=torch.Generator()
+        )
+        if shards is None:
+            token: Any = _data.make_invariant(loader, 7)
+            batches = list(loader)
+            _data.restore(token)
+        else:
+            token = make_sharded(loader, 7, ShardLayout.checked(shards, world, rank, 8))
+            batches = [shard for b in loader for shard in b.shards]
+            restore_sharded(token)
+        for b in batches:
+            for file, img in zip(b["im_file"], b["img"]):
+                out[file] = img.numpy().tobytes()
+    return out
+
+
+def test_a_sample_s_pixels_mix_partners_included_are_the_same_for_any_number_of_ranks_and_shards() -> None:
+    alone = _pixels_by_sample(1, None)
+    assert len(alone) == 48  # every demo image once
+    assert _pixels_by_sample(1, 2) == alone
+    assert _pixels_by_sample(2, 4) == alone
+    assert _pixels_by_sample(2, 2) == alone
 
 
 # -- the step --------------------------------------------------------------------------------------------------

@@ -71,6 +71,9 @@ INTERNALS: dict[str, tuple[str, str | None]] = {
     "get_save_dir": ("ultralytics.cfg", "get_save_dir"),
     "check_yaml": ("ultralytics.utils.checks", "check_yaml"),
     "DATASETS_DIR": ("ultralytics.utils", "DATASETS_DIR"),
+    # datasets: the image suffixes a split lists and where each image's label file is (the label pre-check)
+    "IMG_FORMATS": ("ultralytics.data.utils", "IMG_FORMATS"),
+    "img2label_paths": ("ultralytics.data.utils", "img2label_paths"),
     "USER_CONFIG_DIR": ("ultralytics.utils", "USER_CONFIG_DIR"),
     "LOGGER": ("ultralytics.utils", "LOGGER"),
     # the global rank Ultralytics read from RANK at import (-1 outside a distributed run)

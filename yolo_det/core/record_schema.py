@@ -222,7 +222,7 @@ FIELDS: tuple[Field, ...] = (
         "The dataset fingerprint.",
         fields=(
             Field("sha256", (_S,), "Digest of the whole fingerprint."),
-            Field("splits", (_O,), "Per split: the image list, image bytes and labels digests."),
+            Field("splits", (_O,), "Per split: the digests, and the images, labels, instances, backgrounds used."),
             Field("version", (_I,), "The fingerprint's version."),
         ),
     ),

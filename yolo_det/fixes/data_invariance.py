@@ -1,6 +1,7 @@
 """Worker-invariant data: every random draw of a training sample is keyed by (seed, epoch, sample index).
 
-Length: one mechanism: the sampler, the keyed items and the batch partners change one loader and are undone together.
+Length: one mechanism: the sampler, the keyed items and the mix transforms' buffer change one loader and are undone
+together.
 
 A data loader feeds the same batches whatever its worker count when nothing a sample's augmentation draws
 depends on which worker built it or what that worker built before. :func:`make_invariant` makes that so for
@@ -18,20 +19,18 @@ a map-style loader with a batch sampler (Ultralytics' ``build_dataloader``, a pl
   (:func:`sample_seeds`) and calls the dataset's own ``__getitem__``. In the training process
   (``workers=0``) the three generators are put back after every batch, so the training's random streams
   are those a loader running in workers would leave.
-- **Mix partners come from the same batch.** Ultralytics draws mosaic partners from each worker's ``buffer``
-  of recently loaded images, a history that depends on the worker count. A batch, though, is always built by
-  one worker, and which samples it holds is decided by the batch sampler, not by the worker count. Under
-  invariance the mix transforms (``Mosaic``, ``MixUp``, ``CutMix``, ``CopyPaste``) draw their partners with
-  the sample's keyed RNG from the *other* samples of its batch (:data:`MIN_BATCH_PARTNERS` of them at least;
-  a smaller batch draws them uniformly over the dataset instead), and each image is decoded once per batch
-  (a per-batch image cache, freed when the batch is built): a mosaic epoch decodes as many images as it has
-  samples, as an epoch without mosaic does (see docs/data.md).
+- **Mix partners are drawn over the whole dataset.** Ultralytics draws mosaic partners from each worker's
+  ``buffer`` of recently loaded images, a history that depends on the worker count. Under invariance the mix
+  transforms' buffer is switched off (``buffer_enabled``), so ``Mosaic``, ``MixUp``, ``CutMix`` and
+  ``CopyPaste`` draw their partners by Ultralytics' own rule without it: uniformly over the whole dataset (what
+  Ultralytics itself does with ``cache=ram``), from the sample's keyed RNG. A sample's partners then depend on
+  (seed, epoch, index) only: not on its batch, worker, rank or shard, and the augmentation has Ultralytics'
+  distribution (the same transforms with the same probabilities, partners from a pool as wide as the dataset).
 
 :func:`restore` undoes everything :func:`make_invariant` changed on the loader, its dataset and transforms.
 
 YOLOv5's ``LoadImagesAndLabels`` draws its mosaic and mixup partners uniformly over the dataset (python's
-``random``), never from a worker's history: keyed by the sample, those draws are worker-invariant as they are
-(``batch_cache=False`` leaves its ``load_image`` alone).
+``random``), never from a worker's history: keyed by the sample, those draws are worker-invariant as they are.
 """
 
 from __future__ import annotations
@@ -51,7 +50,6 @@ from ..core.errors import ConfigError
 from ..core.seeding import epoch_data_seed
 
 __all__ = [
-    "MIN_BATCH_PARTNERS",
     "MODE_KEYED",
     "MODE_WORKER",
     "BatchTap",
@@ -70,10 +68,6 @@ __all__ = [
 MODE_KEYED = "keyed"
 #: The mode of a loader left as the framework made it (draws depend on each worker's history).
 MODE_WORKER = "worker-stream"
-
-#: Fewest other samples a batch must hold for its samples to draw mix partners from it (a 2x2 mosaic's three);
-#: a sample of a smaller batch draws its partners uniformly over the dataset, still from its keyed RNG.
-MIN_BATCH_PARTNERS = 3
 
 _PERSON = b"yolo-det/data"  # keeps these seeds apart from every other use of the run's seed
 _MAX_WALK = 64  # transforms visited per dataset (Ultralytics nests a handful)
@@ -189,134 +183,47 @@ def _dealt(inner: Any) -> bool:
 
 
 class _KeyedItems:
-    """The dataset's ``__getitems__`` under invariance: each ``(epoch, index)`` reseeded from its key.
-
-    While a batch is built it also holds the batch's partner pool (its distinct indices) and its image cache.
-    """
+    """The dataset's ``__getitems__`` under invariance: each ``(epoch, index)`` reseeded from its key."""
 
     def __init__(self, dataset: Any, seed: int) -> None:
         self.dataset = dataset
         self.seed = int(seed)
         self.changed: dict[int, tuple[Any, bool]] = {}  # id -> (mix transform, its buffer_enabled before)
-        self.patched: dict[tuple[int, str], tuple[Any, str, bool, Any]] = {}  # -> (obj, attr, had it, value)
         self._walked: int | None = None
-        self.pool: list[int] | None = None  # the distinct indices of the batch under construction
-        self.current: int | None = None  # the index of the sample under construction
-        self.images: dict[Any, Any] | None = None  # the batch's decoded images
-        self.parts = 1  # a batch holds this many shards (fixes.shards): partners come from the sample's shard
 
     def __call__(self, keys: Iterable[Any]) -> list[Any]:
         dataset = self.dataset
         getitem = type(dataset).__getitem__
         transforms = getattr(dataset, "transforms", None)
         if id(transforms) != self._walked:  # Ultralytics rebuilds them (close_mosaic)
-            _batch_partners(transforms, self)
+            _buffer_off(transforms, self)
             self._walked = id(transforms)
-        keys = list(keys)
         # in a worker process the generators are the worker's own and reseeded per sample: nothing to keep
         saved = (
             None
             if get_worker_info() is not None
             else (random.getstate(), np.random.get_state(), torch.random.get_rng_state())
         )
-        size = len(keys) // self.parts if self.parts > 1 and len(keys) % self.parts == 0 else len(keys)
-        pools = [
-            list(dict.fromkeys(int(k[1]) for k in keys[j : j + size] if isinstance(k, tuple)))
-            for j in range(0, len(keys), max(size, 1))
-        ]
-        self.images = {}
         try:
             out = []
-            for position, key in enumerate(keys):
-                self.pool = pools[position // size]
+            for key in keys:
                 if isinstance(key, tuple):
                     epoch, index = key
                     _seed_sample(self.seed, epoch, index)
-                    self.current = int(index)
                     out.append(getitem(dataset, index))
                 else:  # an index from another loader: the dataset as it is
-                    self.current = None
                     out.append(getitem(dataset, key))
             return out
         finally:
-            self.pool = self.current = self.images = None
             if saved is not None:
                 random.setstate(saved[0])
                 np.random.set_state(saved[1])
                 torch.random.set_rng_state(saved[2])
 
-    def partners(self) -> list[int] | None:
-        """The indices the sample under construction may take mix partners from (None: the dataset's rule)."""
-        if self.pool is None or self.current is None:
-            return None
-        others = [i for i in self.pool if i != self.current]
-        return others if len(others) >= MIN_BATCH_PARTNERS else None
 
-
-class _BatchPartners:
-    """A mix transform's ``get_indexes`` under invariance: partners drawn from the batch (keyed RNG).
-
-    The transform's own rule (uniform over the dataset with its buffer off) gives the number of partners and is
-    the rule used outside a keyed batch, or in a batch with fewer than :data:`MIN_BATCH_PARTNERS` other samples.
-    """
-
-    def __init__(self, transform: Any, items: _KeyedItems, had: bool, before: Any) -> None:
-        self.transform = transform
-        self.items = items
-        self.had = had
-        self.before = before
-
-    def __call__(self) -> Any:
-        own = self.before() if self.had else type(self.transform).get_indexes(self.transform)
-        pool = self.items.partners()
-        if pool is None:
-            return own
-        if isinstance(own, (int, np.integer)):
-            return pool[random.randrange(len(pool))]
-        return [pool[random.randrange(len(pool))] for _ in own]
-
-
-class _BatchImages:
-    """The dataset's ``load_image`` under invariance: each image is decoded once per batch."""
-
-    def __init__(self, items: _KeyedItems, had: bool, before: Any) -> None:
-        self.items = items
-        self.had = had
-        self.before = before
-
-    def __call__(self, i: int, *args: Any, **kwargs: Any) -> Any:
-        dataset = self.items.dataset
-        images = self.items.images
-        if images is None:
-            return (
-                self.before(i, *args, **kwargs) if self.had else type(dataset).load_image(dataset, i, *args, **kwargs)
-            )
-        key = (int(i), args, tuple(sorted(kwargs.items())))
-        if key not in images:
-            images[key] = (
-                self.before(i, *args, **kwargs) if self.had else type(dataset).load_image(dataset, i, *args, **kwargs)
-            )
-        return images[key]
-
-
-def _patch(items: _KeyedItems, obj: Any, attr: str, make: Any) -> None:
-    """Set ``obj.attr`` to ``make(had, before)`` once, remembering what it was for :func:`restore`."""
-    slot = (id(obj), attr)
-    if slot in items.patched:
-        return
-    own = vars(obj) if hasattr(obj, "__dict__") else {}
-    had, before = attr in own, own.get(attr)
-    items.patched[slot] = (obj, attr, had, before)
-    setattr(obj, attr, make(had, before))
-
-
-def _batch_partners(root: Any, items: _KeyedItems) -> None:
-    """Make every mix transform under ``root`` draw its partners from the batch (keyed RNG).
-
-    A mix transform is one with a ``dataset`` and a ``get_indexes`` (Ultralytics' ``BaseMixTransform``); the
-    mosaic buffer is switched off, so the transform's own rule, where it is still used, is uniform over the
-    dataset and never depends on what the worker loaded before.
-    """
+def _buffer_off(root: Any, items: _KeyedItems) -> None:
+    """Switch off the buffer of every mix transform under ``root``: its ``get_indexes`` then draws uniformly over
+    the dataset (Ultralytics' rule without the buffer), never from what the worker loaded before."""
     stack: list[Any] = [root]
     seen: set[int] = set()
     while stack and len(seen) < _MAX_WALK:
@@ -327,8 +234,6 @@ def _batch_partners(root: Any, items: _KeyedItems) -> None:
         if isinstance(getattr(obj, "buffer_enabled", None), bool) and obj.buffer_enabled:
             items.changed.setdefault(id(obj), (obj, True))
             obj.buffer_enabled = False
-        if callable(getattr(obj, "get_indexes", None)) and getattr(obj, "dataset", None) is not None:
-            _patch(items, obj, "get_indexes", lambda had, before, obj=obj: _BatchPartners(obj, items, had, before))
         inner = getattr(obj, "transforms", None)
         if isinstance(inner, (list, tuple)):
             stack.extend(inner)
@@ -424,9 +329,7 @@ def _drop_iterator(loader: Any) -> None:
         loader._iterator = None
 
 
-def make_invariant(
-    loader: Any, seed: int, *, rank: int = 0, epoch: int = 0, batch_cache: bool = True
-) -> InvarianceToken:
+def make_invariant(loader: Any, seed: int, *, rank: int = 0, epoch: int = 0) -> InvarianceToken:
     """Make ``loader``'s batches independent of its worker count (see the module docstring).
 
     Call it before iterating (a live iterator is stopped: its workers hold the old dataset; YOLOv5's
@@ -439,9 +342,6 @@ def make_invariant(
         seed: The run's seed.
         rank: The process rank (only the shuffle order of a rank depends on it, never the augmentation).
         epoch: The epoch of the next pass.
-        batch_cache: Decode each image once per batch (a per-batch cache of the dataset's ``load_image``). Off
-            for a dataset that draws its mix partners over the whole dataset (YOLOv5's), where few partners
-            fall in the sample's batch and the cache would only hold memory.
 
     Returns:
         A token for :func:`restore`.
@@ -478,9 +378,7 @@ def make_invariant(
     else:
         setattr(holder, attr, keyed)
     dataset.__getitems__ = items
-    if batch_cache and callable(getattr(dataset, "load_image", None)):
-        _patch(items, dataset, "load_image", lambda had, before: _BatchImages(items, had, before))
-    _batch_partners(getattr(dataset, "transforms", None), items)
+    _buffer_off(getattr(dataset, "transforms", None), items)
     items._walked = id(getattr(dataset, "transforms", None))
     return InvarianceToken(loader, holder, attr, original, items, had, before)
 
@@ -500,8 +398,7 @@ def set_epoch(loader: Any, epoch: int) -> bool:
 
 
 def restore(token: InvarianceToken) -> None:
-    """Undo :func:`make_invariant`: the batch sampler, the dataset's ``__getitems__`` and ``load_image``, the mix
-    transforms."""
+    """Undo :func:`make_invariant`: the batch sampler, the dataset's ``__getitems__``, the mix transforms' buffer."""
     if token.restored:
         return
     token.restored = True
@@ -518,12 +415,6 @@ def restore(token: InvarianceToken) -> None:
     for obj, value in token.items.changed.values():
         obj.buffer_enabled = value
     token.items.changed.clear()
-    for obj, attr, had, before in token.items.patched.values():
-        if had:
-            setattr(obj, attr, before)
-        else:
-            vars(obj).pop(attr, None)
-    token.items.patched.clear()
 
 
 def _feed(h: Any, value: Any, name: str) -> None:

@@ -12,8 +12,8 @@ instead, whatever ``W`` divides ``K`` (1 included, with no launcher at all):
   (the order a single process shuffles, :class:`ShardedBatchSampler`), and cuts them into ``K`` shards of
   ``batch / K`` samples by position. The last, shorter step is padded to a multiple of ``K`` with the order's
   first samples (as ``DistributedSampler`` pads). Rank ``r`` loads shards ``r K/W .. (r+1) K/W - 1``;
-  every augmentation draw is keyed by (seed, epoch, sample index) and mix partners come from the sample's own
-  shard, so a shard's images are the same on any rank. :class:`ShardCollate` collates each shard on its own
+  every augmentation draw is keyed by (seed, epoch, sample index), mix partners included (drawn over the whole
+  dataset), so a shard's images are the same on any rank. :class:`ShardCollate` collates each shard on its own
   into a :class:`ShardedBatch`.
 - **Step.** :class:`ShardedStep` wraps the model. For each of its shards it runs forward (BatchNorm over the
   shard's images; dropout and other random layers from a generator keyed by (seed, epoch, step, shard)), the
@@ -223,7 +223,7 @@ class ShardToken:
 
 def make_sharded(loader: Any, seed: int, layout: ShardLayout, *, epoch: int = 0) -> ShardToken:
     """Make ``loader`` yield this rank's shards of every step (worker-invariant data, see
-    :func:`~yolo_det.fixes.data_invariance.make_invariant`, with mix partners drawn from the sample's shard).
+    :func:`~yolo_det.fixes.data_invariance.make_invariant`).
 
     Raises:
         ConfigError: The loader cannot be made invariant (see ``make_invariant``).
@@ -245,7 +245,6 @@ def make_sharded(loader: Any, seed: int, layout: ShardLayout, *, epoch: int = 0)
         object.__setattr__(token.loader, token.attr, sharded)
     else:
         setattr(token.holder, token.attr, sharded)
-    token.items.parts = layout.per_rank
     _data.set_epoch(loader, epoch)  # drops an iterator made in between
     return ShardToken(token, loader, before)
 
@@ -255,7 +254,6 @@ def restore_sharded(token: ShardToken) -> None:
     if token.restored:
         return
     token.restored = True
-    token.invariance.items.parts = 1
     _data.restore(token.invariance)
     token.loader.collate_fn = token.collate
 

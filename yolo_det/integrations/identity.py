@@ -4,7 +4,8 @@
 step (``on_pretrain_routine_end``), and goes into ``determinism.json`` as three entries:
 
 - ``data``: the dataset fingerprint of :mod:`yolo_det.core.datafp` over the datasets the trainer built
-  (``train`` and the validation split);
+  (``train`` and the validation split), with each split's counts of what it trains on: ``images``, ``labels``
+  (label files), ``instances`` (label rows) and ``backgrounds`` (images without any);
 - ``model``: ``source`` (the ``model=`` argument), ``kind`` (``yaml``, ``checkpoint`` or ``other``),
   ``yaml_sha256`` (SHA-256 of the model YAML's text, for a YAML start), ``architecture_sha256`` (SHA-256 of
   the model's parsed architecture dict as canonical JSON, any start) and ``start_weights_sha256`` (the
@@ -86,23 +87,39 @@ def _split_spec(dataset: Any) -> dict[str, Any] | None:
     return None
 
 
+def _label_counts(dataset: Any) -> dict[str, int]:
+    """``{"instances", "backgrounds"}``: the label rows a dataset trains on and its images without any."""
+    labels = getattr(dataset, "labels", None)
+    if not isinstance(labels, (list, tuple)) or not all(isinstance(x, Mapping) and "cls" in x for x in labels):
+        return {}
+    rows = [len(x["cls"]) for x in labels]
+    return {"instances": int(sum(rows)), "backgrounds": sum(1 for n in rows if n == 0)}
+
+
 def trainer_data_fingerprint(trainer: Any) -> dict[str, Any]:
-    """The dataset fingerprint of an Ultralytics trainer's training and validation datasets."""
+    """The dataset fingerprint of an Ultralytics trainer's training and validation datasets, with the label rows
+    each split trains on (``instances``) and its images without any (``backgrounds``)."""
     data = getattr(trainer, "data", None) or {}
     splits: dict[str, Any] = {}
+    counts: dict[str, dict[str, int]] = {}
     val_split = str(getattr(getattr(trainer, "args", None), "split", None) or "val")
     for name, loader in (
         ("train", getattr(trainer, "train_loader", None)),
         (val_split, getattr(trainer, "test_loader", None)),
     ):
-        spec = _split_spec(getattr(loader, "dataset", None))
+        dataset = getattr(loader, "dataset", None)
+        spec = _split_spec(dataset)
         if spec is not None:
             splits[name] = spec
+            counts[name] = _label_counts(dataset)
     if not splits:
         return {"error": "the trainer's datasets list no image files"}
     root = data.get("path") if isinstance(data, Mapping) else None
     names = data.get("names") if isinstance(data, Mapping) else None
-    return dataset_fingerprint(splits, root=root, names=names)
+    out = dataset_fingerprint(splits, root=root, names=names)
+    for name, extra in counts.items():
+        out["splits"][name].update(extra)
+    return out
 
 
 #: The arguments Ultralytics' trainer changes itself, and why (it says nothing of it).

@@ -231,7 +231,7 @@ class DataInvariance(Extension):
     """``data_invariance: true``: a loader handed over (``what="loader"``) draws every augmentation of a
     sample from RNGs keyed by (the run's seed, epoch, sample index), whatever its worker count
     (:func:`yolo_det.fixes.data_invariance.make_invariant`). Options ``epoch``: the epoch of its next pass
-    (a resumed run's); ``batch_cache``: see ``make_invariant``. Undo gives the loader back as it was handed over.
+    (a resumed run's). Undo gives the loader back as it was handed over.
     """
 
     name = "data"
@@ -258,7 +258,6 @@ class DataInvariance(Extension):
             int(ctx.session.seeds()["seed"]),
             rank=max(int(ctx.session.rank), 0),
             epoch=int(options.get("epoch", 0)),
-            batch_cache=bool(options.get("batch_cache", True)),
         )
 
     def undo(self, token: Any) -> None:

@@ -4,8 +4,9 @@ Attaching registers the plugin's callbacks on the model and guards its ``train``
 ``export`` (instance attributes that shadow the class's methods). Each guarded call passes the one gate for
 path-valued arguments (:func:`yolo_det.analysis.gate.check_arguments`) and loads under the allow-list, then
 runs under a run of the plugin that restores the process state afterwards, also when the call raises.
-``train`` also takes the stop signals, resumes into the checkpoint's folder and locks a run folder whose name
-is fixed; a streaming ``predict`` and ``export`` go through :mod:`.deploy`.
+``train`` also checks the labels it will read (:func:`yolo_det.analysis.datacheck.check_training_data`),
+takes the stop signals, resumes into the checkpoint's folder and locks a run folder whose name is fixed; a
+streaming ``predict`` and ``export`` go through :mod:`.deploy`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import torch
 
+from ...analysis.datacheck import check_training_data
 from ...core.errors import YoloDetError
 from ...core.profiles import Profile, load_profile
 from ...core.signals import stop_signals
@@ -99,6 +101,7 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
             kwargs = resume_into_its_folder(owner, kwargs)
             plugin.asked = dict(kwargs)
             asked = {**getattr(owner, "overrides", {}), **kwargs}
+            check_training_data(asked, task=getattr(owner, "task", None))  # before anything is written
             if launched_externally(None, asked) is not None or restarted_alone(None, asked):
                 kwargs = {**kwargs, "trainer": launcher_trainer(kwargs.get("trainer") or default_base(owner))}
             with stop_signals(), plugin.guard(), terminate_via_launcher():

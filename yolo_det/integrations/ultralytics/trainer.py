@@ -1,10 +1,11 @@
 """The second way in: :func:`trainer_class`, a trainer class that trains under a profile.
 
 ``model.train(trainer=yolo_det.trainer_class("repro"))``: the class extends the trainer of the model's task
-(:func:`_task_trainer`; any ``BaseTrainer`` subclass can be the base instead). Its constructor begins the
-plugin's run before Ultralytics' ``init_seeds`` (the baseline snapshot), locks a run folder whose name is
-fixed, resumes into the checkpoint's folder and registers the plugin's callbacks; its ``train`` takes the stop
-signals and restores the state afterwards, also when training raises.
+(:func:`_task_trainer`; any ``BaseTrainer`` subclass can be the base instead). Its constructor checks the labels
+the run will read (:func:`yolo_det.analysis.datacheck.check_training_data`), begins the plugin's run before
+Ultralytics' ``init_seeds`` (the baseline snapshot), locks a run folder whose name is fixed, resumes into the
+checkpoint's folder and registers the plugin's callbacks; its ``train`` takes the stop signals and restores the
+state afterwards, also when training raises.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import inspect
 from pathlib import Path
 from typing import Any
 
+from ...analysis.datacheck import check_training_data
 from ...core.compat import TASK_TRAINERS
 from ...core.compat import task_trainer as compat_task_trainer
 from ...core.errors import YoloDetError
@@ -70,6 +72,8 @@ def _with_profile(base: Any, resolved: Profile, record: bool) -> type:
         from ...core.compat import DEFAULT_CFG
         from ...core.compat import callbacks as ul_callbacks
 
+        given = {**(cfg if isinstance(cfg, dict) else {}), **(overrides or {})}
+        check_training_data(given, task=_trainer_task(cfg, overrides))  # before anything is written
         plugin = UltralyticsPlugin(type(self).yolo_det_profile, record=type(self).yolo_det_record)
         self.yolo_det = plugin
         plugin.begin_run(owner="trainer-class")  # baseline before init_seeds touches anything

@@ -104,7 +104,7 @@ class YOLOv5Data:
             return
         if self.loader is None:
             self.loader, self.first_epoch = loader, int(epoch)
-            self.session.hand_over("loader", loader, epoch=int(epoch), batch_cache=False)
+            self.session.hand_over("loader", loader, epoch=int(epoch))
             self.mode = _data.data_mode(loader)
         realign_loader(loader, self.seed, self.rank, int(epoch))
         iterator = getattr(loader, "iterator", None)
