@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -136,3 +137,34 @@ def test_unknown_arm_and_bad_label_are_refused(capsys):
     with pytest.raises(SystemExit) as err:
         acc.main(["--arms", "repro", "--label", "plain=x"])
     assert err.value.code == 2
+
+
+def test_arms_of_another_call_are_kept_only_with_the_same_setup(tmp_path, monkeypatch, capsys):
+    """The JSON gathers arms over calls (the bookkeeping; training itself is replaced by given numbers)."""
+    values = {"plain": [0.5, 0.6], "repro": [0.55, 0.45], "portable": [0.4, 0.5]}
+
+    def fake_run(arm, seed, kwargs, project):
+        assert kwargs["seed"] == seed
+        assert Path(kwargs["data"]).is_file()
+        return {"seed": seed, "epochs": 3, "map50": values[arm][seed], "map50_95": values[arm][seed] / 2, "seconds": 1}
+
+    monkeypatch.setattr(acc, "_run", fake_run)
+    out = tmp_path / "acc.json"
+    common = ["--seeds", "2", "--epochs", "3", "--out", str(out)]
+    assert acc.main(["--arms", "plain,repro", "--label", "repro=repro-old", *common]) == 0
+    first = json.loads(out.read_text())
+    assert set(first["arms"]) == {"plain", "repro-old"}
+    assert first["arms"]["repro-old"]["arm"] == "repro"
+    assert [r["map50"] for r in first["arms"]["repro-old"]["runs"]] == [0.55, 0.45]
+
+    assert acc.main(["--arms", "portable", *common]) == 0
+    second = json.loads(out.read_text())
+    assert set(second["arms"]) == {"plain", "repro-old", "portable"}
+    assert second["arms"]["plain"] == first["arms"]["plain"]
+    assert second["summary"]["portable"]["ratio_to_plain"]["mean"] == pytest.approx(0.45 / 0.55)
+    assert "| portable | 2 |" in second["table"]
+    assert "| portable | 2 |" in capsys.readouterr().out
+
+    # other arguments: the earlier arms were measured otherwise and are not kept
+    assert acc.main(["--arms", "portable", "--seeds", "2", "--epochs", "4", "--out", str(out)]) == 0
+    assert list(json.loads(out.read_text())["arms"]) == ["portable"]
