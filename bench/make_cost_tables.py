@@ -1,8 +1,9 @@
-"""Write the profile tables of docs/cost.md from the bench results in bench/results.
+"""Write the generated tables of docs/cost.md from the bench results in bench/results.
 
 Each table sits between ``<!-- generated from bench/results/NAME.json -->`` and ``<!-- end generated -->``
-in docs/cost.md and is rewritten from that JSON file (what ``yolo-det bench --json`` writes). Run it after
-a new benchmark; ``--check`` exits 1 (writing nothing) when the page does not match the results.
+in docs/cost.md and is rewritten from that JSON file: a ``yolo-det bench --json`` result, or the ``table`` a bench
+script stores in its JSON (``bench/bench_accuracy.py``). Run it after a new benchmark; ``--check`` exits 1
+(writing nothing) when the page does not match the results.
 
     python bench/make_cost_tables.py [--check]
 """
@@ -47,7 +48,8 @@ def render(page: str) -> str:
 
     def block(m: re.Match[str]) -> str:
         result = json.loads((RESULTS / m.group("name")).read_text(encoding="utf-8"))
-        return m.group(1) + profile_table(result) + m.group(4)
+        table = result["table"] + "\n" if "table" in result else profile_table(result)
+        return m.group(1) + table + m.group(4)
 
     return BLOCK.sub(block, page)
 

@@ -29,6 +29,16 @@ def _data_cost_percent(dataset: str, cache: str | None) -> float:
     return 100 * found[0]
 
 
+def _accuracy(arm: str, field: str = "mean") -> float:
+    """An arm's mAP50 over seeds (bench/bench_accuracy.py), or its ratio to plain's with its interval."""
+    row = _json("accuracy.json")["summary"][arm]
+    assert row["map50"]["n"] >= 5
+    if field == "mean":
+        return row["map50"]["mean"]
+    ratio = row["ratio_to_plain"]
+    return ratio["mean"] if field == "ratio" else ratio["ci95"][0 if field == "lo" else 1]
+
+
 #: Each figure in the README: the text around it (with ``{}`` where the figure stands), how the figure is
 #: written from the value, and the value read from the bench result.
 FIGURES: list[tuple[str, Callable[[float], str], Callable[[], float]]] = [
@@ -42,6 +52,11 @@ FIGURES: list[tuple[str, Callable[[float], str], Callable[[], float]]] = [
         lambda: _json("deploy.json")["shapes"]["square"]["cost_percent"],
     ),
     ("{}% for 3:4 ones", lambda v: f"{v:.0f}", lambda: _json("deploy.json")["shapes"]["3:4"]["cost_percent"]),
+    ("`repro` reached {} of plain Ultralytics' mean mAP50", lambda v: f"{v:.2f}", lambda: _accuracy("repro", "ratio")),
+    ("mean mAP50 ({} against", lambda v: f"{v:.3f}", lambda: _accuracy("repro")),
+    ("against {}; 95%", lambda v: f"{v:.3f}", lambda: _accuracy("plain")),
+    ("95% bootstrap interval {}-", lambda v: f"{v:.2f}", lambda: _accuracy("repro", "lo")),
+    ("-{}, five seeds each", lambda v: f"{v:.2f}", lambda: _accuracy("repro", "hi")),
 ]
 
 
