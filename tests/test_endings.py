@@ -706,6 +706,11 @@ def test_streaming_predict_applies_deploy_only_while_the_generator_runs(demo_dat
     count = len(list(Path(images).glob("*.png")))
 
     torch.use_deterministic_algorithms(True, warn_only=True)  # the user's own state
+    # the thread count of a prediction is Ultralytics' (its predictor sets NUM_THREADS when it is built, and later
+    # calls reuse it): yolo-det neither changes nor gives it back there (attach._without_threads)
+    from ultralytics.utils import NUM_THREADS
+
+    torch.set_num_threads(NUM_THREADS)
     before = global_state()
     seen = 0
     for _ in model.predict(images, imgsz=64, device="cpu", verbose=False, stream=True, batch=1):

@@ -148,15 +148,15 @@ class DeterminismSession:
         """
         self.extensions.append(factory if isinstance(factory, Extension) else ContextExtension(factory))
 
-    def begin(self) -> None:
-        """Snapshot the baseline state and start recording warnings. Idempotent."""
+    def begin(self, baseline: _state.DeterminismState | None = None) -> None:
+        """Snapshot the baseline state (or take ``baseline``, a :meth:`snapshot` made earlier) and start recording
+        warnings. Idempotent."""
         if self.baseline is not None:
             return
         _state.preload()  # before anything changes: an interrupt in this import leaves nothing to undo
         _exclusive.claim(self)  # one session per process (see yolo_det.session.exclusive)
         try:
-            env_keys = {k for p in PHASES for k in self.profile.phase(p).env}
-            self.baseline = _state.snapshot(env_keys)
+            self.baseline = baseline if baseline is not None else self.snapshot()
             self._toggles_at_begin = _backward.toggle_count()
             self._routed_at_begin = routed_calls()
             self.warnings.start()
@@ -198,6 +198,10 @@ class DeterminismSession:
         if errors:
             raise errors[0]
 
+    def snapshot(self) -> _state.DeterminismState:
+        """The process state now, with every variable the profile's phases set (what :meth:`begin` keeps)."""
+        return _state.snapshot({k for p in PHASES for k in self.profile.phase(p).env})
+
     def suspend(self) -> tuple[str, ...]:
         """Leave every phase and give the process its baseline back, keeping the run for :meth:`resume`.
 
@@ -235,8 +239,7 @@ class DeterminismSession:
             raise YoloDetError("resume() needs a session that began and has not ended")
         _exclusive.claim(self)
         try:
-            env_keys = {k for p in PHASES for k in self.profile.phase(p).env}
-            self.baseline = _state.snapshot(env_keys)
+            self.baseline = self.snapshot()
             self.warnings.start()
             self._event("resume")
             for phase in phases:

@@ -12,6 +12,7 @@ with the trainer seam (:mod:`.seam`) composed with the model's trainer (or the `
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +24,7 @@ from ...core.errors import YoloDetError
 from ...core.profiles import Profile, load_profile
 from ...core.signals import stop_signals
 from ...session.distributed import terminate_via_launcher
+from ...session.session import DeterminismSession
 from .deploy import export_standard, guarded_stream
 from .folders import lock_fixed_folder, resume_into_its_folder
 from .launcher import default_base, launched_externally, launcher_trainer, restarted_alone
@@ -96,7 +98,7 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
 
     def _call(*args: Any, **kwargs: Any) -> Any:
         if name == "predict" and kwargs.get("stream"):
-            return guarded_stream(plugin, method(*args, **kwargs))
+            return guarded_stream(plugin, method(*args, **kwargs), _without_threads(plugin))
         if name == "export":
             return export_standard(plugin, method, owner, args, kwargs)
         if name == "train":
@@ -115,8 +117,16 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
                 finally:
                     if lock is not None:
                         lock.release()
-        with plugin.guard():
+        with plugin.guard(baseline=_without_threads(plugin)):
             return method(*args, **kwargs)
 
     call._yolo_det_original = method  # type: ignore[attr-defined]
     return call
+
+
+def _without_threads(plugin: UltralyticsPlugin) -> Any:
+    """The baseline of a prediction or validation: the process state now, less the thread count. Ultralytics'
+    predictor and validator set it when they are built (``select_device``) and later calls reuse them, so giving
+    the count back after the first call would run the next ones with another count than the first (and other
+    numerics), which Ultralytics alone never does; a training gives it back (its trainer sets it each time)."""
+    return dataclasses.replace(DeterminismSession(plugin.profile).snapshot(), intra_op_threads=None)

@@ -23,17 +23,19 @@ if TYPE_CHECKING:
 __all__ = ["export_standard", "guarded_stream"]
 
 
-def guarded_stream(plugin: UltralyticsPlugin, gen: Iterator[Any]) -> Iterator[Any]:
+def guarded_stream(plugin: UltralyticsPlugin, gen: Iterator[Any], baseline: Any = None) -> Iterator[Any]:
     """Run a streaming prediction under the deploy phase only while the generator runs.
 
     Between items (while the caller's loop body runs) the session is suspended: the caller sees their
-    own flags, environment and warning hooks, and changes they make there are what is given back at the
-    end. Inside another run of the same plugin the stream simply runs under that run's phases.
+    own flags, environment, thread count and warning hooks, as they were when they called ``predict``
+    (``baseline``: Ultralytics sets the thread count while it builds the generator), and changes they make
+    there are what is given back at the end. Inside another run of the same plugin the stream simply runs
+    under that run's phases.
     """
     if plugin.session is not None and plugin.session.active:
         yield from gen
         return
-    plugin.begin_run("stream")
+    plugin.begin_run("stream", baseline)
     try:
         while True:
             try:

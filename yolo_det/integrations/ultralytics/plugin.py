@@ -93,13 +93,14 @@ class UltralyticsPlugin(RunRecords):
         return callbacks
 
     @contextmanager
-    def guard(self, phase: str | None = None) -> Iterator[DeterminismSession]:
-        """Begin a run (and enter ``phase``) for the block; restore the baseline afterwards, on error too.
+    def guard(self, phase: str | None = None, baseline: Any = None) -> Iterator[DeterminismSession]:
+        """Begin a run (and enter ``phase``) for the block; restore the baseline (or ``baseline``, see
+        :meth:`begin_run`) afterwards, on error too.
 
         Nested guards (``model.val()`` called from inside a guarded call) leave the outer run alone.
         """
         outer = self.session is not None and self.session.active
-        session = self.begin_run("guard")
+        session = self.begin_run("guard", baseline)
         try:
             if phase is None:
                 yield session

@@ -73,11 +73,12 @@ class RunControl:
         self.__init__(state["profile"], record=state["record"])  # type: ignore[misc]
 
     # -- run control ----------------------------------------------------------------------------------
-    def begin_run(self, owner: str = "guard") -> DeterminismSession:
-        """Snapshot the baseline now (before Ultralytics touches any flag) and return the session."""
+    def begin_run(self, owner: str = "guard", baseline: Any = None) -> DeterminismSession:
+        """Snapshot the baseline now (before Ultralytics touches any flag; or take ``baseline``, one taken
+        earlier with :meth:`DeterminismSession.snapshot`) and return the session."""
         if self.session is None or not self.session.active:
             session = DeterminismSession(self.profile, rank=max(process_rank(), 0))
-            session.begin()  # refused here, before anything changes, while another thread's session is active
+            session.begin(baseline)  # refused here, before anything changes, while another thread's session is active
             names = registered_layers()  # yolo-det layer names resolve in model YAMLs while the run lasts
             try:
                 names.__enter__()
