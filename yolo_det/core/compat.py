@@ -33,6 +33,7 @@ the installed release lacks is one line naming it and the release (:class:`Missi
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -56,6 +57,7 @@ __all__ = [
     "numpy_pair_problem",
     "optimizer_state",
     "require_methods",
+    "world_size",
     "run_folder",
     "validator_on_cpu",
     "sees_through",
@@ -160,6 +162,14 @@ def contact(obj: Any, name: str, why: str) -> Any:
             f"{type(obj).__name__} of Ultralytics {ultralytics_version()} has no attribute {name}, which yolo-det "
             f"reads for {why}; install an Ultralytics release yolo-det supports (pyproject.toml names the range)"
         ) from None
+
+
+def world_size(trainer: Any) -> int:
+    """The trainer's number of ranks: ``BaseTrainer.world_size``, which Ultralytics 8.3.0 keeps local to ``train``
+    (its DDP workers find it in ``WORLD_SIZE``, checked before anything starts; one process has 1)."""
+    if hasattr(trainer, "world_size"):
+        return max(int(trainer.world_size or 1), 1)
+    return max(int(os.environ.get("WORLD_SIZE") or 1), 1)
 
 
 def require_methods(cls: type, names: tuple[str, ...], who: str) -> None:

@@ -22,6 +22,7 @@ import torch
 from ...core import runlock
 from ...core.compat import EVENTS as _EVENTS
 from ...core.compat import contact
+from ...core.compat import world_size as trainer_world_size
 from ...core.endings import one_line, weights_stats
 from ...core.errors import YoloDetError
 from ...core.modules import unwrap_model
@@ -130,7 +131,7 @@ class UltralyticsPlugin(RunRecords):
             session.seed = int(contact(trainer.args, "seed", "the run's seed") or 0)
             rank, world_size = rank_info()
             session.rank = rank
-            session.world_size = max(int(contact(trainer, "world_size", "the ranks") or 1), world_size, 1)
+            session.world_size = max(trainer_world_size(trainer), world_size, 1)
             self._trainer = trainer
             if process_rank() >= 0 and self._rank_signals is None:  # a DDP rank: the launcher stops it with SIGTERM
                 self._rank_signals = ExitStack()

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ...core.compat import contact
+from ...core.compat import world_size as trainer_world_size
 from ...core.errors import ConfigError
 from ...fixes.shards import ShardedStep, ShardLayout, broadcast_state
 from ..trainer_state import state_of
@@ -63,9 +64,7 @@ def install(trainer: Any, layout: ShardLayout, seed: int) -> ShardedStep:
         seed=seed,
         scaler=lambda: contact(trainer, "scaler", "each shard's backward"),
         epoch=lambda: int(contact(trainer, "epoch", "the shards' random layers")),
-        loss_scale=float(max(int(contact(trainer, "world_size", "the loss scale") or 1), 1))
-        if int(ULTRALYTICS_RANK) != -1
-        else 1.0,
+        loss_scale=float(trainer_world_size(trainer)) if int(ULTRALYTICS_RANK) != -1 else 1.0,
     )
     if not sees_through(step, inner):
         raise ConfigError(
