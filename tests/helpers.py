@@ -102,3 +102,34 @@ def default_stop_signals() -> None:
     """
     for sig in STOP_SIGNAL_DEFAULTS:
         signal.signal(sig, signal.SIG_DFL)
+
+
+def resumable_checkpoint(path: Path, train_args: dict[str, object]) -> Path:
+    """A training checkpoint Ultralytics would resume (an optimizer, epoch 0), storing ``train_args``."""
+    import torch
+    from ultralytics.nn.tasks import DetectionModel
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model = DetectionModel("yolov8n.yaml", nc=2, verbose=False)
+    torch.save(
+        {
+            "epoch": 0,
+            "best_fitness": None,
+            "model": None,
+            "ema": model.half(),
+            "updates": 1,
+            "optimizer": {"state": {}, "param_groups": []},
+            "train_args": {
+                "epochs": 3,
+                "model": "yolov8n.yaml",
+                "imgsz": 64,
+                "batch": 2,
+                "device": "cpu",
+                **train_args,
+            },
+            "date": "2026-01-01",
+            "version": "8",
+        },
+        path,
+    )
+    return path

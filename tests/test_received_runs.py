@@ -8,44 +8,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
 from helpers import DEMO, train_stopped_after
+from tests.helpers import resumable_checkpoint
 from tests.hostile.make_corpus import build
 from yolo_det.analysis.gate import check_arguments
 from yolo_det.cli import main
 from yolo_det.core.errors import ConfigError, ModelError
-
-
-def _resumable(path: Path, train_args: dict[str, object]) -> Path:
-    """A training checkpoint Ultralytics would resume (an optimizer, epoch 0), storing ``train_args``."""
-    from ultralytics.nn.tasks import DetectionModel
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    model = DetectionModel("yolov8n.yaml", nc=2, verbose=False)
-    torch.save(
-        {
-            "epoch": 0,
-            "best_fitness": None,
-            "model": None,
-            "ema": model.half(),
-            "updates": 1,
-            "optimizer": {"state": {}, "param_groups": []},
-            "train_args": {
-                "epochs": 3,
-                "model": "yolov8n.yaml",
-                "imgsz": 64,
-                "batch": 2,
-                "device": "cpu",
-                **train_args,
-            },
-            "date": "2026-01-01",
-            "version": "8",
-        },
-        path,
-    )
-    return path
 
 
 def _dataset(root: Path, count: int = 8) -> Path:
@@ -74,9 +44,9 @@ def test_a_received_best_pt_is_refused_before_the_run_starts(
     marker = tmp_path / "MARKER"
     hostile = build(tmp_path / "corpus", marker)["os-system"]
     run = tmp_path / "received"
-    last = _resumable(run / "weights" / "last.pt", {"save_dir": str(run)})
+    last = resumable_checkpoint(run / "weights" / "last.pt", {"save_dir": str(run)})
     check_arguments({"resume": str(last)})  # control: the run folder without best.pt passes
-    _resumable(run / "weights" / "best.pt", {})
+    resumable_checkpoint(run / "weights" / "best.pt", {})
     check_arguments({"resume": str(last)})  # control: a clean best.pt passes
     shutil.copy(hostile, run / "weights" / "best.pt")
     for args in ({"resume": str(last)}, {"resume": True, "model": str(last)}, {"resume": "True", "model": str(last)}):
@@ -99,7 +69,7 @@ def test_a_stored_disk_cache_is_refused_unless_the_user_names_it(
 ) -> None:
     data = _dataset(tmp_path / "mine")
     run = tmp_path / "received"
-    last = _resumable(run / "weights" / "last.pt", {"save_dir": str(run), "data": str(data), "cache": "disk"})
+    last = resumable_checkpoint(run / "weights" / "last.pt", {"save_dir": str(run), "data": str(data), "cache": "disk"})
     for args in ({"resume": str(last)}, {"resume": True, "model": str(last)}, {"resume": str(last), "data": str(data)}):
         with pytest.raises(ConfigError, match=r"stores cache=disk.*folder you did not name.*cache=disk"):
             check_arguments(args)
@@ -107,12 +77,12 @@ def test_a_stored_disk_cache_is_refused_unless_the_user_names_it(
         check_arguments({"resume": str(last), "cache": cache})
     check_arguments({"model": str(last)})  # a new run from it takes the user's arguments, not the stored ones
     for stored in (False, None, True, "ram"):  # stored values that write nothing outside the run folder
-        _resumable(last, {"save_dir": str(run), "data": str(data), "cache": stored})
+        resumable_checkpoint(last, {"save_dir": str(run), "data": str(data), "cache": stored})
         check_arguments({"resume": str(last)})
-    _resumable(last, {"save_dir": str(run), "data": str(data), "cache": ["disk"]})
+    resumable_checkpoint(last, {"save_dir": str(run), "data": str(data), "cache": ["disk"]})
     with pytest.raises(ConfigError, match=r"stores cache=\['disk'\]"):
         check_arguments({"resume": str(last)})
-    _resumable(last, {"save_dir": str(run), "data": str(data), "cache": "disk"})
+    resumable_checkpoint(last, {"save_dir": str(run), "data": str(data), "cache": "disk"})
     dataset = _tree(tmp_path / "mine")
     assert main(["train", f"resume={last}"]) == 2
     err = capsys.readouterr().err.strip()

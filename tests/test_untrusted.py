@@ -13,6 +13,7 @@ import pytest
 import torch
 import yaml
 
+from tests.helpers import resumable_checkpoint
 from tests.hostile.make_corpus import build
 from yolo_det.analysis.gate import NOT_PATHS, PATH_KEYS, allow_downloads, check_arguments
 from yolo_det.core.errors import ConfigError, ModelError
@@ -364,35 +365,6 @@ def test_profile_over_the_size_limit_is_refused(tmp_path: Path) -> None:
     assert load_profile(small).name
 
 
-def _resumable(path: Path, train_args: dict[str, object]) -> None:
-    """A training checkpoint Ultralytics would resume (an optimizer, epoch 0), storing ``train_args``."""
-    from ultralytics.nn.tasks import DetectionModel
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    model = DetectionModel("yolov8n.yaml", nc=2, verbose=False)
-    torch.save(
-        {
-            "epoch": 0,
-            "best_fitness": None,
-            "model": None,
-            "ema": model.half(),
-            "updates": 1,
-            "optimizer": {"state": {}, "param_groups": []},
-            "train_args": {
-                "epochs": 3,
-                "model": "yolov8n.yaml",
-                "imgsz": 64,
-                "batch": 2,
-                "device": "cpu",
-                **train_args,
-            },
-            "date": "2026-01-01",
-            "version": "8",
-        },
-        path,
-    )
-
-
 def _download_yaml(folder: Path, marker: Path) -> Path:
     data = folder / "evil.yaml"
     data.write_text(
@@ -436,7 +408,7 @@ def test_a_checkpoints_stored_arguments_pass_the_same_gate(tmp_path: Path) -> No
     marker = tmp_path / "MARKER"
     evil = _download_yaml(tmp_path, marker)
     ckpt = tmp_path / "run" / "weights" / "last.pt"
-    _resumable(ckpt, {"data": str(evil), "resume": str(ckpt)})  # it names itself too: read once
+    resumable_checkpoint(ckpt, {"data": str(evil), "resume": str(ckpt)})  # it names itself too: read once
     for args in ({"model": str(ckpt)}, {"resume": str(ckpt)}, {"pretrained": str(ckpt)}):
         with pytest.raises(ConfigError, match=r"download.*--allow-download.*train_args stored in checkpoint") as e:
             check_arguments(args)
@@ -447,11 +419,11 @@ def test_a_checkpoints_stored_arguments_pass_the_same_gate(tmp_path: Path) -> No
     with allow_downloads():
         check_arguments({"model": str(ckpt)})
     nested = tmp_path / "nested" / "weights" / "last.pt"
-    _resumable(nested, {"model": str(ckpt)})  # a fine-tune of the first: its stored model is gated too
+    resumable_checkpoint(nested, {"model": str(ckpt)})  # a fine-tune of the first: its stored model is gated too
     with pytest.raises(ConfigError, match="download"):
         check_arguments({"model": str(nested)})
     as_dict = tmp_path / "dict" / "weights" / "last.pt"
-    _resumable(as_dict, {"data": {"train": "x", "download": "print(1)"}})
+    resumable_checkpoint(as_dict, {"data": {"train": "x", "download": "print(1)"}})
     with pytest.raises(ConfigError, match=r"data is a mapping .*pass data=path/to/data.yaml"):
         check_arguments({"model": str(as_dict)})
     assert not marker.exists()
@@ -462,14 +434,14 @@ def test_resume_never_runs_the_download_a_checkpoint_names(tmp_path: Path, capsy
 
     marker = tmp_path / "MARKER"
     ckpt = tmp_path / "run" / "weights" / "last.pt"
-    _resumable(ckpt, {"data": str(_download_yaml(tmp_path, marker)), "save_dir": str(tmp_path / "run")})
+    resumable_checkpoint(ckpt, {"data": str(_download_yaml(tmp_path, marker)), "save_dir": str(tmp_path / "run")})
     assert main(["train", f"resume={ckpt}"]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("yolo-det")]
     assert len(err) == 1
     assert "--allow-download" in err[0]
     assert "evil.yaml" in err[0]
     as_dict = tmp_path / "dict" / "weights" / "last.pt"
-    _resumable(as_dict, {"data": {"train": "x"}, "save_dir": str(tmp_path / "dict")})
+    resumable_checkpoint(as_dict, {"data": {"train": "x"}, "save_dir": str(tmp_path / "dict")})
     assert main(["train", f"resume={as_dict}"]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("yolo-det")]
     assert len(err) == 1
@@ -489,7 +461,7 @@ def test_a_received_run_folder_is_never_written_through_its_links(
     outside.write_bytes(b"mine")
     run = tmp_path / "run"
     ckpt = run / "weights" / "last.pt"
-    _resumable(ckpt, {"data": "coco8.yaml", "save_dir": str(run)})
+    resumable_checkpoint(ckpt, {"data": "coco8.yaml", "save_dir": str(run)})
     check_no_links(run)  # control: a run folder of real files
     assert resume_folder(ckpt) == run
     for name in ("weights/best.pt", "args.yaml", "results.csv"):
