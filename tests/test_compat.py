@@ -7,6 +7,7 @@ training.
 from __future__ import annotations
 
 import inspect
+import json
 import subprocess
 import sys
 
@@ -145,3 +146,21 @@ def test_an_internal_an_older_release_keeps_elsewhere_resolves_where_this_releas
             pass
     assert found, f"{name}: in neither place"
     assert compat.internal(name) is found[0]
+
+
+def test_the_tracker_integrations_have_the_globals_yolo_det_reads():
+    # outside a test runner: under one, Ultralytics' TensorBoard module stops before it defines WRITER
+    env = subprocess_env()
+    for name in ("PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", "GITHUB_ACTIONS", "GITHUB_WORKFLOW", "RUNNER_OS"):
+        env.pop(name, None)
+    code = (
+        "import json; from yolo_det.core import compat; from yolo_det.integrations.ultralytics import trackers\n"
+        "print(json.dumps({k: [a for a, _ in v if not hasattr(compat.internal(k), a)]"
+        " for k, v in trackers.READS.items()}))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    missing = json.loads(done.stdout.strip().splitlines()[-1])
+    assert missing == {"mlflow_integration": [], "tensorboard_integration": []}
+    from yolo_det.integrations.ultralytics.trackers import READS
+
+    assert set(READS) <= set(compat.INTERNALS)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -52,6 +53,7 @@ __all__ = [
     "contact",
     "cpu_ddp_wrapping",
     "internal",
+    "loaded_internal",
     "loss_components",
     "mosaic_on",
     "numpy_pair_problem",
@@ -109,6 +111,10 @@ INTERNALS: dict[str, tuple[str, str | None]] = {
     "ASSETS": ("ultralytics.utils", "ASSETS"),
     # running an exported model (ONNX, TorchScript, ...) as predict() runs it
     "AutoBackend": ("ultralytics.nn.autobackend", "AutoBackend"),
+    # the experiment trackers Ultralytics' own integrations log to (their ``mlflow``, ``WRITER``): the record
+    # is attached to the run they opened (integrations/ultralytics/trackers); read only once Ultralytics imported them
+    "mlflow_integration": ("ultralytics.utils.callbacks.mlflow", None),
+    "tensorboard_integration": ("ultralytics.utils.callbacks.tensorboard", None),
 }
 
 #: Where an older Ultralytics release in the range has an internal of :data:`INTERNALS` instead.
@@ -209,6 +215,15 @@ def internal(name: str) -> Any:
         f"Ultralytics {ultralytics_version()} has no {where}, which yolo-det relies on; install an Ultralytics "
         "release yolo-det supports (pyproject.toml names the range)"
     )
+
+
+def loaded_internal(name: str) -> Any:
+    """The Ultralytics module ``name`` of :data:`INTERNALS` if Ultralytics imported it already, else None (nothing
+    is imported: an integration module Ultralytics did not load is not in use)."""
+    module, attribute = INTERNALS.get(name, ("", ""))
+    if not module or attribute is not None:
+        raise AttributeError(f"{name!r} is not an Ultralytics module of {__name__}.INTERNALS")
+    return sys.modules.get(module)
 
 
 def task_trainer(task: str) -> type:

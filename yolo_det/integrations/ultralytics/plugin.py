@@ -41,15 +41,18 @@ from . import shards as _shards
 from .batch_invariance import BatchInvariance
 from .folders import check_resume_folder
 from .guarantees import guarantees_section, say_broken, watch_flags
-from .records import RunRecords
+from .records import RunRecords, observe_final_record
 from .resume import UltralyticsResume
 from .runs import process_rank
 from .seam import has_seam, say_missing
+from .trackers import publish
 
 __all__ = ["UltralyticsPlugin", "is_plugin_callback"]
 
 # ``batch_invariant`` acts on the predictor and validator this plugin hands over: an extension of every session.
 register_extension(BatchInvariance)
+# The final record goes to the experiment trackers Ultralytics' own integrations run (MLflow, TensorBoard).
+observe_final_record(publish)
 
 
 def is_plugin_callback(fn: Any) -> bool:

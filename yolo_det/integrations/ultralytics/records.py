@@ -4,14 +4,18 @@
 first second (and after each checkpoint, with the epochs checkpointed), then once for the ending (``completed``
 at ``on_train_end``; ``failed``, ``interrupted`` or ``terminated`` from ``teardown`` or from a guard that
 ends the run before Ultralytics' ``train()`` ran). Every weights file is digested from disk; the record
-itself is built by :func:`yolo_det.core.record.build_record` and written atomically.
+itself is built by :func:`yolo_det.core.record.build_record` and written atomically. Once the record of the ending
+is written, the observers registered with :func:`observe_final_record` are told (the experiment trackers,
+:mod:`.trackers`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import sys
 import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +35,7 @@ from .guarantees import guarantees_section
 from .runs import RunControl, process_rank
 from .seam import seam_section
 
-__all__ = ["RUN_ARGS", "RunRecords"]
+__all__ = ["RUN_ARGS", "RunRecords", "observe_final_record"]
 
 #: The training arguments the record's ``run`` section keeps.
 RUN_ARGS = (
@@ -57,6 +61,24 @@ RUN_ARGS = (
 
 #: The errors of a full disk: no space, no quota, a file size limit.
 _NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+#: Told ``(trainer, path, record)`` once the record of a run's ending is written (rank 0).
+_FINAL_OBSERVERS: list[Callable[[Any, Path, Mapping[str, Any]], Any]] = []
+
+
+def observe_final_record(observer: Callable[[Any, Path, Mapping[str, Any]], Any]) -> None:
+    """Tell ``observer(trainer, path, record)`` of every final record (``completed``, ``failed``, ...) once it is
+    written; an observer that raises is one line, and the run and its record stand. Registering twice is a no-op."""
+    if observer not in _FINAL_OBSERVERS:
+        _FINAL_OBSERVERS.append(observer)
+
+
+def _tell_observers(trainer: Any, path: Path, record: Mapping[str, Any]) -> None:
+    for observer in _FINAL_OBSERVERS:
+        try:
+            observer(trainer, path, record)
+        except Exception as e:
+            print(f"yolo-det: {RECORD_NAME} written, not shown elsewhere: {one_line(e)}", file=sys.stderr, flush=True)
 
 
 class RunRecords(RunControl):
@@ -206,3 +228,4 @@ class RunRecords(RunControl):
         self.record_path = write_record(save_dir, record)
         if not running:
             state_of(trainer).record_written = True
+            _tell_observers(trainer, self.record_path, record)

@@ -1,0 +1,194 @@
+"""The record in the user's experiment tracker (integrations/ultralytics/trackers): real MLflow and TensorBoard.
+
+Ultralytics turns its own integrations off under a test runner (``TESTS_RUNNING``: pytest imported, a
+``PYTEST_CURRENT_TEST`` or GitHub Actions variable): the trainings run as a user's would, in a child process
+without those, with Ultralytics' settings in a folder of the test's own (``YOLO_CONFIG_DIR``), never the user's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import small_train_tokens, subprocess_env
+from yolo_det.core.compat import internal
+from yolo_det.integrations.ultralytics import trackers
+
+#: The variables by which Ultralytics knows a test runner and turns its integrations off.
+_TEST_RUNNER_ENV = ("PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", "GITHUB_ACTIONS", "GITHUB_WORKFLOW", "RUNNER_OS")
+
+#: MLflow 3's local file store (mlflow-skinny has no database backend) is allowed only when asked for.
+_FILE_STORE = {"MLFLOW_ALLOW_FILE_STORE": "true"}
+
+#: A user's training, after turning Ultralytics' tracker settings on or off as ``yolo settings`` does.
+_CHILD = """
+import sys
+from ultralytics.utils import SETTINGS
+SETTINGS.update(mlflow={mlflow}, tensorboard={tensorboard})
+from yolo_det.integrations.fonts import ensure_local_font
+ensure_local_font()
+from yolo_det.cli import main
+sys.exit(main(["train", "--profile", "repro", *sys.argv[1:]]))
+"""
+
+
+def _user_training(tmp: Path, *, mlflow: bool, tensorboard: bool) -> tuple[Path, Path, str]:
+    """Train one small run as a user with these Ultralytics settings would; return the run folder, the folder the
+    command ran in, and the MLflow tracking URI it was given."""
+    config, cwd, store = tmp / "ultralytics-settings", tmp / "cwd", tmp / "mlruns"
+    cwd.mkdir()
+    env = subprocess_env({"YOLO_CONFIG_DIR": str(config), "MLFLOW_TRACKING_URI": store.as_uri(), **_FILE_STORE})
+    for name in _TEST_RUNNER_ENV:
+        env.pop(name, None)
+    tokens = small_train_tokens(batch=8, nbs=8, val=False, project=str(tmp / "runs"), name="a")
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD.format(mlflow=mlflow, tensorboard=tensorboard), *tokens],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return tmp / "runs" / "a", cwd, store.as_uri()
+
+
+@pytest.mark.slow
+def test_an_mlflow_run_and_a_tensorboard_log_written_during_a_training_hold_the_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir, _, uri = _user_training(tmp_path, mlflow=True, tensorboard=True)
+    for name, value in _FILE_STORE.items():
+        monkeypatch.setenv(name, value)
+    record = json.loads((run_dir / "determinism.json").read_text())
+    assert record["status"] == "completed"
+    assert len(record["weights"]["sha256"]) == 64
+
+    # MLflow: the run Ultralytics opened (its parameters, ended by it) holds the record and the key fields
+    client = MlflowClient(tracking_uri=uri)
+    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+    assert len(runs) == 1
+    (run,) = runs
+    assert run.info.status == "FINISHED"
+    assert run.data.params["epochs"] == "1"
+    assert run.data.params["imgsz"] == "64"
+    tags = run.data.tags
+    assert tags["yolo_det.profile"] == "repro"
+    assert tags["yolo_det.weights_sha256"] == record["weights"]["sha256"]
+    assert tags["yolo_det.bitwise_expected"] == "true"
+    assert tags["yolo_det.bitwise_why_not"] == ""
+    assert tags["yolo_det.status"] == "completed"
+    assert tags["yolo_det.machine_class"] == trackers.machine_class(record)
+    assert "threads, torch" in tags["yolo_det.machine_class"]
+    names = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert "determinism.json" in names
+    assert "results.csv" in names
+    copy = Path(client.download_artifacts(run.info.run_id, "determinism.json", str(tmp_path / "download")))
+    assert json.loads(copy.read_text()) == record
+
+    # TensorBoard: the log Ultralytics wrote in the run folder holds the key fields beside its scalars
+    log = EventAccumulator(str(run_dir), size_guidance={"tensors": 0, "scalars": 0})
+    log.Reload()
+    tags_tb = log.Tags()
+    assert any(t.startswith("train/") for t in tags_tb["scalars"]), tags_tb  # Ultralytics' own
+    (event,) = log.Tensors("yolo_det/determinism/text_summary")
+    text = event.tensor_proto.string_val[0].decode()
+    assert f"| weights_sha256 | {record['weights']['sha256']} |" in text
+    assert "| profile | repro |" in text
+    assert "| bitwise_expected | true |" in text
+
+
+@pytest.mark.slow
+def test_with_no_tracker_on_nothing_is_written_anywhere_but_the_run_folder(tmp_path: Path) -> None:
+    run_dir, cwd, _ = _user_training(tmp_path, mlflow=False, tensorboard=False)
+    assert (run_dir / "determinism.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cwd", "runs", "ultralytics-settings"]  # no mlruns
+    assert list(cwd.iterdir()) == []
+    assert [p for p in run_dir.rglob("*") if "tfevents" in p.name] == []
+
+
+def _record(**changes: Any) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "status": "completed",
+        "profile": {"name": "repro", "train": {"deterministic_algorithms": "strict", "backward": "keep"}},
+        "weights": {"sha256": "ab" * 32},
+        "guarantees": {"flags": {"in_force": True}},
+        "nondeterminism_warnings": [],
+        "run": {"device": "cpu"},
+        "environment": {
+            "host": {
+                "arch": "x86_64",
+                "cpu_vendor": "AuthenticAMD",
+                "cpu_capability": "AVX512",
+                "intra_op_threads": 1,
+                "torch": "2.14.1",
+                "gpu": {"name": "H200", "sm_count": 132, "cuda": "13.0"},
+            }
+        },
+    }
+    record.update(changes)
+    return record
+
+
+def test_the_promise_of_the_same_bits_names_each_reason_it_does_not_hold() -> None:
+    assert trackers.bitwise_promise(_record()) == (True, [])
+    fast = {"name": "fast", "train": {"deterministic_algorithms": "off", "backward": "disable"}}
+    promised, reasons = trackers.bitwise_promise(
+        _record(
+            status="failed",
+            profile=fast,
+            guarantees={"flags": {"in_force": False}},
+            nondeterminism_warnings=[{"message": "x"}],
+            resume={"bitwise_expected": False, "reasons": ["the profile changed"]},
+        )
+    )
+    assert not promised
+    assert reasons == [
+        "the run did not complete (status failed)",
+        "the train phase runs without deterministic algorithms (deterministic_algorithms: off)",
+        "the backward pass runs without deterministic algorithms (backward: disable)",
+        "the guarantee 'flags' did not hold",
+        "1 non-determinism warning(s) during the run",
+        "resume: the profile changed",
+    ]
+    fields = trackers.key_fields(_record(profile=fast))
+    assert fields["bitwise_expected"] == "false"
+    assert "deterministic_algorithms: off" in fields["bitwise_why_not"]
+
+
+def test_the_machine_class_is_the_gpu_for_a_run_on_cuda_and_the_cpu_for_one_on_the_cpu() -> None:
+    assert trackers.machine_class(_record()) == "x86_64 AuthenticAMD AVX512, 1 threads, torch 2.14.1"
+    assert trackers.machine_class(_record(run={"device": "0"})) == "H200, 132 SMs, CUDA 13.0, torch 2.14.1"
+
+
+def test_an_integration_global_missing_is_one_line_naming_it_and_the_release(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], demo_data: str
+) -> None:
+    from yolo_det.core.compat import task_trainer, ultralytics_version
+
+    module = internal("mlflow_integration")  # imported, as Ultralytics does for a user whose settings turn it on
+    trainer = task_trainer("detect")(
+        overrides={"model": "yolov8n.yaml", "data": demo_data, "project": str(tmp_path), "device": "cpu"}
+    )
+    if module.on_train_end not in trainer.callbacks["on_train_end"]:  # the user's settings may have it off
+        trainer.add_callback("on_train_end", module.on_train_end)
+    path = tmp_path / "determinism.json"
+    path.write_text("{}")
+    assert trackers.publish(trainer, path, _record()) == []  # registered, no run open under a test: nothing
+    capsys.readouterr()
+    monkeypatch.delattr(module, "mlflow")
+    assert trackers.publish(trainer, path, _record()) == []
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [
+        f"yolo-det: could not add determinism.json to MLflow: ultralytics.utils.callbacks.mlflow of Ultralytics "
+        f"{ultralytics_version()} has no mlflow, which yolo-det reads for the mlflow package Ultralytics logs with "
+        "(its active run)"
+    ]
