@@ -120,6 +120,24 @@ def test_seed_0_vs_seed_1_names_the_seed(runs, capsys):
 
 
 @pytest.mark.slow
+def test_diff_png_draws_both_runs_curves_and_marks_where_they_parted(runs, capsys, tmp_path):
+    from yolo_det.tools.curves import curves_figure, read_curves
+
+    a, b = runs.base(), runs.train("seed1", "seed=1")
+    code, _, err = diff(capsys, a, b, "--png", str(tmp_path / "parted.png"))
+    assert code == 1
+    assert (tmp_path / "parted.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "yolo-det: the logged values first differ at epoch 1 (marked)" in err.splitlines()
+    loss = read_curves(a).series["train/box_loss"]  # what Ultralytics logged is what is drawn
+    fig = curves_figure([("A", read_curves(a))])
+    assert [tuple(ax.lines[0].get_ydata()) for ax in fig.axes if ax.get_title() == "train/box_loss"] == [loss]
+    code, _, err = diff(capsys, a, a, "--png", str(tmp_path / "same.png"))
+    assert code == 0
+    assert "marked" not in err
+    assert (tmp_path / "same.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
 def test_a_record_edited_to_another_torch_names_torch(runs, capsys, tmp_path):
     a = runs.base()
     rec = record(runs.train("seed0-again"))
