@@ -148,13 +148,15 @@ def test_an_internal_an_older_release_keeps_elsewhere_resolves_where_this_releas
     assert compat.internal(name) is found[0]
 
 
-def test_the_tracker_integrations_have_the_globals_yolo_det_reads():
-    # outside a test runner: under one, Ultralytics' TensorBoard module stops before it defines WRITER
-    env = subprocess_env()
+def test_the_tracker_integrations_have_the_globals_yolo_det_reads(tmp_path):
+    # as a user with the integrations on runs them (8.3 defines WRITER only then), outside a test runner (under
+    # one, Ultralytics' TensorBoard module stops before it defines WRITER); the settings in a folder of the test's
+    env = subprocess_env({"YOLO_CONFIG_DIR": str(tmp_path)})
     for name in ("PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", "GITHUB_ACTIONS", "GITHUB_WORKFLOW", "RUNNER_OS"):
         env.pop(name, None)
     code = (
-        "import json; from yolo_det.core import compat; from yolo_det.integrations.ultralytics import trackers\n"
+        "import json; from ultralytics.utils import SETTINGS; SETTINGS.update(mlflow=True, tensorboard=True)\n"
+        "from yolo_det.core import compat; from yolo_det.integrations.ultralytics import trackers\n"
         "print(json.dumps({k: [a for a, _ in v if not hasattr(compat.internal(k), a)]"
         " for k, v in trackers.READS.items()}))"
     )

@@ -40,7 +40,7 @@ READS: dict[str, tuple[tuple[str, str], ...]] = {
         ("mlflow", "the mlflow package Ultralytics logs with (its active run)"),
     ),
     "tensorboard_integration": (
-        ("teardown", "whether Ultralytics' TensorBoard integration is registered on the trainer"),
+        ("on_pretrain_routine_start", "whether Ultralytics' TensorBoard integration is registered on the trainer"),
         ("WRITER", "the SummaryWriter Ultralytics writes the run's TensorBoard log with"),
     ),
 }
@@ -151,7 +151,7 @@ def _mlflow(trainer: Any, path: Path, fields: Mapping[str, str]) -> bool:
 
 def _tensorboard(trainer: Any, path: Path, fields: Mapping[str, str], step: int) -> bool:
     module = loaded_internal("tensorboard_integration")
-    if module is None or not _registered(trainer, module, "tensorboard_integration", "teardown"):
+    if module is None or not _registered(trainer, module, "tensorboard_integration", "on_pretrain_routine_start"):
         return False
     writer = _global(module, "WRITER", "tensorboard_integration")
     if writer is None:
