@@ -11,8 +11,8 @@ the same bits are promised and why not, the machine class):
 - **TensorBoard**: the key fields as a text summary ``yolo_det/determinism`` (a table) through Ultralytics'
   ``SummaryWriter``; ``determinism.json`` already lies in the log folder (the run folder).
 
-A tracker is in use when Ultralytics' integration module for it is imported (Ultralytics imports it only for a
-tracker the user's ``yolo settings`` turn on), its callback is registered on this trainer, and its run is open:
+A tracker is in use when Ultralytics' integration module for it is imported and its callback registered on this
+trainer (Ultralytics registers those the user's ``yolo settings`` turn on), and its run is open:
 ``mlflow.active_run()``, or the ``WRITER`` global. Ultralytics closes them in its own ``on_train_end`` and
 ``teardown``, which run after yolo-det's (the plugin's callbacks are in the dict the trainer is built with,
 ``BaseTrainer.__init__`` appends the integrations'). Nothing is imported that Ultralytics did not import, nothing
