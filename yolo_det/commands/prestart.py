@@ -32,7 +32,7 @@ __all__ = ["START", "TRAINING_COMMANDS", "prepare"]
 #: The commands that train under ``--profile`` in this process. (``bench`` is not one: it measures several profiles
 #: in one process, and the others would be measured under the pinned branches; run ``portable`` there with the
 #: variables set, as the one-line refusal says.)
-TRAINING_COMMANDS = ("train", "verify")
+TRAINING_COMMANDS = ("train", "verify", "reproduce")
 #: What the re-executed process runs (``python -c START PACKAGE_DIR ARGS``): the current folder off ``sys.path`` (put
 #: there by ``-c``, unless ``-P``/``PYTHONSAFEPATH`` already left it off) before any import, then the package at
 #: ``PACKAGE_DIR`` loaded by its file, and the command line as the console script runs it.

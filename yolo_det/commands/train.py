@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,7 @@ def train(
     started: list[Any] | None = None,
     tracer: Any = None,
     banner: bool = False,
+    callbacks: Mapping[str, Callable[[Any], None]] | None = None,
 ) -> Any:
     """Train with Ultralytics under ``profile``; return the plugin (``record_path``, ``weights_digest``,
     ``record_error``).
@@ -105,6 +107,7 @@ def train(
     ``started`` (a list) gets the plugin as soon as it is attached, so a caller still has it when training raises.
     ``tracer`` (a :class:`yolo_det.tools.trace.OpTracer`) is added to the model's callbacks after the plugin.
     ``banner``: print :func:`start_line` when the training starts (after the layer swaps).
+    ``callbacks``: ``{event: function}`` added to the model's callbacks after the plugin's.
     """
     from ultralytics import YOLO
 
@@ -128,6 +131,8 @@ def train(
             tracer.add_to(model)
         if banner:
             model.add_callback("on_train_start", lambda trainer: _print_start_line(plugin))
+        for event, fn in (callbacks or {}).items():
+            model.add_callback(event, fn)
         if started is not None:
             started.append(plugin)
         model.train(**train_args)
