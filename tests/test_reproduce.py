@@ -223,3 +223,17 @@ def test_the_command_is_rebuilt_as_asked_never_where_the_record_wrote() -> None:
     tokens, unknown = rebuilt_tokens(record, data="here.yaml", model=None)
     assert tokens == ['data="here.yaml"', "epochs=2", 'model="yolov8n.yaml"', "seed=3"]  # auto again, defaults left
     assert unknown == ["a_newer_argument"]
+
+
+def test_a_resumed_run_never_opens_a_profile_file_its_record_names(tmp_path: Path) -> None:
+    from yolo_det.commands.train import _resumed_profile
+
+    checkpoint = tmp_path / "run" / "weights" / "last.pt"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b"")
+    local = tmp_path / "mine.yaml"
+    local.write_text(load_profile("fast").to_yaml(), encoding="utf-8")  # a valid profile file: loadable if opened
+    for source, found in ((f"builtin:{local}", None), ("builtin:balanced", "balanced")):
+        (checkpoint.parent.parent / RECORD_NAME).write_text(json.dumps({"profile": {"source": source}}), "utf-8")
+        profile = _resumed_profile({"resume": True, "model": str(checkpoint)})
+        assert (profile.name if profile is not None else None) == found

@@ -202,8 +202,9 @@ def _print_start_line(plugin: Any) -> None:
 
 
 def _resumed_profile(ul_args: dict[str, Any]) -> Any:
-    """On resume without --profile: the built-in profile the run's record names (None: not a resume, or none)."""
-    from ..core.profiles import load_profile
+    """On resume without --profile: the built-in profile the run's record names (None: not a resume, or none; a
+    record's word never opens a profile file)."""
+    from ..core.profiles import BUILTIN_PROFILES, load_profile
     from ..core.resume import is_resume
     from ..core.resume.lineage import previous_record
 
@@ -211,9 +212,8 @@ def _resumed_profile(ul_args: dict[str, Any]) -> Any:
         return None
     record = previous_record(str(ul_args["model"]))
     source = ((record or {}).get("profile") or {}).get("source")
-    if isinstance(source, str) and source.startswith("builtin:"):
-        return load_profile(source.split(":", 1)[1])
-    return None
+    name = source.split(":", 1)[1] if isinstance(source, str) and source.startswith("builtin:") else None
+    return load_profile(name) if name in BUILTIN_PROFILES else None
 
 
 def run(args: argparse.Namespace) -> int:
