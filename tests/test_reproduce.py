@@ -81,10 +81,11 @@ def test_a_received_run_reproduces_with_the_same_weights_epoch_by_epoch(
 
 
 @pytest.mark.slow
-def test_epochs_1_checks_the_first_epoch_only(
+def test_epochs_1_of_a_checkpoint_checks_the_first_epoch_only(
     received: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = _run(capsys, str(received), "--epochs", "1", "--project", str(tmp_path), "--name", "first")
+    last = str(received / "weights" / "last.pt")  # a checkpoint beside its record: the run up to its epoch, 2
+    code, out, _ = _run(capsys, last, "--epochs", "1", "--project", str(tmp_path), "--name", "first")
     assert code == 0, out
     assert _verdict(out) == "verdict: same weights (1 epoch(s) compared: 1-1)"
     new = _record(tmp_path / "first")
@@ -94,15 +95,21 @@ def test_epochs_1_checks_the_first_epoch_only(
 
 
 @pytest.mark.slow
-def test_a_changed_seed_parts_at_epoch_1_and_is_named(
+def test_a_changed_seed_parts_at_epoch_1_and_is_named_after_the_machine_prediction(
     received: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    threads = _record(received)["environment"]["host"]["intra_op_threads"]
+
     def seed_1(record: dict[str, Any]) -> None:
         record["ultralytics_args"]["seed"] = 1  # the command says seed 1; the run's seeds and digests are seed 0's
+        record["environment"]["host"]["intra_op_threads"] = threads + 4  # and it trained on more threads
 
     source = _edited(received, tmp_path / "edited", seed_1)
     code, out, _ = _run(capsys, str(source), "--project", str(tmp_path / "out"))
     assert code == 1, out
+    lines = out.splitlines()
+    assert lines[1].startswith("machine: will differ")  # said before training
+    assert f"intra-op threads: recorded {threads + 4} | here {threads}" in lines[2]
     assert "epoch 1: weights" in out
     assert "(DIFFERENT)" in out
     assert _verdict(out).startswith("verdict: parted at epoch 1: seed (0 vs 1)")
