@@ -226,9 +226,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"verdict: {NOTHING}: the record holds no weights digest (a run that never finished an epoch)")
             return 3
         last = min(args.epochs or total, max(expected))  # no epoch past the last digest held is trained
-        print(printable(f"reproducing {where}: yolo-det train --profile {profile.name} {' '.join(tokens)}"))
-        if unknown:
-            print(printable(f"note: not arguments of this Ultralytics, left out: {', '.join(unknown)}"))
+        print(
+            printable(
+                f"reproducing {where}: yolo-det train --profile {profile.name} {' '.join(tokens)}", newlines=False
+            )
+        )
+        if unknown:  # names from the record: escaped, so none starts a line of its own
+            print(printable(f"note: not arguments of this Ultralytics, left out: {', '.join(unknown)}", newlines=False))
         machine = check_machine(record, profile)
         *lines, verdict = machine.summary().splitlines()
         print(f"machine: {verdict}")  # check-machine's prediction first, then its causes
