@@ -1,9 +1,9 @@
 """What a training command sets before torch starts: the instruction-set environment of the profile's ``cpu_isa``.
 
-ATen, oneDNN and MKL read their instruction-set variables once, when torch starts. ``yolo-det train`` and
-``yolo-det verify`` with a profile that has ``cpu_isa`` (``portable``) set them here, before anything imports
-torch: when they are missing from the environment, the command runs again in a fresh process with them
-(``os.execve``, the same arguments). The new process starts as the console script does, never as
+ATen, oneDNN and MKL read their instruction-set variables once, when torch starts. ``yolo-det train``,
+``yolo-det verify`` and ``yolo-det reproduce`` with a profile that has ``cpu_isa`` (``portable``) set them here,
+before anything imports torch: when they are missing from the environment, the command runs again in a fresh
+process with them (``os.execve``, the same arguments). The new process starts as the console script does, never as
 ``python -m yolo_det`` (which puts the current folder first on ``sys.path``, so that an ``argparse.py`` in a
 received folder would run): ``python -c`` with the current folder taken off ``sys.path`` before anything is
 imported, and the very ``yolo_det`` package this process runs loaded by its file (:data:`START`). The environment
