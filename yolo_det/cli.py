@@ -45,6 +45,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "yolo_det.commands.check_machine",
         "say whether this machine will reproduce a run's weights, and what to set when not",
     ),
+    "reproduce": (
+        "yolo_det.commands.reproduce",
+        "train a recorded run again here and say, epoch by epoch, whether the weights are the same",
+    ),
     "bench": ("yolo_det.commands.bench", "measure what each profile costs: step time, throughput, peak memory"),
     "patch-yolov5": ("yolo_det.commands.patch_yolov5", "patch a YOLOv5 clone so train.py takes --det-profile"),
 }
@@ -65,6 +69,8 @@ two runs differ? which command:
                                      machine difference that explains the split (no training, under a second)
   yolo-det check-machine RUN         before training elsewhere: will this machine give RUN's weights, and if
                                      not, what to set
+  yolo-det reproduce RUN             trains a recorded run again here (its command rebuilt from the record) and
+                                     compares the weights after each epoch: same, the epoch it parts and why
   yolo-det verify --against FILE     trains here and compares step by step with a run saved elsewhere
                                      (verify --save FILE there): the first step and tensor that part
   yolo-det bisect RUN_A RUN_B        the first op where two runs part (both trained with --trace-ops STEPS;

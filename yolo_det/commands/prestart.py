@@ -1,9 +1,9 @@
 """What a training command sets before torch starts: the instruction-set environment of the profile's ``cpu_isa``.
 
-ATen, oneDNN and MKL read their instruction-set variables once, when torch starts. ``yolo-det train`` and
-``yolo-det verify`` with a profile that has ``cpu_isa`` (``portable``) set them here, before anything imports
-torch: when they are missing from the environment, the command runs again in a fresh process with them
-(``os.execve``, the same arguments). The new process starts as the console script does, never as
+ATen, oneDNN and MKL read their instruction-set variables once, when torch starts. ``yolo-det train``,
+``yolo-det verify`` and ``yolo-det reproduce`` with a profile that has ``cpu_isa`` (``portable``) set them here,
+before anything imports torch: when they are missing from the environment, the command runs again in a fresh
+process with them (``os.execve``, the same arguments). The new process starts as the console script does, never as
 ``python -m yolo_det`` (which puts the current folder first on ``sys.path``, so that an ``argparse.py`` in a
 received folder would run): ``python -c`` with the current folder taken off ``sys.path`` before anything is
 imported, and the very ``yolo_det`` package this process runs loaded by its file (:data:`START`). The environment
@@ -32,7 +32,7 @@ __all__ = ["START", "TRAINING_COMMANDS", "prepare"]
 #: The commands that train under ``--profile`` in this process. (``bench`` is not one: it measures several profiles
 #: in one process, and the others would be measured under the pinned branches; run ``portable`` there with the
 #: variables set, as the one-line refusal says.)
-TRAINING_COMMANDS = ("train", "verify")
+TRAINING_COMMANDS = ("train", "verify", "reproduce")
 #: What the re-executed process runs (``python -c START PACKAGE_DIR ARGS``): the current folder off ``sys.path`` (put
 #: there by ``-c``, unless ``-P``/``PYTHONSAFEPATH`` already left it off) before any import, then the package at
 #: ``PACKAGE_DIR`` loaded by its file, and the command line as the console script runs it.

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,7 @@ def train(
     started: list[Any] | None = None,
     tracer: Any = None,
     banner: bool = False,
+    callbacks: Mapping[str, Callable[[Any], None]] | None = None,
 ) -> Any:
     """Train with Ultralytics under ``profile``; return the plugin (``record_path``, ``weights_digest``,
     ``record_error``).
@@ -105,6 +107,7 @@ def train(
     ``started`` (a list) gets the plugin as soon as it is attached, so a caller still has it when training raises.
     ``tracer`` (a :class:`yolo_det.tools.trace.OpTracer`) is added to the model's callbacks after the plugin.
     ``banner``: print :func:`start_line` when the training starts (after the layer swaps).
+    ``callbacks``: ``{event: function}`` added to the model's callbacks after the plugin's.
     """
     from ultralytics import YOLO
 
@@ -128,6 +131,8 @@ def train(
             tracer.add_to(model)
         if banner:
             model.add_callback("on_train_start", lambda trainer: _print_start_line(plugin))
+        for event, fn in (callbacks or {}).items():
+            model.add_callback(event, fn)
         if started is not None:
             started.append(plugin)
         model.train(**train_args)
@@ -197,8 +202,9 @@ def _print_start_line(plugin: Any) -> None:
 
 
 def _resumed_profile(ul_args: dict[str, Any]) -> Any:
-    """On resume without --profile: the built-in profile the run's record names (None: not a resume, or none)."""
-    from ..core.profiles import load_profile
+    """On resume without --profile: the built-in profile the run's record names (None: not a resume, or none; a
+    record's word never opens a profile file)."""
+    from ..core.profiles import BUILTIN_PROFILES, load_profile
     from ..core.resume import is_resume
     from ..core.resume.lineage import previous_record
 
@@ -206,9 +212,8 @@ def _resumed_profile(ul_args: dict[str, Any]) -> Any:
         return None
     record = previous_record(str(ul_args["model"]))
     source = ((record or {}).get("profile") or {}).get("source")
-    if isinstance(source, str) and source.startswith("builtin:"):
-        return load_profile(source.split(":", 1)[1])
-    return None
+    name = source.split(":", 1)[1] if isinstance(source, str) and source.startswith("builtin:") else None
+    return load_profile(name) if name in BUILTIN_PROFILES else None
 
 
 def run(args: argparse.Namespace) -> int:

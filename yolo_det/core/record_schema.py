@@ -237,6 +237,14 @@ FIELDS: tuple[Field, ...] = (
             Field("files", (_A,), "Every weights file in the run's weights folder, read back from disk.", items=(_O,)),
         ),
     ),
+    Field(
+        "epoch_weights",
+        (_A,),
+        "The weights digest of `last.pt` right after each epoch's checkpoint, `{epoch, sha256}` (epochs counted from "
+        "1; a resumed part lists the epochs it trained, its `segments` the earlier ones): what `yolo-det reproduce` "
+        "compares epoch by epoch.",
+        items=(_O,),
+    ),
     Field("run", (_O,), "The framework's main arguments and `save_dir`."),
     Field(
         "guarantees",

@@ -39,6 +39,8 @@ class TrainerState:
         shards: The :class:`~yolo_det.fixes.shards.ShardLayout` the run trains under (None: no shards).
         flags: The process states seen at the optimizer steps (a
             :class:`~yolo_det.integrations.ultralytics.guarantees.FlagWatch`), None when not observed.
+        epoch_weights: ``{epoch: weights digest}`` of ``last.pt`` right after each epoch's checkpoint (1-based), for
+            the record's ``epoch_weights``.
     """
 
     identity: dict[str, Any] | None = None
@@ -51,6 +53,7 @@ class TrainerState:
     tap: Any = None
     shards: Any = None
     flags: Any = None
+    epoch_weights: dict[int, str] = field(default_factory=dict)
 
 
 def state_of(trainer: Any) -> TrainerState:

@@ -84,9 +84,12 @@ def _tell_observers(trainer: Any, path: Path, record: Mapping[str, Any]) -> None
 class RunRecords(RunControl):
     """Writes ``determinism.json`` for the run in progress (see the module docstring)."""
 
-    def _write_running(self, trainer: Any, rewriting: frozenset[str] = frozenset()) -> None:
+    def _write_running(
+        self, trainer: Any, rewriting: frozenset[str] = frozenset(), *, checkpointed: bool = False
+    ) -> None:
         """Write (replace) the record with status ``running`` (rank 0); the weights files named in ``rewriting``
-        are listed without size or digest (about to be replaced).
+        are listed without size or digest (about to be replaced); ``checkpointed``: right after an epoch's
+        checkpoint, whose ``last.pt`` digest joins ``epoch_weights``.
 
         A full disk (no space, quota, file size limit) stops the run: raised, so that it fails naming it while the
         record on disk still lists only files as they are. Another failure is kept, not raised, and the training
@@ -95,7 +98,7 @@ class RunRecords(RunControl):
         if not self.record or process_rank() not in {-1, 0}:
             return
         try:
-            self._write(trainer, None, running=True, rewriting=rewriting)
+            self._write(trainer, None, running=True, rewriting=rewriting, checkpointed=checkpointed)
         except Exception as e:  # the training goes on; the final record says what it can
             if isinstance(e, OSError) and e.errno in _NO_SPACE:
                 raise
@@ -116,8 +119,8 @@ class RunRecords(RunControl):
         self._write_running(trainer, frozenset(names))
 
     def _after_checkpoint(self, trainer: Any) -> None:
-        """After each checkpoint: the record says how many epochs are checkpointed."""
-        self._write_running(trainer)
+        """After each checkpoint: the record says how many epochs are checkpointed, and their weights digests."""
+        self._write_running(trainer, checkpointed=True)
         reach("record-updated")
 
     def _record_ending(self, trainer: Any, error: BaseException | None) -> None:
@@ -160,9 +163,10 @@ class RunRecords(RunControl):
         *,
         running: bool = False,
         rewriting: frozenset[str] = frozenset(),
+        checkpointed: bool = False,
     ) -> None:
         """Write ``determinism.json`` for a run that ended with ``error`` (None: completed), or one still
-        ``running``."""
+        ``running`` (``checkpointed``: right after the checkpoint of an epoch)."""
         if not self.record or self.session is None:
             return
         save_dir = getattr(trainer, "save_dir", None)
@@ -179,9 +183,12 @@ class RunRecords(RunControl):
             for f in files
         ]
         weights: dict[str, Any] = {"files": files}
+        last = Path(getattr(trainer, "last", Path(save_dir) / "weights" / "last.pt")).resolve()
+        entry = next((f for f in files if Path(f["file"]).resolve() == last and f.get("sha256")), None)
+        epoch_weights = state_of(trainer).epoch_weights
+        if checkpointed and entry is not None and self.resume is not None and self.resume.checkpointed:
+            epoch_weights[self.resume.checkpointed] = entry["sha256"]  # the weights after that epoch
         if (error is None and not running) or stopped:
-            last = Path(getattr(trainer, "last", Path(save_dir) / "weights" / "last.pt")).resolve()
-            entry = next((f for f in files if Path(f["file"]).resolve() == last and f.get("sha256")), None)
             if entry is not None:
                 weights["file"] = entry["file"]
                 weights["sha256"] = entry["sha256"]
@@ -212,6 +219,7 @@ class RunRecords(RunControl):
             **(state_of(trainer).identity or {}),
             **({"op_trace": trace()} if (trace := state_of(trainer).op_trace) is not None else {}),
             trainer_seam=seam_section(trainer, self.record),
+            epoch_weights=[{"epoch": e, "sha256": d} for e, d in sorted(epoch_weights.items())],
             **({} if running else {"guarantees": guarantees_section(trainer, self.profile, self._observed)}),
             data_stream=_stream.data_stream_section(
                 trainer, int(self.session.seeds()["seed"]), state_of(trainer).identity

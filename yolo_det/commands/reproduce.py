@@ -1,0 +1,304 @@
+"""Train a recorded run again here and say, epoch by epoch, whether the weights are the same.
+
+SOURCE is a run folder (holding determinism.json), a determinism.json file, a file written by
+`yolo-det verify --save`, or a checkpoint of a run (RUN/weights/last.pt, epochN.pt) beside its record.
+The command is rebuilt from the record: its built-in profile (or --profile), every training argument it ran
+with (as asked: what optimizer=auto chose is chosen again), its seed; the model, data and arguments pass
+the same gate as `yolo-det train`'s. The record only names files: nothing it names is opened unchecked, no
+profile file is read on its word (pass --profile FILE), and a module its model needs is imported only with
+--import (one line names it). Output goes to a new folder (--project/--name, as `train`'s project=/name=; default:
+Ultralytics' runs folder and the run's name, numbered when it exists), never into SOURCE's.
+
+In order it prints: what this machine predicts (`yolo-det check-machine`'s rule: threads, instruction-set
+branches, versions, GPU), the data (the recorded content digest against the data here: the first split and part
+that differ; the record holds digests per split, not per file), then the weights digest after each epoch against
+the record's (`epoch_weights`; a record without them compares its final digest only), and one verdict:
+
+  same weights                  every epoch compared was bitwise the same              exit 0
+  parted at epoch K: CAUSES     the first epoch whose weights differ, with the          exit 1
+                                causes `yolo-det diff` names
+  cannot be the same here: ...  the weights parted and only machine causes differ       exit 1
+                                (threads, CPU, GPU, versions), or the run needs a
+                                device this machine lacks (nothing trained: exit 3)
+  nothing compared              no recorded digest for an epoch trained                 exit 3
+
+Exit 2: an unusable SOURCE (not a record, malformed, a refused file, a profile file or module needed).
+The training stops at the first epoch that parts; --epochs N trains the run's schedule (the same learning
+rate and mosaic epochs) but stops after epoch N, so a long run is checked in minutes.
+
+examples:
+  yolo-det reproduce runs/detect/train
+  yolo-det reproduce colleague/determinism.json --data datasets/my.yaml --epochs 1
+  yolo-det reproduce runs/detect/train/weights/epoch3.pt --import mypkg.blocks
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import ConfigError
+from ..core.text import printable
+from . import add_import_option, add_trust_flag
+
+#: The verdicts and their exit codes.
+SAME, PARTED, CANNOT, NOTHING = "same weights", "parted at epoch", "cannot be the same here", "nothing compared"
+#: Arguments the rebuilt command never takes from a record: where it writes (the new folder decides), what yolo-det
+#: decides itself, a cfg file (its values are among the recorded ones) and resuming.
+_NOT_TAKEN = frozenset({"project", "name", "save_dir", "exist_ok", "deterministic", "mode", "cfg", "resume"})
+#: Diff groups whose causes are the machine's, not the command's.
+_MACHINE_GROUPS = frozenset({"versions", "gpu", "cpu", "threads"})
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``reproduce`` arguments."""
+    parser.add_argument(
+        "source", metavar="SOURCE", help="run folder, determinism.json, verify --save file, or a run's checkpoint"
+    )
+    parser.add_argument("--epochs", type=int, default=None, metavar="N", help="check only the first N epochs")
+    parser.add_argument(
+        "--profile", default=None, metavar="NAME|FILE", help="the run's profile (default: its built-in one)"
+    )
+    parser.add_argument("--data", default=None, metavar="PATH", help="the run's dataset here (its digest decides)")
+    parser.add_argument("--model", default=None, metavar="PATH", help="the run's model here (its digest decides)")
+    parser.add_argument("--project", default=None, help="where the new run folder goes (default: Ultralytics')")
+    parser.add_argument("--name", default=None, help="the new run folder's name (default: the run's)")
+    parser.add_argument("--verbose", action="store_true", help="show Ultralytics' training log (on stderr)")
+    add_import_option(parser)
+    add_trust_flag(parser)
+
+
+def recorded_epochs(record: Mapping[str, Any]) -> dict[int, str]:
+    """``{epoch: weights digest}`` the record holds: ``epoch_weights`` of every part, else the final digest at the
+    epochs completed."""
+    out: dict[int, str] = {}
+    for part in [*(record.get("segments") or []), record]:
+        for entry in part.get("epoch_weights") or [] if isinstance(part, Mapping) else []:
+            epoch, digest = (entry.get("epoch"), entry.get("sha256")) if isinstance(entry, Mapping) else (None, None)
+            if isinstance(epoch, int) and not isinstance(epoch, bool) and isinstance(digest, str):
+                out[epoch] = digest
+    final, done = (record.get("weights") or {}).get("sha256"), record.get("epochs_completed")
+    if isinstance(final, str) and isinstance(done, int) and done >= 1:
+        out.setdefault(done, final)
+    return out
+
+
+def _token(key: str, value: Any) -> str:
+    """``key=value`` as ``yolo-det train`` parses it (JSON scalars and lists are YAML)."""
+    return f"{key}={json.dumps(value)}"
+
+
+def rebuilt_tokens(record: Mapping[str, Any], *, data: str | None, model: str | None) -> tuple[list[str], list[str]]:
+    """The ``key=value`` tokens of the run's command (those that differ from this Ultralytics' defaults), and the
+    recorded arguments this Ultralytics does not know (dropped)."""
+    from ..core.compat import DEFAULT_CFG_DICT
+
+    recorded = record.get("ultralytics_args")
+    if not isinstance(recorded, Mapping):
+        recorded = record.get("run")
+    if not isinstance(recorded, Mapping) or not recorded.get("model"):
+        raise ConfigError("the record lists no training arguments (model=, data=, ...): nothing to rebuild")
+    adjusted = record.get("adjusted_args")
+    asked = {
+        k: v["asked"]
+        for k, v in (adjusted.items() if isinstance(adjusted, Mapping) else [])
+        if isinstance(v, Mapping) and "asked" in v
+    }
+    values = {**recorded, **asked, **({"data": data} if data else {}), **({"model": model} if model else {})}
+    unknown = sorted(k for k in values if k not in DEFAULT_CFG_DICT and k not in _NOT_TAKEN)
+    tokens = [
+        _token(k, v)
+        for k, v in sorted(values.items())
+        if k in DEFAULT_CFG_DICT and k not in _NOT_TAKEN and v != DEFAULT_CFG_DICT[k]
+    ]
+    return tokens, unknown
+
+
+def _profile(record: Mapping[str, Any], given: str | None) -> Any:
+    """The profile to train under: ``given``, else the record's built-in one (never a file the record names)."""
+    from ..core.machine_settings import missing_env
+    from ..core.profiles import BUILTIN_PROFILES, load_profile
+
+    recorded = record.get("profile") or {}
+    name = recorded.get("name")
+    if given is not None:
+        profile = load_profile(given)
+    elif name in BUILTIN_PROFILES and recorded.get("source") == f"builtin:{name}":
+        profile = load_profile(name)
+    else:
+        raise ConfigError(
+            f"the run trained under the profile {printable(str(name)[:80], newlines=False)!r}, not a built-in one, "
+            "and yolo-det opens no file on a record's word: pass --profile FILE with that profile"
+        )
+    isa = profile.train.extra.get("cpu_isa")
+    if isa is not None and missing_env(isa):
+        raise ConfigError(f"profile '{profile.name}' sets the CPU branches before torch starts: pass --profile {name}")
+    return profile
+
+
+def _data_line(record: Mapping[str, Any], found: Any) -> str:
+    """One line: the data here against the recorded content digest (``diff``'s data comparison)."""
+    from ..tools.diff import diff_records
+
+    recorded = record.get("data")
+    if not isinstance(recorded, Mapping) or not isinstance(found, Mapping):
+        return "data: not compared (a record without a data fingerprint; the weights decide)"
+    if recorded.get("sha256") == found.get("sha256"):
+        return f"data: the same (content digest {str(found.get('sha256'))[:16]})"
+    report = diff_records(record, {**record, "data": dict(found)}, a="recorded", b="here")
+    first = next((d for d in report.causes if d.group == "data"), None)
+    what = first.brief().removeprefix("data: ") if first is not None else "the data fingerprint"
+    return (
+        f"data: DIFFERENT: {what}; the record holds one digest per split and part, not per file, so the file "
+        "cannot be named"
+    )
+
+
+class _Stop(Exception):
+    """Raised at the end of the epoch after which the reproduction stops."""
+
+
+def _read(args: argparse.Namespace) -> tuple[dict[str, Any], str, dict[int, str]]:
+    """The record of SOURCE, where it was read, and the digests to compare (``{epoch: digest}``); a checkpoint
+    (read by the allow-list reader, never unpickled) limits them to its epoch."""
+    from ..analysis.names import recorded_imports
+    from ..core.record import checkpoint_digest
+    from ..tools.diff import load_record
+
+    source = Path(args.source).expanduser()
+    checkpoint = source if source.suffix in {".pt", ".pth"} else None
+    record, where = load_record(source.resolve().parent.parent if checkpoint is not None else source)
+    if record.get("framework", "ultralytics") != "ultralytics":
+        framework = printable(str(record.get("framework"))[:40], newlines=False)
+        raise ConfigError(f"'{where}' is a {framework} run; reproduce trains Ultralytics runs")
+    expected = recorded_epochs(record)
+    if checkpoint is not None:
+        digest = checkpoint_digest(checkpoint)
+        epoch = next((e for e, d in sorted(expected.items()) if d == digest), None)
+        if epoch is None:
+            raise ConfigError(f"'{checkpoint}' holds weights its run's record ({where}) does not list for any epoch")
+        expected = {e: d for e, d in expected.items() if e <= epoch}
+    recorded_imports(record.get("imports"), f"the run '{where}'", given=args.imports)
+    seeds = record.get("seeds") or {}
+    world = seeds.get("world_size") if isinstance(seeds, Mapping) else None
+    shards = ((record.get("profile") or {}).get("train") or {}).get("shards")
+    if isinstance(world, int) and world > 1 and not shards:
+        raise ConfigError(
+            f"the run trained on {world} ranks without shards, so its weights need {world} ranks; reproduce trains "
+            "in one process (a profile with shards makes the weights independent of the world size)"
+        )
+    return record, where, expected
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``yolo-det reproduce``: 0 same weights, 1 parted (or cannot be the same here), 3 nothing compared."""
+    from ..analysis.gate import allow_downloads
+    from ..analysis.models import model_names
+    from ..core.quiet import quiet_ultralytics
+    from ..core.untrusted.container import trusted_checkpoints
+    from ..integrations.trainer_state import state_of
+    from ..tools.machine_check import check_machine
+    from ..tools.prechecks.run_folder import run_dir
+    from ..tools.prepare import prepare
+    from .train import train
+
+    record, where, expected = _read(args)
+    profile = _profile(record, args.profile)
+    tokens, unknown = rebuilt_tokens(record, data=args.data, model=args.model)
+    origin = Path(where).resolve().parent
+    with (
+        model_names(args.imports),
+        trusted_checkpoints(args.trust_checkpoint),
+        allow_downloads(args.allow_download),
+    ):
+        out = [_token("name", args.name or origin.name), *([_token("project", args.project)] if args.project else [])]
+        profile, ul_args = prepare(profile, [*tokens, *out])  # the gate `yolo-det train` passes
+        new_dir = run_dir(ul_args, ul_args.get("task")).resolve()
+        if new_dir == origin or origin in new_dir.parents:
+            raise ConfigError(f"the new run folder '{new_dir}' is inside the run reproduced; pick another --project")
+        total = int(ul_args.get("epochs") or 0)
+        if args.epochs is not None and not 1 <= args.epochs <= total:
+            raise ConfigError(f"--epochs must be between 1 and the run's {total} epochs, got {args.epochs}")
+        if not expected:
+            print(f"verdict: {NOTHING}: the record holds no weights digest (a run that never finished an epoch)")
+            return 3
+        last = min(args.epochs or total, max(expected))  # no epoch past the last digest held is trained
+        print(
+            printable(
+                f"reproducing {where}: yolo-det train --profile {profile.name} {' '.join(tokens)}", newlines=False
+            )
+        )
+        if unknown:  # names from the record: escaped, so none starts a line of its own
+            print(printable(f"note: not arguments of this Ultralytics, left out: {', '.join(unknown)}", newlines=False))
+        machine = check_machine(record, profile)
+        *lines, verdict = machine.summary().splitlines()
+        print(f"machine: {verdict}")  # check-machine's prediction first, then its causes
+        for line in lines:
+            print(line)
+        if any(c.name == "device" for c in machine.causes):
+            print(f"verdict: {CANNOT}: the run trained on a device this machine lacks; nothing trained")
+            return 3
+        got: dict[int, str] = {}
+        seen: set[int] = set()
+
+        def on_train_start(trainer: Any) -> None:
+            print(printable(_data_line(record, (state_of(trainer).identity or {}).get("data")), newlines=False))
+
+        def on_fit_epoch_end(trainer: Any) -> None:
+            epoch = int(trainer.epoch) + 1
+            if epoch > total or epoch in seen:  # Ultralytics' final evaluation ends with this event too
+                return
+            seen.add(epoch)
+            got.update(state_of(trainer).epoch_weights)
+            mark = "" if epoch not in expected else " (same)" if got.get(epoch) == expected[epoch] else " (DIFFERENT)"
+            print(f"epoch {epoch}: weights {str(got.get(epoch, 'not checkpointed'))[:16]}{mark}", flush=True)
+            parted = epoch in expected and got.get(epoch) != expected[epoch]
+            if (parted or epoch >= last) and epoch < total:
+                state_of(trainer).stopped_on_purpose = True  # recorded as interrupted, not failed
+                raise _Stop
+
+        started: list[Any] = []
+        with quiet_ultralytics(args.verbose):
+            try:
+                train(profile, ul_args, started=started, callbacks=_callbacks(on_train_start, on_fit_epoch_end))
+            except _Stop:
+                pass
+    if started[0].record_path:
+        new_dir = Path(started[0].record_path).parent
+    print(f"new run: {new_dir}")
+    return _verdict(record, new_dir, {e: d for e, d in got.items() if e <= last}, expected)
+
+
+def _verdict(record: Mapping[str, Any], new_dir: Path, got: Mapping[int, str], expected: Mapping[int, str]) -> int:
+    """Print the verdict on the digests of the epochs trained (``got``) against the record's; return the exit code."""
+    from ..tools.diff import diff_records, load_record
+
+    compared = sorted(e for e in got if e in expected)
+    parted_at = next((e for e in compared if got[e] != expected[e]), None)
+    if parted_at is None:
+        if not compared:
+            held = ", ".join(map(str, sorted(expected)))
+            print(f"verdict: {NOTHING}: the record holds digests of epoch(s) {held}, none of an epoch trained")
+            return 3
+        print(f"verdict: {SAME} ({len(compared)} epoch(s) compared: {compared[0]}-{compared[-1]})")
+        return 0
+    new_record, _ = load_record(new_dir)
+    causes = diff_records(record, new_record, a="recorded", b="here").causes  # diff's causes, most likely first
+    named = "; ".join(d.brief() for d in causes[:3]) or (
+        "no difference in the records: non-determinism the profile does not cover"
+    )
+    if causes and all(d.group in _MACHINE_GROUPS for d in causes):
+        print(printable(f"verdict: {CANNOT}: {named} (parted at epoch {parted_at})", newlines=False))
+    else:
+        print(printable(f"verdict: {PARTED} {parted_at}: {named}", newlines=False))
+    return 1
+
+
+def _callbacks(*fns: Any) -> dict[str, Any]:
+    return {fn.__name__: fn for fn in fns}
+
+
+__all__ = ["CANNOT", "NOTHING", "PARTED", "SAME", "configure", "rebuilt_tokens", "recorded_epochs", "run"]
