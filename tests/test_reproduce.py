@@ -105,7 +105,8 @@ def test_a_changed_seed_parts_at_epoch_1_and_is_named_after_the_machine_predicti
         record["environment"]["host"]["intra_op_threads"] = threads + 4  # and it trained on more threads
 
     source = _edited(received, tmp_path / "edited", seed_1)
-    code, out, _ = _run(capsys, str(source), "--project", str(tmp_path / "out"))
+    png = tmp_path / "curves.png"
+    code, out, err = _run(capsys, str(source), "--project", str(tmp_path / "out"), "--png", str(png))
     assert code == 1, out
     lines = out.splitlines()
     assert lines[1].startswith("machine: will differ")  # said before training
@@ -114,6 +115,9 @@ def test_a_changed_seed_parts_at_epoch_1_and_is_named_after_the_machine_predicti
     assert "(DIFFERENT)" in out
     assert _verdict(out).startswith("verdict: parted at epoch 1: seed (0 vs 1)")
     assert "epoch 2:" not in out  # it stops at the first epoch that parts
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the new run's curves, epoch 1 marked
+    assert "run A:" in err  # the edited copy holds no results.csv
+    assert "only the other run's curves are drawn" in err
 
 
 @pytest.mark.slow

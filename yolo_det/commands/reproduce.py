@@ -24,23 +24,27 @@ the record's (`epoch_weights`; a record without them compares its final digest o
 
 Exit 2: an unusable SOURCE (not a record, malformed, a refused file, a profile file or module needed).
 The training stops at the first epoch that parts; --epochs N trains the run's schedule (the same learning
-rate and mosaic epochs) but stops after epoch N, so a long run is checked in minutes.
+rate and mosaic epochs) but stops after epoch N, so a long run is checked in minutes. With --png FILE, a
+picture of both runs' loss and metric curves per epoch (their results.csv), the epoch they parted at marked.
 
 examples:
   yolo-det reproduce runs/detect/train
   yolo-det reproduce colleague/determinism.json --data datasets/my.yaml --epochs 1
   yolo-det reproduce runs/detect/train/weights/epoch3.pt --import mypkg.blocks
+  yolo-det reproduce runs/detect/train --png curves.png
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError
+from ..core.fileio import check_output_path
 from ..core.text import printable
 from . import add_import_option, add_trust_flag
 
@@ -67,6 +71,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--project", default=None, help="where the new run folder goes (default: Ultralytics')")
     parser.add_argument("--name", default=None, help="the new run folder's name (default: the run's)")
     parser.add_argument("--verbose", action="store_true", help="show Ultralytics' training log (on stderr)")
+    parser.add_argument(
+        "--png", metavar="FILE", help="write both runs' loss and metric curves per epoch, the parting epoch marked"
+    )
     add_import_option(parser)
     add_trust_flag(parser)
 
@@ -205,6 +212,7 @@ def run(args: argparse.Namespace) -> int:
     from ..tools.prepare import prepare
     from .train import train
 
+    png = check_output_path(args.png, suffix=".png", what="--png")
     record, where, expected = _read(args)
     profile = _profile(record, args.profile)
     tokens, unknown = rebuilt_tokens(record, data=args.data, model=args.model)
@@ -269,7 +277,20 @@ def run(args: argparse.Namespace) -> int:
     if started[0].record_path:
         new_dir = Path(started[0].record_path).parent
     print(f"new run: {new_dir}")
-    return _verdict(record, new_dir, {e: d for e, d in got.items() if e <= last}, expected)
+    got = {e: d for e, d in got.items() if e <= last}
+    code = _verdict(record, new_dir, got, expected)
+    if png is not None:
+        from ..tools.curves import write_curves_png  # matplotlib only when a picture is asked for
+
+        for line in write_curves_png(origin, new_dir, png, parted_epoch=_parted_at(got, expected)):
+            print(f"yolo-det: {line}", file=sys.stderr)
+        print(f"curves written to {png}")
+    return code
+
+
+def _parted_at(got: Mapping[int, str], expected: Mapping[int, str]) -> int | None:
+    """The first epoch both hold a digest of whose digests differ (None: none)."""
+    return next((e for e in sorted(got) if e in expected and got[e] != expected[e]), None)
 
 
 def _verdict(record: Mapping[str, Any], new_dir: Path, got: Mapping[int, str], expected: Mapping[int, str]) -> int:
@@ -277,7 +298,7 @@ def _verdict(record: Mapping[str, Any], new_dir: Path, got: Mapping[int, str], e
     from ..tools.diff import diff_records, load_record
 
     compared = sorted(e for e in got if e in expected)
-    parted_at = next((e for e in compared if got[e] != expected[e]), None)
+    parted_at = _parted_at(got, expected)
     if parted_at is None:
         if not compared:
             held = ", ".join(map(str, sorted(expected)))
