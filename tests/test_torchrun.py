@@ -142,3 +142,21 @@ def test_a_worker_killed_while_rank_zero_gathers_the_states_ends_on_the_uninterr
     (before,) = record["segments"]
     assert before["epochs_completed"] == 1
     assert "no resume state" not in result["output"]
+
+
+def test_a_resume_by_hand_without_one_ranks_state_is_recorded_as_not_bitwise(tmp: Path) -> None:
+    """Every rank looks up its own state; rank 0's record says bitwise only when all found theirs, and says which
+    did not (one line at the start, from rank 0)."""
+    stopped = job(tmp, "by-hand", nnodes=2, nproc=1, env={"YOLO_DET_TEST_SIGNAL_AT": "fit-epoch-end:SIGINT"})
+    assert stopped["codes"] != [0, 0], stopped["output"][-4000:]  # both ranks stopped after epoch 0's checkpoint
+    weights = stopped["save_dir"] / "weights"
+    assert (weights / "yolo-det-resume.last.rank1.pt").is_file(), sorted(p.name for p in weights.iterdir())
+    (weights / "yolo-det-resume.last.rank1.pt").unlink()  # rank 1's state lost (or never written)
+    resumed = job(tmp, "by-hand", nnodes=2, nproc=1, args=[f"resume={weights / 'last.pt'}"])
+    assert resumed["codes"] == [0, 0], resumed["output"][-4000:]
+    resume = resumed["record"]["resume"]
+    assert resume["bitwise_expected"] is False
+    assert resume["state_found"] is False
+    assert resume["problem"].startswith("rank 1: ")
+    assert any(r.startswith("no matching resume state (rank 1: ") for r in resume["reasons"]), resume["reasons"]
+    assert resumed["output"].count("no resume state for") == 1  # rank 0's line, naming rank 1

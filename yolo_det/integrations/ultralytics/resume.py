@@ -11,23 +11,19 @@ Driven by :class:`~yolo_det.integrations.ultralytics.UltralyticsPlugin`'s callba
   (Ultralytics keeps that in a local variable that restarts at -1 on resume; while the resumed run's value
   differs, the accumulation target is adjusted for the one comparison it feeds, so the optimizer steps at
   the same iterations as in the uninterrupted run).
-- ``on_train_epoch_end``: in a job an outside launcher started (``gather``), every rank takes part in one gather:
-  the ranks > 0 send rank 0 their state of the epoch just trained (nothing changes it before the next epoch on
-  those ranks but the EMA buffers, which the next validation sets from rank 0's again) and write nothing
-  themselves; rank 0 keeps them for its checkpoint.
-- the checkpoint save (rank 0): the seam's ``save_model`` writes the epoch's resume states (the other ranks'
-  gathered ones, then its own; atomically, each previous one kept as ``...prev.pt``) before the checkpoint: at
-  every moment the folder holds a checkpoint and the states of every rank that match it, whatever interrupts the
-  run or whichever rank dies (a user's ``on_model_save`` raising, SIGTERM, SIGKILL).
+- ``on_train_epoch_end``, in a job an outside launcher started (``gather``): the ranks > 0 send rank 0 their state
+  (only the EMA buffers change before the next epoch there, and the next validation sets them from rank 0's).
+- the checkpoint save (rank 0): the seam's ``save_model`` writes the epoch's resume states (the gathered ones,
+  then its own; atomically, each previous one kept as ``...prev.pt``) before the checkpoint: the folder always
+  holds a checkpoint and every rank's matching state, whatever interrupts the run or whichever rank dies.
   Ultralytics' own writes of ``last.pt`` and ``best.pt`` are made atomic (a full disk half way leaves the previous
   checkpoint, not a file cut short; fault point ``weights-file-writing``). Once the checkpoint is written the
   previous state is removed, and the record is updated (``epochs_completed``).
 - ``on_train_end`` (rank 0): the run completed, nothing is left to resume: :meth:`UltralyticsResume.discard_states`
   removes every rank's state, so a finished run keeps none.
-- ``on_fit_epoch_end``: outside such a job, ranks > 0 (which write no checkpoint; Ultralytics' own launcher) write
-  their state (:func:`yolo_det.core.resume.state_path`) after the epoch's checkpoint.
-- resuming in a job: every rank looks up its own state and rank 0 learns which were missing; the record says
-  bitwise only when every rank found its own.
+- ``on_fit_epoch_end``: outside such a job, ranks > 0 (Ultralytics' own launcher) write their state
+  (:func:`yolo_det.core.resume.state_path`) after the epoch's checkpoint. Resuming a job, the record says bitwise
+  only when every rank found its own state.
 
 What is saved and how it is put back: :mod:`.resume_state`; what the run knows of its earlier parts:
 :mod:`.lineage`.
@@ -35,7 +31,9 @@ What is saved and how it is put back: :mod:`.resume_state`; what the run knows o
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +52,9 @@ from ...core.resume import (
 )
 from ...core.resume.lineage import segments_of, warn_no_state
 from ...core.seeding import epoch_data_seed
+from ...core.signals import safe_point
 from ...core.testpoints import reach
+from ...session.launcher import gather_at_rank0
 from ..trainer_state import state_of
 from .atomic_weights import with_atomic_weights
 from .lineage import changed_overrides, mosaic_changed
@@ -110,8 +110,6 @@ class UltralyticsResume:
     def _before_forward(self, *args: Any) -> None:
         """Before a forward changes BatchNorm statistics (and its backward the gradients), they must be copied."""
         if self._writer is not None and self._writer._early:
-            import time
-
             t0 = time.perf_counter()
             self._writer.wait_early()
             self.seconds_waiting += time.perf_counter() - t0
@@ -119,8 +117,6 @@ class UltralyticsResume:
     def _before_step(self, *args: Any) -> None:
         """Before the optimizer changes parameters and moments, the state referring to them must be written."""
         if self._writer is not None and self._writer._copied:
-            import time
-
             t0 = time.perf_counter()
             self._writer.wait_copied()
             self.seconds_waiting += time.perf_counter() - t0
@@ -151,9 +147,11 @@ class UltralyticsResume:
         if state is not None:
             self._pending = self._mosaic_state = state
         if self.gather:  # one job: bitwise only when every rank found its own state; rank 0 says which did not
-            joined = self._problems_of_ranks(info, why if state is None else None)
-            if joined is not None:
-                warn_no_state(ckpt, joined)
+            problems = gather_at_rank0(why if state is None else None) or []
+            missing = "; ".join(f"rank {r}: {p}" for r, p in enumerate(problems) if p is not None)
+            if missing:
+                info.update(state_found=False, problem=missing)
+                warn_no_state(ckpt, missing)
         elif state is None:
             warn_no_state(ckpt, why)
         info["overrides"] = changed_overrides(ckpt, trainer)
@@ -166,22 +164,6 @@ class UltralyticsResume:
                 flush=True,
             )
         self.info = info
-
-    def _problems_of_ranks(self, info: dict[str, Any], mine: str | None) -> str | None:
-        """Every rank's reason its state cannot be used, joined on rank 0 into ``info`` (``state_found`` true
-        only when every rank found its own); the joined reason on rank 0, None elsewhere or when all are found."""
-        from ...session.launcher import gather_at_rank0
-
-        problems = gather_at_rank0(mine)
-        if problems is None:
-            return None
-        missing = [f"rank {r}: {p}" for r, p in enumerate(problems) if p is not None]
-        if not missing:
-            return None
-        why = "; ".join(str(m) for m in missing)
-        info["state_found"] = False
-        info["problem"] = why
-        return why
 
     def _restore(self, trainer: Any, state: dict[str, Any]) -> None:
         model = restore_state(trainer, state)
@@ -284,8 +266,6 @@ class UltralyticsResume:
 
     def _before_checkpoint(self, trainer: Any) -> None:
         """Write the state of the checkpoint about to be saved, keeping the previous one as ``...prev.pt``."""
-        import os
-
         epoch = self._resumable_epoch(trainer)
         if epoch is None:
             return
@@ -293,7 +273,10 @@ class UltralyticsResume:
         gathered, self._gathered = self._gathered, {}
         for rank, (of, data) in sorted(gathered.items()):
             if of == epoch:
-                self._replace_state(last, rank, data)
+                if state_path(last, rank).is_file():
+                    os.replace(state_path(last, rank), previous_state_path(last, rank))
+                atomic_write_bytes(state_path(last, rank), data)
+                self.states_written += 1
         reach("rank-states-written")
         path = state_path(last, self.rank)
         if path.is_file():  # it matches the checkpoint still on disk until the new one replaces it
@@ -302,16 +285,6 @@ class UltralyticsResume:
         if self._writer is not None:
             self._writer.wait()  # on disk before the checkpoint is
         reach("resume-state-written")
-
-    def _replace_state(self, last: Path, rank: int, data: bytes) -> None:
-        """Write rank ``rank``'s state of ``last`` (the one it replaces kept as ``...prev.pt``)."""
-        import os
-
-        path = state_path(last, rank)
-        if path.is_file():
-            os.replace(path, previous_state_path(last, rank))
-        atomic_write_bytes(path, data)
-        self.states_written += 1
 
     def _drop_previous(self, trainer: Any) -> None:
         """The new checkpoint is on disk: the state of the one before matches no file any more."""
@@ -335,8 +308,6 @@ class UltralyticsResume:
         return removed
 
     def _submit(self, trainer: Any, path: Path, epoch: int) -> None:
-        import time
-
         t0 = time.perf_counter()
         if self._writer is None:
             self._writer = StateWriter()
@@ -350,12 +321,9 @@ class UltralyticsResume:
         """Ranks without a checkpoint (DDP ranks > 0 of Ultralytics' own launcher), or a trainer whose save is not
         wrapped: write this rank's resume state after the epoch's checkpoint (not after the final epoch). In a job
         the states went with the checkpoint."""
-        if self.gather:
-            self._trained = False
-            return
-        if not self._trained:
-            return  # final_eval's extra on_fit_epoch_end, an epoch redone, or written with the checkpoint
-        self._trained = False
+        trained, self._trained = self._trained, False
+        if not trained or self.gather:
+            return  # final_eval's extra on_fit_epoch_end, an epoch redone, written with the checkpoint, or sent
         epoch = self._resumable_epoch(trainer)
         if epoch is None:
             return
@@ -367,9 +335,6 @@ class UltralyticsResume:
     def _gather_states(self, trainer: Any) -> None:
         """Every rank > 0 sends its state of the epoch just trained to rank 0, which keeps them for the epoch's
         checkpoint (a collective: every rank calls it at every ``on_train_epoch_end``)."""
-        from ...core.signals import safe_point
-        from ...session.launcher import gather_at_rank0
-
         mine: tuple[int, bytes] | None = None
         if self.rank > 0:
             epoch = self._resumable_epoch(trainer)
