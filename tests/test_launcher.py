@@ -146,3 +146,77 @@ def test_a_rendezvous_that_cannot_be_reached_fails_within_its_timeout(
     assert dist.get_world_size() == 1
     leave_process_group(True)
     assert not dist.is_initialized()
+
+
+#: One worker of a torchrun job: joins the job's group, prints whether the ranks agree this start is a restart.
+_WORKER = """
+from yolo_det.core.launcher import launch_from_env
+from yolo_det.integrations.ultralytics.launcher import _restart_agreed
+from yolo_det.session.launcher import join_process_group, leave_process_group
+
+created = join_process_group(launch_from_env(), "cpu")
+print("restart:", _restart_agreed(False), flush=True)
+leave_process_group(created)
+"""
+
+
+def _start(port: int, counts: tuple[int, int]) -> list[tuple[int, str]]:
+    """Start both workers of a two-node job on torchrun's agent store at ``port``, each node's restart count from
+    ``counts``, as torchrun starts them; their exit codes and outputs."""
+    import subprocess
+    import sys
+
+    from helpers import subprocess_env
+
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER],
+            env=subprocess_env(
+                {
+                    "WORLD_SIZE": "2",
+                    "RANK": str(rank),
+                    "LOCAL_RANK": "0",
+                    "LOCAL_WORLD_SIZE": "1",
+                    "GROUP_RANK": str(rank),
+                    "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": str(port),
+                    "TORCHELASTIC_USE_AGENT_STORE": "True",
+                    "TORCHELASTIC_RUN_ID": "job",
+                    "TORCHELASTIC_RESTART_COUNT": str(count),
+                    "YOLO_DET_RENDEZVOUS_TIMEOUT": "60",
+                    "OMP_NUM_THREADS": "1",
+                }
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank, count in enumerate(counts)
+    ]
+    try:
+        return [(p.wait(timeout=180), p.communicate()[0]) for p in procs]
+    finally:
+        for p in procs:  # a worker that hangs is the failure; none outlives the test
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+@pytest.mark.slow
+def test_workers_restarted_with_other_counts_on_each_node_meet_and_agree_it_is_a_restart() -> None:
+    """torchrun's agent store outlives the starts of a job, and a node whose workers were restarted for another
+    node's failure keeps its restart count (0): the workers meet under a prefix they agree on, not under their
+    node's count, and every rank calls the start a restart."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    port = _free_port()
+    store = dist.TCPStore("127.0.0.1", port, 3, True, timeout=timedelta(seconds=60), wait_for_workers=False)
+    first = _start(port, (0, 0))  # the first start leaves its keys (addresses, tokens) in the store
+    assert [code for code, _ in first] == [0, 0], first
+    assert all("restart: False" in out for _, out in first), first
+    again = _start(port, (0, 1))  # rank 1's node failed, rank 0's was restarted for it
+    assert [code for code, _ in again] == [0, 0], again
+    assert all("restart: True" in out for _, out in again), again
+    del store

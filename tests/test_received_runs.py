@@ -1,6 +1,7 @@
 """A received run folder is checked before the run starts: every checkpoint Ultralytics will read in it
 (``best.pt`` at the final evaluation included), and every stored argument that would write outside it
-(``cache: disk``); the user's own resume, with ``cache=`` named, still caches."""
+(``cache: disk``, a stored dataset without its label caches) or run code there (a label cache is a pickle);
+the user's own resume, with ``cache=`` named, still caches, and one into a dataset whose caches it wrote trains."""
 
 from __future__ import annotations
 
@@ -73,12 +74,12 @@ def test_a_stored_disk_cache_is_refused_unless_the_user_names_it(
     for args in ({"resume": str(last)}, {"resume": True, "model": str(last)}, {"resume": str(last), "data": str(data)}):
         with pytest.raises(ConfigError, match=r"stores cache=disk.*folder you did not name.*cache=disk"):
             check_arguments(args)
-    for cache in ("disk", False, "ram"):  # the user names it: the user's choice
-        check_arguments({"resume": str(last), "cache": cache})
+    for cache in ("disk", False, "ram"):  # the user names it (and the dataset, which has no label cache yet)
+        check_arguments({"resume": str(last), "cache": cache, "data": str(data)})
     check_arguments({"model": str(last)})  # a new run from it takes the user's arguments, not the stored ones
     for stored in (False, None, True, "ram"):  # stored values that write nothing outside the run folder
         resumable_checkpoint(last, {"save_dir": str(run), "data": str(data), "cache": stored})
-        check_arguments({"resume": str(last)})
+        check_arguments({"resume": str(last), "data": str(data)})
     resumable_checkpoint(last, {"save_dir": str(run), "data": str(data), "cache": ["disk"]})
     with pytest.raises(ConfigError, match=r"stores cache=\['disk'\]"):
         check_arguments({"resume": str(last)})
@@ -109,3 +110,68 @@ def test_a_resume_into_your_own_dataset_with_cache_named_still_caches(
     assert not list(images.rglob("*.npy"))
     assert main(["train", "--profile", "repro", f"resume={last}", "cache=disk"]) == 0
     assert sorted(images.rglob("*.npy")) == cached
+
+
+class _Payload:
+    """Loading its pickle runs a command (os.system), as a sender's label cache could."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        import os
+
+        return (os.system, (self.command,))
+
+
+@pytest.mark.slow
+def test_a_stored_dataset_is_read_only_through_label_caches_that_exist_and_run_no_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A resume takes ``data`` from its checkpoint unless the user names ``data=`` (Ultralytics' ``check_resume``):
+    that dataset must already hold the label caches Ultralytics reads (a missing one it writes there), each one
+    loading without running code (Ultralytics unpickles it with ``allow_pickle``)."""
+    import os
+
+    import numpy as np
+
+    data = _dataset(tmp_path / "mine")
+    common = [f"data={data}", "epochs=2", "imgsz=64", "batch=4", f"project={tmp_path}", "name=run"]
+    last = train_stopped_after([*common, "plots=false", "workers=0", "device=cpu"], 1)
+    caches = sorted((tmp_path / "mine" / "labels").glob("*.cache"))
+    assert [c.name for c in caches] == ["train.cache", "val.cache"]  # Ultralytics wrote them in the first run
+    check_arguments({"resume": str(last)})  # they exist and hold label data only: the resume reads them as is
+    mine = {c: c.read_bytes() for c in caches}
+
+    for c in caches:
+        c.unlink()
+    dataset, folder = _tree(tmp_path / "mine"), _tree(last.parent.parent)
+    for args in ({"resume": str(last)}, {"resume": True, "model": str(last)}):
+        with pytest.raises(ConfigError, match=r"stores data=.*no label cache .*train\.cache.*folder you did not name"):
+            check_arguments(args)
+    check_arguments({"resume": str(last), "data": str(data)})  # the user names the dataset: the user's choice
+    assert main(["train", f"resume={last}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert f"data={data}" in err
+    assert str(tmp_path / "mine" / "labels") in err
+    assert _tree(tmp_path / "mine") == dataset  # refused before anything was written
+    assert _tree(last.parent.parent) == folder
+
+    marker = tmp_path / "MARKER"
+    for c in caches:  # a sender's label caches: pickles that run a command when loaded
+        payload = {"version": "1", "hash": "", "labels": [_Payload(f"touch {marker}")]}
+        np.save(str(c), np.array(payload, dtype=object), allow_pickle=True)
+        os.replace(str(c) + ".npy", c)  # np.save adds the suffix, as Ultralytics' own writer renames it
+    with pytest.raises(ConfigError, match=r"label cache .*train\.cache.*unpickle.*system.*delete that file"):
+        check_arguments({"resume": str(last)})
+    assert main(["train", f"resume={last}"]) == 2
+    assert "delete that file" in capsys.readouterr().err
+    assert not marker.exists()
+
+    for c, raw in mine.items():  # the harmless twin: the caches Ultralytics wrote for this dataset
+        c.write_bytes(raw)
+    dataset = _tree(tmp_path / "mine")
+    assert main(["train", "--profile", "repro", f"resume={last}"]) == 0
+    assert _tree(tmp_path / "mine") == dataset  # read, nothing written into it
+    assert not marker.exists()

@@ -5,8 +5,9 @@ agent with two ranks is one machine with two devices. Both train the same job, s
 one epoch fewer gives other weights (the control). The one-node job runs a user script calling
 ``yolo_det.trainer_class`` and ``model.train()``, the two-node job ``python -m yolo_det train``: both routes join
 the launcher's process group. A job whose rank 1 is SIGKILLed after epoch 1's checkpoint and restarted by torchrun
-(``--max-restarts 1``) resumes by itself and ends on the uninterrupted weights. Jobs are shared by the tests that
-need them (module-scoped fixtures).
+(``--max-restarts 1``) resumes by itself and ends on the uninterrupted weights, and so does a two-node job (c10d
+rendezvous) whose rank 1 is SIGKILLed while rank 0 gathers the ranks' resume states of the last epoch. Jobs are
+shared by the tests that need them (module-scoped fixtures).
 """
 
 from __future__ import annotations
@@ -54,6 +55,22 @@ def restarted(tmp: Path) -> dict[str, Any]:
         nproc=2,
         torchrun_args=("--max-restarts", "1"),
         env={"YOLO_DET_TEST_SIGNAL_AT": "fit-epoch-end:SIGKILL", "YOLO_DET_TEST_SIGNAL_RANK": "1"},
+    )
+
+
+@pytest.fixture(scope="module")
+def killed_while_gathering(tmp: Path) -> dict[str, Any]:
+    """2 nodes x 1 rank through the c10d rendezvous, the command line; rank 1 SIGKILLed at its first start when it
+    reaches the gather of epoch index 1 (rank 0 waits in it, epoch 0 is checkpointed), and torchrun
+    (--max-restarts 1) starts the workers again."""
+    return job(
+        tmp,
+        "killed-gathering",
+        nnodes=2,
+        nproc=1,
+        c10d=True,
+        torchrun_args=("--max-restarts", "1"),
+        env={"YOLO_DET_TEST_SIGNAL_AT": "states-gathering@2:SIGKILL", "YOLO_DET_TEST_SIGNAL_RANK": "1"},
     )
 
 
@@ -109,3 +126,37 @@ def test_a_worker_killed_after_a_checkpoint_is_restarted_and_ends_on_the_uninter
     assert before["launch"]["restart_count"] == 0
     assert before["status"] in {"terminated", "killed", "failed"}
     assert before["epochs_completed"] == 1
+
+
+def test_a_worker_killed_while_rank_zero_gathers_the_states_ends_on_the_uninterrupted_weights(
+    two_nodes: dict[str, Any], one_epoch_fewer: dict[str, Any], killed_while_gathering: dict[str, Any]
+) -> None:
+    result = killed_while_gathering
+    assert result["codes"] == [0, 0], result["output"][-4000:]
+    assert "resuming from" in result["output"]
+    record = result["record"]
+    assert record["resume"]["state_found"], record["resume"]
+    assert record["resume"]["bitwise_expected"], record["resume"]
+    assert record["resume"]["epoch"] == 1  # resumed from epoch 0's checkpoint: epoch 1 was never checkpointed
+    assert digest(result) == digest(two_nodes) != digest(one_epoch_fewer)
+    (before,) = record["segments"]
+    assert before["epochs_completed"] == 1
+    assert "no resume state" not in result["output"]
+
+
+def test_a_resume_by_hand_without_one_ranks_state_is_recorded_as_not_bitwise(tmp: Path) -> None:
+    """Every rank looks up its own state; rank 0's record says bitwise only when all found theirs, and says which
+    did not (one line at the start, from rank 0)."""
+    stopped = job(tmp, "by-hand", nnodes=2, nproc=1, env={"YOLO_DET_TEST_SIGNAL_AT": "fit-epoch-end:SIGINT"})
+    assert stopped["codes"] != [0, 0], stopped["output"][-4000:]  # both ranks stopped after epoch 0's checkpoint
+    weights = stopped["save_dir"] / "weights"
+    assert (weights / "yolo-det-resume.last.rank1.pt").is_file(), sorted(p.name for p in weights.iterdir())
+    (weights / "yolo-det-resume.last.rank1.pt").unlink()  # rank 1's state lost (or never written)
+    resumed = job(tmp, "by-hand", nnodes=2, nproc=1, args=[f"resume={weights / 'last.pt'}"])
+    assert resumed["codes"] == [0, 0], resumed["output"][-4000:]
+    resume = resumed["record"]["resume"]
+    assert resume["bitwise_expected"] is False
+    assert resume["state_found"] is False
+    assert resume["problem"].startswith("rank 1: ")
+    assert any(r.startswith("no matching resume state (rank 1: ") for r in resume["reasons"]), resume["reasons"]
+    assert resumed["output"].count("no resume state for") == 1  # rank 0's line, naming rank 1

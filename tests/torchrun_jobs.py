@@ -54,19 +54,19 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return subprocess_env({"OMP_NUM_THREADS": "1", **(extra or {})})
 
 
-def _torchrun(nnodes: int, node_rank: int, nproc: int, port: int, extra: list[str]) -> list[str]:
+def _torchrun(nnodes: int, node_rank: int, nproc: int, port: int, extra: list[str], c10d: bool) -> list[str]:
+    where = (
+        ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job"]
+        if c10d
+        else ["--node_rank", str(node_rank), "--master_addr", "127.0.0.1", "--master_port", str(port)]
+    )
     return [
         sys.executable,
         "-m",
         "torch.distributed.run",
         "--nnodes",
         str(nnodes),
-        "--node_rank",
-        str(node_rank),
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(port),
+        *where,
         "--nproc_per_node",
         str(nproc),
         *extra,
@@ -86,9 +86,12 @@ def job(
     env: dict[str, str] | None = None,
     timeout: float = 600,
     args: list[str] | None = None,
+    c10d: bool = False,
 ) -> dict[str, Any]:
     """Run one job to its end; its agents' exit codes, output, run folder and rank 0's record (``args``: the
-    training arguments instead of the tiny run's, e.g. ``resume=...``; the run folder is still ``runs/name``)."""
+    training arguments instead of the tiny run's, e.g. ``resume=...``; the run folder is still ``runs/name``;
+    ``c10d``: the agents meet through torchrun's c10d rendezvous, which numbers the nodes itself, instead of the
+    static one)."""
     port = free_port()
     project = tmp / "runs"
     run_args = args or [*TINY, f"epochs={epochs}", f"project={project}", f"name={name}", "exist_ok=True"]
@@ -100,7 +103,7 @@ def job(
         program = ["-m", "yolo_det", "train", "--profile", profile, *run_args]
     procs = [
         subprocess.Popen(
-            [*_torchrun(nnodes, node, nproc, port, list(torchrun_args)), *program],
+            [*_torchrun(nnodes, node, nproc, port, list(torchrun_args), c10d), *program],
             cwd=tmp,
             env=_env(env),
             stdout=subprocess.PIPE,

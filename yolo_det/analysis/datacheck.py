@@ -17,6 +17,10 @@ are listed as Ultralytics lists them (a folder searched recursively, a ``.txt`` 
 ``fraction=``) and each label file is found by its rule (``img2label_paths``). Images are not decoded. Data the
 check cannot read as a detection, segmentation, pose or OBB dataset (classification folders, a name
 Ultralytics ships, a missing split, a malformed YAML) is left to the other checks and to Ultralytics.
+
+A resumed run trains on the dataset its checkpoint names unless the user names ``data=``: where Ultralytics keeps
+that dataset's label caches (:func:`label_caches`), and that each is there and runs no code when Ultralytics
+unpickles it (:func:`check_stored_dataset`, which the gate calls).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import yaml
 from ..core.errors import ConfigError
 from ..core.untrusted import safe_yaml
 
-__all__ = ["LABEL_TASKS", "check_training_data", "label_fault"]
+__all__ = ["LABEL_TASKS", "check_stored_dataset", "check_training_data", "label_caches", "label_fault"]
 
 #: The tasks whose datasets hold YOLO label files (one ``.txt`` per image).
 LABEL_TASKS = frozenset({"detect", "segment", "pose", "obb"})
@@ -266,3 +270,77 @@ def check_training_data(args: Mapping[str, Any], *, task: str | None = None) -> 
             ndim=ndim,
             single_cls=bool(args.get("single_cls")),
         )
+
+
+def label_caches(args: Mapping[str, Any], *, task: str | None = None) -> list[Path] | None:
+    """The label cache files (``*.cache``) Ultralytics reads, or writes when they are missing, for a training with
+    ``args``: one per training and validation split, where its ``get_labels`` puts it (beside the folder of the
+    split's first label file). None when the data is not a local data YAML of a label dataset whose splits are
+    here (a name Ultralytics ships, a classification folder): the files are not known."""
+    from ..core.compat import internal
+
+    data = args.get("data")
+    if not isinstance(data, (str, os.PathLike)):
+        return None
+    path = Path(data).expanduser()
+    task = str(args.get("task") or task or "detect")
+    if task not in LABEL_TASKS or path.suffix.lower() not in {".yaml", ".yml"} or not path.is_file():
+        return None
+    try:
+        cfg = safe_yaml.load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if not isinstance(cfg, Mapping):
+        return None
+    root = _root(cfg, path)
+    caches: list[Path] = []
+    for split in ("train", str(args.get("split") or "val")):
+        value = cfg.get(split) if split != "val" or cfg.get("val") is not None else cfg.get("validation")
+        paths = _split_paths(value, root)
+        images = _image_files(paths, _fraction(args.get("fraction", 1.0), split)) if paths else None
+        if not images:
+            return None
+        cache = Path(internal("img2label_paths")(images[:1])[0]).parent.with_suffix(".cache")
+        if cache not in caches:
+            caches.append(cache)
+    return caches
+
+
+def check_stored_dataset(stored: Mapping[str, Any], source: str) -> None:
+    """Refuse a resumed run's stored ``data`` (the user did not name ``data=``) whose dataset lacks a label cache
+    Ultralytics reads (it would write one into that folder) or holds one whose loading runs code (Ultralytics
+    loads it with ``allow_pickle``): :func:`label_caches`, :func:`yolo_det.core.untrusted.safeload.check_label_cache`.
+    The gate calls it for a resumed checkpoint. Data whose caches are not known (a dataset name Ultralytics ships,
+    a classification folder) passes.
+
+    Args:
+        stored: The arguments the checkpoint stores, without those the user gave.
+        source: What stored them, for the message.
+
+    Raises:
+        ConfigError: One line naming the cache, the folder and how to resume (``data=``).
+    """
+    data = stored.get("data")
+    if data is None:
+        return
+    from ..core.errors import ModelError
+    from ..core.text import printable
+    from ..core.untrusted.safeload import check_label_cache
+    from ..core.untrusted.unpickle import RefusedGlobal
+
+    shown = printable(str(data), newlines=False)[:200]
+    for cache in label_caches(stored) or []:
+        where = printable(str(cache), newlines=False)[:300]
+        if not cache.is_file():
+            raise ConfigError(
+                f"{source} stores data={shown}, whose dataset has no label cache '{where}': resuming would write "
+                f"one into that folder, a folder you did not name; name the dataset to resume with it (data={shown})"
+            )
+        try:
+            check_label_cache(cache)
+        except ModelError as e:
+            why = f"its pickle calls {e.name[:120]}" if isinstance(e, RefusedGlobal) else str(e).split("' ", 1)[-1]
+            raise ConfigError(
+                f"{source} stores data={shown}, whose label cache '{where}' Ultralytics would unpickle, running "
+                f"what it names ({why}); delete that file, or name the dataset if you trust it (data={shown})"
+            ) from None

@@ -17,7 +17,10 @@ in the Python API (the guards :func:`yolo_det.attach` puts on ``train/val/predic
   final evaluation, ``weights/last.pt``) passes the gate before the run starts (:func:`run_folder_reads`);
 - a resumed checkpoint's stored arguments may not make the run write outside its run folder: a stored
   ``cache: disk`` (images cached as ``.npy`` files in the dataset) is refused unless the user names ``cache=``
-  (:data:`STORED_WRITES`, :func:`check_stored_writes`; YOLOv5's ``opt.yaml`` too).
+  (:data:`STORED_WRITES`, :func:`check_stored_writes`; YOLOv5's ``opt.yaml`` too); nor read code there: the
+  dataset a stored ``data`` names (the user did not name ``data=``, which Ultralytics' resume takes instead) must
+  hold every label cache Ultralytics reads (a missing one it writes into the dataset), each one loading without
+  running code (Ultralytics unpickles it) (:func:`yolo_det.analysis.datacheck.check_stored_dataset`).
 
 Refusals are :class:`~yolo_det.core.errors.ModelError`/:class:`~yolo_det.core.errors.ConfigError`: one
 line, exit 2.
@@ -365,6 +368,9 @@ def _check_stored(path: Path, depth: int, seen: set[str], given: set[str], *, re
             f"checkpoint '{path}'",
             opt_in="name it to resume with it ({key}={value}, or {key}=False to cache nothing)",
         )
+        from .datacheck import check_stored_dataset
+
+        check_stored_dataset(stored, f"checkpoint '{path}'")
     try:
         check_arguments(stored, _depth=depth + 1, _seen=seen)
     except YoloDetError as e:

@@ -25,8 +25,8 @@ Handlers the user installed are kept: theirs is called after the stop is noted (
 ``SIG_IGN`` is left ignored, and yolo-det installs nothing for it). Handlers are installed only in the
 main thread, and each is put back when the outermost block ends, unless the user replaced it meanwhile.
 
-Testing hook: ``YOLO_DET_TEST_SIGNAL_AT=POINT[:SIGNAL]`` (``SIGINT`` by default) makes the process send
-itself the signal the first time it reaches the safe point named ``POINT`` (:data:`POINTS`) while
+Testing hook: ``YOLO_DET_TEST_SIGNAL_AT=POINT[@N][:SIGNAL]`` (``SIGINT`` by default) makes the process send
+itself the signal the first (``N``-th) time it reaches the safe point named ``POINT`` (:data:`POINTS`) while
 :func:`stop_signals` is active (once per outermost block), so tests
 stop a run at a named moment instead of after a sleep. With ``YOLO_DET_TEST_SIGNAL_RANK=R`` only the process of
 global rank ``R`` (``RANK``) at its first start (``TORCHELASTIC_RESTART_COUNT`` unset or 0) does so: one worker
@@ -73,6 +73,7 @@ POINTS = (
     "batch-start",  # on_train_batch_start; YOLOv5: each backward
     "batch-end",  # on_train_batch_end
     "epoch-end",  # on_train_epoch_end (before validation and the checkpoint)
+    "states-gathering",  # on_train_epoch_end, a job's ranks: each rank's state captured, not yet sent to rank 0
     "fit-epoch-end",  # on_fit_epoch_end (after the epoch's checkpoint and resume state)
     "cli-end",  # the command returned
 )
@@ -116,6 +117,7 @@ class _Stops:
         self.pending: int | None = None  # a stop noted, not yet acted on
         self.raised = False  # a stop was acted on: the run is ending
         self.fired: set[str] = set()  # testing hook: points fired in this block
+        self.reached: dict[str, int] = {}  # testing hook: times each point was reached in this block
         self.outer: set[int] = set()  # the frames that entered the outermost block (outside it)
 
     def reset(self) -> None:
@@ -124,6 +126,7 @@ class _Stops:
         self.pending = None
         self.raised = False
         self.fired.clear()
+        self.reached.clear()
         self.outer.clear()
 
 
@@ -250,7 +253,10 @@ def safe_point(name: str) -> None:
     hook = os.environ.get(TEST_HOOK_ENV)
     if hook and _STOPS.depth and name not in _STOPS.fired and _hook_applies():
         point, _, sig = hook.partition(":")
+        point, _, nth = point.partition("@")
         if point == name:
+            _STOPS.reached[name] = _STOPS.reached.get(name, 0) + 1
+        if point == name and _STOPS.reached[name] >= (int(nth) if nth.isdigit() else 1):
             _STOPS.fired.add(name)
             if os.environ.get(TEST_HOOK_AGENT_ENV) == "1" and os.environ.get("TORCHELASTIC_RUN_ID"):
                 os.kill(os.getppid(), getattr(signal, sig or "SIGINT"))  # the torchrun agent too: a machine lost

@@ -7,8 +7,9 @@ Points: ``resume-state-written`` (a checkpoint's resume state is on disk, the ch
 ``checkpoint-written`` (the checkpoint is on disk, the record not yet updated), ``record-writing`` (a record
 is built and about to be written: a hook raising ``OSError(ENOSPC)`` there is a full disk at that write),
 ``record-updated``, ``rank-states-written`` (rank 0 wrote the states the other ranks of an outside launcher's
-job sent it), ``weights-file-writing`` (Ultralytics' checkpoint write of ``last.pt``/``best.pt`` has
-written its temporary file, not yet renamed over the file), ``weights-file-saving`` (a ``torch.save`` to a
+job sent it, before its own state and the checkpoint), ``weights-file-writing`` (Ultralytics' checkpoint
+write of ``last.pt``/``best.pt`` has written its temporary file, not yet renamed over the file),
+``weights-file-saving`` (a ``torch.save`` to a
 path under the load guard, such as Ultralytics' final ``strip_optimizer`` rewrite of ``last.pt``, has written
 its temporary file, not yet renamed over the file).
 """

@@ -21,18 +21,28 @@ import os
 import sys
 import threading
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..errors import ModelError
-from .container import TRUST_FLAG, open_checkpoint, read_bytes, trust_checkpoints, trust_hint, trusted_checkpoints
+from .container import (
+    TRUST_FLAG,
+    CheckpointArchive,
+    open_checkpoint,
+    read_bytes,
+    trust_checkpoints,
+    trust_hint,
+    trusted_checkpoints,
+)
 from .unpickle import Inert, RefusedGlobal, SafeUnpickler, module_dict, module_state_dict
 
 __all__ = [
     "TRUST_FLAG",
     "Inert",
     "check_checkpoint",
+    "check_label_cache",
     "checkpoint_globals",
     "checkpoint_model_yaml",
     "checkpoint_state_dict",
@@ -69,6 +79,46 @@ def _unpickle(path: str | os.PathLike[str], data: bytes | None, live: bool) -> A
             raise ModelError(
                 f"'{archive.path}' is not a PyTorch checkpoint (truncated or damaged?): {type(e).__name__}: {msg}"
             ) from None
+
+
+def check_label_cache(path: str | os.PathLike[str]) -> None:
+    """Check that loading an Ultralytics label cache (``*.cache``: ``np.save`` of one dict, which Ultralytics
+    reads back with ``np.load(allow_pickle=True)``) runs no code: a NumPy ``.npy`` header for one Python object,
+    then a pickle that the allow-list reads (:class:`~.unpickle.SafeUnpickler`, NumPy object arrays allowed) and
+    that names NumPy and plain Python values only, no class of a model.
+
+    Raises:
+        ModelError: The file is not such a cache, or its pickle names or calls anything else (one line).
+    """
+    import numpy as np
+
+    raw = read_bytes(path)
+    f = io.BytesIO(raw)
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise ValueError(f"NumPy format {version}")
+    except ValueError as e:
+        why = " ".join(str(e).split())[:80]
+        raise ModelError(f"'{path}' is not a label cache Ultralytics writes ({why})") from None
+    if dtype != np.dtype(object) or shape != ():
+        raise ModelError(f"'{path}' is not a label cache Ultralytics writes (an array of {dtype}, shape {shape})")
+    archive = CheckpointArchive(path=Path(path), prefix="", pickle=raw[f.tell() :], size=len(raw))
+    unpickler = SafeUnpickler(archive, live=False, objects=True)
+    try:
+        out = unpickler.load()
+    except ModelError:
+        raise
+    except Exception as e:  # a broken pickle raises anything (RecursionError, MemoryError too)
+        raise ModelError(f"'{path}' is not a label cache Ultralytics writes ({type(e).__name__})") from None
+    foreign = [n for n in unpickler.names if n.split(".")[0] not in {"numpy", "builtins", "collections", "_codecs"}]
+    if foreign or not (isinstance(out, np.ndarray) and isinstance(out.item(), dict)):
+        what = f"names {foreign[0]}" if foreign else "does not hold one mapping"
+        raise ModelError(f"'{path}' is not a label cache Ultralytics writes (its pickle {what})")
 
 
 def read_checkpoint(path: str | os.PathLike[str]) -> Any:

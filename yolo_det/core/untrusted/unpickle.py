@@ -272,7 +272,9 @@ def _slice(*args: Any) -> slice:
     return slice(*args)
 
 
-def _numpy_values() -> dict[tuple[str, str], Any]:
+def _numpy_values(objects: bool = False) -> dict[tuple[str, str], Any]:
+    """The NumPy constructors a pickle may call; ``objects``: arrays of Python objects too (their items are made
+    by the same unpickler, under the same allow-list: an Ultralytics label cache is one such array)."""
     import numpy as np
 
     def scalar(dtype: Any, data: Any = None) -> Any:
@@ -284,7 +286,7 @@ def _numpy_values() -> dict[tuple[str, str], Any]:
         if not isinstance(name, str) or len(name) > 16:
             raise ModelError("malformed NumPy dtype in checkpoint")
         d = np.dtype(name)
-        if d.hasobject:
+        if d.hasobject and not (objects and d == np.dtype(object)):
             raise ModelError("a NumPy object dtype in checkpoint")
         return d
 
@@ -397,10 +399,11 @@ class SafeUnpickler(pickle._Unpickler):
     metastack: list[list[Any]]
     append: Any
 
-    def __init__(self, archive: CheckpointArchive, *, live: bool, raw: bool = False) -> None:
+    def __init__(self, archive: CheckpointArchive, *, live: bool, raw: bool = False, objects: bool = False) -> None:
         super().__init__(io.BytesIO(archive.pickle), encoding="latin1")
         if live and raw:
             raise ValueError("a raw reading makes no live objects")
+        self._objects = objects  # NumPy arrays of objects (a label cache), see _numpy_values
         self._archive = archive
         self._live = live
         self._raw = raw
@@ -471,7 +474,7 @@ class SafeUnpickler(pickle._Unpickler):
         if module.split(".")[0] == "torch":
             return self._torch_value(module, name)
         if module.startswith("numpy"):
-            return _numpy_values().get((module, name))
+            return _numpy_values(self._objects).get((module, name))
         if (module, name) == ("torchvision.transforms.functional", "InterpolationMode"):
             if self._raw:
                 raise NeedsTorch(f"{module}.{name}")

@@ -27,7 +27,7 @@ from ...core.compat import cpu_ddp_wrapping, require_methods, validator_on_cpu
 from ...core.errors import ConfigError
 from ...core.launcher import Launch, launch_from_env, launch_identity
 from ...core.record import RECORD_NAME
-from ...session.launcher import broadcast_from_rank0, join_process_group, leave_process_group
+from ...session.launcher import broadcast_from_rank0, join_process_group, leave_process_group, max_over_ranks
 
 __all__ = [
     "LAUNCHER_METHODS",
@@ -97,7 +97,8 @@ def _local_device(launch: Launch, request: str) -> Any:
 
 def _earlier_start(folder: Path, me: dict[str, Any]) -> bool:
     """Whether ``folder`` holds the run of an earlier start of this very job (its record names the same
-    rendezvous and run id, an earlier restart count, and the run did not complete)."""
+    rendezvous and run id, and the run did not complete). Only a start the ranks agreed is a restart asks, and it
+    asks before it writes a record of its own."""
     try:
         record = json.loads((folder / RECORD_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -111,17 +112,17 @@ def _earlier_start(folder: Path, me: dict[str, Any]) -> bool:
     keys = (
         ("master_addr", "master_port", "run_id") if sharded else ("master_addr", "master_port", "run_id", "world_size")
     )
-    same = all(launch.get(k) == me.get(k) for k in keys)
-    return same and isinstance(launch.get("restart_count"), int) and launch["restart_count"] < me["restart_count"]
+    return all(launch.get(k) == me.get(k) for k in keys)
 
 
-def _restarted_run(args: Any, planned: Path) -> Path | None:
+def _restarted_run(args: Any, planned: Path, restarted: bool) -> Path | None:
     """The ``last.pt`` an earlier start of this job left, when torchrun restarted the workers (rank 0 only).
 
-    The folder is the planned one when its name is fixed (``exist_ok=True`` or ``save_dir=``), else the newest
-    numbered sibling (``name``, ``name2``, ...) whose record is an earlier start of this job."""
+    ``restarted``: the ranks agreed this start is a restart (:func:`_restart_agreed`). The folder is the planned one
+    when its name is fixed (``exist_ok=True`` or ``save_dir=``), else the newest numbered sibling (``name``,
+    ``name2``, ...) whose record is an earlier start of this job."""
     me = launch_identity()
-    if me is None or not me["restart_count"] or getattr(args, "resume", False):
+    if me is None or not restarted or getattr(args, "resume", False):
         return None
     if getattr(args, "exist_ok", False) or getattr(args, "save_dir", None):
         candidates = [planned]
@@ -147,6 +148,19 @@ def _resumed_checkpoint(over: dict[str, Any]) -> Path | None:
     return None
 
 
+def _restart_agreed(alone: bool) -> bool:
+    """Whether this start of the job is a restart, as every rank agrees (a collective unless ``alone``).
+
+    torchrun's ``TORCHELASTIC_RESTART_COUNT`` counts the restarts of one node's workers: a node whose workers
+    were restarted because another node's failed keeps its count (0 after the first failure). The first start
+    of a job has 0 on every node, any start after a failure more than 0 on the node that failed: the largest
+    count over the ranks tells a restart on every rank alike.
+    """
+    me = launch_identity()
+    count = int(me["restart_count"]) if me is not None else 0
+    return (count if alone else max_over_ranks(count)) > 0
+
+
 def _shared_folder(cfg: Any, overrides: dict[str, Any] | None) -> dict[str, Any]:
     """``overrides`` with ``save_dir`` set to the run folder rank 0 picks (a collective: every rank calls it).
 
@@ -157,7 +171,8 @@ def _shared_folder(cfg: Any, overrides: dict[str, Any] | None) -> dict[str, Any]
 
     over = dict(overrides or {})
     alone = launched_externally(cfg, overrides) is None  # the one worker left after a restart: no collective
-    choice = _folder_choice(cfg, over) if alone or rank_info()[0] == 0 else None
+    restarted = _restart_agreed(alone)
+    choice = _folder_choice(cfg, over, restarted) if alone or rank_info()[0] == 0 else None
     choice = choice if alone else broadcast_from_rank0(choice)
     if choice:
         if "resume" in choice and (alone or rank_info()[0] == 0):
@@ -166,7 +181,7 @@ def _shared_folder(cfg: Any, overrides: dict[str, Any] | None) -> dict[str, Any]
     return over
 
 
-def _folder_choice(cfg: Any, over: dict[str, Any]) -> dict[str, str] | None:
+def _folder_choice(cfg: Any, over: dict[str, Any], restarted: bool) -> dict[str, str] | None:
     """The run folder (and the checkpoint to resume from, after a restart) rank 0 picks for the job."""
     from ...core.compat import DEFAULT_CFG, DEFAULT_CFG_DICT, get_cfg, get_save_dir
 
@@ -177,7 +192,7 @@ def _folder_choice(cfg: Any, over: dict[str, Any]) -> dict[str, str] | None:
     try:
         args = get_cfg(DEFAULT_CFG if cfg is None else cfg, known)
         planned = Path(get_save_dir(args))
-        last = _restarted_run(args, planned)
+        last = _restarted_run(args, planned, restarted)
     except Exception:  # Ultralytics reports bad arguments its own way, on every rank
         return None
     return {"save_dir": str(planned)} if last is None else {"save_dir": str(last.parent.parent), "resume": str(last)}

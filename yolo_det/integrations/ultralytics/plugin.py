@@ -334,10 +334,10 @@ class UltralyticsPlugin(RunRecords):
 
     @_callback
     def on_train_epoch_end(self, trainer: Any) -> None:
-        """Mark the epoch trained (its resume state is written after its checkpoint)."""
+        """Mark the epoch trained (its resume state is written with its checkpoint; a job's ranks gather theirs)."""
+        safe_point("epoch-end")
         if self.resume is not None:
             self.resume.on_train_epoch_end(trainer)
-        safe_point("epoch-end")
 
     @_callback
     def on_fit_epoch_end(self, trainer: Any) -> None:

@@ -11,17 +11,19 @@ Driven by :class:`~yolo_det.integrations.ultralytics.UltralyticsPlugin`'s callba
   (Ultralytics keeps that in a local variable that restarts at -1 on resume; while the resumed run's value
   differs, the accumulation target is adjusted for the one comparison it feeds, so the optimizer steps at
   the same iterations as in the uninterrupted run).
-- the checkpoint save (rank 0): the seam's ``save_model`` writes the epoch's resume state (atomically, the previous
-  one kept as ``...prev.pt``) before the checkpoint: at every moment the folder holds a checkpoint and the state
-  that matches it, whatever interrupts the run (a user's ``on_model_save`` raising, SIGTERM, SIGKILL).
+- ``on_train_epoch_end``, in a job an outside launcher started (``gather``): the ranks > 0 send rank 0 their state
+  (only the EMA buffers change before the next epoch there, and the next validation sets them from rank 0's).
+- the checkpoint save (rank 0): the seam's ``save_model`` writes the epoch's resume states (the gathered ones,
+  then its own; atomically, each previous one kept as ``...prev.pt``) before the checkpoint: the folder always
+  holds a checkpoint and every rank's matching state, whatever interrupts the run or whichever rank dies.
   Ultralytics' own writes of ``last.pt`` and ``best.pt`` are made atomic (a full disk half way leaves the previous
   checkpoint, not a file cut short; fault point ``weights-file-writing``). Once the checkpoint is written the
   previous state is removed, and the record is updated (``epochs_completed``).
 - ``on_train_end`` (rank 0): the run completed, nothing is left to resume: :meth:`UltralyticsResume.discard_states`
   removes every rank's state, so a finished run keeps none.
-- ``on_fit_epoch_end``: ranks > 0 (which write no checkpoint) write their state
-  (:func:`yolo_det.core.resume.state_path`); in a job an outside launcher started (``gather``), they write nothing
-  themselves: every rank takes part in one gather and rank 0 writes their states next to its own.
+- ``on_fit_epoch_end``: outside such a job, ranks > 0 (Ultralytics' own launcher) write their state
+  (:func:`yolo_det.core.resume.state_path`) after the epoch's checkpoint. Resuming a job, the record says bitwise
+  only when every rank found its own state.
 
 What is saved and how it is put back: :mod:`.resume_state`; what the run knows of its earlier parts:
 :mod:`.lineage`.
@@ -29,7 +31,9 @@ What is saved and how it is put back: :mod:`.resume_state`; what the run knows o
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +52,9 @@ from ...core.resume import (
 )
 from ...core.resume.lineage import segments_of, warn_no_state
 from ...core.seeding import epoch_data_seed
+from ...core.signals import safe_point
 from ...core.testpoints import reach
+from ...session.launcher import gather_at_rank0
 from ..trainer_state import state_of
 from .atomic_weights import with_atomic_weights
 from .lineage import changed_overrides, mosaic_changed
@@ -78,7 +84,7 @@ class UltralyticsResume:
         self.seed = seed
         self.rank = max(rank, 0)
         self.gather = gather
-        self._state_epoch: int | None = None  # the epoch of rank 0's state written with the last checkpoint
+        self._gathered: dict[int, tuple[int, bytes]] = {}  # rank 0: the other ranks' states for the next checkpoint
         self.info: dict[str, Any] | None = None
         self.states_written = 0
         self.seconds_saving = 0.0
@@ -104,8 +110,6 @@ class UltralyticsResume:
     def _before_forward(self, *args: Any) -> None:
         """Before a forward changes BatchNorm statistics (and its backward the gradients), they must be copied."""
         if self._writer is not None and self._writer._early:
-            import time
-
             t0 = time.perf_counter()
             self._writer.wait_early()
             self.seconds_waiting += time.perf_counter() - t0
@@ -113,8 +117,6 @@ class UltralyticsResume:
     def _before_step(self, *args: Any) -> None:
         """Before the optimizer changes parameters and moments, the state referring to them must be written."""
         if self._writer is not None and self._writer._copied:
-            import time
-
             t0 = time.perf_counter()
             self._writer.wait_copied()
             self.seconds_waiting += time.perf_counter() - t0
@@ -144,7 +146,13 @@ class UltralyticsResume:
         )
         if state is not None:
             self._pending = self._mosaic_state = state
-        else:
+        if self.gather:  # one job: bitwise only when every rank found its own state; rank 0 says which did not
+            problems = gather_at_rank0(why if state is None else None) or []
+            missing = "; ".join(f"rank {r}: {p}" for r, p in enumerate(problems) if p is not None)
+            if missing:
+                info.update(state_found=False, problem=missing)
+                warn_no_state(ckpt, missing)
+        elif state is None:
             warn_no_state(ckpt, why)
         info["overrides"] = changed_overrides(ckpt, trainer)
         if info["overrides"]:
@@ -218,8 +226,11 @@ class UltralyticsResume:
                 self._gate = None
 
     def on_train_epoch_end(self, trainer: Any) -> None:
-        """Mark the epoch as trained (its state is written once its checkpoint is)."""
+        """Mark the epoch as trained (its state is written with its checkpoint); in a job, gather the ranks'
+        states to rank 0 (a collective: every rank calls it)."""
         self._trained = True
+        if self.gather:
+            self._gather_states(trainer)
 
     # -- saving ---------------------------------------------------------------------------------------
     def hook_save(self, trainer: Any, after_checkpoint: Any, before_checkpoint: Any = None) -> None:
@@ -255,25 +266,32 @@ class UltralyticsResume:
 
     def _before_checkpoint(self, trainer: Any) -> None:
         """Write the state of the checkpoint about to be saved, keeping the previous one as ``...prev.pt``."""
-        import os
-
         epoch = self._resumable_epoch(trainer)
         if epoch is None:
             return
         last = Path(getattr(trainer, "last", Path(trainer.save_dir) / "weights" / "last.pt"))
+        gathered, self._gathered = self._gathered, {}
+        for rank, (of, data) in sorted(gathered.items()):
+            if of == epoch:
+                if state_path(last, rank).is_file():
+                    os.replace(state_path(last, rank), previous_state_path(last, rank))
+                atomic_write_bytes(state_path(last, rank), data)
+                self.states_written += 1
+        reach("rank-states-written")
         path = state_path(last, self.rank)
         if path.is_file():  # it matches the checkpoint still on disk until the new one replaces it
             os.replace(path, previous_state_path(last, self.rank))
         self._submit(trainer, path, epoch)
         if self._writer is not None:
             self._writer.wait()  # on disk before the checkpoint is
-        self._state_epoch = epoch
         reach("resume-state-written")
 
     def _drop_previous(self, trainer: Any) -> None:
         """The new checkpoint is on disk: the state of the one before matches no file any more."""
         last = Path(getattr(trainer, "last", Path(trainer.save_dir) / "weights" / "last.pt"))
-        previous_state_path(last, self.rank).unlink(missing_ok=True)
+        for path in state_files(last):
+            if path.name.endswith("prev.pt"):
+                path.unlink(missing_ok=True)
 
     def discard_states(self, trainer: Any) -> list[Path]:
         """The run completed (its ``last.pt`` is final, Ultralytics refuses to resume it): remove every rank's
@@ -290,8 +308,6 @@ class UltralyticsResume:
         return removed
 
     def _submit(self, trainer: Any, path: Path, epoch: int) -> None:
-        import time
-
         t0 = time.perf_counter()
         if self._writer is None:
             self._writer = StateWriter()
@@ -302,14 +318,12 @@ class UltralyticsResume:
         self.seconds_saving += time.perf_counter() - t0
 
     def on_fit_epoch_end(self, trainer: Any) -> None:
-        """Ranks without a checkpoint (DDP ranks > 0), or a trainer whose save is not wrapped: write this rank's
-        resume state after the epoch's checkpoint (not after the final epoch)."""
-        if self.gather:
-            self._gather_states(trainer)
-            return
-        if not self._trained:
-            return  # final_eval's extra on_fit_epoch_end, an epoch redone, or written with the checkpoint
-        self._trained = False
+        """Ranks without a checkpoint (DDP ranks > 0 of Ultralytics' own launcher), or a trainer whose save is not
+        wrapped: write this rank's resume state after the epoch's checkpoint (not after the final epoch). In a job
+        the states went with the checkpoint."""
+        trained, self._trained = self._trained, False
+        if not trained or self.gather:
+            return  # final_eval's extra on_fit_epoch_end, an epoch redone, written with the checkpoint, or sent
         epoch = self._resumable_epoch(trainer)
         if epoch is None:
             return
@@ -319,36 +333,22 @@ class UltralyticsResume:
         self._submit(trainer, state_path(last, self.rank), epoch)
 
     def _gather_states(self, trainer: Any) -> None:
-        """Every rank sends its state of the epoch just checkpointed to rank 0, which writes them (a collective:
-        every rank calls it at every ``on_fit_epoch_end``, final validation's included)."""
-        import os
-
-        import torch.distributed as dist
-
-        # gather_object unpickles on rank 0 what a rank sent: the ranks trust each other (docs/security.md)
+        """Every rank > 0 sends its state of the epoch just trained to rank 0, which keeps them for the epoch's
+        checkpoint (a collective: every rank calls it at every ``on_train_epoch_end``)."""
         mine: tuple[int, bytes] | None = None
-        if self.rank > 0 and self._trained:
+        if self.rank > 0:
             epoch = self._resumable_epoch(trainer)
             if epoch is not None:
                 mine = (epoch, state_bytes(self.capture(trainer, epoch)))
-        self._trained = False
-        if not dist.is_initialized():
+        safe_point("states-gathering")
+        out = gather_at_rank0(mine)
+        if out is None or self.rank != 0:
             return
-        out: list[Any] | None = [None] * dist.get_world_size() if self.rank == 0 else None
-        dist.gather_object(mine, out, dst=0)
-        written, self._state_epoch = self._state_epoch, None
-        if out is None or written is None:
-            return
-        last = Path(getattr(trainer, "last", Path(trainer.save_dir) / "weights" / "last.pt"))
-        for rank, item in enumerate(out):
-            if rank == 0 or item is None or item[0] != written or not isinstance(item[1], bytes):
-                continue
-            path = state_path(last, rank)
-            if path.is_file():
-                os.replace(path, previous_state_path(last, rank))
-            atomic_write_bytes(path, item[1])
-            self.states_written += 1
-        reach("rank-states-written")
+        self._gathered = {
+            rank: (int(item[0]), item[1])
+            for rank, item in enumerate(out)
+            if rank > 0 and isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], bytes)
+        }
 
     def capture(self, trainer: Any, epoch: int) -> dict[str, Any]:
         """The state the rest of the run depends on (:func:`~.resume_state.capture_state`)."""
