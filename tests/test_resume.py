@@ -370,3 +370,39 @@ def test_verify_resume_at_over_weights_that_never_move_is_nothing_compared(
     assert report["evidence"]["weights_changed"] is False
     assert report["evidence"]["optimizer_steps"][0] > 0
     assert "equal the initial ones" in report["nothing_compared"][0]
+
+
+@pytest.mark.slow
+def test_the_model_in_training_carries_no_hook_of_yolo_det_and_copies_without_the_trainer(
+    tmp_path: Path, demo_data: str
+) -> None:
+    """The resume bookkeeping is one of the trainer seam's observers: nothing of it hangs on the model, which
+    Ultralytics and users deep-copy while training (TensorBoard's graph, their own EMA or export)."""
+    import copy
+
+    from ultralytics import YOLO
+
+    from helpers import small_train
+    from yolo_det import trainer_class
+    from yolo_det.integrations.trainer_state import state_of
+    from yolo_det.integrations.ultralytics.resume import UltralyticsResume
+
+    seen: dict[str, Any] = {}
+
+    def on_train_batch_end(trainer: Any) -> None:
+        if seen:
+            return
+        model = trainer.model
+        seen["hooks"] = [h for h in model._forward_pre_hooks.values() if "yolo_det" in getattr(h, "__module__", "")]
+        seen["observers"] = [type(o) for o in state_of(trainer).observers]
+        copied = copy.deepcopy(model)  # raised with the trainer (and its hash objects) reachable from a hook
+        seen["same"] = all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), copied.state_dict().values()))
+
+    model = YOLO("yolov8n.yaml")
+    model.add_callback("on_train_batch_end", on_train_batch_end)
+    model.train(
+        trainer=trainer_class("repro"), data=demo_data, project=str(tmp_path), name="copy", **small_train(imgsz=32)
+    )
+    assert seen["hooks"] == []
+    assert UltralyticsResume in seen["observers"]  # the steps and the state copies are watched through the seam
+    assert seen["same"]

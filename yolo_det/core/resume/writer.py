@@ -15,7 +15,7 @@ class StateWriter:
     :meth:`submit` hands over a state whose tensors may be live (the model's parameters, the optimizer's
     moments). The thread first copies them (one memcpy each), then serialises the copy and writes it
     atomically. The caller guarantees that nobody changes the live tensors until :meth:`wait_copied`
-    returns (the integrations call it in an optimizer step pre-hook, before the first update after a save),
+    returns (the integrations call it before the first optimizer update after a save),
     so the training waits at most for the copy, which overlaps the first forward and backward passes.
     :meth:`wait` blocks until every state submitted is on disk and raises the first write error;
     :meth:`close` waits and stops the thread.

@@ -7,10 +7,10 @@ Driven by :class:`~yolo_det.integrations.ultralytics.UltralyticsPlugin`'s callba
   worker seeds of epoch ``e`` never depend on what ran before (as ``DistributedSampler`` does with its
   ``set_epoch``). On the first epoch of a resumed run, the saved state is put back here, after everything
   Ultralytics' setup did and before the first resumed batch.
-- ``on_train_batch_start``/``on_train_batch_end``: the iteration number and the last optimizer step
-  (Ultralytics keeps that in a local variable that restarts at -1 on resume; while the resumed run's value
-  differs, the accumulation target is adjusted for the one comparison it feeds, so the optimizer steps at
-  the same iterations as in the uninterrupted run).
+- the seam's batch observer (this one): the last optimizer step (Ultralytics keeps it in a local that restarts at
+  -1 on resume: until a resumed run's first step the accumulation target is set for the one comparison it feeds,
+  so the optimizer steps where the uninterrupted run did); after a save, a batch waits for the state's copy of
+  what it changes (without the seam the copy is made before training goes on).
 - ``on_train_epoch_end``, in a job an outside launcher started (``gather``): the ranks > 0 send rank 0 their state
   (only the EMA buffers change before the next epoch there, and the next validation sets them from rank 0's).
 - the checkpoint save (rank 0): the seam's ``save_model`` writes the epoch's resume states (the gathered ones,
@@ -40,7 +40,6 @@ from typing import Any
 import torch
 
 from ...core.fileio import atomic_write_bytes
-from ...core.modules import unwrap_model
 from ...core.resume import (
     StateWriter,
     find_state,
@@ -59,6 +58,7 @@ from ..trainer_state import state_of
 from .atomic_weights import with_atomic_weights
 from .lineage import changed_overrides, mosaic_changed
 from .resume_state import capture_state, restore_state
+from .seam import BatchObserver, has_seam, observe, unobserve
 
 __all__ = ["UltralyticsResume"]
 
@@ -66,8 +66,9 @@ __all__ = ["UltralyticsResume"]
 _EARLY = ("model_buffers", "grads")
 
 
-class UltralyticsResume:
-    """Resume bookkeeping for one Ultralytics training (see the module docstring).
+class UltralyticsResume(BatchObserver):
+    """Resume bookkeeping for one Ultralytics training (see the module docstring); one of the trainer seam's
+    observers.
 
     Args:
         seed: The run's seed (data order).
@@ -94,28 +95,38 @@ class UltralyticsResume:
         self._ni = -1
         self._last_step = -1  # the uninterrupted run's last optimizer step
         self._local_last = -1  # Ultralytics' own counter in this process
-        self._gate: Any = None
+        self._align = False  # until a resumed run's first step: Ultralytics' counter differs from the run's
         self._acc_true: int | None = None
         self._trained = False
-        self._probe: torch.nn.Parameter | None = None
         self._writer: StateWriter | None = None
-        self._barrier: Any = None
-        self._forward_barrier: Any = None
+        self._observed: Any = None  # the trainer whose seam it observes
         self.seconds_waiting = 0.0
         self._wrapped: Any = None
         self._mosaic_note: str | None = None
         self._mosaic_state: dict[str, Any] | None = None  # a resumed run's state until its first batch
         self.checkpointed: int | None = None
 
-    def _before_forward(self, *args: Any) -> None:
-        """Before a forward changes BatchNorm statistics (and its backward the gradients), they must be copied."""
+    def before_batch(self, trainer: Any, batch: Any) -> None:
+        """Before a batch's forward changes BatchNorm statistics (and its backward the gradients), they must be
+        copied; until a resumed run's first step, set the accumulation target the step comparison reads."""
         if self._writer is not None and self._writer._early:
             t0 = time.perf_counter()
             self._writer.wait_early()
             self.seconds_waiting += time.perf_counter() - t0
+        if self._align and self._acc_true is None:
+            acc = int(trainer.accumulate)
+            self._acc_true = acc
+            step = self._ni - self._last_step >= acc
+            # Ultralytics steps when ni - local_last >= accumulate: choose the value that gives `step`.
+            trainer.accumulate = (self._ni - self._local_last) + (0 if step else 1)
 
-    def _before_step(self, *args: Any) -> None:
-        """Before the optimizer changes parameters and moments, the state referring to them must be written."""
+    def after_step(self, trainer: Any) -> None:
+        """An optimizer step at this iteration: from now on Ultralytics' counter is the run's."""
+        self._last_step = self._local_last = self._ni
+        self._align = False
+
+    def before_step(self, trainer: Any) -> None:
+        """Before the optimizer changes parameters and moments, the state referring to them must be copied."""
         if self._writer is not None and self._writer._copied:
             t0 = time.perf_counter()
             self._writer.wait_copied()
@@ -124,13 +135,9 @@ class UltralyticsResume:
     # -- resume ---------------------------------------------------------------------------------------
     def prepare(self, trainer: Any) -> None:
         """After Ultralytics' setup (``on_pretrain_routine_end``): find and check the state of a resumed run."""
-        model = unwrap_model(getattr(trainer, "model", None))
-        if isinstance(model, torch.nn.Module):
-            self._probe = next((p for p in model.parameters() if p.requires_grad), None)
-            self._forward_barrier = model.register_forward_pre_hook(self._before_forward)
-        optimizer = getattr(trainer, "optimizer", None)
-        if optimizer is not None and hasattr(optimizer, "register_step_pre_hook"):
-            self._barrier = optimizer.register_step_pre_hook(self._before_step)
+        if has_seam(trainer):
+            observe(trainer, self, "bitwise resume")
+            self._observed = trainer
         if not getattr(trainer, "resume", False):
             return
         ckpt = Path(str(trainer.args.resume or trainer.args.model))
@@ -166,24 +173,11 @@ class UltralyticsResume:
         self.info = info
 
     def _restore(self, trainer: Any, state: dict[str, Any]) -> None:
-        model = restore_state(trainer, state)
+        restore_state(trainer, state)
         self._last_step = int(state.get("last_opt_step", -1))
         self._local_last = -1
-        if self._last_step != self._local_last:
-            self._gate = model.register_forward_pre_hook(self._align_accumulate(trainer))
+        self._align = self._observed is not None and self._last_step != self._local_last
         set_rng_state(state["rng"])
-
-    def _align_accumulate(self, trainer: Any) -> Any:
-        def hook(module: torch.nn.Module, args: Any) -> None:
-            if not module.training or self._acc_true is not None:
-                return
-            acc = int(trainer.accumulate)
-            self._acc_true = acc
-            step = self._ni - self._last_step >= acc
-            # Ultralytics steps when ni - local_last >= accumulate: choose the value that gives `step`.
-            trainer.accumulate = (self._ni - self._local_last) + (0 if step else 1)
-
-        return hook
 
     # -- per epoch and batch --------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: Any) -> None:
@@ -214,16 +208,10 @@ class UltralyticsResume:
                 print(f"yolo-det: {self._mosaic_note}", file=sys.stderr, flush=True)
 
     def on_train_batch_end(self, trainer: Any) -> None:
-        """Note an optimizer step (Ultralytics zeroes the gradients right after each)."""
-        stepped = self._probe is not None and self._probe.grad is None
+        """Give the accumulation target its own value back after a batch it was adjusted for."""
         if self._acc_true is not None:
             trainer.accumulate = self._acc_true
             self._acc_true = None
-        if stepped:
-            self._last_step = self._local_last = self._ni
-            if self._gate is not None:
-                self._gate.remove()
-                self._gate = None
 
     def on_train_epoch_end(self, trainer: Any) -> None:
         """Mark the epoch as trained (its state is written with its checkpoint); in a job, gather the ranks'
@@ -314,6 +302,8 @@ class UltralyticsResume:
         # BatchNorm buffers and pending gradients change in the next forward/backward, everything else in the
         # next optimizer step: the writer copies them first, and the two hooks wait for what they need.
         self._writer.submit(path, self.capture(trainer, epoch), early=_EARLY)
+        if self._observed is None:  # no observer holds the training back until the copies are made
+            self._writer.wait_copied()
         self.states_written += 1
         self.seconds_saving += time.perf_counter() - t0
 
@@ -426,7 +416,7 @@ class UltralyticsResume:
             self._writer.wait()
 
     def close(self) -> None:
-        """Wait for the state writes; remove the hook left when a run ends during the first resumed epoch."""
+        """Wait for the state writes; take the observer and the save hook off the trainer."""
         writer, self._writer = self._writer, None
         if writer is not None:
             try:
@@ -437,14 +427,11 @@ class UltralyticsResume:
                     file=sys.stderr,
                     flush=True,
                 )
-        if self._gate is not None:
-            self._gate.remove()
-            self._gate = None
-        for handle in (self._barrier, self._forward_barrier):
-            if handle is not None:
-                handle.remove()
-        self._barrier = self._forward_barrier = None
         self._pending = None
+        self._align = False
+        observed, self._observed = self._observed, None
+        if observed is not None:
+            unobserve(observed, self)
         wrapped, self._wrapped = self._wrapped, None
         if wrapped is not None:
             state_of(wrapped).around_save = None
