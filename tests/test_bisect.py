@@ -240,19 +240,6 @@ def test_trace_ops_needs_save_and_a_valid_range(capsys: pytest.CaptureFixture[st
     assert "pass two traces (A B), or one trace and --replay" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("task", ["segment", "pose", "obb", "classify"])
-def test_every_task_is_traced(task: str, tmp_path: Path) -> None:
-    from tests.task_data import TASK_MODELS, make_dataset
-
-    data = make_dataset(tmp_path / "data", task)
-    path, _ = traced(tmp_path, task, f"model={TASK_MODELS[task]}", f"data={data}", "imgsz=32", "batch=4", "nbs=4")
-    (step, *_) = read_trace(path).steps
-    assert len(step.micro[0].forward) > 100
-    assert len({e[1] for e in step.micro[0].backward if e[0] == "grad"}) == len(step.optimizer)
-    assert bisect_paths(path, path).equal
-
-
 # ---------------------------------------------------------------------------------------------------------
 # without training
 
