@@ -178,10 +178,11 @@ def test_resumed_run_matches_its_twin_and_a_resume_from_another_epoch_is_named(
         "workers=0",
         "plots=False",
         "val=False",
+        "fraction=0.5",
         "epochs=3",
         f"project={tmp_path}",
     ]
-    assert main(["train", "--trace-ops", "7", *common, "name=straight"]) == 0  # step 7: epoch 2's first (6 a epoch)
+    assert main(["train", "--trace-ops", "4", *common, "name=straight"]) == 0  # step 4: epoch 2's first (3 an epoch)
     straight = tmp_path / "straight"
     first = train_stopped_after([*common, "name=one"], 1)
     second = train_stopped_after([*common, "name=two"], 2)
@@ -189,7 +190,7 @@ def test_resumed_run_matches_its_twin_and_a_resume_from_another_epoch_is_named(
 
     assert checkpoint_digest(first) != checkpoint_digest(second)  # control: the two states differ
     capsys.readouterr()
-    # the untraced run's step after epoch 1, re-run here from its checkpoint, is the straight run's step 7
+    # the untraced run's step after epoch 1, re-run here from its checkpoint, is the straight run's step 4
     before = checkpoint_digest(first)
     kept = tmp_path / "replayed.jsonl"
     code = main(["bisect", str(tmp_path / "straight"), "--replay", str(first), "--replay-trace", str(kept), "--json"])
