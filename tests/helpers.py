@@ -85,6 +85,79 @@ def train_stopped_after(tokens: list[str], after: int, *, modules: Sequence[str]
     return Path(args["project"]) / args["name"] / "weights" / "last.pt"
 
 
+class TrainedRuns:
+    """Runs of ``yolo-det train --profile repro`` on a quarter of the demo data (one optimizer step at 64 px),
+    trained once each under a name and shared by every test that asks for that name (the session fixture
+    ``trained_runs``): tests comparing two runs of one configuration ask for the same names, and a test that
+    needs another configuration names it (``seed=1``: the control that the compared thing changes)."""
+
+    #: the configuration every run starts from
+    TOKENS: tuple[str, ...] = tuple(small_train_tokens(batch=8, fraction=0.25, val=False, exist_ok=None))
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.done: dict[str, Path] = {}
+        #: what the command printed on stdout, per run
+        self.output: dict[str, str] = {}
+
+    def train(self, name: str, *extra: str) -> Path:
+        """The run folder of run ``name`` (``key=value`` tokens ``extra`` on top of :attr:`TOKENS`)."""
+        import contextlib
+        import io
+
+        import pytest
+
+        from yolo_det.cli import main
+
+        if name not in self.done:
+            out = io.StringIO()
+            with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out):
+                mp.setenv("YOLO_DET_CACHE", str(self.root / "cache"))
+                code = main(
+                    [
+                        "train",
+                        "--profile",
+                        "repro",
+                        *self.TOKENS,
+                        f"project={self.root / 'runs'}",
+                        f"name={name}",
+                        "exist_ok=True",
+                        *extra,
+                    ]
+                )
+            assert code == 0, out.getvalue()
+            self.done[name] = self.root / "runs" / name
+            self.output[name] = out.getvalue()
+        return self.done[name]
+
+    def base(self) -> Path:
+        """The run every comparison starts from (seed 0)."""
+        return self.train("seed0")
+
+    def twin(self) -> Path:
+        """A second run of :meth:`base`'s configuration."""
+        return self.train("seed0-again")
+
+    def other_seed(self) -> Path:
+        """:meth:`base` with seed 1."""
+        return self.train("seed1", "seed=1")
+
+    def edited_data(self) -> Path:
+        """The demo data copied, with the class of one object in one training label changed."""
+        import shutil
+
+        folder = self.root / "data-edited"
+        if not folder.exists():
+            shutil.copytree(DEMO, folder / "demo")
+            text = (ROOT / "data" / "demo.yaml").read_text()
+            (folder / "demo.yaml").write_text(text)
+            label = folder / "demo" / "labels" / "train" / "train_000.txt"  # within fraction=0.25 (sorted names)
+            lines = label.read_text().splitlines()
+            lines[0] = ("1" if lines[0][0] != "1" else "2") + lines[0][1:]
+            label.write_text("\n".join(lines) + "\n")
+        return folder / "demo.yaml"
+
+
 # Python's own dispositions of the signals that stop a run
 STOP_SIGNAL_DEFAULTS = {
     signal.SIGINT: signal.default_int_handler,

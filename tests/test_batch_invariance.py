@@ -133,6 +133,7 @@ def two_threads(monkeypatch):
         torch.set_num_threads(before)
 
 
+@pytest.mark.slow  # more than 2 s
 def test_predictions_do_not_depend_on_the_batch_under_the_setting(tmp_path, fresh_model, two_threads) -> None:
     ims = _images(tmp_path / "images")
     tall, wide, square = ims["1"], ims["2"], ims["0"]

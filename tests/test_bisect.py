@@ -178,10 +178,11 @@ def test_resumed_run_matches_its_twin_and_a_resume_from_another_epoch_is_named(
         "workers=0",
         "plots=False",
         "val=False",
+        "fraction=0.5",
         "epochs=3",
         f"project={tmp_path}",
     ]
-    assert main(["train", "--trace-ops", "7", *common, "name=straight"]) == 0  # step 7: epoch 2's first (6 a epoch)
+    assert main(["train", "--trace-ops", "4", *common, "name=straight"]) == 0  # step 4: epoch 2's first (3 an epoch)
     straight = tmp_path / "straight"
     first = train_stopped_after([*common, "name=one"], 1)
     second = train_stopped_after([*common, "name=two"], 2)
@@ -189,7 +190,7 @@ def test_resumed_run_matches_its_twin_and_a_resume_from_another_epoch_is_named(
 
     assert checkpoint_digest(first) != checkpoint_digest(second)  # control: the two states differ
     capsys.readouterr()
-    # the untraced run's step after epoch 1, re-run here from its checkpoint, is the straight run's step 7
+    # the untraced run's step after epoch 1, re-run here from its checkpoint, is the straight run's step 4
     before = checkpoint_digest(first)
     kept = tmp_path / "replayed.jsonl"
     code = main(["bisect", str(tmp_path / "straight"), "--replay", str(first), "--replay-trace", str(kept), "--json"])
@@ -238,19 +239,6 @@ def test_trace_ops_needs_save_and_a_valid_range(capsys: pytest.CaptureFixture[st
     assert "a range ends after it starts" in capsys.readouterr().err
     assert main(["bisect", "a.jsonl"]) == 2
     assert "pass two traces (A B), or one trace and --replay" in capsys.readouterr().err
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("task", ["segment", "pose", "obb", "classify"])
-def test_every_task_is_traced(task: str, tmp_path: Path) -> None:
-    from tests.task_data import TASK_MODELS, make_dataset
-
-    data = make_dataset(tmp_path / "data", task)
-    path, _ = traced(tmp_path, task, f"model={TASK_MODELS[task]}", f"data={data}", "imgsz=32", "batch=4", "nbs=4")
-    (step, *_) = read_trace(path).steps
-    assert len(step.micro[0].forward) > 100
-    assert len({e[1] for e in step.micro[0].backward if e[0] == "grad"}) == len(step.optimizer)
-    assert bisect_paths(path, path).equal
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ def _common(tmp: Path, epochs: int) -> list[str]:
         "workers=0",
         "plots=False",
         "val=False",
+        "fraction=0.5",  # 24 images: 3 steps an epoch
         f"epochs={epochs}",
         f"project={tmp}",
     ]
@@ -51,8 +52,8 @@ def test_optimizer_hyper_parameters_are_named_not_printed_as_tuples() -> None:
 def test_close_mosaic_after_the_traced_window_is_a_later_parting_named_by_its_setting(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    common = _common(tmp_path, 2)  # 6 steps an epoch; close_mosaic=1 closes mosaic for epoch 2 (step 7 on)
-    for name, close, steps in (("m0", 0, "first:1"), ("m1", 1, "first:1"), ("late0", 0, "6-7"), ("late1", 1, "6-7")):
+    common = _common(tmp_path, 2)  # 3 steps an epoch; close_mosaic=1 closes mosaic for epoch 2 (step 4 on)
+    for name, close, steps in (("m0", 0, "first:1"), ("m1", 1, "first:1"), ("late0", 0, "3-4"), ("late1", 1, "3-4")):
         assert main(["train", "--trace-ops", steps, *common, f"close_mosaic={close}", f"name={name}"]) == 0
     # control: the setting changes the weights, and the same setting repeats them
     assert _digest(tmp_path / "m0") != _digest(tmp_path / "m1")
@@ -70,7 +71,7 @@ def test_close_mosaic_after_the_traced_window_is_a_later_parting_named_by_its_se
     code, out, text = _bisect(capsys, str(tmp_path / "late0"), str(tmp_path / "late1"))
     assert code == 1
     p = out["parting"]
-    assert (p["phase"], p["step"]) == ("data", 7)
+    assert (p["phase"], p["step"]) == ("data", 4)
     assert "close_mosaic=" in p["detail"]
     assert "augmentation randomness" not in p["detail"]
     # the same setting on both sides: equal, exit 0
@@ -84,7 +85,7 @@ def test_a_replayed_checkpoint_made_with_other_threads_names_them_from_its_recor
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     common = _common(tmp_path, 2)
-    assert main(["train", "--trace-ops", "7", *common, "name=straight"]) == 0  # epoch 2's first step
+    assert main(["train", "--trace-ops", "4", *common, "name=straight"]) == 0  # epoch 2's first step
     profile = tmp_path / "two-threads.yaml"
     profile.write_text("name: repro-2t\nextends: repro\ntrain:\n  intra_op_threads: 2\n")
     other = train_stopped_after([*common, "name=other"], 1, profile=str(profile))

@@ -4,67 +4,21 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from helpers import ROOT, small_train_tokens
+from helpers import ROOT, TrainedRuns
 from yolo_det.cli import main
 from yolo_det.tools.diff import GROUPS, diff_records, load_record
 
-# One optimizer step on 12 demo images at 64 px: enough to give every run its own weights digest.
-TINY = small_train_tokens(batch=8, fraction=0.25, val=False, exist_ok=None)
 
-
-class Runs:
-    """Trains the runs the tests ask for, once each, in one folder shared by the module."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.done: dict[str, Path] = {}
-
-    def train(self, name: str, *extra: str) -> Path:
-        if name not in self.done:
-            with pytest.MonkeyPatch.context() as mp:
-                mp.setenv("YOLO_DET_CACHE", str(self.root / "cache"))
-                code = main(
-                    [
-                        "train",
-                        "--profile",
-                        "repro",
-                        *TINY,
-                        f"project={self.root / 'runs'}",
-                        f"name={name}",
-                        "exist_ok=True",
-                        *extra,
-                    ]
-                )
-            assert code == 0
-            self.done[name] = self.root / "runs" / name
-        return self.done[name]
-
-    def base(self) -> Path:
-        return self.train("seed0")
-
-    def edited_data(self) -> Path:
-        """The demo data copied, with the class of one object in one training label changed."""
-        folder = self.root / "data-edited"
-        if not folder.exists():
-            shutil.copytree(ROOT / "data" / "demo", folder / "demo")
-            text = (ROOT / "data" / "demo.yaml").read_text()
-            (folder / "demo.yaml").write_text(text)
-            label = folder / "demo" / "labels" / "train" / "train_000.txt"  # within fraction=0.25 (sorted names)
-            lines = label.read_text().splitlines()
-            lines[0] = ("1" if lines[0][0] != "1" else "2") + lines[0][1:]
-            label.write_text("\n".join(lines) + "\n")
-        return folder / "demo.yaml"
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> Runs:
-    return Runs(tmp_path_factory.mktemp("diff"))
+@pytest.fixture
+def runs(trained_runs: TrainedRuns) -> TrainedRuns:
+    """The shared tiny runs (tests/helpers.py): one optimizer step on 12 demo images at 64 px, enough to give
+    every run its own weights digest."""
+    return trained_runs
 
 
 def diff(capsys, a: Any, b: Any, *flags: str) -> tuple[int, str, str]:
@@ -89,7 +43,7 @@ def write(path: Path, rec: dict[str, Any]) -> Path:
 
 @pytest.mark.slow
 def test_two_identical_runs_exit_0(runs, capsys):
-    a, b = runs.base(), runs.train("seed0-again")
+    a, b = runs.base(), runs.twin()
     rec = record(a)
     assert rec["data"]["splits"]["train"]["images"] == 12
     assert rec["model"]["kind"] == "yaml"
@@ -104,7 +58,7 @@ def test_two_identical_runs_exit_0(runs, capsys):
 
 @pytest.mark.slow
 def test_seed_0_vs_seed_1_names_the_seed(runs, capsys):
-    code, out, _ = diff(capsys, runs.base(), runs.train("seed1", "seed=1"), "--json")
+    code, out, _ = diff(capsys, runs.base(), runs.other_seed(), "--json")
     data = json.loads(out)
     assert code == 1
     assert data["exit_code"] == 1
@@ -140,7 +94,7 @@ def test_diff_png_draws_both_runs_curves_and_marks_where_they_parted(runs, capsy
 @pytest.mark.slow
 def test_a_record_edited_to_another_torch_names_torch(runs, capsys, tmp_path):
     a = runs.base()
-    rec = record(runs.train("seed0-again"))
+    rec = record(runs.twin())
     rec["environment"]["torch"] = "1.13.1"
     code, out, _ = diff(capsys, a, write(tmp_path / "other-torch.json", rec))
     assert code == 1
@@ -166,7 +120,7 @@ def test_datasets_differing_in_one_label_name_the_data(runs, capsys):
 @pytest.mark.slow
 def test_checkpoint_starts_with_different_weights_name_the_model(runs, capsys):
     one = runs.base() / "weights" / "last.pt"
-    two = runs.train("seed1", "seed=1") / "weights" / "last.pt"
+    two = runs.other_seed() / "weights" / "last.pt"
     a = runs.train("from-ckpt-1", f"model={one}")
     b = runs.train("from-ckpt-2", f"model={two}")
     assert record(a)["model"]["kind"] == "checkpoint"
@@ -199,7 +153,7 @@ def test_records_of_older_versions_diff_gracefully(runs, capsys, tmp_path):
         del old[key]
     for key in ("cpu_model", "cpu_capability", "torch_interop_threads", "opencv", "pillow"):
         del old["environment"][key]
-    code, out, _ = diff(capsys, write(tmp_path / "old.json", old), runs.train("seed0-again"))
+    code, out, _ = diff(capsys, write(tmp_path / "old.json", old), runs.twin())
     assert code == 0, out
     assert "record A has no data fingerprint (written by an older yolo-det" in out
     assert "cpu_model: A (not recorded)" in out

@@ -10,7 +10,6 @@ import torch
 
 from helpers import small_train
 from yolo_det import attach, detach, trainer_class
-from yolo_det.cli import main
 from yolo_det.core.record import RECORD_NAME, checkpoint_digest
 from yolo_det.core.state import snapshot
 from yolo_det.integrations.ultralytics import UltralyticsPlugin
@@ -203,28 +202,17 @@ def test_trainer_class_backward_flag_and_data_order(tmp_path, demo_data):
     assert orders[("repro", 1)] != orders[("repro", 0)]  # another seed, another order
 
 
-def test_cli_train_twice_gives_the_same_weights_digest(tmp_path, capsys):
-    digests = []
-    for name in ("a", "b"):
-        code = main(
-            [
-                "train",
-                "--profile",
-                "repro",
-                "epochs=1",
-                "imgsz=64",
-                f"project={tmp_path}",
-                f"name={name}",
-                "plots=false",
-            ]
-        )
-        assert code == 0
-        out = capsys.readouterr().out
+def test_cli_train_twice_gives_the_same_weights_digest(trained_runs):
+    digests = {}
+    for run in (trained_runs.base(), trained_runs.twin(), trained_runs.other_seed()):
+        out = trained_runs.output[run.name]
         line = next(li for li in out.splitlines() if li.startswith("weights digest: "))
-        digests.append(line.split()[2])
-        assert f"determinism record: {tmp_path / name / RECORD_NAME}" in out
-    assert digests[0] == digests[1]
-    assert len(digests[0]) == 64
+        digests[run.name] = line.split()[2]
+        assert len(digests[run.name]) == 64
+        assert f"determinism record: {run / RECORD_NAME}" in out
+        assert digests[run.name] == checkpoint_digest(run / "weights" / "last.pt")
+    assert digests["seed0"] == digests["seed0-again"]
+    assert digests["seed1"] != digests["seed0"]  # control: the weights the digest covers did change
 
 
 def test_plugin_pickles_without_its_run_state():

@@ -34,27 +34,42 @@ def _predict(machine: Machine, run: Path, profile: str, tmp: Path) -> int:
     return done.returncode
 
 
-def test_portable_agrees_on_every_simulated_machine_and_repro_does_not(tmp_path: Path) -> None:
-    ref = {p: _train(HERE, p, tmp_path, f"{p}-here") for p in ("portable", "repro")}
-    # control: the digest does see a change of the weights (one epoch fewer), and the profiles differ here
-    assert _train(HERE, "portable", tmp_path, "portable-short", epochs=1) != ref["portable"]
-    assert ref["portable"] != ref["repro"]
-    assert _predict(HERE, tmp_path / "runs" / "portable-here", "repro", tmp_path) == 1
-    assert _predict(HERE, tmp_path / "runs" / "repro-here", "repro", tmp_path) == 0
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str], list[tuple[str, str, int, bool]]]:
+    """Both profiles trained here and on every simulated machine, each machine predicting the outcome first:
+    the folder, the digests made here, and (machine, profile, predicted exit code, digest equal to here's)."""
+    tmp = tmp_path_factory.mktemp("machines")
+    ref = {p: _train(HERE, p, tmp, f"{p}-here") for p in ("portable", "repro")}
     outcomes = []
     for machine in OTHERS:
         for profile in ("portable", "repro"):
-            predicted = _predict(machine, tmp_path / "runs" / f"{profile}-here", profile, tmp_path)
-            digest = _train(machine, profile, tmp_path, f"{profile}-{machine.cpus}-{machine.isa}")
+            predicted = _predict(machine, tmp / "runs" / f"{profile}-here", profile, tmp)
+            digest = _train(machine, profile, tmp, f"{profile}-{machine.cpus}-{machine.isa}")
             outcomes.append((str(machine), profile, predicted, digest == ref[profile]))
+    return tmp, ref, outcomes
+
+
+def test_portable_agrees_on_every_simulated_machine_and_repro_does_not(
+    trained: tuple[Path, dict[str, str], list[tuple[str, str, int, bool]]],
+) -> None:
+    tmp, ref, outcomes = trained
+    # control: the digest does see a change of the weights (one epoch fewer), and the profiles differ here
+    assert _train(HERE, "portable", tmp, "portable-short", epochs=1) != ref["portable"]
+    assert ref["portable"] != ref["repro"]
+    assert _predict(HERE, tmp / "runs" / "portable-here", "repro", tmp) == 1
+    assert _predict(HERE, tmp / "runs" / "repro-here", "repro", tmp) == 0
     for machine, profile, predicted, agreed in outcomes:
         assert agreed == (profile == "portable"), (machine, profile)
         assert (predicted == 0) == agreed, (machine, profile, predicted)
 
 
-def test_a_portable_run_records_the_pinned_machine_whatever_the_core_count(tmp_path: Path) -> None:
-    _train(Machine(cpus=17), "portable", tmp_path, "seventeen", epochs=1)
-    host = json.loads((tmp_path / "runs" / "seventeen" / "determinism.json").read_text())["environment"]["host"]
+def test_a_portable_run_records_the_pinned_machine_whatever_the_core_count(
+    trained: tuple[Path, dict[str, str], list[tuple[str, str, int, bool]]],
+) -> None:
+    seventeen = Machine(cpus=17)
+    assert seventeen in OTHERS  # its portable run is in the shared ones
+    record = trained[0] / "runs" / f"portable-{seventeen.cpus}-{seventeen.isa}" / "determinism.json"
+    host = json.loads(record.read_text())["environment"]["host"]
     assert host["cpu_count"] == 17
     assert host["intra_op_threads"] == 1  # not Ultralytics' min(8, 17 - 1)
     assert host["cpu_capability"] == "AVX2"

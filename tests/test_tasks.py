@@ -1,4 +1,5 @@
-"""Every Ultralytics task trains under `repro` from the CLI and through `trainer_class()`, with equal digests."""
+"""Every Ultralytics task trains under `repro` from the CLI and through `trainer_class()`, with equal digests; the
+CLI run traces its first step (`--trace-ops`), so every task is traced too."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import pytest
 from helpers import small_train_tokens
 from tests.task_data import TASK_MODELS, make_dataset
 from yolo_det.cli import main
+from yolo_det.tools.trace import read_trace
+from yolo_det.tools.trace.bisect import bisect_paths
 
 TINY = small_train_tokens(batch=4, nbs=4, exist_ok=None)
 
@@ -21,8 +24,9 @@ def _record(run_dir: Path) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["segment", "pose", "obb", "classify"])
 def test_each_task_trains_twice_with_equal_digests(task, tmp_path, capsys):
-    """Run 1: `yolo-det train` (attach). Run 2: `model.train(trainer=trainer_class("repro"))` with no base: the
-    trainer of the model's task is chosen, and both runs end with the same weights."""
+    """Run 1: `yolo-det train --trace-ops first:1` (attach). Run 2: `model.train(trainer=trainer_class("repro"))`
+    with no base: the trainer of the model's task is chosen, and both runs end with the same weights (the trace
+    of run 1 changed nothing)."""
     from ultralytics import YOLO
 
     from yolo_det import trainer_class
@@ -36,6 +40,8 @@ def test_each_task_trains_twice_with_equal_digests(task, tmp_path, capsys):
                 "train",
                 "--profile",
                 "repro",
+                "--trace-ops",
+                "first:1",
                 f"model={model_name}",
                 f"data={data}",
                 *TINY,
@@ -50,6 +56,13 @@ def test_each_task_trains_twice_with_equal_digests(task, tmp_path, capsys):
     assert cli["status"] == "completed"
     assert cli["run"]["task"] == task
     assert f"weights digest: {cli['weights']['sha256']}" in out
+    # the task's first step is traced: every module call, a gradient for each parameter the optimizer steps
+    trace = tmp_path / "cli" / "ops-trace-rank0.jsonl"
+    assert f"op trace: {trace}" in out
+    (step, *_) = read_trace(trace).steps
+    assert len(step.micro[0].forward) > 100
+    assert len({e[1] for e in step.micro[0].backward if e[0] == "grad"}) == len(step.optimizer)
+    assert bisect_paths(trace, trace).equal
 
     seen: list[type] = []
     model = YOLO(model_name)

@@ -270,6 +270,7 @@ def _run_cases(cases: list[list[str]], cwd: Path) -> list[list[str]]:
     return rows
 
 
+@pytest.mark.slow  # more than 2 s
 def test_commands_refuse_hostile_files_in_one_line_exit_2(corpus: tuple[dict[str, Path], Path], tmp_path: Path) -> None:
     """Through the CLI (one process per command, the payloads that reached code before): exit 2, one line."""
     files, marker = corpus
@@ -298,6 +299,7 @@ def test_commands_refuse_hostile_files_in_one_line_exit_2(corpus: tuple[dict[str
     assert not marker.exists()
 
 
+@pytest.mark.slow  # more than 2 s
 def test_commands_refuse_hostile_model_and_data_yamls(tmp_path: Path) -> None:
     """audit, rewrite --check and train refuse YAMLs whose building would run code; nothing runs, exit 2."""
     marker = tmp_path / "MARKER"
@@ -404,6 +406,7 @@ def test_the_gate_derives_path_arguments_from_ultralytics_defaults(
     assert not marker.exists()
 
 
+@pytest.mark.slow  # more than 2 s
 def test_a_checkpoints_stored_arguments_pass_the_same_gate(tmp_path: Path) -> None:
     marker = tmp_path / "MARKER"
     evil = _download_yaml(tmp_path, marker)

@@ -110,6 +110,7 @@ def test_the_users_blocks_are_listed_never_renamed(monkeypatch):
     assert [(b["layer"], b["module"]) for b in result.inside_blocks] == [(10, "model.10.max_pool")]
 
 
+@pytest.mark.slow  # more than 2 s
 def test_file_rewrite_check_and_in_place(tmp_path, capsys):
     src = tmp_path / "m.yaml"
     src.write_text(MODEL)
