@@ -54,9 +54,9 @@ __all__ = [
     "batch_digest",
     "build_keyed",
     "data_mode",
-    "inner_batches",
     "key_items",
     "keyed_loader",
+    "keyed_sampler",
     "repeats",
     "sample_seeds",
 ]
@@ -302,29 +302,9 @@ class KeyedLoader:
         self.keys = keys
         super().__init__(*args, batch_sampler=keys, **kwargs)  # type: ignore[call-arg]
 
-    @property
-    def batch_size(self) -> Any:
-        return self.keys.batch_size
-
-    @batch_size.setter
-    def batch_size(self, value: Any) -> None:
-        """DataLoader's constructor stores None; the keyed sampler's is the loader's."""
-
-    @property
-    def drop_last(self) -> bool:
-        return self.keys.drop_last
-
-    @drop_last.setter
-    def drop_last(self, value: bool) -> None:
-        """As :attr:`batch_size`."""
-
-    @property
-    def sampler(self) -> Any:
-        return self.keys.sampler
-
-    @sampler.setter
-    def sampler(self, value: Any) -> None:
-        """As :attr:`batch_size`."""
+    batch_size = property(lambda self: self.keys.batch_size, lambda self, value: None)
+    drop_last = property(lambda self: self.keys.drop_last, lambda self, value: None)
+    sampler = property(lambda self: self.keys.sampler, lambda self, value: None)
 
 
 _LOADER_CLASSES: dict[type, type] = {}
@@ -376,8 +356,9 @@ def build_keyed(like: Any, keys: KeyedBatchSampler, *, collate_fn: Any = None) -
     return loader
 
 
-def inner_batches(like: Any) -> BatchSampler:
-    """The batches ``like`` draws (its sampler, batch size and ``drop_last``), as a ``BatchSampler``.
+def keyed_sampler(like: Any, seed: int, *, kind: type = KeyedBatchSampler, **options: Any) -> Any:
+    """A keyed batch sampler (``kind``, with ``options``: ``rank``, ``epoch``, a shard ``layout``) of ``like``'s
+    batches: its sampler, batch size, ``drop_last`` and generator; a stream per iterator when ``like`` repeats.
 
     Raises:
         ConfigError: ``like`` yields single samples (no batch size).
@@ -387,7 +368,14 @@ def inner_batches(like: Any) -> BatchSampler:
             "data invariance needs a loader that batches with a batch sampler (batch_size set); "
             "this one yields single samples"
         )
-    return BatchSampler(like.sampler, like.batch_size, bool(like.drop_last))
+    generator = getattr(like, "generator", None)
+    return kind(
+        BatchSampler(like.sampler, like.batch_size, bool(like.drop_last)),
+        seed=seed,
+        generator=generator if isinstance(generator, torch.Generator) else None,
+        repeat=repeats(like),
+        **options,
+    )
 
 
 def keyed_loader(like: Any, seed: int, *, rank: int = 0, epoch: int = 0) -> DataLoader[Any]:
@@ -402,16 +390,7 @@ def keyed_loader(like: Any, seed: int, *, rank: int = 0, epoch: int = 0) -> Data
     Raises:
         ConfigError: The loader yields single samples, or its dataset cannot be keyed.
     """
-    generator = getattr(like, "generator", None)
-    keys = KeyedBatchSampler(
-        inner_batches(like),
-        seed=seed,
-        rank=rank,
-        epoch=epoch,
-        generator=generator if isinstance(generator, torch.Generator) else None,
-        repeat=repeats(like),
-    )
-    return build_keyed(like, keys)
+    return build_keyed(like, keyed_sampler(like, seed, rank=rank, epoch=epoch))
 
 
 def data_mode(loader: Any) -> str:

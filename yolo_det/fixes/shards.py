@@ -205,15 +205,7 @@ def sharded_loader(like: Any, seed: int, layout: ShardLayout, *, epoch: int = 0)
     collate = getattr(like, "collate_fn", None)
     if not callable(collate):
         raise ConfigError("shards needs a loader with a collate_fn")
-    generator = getattr(like, "generator", None)
-    keys = ShardedBatchSampler(
-        _data.inner_batches(like),
-        seed=seed,
-        layout=layout,
-        epoch=epoch,
-        generator=generator if isinstance(generator, torch.Generator) else None,
-        repeat=_data.repeats(like),
-    )
+    keys = _data.keyed_sampler(like, seed, kind=ShardedBatchSampler, layout=layout, epoch=epoch)
     return _data.build_keyed(like, keys, collate_fn=ShardCollate(collate, layout.per_rank))
 
 

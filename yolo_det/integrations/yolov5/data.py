@@ -74,18 +74,9 @@ def key_loader(loader: Any, seed: int, *, rank: int = 0, epoch: int = 0) -> _dat
             f"data invariance keys YOLOv5's InfiniteDataLoader, and this training loader is a {type(loader).__name__}; "
             "turn data_invariance off in the profile"
         )
-    repeat = loader.batch_sampler
-    generator = getattr(loader, "generator", None)
-    keys = _data.KeyedBatchSampler(
-        repeat.sampler,
-        seed=seed,
-        rank=rank,
-        epoch=epoch,
-        generator=generator if isinstance(generator, torch.Generator) else None,
-        repeat=True,
-    )
+    keys: _data.KeyedBatchSampler = _data.keyed_sampler(loader, seed, rank=rank, epoch=epoch)
     _data.key_items(loader.dataset, seed)
-    repeat.sampler = keys
+    loader.batch_sampler.sampler = keys
     return keys
 
 
