@@ -45,17 +45,12 @@ from .guarantees import guarantees_section, say_broken, watch_flags
 from .records import RunRecords
 from .resume import UltralyticsResume
 from .runs import process_rank
-from .seam import has_seam, say_missing
+from .seam import has_seam, is_plugin_callback, say_missing
 
 __all__ = ["UltralyticsPlugin", "is_plugin_callback"]
 
 # ``batch_invariant`` acts on the predictor and validator this plugin hands over: an extension of every session.
 register_extension(BatchInvariance)
-
-
-def is_plugin_callback(fn: Any) -> bool:
-    """Whether ``fn`` is one of a plugin's callbacks (bound or not)."""
-    return getattr(getattr(fn, "__func__", fn), "_yolo_det_callback", False)
 
 
 def _callback(fn: Callable[..., Any]) -> Callable[..., Any]:

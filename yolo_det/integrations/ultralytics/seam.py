@@ -38,6 +38,7 @@ __all__ = [
     "BatchObserver",
     "SeamTrainer",
     "has_seam",
+    "is_plugin_callback",
     "observe",
     "say_missing",
     "seam_section",
@@ -80,8 +81,16 @@ class SeamTrainer:
     def get_dataloader(self, dataset_path: Any, batch_size: int = 16, rank: int = 0, mode: str = "train") -> Any:
         parent: Any = super()
         loader = parent.get_dataloader(dataset_path, batch_size=batch_size, rank=rank, mode=mode)
+        if mode != "train":
+            return loader
+        if state_of(self).build_loader is None:
+            # Ultralytics 8.4 runs on_pretrain_routine_start on rank 0 only: yolo-det's own callback enters the train
+            # phase on the other DDP ranks here, before their training loader is built
+            for fn in getattr(self, "callbacks", {}).get("on_pretrain_routine_start", []):
+                if is_plugin_callback(fn):
+                    fn(self)
         build = state_of(self).build_loader
-        return loader if mode != "train" or build is None else build(self, loader)
+        return loader if build is None else build(self, loader)
 
     def preprocess_batch(self, batch: Any) -> Any:
         observers = tuple(state_of(self).observers)
@@ -109,6 +118,11 @@ class SeamTrainer:
         parent: Any = super()
         around = state_of(self).around_save
         return parent.save_model() if around is None else around(self, parent.save_model)
+
+
+def is_plugin_callback(fn: Any) -> bool:
+    """Whether ``fn`` is one of the yolo-det plugin's callbacks (bound or not)."""
+    return getattr(getattr(fn, "__func__", fn), "_yolo_det_callback", False)
 
 
 def has_seam(trainer: Any) -> bool:
