@@ -13,9 +13,9 @@ a phase is entered, and undoes them in reverse order when it is left, on error t
   :func:`yolo_det.analysis.swap_plan.decide_swaps`, the mechanism :mod:`yolo_det.fixes.swaps`);
 - :class:`Interception`: routing of ``torch.nn.functional`` calls (:mod:`yolo_det.fixes.intercept`).
 
-``data_invariance`` and ``shards`` are built into the training loader where the integration builds it (the
-trainer seam's ``get_dataloader``, :mod:`yolo_det.integrations.ultralytics.seam`), never applied to a loader
-handed over after it was built.
+``data_invariance`` and ``shards`` are no extension: the integration builds them into the training loader (the
+trainer seam's ``get_dataloader``, :mod:`yolo_det.integrations.ultralytics.seam`; YOLOv5's loader, built inside
+``train()``, is keyed once at its first epoch: :func:`yolo_det.integrations.yolov5.data.key_loader`).
 
 An integration adds what only it knows with :func:`register_extension` (the Ultralytics plugin's
 ``batch_invariant`` on a predictor or validator: :mod:`yolo_det.integrations.ultralytics.batch_invariance`).
