@@ -6,7 +6,7 @@ usage: python bench/bench_data.py [--rounds R] [--workers W] [--out FILE]
 Target: at 2 workers, the invariant loader's throughput is within 3% of Ultralytics' own.
 
 The loader is Ultralytics' own (``build_yolo_dataset`` + ``build_dataloader``, mosaic and mixup on), seeded
-by yolo-det, with and without :func:`yolo_det.fixes.data_invariance.make_invariant`. One round builds both
+by yolo-det, with and without :func:`yolo_det.fixes.data_invariance.keyed_loader`. One round builds both
 loaders, lets each run one epoch to start its workers and fill its image buffer, then times three more
 epochs; the rounds interleave the two modes (alternating which goes first) and the figure is the median
 over rounds of the per-round ratio. Throughput is counted per CPU second of the process and its workers
@@ -61,24 +61,21 @@ def _large_dataset(root: Path, n: int = 192, size: int = 160) -> str:
     return str(yaml_path)
 
 
-def _loader(
-    data_yaml: str, imgsz: int, batch: int, workers: int, invariant: bool, cache: str | None = None
-) -> tuple[Any, Any]:
+def _loader(data_yaml: str, imgsz: int, batch: int, workers: int, invariant: bool, cache: str | None = None) -> Any:
     from ultralytics.cfg import get_cfg
     from ultralytics.data import build_dataloader, build_yolo_dataset
     from ultralytics.data.utils import check_det_dataset
     from ultralytics.utils import DEFAULT_CFG
 
     from yolo_det.core.seeding import seed_dataloader
-    from yolo_det.fixes.data_invariance import make_invariant
+    from yolo_det.fixes.data_invariance import keyed_loader
 
     cfg = get_cfg(DEFAULT_CFG, {"imgsz": imgsz, "mosaic": 1.0, "mixup": 0.5, "fliplr": 0.5, "cache": cache or False})
     data = check_det_dataset(data_yaml)
     dataset = build_yolo_dataset(cfg, data["train"], batch, data, mode="train", stride=32)
     loader = build_dataloader(dataset, batch=batch, workers=workers, shuffle=True, device="cpu")
     seed_dataloader(loader, 0)
-    token = make_invariant(loader, 0) if invariant else None
-    return loader, token
+    return keyed_loader(loader, 0) if invariant else loader
 
 
 def _cpu_seconds(loader: Any) -> float:
@@ -98,9 +95,7 @@ def _images_per_second(
     data_yaml: str, imgsz: int, batch: int, workers: int, invariant: bool, cache: str | None
 ) -> tuple[float, float]:
     """(images per wall-clock second, images per CPU second of the process and its workers)."""
-    from yolo_det.fixes.data_invariance import restore
-
-    loader, token = _loader(data_yaml, imgsz, batch, workers, invariant, cache)
+    loader = _loader(data_yaml, imgsz, batch, workers, invariant, cache)
     try:
         for _ in loader:  # start the workers, fill their buffers
             pass
@@ -111,15 +106,11 @@ def _images_per_second(
         return images / (time.perf_counter() - t0), images / (_cpu_seconds(loader) - c0)
     finally:
         loader.reset()
-        if token is not None:
-            restore(token)
 
 
 def _decodes_per_image(data_yaml: str, imgsz: int, batch: int, invariant: bool, cache: str | None) -> float:
     """Image decodes per image fed in the second epoch of a loader without workers (counted, so noise-free)."""
     import ultralytics.data.base as base
-
-    from yolo_det.fixes.data_invariance import restore
 
     own = base.imread
     decodes = [0]
@@ -128,7 +119,7 @@ def _decodes_per_image(data_yaml: str, imgsz: int, batch: int, invariant: bool, 
         decodes[0] += 1
         return own(*args, **kwargs)
 
-    loader, token = _loader(data_yaml, imgsz, batch, 0, invariant, cache)
+    loader = _loader(data_yaml, imgsz, batch, 0, invariant, cache)
     base.imread = counting_imread
     try:
         for _ in loader:
@@ -140,8 +131,6 @@ def _decodes_per_image(data_yaml: str, imgsz: int, batch: int, invariant: bool, 
     finally:
         base.imread = own
         loader.reset()
-        if token is not None:
-            restore(token)
 
 
 def _measure(

@@ -5,7 +5,7 @@ usage: python bench/bench_data_yolov5.py [--rounds R] [--workers W] [--out FILE]
 
 The loader is YOLOv5's own (``create_dataloader`` of the installed ``yolov5`` package, mosaic and mixup on),
 aligned at every epoch as the run does under a profile (:func:`yolo_det.integrations.yolov5.resume.realign_loader`:
-a new iterator, new workers), with and without :func:`yolo_det.fixes.data_invariance.make_invariant`. One round
+a new iterator, new workers), with and without :func:`yolo_det.integrations.yolov5.data.key_loader`. One round
 times three epochs of each mode after one warm-up epoch; the rounds interleave the two modes (alternating which
 goes first) and the figure is the median over rounds of the per-round ratio. Throughput is counted per CPU
 second of the process and its workers (each epoch's workers are read when the epoch ends, so all their work is
@@ -54,17 +54,19 @@ def _images_per_second(images_dir: str, workers: int, invariant: bool) -> tuple[
     import yolov5
     from yolov5.utils.dataloaders import create_dataloader
 
-    from yolo_det.fixes.data_invariance import make_invariant, restore
+    from yolo_det.integrations.yolov5.data import key_loader
     from yolo_det.integrations.yolov5.resume import realign_loader
 
     hyp_file = Path(next(iter(yolov5.__path__))) / "data" / "hyps" / "hyp.scratch-low.yaml"
     hyp = {**yaml.safe_load(hyp_file.read_text(encoding="utf-8")), "mosaic": 1.0, "mixup": 0.5}
     loader, _ = create_dataloader(images_dir, 160, 4, 32, hyp=hyp, augment=True, workers=workers, shuffle=True, seed=0)
-    token = make_invariant(loader, 0) if invariant else None
+    keys = key_loader(loader, 0) if invariant else None
     images, wall, cpu = 0, 0.0, 0.0
     try:
         for epoch in range(4):
             t0, c0 = time.perf_counter(), time.process_time()
+            if keys is not None:
+                keys.set_epoch(epoch)  # the new iterator's stream starts here
             realign_loader(loader, 0, 0, epoch)
             n = sum(int(b[0].shape[0]) for b in loader)
             if epoch == 0:
@@ -74,8 +76,6 @@ def _images_per_second(images_dir: str, workers: int, invariant: bool) -> tuple[
             images += n
         return images / wall, images / cpu
     finally:
-        if token is not None:
-            restore(token)
         shutdown = getattr(getattr(loader, "iterator", None), "_shutdown_workers", None)
         if callable(shutdown):
             shutdown()

@@ -289,8 +289,6 @@ COMPAT_USERS = {
     "yolo_det.core.untrusted.unpickle": "IterableSimpleNamespace in the unpickling allow-list",
     # model-YAML names resolve in Ultralytics' tasks namespace; registering one is writing there
     "yolo_det.layers.registry": "the model-YAML namespace (tasks)",
-    # a loader made worker-invariant must stop Ultralytics' InfiniteDataLoader's live workers
-    "yolo_det.fixes.data_invariance": "stop_loader for Ultralytics' InfiniteDataLoader",
     # rewriting a model YAML checks its modules against, and guesses its task with, Ultralytics' tasks
     "yolo_det.fixes.yaml_rewrite": "tasks and guess_model_task for model YAMLs",
 }

@@ -65,12 +65,7 @@ def _epochs(loader: Any, n: int) -> list[str]:
 
 def _stream(loader: Any, *, invariant: bool, epochs: int = 2, epoch: int = 0) -> list[str]:
     seed_dataloader(loader, SEED)
-    token = inv.make_invariant(loader, SEED, epoch=epoch) if invariant else None
-    try:
-        return _epochs(loader, epochs)
-    finally:
-        if token is not None:
-            inv.restore(token)
+    return _epochs(inv.keyed_loader(loader, SEED, epoch=epoch) if invariant else loader, epochs)
 
 
 @pytest.fixture(scope="module")
@@ -107,16 +102,20 @@ def test_resume_at_an_epoch_boundary_with_another_worker_count(
     resumed = _stream(_ultralytics_loader(_dataset(demo_yaml), 0, monkeypatch), invariant=True, epochs=1, epoch=1)
     assert resumed == full[1:]
     assert resumed != full[:1]
-    # set_epoch on a live loader drops the pass under way and starts the one asked for
-    loader = _ultralytics_loader(_dataset(demo_yaml), 1, monkeypatch)
-    seed_dataloader(loader, SEED)
-    token = inv.make_invariant(loader, SEED)
-    try:
-        next(iter(loader))  # workers started, epoch 0 under way
-        assert inv.set_epoch(loader, 1)
-        assert _epochs(loader, 1) == full[1:]
-    finally:
-        inv.restore(token)
+    # set_epoch leaves the stream under way alone; the next one (Ultralytics' reset) starts at the epoch named
+    like = _ultralytics_loader(_dataset(demo_yaml), 1, monkeypatch)
+    seed_dataloader(like, SEED)
+    loader = inv.keyed_loader(like, SEED)
+    assert isinstance(loader, type(like))
+    assert loader.keys.repeat
+    assert (loader.batch_size, loader.drop_last, loader.sampler) == (like.batch_size, like.drop_last, like.sampler)
+    assert like.iterator is None  # the loader it was built like never started
+    first = next(iter(loader))  # workers started, epoch 0 under way
+    loader.keys.set_epoch(1)
+    rest = list(loader)[: len(loader) - 1]  # the rest of epoch 0: its stream goes on
+    assert inv.batch_digest([first, *rest]) == full[0]
+    loader.reset()
+    assert _epochs(loader, 1) == full[1:]
 
 
 def test_segment_stream_is_the_same_for_0_and_2_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -129,68 +128,73 @@ def test_segment_stream_is_the_same_for_0_and_2_workers(tmp_path: Path, monkeypa
     assert off[0] != off[1]
 
 
-def test_in_process_loading_leaves_the_random_generators_and_restores_the_loader(
+def test_in_process_loading_leaves_the_random_generators_and_the_loader_it_was_built_like(
     demo_yaml: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dataset = _dataset(demo_yaml)
-    loader = _ultralytics_loader(dataset, 0, monkeypatch)
-    sampler_before = loader.batch_sampler.sampler
+    like = _ultralytics_loader(dataset, 0, monkeypatch)
+    sampler_before = like.batch_sampler.sampler
     mosaic = dataset.transforms.transforms[0].transforms[0]
     assert type(mosaic).__name__ == "Mosaic"
     assert mosaic.buffer_enabled
-    token = inv.make_invariant(loader, SEED)
+    loader = inv.keyed_loader(like, SEED)
     assert inv.data_mode(loader) == inv.MODE_KEYED
+    assert inv.data_mode(like) == inv.MODE_WORKER
+    assert like.batch_sampler.sampler is sampler_before  # the loader it was built like is left as it was
     assert not mosaic.buffer_enabled
-    with pytest.raises(ConfigError, match="already"):
-        inv.make_invariant(loader, SEED)
+
+    def states() -> tuple[Any, Any, Any]:
+        return random.getstate(), np.random.get_state()[1].copy(), torch.get_rng_state()
+
     random.seed(1)
     np.random.seed(1)
     torch.manual_seed(1)
-    states = random.getstate(), np.random.get_state()[1].copy(), torch.get_rng_state()
+    before = states()
     next(iter(loader))
-    assert random.getstate() == states[0]
-    assert np.array_equal(np.random.get_state()[1], states[1])
-    assert torch.equal(torch.get_rng_state(), states[2])
-    inv.restore(token)
-    assert loader.batch_sampler.sampler is sampler_before
-    assert "__getitems__" not in vars(dataset)
-    assert mosaic.buffer_enabled
-    assert inv.data_mode(loader) == inv.MODE_WORKER
-    next(iter(loader))  # control: Ultralytics' own loading draws from the process generators
-    assert random.getstate() != states[0]
+    after = states()
+    assert after[0] == before[0]
+    assert np.array_equal(after[1], before[1])
+    assert torch.equal(after[2], before[2])
     loader.reset()
+    control = _ultralytics_loader(_dataset(demo_yaml), 0, monkeypatch)
+    next(iter(control))  # control: Ultralytics' own loading draws from the process generators
+    assert random.getstate() != before[0]
+    control.reset()
 
 
 def test_loaders_it_cannot_key_are_refused_with_one_line() -> None:
     data = torch.utils.data.TensorDataset(torch.arange(8))
     with pytest.raises(ConfigError, match="batch sampler"):
-        inv.make_invariant(torch.utils.data.DataLoader(data, batch_size=None), 0)
+        inv.keyed_loader(torch.utils.data.DataLoader(data, batch_size=None), 0)
 
-    class Running:  # not a DataLoader, with an iterator started at construction and no reset()
+    class NotALoader:  # batches, but not a DataLoader: nothing to build like it
         def __init__(self, loader: torch.utils.data.DataLoader) -> None:
-            self.dataset, self.batch_sampler = loader.dataset, loader.batch_sampler
-            self.iterator = iter(loader)
+            self.dataset, self.sampler, self.batch_size, self.drop_last = data, loader.sampler, 2, False
 
-    loader = Running(torch.utils.data.DataLoader(data, batch_size=2))
-    with pytest.raises(ConfigError, match="before its first iteration"):
-        inv.make_invariant(loader, 0)
-    assert inv.data_mode(loader) == inv.MODE_WORKER
+    with pytest.raises(ConfigError, match="torch DataLoader"):
+        inv.keyed_loader(NotALoader(torch.utils.data.DataLoader(data, batch_size=2)), 0)
     assert "__getitems__" not in vars(data)
 
-    class Started(torch.utils.data.DataLoader):  # a DataLoader that starts one (YOLOv5's InfiniteDataLoader)
+    class OwnItems(torch.utils.data.TensorDataset):
+        def __getitems__(self, indices: list[int]) -> list[Any]:
+            return [self[i] for i in indices]
+
+    with pytest.raises(ConfigError, match="has one of its own"):
+        inv.keyed_loader(torch.utils.data.DataLoader(OwnItems(torch.arange(8)), batch_size=2), 0)
+
+    class Started(torch.utils.data.DataLoader):  # a DataLoader that starts its iterator when built
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.iterator = super().__iter__()
 
-    started = Started(data, batch_size=2)
-    token = inv.make_invariant(started, 0)  # the running iterator is replaced by one over the keyed sampler
-    try:
-        assert inv.data_mode(started) == inv.MODE_KEYED
-        assert next(started.iterator)[0].tolist() == [0, 1]
-        assert "__getitems__" in vars(data)
-    finally:
-        inv.restore(token)
-    assert inv.data_mode(started) == inv.MODE_WORKER
+    like = Started(data, batch_size=2)
+    started = inv.keyed_loader(like, 0)  # built over the keyed sampler: its iterator draws keyed batches at once
+    assert isinstance(started, Started)
+    assert not started.keys.repeat
+    assert inv.data_mode(started) == inv.MODE_KEYED
+    assert next(started.iterator)[0].tolist() == [0, 1]
+    assert "__getitems__" in vars(data)
+    assert [b[0].tolist() for b in started] == [[0, 1], [2, 3], [4, 5], [6, 7]]
 
 
 def test_sample_seeds_depend_on_every_part_of_the_key() -> None:
@@ -209,27 +213,6 @@ def test_the_setting_is_on_in_repro_training_only_and_checked() -> None:
     assert repro.train.replace(data_invariance=False).extra["data_invariance"] is False
     with pytest.raises(ProfileError, match="'data_invariance' must be true or false"):
         repro.train.replace(data_invariance="yes")
-
-
-def test_the_session_applies_it_to_a_handed_over_loader_and_undoes_it(
-    demo_yaml: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from yolo_det.session.session import DeterminismSession
-
-    for profile, expected in (("repro", inv.MODE_KEYED), ("balanced", inv.MODE_WORKER)):
-        loader = _ultralytics_loader(_dataset(demo_yaml), 0, monkeypatch)
-        session = DeterminismSession(profile, seed=SEED)
-        session.begin()
-        try:
-            session.enter("train")
-            session.hand_over("loader", loader, epoch=1)
-            assert inv.data_mode(loader) == expected
-            if expected == inv.MODE_KEYED:
-                assert inv.keyed_sampler(loader).next_epoch == 1  # type: ignore[union-attr]
-            session.exit("train")
-            assert inv.data_mode(loader) == inv.MODE_WORKER
-        finally:
-            session.end()
 
 
 def _section(**changes: Any) -> dict[str, Any]:
@@ -378,27 +361,21 @@ def test_mix_partners_are_drawn_over_the_whole_dataset_by_the_sample_s_key(
     dataset = _dataset(demo_yaml)
     mosaic, mixup = dataset.transforms.transforms[0].transforms[0], dataset.transforms.transforms[1]
     assert mosaic.buffer_enabled  # Ultralytics' own rule: partners from the worker's recent images
-    loader = _plain_loader(dataset, 0, False)
-    token = inv.make_invariant(loader, SEED)
-    try:
-        assert not mosaic.buffer_enabled  # Ultralytics' rule without the buffer: uniform over the dataset
-        assert "get_indexes" not in vars(mosaic)  # its own rule, unchanged
-        assert "get_indexes" not in vars(mixup)
-        batch = [0, 5, 9, 13, 20, 33, 41, 47]
-        drawn = _partners(dataset, [(1, i) for i in batch], monkeypatch)
-        assert sum(len(p) for p in drawn.values()) >= 3 * len(batch)  # mosaic (and mixup) did draw partners
-        assert set().union(*drawn.values()) - set(batch)  # partners come from outside the sample's batch
-        # a sample draws the same partners in any batch: they depend on (seed, epoch, index) only
-        alone = _partners(dataset, [(1, 13)], monkeypatch)
-        elsewhere = _partners(dataset, [(1, 2), (1, 13), (1, 30)], monkeypatch)
-        assert alone[13] == elsewhere[13] == drawn[13]
-        assert _partners(dataset, [(2, 13)], monkeypatch)[13] != drawn[13]  # another epoch, other partners
-        # over a few epochs every image of the dataset is somebody's partner
-        seen: set[int] = set()
-        for epoch in range(3):
-            seen |= set().union(*_partners(dataset, [(epoch, i) for i in range(len(dataset))], monkeypatch).values())
-        assert seen == set(range(len(dataset)))
-    finally:
-        inv.restore(token)
-    assert mosaic.buffer_enabled  # given back as it was
-    assert "__getitems__" not in vars(dataset)
+    inv.keyed_loader(_plain_loader(dataset, 0, False), SEED)
+    assert not mosaic.buffer_enabled  # Ultralytics' rule without the buffer: uniform over the dataset
+    assert "get_indexes" not in vars(mosaic)  # its own rule, unchanged
+    assert "get_indexes" not in vars(mixup)
+    batch = [0, 5, 9, 13, 20, 33, 41, 47]
+    drawn = _partners(dataset, [(1, i) for i in batch], monkeypatch)
+    assert sum(len(p) for p in drawn.values()) >= 3 * len(batch)  # mosaic (and mixup) did draw partners
+    assert set().union(*drawn.values()) - set(batch)  # partners come from outside the sample's batch
+    # a sample draws the same partners in any batch: they depend on (seed, epoch, index) only
+    alone = _partners(dataset, [(1, 13)], monkeypatch)
+    elsewhere = _partners(dataset, [(1, 2), (1, 13), (1, 30)], monkeypatch)
+    assert alone[13] == elsewhere[13] == drawn[13]
+    assert _partners(dataset, [(2, 13)], monkeypatch)[13] != drawn[13]  # another epoch, other partners
+    # over a few epochs every image of the dataset is somebody's partner
+    seen: set[int] = set()
+    for epoch in range(3):
+        seen |= set().union(*_partners(dataset, [(epoch, i) for i in range(len(dataset))], monkeypatch).values())
+    assert seen == set(range(len(dataset)))

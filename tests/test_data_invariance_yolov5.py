@@ -13,7 +13,8 @@ import torch
 
 from yolo_det.core.profiles import load_profile
 from yolo_det.fixes import data_invariance as inv
-from yolo_det.integrations.yolov5.data import YOLOv5Data
+from yolo_det.integrations.yolov5.data import YOLOv5Data, key_loader
+from yolo_det.integrations.yolov5.resume import realign_loader
 from yolo_det.session.session import DeterminismSession
 from yolov5_helpers import installed_yolov5
 
@@ -108,21 +109,24 @@ def test_yolov5_resume_at_an_epoch_boundary_with_another_worker_count(
     assert section["fingerprint_epoch"] == 1
 
 
-def test_the_session_gives_yolov5s_loader_back(
+def test_yolov5s_loader_is_keyed_once_in_its_repeat_wrapper_and_streams_on(
     images: Path, hyp: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loader = _loader(images, hyp, 1, monkeypatch)
     dataset, sampler = loader.dataset, loader.batch_sampler.sampler
     plain = inv.batch_digest([next(loader.iterator)[:2]])  # the iterator YOLOv5 made when it built the loader
-    _, _, data = _run(loader, "repro", epochs=1)
-    assert inv.data_mode(loader) == inv.MODE_WORKER
-    assert loader.batch_sampler.sampler is sampler  # the _RepeatSampler holds YOLOv5's batch sampler again
-    assert "__getitems__" not in vars(dataset)
+    digests, _, data = _run(loader, "repro", epochs=2)
+    keys = loader.batch_sampler.sampler
+    assert keys is data.keys
+    assert isinstance(keys, inv.KeyedBatchSampler)
+    assert keys.repeat
+    assert keys.inner.sampler is sampler.sampler  # YOLOv5's sampler, keyed
+    assert keys.epoch == 1  # told each epoch; the stream under way went on without a new iterator
+    assert "__getitems__" in vars(dataset)
     assert "load_image" not in vars(dataset)
-    assert type(loader.iterator).__name__ == "_LazyPasses"  # workers stopped; a new pass starts when asked
     assert data.tap.seen == 2
-    assert len(next(loader.iterator)[0]) == 4
-    assert plain
+    assert inv.batch_digest([next(loader.iterator)[:2]]) != plain  # keyed draws (epoch 2 of the stream)
+    assert digests[0] != digests[1]
 
 
 _RANK_DRIVER = """
@@ -131,7 +135,8 @@ import torch
 import torch.distributed as dist
 import yaml
 from yolov5.utils.dataloaders import InfiniteDataLoader, LoadImagesAndLabels
-from yolo_det.fixes import data_invariance as inv
+from yolo_det.integrations.yolov5.data import key_loader
+from yolo_det.integrations.yolov5.resume import realign_loader
 
 rank, store, images, out = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 hyp = json.loads(sys.argv[5])
@@ -140,7 +145,8 @@ dataset = LoadImagesAndLabels(images, 64, 2, augment=True, hyp=hyp, stride=32, p
 sampler = torch.utils.data.distributed.DistributedSampler(dataset, shuffle=True)  # rank and world from gloo
 loader = InfiniteDataLoader(dataset, batch_size=2, sampler=sampler, num_workers=rank,
                             collate_fn=LoadImagesAndLabels.collate_fn, generator=torch.Generator())
-token = inv.make_invariant(loader, SEED, rank=rank)
+key_loader(loader, SEED, rank=rank)
+realign_loader(loader, SEED, rank, 0)  # a new iterator, over the keyed sampler
 steps = [SAMPLES(b) for _ in range(2) for b in loader]
 dist.barrier()
 dist.destroy_process_group()
@@ -174,11 +180,9 @@ def test_two_gloo_ranks_train_each_global_step_on_one_process_samples(
     from helpers import subprocess_env
 
     one = _loader(images, hyp, 0, monkeypatch)  # 1 process at the global batch (4): the reference
-    token = inv.make_invariant(one, SEED)
-    try:
-        reference = [_samples(b) for _ in range(2) for b in one]
-    finally:
-        inv.restore(token)
+    key_loader(one, SEED)
+    realign_loader(one, SEED, 0, 0)
+    reference = [_samples(b) for _ in range(2) for b in one]
     driver = tmp_path / "rank.py"
     helper = textwrap.dedent(inspect.getsource(_samples)).replace(
         "def _samples(batch: Any) -> list[str]:", "def SAMPLES(batch):"
@@ -227,14 +231,13 @@ def _index_steps(n: int, world: int, batch: int, *, invariant: bool, sampler_see
             else DataLoader(data, batch_size=batch, sampler=sampler, generator=torch.Generator())
         )
         loader.generator.manual_seed(SEED)
-        token = inv.make_invariant(loader, SEED, rank=rank) if invariant else None
+        if invariant:
+            loader = inv.keyed_loader(loader, SEED, rank=rank)
         steps = []
         for epoch in range(2):
             if not invariant and world > 1:
                 sampler.set_epoch(epoch)
             steps.extend(b[0].tolist() for b in loader)
-        if token is not None:
-            inv.restore(token)
         out.append(steps)
     return out
 

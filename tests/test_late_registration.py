@@ -45,12 +45,18 @@ def test_callbacks_given_to_the_trainer_start_from_the_documented_routes_weights
     assert len(lines) == 1
     assert "bitwise resume" in lines[0]
     assert "trainer_class(profile, base=YourTrainer)" in lines[0]
+    assert "data_invariance" in lines[0]  # repro asks for keyed data: the loader is built in the seam
     built = json.loads((tmp_path / "built" / RECORD_NAME).read_text())
     assert built["trainer_seam"]["in_force"] is False
     assert any("bitwise resume" in off for off in built["trainer_seam"]["off"])
+    assert any("data_invariance" in off for off in built["trainer_seam"]["off"])
+    assert built["guarantees"]["data_invariance"] == {"in_force": False, "loader": "worker-stream"}
+    assert built["data_stream"]["mode"] == "worker-stream"
     assert built["data_stream"]["fingerprint"] is None
     attached = json.loads((tmp_path / "attach" / RECORD_NAME).read_text())
     assert attached["trainer_seam"] == {"in_force": True, "off": []}
+    assert attached["guarantees"]["data_invariance"] == {"in_force": True, "loader": "keyed"}
+    assert attached["data_stream"]["mode"] == "keyed"
     assert attached["data_stream"]["fingerprint"]
 
 

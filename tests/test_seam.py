@@ -106,6 +106,30 @@ def test_an_observer_on_a_trainer_without_the_seam_is_refused_in_one_line(tmp_pa
     assert state_of(trainer).observers == []
 
 
+@pytest.mark.parametrize(("profile", "keyed"), [("repro", True), ("balanced", False)])
+def test_the_seam_builds_the_training_loader_keyed_where_ultralytics_builds_it(tmp_path, demo_data, profile, keyed):
+    from ultralytics.data.build import InfiniteDataLoader
+
+    from yolo_det.fixes import data_invariance as inv
+
+    trainer = _trainer(trainer_class(profile), tmp_path, demo_data)  # the run begins: the train phase is entered
+    try:
+        trainer.setup_model()  # the dataset's stride comes from the model, as in Ultralytics' _setup_train
+        train = trainer.get_dataloader(trainer.data["train"], batch_size=4, rank=-1, mode="train")
+        val = trainer.get_dataloader(trainer.data["val"], batch_size=4, rank=-1, mode="val")
+        assert isinstance(train, InfiniteDataLoader)  # Ultralytics' own class: its reset() and close() stay
+        assert isinstance(train, inv.KeyedLoader) is keyed
+        assert not isinstance(val, inv.KeyedLoader)  # validation batches are Ultralytics' as they are
+        assert (train.batch_size, train.drop_last) == (4, False)  # what Ultralytics reads after building it
+        assert len(train) == -(-len(train.dataset) // 4)
+        if keyed:
+            assert train.keys.repeat
+            assert train.keys.epoch == 0  # the trainer's start epoch; told each epoch as it starts
+            assert train.iterator is None  # nothing iterated before training asks
+    finally:
+        trainer.yolo_det.end_run()
+
+
 def _user_trainer() -> type:
     from ultralytics.models.yolo.detect import DetectionTrainer
 

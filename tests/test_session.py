@@ -124,16 +124,15 @@ def test_every_concern_of_a_phase_is_an_extension_applied_in_order_and_undone_in
     from yolo_det.session.extensions import Extension, default_extensions
 
     names = [e.name for e in default_extensions()]
-    assert names[:7] == [
+    assert names[:6] == [
         "flags",
         "machine",
         "seeds",
         "backward",
         "swaps",
         "intercept",
-        "data",
     ]
-    assert set(names[7:]) <= {"batch_invariant"}  # registered by an integration this process imported
+    assert set(names[6:]) <= {"batch_invariant"}  # registered by an integration this process imported
     calls = []
 
     class Marker(Extension):

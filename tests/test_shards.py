@@ -23,8 +23,7 @@ from yolo_det.fixes.shards import (
     ShardedBatchSampler,
     ShardedStep,
     ShardLayout,
-    make_sharded,
-    restore_sharded,
+    sharded_loader,
 )
 
 # -- the layout --------------------------------------------------------------------------------------------
@@ -143,7 +142,7 @@ def test_collate_cuts_a_step_into_equal_shards_and_refuses_a_ragged_one() -> Non
         collate([1, 2, 3])
 
 
-def test_a_sharded_loader_yields_the_rank_s_shards_with_keyed_draws_and_is_restored() -> None:
+def test_a_sharded_loader_yields_the_rank_s_shards_with_keyed_draws_and_leaves_the_one_it_was_built_like() -> None:
     dataset = _Numbers(12)
     seen: dict[int, list[list[Any]]] = {}
     for world in (1, 2):
@@ -151,11 +150,12 @@ def test_a_sharded_loader_yields_the_rank_s_shards_with_keyed_draws_and_is_resto
         for rank in range(world):
             loader = DataLoader(dataset, batch_size=4 // world, shuffle=True, generator=torch.Generator())
             before = (loader.collate_fn, loader.batch_sampler)
-            token = make_sharded(loader, 7, ShardLayout.checked(2, world, rank, 4))
-            batches = list(loader)
-            restore_sharded(token)
+            sharded = sharded_loader(loader, 7, ShardLayout.checked(2, world, rank, 4))
+            batches = list(sharded)
             assert (loader.collate_fn, loader.batch_sampler) == before
-            assert "__getitems__" not in vars(dataset)
+            assert isinstance(sharded.collate_fn, ShardCollate)
+            assert isinstance(sharded.keys, ShardedBatchSampler)
+            assert sharded.batch_size == 4 // world
             rows.append([[s["img"].tolist() for s in b.shards] for b in batches])
         seen[world] = [sum((r[k] for r in rows), []) for k in range(len(rows[0]))]
     assert seen[1] == seen[2]  # the same shards, the same keyed random draws, on 1 and 2 ranks
@@ -181,13 +181,10 @@ def _pixels_by_sample(world: int, shards: int | None) -> dict[str, bytes]:
             dataset, batch_size=8 // world, shuffle=True, collate_fn=dataset.collate_fn, generator=torch.Generator()
         )
         if shards is None:
-            token: Any = _data.make_invariant(loader, 7)
-            batches = list(loader)
-            _data.restore(token)
+            batches = list(_data.keyed_loader(loader, 7))
         else:
-            token = make_sharded(loader, 7, ShardLayout.checked(shards, world, rank, 8))
-            batches = [shard for b in loader for shard in b.shards]
-            restore_sharded(token)
+            sharded = sharded_loader(loader, 7, ShardLayout.checked(shards, world, rank, 8))
+            batches = [shard for b in sharded for shard in b.shards]
         for b in batches:
             for file, img in zip(b["im_file"], b["img"]):
                 out[file] = img.numpy().tobytes()
@@ -383,24 +380,3 @@ def test_what_shards_cannot_make_rank_free_is_refused_in_one_line(monkeypatch: p
     assert trainer.model is net  # nothing changed
     with pytest.raises(ConfigError, match=r"^shards: 2 needs yolo-det's trainer seam.*base=YourTrainer\)\)$"):
         ul_shards.check(_Trainer(), 2, -1, 1)  # callbacks alone: refused, never trained unsharded
-
-
-def test_a_loader_handed_over_without_the_global_batch_is_refused_not_left_unsharded(tmp_path: Path) -> None:
-    from yolo_det.session.session import DeterminismSession
-
-    path = tmp_path / "s.yaml"
-    path.write_text("name: s\nextends: repro\ntrain:\n  shards: 2\n")
-    session = DeterminismSession(load_profile(str(path)), seed=0)
-    loader = DataLoader(_Numbers(8), batch_size=4, shuffle=True, generator=torch.Generator())
-    session.begin()
-    try:
-        session.enter("train")
-        with pytest.raises(ConfigError, match="needs the run's global batch"):
-            session.hand_over("loader", loader)
-        assert not isinstance(loader.collate_fn, ShardCollate)
-        tokens = session.hand_over("loader", loader, batch=4)  # with it: sharded
-        assert isinstance(loader.collate_fn, ShardCollate)
-        assert tokens
-    finally:
-        session.end()
-    assert not isinstance(loader.collate_fn, ShardCollate)  # undone with the run

@@ -8,7 +8,7 @@ not a layer of its own. ``tests/test_architecture.py`` fails when another module
 internal.
 
 Ultralytics releases in the supported range differ in a few internals yolo-det depends on; one function
-here handles each (:func:`stop_loader`, :func:`run_folder`, :func:`loss_components`,
+here handles each (:func:`run_folder`, :func:`loss_components`,
 :func:`optimizer_state`), so the rest of
 yolo-det sees one behaviour:
 
@@ -18,6 +18,8 @@ internal                                8.3 (8.3.253)                    8.4 (8.
 ``InfiniteDataLoader.iterator``         made in ``__init__`` (workers    made at the first batch
                                         start with the loader)
 ``InfiniteDataLoader.reset()``          makes the next iterator at once  closes it; the next batch makes one
+                                        (a keyed sampler's stream starts
+                                        at its epoch either way)
 ``cfg.get_save_dir``                    creates the folder it names      creates nothing
 ``non_max_suppression``                 ``utils.ops`` (8.3.0)            ``utils.nms``
 ``BaseTrainer.loss_items``              one tensor, a value per part     a tuple of parts, or a name mapping
@@ -63,7 +65,6 @@ __all__ = [
     "run_folder",
     "validator_on_cpu",
     "sees_through",
-    "stop_loader",
     "ultralytics_version",
 ]
 
@@ -270,29 +271,6 @@ def numpy_pair_problem(ultralytics: str | None = None, numpy: str | None = None)
         f"Ultralytics {ultralytics} calls np.trapz in validation, which NumPy {numpy} no longer has (removed in "
         f"{below}): its first validation would fail; pip install 'numpy<{below}', or Ultralytics >= {fixed}"
     )
-
-
-def stop_loader(loader: Any) -> bool:
-    """Stop the workers of Ultralytics' ``InfiniteDataLoader`` ``loader`` (they hold copies of its dataset).
-
-    Ultralytics 8.4's loader (the one with ``close()``) makes its next iterator at its next batch once
-    ``reset()`` has closed the old one. Ultralytics 8.3's makes the next iterator at once in ``reset()``, and
-    its ``__iter__`` takes batches from ``loader.iterator`` without making one: there the live iterator's
-    workers are shut down here (no new workers are started) and the caller puts an iterator that makes its
-    workers at the first batch in ``loader.iterator``.
-
-    Returns:
-        True if the loader makes its next iterator itself (8.4), False if ``loader.iterator`` is stopped and
-        must be replaced before the next batch (8.3).
-    """
-    if callable(getattr(type(loader), "close", None)):
-        loader.reset()
-        if getattr(loader, "iterator", None) is None:
-            return True
-    shutdown = getattr(getattr(loader, "iterator", None), "_shutdown_workers", None)
-    if callable(shutdown):
-        shutdown()
-    return False
 
 
 def mosaic_on(dataset: Any) -> bool | None:

@@ -537,7 +537,7 @@ def _check_bool(value: Any) -> bool:
 
 
 #: Worker-invariant data: every random draw of a training sample keyed by (seed, epoch, sample index), so the
-#: batches do not depend on the loader's worker count (applied by ``session.extensions.DataInvariance``).
+#: batches do not depend on the loader's worker count (built into the training loader by the trainer seam).
 DATA_INVARIANCE = Setting(
     "data_invariance",
     False,

@@ -1,22 +1,22 @@
 """Worker-invariant data: every random draw of a training sample is keyed by (seed, epoch, sample index).
 
-Length: one mechanism: the sampler, the keyed items and the mix transforms' buffer change one loader and are undone
-together.
+Length: one mechanism: the keyed batch sampler, the keyed items and the mix transforms' buffer make one loader.
 
 A data loader feeds the same batches whatever its worker count when nothing a sample's augmentation draws
-depends on which worker built it or what that worker built before. :func:`make_invariant` makes that so for
-a map-style loader with a batch sampler (Ultralytics' ``build_dataloader``, a plain ``DataLoader``):
+depends on which worker built it or what that worker built before. :func:`keyed_loader` builds such a loader
+like a map-style loader with a batch sampler (Ultralytics' ``build_dataloader``, a plain ``DataLoader``): of its
+class, with its settings, over its dataset, the keys given at construction (the trainer seam builds Ultralytics'
+training loader so, in ``get_dataloader``):
 
-- **The key travels with the index.** The loader's batch sampler is wrapped (:class:`KeyedBatchSampler`, in
-  the main process, where the epoch is known): it yields ``(epoch, index)`` pairs instead of indices, and
-  seeds the loader's shuffle generator with :func:`~yolo_det.core.seeding.epoch_data_seed` at the start of
-  every pass, so the order of epoch ``e`` depends on (seed, rank, e) only. Worker copies of the dataset
-  never need to be told the epoch, which also holds with persistent workers and Ultralytics'
-  ``InfiniteDataLoader``.
+- **The key travels with the index.** The batch sampler (:class:`KeyedBatchSampler`, in the main process, where
+  the epoch is known) yields ``(epoch, index)`` pairs instead of indices, and seeds the loader's shuffle
+  generator with :func:`~yolo_det.core.seeding.epoch_data_seed` at the start of every pass, so the order of
+  epoch ``e`` depends on (seed, rank, e) only. Worker copies of the dataset never need to be told the epoch,
+  which also holds with persistent workers and Ultralytics' ``InfiniteDataLoader``.
 - **Each sample reseeds the process RNGs from its key.** The dataset gets an instance attribute
-  ``__getitems__`` (the batch entry point a ``DataLoader`` calls when it exists): for each pair it seeds
-  python's ``random``, numpy's global RNG and torch's CPU generator from a hash of (seed, epoch, index)
-  (:func:`sample_seeds`) and calls the dataset's own ``__getitem__``. In the training process
+  ``__getitems__`` (the batch entry point a ``DataLoader`` calls when it exists, :func:`key_items`): for each
+  pair it seeds python's ``random``, numpy's global RNG and torch's CPU generator from a hash of (seed, epoch,
+  index) (:func:`sample_seeds`) and calls the dataset's own ``__getitem__``. In the training process
   (``workers=0``) the three generators are put back after every batch, so the training's random streams
   are those a loader running in workers would leave.
 - **Mix partners are drawn over the whole dataset.** Ultralytics draws mosaic partners from each worker's
@@ -27,8 +27,6 @@ a map-style loader with a batch sampler (Ultralytics' ``build_dataloader``, a pl
   (seed, epoch, index) only: not on its batch, worker, rank or shard, and the augmentation has Ultralytics'
   distribution (the same transforms with the same probabilities, partners from a pool as wide as the dataset).
 
-:func:`restore` undoes everything :func:`make_invariant` changed on the loader, its dataset and transforms.
-
 YOLOv5's ``LoadImagesAndLabels`` draws its mosaic and mixup partners uniformly over the dataset (python's
 ``random``), never from a worker's history: keyed by the sample, those draws are worker-invariant as they are.
 """
@@ -38,14 +36,12 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, get_worker_info
 
-from ..core import compat
 from ..core.errors import ConfigError
 from ..core.seeding import epoch_data_seed
 
@@ -53,15 +49,16 @@ __all__ = [
     "MODE_KEYED",
     "MODE_WORKER",
     "BatchTap",
-    "InvarianceToken",
     "KeyedBatchSampler",
+    "KeyedLoader",
     "batch_digest",
+    "build_keyed",
     "data_mode",
+    "key_items",
+    "keyed_loader",
     "keyed_sampler",
-    "make_invariant",
-    "restore",
+    "repeats",
     "sample_seeds",
-    "set_epoch",
 ]
 
 #: The data-order/augmentation mode of a loader made worker-invariant.
@@ -102,13 +99,20 @@ def _seed_sample(seed: int, epoch: int, index: int) -> None:
 
 
 class KeyedBatchSampler:
-    """A batch sampler that yields ``(epoch, index)`` pairs, one epoch per pass.
+    """A batch sampler that yields ``(epoch, index)`` pairs: the batches of ``inner``, keyed by the epoch.
 
-    Pass ``k`` after :meth:`set_epoch` ``(e)`` (or after construction with ``epoch=e``) is epoch ``e + k``.
+    ``len`` is the batches of one epoch; ``batch_size``, ``sampler`` and ``drop_last`` are ``inner``'s. Each
+    ``iter()`` is one pass, epoch :attr:`epoch`, after which :attr:`epoch` counts on; with ``repeat`` (a loader
+    that wraps its batch sampler in a repeater that asks for it once per iterator, as Ultralytics' and YOLOv5's
+    ``InfiniteDataLoader`` do) each ``iter()`` is an endless stream of passes, epochs :attr:`epoch`,
+    :attr:`epoch` + 1, ...: a new iterator of the loader (a reset, or batches prefetched past the end of an
+    epoch and thrown away) starts again at the epoch :meth:`set_epoch` last named, and an iterator already
+    running is never touched.
+
     At the start of each pass the loader's shuffle generator is seeded with
     :func:`~yolo_det.core.seeding.epoch_data_seed` ``(seed, rank, epoch)`` (the order is the one the plugins
-    give the same seed without invariance) and a sampler with ``set_epoch``
-    (``DistributedSampler``) is told the epoch, so the order of an epoch never depends on earlier ones.
+    give the same seed without invariance) and a sampler with ``set_epoch`` (``DistributedSampler``) is told
+    the epoch, so the order of an epoch never depends on earlier ones.
 
     Under a ``DistributedSampler`` (DDP) the ranks deal out one global order instead of the sampler's: the order a
     single process would shuffle with the same seed (rank 0's generator seed), padded as ``DistributedSampler``
@@ -119,24 +123,43 @@ class KeyedBatchSampler:
     """
 
     def __init__(
-        self, inner: Any, *, seed: int, rank: int = 0, epoch: int = 0, generator: torch.Generator | None = None
+        self,
+        inner: Any,
+        *,
+        seed: int,
+        rank: int = 0,
+        epoch: int = 0,
+        generator: torch.Generator | None = None,
+        repeat: bool = False,
     ) -> None:
         self.inner = inner
         self.seed = int(seed)
         self.rank = max(int(rank), 0)
-        self.next_epoch = int(epoch)
+        self.epoch = int(epoch)
         self.generator = generator
+        self.repeat = bool(repeat)
+        self.batch_size = getattr(inner, "batch_size", None)
+        self.sampler = getattr(inner, "sampler", None)
+        self.drop_last = bool(getattr(inner, "drop_last", False))
 
     def __len__(self) -> int:
         return len(self.inner)
 
     def set_epoch(self, epoch: int) -> None:
-        """The next pass is epoch ``epoch`` (the ones after it count on from there)."""
-        self.next_epoch = int(epoch)
+        """The epoch of the next pass (with ``repeat``: the first epoch of the next stream)."""
+        self.epoch = int(epoch)
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
-        epoch = self.next_epoch
-        self.next_epoch += 1
+        epoch = self.epoch
+        if not self.repeat:
+            self.epoch += 1
+            yield from self._keyed_pass(epoch)
+            return
+        while True:
+            yield from self._keyed_pass(epoch)
+            epoch += 1
+
+    def _keyed_pass(self, epoch: int) -> Iterator[list[tuple[int, int]]]:
         if self.generator is not None:
             self.generator.manual_seed(epoch_data_seed(self.seed, self.rank, epoch))
             # what a DataLoader iterator started right after that seeding draws first (its workers' base seed):
@@ -145,9 +168,12 @@ class KeyedBatchSampler:
         set_sampler_epoch = getattr(getattr(self.inner, "sampler", None), "set_epoch", None)
         if callable(set_sampler_epoch):
             set_sampler_epoch(epoch)
-        batches = self._global_slices(epoch) if _dealt(self.inner) else self.inner
-        for batch in batches:
+        for batch in self.batches(epoch):
             yield [(epoch, int(i)) for i in batch]
+
+    def batches(self, epoch: int) -> Iterator[list[int]]:
+        """The sample indices of each batch of epoch ``epoch`` (after the pass's seeding)."""
+        return self._global_slices(epoch) if _dealt(self.inner) else iter(self.inner)
 
     def _global_slices(self, epoch: int) -> Iterator[list[int]]:
         """This rank's batches of epoch ``epoch`` under a ``DistributedSampler`` (see the class docstring)."""
@@ -188,7 +214,6 @@ class _KeyedItems:
     def __init__(self, dataset: Any, seed: int) -> None:
         self.dataset = dataset
         self.seed = int(seed)
-        self.changed: dict[int, tuple[Any, bool]] = {}  # id -> (mix transform, its buffer_enabled before)
         self._walked: int | None = None
 
     def __call__(self, keys: Iterable[Any]) -> list[Any]:
@@ -196,7 +221,7 @@ class _KeyedItems:
         getitem = type(dataset).__getitem__
         transforms = getattr(dataset, "transforms", None)
         if id(transforms) != self._walked:  # Ultralytics rebuilds them (close_mosaic)
-            _buffer_off(transforms, self)
+            _buffer_off(transforms)
             self._walked = id(transforms)
         # in a worker process the generators are the worker's own and reseeded per sample: nothing to keep
         saved = (
@@ -221,7 +246,7 @@ class _KeyedItems:
                 torch.random.set_rng_state(saved[2])
 
 
-def _buffer_off(root: Any, items: _KeyedItems) -> None:
+def _buffer_off(root: Any) -> None:
     """Switch off the buffer of every mix transform under ``root``: its ``get_indexes`` then draws uniformly over
     the dataset (Ultralytics' rule without the buffer), never from what the worker loaded before."""
     stack: list[Any] = [root]
@@ -232,7 +257,6 @@ def _buffer_off(root: Any, items: _KeyedItems) -> None:
             continue
         seen.add(id(obj))
         if isinstance(getattr(obj, "buffer_enabled", None), bool) and obj.buffer_enabled:
-            items.changed.setdefault(id(obj), (obj, True))
             obj.buffer_enabled = False
         inner = getattr(obj, "transforms", None)
         if isinstance(inner, (list, tuple)):
@@ -240,181 +264,138 @@ def _buffer_off(root: Any, items: _KeyedItems) -> None:
         stack.append(getattr(obj, "pre_transform", None))
 
 
-@dataclass
-class InvarianceToken:
-    """What :func:`make_invariant` changed, for :func:`restore`."""
+def key_items(dataset: Any, seed: int) -> None:
+    """Give ``dataset`` the ``__getitems__`` that reseeds every ``(epoch, index)`` key (see the module docstring).
 
-    loader: Any
-    holder: Any  # the object whose attribute held the batch sampler (the loader, or its _RepeatSampler)
-    attr: str
-    original: Any
-    items: _KeyedItems
-    had_getitems: bool
-    getitems_before: Any = None
-    restored: bool = field(default=False)
+    ``__getitems__`` is the batch entry point a ``DataLoader`` calls when the dataset has one; call this before
+    a loader over ``dataset`` starts its workers (they take a copy of it).
+
+    Raises:
+        ConfigError: ``dataset`` is not map-style, or has a ``__getitems__`` of its own.
+    """
+    if not hasattr(type(dataset), "__getitem__"):
+        raise ConfigError(f"data invariance needs a map-style dataset (with __getitem__), got {type(dataset).__name__}")
+    own = getattr(dataset, "__getitems__", None)
+    if own is not None and not isinstance(own, _KeyedItems):
+        raise ConfigError(
+            f"data invariance keys each sample through the dataset's __getitems__, and {type(dataset).__name__} "
+            "has one of its own; use a dataset without __getitems__ or turn data_invariance off"
+        )
+    items = _KeyedItems(dataset, seed)
+    dataset.__getitems__ = items
+    _buffer_off(getattr(dataset, "transforms", None))
+    items._walked = id(getattr(dataset, "transforms", None))
 
 
-def _sampler_slot(loader: Any) -> tuple[Any, str]:
-    """Where the loader's batch sampler lives: ``(loader, "batch_sampler")`` or Ultralytics' repeat wrapper."""
+class KeyedLoader:
+    """The mixin of a loader built over a :class:`KeyedBatchSampler` (:func:`keyed_loader`).
+
+    A ``DataLoader`` built from a batch sampler keeps ``batch_size=None``, ``drop_last=False`` and a
+    ``SequentialSampler``; code that reads them (Ultralytics' trainer: the last batch's size, ``drop_last``,
+    ``sampler.set_epoch`` under DDP) reads the keyed sampler's instead, which are those of the loader it was
+    built like. :attr:`keys` is the keyed batch sampler.
+    """
+
+    keys: KeyedBatchSampler
+
+    def __init__(self, *args: Any, keys: KeyedBatchSampler, **kwargs: Any) -> None:
+        self.keys = keys
+        super().__init__(*args, batch_sampler=keys, **kwargs)  # type: ignore[call-arg]
+
+    batch_size = property(lambda self: self.keys.batch_size, lambda self, value: None)
+    drop_last = property(lambda self: self.keys.drop_last, lambda self, value: None)
+    sampler = property(lambda self: self.keys.sampler, lambda self, value: None)
+
+
+_LOADER_CLASSES: dict[type, type] = {}
+#: The settings of a ``DataLoader`` a keyed loader takes from the loader it is built like.
+_SETTINGS = (
+    "num_workers",
+    "collate_fn",
+    "pin_memory",
+    "timeout",
+    "worker_init_fn",
+    "multiprocessing_context",
+    "generator",
+    "prefetch_factor",
+    "persistent_workers",
+    "pin_memory_device",
+    "in_order",
+)
+
+
+def repeats(loader: Any) -> bool:
+    """Whether ``loader`` wraps its batch sampler in a repeater (Ultralytics' and YOLOv5's ``InfiniteDataLoader``:
+    ``loader.batch_sampler.sampler`` is the ``BatchSampler``)."""
     outer = getattr(loader, "batch_sampler", None)
-    if outer is None:
+    return not isinstance(outer, (BatchSampler, KeyedBatchSampler)) and isinstance(
+        getattr(outer, "sampler", None), (BatchSampler, KeyedBatchSampler)
+    )
+
+
+def build_keyed(like: Any, keys: KeyedBatchSampler, *, collate_fn: Any = None) -> DataLoader[Any]:
+    """A loader of ``like``'s class and settings (workers, collate, pinning, worker seeding, generator, prefetch)
+    over ``like``'s dataset that batches with ``keys`` (:class:`KeyedLoader`); ``collate_fn`` replaces ``like``'s.
+
+    ``like`` itself is left as it is. The dataset gets keyed items (:func:`key_items`).
+    """
+    base = type(like)
+    if not isinstance(like, DataLoader):
+        raise ConfigError(f"data invariance needs a torch DataLoader to build its loader like, got {base.__name__}")
+    if base not in _LOADER_CLASSES:
+        _LOADER_CLASSES[base] = type(
+            base.__name__,
+            (KeyedLoader, base),
+            {"__doc__": base.__doc__, "__module__": __name__, "__qualname__": f"KeyedLoader.{base.__qualname__}"},
+        )
+    settings = {k: getattr(like, k) for k in _SETTINGS if hasattr(like, k)}
+    if collate_fn is not None:
+        settings["collate_fn"] = collate_fn
+    key_items(like.dataset, keys.seed)
+    loader: DataLoader[Any] = _LOADER_CLASSES[base](like.dataset, keys=keys, **settings)
+    return loader
+
+
+def keyed_sampler(like: Any, seed: int, *, kind: type = KeyedBatchSampler, **options: Any) -> Any:
+    """A keyed batch sampler (``kind``, with ``options``: ``rank``, ``epoch``, a shard ``layout``) of ``like``'s
+    batches: its sampler, batch size, ``drop_last`` and generator; a stream per iterator when ``like`` repeats.
+
+    Raises:
+        ConfigError: ``like`` yields single samples (no batch size).
+    """
+    if not isinstance(getattr(like, "batch_size", None), int):
         raise ConfigError(
             "data invariance needs a loader that batches with a batch sampler (batch_size set); "
             "this one yields single samples"
         )
-    inner = getattr(outer, "sampler", None)
-    if not isinstance(outer, (BatchSampler, KeyedBatchSampler)) and isinstance(
-        inner, (BatchSampler, KeyedBatchSampler)
-    ):
-        return outer, "sampler"  # InfiniteDataLoader: _RepeatSampler(batch_sampler)
-    return loader, "batch_sampler"
+    generator = getattr(like, "generator", None)
+    return kind(
+        BatchSampler(like.sampler, like.batch_size, bool(like.drop_last)),
+        seed=seed,
+        generator=generator if isinstance(generator, torch.Generator) else None,
+        repeat=repeats(like),
+        **options,
+    )
 
 
-def keyed_sampler(loader: Any) -> KeyedBatchSampler | None:
-    """The :class:`KeyedBatchSampler` of a loader made invariant, else None."""
-    try:
-        holder, attr = _sampler_slot(loader)
-    except ConfigError:
-        return None
-    current = getattr(holder, attr, None)
-    return current if isinstance(current, KeyedBatchSampler) else None
+def keyed_loader(like: Any, seed: int, *, rank: int = 0, epoch: int = 0) -> DataLoader[Any]:
+    """A worker-invariant loader built like ``like`` (see the module docstring and :func:`build_keyed`).
+
+    Args:
+        like: A ``DataLoader`` (or Ultralytics' or YOLOv5's ``InfiniteDataLoader``) over a map-style dataset.
+        seed: The run's seed.
+        rank: The process rank (only the shuffle order of a rank depends on it, never the augmentation).
+        epoch: The epoch of its first pass (:meth:`KeyedBatchSampler.set_epoch` moves it).
+
+    Raises:
+        ConfigError: The loader yields single samples, or its dataset cannot be keyed.
+    """
+    return build_keyed(like, keyed_sampler(like, seed, rank=rank, epoch=epoch))
 
 
 def data_mode(loader: Any) -> str:
-    """:data:`MODE_KEYED` for a loader made invariant, else :data:`MODE_WORKER`."""
-    return MODE_KEYED if keyed_sampler(loader) is not None else MODE_WORKER
-
-
-class _LazyPasses:
-    """A ``DataLoader`` iterator over ``loader`` made (its workers started) when the first batch is asked for."""
-
-    def __init__(self, loader: DataLoader[Any]) -> None:
-        self.loader = loader
-        self.live: Iterator[Any] | None = None
-
-    def __iter__(self) -> _LazyPasses:
-        return self
-
-    def __next__(self) -> Any:
-        if self.live is None:
-            self.live = iter(DataLoader.__iter__(self.loader))
-        return next(self.live)
-
-    def _shutdown_workers(self) -> None:
-        shutdown = getattr(self.live, "_shutdown_workers", None)
-        if callable(shutdown):
-            shutdown()
-        self.live = None
-
-
-def _drop_iterator(loader: Any) -> None:
-    """Stop a loader's live iterator (its workers hold copies made before the change)."""
-    live_iter = getattr(loader, "iterator", None)
-    if live_iter is not None and callable(getattr(loader, "reset", None)):
-        # Ultralytics' InfiniteDataLoader (8.3's makes no iterator of its own: it gets a lazy one)
-        if not compat.stop_loader(loader):
-            loader.iterator = _LazyPasses(loader)
-    elif live_iter is not None and isinstance(loader, DataLoader):
-        # YOLOv5's InfiniteDataLoader: one iterator made in __init__, no reset(); its successor is made on
-        # the first batch asked for, so it sees the loader as it is then
-        shutdown = getattr(live_iter, "_shutdown_workers", None)
-        if callable(shutdown):
-            shutdown()
-        loader.iterator = _LazyPasses(loader)
-    live = getattr(loader, "_iterator", None)
-    if live is not None:  # a plain DataLoader with persistent workers
-        shutdown = getattr(live, "_shutdown_workers", None)
-        if callable(shutdown):
-            shutdown()
-        loader._iterator = None
-
-
-def make_invariant(loader: Any, seed: int, *, rank: int = 0, epoch: int = 0) -> InvarianceToken:
-    """Make ``loader``'s batches independent of its worker count (see the module docstring).
-
-    Call it before iterating (a live iterator is stopped: its workers hold the old dataset; YOLOv5's
-    ``InfiniteDataLoader``, which makes its iterator when it is built, gets a new one made at its next batch).
-    The next pass over the loader is epoch ``epoch``; :func:`set_epoch` moves it (a resumed run starts at its
-    epoch).
-
-    Args:
-        loader: A ``DataLoader`` (or Ultralytics' or YOLOv5's ``InfiniteDataLoader``) over a map-style dataset.
-        seed: The run's seed.
-        rank: The process rank (only the shuffle order of a rank depends on it, never the augmentation).
-        epoch: The epoch of the next pass.
-
-    Returns:
-        A token for :func:`restore`.
-
-    Raises:
-        ConfigError: The loader has no batch sampler, is invariant already, or runs workers it cannot stop.
-    """
-    if keyed_sampler(loader) is not None:
-        raise ConfigError("this loader is worker-invariant already; restore() it before making it invariant again")
-    holder, attr = _sampler_slot(loader)
-    dataset = loader.dataset
-    if not hasattr(type(dataset), "__getitem__"):
-        raise ConfigError(f"data invariance needs a map-style dataset (with __getitem__), got {type(dataset).__name__}")
-    _drop_iterator(loader)
-    if getattr(loader, "iterator", None) is not None and not isinstance(loader.iterator, _LazyPasses):
-        raise ConfigError(
-            "this loader's workers are already running and it has no reset(); make it worker-invariant "
-            "before its first iteration"
-        )
-    original = getattr(holder, attr)
-    generator = getattr(loader, "generator", None)
-    keyed = KeyedBatchSampler(
-        original,
-        seed=seed,
-        rank=rank,
-        epoch=epoch,
-        generator=generator if isinstance(generator, torch.Generator) else None,
-    )
-    items = _KeyedItems(dataset, seed)
-    had = "__getitems__" in vars(dataset)
-    before = vars(dataset).get("__getitems__")
-    if holder is loader:
-        object.__setattr__(loader, attr, keyed)  # DataLoader refuses to set it after construction
-    else:
-        setattr(holder, attr, keyed)
-    dataset.__getitems__ = items
-    _buffer_off(getattr(dataset, "transforms", None), items)
-    items._walked = id(getattr(dataset, "transforms", None))
-    return InvarianceToken(loader, holder, attr, original, items, had, before)
-
-
-def set_epoch(loader: Any, epoch: int) -> bool:
-    """Make the next pass of an invariant loader epoch ``epoch``; a pass already under way is dropped.
-
-    Returns:
-        True if the loader is invariant (else nothing is done).
-    """
-    keyed = keyed_sampler(loader)
-    if keyed is None:
-        return False
-    _drop_iterator(loader)
-    keyed.set_epoch(epoch)
-    return True
-
-
-def restore(token: InvarianceToken) -> None:
-    """Undo :func:`make_invariant`: the batch sampler, the dataset's ``__getitems__``, the mix transforms' buffer."""
-    if token.restored:
-        return
-    token.restored = True
-    _drop_iterator(token.loader)
-    if token.holder is token.loader:
-        object.__setattr__(token.loader, token.attr, token.original)
-    else:
-        setattr(token.holder, token.attr, token.original)
-    dataset = token.items.dataset
-    if token.had_getitems:
-        dataset.__getitems__ = token.getitems_before
-    else:
-        vars(dataset).pop("__getitems__", None)
-    for obj, value in token.items.changed.values():
-        obj.buffer_enabled = value
-    token.items.changed.clear()
+    """:data:`MODE_KEYED` for a keyed loader (:class:`KeyedLoader`), else :data:`MODE_WORKER`."""
+    return MODE_KEYED if isinstance(loader, KeyedLoader) else MODE_WORKER
 
 
 def _feed(h: Any, value: Any, name: str) -> None:

@@ -53,13 +53,11 @@ from . import data_invariance as _data
 __all__ = [
     "ShardCollate",
     "ShardLayout",
-    "ShardToken",
     "ShardedBatch",
     "ShardedBatchSampler",
     "ShardedStep",
     "broadcast_state",
-    "make_sharded",
-    "restore_sharded",
+    "sharded_loader",
     "shard_seed",
 ]
 
@@ -128,8 +126,10 @@ class ShardedBatchSampler(_data.KeyedBatchSampler):
     whatever the rank and the number of ranks.
     """
 
-    def __init__(self, inner: Any, *, seed: int, layout: ShardLayout, epoch: int = 0, generator: Any = None) -> None:
-        super().__init__(inner, seed=seed, rank=0, epoch=epoch, generator=generator)
+    def __init__(
+        self, inner: Any, *, seed: int, layout: ShardLayout, epoch: int = 0, generator: Any = None, repeat: bool = False
+    ) -> None:
+        super().__init__(inner, seed=seed, rank=0, epoch=epoch, generator=generator, repeat=repeat)
         self.layout = layout
         sampler = getattr(inner, "sampler", None)
         self.dataset_size = len(getattr(sampler, "dataset", None) or sampler)  # type: ignore[arg-type]
@@ -159,17 +159,8 @@ class ShardedBatchSampler(_data.KeyedBatchSampler):
                 step = step + (order * math.ceil(missing / len(order)))[:missing]
             yield step[layout.first * size : (layout.first + layout.per_rank) * size]
 
-    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
-        epoch = self.next_epoch
-        self.next_epoch += 1
-        if self.generator is not None:
-            self.generator.manual_seed(epoch_data_seed(self.seed, 0, epoch))
-            torch.empty((), dtype=torch.int64).random_(generator=self.generator)
-        set_sampler_epoch = getattr(getattr(self.inner, "sampler", None), "set_epoch", None)
-        if callable(set_sampler_epoch):
-            set_sampler_epoch(epoch)
-        for samples in self.steps(epoch):
-            yield [(epoch, int(i)) for i in samples]
+    def batches(self, epoch: int) -> Iterator[list[int]]:
+        return self.steps(epoch)
 
 
 class ShardedBatch(dict[str, Any]):
@@ -204,51 +195,18 @@ class ShardCollate:
         return ShardedBatch([self.inner(samples[j * size : (j + 1) * size]) for j in range(self.parts)])
 
 
-@dataclass
-class ShardToken:
-    """What :func:`make_sharded` changed, for :func:`restore_sharded`."""
-
-    invariance: _data.InvarianceToken
-    loader: Any
-    collate: Any
-    restored: bool = False
-
-
-def make_sharded(loader: Any, seed: int, layout: ShardLayout, *, epoch: int = 0) -> ShardToken:
-    """Make ``loader`` yield this rank's shards of every step (worker-invariant data, see
-    :func:`~yolo_det.fixes.data_invariance.make_invariant`).
+def sharded_loader(like: Any, seed: int, layout: ShardLayout, *, epoch: int = 0) -> Any:
+    """A loader built like ``like`` that yields this rank's shards of every step, with worker-invariant data (see
+    :func:`~yolo_det.fixes.data_invariance.keyed_loader`).
 
     Raises:
-        ConfigError: The loader cannot be made invariant (see ``make_invariant``).
+        ConfigError: ``like`` has no collate_fn, yields single samples, or its dataset cannot be keyed.
     """
-    before = getattr(loader, "collate_fn", None)
-    if not callable(before):
+    collate = getattr(like, "collate_fn", None)
+    if not callable(collate):
         raise ConfigError("shards needs a loader with a collate_fn")
-    loader.collate_fn = ShardCollate(before, layout.per_rank)
-    try:
-        token = _data.make_invariant(loader, seed, rank=0, epoch=epoch)
-    except BaseException:
-        loader.collate_fn = before
-        raise
-    keyed = token.holder.__dict__.get(token.attr) if token.holder is token.loader else getattr(token.holder, token.attr)
-    sharded = ShardedBatchSampler(
-        token.original, seed=seed, layout=layout, epoch=epoch, generator=getattr(keyed, "generator", None)
-    )
-    if token.holder is token.loader:
-        object.__setattr__(token.loader, token.attr, sharded)
-    else:
-        setattr(token.holder, token.attr, sharded)
-    _data.set_epoch(loader, epoch)  # drops an iterator made in between
-    return ShardToken(token, loader, before)
-
-
-def restore_sharded(token: ShardToken) -> None:
-    """Undo :func:`make_sharded`."""
-    if token.restored:
-        return
-    token.restored = True
-    _data.restore(token.invariance)
-    token.loader.collate_fn = token.collate
+    keys = _data.keyed_sampler(like, seed, kind=ShardedBatchSampler, layout=layout, epoch=epoch)
+    return _data.build_keyed(like, keys, collate_fn=ShardCollate(collate, layout.per_rank))
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -36,6 +36,8 @@ class TrainerState:
             ``save`` (None: Ultralytics' alone).
         tap: The fingerprint of the first batches (a :class:`~yolo_det.fixes.data_invariance.BatchTap`), None
             when the run takes none.
+        build_loader: ``(trainer, loader) -> loader``: what the seam's ``get_dataloader`` builds the training loader
+            with from the one Ultralytics built (None: Ultralytics' as it is).
         shards: The :class:`~yolo_det.fixes.shards.ShardLayout` the run trains under (None: no shards).
         flags: The process states seen at the optimizer steps (a
             :class:`~yolo_det.integrations.ultralytics.guarantees.FlagWatch`), None when not observed.
@@ -51,6 +53,7 @@ class TrainerState:
     observers: list[Any] = field(default_factory=list)
     around_save: Callable[[Any, Callable[[], Any]], Any] | None = None
     tap: Any = None
+    build_loader: Callable[[Any, Any], Any] | None = None
     shards: Any = None
     flags: Any = None
     epoch_weights: dict[int, str] = field(default_factory=dict)

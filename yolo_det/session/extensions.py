@@ -11,9 +11,11 @@ a phase is entered, and undoes them in reverse order when it is left, on error t
   over to the session (:class:`~yolo_det.core.backward.ToggleScaler`) and for ``session.backward(loss)``;
 - :class:`Swaps`: the phase's ``swaps`` policy on a model handed over to the session (the decision is
   :func:`yolo_det.analysis.swap_plan.decide_swaps`, the mechanism :mod:`yolo_det.fixes.swaps`);
-- :class:`Interception`: routing of ``torch.nn.functional`` calls (:mod:`yolo_det.fixes.intercept`);
-- :class:`DataInvariance`: ``data_invariance: true`` makes a handed-over training loader worker-invariant
-  (:mod:`yolo_det.fixes.data_invariance`).
+- :class:`Interception`: routing of ``torch.nn.functional`` calls (:mod:`yolo_det.fixes.intercept`).
+
+``data_invariance`` and ``shards`` are no extension: the integration builds them into the training loader (the
+trainer seam's ``get_dataloader``, :mod:`yolo_det.integrations.ultralytics.seam`; YOLOv5's loader, built inside
+``train()``, is keyed once at its first epoch: :func:`yolo_det.integrations.yolov5.data.key_loader`).
 
 An integration adds what only it knows with :func:`register_extension` (the Ultralytics plugin's
 ``batch_invariant`` on a predictor or validator: :mod:`yolo_det.integrations.ultralytics.batch_invariance`).
@@ -41,15 +43,12 @@ from ..core.errors import ConfigError
 from ..core.machine_settings import ISA_CAPABILITY, ISA_ENV, cannot_match, missing_env
 from ..core.profiles import PhaseSettings
 from ..core.seeding import rank_seed, seed_dataloader, seed_everything
-from ..fixes import data_invariance as _data
-from ..fixes import shards as _shards
 from ..fixes import swaps as _swaps
 from ..fixes.intercept import interception, suspended
 
 __all__ = [
     "BackwardToggle",
     "ContextExtension",
-    "DataInvariance",
     "Extension",
     "FlagsAndEnv",
     "Interception",
@@ -227,46 +226,6 @@ class Interception(Extension):
         token.__exit__(None, None, None)
 
 
-class DataInvariance(Extension):
-    """``data_invariance: true``: a loader handed over (``what="loader"``) draws every augmentation of a
-    sample from RNGs keyed by (the run's seed, epoch, sample index), whatever its worker count
-    (:func:`yolo_det.fixes.data_invariance.make_invariant`). Options ``epoch``: the epoch of its next pass
-    (a resumed run's). Undo gives the loader back as it was handed over.
-    """
-
-    name = "data"
-
-    def hand_over(self, ctx: PhaseContext, what: str, obj: Any, **options: Any) -> Any:
-        shards = ctx.settings.extra.get("shards")
-        if what != "loader" or obj is None or not (ctx.settings.extra.get("data_invariance", False) or shards):
-            return None
-        if _data.keyed_sampler(obj) is not None:
-            return None
-        if shards:  # shards imply keyed data, and cut it into shards
-            if options.get("batch") is None:
-                raise ConfigError(
-                    f"shards: {shards} needs the run's global batch when its loader is handed over; "
-                    "this integration does not pass it (shards are applied to Ultralytics training only)"
-                )
-            layout = _shards.ShardLayout.checked(
-                int(shards), ctx.session.world_size, max(int(ctx.session.rank), 0), int(options["batch"])
-            )
-            seed = int(ctx.session.seeds()["seed"])
-            return _shards.make_sharded(obj, seed, layout, epoch=int(options.get("epoch", 0)))
-        return _data.make_invariant(
-            obj,
-            int(ctx.session.seeds()["seed"]),
-            rank=max(int(ctx.session.rank), 0),
-            epoch=int(options.get("epoch", 0)),
-        )
-
-    def undo(self, token: Any) -> None:
-        if isinstance(token, _shards.ShardToken):
-            _shards.restore_sharded(token)
-        else:
-            _data.restore(token)
-
-
 class ContextExtension(Extension):
     """A ``factory(phase, settings, session) -> context manager | None`` as an extension (entered per phase)."""
 
@@ -299,7 +258,6 @@ def default_extensions() -> list[Extension]:
         BackwardToggle(),
         Swaps(),
         Interception(),
-        DataInvariance(),
         *(make() for make in _REGISTERED),
     ]
 

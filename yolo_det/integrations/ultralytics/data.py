@@ -1,7 +1,8 @@
 """What an Ultralytics run's training data depended on: the record's ``data_stream`` section.
 
-The plugin hands the training loader to the session (``data_invariance`` makes it worker-invariant there,
-:mod:`yolo_det.fixes.data_invariance`), tells an invariant loader each epoch as it starts, and puts a
+The trainer seam builds the training loader worker-invariant under ``data_invariance``
+(:mod:`yolo_det.fixes.data_invariance`, in ``get_dataloader``), the plugin tells a keyed loader each epoch as it
+starts, and puts a
 :class:`~yolo_det.fixes.data_invariance.BatchTap` among the trainer seam's batch observers for the
 fingerprint of the first batches. :func:`data_stream_section` turns that into the record's section, which
 :mod:`yolo_det.tools.data_stream` explains for ``diff``.

@@ -21,7 +21,7 @@ from typing import Any
 
 from ...core.state import DeterminismState, snapshot
 from ...fixes import data_invariance as _data
-from ...fixes.shards import ShardedStep
+from ...fixes.shards import ShardedBatchSampler, ShardedStep
 from ..trainer_state import state_of
 from .seam import BatchObserver, has_seam, observe
 
@@ -82,7 +82,9 @@ def guarantees_section(trainer: Any, profile: Any, expected: dict[str, Any] | No
     if shards:
         layout = state_of(trainer).shards
         out["shards"] = {
-            "in_force": layout is not None and isinstance(trainer.model, ShardedStep),
+            "in_force": layout is not None
+            and isinstance(trainer.model, ShardedStep)
+            and isinstance(getattr(vars(trainer).get("train_loader"), "keys", None), ShardedBatchSampler),
             "layout": None
             if layout is None
             else {"shards": layout.shards, "world": layout.world, "rank": layout.rank, "batch": layout.batch},

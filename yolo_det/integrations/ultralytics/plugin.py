@@ -31,6 +31,7 @@ from ...core.resume.lineage import previous_record
 from ...core.signals import defer_stops, safe_point, stop_signals
 from ...core.state import snapshot
 from ...fixes import data_invariance as _data
+from ...fixes.shards import sharded_loader
 from ...session.distributed import gather_states, rank_info
 from ...session.extensions import register_extension
 from ...session.session import DeterminismSession, note_restore_failure
@@ -44,7 +45,7 @@ from .guarantees import guarantees_section, say_broken, watch_flags
 from .records import RunRecords, observe_final_record
 from .resume import UltralyticsResume
 from .runs import process_rank
-from .seam import has_seam, say_missing
+from .seam import has_seam, is_plugin_callback, say_missing
 from .trackers import publish
 
 __all__ = ["UltralyticsPlugin", "is_plugin_callback"]
@@ -53,11 +54,6 @@ __all__ = ["UltralyticsPlugin", "is_plugin_callback"]
 register_extension(BatchInvariance)
 # The final record goes to the experiment trackers Ultralytics' own integrations run (MLflow, TensorBoard).
 observe_final_record(publish)
-
-
-def is_plugin_callback(fn: Any) -> bool:
-    """Whether ``fn`` is one of a plugin's callbacks (bound or not)."""
-    return getattr(getattr(fn, "__func__", fn), "_yolo_det_callback", False)
 
 
 def _callback(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -140,9 +136,24 @@ class UltralyticsPlugin(RunRecords):
                 self._rank_signals = ExitStack()
                 self._rank_signals.enter_context(stop_signals())
             session.enter("train")
+            state_of(trainer).build_loader = self._build_train_loader  # the seam's get_dataloader calls it
             self._release_stops = defer_stops()
             self._write_running(trainer)  # from the first second: never the record of another run next to ours
         return session
+
+    def _build_train_loader(self, trainer: Any, loader: Any) -> Any:
+        """The training loader the train phase asks for, built like Ultralytics' ``loader`` (the seam's
+        ``get_dataloader``): keyed with ``data_invariance``, cut into this rank's shards with ``shards``, else
+        ``loader`` itself."""
+        session, settings = self.session, self.profile.train
+        shards = settings.extra.get("shards")
+        if session is None or not (shards or settings.extra.get("data_invariance", False)):
+            return loader
+        seed, epoch = int(session.seeds()["seed"]), _stream.start_epoch(trainer)
+        if shards:
+            layout = _shards.check(trainer, int(shards), session.rank, session.world_size)
+            return sharded_loader(loader, seed, layout, epoch=epoch)
+        return _data.keyed_loader(loader, seed, rank=max(int(session.rank), 0), epoch=epoch)
 
     def _warn_profile_change(self) -> None:
         """One line when a resumed run trains under another profile than the part before it."""
@@ -199,16 +210,11 @@ class UltralyticsPlugin(RunRecords):
             state_of(trainer).identity = identity
             self.adjusted = dict(identity.get("adjusted_args") or {})
         if process_rank() in {-1, 0}:
-            say_missing(trainer, self.record)  # one line: what callbacks alone leave off
+            say_missing(trainer, self.record, bool(settings.extra.get("data_invariance", False)))  # one line
         seam = has_seam(trainer)
         shards = settings.extra.get("shards")
         layout = _shards.check(trainer, int(shards), session.rank, session.world_size) if shards else None
-        session.hand_over(
-            "loader",
-            contact(trainer, "train_loader", "data_invariance"),
-            epoch=_stream.start_epoch(trainer),
-            batch=None if layout is None else layout.batch,
-        )
+        session.hand_over("loader", contact(trainer, "train_loader", "data_invariance and the data order"))
         if layout is not None:
             _shards.install(trainer, layout, int(session.seeds()["seed"]))
         if self.record and seam:
@@ -311,12 +317,17 @@ class UltralyticsPlugin(RunRecords):
     @_callback
     def on_train_epoch_start(self, trainer: Any) -> None:
         """Make sure training continues under the train phase; seed the epoch's data order (and restore
-        the saved state on the first epoch of a resumed run)."""
+        the saved state on the first epoch of a resumed run).
+
+        A keyed loader is told the epoch first: a stream of its batches started from here on (the new iterator
+        the resume bookkeeping and Ultralytics' mosaic closing make) starts at this epoch."""
         self._back_to_train()
+        loader = getattr(trainer, "train_loader", None)
+        if isinstance(loader, _data.KeyedLoader):
+            loader.keys.set_epoch(int(contact(trainer, "epoch", "the epoch of the keyed training data")))
         if self.resume is not None:
             self.resume.on_train_epoch_start(trainer)
         safe_point("epoch-start")
-        _data.set_epoch(getattr(trainer, "train_loader", None), int(getattr(trainer, "epoch", 0)))
 
     @_callback
     def on_train_batch_start(self, trainer: Any) -> None:

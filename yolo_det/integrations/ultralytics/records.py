@@ -218,7 +218,9 @@ class RunRecords(RunControl):
             **({"checkpoint_needs": dict(self._plain)} if self._plain else {}),
             **(state_of(trainer).identity or {}),
             **({"op_trace": trace()} if (trace := state_of(trainer).op_trace) is not None else {}),
-            trainer_seam=seam_section(trainer, self.record),
+            trainer_seam=seam_section(
+                trainer, self.record, bool(self.profile.train.extra.get("data_invariance", False))
+            ),
             epoch_weights=[{"epoch": e, "sha256": d} for e, d in sorted(epoch_weights.items())],
             **({} if running else {"guarantees": guarantees_section(trainer, self.profile, self._observed)}),
             data_stream=_stream.data_stream_section(

@@ -11,6 +11,9 @@ method of a live object is ever replaced:
   list, in the order they registered; a sharded step (:class:`~yolo_det.fixes.shards.ShardedBatch`) is
   preprocessed shard by shard.
 - ``optimizer_step``: the same observers, before and after each optimizer step.
+- ``get_dataloader``: the training loader, built with what the profile asks for in it (:attr:`TrainerState.build_loader
+  <yolo_det.integrations.trainer_state.TrainerState.build_loader>`: worker-invariant data, shards) from the
+  loader Ultralytics builds, at construction: the loader Ultralytics built is never iterated and never changed.
 - ``save_model``: the run's checkpoint hook (:attr:`TrainerState.around_save
   <yolo_det.integrations.trainer_state.TrainerState.around_save>`: the resume state written before the
   checkpoint, ``last.pt``/``best.pt`` written atomically).
@@ -35,6 +38,7 @@ __all__ = [
     "BatchObserver",
     "SeamTrainer",
     "has_seam",
+    "is_plugin_callback",
     "observe",
     "say_missing",
     "seam_section",
@@ -45,7 +49,7 @@ __all__ = [
 #: What a user who registers the callbacks in a trainer of their own does to get what needs the seam.
 SEAM_FIX = "model.train(trainer=yolo_det.trainer_class(profile, base=YourTrainer))"
 #: The methods of Ultralytics' trainer the seam overrides (each calls the base's own).
-SEAM_METHODS = ("preprocess_batch", "optimizer_step", "save_model")
+SEAM_METHODS = ("get_dataloader", "preprocess_batch", "optimizer_step", "save_model")
 
 _MADE: dict[type, type] = {}
 
@@ -74,6 +78,20 @@ class SeamTrainer:
 
     yolo_det_seam = True
 
+    def get_dataloader(self, dataset_path: Any, batch_size: int = 16, rank: int = 0, mode: str = "train") -> Any:
+        parent: Any = super()
+        loader = parent.get_dataloader(dataset_path, batch_size=batch_size, rank=rank, mode=mode)
+        if mode != "train":
+            return loader
+        if state_of(self).build_loader is None:
+            # Ultralytics 8.4 runs on_pretrain_routine_start on rank 0 only: yolo-det's own callback enters the train
+            # phase on the other DDP ranks here, before their training loader is built
+            for fn in getattr(self, "callbacks", {}).get("on_pretrain_routine_start", []):
+                if is_plugin_callback(fn):
+                    fn(self)
+        build = state_of(self).build_loader
+        return loader if build is None else build(self, loader)
+
     def preprocess_batch(self, batch: Any) -> Any:
         observers = tuple(state_of(self).observers)
         for observer in observers:
@@ -100,6 +118,11 @@ class SeamTrainer:
         parent: Any = super()
         around = state_of(self).around_save
         return parent.save_model() if around is None else around(self, parent.save_model)
+
+
+def is_plugin_callback(fn: Any) -> bool:
+    """Whether ``fn`` is one of the yolo-det plugin's callbacks (bound or not)."""
+    return getattr(getattr(fn, "__func__", fn), "_yolo_det_callback", False)
 
 
 def has_seam(trainer: Any) -> bool:
@@ -145,19 +168,22 @@ def unobserve(trainer: Any, observer: BatchObserver) -> None:
         observers.remove(observer)
 
 
-def seam_section(trainer: Any, record: bool) -> dict[str, Any]:
+def seam_section(trainer: Any, record: bool, invariant: bool = False) -> dict[str, Any]:
     """The record's ``trainer_seam``: whether ``trainer`` trains through the seam, and what it leaves off without it
-    (shards are refused instead: :func:`yolo_det.integrations.ultralytics.shards.check`)."""
+    (``invariant``: the profile asks for worker-invariant data; shards are refused instead:
+    :func:`yolo_det.integrations.ultralytics.shards.check`)."""
     seam = has_seam(trainer)
     off = [] if seam else ["bitwise resume (no resume state is written with the checkpoints)"]
+    if invariant and not seam:
+        off.append("worker-invariant data (data_invariance: the loader is built in the seam's get_dataloader)")
     if record and not seam:
         off.append("the data fingerprint of the batches trained")
     return {"in_force": seam, "off": off}
 
 
-def say_missing(trainer: Any, record: bool) -> None:
+def say_missing(trainer: Any, record: bool, invariant: bool = False) -> None:
     """One line at start (stderr) naming what a run without the seam leaves off, and the fix; nothing with it."""
-    off = seam_section(trainer, record)["off"]
+    off = seam_section(trainer, record, invariant)["off"]
     if off:
         print(
             f"yolo-det: {type(trainer).__name__} was built without yolo-det's trainer seam (its callbacks only), so "

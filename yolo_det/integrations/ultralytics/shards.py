@@ -1,10 +1,11 @@
 """``shards: K`` in an Ultralytics run: the same weights on 1, 2, ... K ranks (see :mod:`yolo_det.fixes.shards`).
 
-The plugin calls :func:`check` before the training loader is handed over (an error changes nothing), the session
-cuts the loader into shards, then :func:`install` puts a :class:`~yolo_det.fixes.shards.ShardedStep` in place of
-the trainer's model (DDP's wrapper is dropped: the step gathers the shards itself, and every rank takes rank 0's
-start state once); the trainer seam's ``preprocess_batch`` preprocesses a sharded step shard by shard
-(:mod:`.seam`). :func:`uninstall` gives the trainer its model back (at ``teardown``).
+The trainer seam's ``get_dataloader`` calls :func:`check` and builds the training loader cut into this rank's
+shards (:func:`~yolo_det.fixes.shards.sharded_loader`; an error changes nothing), then :func:`install` puts a
+:class:`~yolo_det.fixes.shards.ShardedStep` in place of the trainer's model (DDP's wrapper is dropped: the step
+gathers the shards itself, and every rank takes rank 0's start state once); the trainer seam's
+``preprocess_batch`` preprocesses a sharded step shard by shard (:mod:`.seam`). :func:`uninstall` gives the
+trainer its model back (at ``teardown``).
 """
 
 from __future__ import annotations

@@ -4,20 +4,21 @@ No line of the patch is needed for the data: YOLOv5's own ``on_train_epoch_start
 :class:`~yolo_det.integrations.yolov5.resume.YOLOv5Resume`, every rank) calls :meth:`YOLOv5Data.epoch_start`
 with ``train()``'s ``train_loader`` and ``epoch`` at the start of every epoch:
 
-- the first time, the loader is handed to the run's session: under a profile with ``data_invariance`` (on in
-  ``repro``) :func:`~yolo_det.fixes.data_invariance.make_invariant` keys every random draw of a sample (mosaic
-  partners, affine, HSV, flips, mixup, copy-paste) to (seed, epoch, index). YOLOv5's ``InfiniteDataLoader``
-  made its iterator (and started its workers) when it was built; that iterator is stopped and a new one is
-  made at the first batch, over the keyed sampler;
-- every time, :func:`~yolo_det.integrations.yolov5.resume.realign_loader` tells the loader the epoch (an
-  invariant loader's keyed sampler then keys the whole pass with it, whatever YOLOv5 prefetched before), so a
-  resumed run, with any worker count, continues the stream of the uninterrupted one;
+- the first time, the loader is handed to the run's session (its seeds), and under a profile with
+  ``data_invariance`` (on in ``repro``) :func:`key_loader` keys every random draw of a sample (mosaic partners,
+  affine, HSV, flips, mixup, copy-paste) to (seed, epoch, index): the one loader yolo-det keys after it was
+  built (YOLOv5 builds it inside ``train()``, where no hook reaches);
+  :func:`~yolo_det.integrations.yolov5.resume.realign_loader` then starts its iterator again, over the keyed
+  sampler from this epoch on: a resumed run, with any worker count, continues the stream of the uninterrupted
+  one;
+- every later epoch, a keyed loader's stream goes on (its keyed sampler is told the epoch, for a new stream);
+  another loader is realigned (:func:`~yolo_det.integrations.yolov5.resume.realign_loader`);
 - in the run's first epoch the loader's first batches pass a :class:`~yolo_det.fixes.data_invariance.BatchTap`
   (in the training process, as YOLOv5 takes them), for the record's fingerprint.
 
 :meth:`YOLOv5Data.section` is the record's ``data_stream`` (the keys of the Ultralytics integration's, see
 :func:`yolo_det.integrations.ultralytics.data.data_stream_section`), which ``yolo-det diff`` and
-``verify --against`` explain. The session gives the loader back as it was when the run ends.
+``verify --against`` explain.
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ from typing import Any
 import torch
 
 from ...core.datafp import dataset_fingerprint
+from ...core.errors import ConfigError
 from ...core.plain import plain_value
 from ...fixes import data_invariance as _data
 from .resume import realign_loader
 
-__all__ = ["AUGMENT_HYP", "AUGMENT_OPT", "FINGERPRINT_BATCHES", "YOLOv5Data"]
+__all__ = ["AUGMENT_HYP", "AUGMENT_OPT", "FINGERPRINT_BATCHES", "YOLOv5Data", "key_loader"]
 
 #: YOLOv5 hyperparameters that decide what a training sample's augmentation draws.
 AUGMENT_HYP = (
@@ -54,6 +56,28 @@ AUGMENT_HYP = (
 AUGMENT_OPT = ("imgsz", "img_size", "batch_size", "cache", "rect", "image_weights", "quad", "multi_scale", "single_cls")
 #: Batches the fingerprint covers.
 FINGERPRINT_BATCHES = 2
+
+
+def key_loader(loader: Any, seed: int, *, rank: int = 0, epoch: int = 0) -> _data.KeyedBatchSampler:
+    """Key YOLOv5's training loader (its ``InfiniteDataLoader``) for worker-invariant data; return the keyed sampler.
+
+    YOLOv5 keeps the loader's batch sampler in a plain attribute of its repeat wrapper
+    (``loader.batch_sampler.sampler``): the keyed sampler (a stream from ``epoch`` on) takes its place there and the
+    dataset gets keyed items. The loader's running iterator still draws from the old one: start a new one
+    (:func:`~yolo_det.integrations.yolov5.resume.realign_loader`) before the next batch.
+
+    Raises:
+        ConfigError: ``loader`` does not repeat its batch sampler, or its dataset cannot be keyed.
+    """
+    if not _data.repeats(loader):
+        raise ConfigError(
+            f"data invariance keys YOLOv5's InfiniteDataLoader, and this training loader is a {type(loader).__name__}; "
+            "turn data_invariance off in the profile"
+        )
+    keys: _data.KeyedBatchSampler = _data.keyed_sampler(loader, seed, rank=rank, epoch=epoch)
+    _data.key_items(loader.dataset, seed)
+    loader.batch_sampler.sampler = keys
+    return keys
 
 
 class _TappedPasses:
@@ -94,6 +118,7 @@ class YOLOv5Data:
         self.seed = int(seed)
         self.rank = max(int(rank), 0)
         self.loader: Any = None
+        self.keys: _data.KeyedBatchSampler | None = None
         self.mode: str | None = None
         self.first_epoch: int | None = None
         self.tap = _data.BatchTap(FINGERPRINT_BATCHES)
@@ -104,9 +129,16 @@ class YOLOv5Data:
             return
         if self.loader is None:
             self.loader, self.first_epoch = loader, int(epoch)
-            self.session.hand_over("loader", loader, epoch=int(epoch))
-            self.mode = _data.data_mode(loader)
-        realign_loader(loader, self.seed, self.rank, int(epoch))
+            self.session.hand_over("loader", loader)  # the run's seeds
+            if self.session.profile.train.extra.get("data_invariance", False):
+                seed = int(self.session.seeds()["seed"])
+                self.keys = key_loader(loader, seed, rank=self.rank, epoch=int(epoch))
+            self.mode = _data.MODE_KEYED if self.keys is not None else _data.MODE_WORKER
+            realign_loader(loader, self.seed, self.rank, int(epoch))
+        elif self.keys is not None and loader is self.loader:
+            self.keys.set_epoch(int(epoch))  # the running stream goes on; a new one would start here
+        else:
+            realign_loader(loader, self.seed, self.rank, int(epoch))
         iterator = getattr(loader, "iterator", None)
         if loader is self.loader and self.tap.seen < self.tap.limit and iterator is not None:
             loader.iterator = _TappedPasses(iterator, self.tap)

@@ -39,7 +39,6 @@ from ...core.modules import unwrap_model
 from ...core.resume import find_state, get_rng_state, save_state, set_rng_state, state_path
 from ...core.resume.lineage import warn_no_state
 from ...core.seeding import epoch_data_seed
-from ...fixes import data_invariance as _data
 
 __all__ = ["YOLOv5Resume"]
 
@@ -60,14 +59,12 @@ def realign_loader(loader: Any, seed: int, rank: int, epoch: int) -> None:
     """Seed ``loader``'s generator for ``epoch`` and restart a persistent iterator (YOLOv5's and Ultralytics'
     ``InfiniteDataLoader`` keep one), so the epoch's order and worker seeds depend on (seed, rank, epoch) only.
 
-    A worker-invariant loader (``data_invariance``) is told the epoch instead: its keyed batch sampler seeds the
-    generator the same way when the pass starts, and keys every sample of the pass with ``epoch``."""
+    Over a keyed batch sampler (``data_invariance``, :func:`yolo_det.integrations.yolov5.data.key_loader`) the new
+    iterator is a keyed stream from the sampler's epoch on."""
     generator = getattr(loader, "generator", None)
     sampler = getattr(loader, "sampler", None)
     if isinstance(sampler, torch.utils.data.distributed.DistributedSampler):
         sampler.seed = seed
-    if _data.set_epoch(loader, epoch):
-        return
     if not isinstance(generator, torch.Generator):
         return
     generator.manual_seed(epoch_data_seed(seed, rank, epoch))
