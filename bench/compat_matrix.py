@@ -111,6 +111,11 @@ def run_cell(python: str, pythonpath: list[str], label: str, epochs: int) -> dic
             PYTHONPATH=os.pathsep.join([*pythonpath, str(ROOT)]),
             YOLO_OFFLINE="1",
             YOLO_CONFIG_DIR=str(work / "ultralytics"),
+            # Ultralytics' MLflow integration is on by default once mlflow is installed (the test extra installs
+            # it): its runs go into the cell's folder. MLflow 3 refuses a local file store without this
+            # variable, and Ultralytics 8.3 does not catch that refusal (every training would fail).
+            MLFLOW_TRACKING_URI=(work / "mlflow").as_uri(),
+            MLFLOW_ALLOW_FILE_STORE="true",
         )
         versions = (
             subprocess.run([python, "-c", VERSIONS], env=env, capture_output=True, text=True, check=True, timeout=300)

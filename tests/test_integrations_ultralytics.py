@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -112,9 +113,17 @@ def test_phases_are_in_force_during_each_call_and_state_is_restored(tmp_path, de
     assert seen["train"] == {("strict", False, True)}
     assert seen["val"] == {("warn", False, False)}  # inside training and the final validation
 
+    from ultralytics.utils import NUM_THREADS as ULTRALYTICS_THREADS  # what its select_device sets on a CPU
+
     seen["val"].clear()
+    torch.set_num_threads(2 if ULTRALYTICS_THREADS != 2 else 3)  # the user's count, unlike Ultralytics' own
+    base = snapshot()
     model.val(data=demo_data, imgsz=64, batch=8, device="cpu", plots=False, project=str(tmp_path), name="val")
     assert seen["val"] == {("warn", False, False)}
+    # A validator or predictor Ultralytics builds sets its thread count before any callback (select_device, as
+    # plain Ultralytics does); yolo-det leaves that count and gives back every flag it turned.
+    assert torch.get_num_threads() == ULTRALYTICS_THREADS
+    base = replace(base, intra_op_threads=ULTRALYTICS_THREADS)
     assert snapshot() == base
 
     image = next((Path(demo_data).parent / "demo" / "images" / "val").glob("*.png"))
