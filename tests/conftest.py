@@ -25,32 +25,6 @@ from yolo_det.core import state as det_state
 _ENV_KEYS = ("CUBLAS_WORKSPACE_CONFIG", "PYTHONHASHSEED", "NCCL_ALGO", "NCCL_PROTO", "OMP_NUM_THREADS")
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests sharing a run that a fixture trains once run on one pytest-xdist worker.
-
-    A fixture's scope is per worker: under ``--dist load`` a module's tests are spread over the workers and each
-    worker would train the shared run again. With ``--dist loadgroup`` (pyproject's addopts) the tests using a
-    session-scoped fixture of this suite (``trained_runs``) form one group, those using a module-scoped one
-    their module's group; pytest-xdist hands out the largest groups first. Without xdist nothing changes.
-    """
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        if info is None or item.get_closest_marker("xdist_group") is not None:
-            continue
-        shared = {}
-        for name in info.names_closure:
-            fixture = (info.name2fixturedefs.get(name) or [None])[-1]
-            if fixture is None or not fixture.baseid or getattr(fixture, "_autouse", False):
-                continue  # pytest's own fixtures, and those every test uses
-            if fixture.scope in ("session", "module"):
-                shared.setdefault(fixture.scope, name)
-        if "session" in shared:
-            item.add_marker(pytest.mark.xdist_group(shared["session"]))
-        elif "module" in shared:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
-
-
 @pytest.fixture(autouse=True)
 def _isolate_global_state():
     """Snapshot the determinism state, warning filters and torch function modes; put them back after."""
