@@ -429,16 +429,6 @@ class DeterminismSession:
         with self.backward_scope():
             tensor.backward(*args, **kwargs)
 
-    def restore_models(self) -> None:
-        """Put every module swapped outside a phase back to its PyTorch class (:meth:`end` does it too)."""
-        keep = [(ext, token) for ext, token in self._own.undo if not isinstance(ext, Swaps)]
-        swapped = _Frame(None, None, [(ext, token) for ext, token in self._own.undo if isinstance(ext, Swaps)])
-        self._own.undo = keep
-        for frame in self._stack:
-            swapped.undo.extend((ext, token) for ext, token in frame.undo if isinstance(ext, Swaps))
-            frame.undo = [(ext, token) for ext, token in frame.undo if not isinstance(ext, Swaps)]
-        swapped.unwind()
-
     def swaps(self) -> list[dict[str, str]]:
         """The swaps in force, as plain data."""
         return [

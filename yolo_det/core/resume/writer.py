@@ -31,11 +31,6 @@ class StateWriter:
         self.seconds_writing = 0.0
         self.seconds_waited = 0.0
 
-    @property
-    def busy(self) -> bool:
-        """Whether a submitted state is not written yet."""
-        return any(not f.done() for f in self._pending)
-
     def submit(self, path: str | os.PathLike[str], state: Mapping[str, Any], *, early: tuple[str, ...] = ()) -> None:
         """Write ``state`` to ``path`` in the background (after any earlier state).
 

@@ -230,12 +230,6 @@ def _ints(value: Any, what: str) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _bounded_str(value: Any, limit: int = 2**26) -> Any:
-    if isinstance(value, (str, bytes)) and len(value) > limit:
-        raise ModelError("malformed checkpoint: a value is too long")
-    return value
-
-
 def _bytes(text: Any, encoding: Any = "latin1") -> bytes:
     if not isinstance(text, str) or encoding not in {"latin1", "latin-1"} or len(text) > 2**26:
         raise ModelError("malformed bytes value in checkpoint")

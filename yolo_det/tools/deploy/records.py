@@ -58,11 +58,6 @@ class RecordComparison:
     differences: list[tuple[str, str, Any, Any]] = field(default_factory=list)
 
     @property
-    def same_export(self) -> bool:
-        """Both records describe the same exported bytes."""
-        return not any(key == "export.sha256" for _, key, _, _ in self.differences)
-
-    @property
     def verdict(self) -> str:
         """``same``, ``same weights, other export``, or ``other weights``."""
         keys = {key for _, key, _, _ in self.differences}
