@@ -248,3 +248,27 @@ def test_a_resumed_run_never_opens_a_profile_file_its_record_names(tmp_path: Pat
         (checkpoint.parent.parent / RECORD_NAME).write_text(json.dumps({"profile": {"source": source}}), "utf-8")
         profile = _resumed_profile({"resume": True, "model": str(checkpoint)})
         assert (profile.name if profile is not None else None) == found
+
+
+@pytest.mark.slow
+def test_a_thread_count_is_named_before_the_reviewers_own_folder_and_packages(
+    received: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A reviewer's folder is not the author's git tree and has other packages installed; the threads, which the
+    profile leaves to the machine, are what changes the bits: named first, and the verdict is the machine's."""
+    from yolo_det.commands.reproduce import _verdict as verdict
+
+    record = _record(received)
+    here = json.loads(json.dumps(record))
+    here["environment"]["host"]["intra_op_threads"] += 3
+    here["project"] = {"commit": "f" * 40, "branch": "review", "dirty": False}
+    here["packages"] = {**(record.get("packages") or {}), "someones-tool": "0.1"}
+    new = tmp_path / "here"
+    new.mkdir()
+    (new / RECORD_NAME).write_text(json.dumps(here), encoding="utf-8")
+    epochs = recorded_epochs(record)
+    assert verdict(record, received, new, {1: "0" * 64}, epochs) == 1
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("verdict: cannot be the same here: intra-op threads"), line
+    assert "project commit" in line  # still named, after the machine's cause
+    assert line.index("intra-op threads") < line.index("project commit")

@@ -278,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
         new_dir = Path(started[0].record_path).parent
     print(f"new run: {new_dir}")
     got = {e: d for e, d in got.items() if e <= last}
-    code = _verdict(record, new_dir, got, expected)
+    code = _verdict(record, origin, new_dir, got, expected)
     if png is not None:
         from ..tools.curves import write_curves_png  # matplotlib only when a picture is asked for
 
@@ -293,7 +293,9 @@ def _parted_at(got: Mapping[int, str], expected: Mapping[int, str]) -> int | Non
     return next((e for e in sorted(got) if e in expected and got[e] != expected[e]), None)
 
 
-def _verdict(record: Mapping[str, Any], new_dir: Path, got: Mapping[int, str], expected: Mapping[int, str]) -> int:
+def _verdict(
+    record: Mapping[str, Any], origin: Path, new_dir: Path, got: Mapping[int, str], expected: Mapping[int, str]
+) -> int:
     """Print the verdict on the digests of the epochs trained (``got``) against the record's; return the exit code."""
     from ..tools.diff import diff_records, load_record
 
@@ -308,10 +310,16 @@ def _verdict(record: Mapping[str, Any], new_dir: Path, got: Mapping[int, str], e
         return 0
     new_record, _ = load_record(new_dir)
     causes = diff_records(record, new_record, a="recorded", b="here").causes  # diff's causes, most likely first
-    named = "; ".join(d.brief() for d in causes[:3]) or (
+    # Known to change the bits first: a version pair nobody measured and the project's own code (a reviewer's
+    # folder is rarely the author's; the rebuilt command imports only the modules the record names) come last.
+    strong = [d for d in causes if d.measured and d.group != "code"]
+    weak = [d for d in causes if d not in strong]
+    named = "; ".join(d.brief() for d in [*strong, *weak][:3]) or (
         "no difference in the records: non-determinism the profile does not cover"
     )
-    if causes and all(d.group in _MACHINE_GROUPS for d in causes):
+    if len(causes) > 3:
+        named += f" (+{len(causes) - 3} more: yolo-det diff {origin} {new_dir})"
+    if strong and all(d.group in _MACHINE_GROUPS for d in strong):
         print(printable(f"verdict: {CANNOT}: {named} (parted at epoch {parted_at})", newlines=False))
     else:
         print(printable(f"verdict: {PARTED} {parted_at}: {named}", newlines=False))
