@@ -155,14 +155,15 @@ def test_the_tracker_integrations_have_the_globals_yolo_det_reads(tmp_path):
     for name in ("PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", "GITHUB_ACTIONS", "GITHUB_WORKFLOW", "RUNNER_OS"):
         env.pop(name, None)
     code = (
-        "import json; from ultralytics.utils import SETTINGS; SETTINGS.update(mlflow=True, tensorboard=True)\n"
+        "import json; from ultralytics.utils import SETTINGS\n"
+        "SETTINGS.update(mlflow=True, wandb=True, tensorboard=True)\n"
         "from yolo_det.core import compat; from yolo_det.integrations.ultralytics import trackers\n"
         "print(json.dumps({k: [a for a, _ in v if not hasattr(compat.internal(k), a)]"
         " for k, v in trackers.READS.items()}))"
     )
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     missing = json.loads(done.stdout.strip().splitlines()[-1])
-    assert missing == {"mlflow_integration": [], "tensorboard_integration": []}
+    assert missing == {"mlflow_integration": [], "wandb_integration": [], "tensorboard_integration": []}
     from yolo_det.integrations.ultralytics.trackers import READS
 
     assert set(READS) <= set(compat.INTERNALS)

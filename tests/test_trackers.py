@@ -1,4 +1,5 @@
-"""The record in the user's experiment tracker (integrations/ultralytics/trackers): real MLflow and TensorBoard.
+"""The record in the user's experiment tracker (integrations/ultralytics/trackers): real MLflow, W&B (offline) and
+TensorBoard.
 
 Ultralytics turns its own integrations off under a test runner (``TESTS_RUNNING``: pytest imported, a
 ``PYTEST_CURRENT_TEST`` or GitHub Actions variable): the trainings run as a user's would, in a child process
@@ -8,6 +9,7 @@ without those, with Ultralytics' settings in a folder of the test's own (``YOLO_
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -25,11 +27,15 @@ _TEST_RUNNER_ENV = ("PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", "GITHUB_ACTION
 #: MLflow 3's local file store (mlflow-skinny has no database backend) is allowed only when asked for.
 _FILE_STORE = {"MLFLOW_ALLOW_FILE_STORE": "true"}
 
+#: W&B offline (no network, no login), its own folders in the test's (the run itself goes in the run folder).
+_WANDB = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+_WANDB_DIRS = ("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR")
+
 #: A user's training, after turning Ultralytics' tracker settings on or off as ``yolo settings`` does.
 _CHILD = """
 import sys
 from ultralytics.utils import SETTINGS
-SETTINGS.update(mlflow={mlflow}, tensorboard={tensorboard})
+SETTINGS.update(mlflow={mlflow}, wandb={wandb}, tensorboard={tensorboard})
 from yolo_det.integrations.fonts import ensure_local_font
 ensure_local_font()
 from yolo_det.cli import main
@@ -37,17 +43,20 @@ sys.exit(main(["train", "--profile", "repro", *sys.argv[1:]]))
 """
 
 
-def _user_training(tmp: Path, *, mlflow: bool, tensorboard: bool) -> tuple[Path, Path, str]:
+def _user_training(tmp: Path, *, mlflow: bool, wandb: bool, tensorboard: bool) -> tuple[Path, Path, str]:
     """Train one small run as a user with these Ultralytics settings would; return the run folder, the folder the
     command ran in, and the MLflow tracking URI it was given."""
     config, cwd, store = tmp / "ultralytics-settings", tmp / "cwd", tmp / "mlruns"
     cwd.mkdir()
-    env = subprocess_env({"YOLO_CONFIG_DIR": str(config), "MLFLOW_TRACKING_URI": store.as_uri(), **_FILE_STORE})
+    wandb_dirs = {name: str(tmp / "wandb-home" / name.lower()) for name in _WANDB_DIRS}
+    env = subprocess_env(
+        {"YOLO_CONFIG_DIR": str(config), "MLFLOW_TRACKING_URI": store.as_uri(), **_FILE_STORE, **_WANDB, **wandb_dirs}
+    )
     for name in _TEST_RUNNER_ENV:
         env.pop(name, None)
     tokens = small_train_tokens(batch=8, nbs=8, val=False, project=str(tmp / "runs"), name="a")
     done = subprocess.run(
-        [sys.executable, "-c", _CHILD.format(mlflow=mlflow, tensorboard=tensorboard), *tokens],
+        [sys.executable, "-c", _CHILD.format(mlflow=mlflow, wandb=wandb, tensorboard=tensorboard), *tokens],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -58,14 +67,34 @@ def _user_training(tmp: Path, *, mlflow: bool, tensorboard: bool) -> tuple[Path,
     return tmp / "runs" / "a", cwd, store.as_uri()
 
 
+def _wandb_log(path: Path) -> list[Any]:
+    """The records of a W&B run's transaction log (``run-<id>.wandb``, the log ``wandb sync`` uploads): a 7-byte
+    header, then LevelDB log blocks of 32 KiB, each record in chunks behind a 7-byte header (CRC, length, type)."""
+    from wandb.proto import wandb_internal_pb2
+
+    data, records, chunk, pos = path.read_bytes(), [], b"", 7
+    assert data[:4] == b":W&B"
+    while pos + 7 <= len(data):
+        left = 32768 - pos % 32768
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if left < 7 or (kind == 0 and length == 0):  # a block's zero padding
+            pos += left
+            continue
+        chunk, pos = chunk + data[pos + 7 : pos + 7 + length], pos + 7 + length
+        if kind in (1, 4):  # a whole record, or its last chunk
+            records.append(wandb_internal_pb2.Record.FromString(chunk))
+            chunk = b""
+    return records
+
+
 @pytest.mark.slow
-def test_an_mlflow_run_and_a_tensorboard_log_written_during_a_training_hold_the_record(
+def test_an_mlflow_run_a_wandb_run_and_a_tensorboard_log_written_during_a_training_hold_the_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mlflow.tracking import MlflowClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    run_dir, _, uri = _user_training(tmp_path, mlflow=True, tensorboard=True)
+    run_dir, _, uri = _user_training(tmp_path, mlflow=True, wandb=True, tensorboard=True)
     for name, value in _FILE_STORE.items():
         monkeypatch.setenv(name, value)
     record = json.loads((run_dir / "determinism.json").read_text())
@@ -94,6 +123,29 @@ def test_an_mlflow_run_and_a_tensorboard_log_written_during_a_training_hold_the_
     copy = Path(client.download_artifacts(run.info.run_id, "determinism.json", str(tmp_path / "download")))
     assert json.loads(copy.read_text()) == record
 
+    # W&B: the offline run Ultralytics opened in the run folder (its config, finished by it after yolo-det's
+    # fields) holds the record in its files (to upload with the run, policy now) and the key fields in its summary
+    (wandb_run,) = (run_dir / "wandb").glob("offline-run-*")
+    assert json.loads((wandb_run / "files" / "determinism.json").read_text()) == record
+    (log_file,) = wandb_run.glob("run-*.wandb")
+    log = _wandb_log(log_file)
+    (opened,) = [r.run for r in log if r.WhichOneof("record_type") == "run"]
+    config = {i.key: json.loads(i.value_json) for i in opened.config.update}
+    assert config["imgsz"] == 64  # Ultralytics' own
+    (saved,) = [f for r in log if r.WhichOneof("record_type") == "files" for f in r.files.files if "determ" in f.path]
+    assert (saved.path, saved.policy) == ("determinism.json", saved.NOW)
+    summary = [
+        (n, i.key, json.loads(i.value_json))
+        for n, r in enumerate(log)
+        if r.WhichOneof("record_type") == "summary"
+        for i in r.summary.update
+        if i.key.startswith("yolo_det.")
+    ]
+    assert {k.removeprefix("yolo_det."): v for _, k, v in summary} == trackers.key_fields(record)
+    assert dict((k, v) for _, k, v in summary)["yolo_det.weights_sha256"] == record["weights"]["sha256"]
+    (ended,) = [n for n, r in enumerate(log) if r.WhichOneof("record_type") == "exit" and r.exit.exit_code == 0]
+    assert max(n for n, _, _ in summary) < ended
+
     # TensorBoard: the log Ultralytics wrote in the run folder holds the key fields beside its scalars
     log = EventAccumulator(str(run_dir), size_guidance={"tensors": 0, "scalars": 0})
     log.Reload()
@@ -108,9 +160,10 @@ def test_an_mlflow_run_and_a_tensorboard_log_written_during_a_training_hold_the_
 
 @pytest.mark.slow
 def test_with_no_tracker_on_nothing_is_written_anywhere_but_the_run_folder(tmp_path: Path) -> None:
-    run_dir, cwd, _ = _user_training(tmp_path, mlflow=False, tensorboard=False)
+    run_dir, cwd, _ = _user_training(tmp_path, mlflow=False, wandb=False, tensorboard=False)
     assert (run_dir / "determinism.json").is_file()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cwd", "runs", "ultralytics-settings"]  # no mlruns
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cwd", "runs", "ultralytics-settings"]  # no mlruns, wandb
+    assert not (run_dir / "wandb").exists()
     assert list(cwd.iterdir()) == []
     assert [p for p in run_dir.rglob("*") if "tfevents" in p.name] == []
 

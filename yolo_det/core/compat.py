@@ -112,9 +112,10 @@ INTERNALS: dict[str, tuple[str, str | None]] = {
     "ASSETS": ("ultralytics.utils", "ASSETS"),
     # running an exported model (ONNX, TorchScript, ...) as predict() runs it
     "AutoBackend": ("ultralytics.nn.autobackend", "AutoBackend"),
-    # the experiment trackers Ultralytics' own integrations log to (their ``mlflow``, ``WRITER``): the record
+    # the experiment trackers Ultralytics' own integrations log to (their ``mlflow``, ``wb``, ``WRITER``): the record
     # is attached to the run they opened (integrations/ultralytics/trackers); read only once Ultralytics imported them
     "mlflow_integration": ("ultralytics.utils.callbacks.mlflow", None),
+    "wandb_integration": ("ultralytics.utils.callbacks.wb", None),
     "tensorboard_integration": ("ultralytics.utils.callbacks.tensorboard", None),
 }
 

@@ -1,4 +1,4 @@
-"""The record in the user's experiment tracker: the run Ultralytics' own MLflow or TensorBoard integration opened.
+"""The record in the user's experiment tracker: the run Ultralytics' own MLflow, W&B or TensorBoard integration opened.
 
 When the record of a run's ending is final (an observer of :mod:`.records`' one writer), :func:`publish` hands it
 to each tracker whose Ultralytics integration is in use for this trainer, with the tracker's own API on the run
@@ -8,20 +8,25 @@ the same bits are promised and why not, the machine class):
 - **MLflow**: ``determinism.json`` as an artifact of the active run, the key fields as tags ``yolo_det.<field>``
   (tags, not parameters: Ultralytics logs the run's arguments as parameters, and MLflow refuses a parameter
   logged twice with another value).
+- **Weights & Biases**: ``determinism.json`` in the run's files (``wandb.save`` with policy ``now``: uploaded
+  as the run syncs, offline runs by ``wandb sync``), the key fields in the run's summary as ``yolo_det.<field>``
+  (the summary, not the config: Ultralytics puts the run's arguments in the config).
 - **TensorBoard**: the key fields as a text summary ``yolo_det/determinism`` (a table) through Ultralytics'
   ``SummaryWriter``; ``determinism.json`` already lies in the log folder (the run folder).
 
 A tracker is in use when Ultralytics' integration module for it is imported and its callback registered on this
 trainer (Ultralytics registers those the user's ``yolo settings`` turn on), and its run is open:
-``mlflow.active_run()``, or the ``WRITER`` global. Ultralytics closes them in its own ``on_train_end`` and
-``teardown``, which run after yolo-det's (the plugin's callbacks are in the dict the trainer is built with,
-``BaseTrainer.__init__`` appends the integrations'). Nothing is imported that Ultralytics did not import, nothing
+``mlflow.active_run()``, ``wandb.run``, or the ``WRITER`` global. Ultralytics closes them in its own
+``on_train_end`` and ``teardown``, which run after yolo-det's (the plugin's callbacks are in the dict the trainer
+is built with, ``BaseTrainer.__init__`` appends the integrations'; W&B's ``finish`` is appended later still, at
+``on_pretrain_routine_end``). Nothing is imported that Ultralytics did not import, nothing
 goes anywhere the user did not configure; an integration's global missing is one line naming it and the release,
 and a tracker that fails is one line: the run and its record stand.
 """
 
 from __future__ import annotations
 
+import glob
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -38,6 +43,10 @@ READS: dict[str, tuple[tuple[str, str], ...]] = {
     "mlflow_integration": (
         ("on_train_end", "whether Ultralytics' MLflow integration is registered on the trainer"),
         ("mlflow", "the mlflow package Ultralytics logs with (its active run)"),
+    ),
+    "wandb_integration": (
+        ("on_train_end", "whether Ultralytics' W&B integration is registered on the trainer"),
+        ("wb", "the wandb package Ultralytics logs with (its open run)"),
     ),
     "tensorboard_integration": (
         ("on_pretrain_routine_start", "whether Ultralytics' TensorBoard integration is registered on the trainer"),
@@ -149,6 +158,20 @@ def _mlflow(trainer: Any, path: Path, fields: Mapping[str, str]) -> bool:
     return True
 
 
+def _wandb(trainer: Any, path: Path, fields: Mapping[str, str]) -> bool:
+    module = loaded_internal("wandb_integration")
+    if module is None or not _registered(trainer, module, "wandb_integration", "on_train_end"):
+        return False
+    wb = _global(module, "wb", "wandb_integration")
+    if wb is None or wb.run is None:
+        return False  # installed but no run open (it is off under a test, or the run ended)
+    # escaped: a folder named with [ ] * ? is the literal folder, never a pattern
+    if not wb.save(glob.escape(str(path)), base_path=glob.escape(str(path.parent)), policy="now"):
+        raise RuntimeError(f"wandb.save found no file at {path}")
+    wb.run.summary.update({f"yolo_det.{k}": v for k, v in fields.items()})
+    return True
+
+
 def _tensorboard(trainer: Any, path: Path, fields: Mapping[str, str], step: int) -> bool:
     module = loaded_internal("tensorboard_integration")
     if module is None or not _registered(trainer, module, "tensorboard_integration", "on_pretrain_routine_start"):
@@ -165,6 +188,7 @@ def _tensorboard(trainer: Any, path: Path, fields: Mapping[str, str], step: int)
 #: ``tracker -> writer``: each takes ``(trainer, record path, key fields, step)`` and says whether it wrote.
 TRACKERS: dict[str, Callable[[Any, Path, Mapping[str, str], int], bool]] = {
     "MLflow": lambda trainer, path, fields, step: _mlflow(trainer, path, fields),
+    "Weights & Biases": lambda trainer, path, fields, step: _wandb(trainer, path, fields),
     "TensorBoard": _tensorboard,
 }
 
