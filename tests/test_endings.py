@@ -455,6 +455,23 @@ def test_during_a_training_a_stop_waits_for_a_safe_point(default_handlers):
         release()
 
 
+def test_an_error_after_a_noted_stop_ends_the_run_as_that_stop(default_handlers):
+    """A rank stopped with its peers: its SIGTERM is noted mid-step, then the collective fails because a peer
+    left first. The run was terminated; the error is kept beside the signal, never a ``failed`` run."""
+    lost = RuntimeError("[gloo] Connection closed by peer")
+    assert describe_ending(lost)["status"] == "failed"  # control: no stop noted
+    with stop_signals():
+        release = defer_stops()
+        signal.raise_signal(signal.SIGTERM)  # mid-step: only noted
+        ending = describe_ending(lost)
+        release()
+        with pytest.raises(Terminated):
+            safe_point("batch-end")
+    assert ending["status"] == "terminated"
+    assert ending["signal"] == "SIGTERM"
+    assert ending["error"] == {"type": "RuntimeError", "message": "[gloo] Connection closed by peer"}
+
+
 def test_a_stop_inside_the_import_machinery_or_exec_waits(default_handlers, tmp_path, monkeypatch):
     class SignalDuringImport:
         def find_spec(self, name, path=None, target=None):

@@ -16,11 +16,12 @@ the run started and that it did not rewrite are marked ``"written_by_this_run": 
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .signals import Terminated
+from .signals import Terminated, pending
 
 __all__ = ["describe_ending", "one_line", "weights_files", "weights_stats"]
 
@@ -35,9 +36,12 @@ def one_line(exc: BaseException) -> str:
 def describe_ending(exc: BaseException | None) -> dict[str, Any]:
     """The ``status`` of a run that ended with ``exc`` (None: it completed), with the error or signal.
 
+    An error raised while a stop signal was noted and not yet acted on (a rank whose peers were stopped first
+    fails in a collective) ends the run as that signal's stop, the error kept beside it.
+
     Returns:
         ``{"status": ...}`` plus ``"signal"`` for ``terminated`` and ``"error": {"type", "message"}``
-        for ``failed``.
+        for ``failed`` (and for a stop that surfaced as an error).
     """
     if exc is None:
         return {"status": "completed"}
@@ -45,7 +49,12 @@ def describe_ending(exc: BaseException | None) -> dict[str, Any]:
         return {"status": "terminated", "signal": exc.signal_name, "signal_number": exc.signum}
     if isinstance(exc, KeyboardInterrupt):
         return {"status": "interrupted", "signal": "SIGINT"}
-    return {"status": "failed", "error": {"type": type(exc).__name__, "message": one_line(exc)}}
+    error = {"type": type(exc).__name__, "message": one_line(exc)}
+    signum = pending()
+    if signum is not None:  # a stop was noted first: the error is how it reached this process (its peers left)
+        stop = KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+        return {**describe_ending(stop), "error": error}
+    return {"status": "failed", "error": error}
 
 
 def _stat_key(st: os.stat_result) -> tuple[int, int, int, int]:

@@ -317,7 +317,7 @@ FIELDS: tuple[Field, ...] = (
     Field(
         "error",
         (_O,),
-        "The exception that ended a `failed` run (`type`, `message`).",
+        "The exception that ended a `failed` run, or that a noted stop surfaced as (`type`, `message`).",
         fields=(Field("type", (_S,), "Its class."), Field("message", (_S,), "Its message, one line.")),
     ),
     Field(
