@@ -102,6 +102,14 @@ def _train(python: str, env: dict[str, str], work: Path, name: str, epochs: int,
     return found[-1] if code == 0 and found else None
 
 
+#: Turns every tracker integration off in the Ultralytics settings of the cell (the keys that release has).
+TRACKERS_OFF = (
+    "from ultralytics.utils import SETTINGS; "
+    "SETTINGS.update({k: False for k in ('clearml', 'comet', 'dvc', 'mlflow', 'neptune', 'raytune', 'tensorboard', "
+    "'wandb') if k in SETTINGS})"
+)
+
+
 def run_cell(python: str, pythonpath: list[str], label: str, epochs: int) -> dict[str, Any]:
     """Train, audit, resume and verify in one environment; the cell's row."""
     with tempfile.TemporaryDirectory(prefix="yolo-det-compat-") as tmp:
@@ -111,12 +119,11 @@ def run_cell(python: str, pythonpath: list[str], label: str, epochs: int) -> dic
             PYTHONPATH=os.pathsep.join([*pythonpath, str(ROOT)]),
             YOLO_OFFLINE="1",
             YOLO_CONFIG_DIR=str(work / "ultralytics"),
-            # Ultralytics' MLflow integration is on by default once mlflow is installed (the test extra installs
-            # it): its runs go into the cell's folder. MLflow 3 refuses a local file store without this
-            # variable, and Ultralytics 8.3 does not catch that refusal (every training would fail).
-            MLFLOW_TRACKING_URI=(work / "mlflow").as_uri(),
-            MLFLOW_ALLOW_FILE_STORE="true",
         )
+        # The cell measures yolo-det with this Ultralytics, not the trackers the test extra installs: their
+        # integrations are off in the cell's own settings (8.3.0 turns W&B and TensorBoard on by default; W&B
+        # refuses the cell's project path, and 8.3 does not catch MLflow 3's refusal of a local file store).
+        subprocess.run([python, "-c", TRACKERS_OFF], env=env, capture_output=True, check=True, timeout=300)
         versions = (
             subprocess.run([python, "-c", VERSIONS], env=env, capture_output=True, text=True, check=True, timeout=300)
             .stdout.strip()
