@@ -137,3 +137,55 @@ def test_default_cache_dir_follows_the_platform_rules(monkeypatch, tmp_path):
     assert cache_dir() == expected
     monkeypatch.setenv("YOLO_DET_CACHE", str(tmp_path / "mine"))
     assert cache_dir() == tmp_path / "mine"
+
+
+def test_the_file_table_names_the_first_file_that_differs(tmp_path):
+    import hashlib
+
+    from yolo_det.core.datafp import first_file_difference
+
+    a = copy_demo(tmp_path / "a")
+    base = fp(a)
+    assert base["files_group"] == 1
+    assert len(base["files"]) == 12  # 6 images and their 6 labels, one entry per file
+    assert first_file_difference(base, fp(a)) is None  # unchanged: nothing named
+    label = sorted((a / "labels" / "train").glob("*.txt"))[3]
+    label.write_text(label.read_text() + "0 0.5 0.5 0.9 0.9\n")
+    name, was, now = first_file_difference(base, fp(a))
+    assert name == f"labels/train/{label.name}"
+    assert now == hashlib.sha256(label.read_bytes()).hexdigest()[:16]  # what sha256sum says of the file
+    assert was != now
+    changed = fp(a)
+    shutil.copy2(images(a)[0], a / "images" / "train" / "added.png")  # a file added: named, only here
+    assert first_file_difference(changed, fp(a))[:2] == ("images/train/added.png", "absent")
+    label.unlink()  # a file removed: named, absent here
+    assert first_file_difference(changed, fp(a)) == ("images/train/added.png", "absent", fp(a)["files"][0][2])
+    (a / "images" / "train" / "added.png").unlink()
+    assert first_file_difference(changed, fp(a)) == (f"labels/train/{label.name}", changed["files"][9][2], "absent")
+    assert first_file_difference(changed, {k: v for k, v in changed.items() if k != "files"}) is None  # older record
+    assert first_file_difference(changed, {**changed, "files": [["x"]]}) is None  # a malformed table names nothing
+
+
+def test_beyond_the_bound_the_table_holds_groups_and_regroups_to_compare(tmp_path):
+    from yolo_det.core.datafp import FILE_TABLE_MAX, first_file_difference
+
+    root = tmp_path / "many"
+    (root / "images").mkdir(parents=True)
+    files = []
+    for i in range(2 * FILE_TABLE_MAX):  # files without labels: the table holds the images only
+        f = root / "images" / f"{i:04d}.jpg"
+        f.write_bytes(str(i).encode())
+        files.append(str(f))
+    table = dataset_fingerprint({"train": files}, root=root)
+    assert (table["files_group"], len(table["files"])) == (2, FILE_TABLE_MAX)
+    assert table["files"][5][:2] == ["images/0010.jpg", "images/0011.jpg"]
+    Path(files[11]).write_bytes(b"other")
+    changed = dataset_fingerprint({"train": files}, root=root)
+    assert first_file_difference(table, changed)[0] == "one of the 2 files images/0010.jpg to images/0011.jpg"
+    extra = root / "images" / "0010a.jpg"  # one file more: another grouping, compared only when regrouped as A's
+    extra.write_bytes(b"x")
+    more = dataset_fingerprint({"train": [*files, str(extra)]}, root=root)
+    assert more["files_group"] == 3
+    assert first_file_difference(table, more) is None
+    regrouped = dataset_fingerprint({"train": [*files, str(extra)]}, root=root, files_group=2)
+    assert first_file_difference(table, regrouped)[0] == "one of the 2 files images/0010.jpg to images/0011.jpg"

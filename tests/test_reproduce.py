@@ -1,9 +1,10 @@
 """``yolo-det reproduce``: a recorded run trained again here, compared epoch by epoch, with one verdict.
 
-One real run (2 epochs of the demo data at 64 px, made in its own folder and copied elsewhere, as a received run
-would be) is reproduced: the same weights; the first epoch only; a seed edited into a copy of its record (parted at
-epoch 1, naming the seed); a changed label file (the data named). Hostile records and checkpoints are refused in one
-line before anything trains.
+One real run (2 epochs of the demo data at 64 px, its first step op-traced, made in its own folder and copied
+elsewhere, as a received run would be) is reproduced: the same weights, traced the same way; the first epoch only,
+without its trace; a seed edited into a copy of its record (parted at epoch 1, naming the seed and the first op); a
+changed, added or removed data file (that file named). Hostile records and checkpoints are refused in one line before
+anything trains.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from yolo_det.cli import main
 from yolo_det.commands.reproduce import rebuilt_tokens, recorded_epochs
 from yolo_det.core.profiles import load_profile
 from yolo_det.core.record import RECORD_NAME
+from yolo_det.tools.trace import trace_path
 
 #: The recorded run: 2 epochs, validated once at the end (the comparison needs no per-epoch validation).
 RUN_TOKENS = small_train_tokens(epochs=2, val=False, exist_ok=None)
@@ -37,9 +39,10 @@ def _verdict(out: str) -> str:
 
 @pytest.fixture(scope="module")
 def received(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished 2-epoch run made in one folder, then moved to another (a run received from elsewhere)."""
+    """A finished 2-epoch run, its first step traced, made in one folder, then moved to another (a run received
+    from elsewhere)."""
     made = tmp_path_factory.mktemp("made")
-    assert main(["train", "--profile", "repro", *RUN_TOKENS, f"project={made}", "name=run"]) == 0
+    assert main(["train", "--profile", "repro", "--trace-ops", "1", *RUN_TOKENS, f"project={made}", "name=run"]) == 0
     elsewhere = tmp_path_factory.mktemp("received") / "run"
     shutil.copytree(made / "run", elsewhere)
     shutil.rmtree(made)
@@ -75,8 +78,11 @@ def test_a_received_run_reproduces_with_the_same_weights_epoch_by_epoch(
     assert f"epoch 1: weights {epochs[1][:16]} (same)" in lines
     assert f"epoch 2: weights {epochs[2][:16]} (same)" in lines
     assert _verdict(out) == "verdict: same weights (2 epoch(s) compared: 1-2)"
+    assert "first op" not in out  # nothing parted: no op named
     new = _record(tmp_path / "run")  # a new folder, named as the run
     assert recorded_epochs(new) == epochs
+    assert new["op_trace"]["asked"] == _record(received)["op_trace"]["asked"] == "1"  # traced the same way
+    assert trace_path(tmp_path / "run").is_file()
     assert {p: p.read_bytes() for p in received.rglob("*") if p.is_file()} == before  # the source is untouched
 
 
@@ -84,10 +90,14 @@ def test_a_received_run_reproduces_with_the_same_weights_epoch_by_epoch(
 def test_epochs_1_of_a_checkpoint_checks_the_first_epoch_only(
     received: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    last = str(received / "weights" / "last.pt")  # a checkpoint beside its record: the run up to its epoch, 2
+    copy = tmp_path / "copy"  # without its op trace: reproduced untraced, and said so
+    shutil.copytree(received, copy, ignore=shutil.ignore_patterns(trace_path(".").name))
+    last = str(copy / "weights" / "last.pt")  # a checkpoint beside its record: the run up to its epoch, 2
     code, out, _ = _run(capsys, last, "--epochs", "1", "--project", str(tmp_path), "--name", "first")
     assert code == 0, out
     assert _verdict(out) == "verdict: same weights (1 epoch(s) compared: 1-1)"
+    assert f"note: the run was traced (--trace-ops); its op trace is not beside {copy / RECORD_NAME}" in out
+    assert not trace_path(tmp_path / "first").exists()
     new = _record(tmp_path / "first")
     assert [e["epoch"] for e in new["epoch_weights"]] == [1]  # stopped after epoch 1, on the run's 2-epoch schedule
     assert new["status"] == "interrupted"
@@ -105,6 +115,7 @@ def test_a_changed_seed_parts_at_epoch_1_and_is_named_after_the_machine_predicti
         record["environment"]["host"]["intra_op_threads"] = threads + 4  # and it trained on more threads
 
     source = _edited(received, tmp_path / "edited", seed_1)
+    shutil.copy(trace_path(received), trace_path(source))  # its op trace beside it
     png = tmp_path / "curves.png"
     code, out, err = _run(capsys, str(source), "--project", str(tmp_path / "out"), "--png", str(png))
     assert code == 1, out
@@ -114,6 +125,7 @@ def test_a_changed_seed_parts_at_epoch_1_and_is_named_after_the_machine_predicti
     assert "epoch 1: weights" in out
     assert "(DIFFERENT)" in out
     assert _verdict(out).startswith("verdict: parted at epoch 1: seed (0 vs 1)")
+    assert _verdict(out).endswith("; first op: model.0.conv.weight (state, step 1)")  # the seed made other weights
     assert "epoch 2:" not in out  # it stops at the first epoch that parts
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the new run's curves, epoch 1 marked
     assert "run A:" in err  # the edited copy holds no results.csv
@@ -121,20 +133,30 @@ def test_a_changed_seed_parts_at_epoch_1_and_is_named_after_the_machine_predicti
 
 
 @pytest.mark.slow
-def test_a_changed_label_file_is_named_as_the_data(
-    received: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("edit", ["changed", "added", "removed"])
+def test_a_changed_added_or_removed_data_file_is_named(
+    received: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: str
 ) -> None:
     data = tmp_path / "data"
     shutil.copytree(DEMO, data / "demo", ignore=shutil.ignore_patterns("*.cache"))
     shutil.copy(DEMO.parent / "demo.yaml", data / "demo.yaml")
-    label = sorted((data / "demo" / "labels" / "train").glob("*.txt"))[0]
-    label.write_text(label.read_text(encoding="utf-8") + "0 0.5 0.5 0.9 0.9\n", encoding="utf-8")
+    label = sorted((data / "demo" / "labels" / "train").glob("*.txt"))[5]
+    name = f"demo/labels/train/{label.name}"
+    if edit == "changed":
+        label.write_text(label.read_text(encoding="utf-8") + "0 0.5 0.5 0.9 0.9\n", encoding="utf-8")
+    elif edit == "removed":
+        label.unlink()  # its image trains as a background
+    else:
+        shutil.copy(data / "demo" / "images" / "val" / "val_000.png", data / "demo" / "images" / "train" / "a.png")
+        name = "demo/images/train/a.png"
     code, out, _ = _run(capsys, str(received), "--data", str(data / "demo.yaml"), "--project", str(tmp_path / "o"))
     assert code == 1, out
-    assert any(line.startswith("data: DIFFERENT: train labels") for line in out.splitlines())
-    assert "not per file" in out  # what the record cannot say, said
-    assert "parted at epoch" in _verdict(out)
-    assert "data: train labels" in _verdict(out)
+    line = next(line for line in out.splitlines() if line.startswith("data: "))
+    assert line.startswith(f"data: DIFFERENT: first file that differs: {name} (")
+    assert ("(absent vs " in line) == (edit == "added")
+    assert (" vs absent)" in line) == (edit == "removed")
+    assert f": data: first file that differs: {name} (" in _verdict(out)
+    assert _verdict(out).endswith("; first op: batch (data, step 1)")  # the traced step read other data
 
 
 # -- refused before anything trains: a synthetic record ------------------------------------------------------------
@@ -205,6 +227,8 @@ def test_what_a_record_cannot_make_it_do(tmp_path: Path, capsys: pytest.CaptureF
     needs = _synthetic(tmp_path / "r3", imports=[{"name": "theirpkg.blocks"}])
     assert "--import theirpkg.blocks" in _refused(capsys, str(needs), "--project", str(tmp_path / "out"))
     assert "--epochs" in _refused(capsys, str(run), "--epochs", "3", "--project", str(tmp_path / "out"))
+    traced = _synthetic(tmp_path / "r4", op_trace={"asked": "every step\x1b[2J", "steps_run": 9, "traced": []})
+    assert "--trace-ops: cannot read" in _refused(capsys, str(traced), "--project", str(tmp_path / "out"))
 
 
 def test_a_record_without_weights_digests_compares_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

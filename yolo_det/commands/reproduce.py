@@ -10,19 +10,22 @@ profile file is read on its word (pass --profile FILE), and a module its model n
 Ultralytics' runs folder and the run's name, numbered when it exists), never into SOURCE's.
 
 In order it prints: what this machine predicts (`yolo-det check-machine`'s rule: threads, instruction-set
-branches, versions, GPU), the data (the recorded content digest against the data here: the first split and part
-that differ; the record holds digests per split, not per file), then the weights digest after each epoch against
-the record's (`epoch_weights`; a record without them compares its final digest only), and one verdict:
+branches, versions, GPU), the data (the recorded content digest against the data here: the first file that differs,
+by its path under the dataset root, from the record's file table; a record without one names the split and part),
+then the weights digest after each epoch against the record's (`epoch_weights`; a record without them compares its
+final digest only), and one verdict:
 
   same weights                  every epoch compared was bitwise the same              exit 0
   parted at epoch K: CAUSES     the first epoch whose weights differ, with the          exit 1
-                                causes `yolo-det diff` names
+                                causes `yolo-det diff` names (and the first op that
+                                differs, `yolo-det bisect`'s, when the run was traced)
   cannot be the same here: ...  the weights parted and only machine causes differ       exit 1
                                 (threads, CPU, GPU, versions), or the run needs a
                                 device this machine lacks (nothing trained: exit 3)
   nothing compared              no recorded digest for an epoch trained                 exit 3
 
 Exit 2: an unusable SOURCE (not a record, malformed, a refused file, a profile file or module needed).
+A run traced with --trace-ops (its record's `op_trace`, its trace beside it) is traced again on the same steps.
 The training stops at the first epoch that parts; --epochs N trains the run's schedule (the same learning
 rate and mosaic epochs) but stops after epoch N, so a long run is checked in minutes. With --png FILE, a
 picture of both runs' loss and metric curves per epoch (their results.csv), the epoch they parted at marked.
@@ -146,22 +149,25 @@ def _profile(record: Mapping[str, Any], given: str | None) -> Any:
     return profile
 
 
-def _data_line(record: Mapping[str, Any], found: Any) -> str:
-    """One line: the data here against the recorded content digest (``diff``'s data comparison)."""
+def _data_line(record: Mapping[str, Any], trainer: Any) -> str:
+    """One line: the data here against the recorded content digest (``diff``'s data comparison: the first file
+    that differs, when the record holds its file table)."""
+    from ..integrations.identity import trainer_data_fingerprint
+    from ..integrations.trainer_state import state_of
     from ..tools.diff import diff_records
 
-    recorded = record.get("data")
+    recorded, found = record.get("data"), (state_of(trainer).identity or {}).get("data")
     if not isinstance(recorded, Mapping) or not isinstance(found, Mapping):
         return "data: not compared (a record without a data fingerprint; the weights decide)"
     if recorded.get("sha256") == found.get("sha256"):
         return f"data: the same (content digest {str(found.get('sha256'))[:16]})"
+    group = recorded.get("files_group")
+    if isinstance(group, int) and group >= 1 and group != found.get("files_group"):  # tables compare when alike
+        found = trainer_data_fingerprint(trainer, files_group=group)
     report = diff_records(record, {**record, "data": dict(found)}, a="recorded", b="here")
     first = next((d for d in report.causes if d.group == "data"), None)
     what = first.brief().removeprefix("data: ") if first is not None else "the data fingerprint"
-    return (
-        f"data: DIFFERENT: {what}; the record holds one digest per split and part, not per file, so the file "
-        "cannot be named"
-    )
+    return f"data: DIFFERENT: {what}" + ("" if "files" in recorded else " (the record names no file: an older one)")
 
 
 class _Stop(Exception):
@@ -241,6 +247,7 @@ def run(args: argparse.Namespace) -> int:
         )
         if unknown:  # names from the record: escaped, so none starts a line of its own
             print(printable(f"note: not arguments of this Ultralytics, left out: {', '.join(unknown)}", newlines=False))
+        trace, tracer = _source_trace(record, where)  # a traced run is traced again the same way
         machine = check_machine(record, profile)
         *lines, verdict = machine.summary().splitlines()
         print(f"machine: {verdict}")  # check-machine's prediction first, then its causes
@@ -253,7 +260,7 @@ def run(args: argparse.Namespace) -> int:
         seen: set[int] = set()
 
         def on_train_start(trainer: Any) -> None:
-            print(printable(_data_line(record, (state_of(trainer).identity or {}).get("data")), newlines=False))
+            print(printable(_data_line(record, trainer), newlines=False))
 
         def on_fit_epoch_end(trainer: Any) -> None:
             epoch = int(trainer.epoch) + 1
@@ -271,14 +278,20 @@ def run(args: argparse.Namespace) -> int:
         started: list[Any] = []
         with quiet_ultralytics(args.verbose):
             try:
-                train(profile, ul_args, started=started, callbacks=_callbacks(on_train_start, on_fit_epoch_end))
+                train(
+                    profile,
+                    ul_args,
+                    started=started,
+                    tracer=tracer,
+                    callbacks=_callbacks(on_train_start, on_fit_epoch_end),
+                )
             except _Stop:
                 pass
     if started[0].record_path:
         new_dir = Path(started[0].record_path).parent
     print(f"new run: {new_dir}")
     got = {e: d for e, d in got.items() if e <= last}
-    code = _verdict(record, origin, new_dir, got, expected)
+    code = _verdict(record, origin, new_dir, got, expected, trace=trace)
     if png is not None:
         from ..tools.curves import write_curves_png  # matplotlib only when a picture is asked for
 
@@ -293,10 +306,51 @@ def _parted_at(got: Mapping[int, str], expected: Mapping[int, str]) -> int | Non
     return next((e for e in sorted(got) if e in expected and got[e] != expected[e]), None)
 
 
+def _source_trace(record: Mapping[str, Any], where: str) -> tuple[Path | None, Any]:
+    """The op trace of the run reproduced and a tracer of the same steps for the new run, when its record says it
+    was traced (``op_trace``) and the trace is beside it; else ``(None, None)``."""
+    from ..tools.trace import OpTracer
+    from ..tools.trace.bisect import resolve_trace
+
+    if "op_trace" not in record:
+        return None, None
+    tracer = OpTracer(record["op_trace"].get("asked", ""))  # a request it cannot read fails before any training
+    try:
+        found: Path | None = resolve_trace(where)
+    except ConfigError:
+        found = None
+    if found is None or found.suffix != ".jsonl" or not found.is_file():
+        print(printable(f"note: the run was traced (--trace-ops); its op trace is not beside {where}", newlines=False))
+        return None, None
+    return found, tracer
+
+
+def _first_op(trace: Path, new_dir: Path) -> str:
+    """Where two traced runs part, by ``yolo-det bisect``'s comparison: the first op whose output differs."""
+    from ..core.errors import YoloDetError
+    from ..tools.trace.bisect import bisect_paths
+
+    try:
+        report = bisect_paths(trace, new_dir)
+    except YoloDetError as e:
+        return f"first op not named ({e})"
+    p = report.parting
+    if p is None:
+        return f"the {report.steps_compared} traced step(s) agree, the runs part after them"
+    return f"first op: {p.op or 'the step'} ({p.phase}, step {p.step})"
+
+
 def _verdict(
-    record: Mapping[str, Any], origin: Path, new_dir: Path, got: Mapping[int, str], expected: Mapping[int, str]
+    record: Mapping[str, Any],
+    origin: Path,
+    new_dir: Path,
+    got: Mapping[int, str],
+    expected: Mapping[int, str],
+    *,
+    trace: Path | None = None,
 ) -> int:
-    """Print the verdict on the digests of the epochs trained (``got``) against the record's; return the exit code."""
+    """Print the verdict on the digests of the epochs trained (``got``) against the record's, with the first op
+    that differs when the run was traced (``trace``, the source's); return the exit code."""
     from ..tools.diff import diff_records, load_record
 
     compared = sorted(e for e in got if e in expected)
@@ -319,6 +373,8 @@ def _verdict(
     )
     if len(causes) > 3:
         named += f" (+{len(causes) - 3} more: yolo-det diff {origin} {new_dir})"
+    if trace is not None:
+        named += f"; {_first_op(trace, new_dir)}"
     if strong and all(d.group in _MACHINE_GROUPS for d in strong):
         print(printable(f"verdict: {CANNOT}: {named} (parted at epoch {parted_at})", newlines=False))
     else:

@@ -17,6 +17,11 @@ with their labels, without any name, so that the same files listed another way (
 another folder, another ``path:``) are known as the same data. It does not cover the data YAML's text (its paths differ
 between machines), label caches (``*.cache``), or files the list does not name.
 
+Beside the digests, a bounded **file table** says which file differs when two fingerprints do: every file read
+(images and label files of all splits), sorted by its name relative to the root, with its SHA-256, one entry per
+file up to :data:`FILE_TABLE_MAX` files and one per group of files beyond (its first and last name and one
+digest), so a record stays small for a large dataset. It is evidence, not part of ``sha256``.
+
 Image files are hashed once: their digests are kept in a cache keyed by absolute path, size and
 modification time (nanoseconds), one JSON file per dataset root under the user's cache folder
 (``$YOLO_DET_CACHE`` when set, else ``~/.cache/yolo-det`` or the platform's equivalent), written
@@ -32,6 +37,7 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +49,15 @@ __all__ = [
     "cache_dir",
     "dataset_fingerprint",
     "file_sha256",
+    "first_file_difference",
     "is_inside",
     "split_fingerprint",
 ]
 
 FINGERPRINT_VERSION = 1
 CACHE_VERSION = 1
+#: Up to this many files the file table holds one entry per file; beyond, one per group of files.
+FILE_TABLE_MAX = 256
 
 
 def cache_dir() -> Path:
@@ -175,6 +184,7 @@ def split_fingerprint(
     labels: Sequence[str | os.PathLike[str] | None] | None = None,
     classes: Sequence[int] | None = None,
     cache: DigestCache | None = None,
+    read: list[tuple[str, str]] | None = None,
 ) -> dict[str, Any]:
     """Fingerprint one split.
 
@@ -184,6 +194,7 @@ def split_fingerprint(
         labels: The label file of each image (None: YOLO label files found by Ultralytics' rule).
         classes: For classification data, each image's class index (then no label files are read).
         cache: Where image digests are kept between runs.
+        read: Gets ``(path, sha256)`` of every file read appended (the file table's evidence).
 
     Returns:
         ``{"images", "labels", "missing_labels", "list_sha256", "images_sha256", "labels_sha256",
@@ -191,6 +202,7 @@ def split_fingerprint(
         images' bytes with their labels, names left out, is not part of it).
     """
     cache = cache if cache is not None else DigestCache(None)
+    read = read if read is not None else []
     files = [os.fspath(f) for f in images]
     names = _relative_names(files, Path(root) if root is not None else None)
     order = sorted(range(len(files)), key=lambda i: names[i])
@@ -205,6 +217,7 @@ def split_fingerprint(
     for i in order:
         list_lines.append(names[i])
         image = cache.digest(files[i])
+        read.append((files[i], image))
         image_lines.append(f"{names[i]}\0{image}")
         if classes is not None:
             label = f"class {int(classes[i])}"
@@ -216,7 +229,9 @@ def split_fingerprint(
                 missing += 1
                 label = "missing"
             else:
-                label = f"{len(data)}\0{hashlib.sha256(data).hexdigest()}"
+                digest = hashlib.sha256(data).hexdigest()
+                label = f"{len(data)}\0{digest}"
+                read.append((label_files[i], digest))
             label_lines.append(f"{label_names[i]}\0{label}")
         content_lines.append(f"{image}\0{label}")
     out: dict[str, Any] = {
@@ -238,6 +253,7 @@ def dataset_fingerprint(
     root: str | os.PathLike[str] | None = None,
     names: Any = None,
     use_cache: bool = True,
+    files_group: int | None = None,
 ) -> dict[str, Any]:
     """Fingerprint a dataset (see the module docstring for what it covers).
 
@@ -247,22 +263,30 @@ def dataset_fingerprint(
         root: The dataset root (names are relative to it).
         names: The class names (``{index: name}`` or a list), hashed as canonical JSON.
         use_cache: Keep image digests in the user's cache folder between runs.
+        files_group: Files per entry of the file table (None: one per file up to :data:`FILE_TABLE_MAX` files).
 
     Returns:
-        ``{"version", "covers", "root", "names_sha256", "splits": {split: ...}, "sha256", "seconds",
-        "hashed", "cached"}``; ``sha256`` covers the splits and the names.
+        ``{"version", "covers", "root", "names_sha256", "splits": {split: ...}, "sha256", "files",
+        "files_group", "seconds", "hashed", "cached"}``; ``sha256`` covers the splits and the names, not the
+        file table (evidence of which file differs: :func:`first_file_difference`).
     """
     started = time.perf_counter()
     root_path = Path(root) if root is not None else None
     cache = _cache_for(root_path, use_cache)
     result: dict[str, Any] = {}
+    read: list[tuple[str, str]] = []
     for split, spec in splits.items():
         if isinstance(spec, Mapping):
             result[split] = split_fingerprint(
-                spec["images"], root=root_path, labels=spec.get("labels"), classes=spec.get("classes"), cache=cache
+                spec["images"],
+                root=root_path,
+                labels=spec.get("labels"),
+                classes=spec.get("classes"),
+                cache=cache,
+                read=read,
             )
         else:
-            result[split] = split_fingerprint(spec, root=root_path, cache=cache)
+            result[split] = split_fingerprint(spec, root=root_path, cache=cache, read=read)
     cache.save()
     if isinstance(names, Mapping):
         names = {str(k): str(v) for k, v in names.items()}
@@ -275,7 +299,53 @@ def dataset_fingerprint(
         "names_sha256": names_sha,
         "splits": result,
         "sha256": total,
+        **_file_table(read, root_path, files_group),
         "seconds": round(time.perf_counter() - started, 6),
         "hashed": cache.misses,
         "cached": cache.hits,
     }
+
+
+def _file_table(read: Sequence[tuple[str, str]], root: Path | None, group: int | None) -> dict[str, Any]:
+    """``{"files": [[first, last, digest], ...], "files_group": G}``: every file read, sorted by its name relative to
+    the dataset root, ``G`` files per entry (one entry per file up to :data:`FILE_TABLE_MAX` files, so the record
+    stays small); an entry of one file holds its SHA-256 (16 hex digits), of more a digest of their names and
+    contents."""
+    pairs = sorted(set(zip(_relative_names([p for p, _ in read], root), (d for _, d in read))))
+    group = group or max(1, -(-len(pairs) // FILE_TABLE_MAX))
+    chunks = [pairs[i : i + group] for i in range(0, len(pairs), group)]
+    table = [
+        [c[0][0], c[-1][0], c[0][1][:16] if group == 1 else _hash_lines(f"{n}\0{d}" for n, d in c)[:16]] for c in chunks
+    ]
+    return {"files": table, "files_group": group}
+
+
+def first_file_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """The first file (in name order, relative to the dataset root) two dataset fingerprints' file tables disagree
+    on, as ``(name, in a, in b)``: each side its digest, ``absent`` or ``present``; where an entry holds a group of
+    files that starts with the same file on both sides, the name says which files. None when the tables agree, a
+    fingerprint holds none (an older record) or a malformed one, they group files differently
+    (:func:`dataset_fingerprint` with the other's ``files_group`` makes them comparable) or share no name (the same
+    data under another root, or other data: the names tell nothing)."""
+    ta, tb, group = _table(a), _table(b), a.get("files_group")
+    if ta is None or tb is None or group != b.get("files_group") or not {e[0] for e in ta} & {e[0] for e in tb}:
+        return None
+    for ea, eb in zip_longest(ta, tb):
+        if ea == eb:
+            continue
+        if ea is not None and (eb is None or ea[0] < eb[0]):  # every earlier file agrees: this one is A's only
+            return ea[0], ea[2] if group == 1 else "present", "absent"
+        if eb is not None and (ea is None or eb[0] < ea[0]):
+            return eb[0], "absent", eb[2] if group == 1 else "present"
+        if ea is not None and eb is not None:  # the same first file
+            return ea[0] if group == 1 else f"one of the {group} files {ea[0]} to {ea[1]}", ea[2], eb[2]
+    return None
+
+
+def _table(fingerprint: Mapping[str, Any]) -> list[list[str]] | None:
+    """A fingerprint's file table when it is one (a record is read as data: any other shape is None)."""
+    table, group = fingerprint.get("files"), fingerprint.get("files_group")
+    if not isinstance(group, int) or isinstance(group, bool) or group < 1 or not isinstance(table, list):
+        return None
+    ok = all(isinstance(e, list) and len(e) == 3 and all(isinstance(x, str) for x in e) for e in table)
+    return table if ok else None

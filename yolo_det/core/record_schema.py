@@ -281,6 +281,15 @@ FIELDS: tuple[Field, ...] = (
             Field("sha256", (_S,), "Digest of the whole fingerprint."),
             Field("splits", (_O,), "Per split: the digests, and the images, labels, instances, backgrounds used."),
             Field("version", (_I,), "The fingerprint's version."),
+            Field(
+                "files",
+                (_A,),
+                "Which file differs, when the digests do: `[first, last, sha256]` per file (16 hex digits), by name "
+                "relative to the dataset root, up to 256 files; beyond, per group of `files_group` files (a digest of "
+                "their names and contents). What `yolo-det reproduce` and `diff` name; not part of `sha256`.",
+                items=(_A,),
+            ),
+            Field("files_group", (_I,), "Files per entry of `files` (1: one per file)."),
         ),
     ),
     Field(

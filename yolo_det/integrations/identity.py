@@ -97,9 +97,10 @@ def _label_counts(dataset: Any) -> dict[str, int]:
     return {"instances": int(sum(rows)), "backgrounds": sum(1 for n in rows if n == 0)}
 
 
-def trainer_data_fingerprint(trainer: Any) -> dict[str, Any]:
+def trainer_data_fingerprint(trainer: Any, *, files_group: int | None = None) -> dict[str, Any]:
     """The dataset fingerprint of an Ultralytics trainer's training and validation datasets, with the label rows
-    each split trains on (``instances``) and its images without any (``backgrounds``)."""
+    each split trains on (``instances``) and its images without any (``backgrounds``); ``files_group``: as
+    :func:`~yolo_det.core.datafp.dataset_fingerprint`'s."""
     data = getattr(trainer, "data", None) or {}
     splits: dict[str, Any] = {}
     counts: dict[str, dict[str, int]] = {}
@@ -117,7 +118,7 @@ def trainer_data_fingerprint(trainer: Any) -> dict[str, Any]:
         return {"error": "the trainer's datasets list no image files"}
     root = data.get("path") if isinstance(data, Mapping) else None
     names = data.get("names") if isinstance(data, Mapping) else None
-    out = dataset_fingerprint(splits, root=root, names=names)
+    out = dataset_fingerprint(splits, root=root, names=names, files_group=files_group)
     for name, extra in counts.items():
         out["splits"][name].update(extra)
     return out

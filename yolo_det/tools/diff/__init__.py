@@ -3,7 +3,8 @@
 :func:`diff_records` lists each difference between two records with both values, grouped and ordered by
 how likely it is to change the bits of the trained weights:
 
-1. data (the dataset fingerprint of :mod:`yolo_det.core.datafp`, per split: image list, image contents, labels),
+1. data (the dataset fingerprint of :mod:`yolo_det.core.datafp`: the first file that differs, when both records
+   hold the file table; per split: image list, image contents, labels),
 2. model (architecture, YAML text, the weights the first step starts from),
 3. seeds, 4. profile settings per phase and the flags observed at train start, 5. Ultralytics arguments,
 6. the user's code (their project's git commit and uncommitted changes), versions (torch, CUDA, cuDNN, numpy,

@@ -7,6 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ...core.datafp import first_file_difference
 from ...core.machine import machine_causes, machine_view
 from ..data_stream import explain_data_stream, neutral_args
 from .common import (
@@ -43,11 +44,12 @@ _SEED_KEYS = ("seed", "data_seed", "sampler_seed", "rng_seed", "rank_rng_seeds",
 
 def _data(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
     fa, fb = _fingerprint(ra, "data"), _fingerprint(rb, "data")
+    path_a, path_b = _args(ra).get("data", _MISSING), _args(rb).get("data", _MISSING)
     if fa is None or fb is None:
         for rec, label, fp in ((ra, "A", fa), (rb, "B", fb)):
             if fp is None:
                 c.notes.append(_why_missing(rec, "data", label) + ": the data are compared by the data= path only")
-        c.add("data", "data= (path; no fingerprint)", _args(ra).get("data", _MISSING), _args(rb).get("data", _MISSING))
+        c.add("data", "data= (path; no fingerprint)", path_a, path_b)
         return
     if fa.get("version") != fb.get("version"):
         c.add(
@@ -58,18 +60,11 @@ def _data(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
             note="fingerprints of different versions cannot be compared",
         )
         return
-    c.add(
-        "data",
-        "data= (path)",
-        _args(ra).get("data", _MISSING),
-        _args(rb).get("data", _MISSING),
-        changes_bits=False,
-        note="the fingerprint decides",
-    )
+    c.add("data", "data= (path)", path_a, path_b, changes_bits=False, note="the fingerprint decides")
     if fa.get("sha256") == fb.get("sha256"):
         return
     sa, sb = fa.get("splits") or {}, fb.get("splits") or {}
-    renamed = False
+    renamed, start = False, len(c.items)
     for split in sorted(set(sa) | set(sb), key=lambda s: (s != "train", s)):
         xa, xb = sa.get(split), sb.get(split)
         if xa is None or xb is None:
@@ -113,6 +108,8 @@ def _data(c: _Collector, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> None:
                 f"{_short_hash(xa.get('labels_sha256'))} ({xa.get('missing_labels', 0)} missing)",
                 f"{_short_hash(xb.get('labels_sha256'))} ({xb.get('missing_labels', 0)} missing)",
             )
+    if any(d.changes_bits for d in c.items[start:]) and (first := first_file_difference(fa, fb)):  # the parts' cause
+        c.items.insert(start, Difference("data", f"data: first file that differs: {first[0]}", first[1], first[2]))
     c.add("data", "data: class names", _short_hash(fa.get("names_sha256")), _short_hash(fb.get("names_sha256")))
     if not renamed and not any(d.group == "data" and d.changes_bits for d in c.items):  # a reason not shown above
         c.add("data", "data", _short_hash(fa.get("sha256")), _short_hash(fb.get("sha256")))
