@@ -159,9 +159,9 @@ def test_the_file_table_names_the_first_file_that_differs(tmp_path):
     shutil.copy2(images(a)[0], a / "images" / "train" / "added.png")  # a file added: named, only here
     assert first_file_difference(changed, fp(a))[:2] == ("images/train/added.png", "absent")
     label.unlink()  # a file removed: named, absent here
-    assert first_file_difference(changed, fp(a)) == ("images/train/added.png", "absent", fp(a)["files"][0][2])
+    assert first_file_difference(changed, fp(a)) == ("images/train/added.png", "absent", fp(a)["files"][0][1])
     (a / "images" / "train" / "added.png").unlink()
-    assert first_file_difference(changed, fp(a)) == (f"labels/train/{label.name}", changed["files"][9][2], "absent")
+    assert first_file_difference(changed, fp(a)) == (f"labels/train/{label.name}", changed["files"][9][1], "absent")
     assert first_file_difference(changed, {k: v for k, v in changed.items() if k != "files"}) is None  # older record
     assert first_file_difference(changed, {**changed, "files": [["x"]]}) is None  # a malformed table names nothing
 

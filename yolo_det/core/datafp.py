@@ -307,15 +307,15 @@ def dataset_fingerprint(
 
 
 def _file_table(read: Sequence[tuple[str, str]], root: Path | None, group: int | None) -> dict[str, Any]:
-    """``{"files": [[first, last, digest], ...], "files_group": G}``: every file read, sorted by its name relative to
-    the dataset root, ``G`` files per entry (one entry per file up to :data:`FILE_TABLE_MAX` files, so the record
-    stays small); an entry of one file holds its SHA-256 (16 hex digits), of more a digest of their names and
-    contents."""
+    """``{"files": [...], "files_group": G}``: every file read, sorted by its name relative to the dataset root, ``G``
+    files per entry (one entry per file up to :data:`FILE_TABLE_MAX` files, so the record stays small): ``[name,
+    sha256]`` (16 hex digits) per file, or ``[first, last, digest]`` per group, a digest of their names and contents."""
     pairs = sorted(set(zip(_relative_names([p for p, _ in read], root), (d for _, d in read))))
     group = group or max(1, -(-len(pairs) // FILE_TABLE_MAX))
     chunks = [pairs[i : i + group] for i in range(0, len(pairs), group)]
     table = [
-        [c[0][0], c[-1][0], c[0][1][:16] if group == 1 else _hash_lines(f"{n}\0{d}" for n, d in c)[:16]] for c in chunks
+        [c[0][0], c[0][1][:16]] if group == 1 else [c[0][0], c[-1][0], _hash_lines(f"{n}\0{d}" for n, d in c)[:16]]
+        for c in chunks
     ]
     return {"files": table, "files_group": group}
 
@@ -334,11 +334,11 @@ def first_file_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[s
         if ea == eb:
             continue
         if ea is not None and (eb is None or ea[0] < eb[0]):  # every earlier file agrees: this one is A's only
-            return ea[0], ea[2] if group == 1 else "present", "absent"
+            return ea[0], ea[1] if group == 1 else "present", "absent"
         if eb is not None and (ea is None or eb[0] < ea[0]):
-            return eb[0], "absent", eb[2] if group == 1 else "present"
+            return eb[0], "absent", eb[1] if group == 1 else "present"
         if ea is not None and eb is not None:  # the same first file
-            return ea[0] if group == 1 else f"one of the {group} files {ea[0]} to {ea[1]}", ea[2], eb[2]
+            return ea[0] if group == 1 else f"one of the {group} files {ea[0]} to {ea[1]}", ea[-1], eb[-1]
     return None
 
 
@@ -347,5 +347,6 @@ def _table(fingerprint: Mapping[str, Any]) -> list[list[str]] | None:
     table, group = fingerprint.get("files"), fingerprint.get("files_group")
     if not isinstance(group, int) or isinstance(group, bool) or group < 1 or not isinstance(table, list):
         return None
-    ok = all(isinstance(e, list) and len(e) == 3 and all(isinstance(x, str) for x in e) for e in table)
+    size = 2 if group == 1 else 3
+    ok = all(isinstance(e, list) and len(e) == size and all(isinstance(x, str) for x in e) for e in table)
     return table if ok else None

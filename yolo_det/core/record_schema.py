@@ -284,9 +284,10 @@ FIELDS: tuple[Field, ...] = (
             Field(
                 "files",
                 (_A,),
-                "Which file differs, when the digests do: `[first, last, sha256]` per file (16 hex digits), by name "
-                "relative to the dataset root, up to 256 files; beyond, per group of `files_group` files (a digest of "
-                "their names and contents). What `yolo-det reproduce` and `diff` name; not part of `sha256`.",
+                "Which file differs, when the digests do: `[name, sha256]` per file (16 hex digits), by name relative "
+                "to the dataset root, up to 256 files; beyond, `[first, last, digest]` per group of `files_group` "
+                "files (a digest of their names and contents). What `yolo-det reproduce` and `diff` name; not part "
+                "of `sha256`.",
                 items=(_A,),
             ),
             Field("files_group", (_I,), "Files per entry of `files` (1: one per file)."),
