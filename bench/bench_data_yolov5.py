@@ -3,9 +3,10 @@
 
 usage: python bench/bench_data_yolov5.py [--rounds R] [--workers W] [--out FILE]
 
-The loader is YOLOv5's own (``create_dataloader`` of the installed ``yolov5`` package, mosaic and mixup on),
-aligned at every epoch as the run does under a profile (:func:`yolo_det.integrations.yolov5.resume.realign_loader`:
-a new iterator, new workers), with and without :func:`yolo_det.integrations.yolov5.data.key_loader`. One round
+The loader is built from YOLOv5's own (``create_dataloader`` of the installed ``yolov5`` package, mosaic and mixup
+on) as a run builds it under a profile, with and without ``data_invariance``
+(:func:`yolo_det.fixes.data_invariance.keyed_loader`, :class:`yolo_det.integrations.yolov5.data.EpochLoader`), both
+built again at every epoch (new workers each epoch, so the keying is all that differs). One round
 times three epochs of each mode after one warm-up epoch; the rounds interleave the two modes (alternating which
 goes first) and the figure is the median over rounds of the per-round ratio. Throughput is counted per CPU
 second of the process and its workers (each epoch's workers are read when the epoch ends, so all their work is
@@ -34,9 +35,8 @@ from bench_data import TARGET, _large_dataset  # noqa: E402
 
 
 def _workers_cpu(loader: Any) -> float:
-    """CPU seconds used by the loader's live worker processes since they started (Linux /proc)."""
-    iterator = getattr(loader, "iterator", None)
-    iterator = getattr(iterator, "live", iterator)  # an invariant loader's iterator is made at its first batch
+    """CPU seconds used by the live worker processes of a loader's iterator since they started (Linux /proc)."""
+    iterator = getattr(loader, "iterator", loader)
     tick = os.sysconf("SC_CLK_TCK")
     total = 0.0
     for worker in getattr(iterator, "_workers", ()):
@@ -54,31 +54,27 @@ def _images_per_second(images_dir: str, workers: int, invariant: bool) -> tuple[
     import yolov5
     from yolov5.utils.dataloaders import create_dataloader
 
-    from yolo_det.integrations.yolov5.data import key_loader
-    from yolo_det.integrations.yolov5.resume import realign_loader
+    from yolo_det.fixes.data_invariance import keyed_loader
+    from yolo_det.integrations.yolov5.data import EpochLoader
 
     hyp_file = Path(next(iter(yolov5.__path__))) / "data" / "hyps" / "hyp.scratch-low.yaml"
     hyp = {**yaml.safe_load(hyp_file.read_text(encoding="utf-8")), "mosaic": 1.0, "mixup": 0.5}
-    loader, _ = create_dataloader(images_dir, 160, 4, 32, hyp=hyp, augment=True, workers=workers, shuffle=True, seed=0)
-    keys = key_loader(loader, 0) if invariant else None
+    like, _ = create_dataloader(images_dir, 160, 4, 32, hyp=hyp, augment=True, workers=workers, shuffle=True, seed=0)
     images, wall, cpu = 0, 0.0, 0.0
-    try:
-        for epoch in range(4):
-            t0, c0 = time.perf_counter(), time.process_time()
-            if keys is not None:
-                keys.set_epoch(epoch)  # the new iterator's stream starts here
-            realign_loader(loader, 0, 0, epoch)
-            n = sum(int(b[0].shape[0]) for b in loader)
+    for epoch in range(4):
+        t0, c0 = time.perf_counter(), time.process_time()
+        loader = keyed_loader(like, 0, epoch=epoch) if invariant else EpochLoader(like, seed=0, epoch=epoch)
+        iterator = getattr(loader, "iterator", None) or iter(loader)
+        try:
+            n = sum(int(next(iterator)[0].shape[0]) for _ in range(len(loader)))  # the epoch's workers still live
             if epoch == 0:
                 continue  # warm-up
-            cpu += time.process_time() - c0 + _workers_cpu(loader)
+            cpu += time.process_time() - c0 + _workers_cpu(iterator)
             wall += time.perf_counter() - t0
             images += n
-        return images / wall, images / cpu
-    finally:
-        shutdown = getattr(getattr(loader, "iterator", None), "_shutdown_workers", None)
-        if callable(shutdown):
-            shutdown()
+        finally:
+            getattr(iterator, "_shutdown_workers", lambda: None)()
+    return images / wall, images / cpu
 
 
 def main(argv: list[str] | None = None) -> int:
