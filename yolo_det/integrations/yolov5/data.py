@@ -58,6 +58,8 @@ AUGMENT_HYP = (
 AUGMENT_OPT = ("imgsz", "img_size", "batch_size", "cache", "rect", "image_weights", "quad", "multi_scale", "single_cls")
 #: Batches the fingerprint covers.
 FINGERPRINT_BATCHES = 2
+#: What an :class:`EpochLoader` takes from YOLOv5's loader (besides its dataset and generator).
+_LIKE = ("batch_size", "sampler", "drop_last", "num_workers", "collate_fn", "pin_memory", "worker_init_fn")
 
 
 class EpochLoader(DataLoader[Any]):
@@ -68,18 +70,8 @@ class EpochLoader(DataLoader[Any]):
     an epoch depend on (seed, rank, epoch) only, never on the epochs before (a resumed run sees the same epochs)."""
 
     def __init__(self, like: Any, *, seed: int, rank: int = 0, epoch: int = 0) -> None:
-        generator = like.generator if isinstance(like.generator, torch.Generator) else torch.Generator()
-        super().__init__(
-            like.dataset,
-            batch_size=like.batch_size,
-            sampler=like.sampler,
-            drop_last=like.drop_last,
-            num_workers=like.num_workers,
-            collate_fn=like.collate_fn,
-            pin_memory=like.pin_memory,
-            worker_init_fn=like.worker_init_fn,
-            generator=generator,
-        )
+        settings = {k: getattr(like, k) for k in _LIKE}
+        super().__init__(like.dataset, generator=like.generator or torch.Generator(), **settings)
         self.data_seed, self.rank, self.epoch = int(seed), max(int(rank), 0), int(epoch)
 
     def __iter__(self) -> Any:  # a new DataLoader iterator
@@ -102,7 +94,6 @@ class YOLOv5Data:
         self.seed = int(seed)
         self.rank = max(int(rank), 0)
         self.loader: Any = None
-        self.mode: str | None = None
         self.first_epoch: int | None = None
         self.tap = _data.BatchTap(FINGERPRINT_BATCHES)
 
@@ -120,12 +111,12 @@ class YOLOv5Data:
             loader = _data.keyed_loader(like, seed, rank=self.rank, epoch=int(epoch))
         else:
             loader = EpochLoader(like, seed=self.seed, rank=self.rank, epoch=int(epoch))
-        self.loader, self.first_epoch, self.mode = loader, int(epoch), _data.data_mode(loader)
+        self.loader, self.first_epoch = loader, int(epoch)
         return loader
 
-    def observe(self, scope: Mapping[str, Any]) -> None:
+    def observe(self, scope: Mapping[str, Any]) -> bool:
         """Feed the tap the batch ``train()`` just took (its locals ``imgs``, ``targets`` and, when segmenting,
-        ``masks``: the tensors of the batch, in the loader's order); the tap keeps the first ones.
+        ``masks``: the tensors of the batch, in the loader's order); return whether it wants more.
 
         Raises:
             ConfigError: ``train()``'s ``train_loader`` is not the loader :meth:`build` built (a tree patched by an
@@ -137,8 +128,9 @@ class YOLOv5Data:
                 "patch it again: yolo-det patch-yolov5 DIR"
             )
         batch = tuple(scope[k] for k in ("imgs", "targets", "masks") if isinstance(scope.get(k), torch.Tensor))
-        if batch:
+        if batch:  # else the record says no batch was fingerprinted
             self.tap.feed(batch)
+        return self.tap.seen < self.tap.limit
 
     def section(self, opt: Any) -> dict[str, Any]:
         """The record's ``data_stream`` section.
@@ -155,7 +147,7 @@ class YOLOv5Data:
         augment = {k: plain_value(hyp[k]) for k in AUGMENT_HYP if isinstance(hyp, dict) and k in hyp}
         augment.update({k: plain_value(getattr(opt, k)) for k in AUGMENT_OPT if hasattr(opt, k)})
         return {
-            "mode": self.mode,
+            "mode": _data.data_mode(loader) if loader is not None else None,
             "workers": int(getattr(loader, "num_workers", 0)) if loader is not None else None,
             "seed": self.seed,
             "dataset": _dataset_digest(dataset),

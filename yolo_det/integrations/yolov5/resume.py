@@ -75,7 +75,7 @@ class YOLOv5Resume:
         self._registered: list[tuple[str, Any]] = []
         self._last_epoch_seen: int | None = None
         #: Called with ``train()``'s locals at the start of every batch (the run points it at the data fingerprint).
-        self.observe_batch: Callable[[dict[str, Any]], None] | None = None
+        self.observe_batch: Callable[[dict[str, Any]], bool] | None = None
 
     # -- wiring ---------------------------------------------------------------------------------------
     def attach(self, callbacks: Any) -> None:
@@ -158,10 +158,11 @@ class YOLOv5Resume:
             self._restore(scope, state)
 
     def on_train_batch_start(self, *args: Any, **kwargs: Any) -> None:
-        """Show :attr:`observe_batch` ``train()``'s locals as it takes a batch (before it moves the batch anywhere)."""
-        frame = self._frame()
-        if frame is not None and self.observe_batch is not None:
-            self.observe_batch(frame.f_locals)
+        """Show :attr:`observe_batch` ``train()``'s locals as it takes a batch, until it returns False."""
+        observe = self.observe_batch
+        frame = self._frame() if observe is not None else None
+        if observe is not None and frame is not None and not observe(frame.f_locals):
+            self.observe_batch = None
 
     def on_fit_epoch_end(self, *args: Any, **kwargs: Any) -> None:
         """Rank 0: save the state of this epoch (its checkpoint is written right after)."""

@@ -28,11 +28,8 @@ patched line                   effect with ``--det-profile NAME`` (without it: Y
 =============================  ===========================================================================
 
 The run in progress is held in a context variable (:func:`current_run`), so the patched functions need no
-extra arguments and a tree patched by hand in part still works: a call outside a run falls back to YOLOv5.
-
-YOLOv5's own callbacks (``on_train_epoch_start``, ``on_train_batch_start``, ``on_fit_epoch_end``) read
-``train()``'s state for the resume state and the record's data fingerprint
-(:mod:`yolo_det.integrations.yolov5.resume`).
+extra arguments; a call outside a run falls back to YOLOv5. YOLOv5's own callbacks read ``train()``'s state for
+the resume state and the data fingerprint (:mod:`yolo_det.integrations.yolov5.resume`).
 """
 
 from __future__ import annotations
