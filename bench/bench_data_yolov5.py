@@ -5,13 +5,12 @@ usage: python bench/bench_data_yolov5.py [--rounds R] [--workers W] [--out FILE]
 
 The loader is built from YOLOv5's own (``create_dataloader`` of the installed ``yolov5`` package, mosaic and mixup
 on) as a run builds it under a profile, with and without ``data_invariance``
-(:func:`yolo_det.fixes.data_invariance.keyed_loader`, :class:`yolo_det.integrations.yolov5.data.EpochLoader`), both
-built again at every epoch (new workers each epoch, so the keying is all that differs). One round
+(:func:`yolo_det.fixes.data_invariance.keyed_loader`: one stream of epochs over workers that live for the run;
+:class:`yolo_det.integrations.yolov5.data.EpochLoader`: new workers every epoch). One round
 times three epochs of each mode after one warm-up epoch; the rounds interleave the two modes (alternating which
 goes first) and the figure is the median over rounds of the per-round ratio. Throughput is counted per CPU
-second of the process and its workers (each epoch's workers are read when the epoch ends, so all their work is
-counted), and per wall-clock second. Dataset: 192 synthetic 160x160 images at imgsz 160, batch 4 (see
-``bench/bench_data.py``).
+second of the process and its workers (read when each epoch's last batch arrives), and per wall-clock second.
+Dataset: 192 synthetic 160x160 images at imgsz 160, batch 4 (see ``bench/bench_data.py``).
 """
 
 from __future__ import annotations
@@ -60,20 +59,24 @@ def _images_per_second(images_dir: str, workers: int, invariant: bool) -> tuple[
     hyp_file = Path(next(iter(yolov5.__path__))) / "data" / "hyps" / "hyp.scratch-low.yaml"
     hyp = {**yaml.safe_load(hyp_file.read_text(encoding="utf-8")), "mosaic": 1.0, "mixup": 0.5}
     like, _ = create_dataloader(images_dir, 160, 4, 32, hyp=hyp, augment=True, workers=workers, shuffle=True, seed=0)
-    images, wall, cpu = 0, 0.0, 0.0
+    # as a run builds it: keyed, one stream of epochs over workers that live for the run; else a new pass (and new
+    # workers) every epoch
+    loader = keyed_loader(like, 0) if invariant else EpochLoader(like, seed=0)
+    images, wall, cpu, before = 0, 0.0, 0.0, 0.0
     for epoch in range(4):
         t0, c0 = time.perf_counter(), time.process_time()
-        loader = keyed_loader(like, 0, epoch=epoch) if invariant else EpochLoader(like, seed=0, epoch=epoch)
-        iterator = getattr(loader, "iterator", None) or iter(loader)
-        try:
-            n = sum(int(next(iterator)[0].shape[0]) for _ in range(len(loader)))  # the epoch's workers still live
-            if epoch == 0:
-                continue  # warm-up
-            cpu += time.process_time() - c0 + _workers_cpu(iterator)
+        iterator = loader.iterator if invariant else iter(loader)
+        n = sum(int(next(iterator)[0].shape[0]) for _ in range(len(loader)))  # the epoch's workers still live
+        workers_cpu = _workers_cpu(iterator)
+        if not invariant:
+            iterator._shutdown_workers()
+        if epoch > 0:  # epoch 0 warms up
+            cpu += time.process_time() - c0 + workers_cpu - before
             wall += time.perf_counter() - t0
             images += n
-        finally:
-            getattr(iterator, "_shutdown_workers", lambda: None)()
+        before = workers_cpu if invariant else 0.0
+    if invariant:
+        loader.iterator._shutdown_workers()
     return images / wall, images / cpu
 
 
@@ -107,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         "target": TARGET,
         "measure": "median over interleaved rounds of (invariant / YOLOv5) training loader throughput in images "
         "per CPU second of the process and its workers (cost) and per wall-clock second (wall_cost), 3 timed "
-        "epochs per round after one warm-up epoch, the loader aligned every epoch as a patched train.py does",
+        "epochs per round after one warm-up epoch, each loader as a patched train.py builds it (keyed: one stream over "
+        "workers that live for the run; without invariance: new workers every epoch)",
         "dataset": "192 synthetic 160x160 images, imgsz 160, batch 4, mosaic 1.0, mixup 0.5",
         "workers": args.workers,
         "rounds": args.rounds,
