@@ -108,6 +108,32 @@ def test_without_invariance_the_yolov5_stream_depends_on_the_worker_count(
     assert on not in [r[0] for r in off.values()]  # the keyed draws are what changed
 
 
+def test_segment_trains_on_a_keyed_loader_too(
+    hyp: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """segment/train.py's patched line builds its loader the same way: masks included, any worker count."""
+    from yolov5.utils.segment.dataloaders import create_dataloader
+
+    from tests.task_data import make_dataset
+
+    make_dataset(tmp_path, "segment", n=8)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    streams = []
+    for workers in (0, 2):
+        like, _ = create_dataloader(
+            str(tmp_path / "images"), 64, 4, 32, hyp=hyp, augment=True, workers=workers, shuffle=True, seed=SEED,
+            prefix="", overlap_mask=True, mask_downsample_ratio=4,
+        )  # fmt: skip
+        session = DeterminismSession(load_profile("repro"), seed=SEED)
+        with session.run():
+            session.enter("train")
+            loader = YOLOv5Data(session, SEED).build(like, 0)
+            assert loader.num_workers == workers
+            streams.append([inv.batch_digest([(b[0], b[1], b[4]) for b in loader]) for _ in range(2)])
+    assert streams[0] == streams[1]
+    assert streams[0][0] != streams[0][1]
+
+
 def test_yolov5_resume_at_an_epoch_boundary_with_another_worker_count(
     images: Path, hyp: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
