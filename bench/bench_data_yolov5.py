@@ -3,14 +3,14 @@
 
 usage: python bench/bench_data_yolov5.py [--rounds R] [--workers W] [--out FILE]
 
-The loader is YOLOv5's own (``create_dataloader`` of the installed ``yolov5`` package, mosaic and mixup on),
-aligned at every epoch as the run does under a profile (:func:`yolo_det.integrations.yolov5.resume.realign_loader`:
-a new iterator, new workers), with and without :func:`yolo_det.integrations.yolov5.data.key_loader`. One round
+The loader is built from YOLOv5's own (``create_dataloader`` of the installed ``yolov5`` package, mosaic and mixup
+on) as a run builds it under a profile, with and without ``data_invariance``
+(:func:`yolo_det.fixes.data_invariance.keyed_loader`: one stream of epochs over workers that live for the run;
+:class:`yolo_det.integrations.yolov5.data.EpochLoader`: new workers every epoch). One round
 times three epochs of each mode after one warm-up epoch; the rounds interleave the two modes (alternating which
 goes first) and the figure is the median over rounds of the per-round ratio. Throughput is counted per CPU
-second of the process and its workers (each epoch's workers are read when the epoch ends, so all their work is
-counted), and per wall-clock second. Dataset: 192 synthetic 160x160 images at imgsz 160, batch 4 (see
-``bench/bench_data.py``).
+second of the process and its workers (read when each epoch's last batch arrives), and per wall-clock second.
+Dataset: 192 synthetic 160x160 images at imgsz 160, batch 4 (see ``bench/bench_data.py``).
 """
 
 from __future__ import annotations
@@ -34,9 +34,8 @@ from bench_data import TARGET, _large_dataset  # noqa: E402
 
 
 def _workers_cpu(loader: Any) -> float:
-    """CPU seconds used by the loader's live worker processes since they started (Linux /proc)."""
-    iterator = getattr(loader, "iterator", None)
-    iterator = getattr(iterator, "live", iterator)  # an invariant loader's iterator is made at its first batch
+    """CPU seconds used by the live worker processes of a loader's iterator since they started (Linux /proc)."""
+    iterator = getattr(loader, "iterator", loader)
     tick = os.sysconf("SC_CLK_TCK")
     total = 0.0
     for worker in getattr(iterator, "_workers", ()):
@@ -54,31 +53,31 @@ def _images_per_second(images_dir: str, workers: int, invariant: bool) -> tuple[
     import yolov5
     from yolov5.utils.dataloaders import create_dataloader
 
-    from yolo_det.integrations.yolov5.data import key_loader
-    from yolo_det.integrations.yolov5.resume import realign_loader
+    from yolo_det.fixes.data_invariance import keyed_loader
+    from yolo_det.integrations.yolov5.data import EpochLoader
 
     hyp_file = Path(next(iter(yolov5.__path__))) / "data" / "hyps" / "hyp.scratch-low.yaml"
     hyp = {**yaml.safe_load(hyp_file.read_text(encoding="utf-8")), "mosaic": 1.0, "mixup": 0.5}
-    loader, _ = create_dataloader(images_dir, 160, 4, 32, hyp=hyp, augment=True, workers=workers, shuffle=True, seed=0)
-    keys = key_loader(loader, 0) if invariant else None
-    images, wall, cpu = 0, 0.0, 0.0
-    try:
-        for epoch in range(4):
-            t0, c0 = time.perf_counter(), time.process_time()
-            if keys is not None:
-                keys.set_epoch(epoch)  # the new iterator's stream starts here
-            realign_loader(loader, 0, 0, epoch)
-            n = sum(int(b[0].shape[0]) for b in loader)
-            if epoch == 0:
-                continue  # warm-up
-            cpu += time.process_time() - c0 + _workers_cpu(loader)
+    like, _ = create_dataloader(images_dir, 160, 4, 32, hyp=hyp, augment=True, workers=workers, shuffle=True, seed=0)
+    # as a run builds it: keyed, one stream of epochs over workers that live for the run; else a new pass (and new
+    # workers) every epoch
+    loader = keyed_loader(like, 0) if invariant else EpochLoader(like, seed=0)
+    images, wall, cpu, before = 0, 0.0, 0.0, 0.0
+    for epoch in range(4):
+        t0, c0 = time.perf_counter(), time.process_time()
+        iterator = loader.iterator if invariant else iter(loader)
+        n = sum(int(next(iterator)[0].shape[0]) for _ in range(len(loader)))  # the epoch's workers still live
+        workers_cpu = _workers_cpu(iterator)
+        if not invariant:
+            iterator._shutdown_workers()
+        if epoch > 0:  # epoch 0 warms up
+            cpu += time.process_time() - c0 + workers_cpu - before
             wall += time.perf_counter() - t0
             images += n
-        return images / wall, images / cpu
-    finally:
-        shutdown = getattr(getattr(loader, "iterator", None), "_shutdown_workers", None)
-        if callable(shutdown):
-            shutdown()
+        before = workers_cpu if invariant else 0.0
+    if invariant:
+        loader.iterator._shutdown_workers()
+    return images / wall, images / cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         "target": TARGET,
         "measure": "median over interleaved rounds of (invariant / YOLOv5) training loader throughput in images "
         "per CPU second of the process and its workers (cost) and per wall-clock second (wall_cost), 3 timed "
-        "epochs per round after one warm-up epoch, the loader aligned every epoch as a patched train.py does",
+        "epochs per round after one warm-up epoch, each loader as a patched train.py builds it (keyed: one stream over "
+        "workers that live for the run; without invariance: new workers every epoch)",
         "dataset": "192 synthetic 160x160 images, imgsz 160, batch 4, mosaic 1.0, mixup 0.5",
         "workers": args.workers,
         "rounds": args.rounds,

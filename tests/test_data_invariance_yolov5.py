@@ -1,6 +1,7 @@
 """Worker-invariant data on YOLOv5's own loader (the installed ``yolov5`` package), as a patched ``train.py`` runs it:
-the loader from ``create_dataloader`` (``InfiniteDataLoader``, mosaic and mixup on) handed to a run's session and
-aligned every epoch by :class:`yolo_det.integrations.yolov5_data.YOLOv5Data`, at the loader level (no training)."""
+the loader ``create_dataloader`` built (``InfiniteDataLoader``, mosaic and mixup on) handed to
+:meth:`yolo_det.integrations.yolov5.data.YOLOv5Data.build`, which builds the loader training takes its batches
+from, at the loader level (no training)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,7 @@ import torch
 
 from yolo_det.core.profiles import load_profile
 from yolo_det.fixes import data_invariance as inv
-from yolo_det.integrations.yolov5.data import YOLOv5Data, key_loader
-from yolo_det.integrations.yolov5.resume import realign_loader
+from yolo_det.integrations.yolov5.data import EpochLoader, YOLOv5Data
 from yolo_det.session.session import DeterminismSession
 from yolov5_helpers import installed_yolov5
 
@@ -51,21 +51,26 @@ def _loader(images: Path, hyp: dict[str, Any], workers: int, monkeypatch: pytest
     return loader
 
 
-def _run(loader: Any, profile: Any, *, epochs: int = 2, start: int = 0) -> tuple[list[str], dict[str, Any], YOLOv5Data]:
-    """Train-loop passes over ``loader`` as the patched train.py makes them: one digest per epoch, the section."""
+def _run(like: Any, profile: Any, *, epochs: int = 2, start: int = 0) -> tuple[list[str], dict[str, Any], YOLOv5Data]:
+    """Train-loop passes as the patched train.py makes them over the loader built from YOLOv5's ``like``: one digest
+    per epoch (images and labels, as train() takes them), the section."""
     session = DeterminismSession(load_profile(profile), seed=SEED)
     session.begin()
     data = YOLOv5Data(session, SEED)
     try:
         session.enter("train")
+        loader = data.build(like, start)  # the patched train_loader line
         digests = []
-        for epoch in range(start, start + epochs):
-            data.epoch_start(loader, epoch)  # YOLOv5's on_train_epoch_start
-            digests.append(inv.batch_digest([b[:2] for b in loader]))  # images and labels, as train() takes them
+        for _ in range(epochs):
+            batches = []
+            for imgs, targets, paths, _shapes in loader:
+                scope = {"train_loader": loader, "imgs": imgs, "targets": targets, "paths": paths}
+                data.observe(scope)  # train()'s locals, from YOLOv5's on_train_batch_start
+                batches.append((imgs, targets))
+            digests.append(inv.batch_digest(batches))
         section = data.section(None)
     finally:
         session.end()
-        data.close()
     return digests, section, data
 
 
@@ -95,8 +100,38 @@ def test_without_invariance_the_yolov5_stream_depends_on_the_worker_count(
     assert off[0][0] != off[2][0]
     assert off[0][1]["fingerprint"] != off[2][1]["fingerprint"]
     assert {r[1]["mode"] for r in off.values()} == {inv.MODE_WORKER}
+    assert isinstance(off[2][2].loader, EpochLoader)
+    # each epoch depends on (seed, rank, epoch) only: a run resumed at epoch 1 (same worker count) sees its batches
+    assert _run(_loader(images, hyp, 2, monkeypatch), off_profile, epochs=1, start=1)[0] == off[2][0][1:]
+    assert off[2][0][0] != off[2][0][1]
     on = _run(_loader(images, hyp, 2, monkeypatch), "repro")[0]
     assert on not in [r[0] for r in off.values()]  # the keyed draws are what changed
+
+
+def test_segment_trains_on_a_keyed_loader_too(
+    hyp: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """segment/train.py's patched line builds its loader the same way: masks included, any worker count."""
+    from yolov5.utils.segment.dataloaders import create_dataloader
+
+    from tests.task_data import make_dataset
+
+    make_dataset(tmp_path, "segment", n=8)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    streams = []
+    for workers in (0, 2):
+        like, _ = create_dataloader(
+            str(tmp_path / "images"), 64, 4, 32, hyp=hyp, augment=True, workers=workers, shuffle=True, seed=SEED,
+            prefix="", overlap_mask=True, mask_downsample_ratio=4,
+        )  # fmt: skip
+        session = DeterminismSession(load_profile("repro"), seed=SEED)
+        with session.run():
+            session.enter("train")
+            loader = YOLOv5Data(session, SEED).build(like, 0)
+            assert loader.num_workers == workers
+            streams.append([inv.batch_digest([(b[0], b[1], b[4]) for b in loader]) for _ in range(2)])
+    assert streams[0] == streams[1]
+    assert streams[0][0] != streams[0][1]
 
 
 def test_yolov5_resume_at_an_epoch_boundary_with_another_worker_count(
@@ -109,24 +144,31 @@ def test_yolov5_resume_at_an_epoch_boundary_with_another_worker_count(
     assert section["fingerprint_epoch"] == 1
 
 
-def test_yolov5s_loader_is_keyed_once_in_its_repeat_wrapper_and_streams_on(
+def test_the_keyed_loader_is_built_like_yolov5s_and_streams_on(
     images: Path, hyp: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    loader = _loader(images, hyp, 1, monkeypatch)
-    dataset, sampler = loader.dataset, loader.batch_sampler.sampler
-    plain = inv.batch_digest([next(loader.iterator)[:2]])  # the iterator YOLOv5 made when it built the loader
-    digests, _, data = _run(loader, "repro", epochs=2)
-    keys = loader.batch_sampler.sampler
-    assert keys is data.keys
+    like = _loader(images, hyp, 1, monkeypatch)
+    outer, sampler = like.batch_sampler, like.batch_sampler.sampler
+    plain = inv.batch_digest([next(like.iterator)[:2]])  # the iterator YOLOv5 made when it built its loader
+    digests, _, data = _run(like, "repro", epochs=2)
+    loader = data.loader
+    assert loader is not like
+    assert isinstance(loader, type(like))  # YOLOv5's InfiniteDataLoader, built over the keyed sampler
+    assert (like.batch_sampler, like.batch_sampler.sampler) == (outer, sampler)  # YOLOv5's loader left as it was
+    keys = loader.keys
+    assert loader.batch_sampler.sampler is keys
     assert isinstance(keys, inv.KeyedBatchSampler)
     assert keys.repeat
-    assert keys.inner.sampler is sampler.sampler  # YOLOv5's sampler, keyed
-    assert keys.epoch == 1  # told each epoch; the stream under way went on without a new iterator
-    assert "__getitems__" in vars(dataset)
-    assert "load_image" not in vars(dataset)
+    assert keys.inner.sampler is like.sampler  # YOLOv5's sampler, keyed
+    assert (loader.num_workers, loader.collate_fn, loader.generator) == (1, like.collate_fn, like.generator)
+    assert "__getitems__" in vars(like.dataset)
+    assert "load_image" not in vars(like.dataset)
     assert data.tap.seen == 2
-    assert inv.batch_digest([next(loader.iterator)[:2]]) != plain  # keyed draws (epoch 2 of the stream)
     assert digests[0] != digests[1]
+    # one stream from the first epoch on: never told the epoch, it goes on into epoch 2
+    third = inv.batch_digest([next(loader.iterator)[:2] for _ in range(len(loader))])
+    assert third == _run(_loader(images, hyp, 0, monkeypatch), "repro", epochs=1, start=2)[0][0]
+    assert third != plain
 
 
 _RANK_DRIVER = """
@@ -135,8 +177,7 @@ import torch
 import torch.distributed as dist
 import yaml
 from yolov5.utils.dataloaders import InfiniteDataLoader, LoadImagesAndLabels
-from yolo_det.integrations.yolov5.data import key_loader
-from yolo_det.integrations.yolov5.resume import realign_loader
+from yolo_det.fixes.data_invariance import keyed_loader
 
 rank, store, images, out = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 hyp = json.loads(sys.argv[5])
@@ -145,8 +186,7 @@ dataset = LoadImagesAndLabels(images, 64, 2, augment=True, hyp=hyp, stride=32, p
 sampler = torch.utils.data.distributed.DistributedSampler(dataset, shuffle=True)  # rank and world from gloo
 loader = InfiniteDataLoader(dataset, batch_size=2, sampler=sampler, num_workers=rank,
                             collate_fn=LoadImagesAndLabels.collate_fn, generator=torch.Generator())
-key_loader(loader, SEED, rank=rank)
-realign_loader(loader, SEED, rank, 0)  # a new iterator, over the keyed sampler
+loader = keyed_loader(loader, SEED, rank=rank)  # what a run's YOLOv5Data.build gives under data_invariance
 steps = [SAMPLES(b) for _ in range(2) for b in loader]
 dist.barrier()
 dist.destroy_process_group()
@@ -179,9 +219,7 @@ def test_two_gloo_ranks_train_each_global_step_on_one_process_samples(
 
     from helpers import subprocess_env
 
-    one = _loader(images, hyp, 0, monkeypatch)  # 1 process at the global batch (4): the reference
-    key_loader(one, SEED)
-    realign_loader(one, SEED, 0, 0)
+    one = inv.keyed_loader(_loader(images, hyp, 0, monkeypatch), SEED)  # 1 process at the global batch (4)
     reference = [_samples(b) for _ in range(2) for b in one]
     driver = tmp_path / "rank.py"
     helper = textwrap.dedent(inspect.getsource(_samples)).replace(

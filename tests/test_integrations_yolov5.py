@@ -29,6 +29,7 @@ from yolo_det.core import state as _state
 from yolo_det.core.errors import ConfigError, ProfileError, YoloDetError
 from yolo_det.core.record import RECORD_NAME, checkpoint_digest
 from yolo_det.core.seeding import rank_seed
+from yolo_det.fixes.data_invariance import KeyedLoader
 from yolo_det.integrations import yolov5 as ydet
 from yolo_det.tools.demo import demo_data_yaml
 from yolov5_helpers import copy_yolov5
@@ -95,6 +96,52 @@ def train(hyp: dict[str, Any], opt: argparse.Namespace, device: str, callbacks: 
     weights.mkdir(parents=True, exist_ok=True)
     torch.save({"model": model, "epoch": 0}, weights / "last.pt")
     return "done"
+
+
+@ydet.training
+def train_on_a_loader(hyp: dict[str, Any], opt: argparse.Namespace, device: str, callbacks: Any) -> Any:
+    """train() around its training loader: the patched line (or, in a tree patched by an earlier yolo-det, YOLOv5's
+    own call), YOLOv5's callbacks at each epoch and batch."""
+    ydet.prepare_model(torch.nn.Linear(1, 1))
+    data = torch.utils.data.TensorDataset(torch.arange(8.0).reshape(8, 1))
+
+    def create_dataloader(batch_size: int) -> tuple[Any, Any]:
+        return torch.utils.data.DataLoader(data, batch_size, shuffle=True, generator=torch.Generator()), data
+
+    if not opt.no_start_epoch:
+        start_epoch = 0
+    if opt.old_patch:
+        train_loader, dataset = create_dataloader(4)
+    else:
+        train_loader, dataset = ydet.train_loader(create_dataloader)(4)
+    for _epoch in range(start_epoch, 2):
+        callbacks.run("on_train_epoch_start")
+        for (imgs,) in train_loader:
+            targets = imgs.sum(1)  # noqa: F841 - a local of train(), as YOLOv5's batch loop has it
+            callbacks.run("on_train_batch_start")
+    return train_loader
+
+
+def test_the_training_loader_is_built_by_the_patched_line(tmp_path: Path) -> None:
+    from yolov5.utils.callbacks import Callbacks
+
+    def run(profile: str | None, **extra: Any) -> Any:
+        opt = _opt(tmp_path, profile, **{"no_start_epoch": False, "old_patch": False, **extra})
+        return train_on_a_loader({}, opt, "cpu", Callbacks())
+
+    plain = run(None)
+    assert type(plain) is torch.utils.data.DataLoader  # without a profile: YOLOv5's own loader
+    loader = run("repro")
+    assert isinstance(loader, KeyedLoader)  # built by the patched line under repro's data_invariance
+    assert loader.keys.epoch == 2  # two passes, epochs 0 and 1
+    stream = _record(tmp_path)["data_stream"]
+    assert (stream["mode"], stream["fingerprint_batches"], stream["fingerprint_epoch"]) == ("keyed", 2, 0)
+    assert re.fullmatch(r"[0-9a-f]{64}", stream["fingerprint"])
+    with pytest.raises(ConfigError, match=r"^train\(\) trains on a loader yolo-det did not build .*patch-yolov5 DIR$"):
+        run("repro", old_patch=True)
+    assert _record(tmp_path)["status"] == "failed"
+    with pytest.raises(ConfigError, match="no integer start_epoch"):
+        run("repro", no_start_epoch=True)
 
 
 def _opt(tmp_path: Path, profile: str | None, **extra: Any) -> argparse.Namespace:

@@ -91,16 +91,18 @@ def test_patched_training_scripts_call_yolo_det_and_compile(tree: Path, capsys: 
         added = [line for line in new if line.endswith(pv.MARKER)]
         calls = {line.strip()[: -len(pv.MARKER)].strip() for line in added}
         assert PATCHED_CALLS <= calls, rel
-        resumable = rel != "classify/train.py"  # detect and segment also hand last_opt_step to a resumed run
-        assert len(added) == 6 + resumable  # the import and one line per call
+        resumable = rel != "classify/train.py"  # detect and segment: their training loader, last_opt_step
+        assert len(added) == 6 + 2 * resumable  # the import and one line per call
         removed = [line.strip() for line in old if line not in new]
+        loader = "train_loader, dataset = create_dataloader(" + ("train_path," if rel == "train.py" else "")
         assert removed == [
             "init_seeds(opt.seed + 1 + RANK, deterministic=True)",
-            *(["last_opt_step = -1"] if resumable else []),
+            *([loader, "last_opt_step = -1"] if resumable else []),
             "scaler.scale(loss).backward()",
         ]
         if resumable:
             assert "    last_opt_step = ydet.last_opt_step(-1)  # yolo-det" in new
+            assert any(" = ydet.train_loader(create_dataloader)(" in line for line in added)
         assert "ydet.init_seeds(init_seeds, opt.seed + 1 + RANK, deterministic=True)  # yolo-det" in "\n".join(new)
     for rel in pv.FILES:
         compile((tree / rel).read_text(encoding="utf-8"), rel, "exec")

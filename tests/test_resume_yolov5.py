@@ -20,7 +20,7 @@ from test_integrations_yolov5 import _offline_env, yolov5_copy  # noqa: F401 - t
 from yolo_det.core.record import RECORD_NAME, checkpoint_digest
 from yolo_det.core.resume import state_path
 from yolo_det.core.seeding import epoch_data_seed
-from yolo_det.integrations.yolov5.resume import realign_loader
+from yolo_det.integrations.yolov5.data import EpochLoader
 
 _DRIVER = """
 import json, sys
@@ -127,13 +127,11 @@ def test_the_data_order_is_a_function_of_seed_rank_and_epoch() -> None:
     data = torch.utils.data.TensorDataset(torch.arange(32))
 
     def order(seed: int, epoch: int, warm: int = 0) -> list[int]:
-        loader = torch.utils.data.DataLoader(data, batch_size=32, shuffle=True, generator=torch.Generator())
-        loader.iterator = iter(loader)  # a persistent iterator, as YOLOv5's InfiniteDataLoader keeps one
-        for e in range(warm):  # earlier epochs consumed the generator: they must not matter
-            realign_loader(loader, seed, 0, e)
-            next(loader.iterator)
-        realign_loader(loader, seed, 0, epoch)
-        return next(loader.iterator)[0].tolist()
+        like = torch.utils.data.DataLoader(data, batch_size=32, shuffle=True, generator=torch.Generator())
+        loader = EpochLoader(like, seed=seed, epoch=epoch - warm)  # a run that starts at epoch - warm
+        for _ in range(warm):  # earlier epochs consumed the generator: they must not matter
+            next(iter(loader))
+        return next(iter(loader))[0].tolist()
 
     assert order(3, 2) == order(3, 2, warm=2)  # a resumed run (no earlier epochs) sees the same order
     assert order(3, 2) != order(4, 2)  # the user's seed decides

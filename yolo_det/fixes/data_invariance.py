@@ -430,7 +430,7 @@ class BatchTap:
     """The fingerprint of the first ``limit`` batches a run trains on (see :func:`batch_digest`).
 
     :meth:`feed` it each batch as it arrives, before any change (the trainer seam's observer does, and YOLOv5's
-    loader wrapper).
+    ``on_train_batch_start``).
     """
 
     def __init__(self, limit: int = 2) -> None:

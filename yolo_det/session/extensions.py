@@ -14,8 +14,8 @@ a phase is entered, and undoes them in reverse order when it is left, on error t
 - :class:`Interception`: routing of ``torch.nn.functional`` calls (:mod:`yolo_det.fixes.intercept`).
 
 ``data_invariance`` and ``shards`` are no extension: the integration builds them into the training loader (the
-trainer seam's ``get_dataloader``, :mod:`yolo_det.integrations.ultralytics.seam`; YOLOv5's loader, built inside
-``train()``, is keyed once at its first epoch: :func:`yolo_det.integrations.yolov5.data.key_loader`).
+trainer seam's ``get_dataloader``, :mod:`yolo_det.integrations.ultralytics.seam`; YOLOv5's, the patched
+``create_dataloader`` line in ``train()``: :meth:`yolo_det.integrations.yolov5.data.YOLOv5Data.build`).
 
 An integration adds what only it knows with :func:`register_extension` (the Ultralytics plugin's
 ``batch_invariant`` on a predictor or validator: :mod:`yolo_det.integrations.ultralytics.batch_invariance`).

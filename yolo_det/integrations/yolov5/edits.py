@@ -142,7 +142,21 @@ _LAST_OPT_STEP = Edit(
     "{indent}last_opt_step = -1",
 )
 
-_TRAIN_EDITS = (_IMPORT, _TRAINING, _INIT_SEEDS, _MODEL_DETECT, _LAST_OPT_STEP, _BACKWARD, _OPTION_TRAIN)
+_TRAIN_LOADER = Edit(
+    "train_loader",
+    "train_loader, dataset = create_dataloader(...",
+    re.compile(r"(?P<indent>[ \t]+)train_loader, dataset = create_dataloader\((?P<rest>[^#]*)$"),
+    "replace",
+    "{indent}train_loader, dataset = ydet.train_loader(create_dataloader)({rest}  " + MARKER,
+    re.compile(
+        r"(?P<indent>[ \t]+)train_loader, dataset = ydet\.train_loader\(create_dataloader\)\((?P<rest>[^#]*?)  "
+        + re.escape(MARKER)
+        + r"[ \t]*$"
+    ),
+    "{indent}train_loader, dataset = create_dataloader({rest}",
+)
+
+_TRAIN_EDITS = (_IMPORT, _TRAINING, _INIT_SEEDS, _MODEL_DETECT, _TRAIN_LOADER, _LAST_OPT_STEP, _BACKWARD, _OPTION_TRAIN)
 
 #: The files the patch changes (relative to the tree's root) and their edits. ``train.py`` and ``val.py``
 #: must exist; the others are patched where the tag has them.

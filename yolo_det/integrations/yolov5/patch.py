@@ -17,6 +17,8 @@ training            ``def train(``                                    ``@ydet.tr
 init_seeds          ``init_seeds(opt.seed + 1 + RANK, ...)``          becomes ``ydet.init_seeds(init_seeds, ...)``
 prepare_model       ``amp = check_amp(model)`` (``model =             ``model = ydet.prepare_model(model)``
                     model.to(device)`` in classify)                   inserted before (after) it
+train_loader        ``train_loader, dataset = create_dataloader(``    becomes ``train_loader, dataset =
+                    (detect and segment)                              ydet.train_loader(create_dataloader)(``
 last_opt_step       ``last_opt_step = -1`` (detect and segment)       becomes ``last_opt_step =
                                                                       ydet.last_opt_step(-1)``
 backward            ``scaler.scale(loss).backward()``                 becomes ``ydet.backward(scaler.scale(loss))``

@@ -1,4 +1,4 @@
-"""Bitwise resume and seeded data order for a patched YOLOv5 ``train.py`` (``--det-profile``).
+"""Bitwise resume for a patched YOLOv5 ``train.py`` (``--det-profile``).
 
 YOLOv5 keeps the objects a resume needs (model, EMA, scaler, loader, ``last_opt_step``) in local variables
 of ``train()``. yolo-det reads them, never writes them, from ``train()``'s frame while one of YOLOv5's own
@@ -6,14 +6,9 @@ callbacks runs (the frame is found by its code object, the decorated function's)
 place (``load_state_dict``, in-place copies). The one local that cannot be changed in place,
 ``last_opt_step``, is set through the patched line ``last_opt_step = ydet.last_opt_step(-1)``.
 
-- ``on_train_epoch_start`` (every rank): the loader's generator is reseeded with
-  :func:`yolo_det.core.seeding.epoch_data_seed` of the user's ``--seed`` and its persistent iterator restarted,
-  so the data order and the worker seeds of an epoch depend on (seed, rank, epoch) only; a
-  ``DistributedSampler`` gets the user's seed (:attr:`YOLOv5Resume.align`, which the run points at
-  :meth:`yolo_det.integrations.yolov5.data.YOLOv5Data.epoch_start`: it also hands the loader over and keys
-  a worker-invariant loader's pass with the epoch). On the first epoch of a resumed run, the saved state is
-  restored here. Ranks > 0 write the state of the epoch that just ended here (YOLOv5 runs no callback on
-  them after an epoch).
+- ``on_train_epoch_start`` (every rank): on the first epoch of a resumed run, the saved state is restored here.
+  Ranks > 0 write the state of the epoch that just ended here (YOLOv5 runs no callback on them after an epoch).
+- ``on_train_batch_start``: ``train()``'s locals to :attr:`YOLOv5Resume.observe_batch` (the data fingerprint).
 - ``on_fit_epoch_end`` (rank 0, after validation, right before the checkpoint is written): rank 0 writes
   its state. The state names the epoch and the EMA update count, so a state without its checkpoint (or the
   other way round) is recognised and not used.
@@ -38,11 +33,10 @@ import torch
 from ...core.modules import unwrap_model
 from ...core.resume import find_state, get_rng_state, save_state, set_rng_state, state_path
 from ...core.resume.lineage import warn_no_state
-from ...core.seeding import epoch_data_seed
 
 __all__ = ["YOLOv5Resume"]
 
-_HOOKS = ("on_train_epoch_start", "on_fit_epoch_end")
+_HOOKS = ("on_train_epoch_start", "on_train_batch_start", "on_fit_epoch_end")
 
 
 def _state(module: Any) -> dict[str, torch.Tensor] | None:
@@ -53,31 +47,6 @@ def _state(module: Any) -> dict[str, torch.Tensor] | None:
         for k, v in module.state_dict().items()
         if isinstance(v, torch.Tensor)
     }
-
-
-def realign_loader(loader: Any, seed: int, rank: int, epoch: int) -> None:
-    """Seed ``loader``'s generator for ``epoch`` and restart a persistent iterator (YOLOv5's and Ultralytics'
-    ``InfiniteDataLoader`` keep one), so the epoch's order and worker seeds depend on (seed, rank, epoch) only.
-
-    Over a keyed batch sampler (``data_invariance``, :func:`yolo_det.integrations.yolov5.data.key_loader`) the new
-    iterator is a keyed stream from the sampler's epoch on."""
-    generator = getattr(loader, "generator", None)
-    sampler = getattr(loader, "sampler", None)
-    if isinstance(sampler, torch.utils.data.distributed.DistributedSampler):
-        sampler.seed = seed
-    if not isinstance(generator, torch.Generator):
-        return
-    generator.manual_seed(epoch_data_seed(seed, rank, epoch))
-    iterator = getattr(loader, "iterator", None)
-    if iterator is None:
-        return
-    if hasattr(loader, "reset"):  # Ultralytics: a new iterator on the next epoch
-        loader.reset()
-        return
-    shutdown = getattr(iterator, "_shutdown_workers", None)
-    if callable(shutdown):
-        shutdown()
-    loader.iterator = torch.utils.data.DataLoader.__iter__(loader)
 
 
 class YOLOv5Resume:
@@ -105,8 +74,8 @@ class YOLOv5Resume:
         self._callbacks: Any = None
         self._registered: list[tuple[str, Any]] = []
         self._last_epoch_seen: int | None = None
-        #: Called with (train_loader, epoch) at the start of every epoch to align the loader (see realign_loader).
-        self.align: Callable[[Any, int], None] = lambda loader, epoch: realign_loader(loader, seed, self.rank, epoch)
+        #: Called with ``train()``'s locals at the start of every batch (the run points it at the data fingerprint).
+        self.observe_batch: Callable[[dict[str, Any]], bool] | None = None
 
     # -- wiring ---------------------------------------------------------------------------------------
     def attach(self, callbacks: Any) -> None:
@@ -175,7 +144,7 @@ class YOLOv5Resume:
 
     # -- callbacks ------------------------------------------------------------------------------------
     def on_train_epoch_start(self, *args: Any, **kwargs: Any) -> None:
-        """Seed the epoch's data order; ranks > 0 save the state of the epoch that ended; restore on resume."""
+        """Ranks > 0 save the state of the epoch that ended; the first epoch of a resumed run restores the state."""
         frame = self._frame()
         if frame is None:
             return
@@ -184,10 +153,16 @@ class YOLOv5Resume:
         if self.rank > 0 and self._last_epoch_seen is not None:
             self._save(scope, self._last_epoch_seen)
         self._last_epoch_seen = epoch
-        self.align(scope.get("train_loader"), epoch)
         if self._pending is not None:
             state, self._pending = self._pending, None
             self._restore(scope, state)
+
+    def on_train_batch_start(self, *args: Any, **kwargs: Any) -> None:
+        """Show :attr:`observe_batch` ``train()``'s locals as it takes a batch, until it returns False."""
+        observe = self.observe_batch
+        frame = self._frame() if observe is not None else None
+        if observe is not None and frame is not None and not observe(frame.f_locals):
+            self.observe_batch = None
 
     def on_fit_epoch_end(self, *args: Any, **kwargs: Any) -> None:
         """Rank 0: save the state of this epoch (its checkpoint is written right after)."""

@@ -19,6 +19,8 @@ patched line                   effect with ``--det-profile NAME`` (without it: Y
 ``ydet.init_seeds(...)``       seeds python/numpy/torch with the run's per-rank seed instead of calling
                                YOLOv5's ``init_seeds`` (which would switch strict determinism on)
 ``ydet.prepare_model(model)``  hands the freshly built model (on its device) to the run
+``ydet.train_loader(...)``     builds the loader ``train()`` trains with from ``create_dataloader``'s
+                               (keyed under ``data_invariance``: :mod:`yolo_det.integrations.yolov5.data`)
 ``ydet.backward(...)``         runs backward; with ``backward: disable`` deterministic algorithms are off
                                exactly while autograd runs
 ``@ydet.validation``           ``val.run`` runs in the ``val`` phase (nested in ``train`` during training)
@@ -26,11 +28,8 @@ patched line                   effect with ``--det-profile NAME`` (without it: Y
 =============================  ===========================================================================
 
 The run in progress is held in a context variable (:func:`current_run`), so the patched functions need no
-extra arguments and a tree patched by hand in part still works: a call outside a run falls back to YOLOv5.
-
-The training data needs no patched line: YOLOv5's ``on_train_epoch_start`` callback hands the training loader
-to the run and aligns it every epoch (worker-invariant under ``data_invariance``; see
-:mod:`yolo_det.integrations.yolov5.data`), and the record gets its ``data_stream`` section.
+extra arguments; a call outside a run falls back to YOLOv5. YOLOv5's own callbacks read ``train()``'s state for
+the resume state and the data fingerprint (:mod:`yolo_det.integrations.yolov5.resume`).
 """
 
 from __future__ import annotations
@@ -70,6 +69,7 @@ __all__ = [
     "init_seeds",
     "last_opt_step",
     "prepare_model",
+    "train_loader",
     "training",
     "validation",
 ]
@@ -187,7 +187,7 @@ class YOLOv5Run:
         self._weights_before: dict[str, Any] | None = None
         self.resume = YOLOv5Resume(getattr(script, "__code__", None), seed, rank=max(self.rank, 0))
         self.data = YOLOv5Data(self.session, seed, rank=max(self.rank, 0))
-        self.resume.align = self.data.epoch_start  # the training loader, at the start of every epoch
+        self.resume.observe_batch = self.data.observe  # each batch train() takes, for the fingerprint
         self.previous: dict[str, Any] | None = None
         if getattr(opt, "resume", False) and getattr(opt, "weights", None):
             self.previous = previous_record(str(opt.weights))
@@ -445,7 +445,6 @@ def training(fn: _F) -> _F:
                 return fn(*args, **kwargs)
         finally:
             run.resume.detach()
-            run.data.close()
             _CURRENT.reset(token)
 
     return wrapper  # type: ignore[return-value]
@@ -492,6 +491,29 @@ def last_opt_step(default: int = -1) -> int:
     if run is None:
         return default
     return run.resume.last_opt_step(sys._getframe(1).f_locals, default)
+
+
+def train_loader(create: _F) -> _F:
+    """``train_loader, dataset = ydet.train_loader(create_dataloader)(...)``: outside a run ``create`` as is; under a
+    run, ``create`` whose loader is replaced by :meth:`YOLOv5Data.build
+    <yolo_det.integrations.yolov5.data.YOLOv5Data.build>`'s (its first pass: ``train()``'s ``start_epoch``).
+
+    Raises:
+        ConfigError: The calling ``train()`` has no integer ``start_epoch``.
+    """
+    run = _CURRENT.get()
+    if run is None:
+        return create
+    epoch = sys._getframe(1).f_locals.get("start_epoch")
+    if isinstance(epoch, bool) or not isinstance(epoch, int):
+        raise ConfigError(f"the patched train() has no integer start_epoch (got {epoch!r}); unpatch this YOLOv5 tree")
+
+    @functools.wraps(create)
+    def build(*args: Any, **kwargs: Any) -> Any:
+        loader, dataset = create(*args, **kwargs)
+        return run.data.build(loader, epoch), dataset
+
+    return build  # type: ignore[return-value]
 
 
 def prepare_model(model: _M) -> _M:
