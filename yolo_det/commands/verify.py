@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from typing import Any
 
 from ..analysis.gate import allow_downloads
@@ -146,10 +145,9 @@ def run(args: argparse.Namespace) -> int:
     from ..tools.ci_report import against_suite, verify_suite
     from ..tools.prechecks import check_device
     from ..tools.prepare import prepare
-    from ..tools.verify import VerifyReport, check_args, progress_to_stderr, record_runs, verify
+    from ..tools.verify import check_args, progress_to_stderr, verify
     from ..tools.verify.crossverify import compare_against, load_saved, save_run
     from ..tools.verify.records import RESERVED
-    from ..tools.verify.run import _device_name
 
     if given.get("resume") not in (None, False):
         raise ConfigError(
@@ -183,45 +181,21 @@ def run(args: argparse.Namespace) -> int:
         trace_file = save_path.with_suffix(".ops.jsonl") if save_path is not None and args.trace_ops else None
         check_args(ul_args, runs, steps, args.keep_mib, min_runs=1 if portable else 2)
         check_device(ul_args.get("device"))
-        report: VerifyReport | None = None
-        if runs >= 2:
-            report = verify(
-                profile,
-                ul_args,
-                runs=runs,
-                steps=steps,
-                keep_mib=args.keep_mib,
-                verbose=args.verbose,
-                progress=progress_to_stderr,
-                portable=portable,
-                trace_ops=args.trace_ops,
-                trace_file=trace_file,
-            )
-            records, shown = report.runs, report
-        else:
-            started = time.perf_counter()
-            records = record_runs(
-                profile,
-                ul_args,
-                runs=1,
-                steps=steps,
-                keep_mib=args.keep_mib,
-                verbose=args.verbose,
-                progress=progress_to_stderr,
-                portable=True,
-                trace_ops=args.trace_ops,
-                trace_file=trace_file,
-            )
-            shown = VerifyReport(
-                profile=profile.name,
-                args=dict(ul_args),
-                runs=records,
-                divergences=[],
-                steps_requested=steps,
-                seconds=time.perf_counter() - started,
-                device=_device_name(ul_args.get("device")),
-            )
-    device = _device_name(ul_args.get("device"))
+        shown = verify(
+            profile,
+            ul_args,
+            runs=runs,
+            steps=steps,
+            keep_mib=args.keep_mib,
+            verbose=args.verbose,
+            progress=progress_to_stderr,
+            portable=portable,
+            trace_ops=args.trace_ops,
+            trace_file=trace_file,
+        )
+        records = shown.runs
+        report = shown if runs >= 2 else None  # one run: recorded to save or compare, nothing to verify here
+    device = shown.device
     if save_path is not None:
         save_run(save_path, records[0], profile=profile.name, args=ul_args, steps_requested=steps, device=device)
     against = compare_against(saved, records[0]) if saved is not None else None
