@@ -51,14 +51,12 @@ import json
 import sys
 from typing import Any
 
-from ..analysis.gate import allow_downloads
 from ..core.constants import DEFAULT_KEEP_MIB
 from ..core.errors import ConfigError
 from ..core.fileio import check_output_path
 from ..core.text import printable
-from ..core.untrusted.container import trusted_checkpoints
 from ..tools.overrides import parse_overrides
-from . import add_ci_options, add_import_option, add_trust_flag, check_ci_options, emit_ci, profile_names
+from . import add_ci_options, add_import_option, add_trust_flag, check_ci_options, emit_ci, profile_names, user_inputs
 
 USER_DATA_EPOCHS = 1
 
@@ -141,7 +139,6 @@ def run(args: argparse.Namespace) -> int:
     tokens = list(args.overrides)
     given = parse_overrides(tokens)  # what needs no torch is checked before torch starts
     load_profile(args.profile)
-    from ..analysis.models import model_names
     from ..tools.ci_report import against_suite, verify_suite
     from ..tools.prechecks import check_device
     from ..tools.prepare import prepare
@@ -162,11 +159,7 @@ def run(args: argparse.Namespace) -> int:
         if args.save is None or args.resume_at is not None:
             raise ConfigError("--trace-ops goes with --save FILE (the trace is written beside it, FILE.ops.jsonl)")
         parse_steps(args.trace_ops)
-    with (
-        model_names(args.imports),
-        trusted_checkpoints(args.trust_checkpoint),
-        allow_downloads(args.allow_download),
-    ):  # the user's modules first: a bad one fails before any work
+    with user_inputs(args):  # the user's modules first: a bad one fails before any work
         profile, ul_args = prepare(args.profile, tokens, check_device=False)
         if given.get("data") is not None and "epochs" not in given:
             ul_args["epochs"] = USER_DATA_EPOCHS
@@ -247,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_resume_at(args: argparse.Namespace, profile: Any, ul_args: dict[str, Any], plot_path: Any) -> int:
     """``--resume-at K``: a straight run against one interrupted after epoch K and resumed (called inside
-    ``model_names``)."""
+    :func:`user_inputs`)."""
     from ..tools.ci_report import verify_suite
     from ..tools.prechecks import check_device
     from ..tools.verify import check_args, plot_losses, progress_to_stderr
