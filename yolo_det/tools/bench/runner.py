@@ -378,11 +378,9 @@ class _Runner:
             self._block(step, pool, n, None)
         kernels = []
         for e in prof.key_averages():
-            if str(getattr(e, "device_type", "")).split(".")[-1] != "CUDA":
+            if str(e.device_type).split(".")[-1] != "CUDA":
                 continue
-            self_us = getattr(e, "self_device_time_total", None)
-            if self_us is None:  # older torch
-                self_us = getattr(e, "self_cuda_time_total", None) or 0.0
+            self_us = e.self_device_time_total
             kernels.append({"name": e.key, "calls_per_step": e.count / n, "self_us_per_step": float(self_us) / n})
         kernels.sort(key=lambda k: -k["self_us_per_step"])
         cfg.kernels = kernels[:top]
