@@ -232,15 +232,10 @@ def test_the_old_yolov5_names_still_import() -> None:
     assert (old.plan, old.apply_plan) == (plan, apply_plan)
 
 
-def test_short_has_one_home_and_its_old_name_warns() -> None:
-    from yolo_det.core.text import short
+def test_short_has_one_home() -> None:
     from yolo_det.core.untrusted import safe_yaml
 
-    with pytest.warns(DeprecationWarning, match=r"core\.text\.short"):
-        old = safe_yaml.short
-    assert old is short
-    with pytest.raises(AttributeError):
-        safe_yaml.no_such_name  # noqa: B018
+    assert not hasattr(safe_yaml, "short")  # its 0.4.0 name is gone: yolo_det.core.text.short
     homes = {name for name, path in MODULES.items() if "def short(" in path.read_text(encoding="utf-8")}
     assert homes == {"yolo_det.core.text"}
 

@@ -269,13 +269,16 @@ def test_callbacks_take_a_function_or_a_list() -> None:
 
 
 class _Base:
-    """The parts of an Ultralytics trainer the tracer touches: a model, preprocess_batch, optimizer_step."""
+    """The parts of an Ultralytics trainer the tracer touches: a model, its optimizer and scaler, the epoch and loader
+    counters, preprocess_batch, optimizer_step."""
 
     def __init__(self) -> None:
         torch.manual_seed(0)
         self.model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.SiLU())
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
-        self.epoch = 0
+        self.scaler = torch.amp.GradScaler("cpu", enabled=False)
+        self.epoch = self.start_epoch = 0
+        self.amp, self.save_dir, self.train_loader = False, Path("."), [None] * 5
 
     def preprocess_batch(self, batch: dict[str, Any]) -> dict[str, Any]:
         return batch

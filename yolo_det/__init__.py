@@ -88,52 +88,29 @@ __all__ = [
     "unswap_modules",
 ]
 
-
 #: Public name -> the module that defines it. Imported on first use (PEP 562), so ``import yolo_det``
 #: and the command line's help start without importing torch.
 _PUBLIC: dict[str, str] = {
-    "ToggleScaler": "yolo_det.core.backward",
-    "backward_scope": "yolo_det.core.backward",
-    "toggled_backward": "yolo_det.core.backward",
-    "ConfigError": "yolo_det.core.errors",
-    "ModelError": "yolo_det.core.errors",
-    "PatchError": "yolo_det.core.errors",
-    "ProfileError": "yolo_det.core.errors",
-    "YoloDetError": "yolo_det.core.errors",
-    "PhaseSettings": "yolo_det.core.profiles",
-    "Profile": "yolo_det.core.profiles",
-    "list_profiles": "yolo_det.core.profiles",
-    "load_profile": "yolo_det.core.profiles",
-    "checkpoint_digest": "yolo_det.core.record",
-    "environment": "yolo_det.core.record",
-    "state_dict_digest": "yolo_det.core.record",
-    "data_seed": "yolo_det.core.seeding",
-    "rank_seed": "yolo_det.core.seeding",
-    "seed_dataloader": "yolo_det.core.seeding",
-    "seed_everything": "yolo_det.core.seeding",
-    "seed_worker": "yolo_det.core.seeding",
-    "DeterminismState": "yolo_det.core.state",
-    "apply": "yolo_det.core.state",
-    "phase_scope": "yolo_det.core.state",
-    "restore": "yolo_det.core.state",
-    "snapshot": "yolo_det.core.state",
-    "register_layers": "yolo_det.layers.registry",
-    "registered_layers": "yolo_det.layers.registry",
-    "AuditReport": "yolo_det.analysis.audit",
-    "Finding": "yolo_det.analysis.audit",
-    "audit": "yolo_det.analysis.audit",
-    "custom_modules": "yolo_det.analysis.names",
-    "declare_block": "yolo_det.analysis.blocks",
-    "interception": "yolo_det.fixes.intercept",
-    "swap_modules": "yolo_det.fixes.swaps",
-    "unswap_modules": "yolo_det.fixes.swaps",
-    "rewrite_yaml": "yolo_det.fixes.yaml_rewrite",
-    "DeterminismSession": "yolo_det.session.session",
-    "UltralyticsPlugin": "yolo_det.integrations.ultralytics",
-    "attach": "yolo_det.integrations.ultralytics",
-    "detach": "yolo_det.integrations.ultralytics",
-    "trainer_class": "yolo_det.integrations.ultralytics",
-    "export_slurm_env": "yolo_det.core.launcher",
+    name: f"yolo_det.{module}"
+    for module, names in {
+        "core.backward": ("ToggleScaler", "backward_scope", "toggled_backward"),
+        "core.errors": ("ConfigError", "ModelError", "PatchError", "ProfileError", "YoloDetError"),
+        "core.profiles": ("PhaseSettings", "Profile", "list_profiles", "load_profile"),
+        "core.record": ("checkpoint_digest", "environment", "state_dict_digest"),
+        "core.seeding": ("data_seed", "rank_seed", "seed_dataloader", "seed_everything", "seed_worker"),
+        "core.state": ("DeterminismState", "apply", "phase_scope", "restore", "snapshot"),
+        "core.launcher": ("export_slurm_env",),
+        "layers.registry": ("register_layers", "registered_layers"),
+        "analysis.audit": ("AuditReport", "Finding", "audit"),
+        "analysis.names": ("custom_modules",),
+        "analysis.blocks": ("declare_block",),
+        "fixes.intercept": ("interception",),
+        "fixes.swaps": ("swap_modules", "unswap_modules"),
+        "fixes.yaml_rewrite": ("rewrite_yaml",),
+        "session.session": ("DeterminismSession",),
+        "integrations.ultralytics": ("UltralyticsPlugin", "attach", "detach", "trainer_class"),
+    }.items()
+    for name in names
 }
 
 

@@ -319,17 +319,14 @@ def path_keys() -> dict[str, str]:
     The rule: an argument of Ultralytics' ``default.yaml`` that is neither typed (Ultralytics' float, fraction,
     int and bool key tables), nor a number or switch by its default, nor listed in :data:`NOT_PATHS` holds a
     path; so do :data:`BOOL_OR_PATH`. A new path-valued argument of a later Ultralytics is thus gated, as a
-    ``"file"`` (by its suffix), without a change here. Without Ultralytics: :data:`PATH_KEYS`.
+    ``"file"`` (by its suffix), without a change here.
     """
-    try:
-        from ..core.compat import internal
+    from ..core.compat import internal
 
-        defaults = internal("DEFAULT_CFG_DICT")
-        typed = frozenset().union(
-            *(internal(name) for name in ("CFG_FLOAT_KEYS", "CFG_FRACTION_KEYS", "CFG_INT_KEYS", "CFG_BOOL_KEYS"))
-        )
-    except ImportError:
-        return dict(PATH_KEYS)
+    defaults = internal("DEFAULT_CFG_DICT")
+    typed = frozenset().union(
+        *(internal(name) for name in ("CFG_FLOAT_KEYS", "CFG_FRACTION_KEYS", "CFG_INT_KEYS", "CFG_BOOL_KEYS"))
+    )
     keys = {
         k: PATH_KEYS.get(k, "file")
         for k, v in defaults.items()

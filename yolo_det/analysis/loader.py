@@ -236,10 +236,8 @@ def _first_conv_channels(model: Any) -> int:
 
 
 def _is_ultralytics_wrapper(obj: Any) -> bool:
-    try:
-        from ..core.compat import Model
-    except ImportError:  # pragma: no cover - ultralytics is a dependency
-        return False
+    from ..core.compat import Model
+
     return isinstance(obj, Model)
 
 

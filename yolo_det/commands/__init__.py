@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -42,6 +43,18 @@ def add_trust_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         DOWNLOAD_FLAG, action="store_true", help="let a data YAML's download: script run (only for files you trust)"
     )
+
+
+@contextmanager
+def user_inputs(args: argparse.Namespace) -> Iterator[None]:
+    """While the block runs: the ``--import`` modules imported and nameable (a bad one fails before any work), and the
+    gate set as :func:`add_trust_flag`'s flags say."""
+    from ..analysis.gate import allow_downloads
+    from ..analysis.models import model_names
+    from ..core.untrusted.container import trusted_checkpoints
+
+    with model_names(args.imports), trusted_checkpoints(args.trust_checkpoint), allow_downloads(args.allow_download):
+        yield
 
 
 def add_ci_options(parser: argparse.ArgumentParser) -> None:

@@ -268,26 +268,13 @@ def _fix(args: argparse.Namespace) -> int:
         )
     from ..analysis.names import custom_modules
 
+    options = {"imgsz": args.imgsz, "batch": args.batch, "profile": args.profile, "table": args.table}
     with custom_modules(args.imports):
-        report = audit(
-            args.model,
-            imgsz=args.imgsz,
-            batch=args.batch,
-            profile=args.profile,
-            torch_version=args.torch_version,
-            table=args.table,
-        )
+        report = audit(args.model, torch_version=args.torch_version, **options)
         result = rewrite_yaml(
             yaml_path, args.output, force=args.force, imgsz=args.imgsz, torch_version=args.torch_version
         )
-        after = audit(
-            args.output,
-            imgsz=args.imgsz,
-            batch=args.batch,
-            profile=args.profile,
-            torch_version=args.torch_version,
-            table=args.table,
-        )
+        after = audit(args.output, torch_version=args.torch_version, **options)
     renamed = {c.layer: c for c in result.changes}
     left = {(f.module, f.kernel) for f in after.findings if f.breaks_determinism}
     rows = []

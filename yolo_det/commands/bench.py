@@ -20,11 +20,9 @@ import argparse
 import json
 import sys
 
-from ..analysis.gate import allow_downloads
 from ..core.constants import DEFAULT_BENCH_PROFILES as DEFAULT_PROFILES
 from ..core.fileio import check_output_path
-from ..core.untrusted.container import trusted_checkpoints
-from . import add_import_option, add_trust_flag
+from . import add_import_option, add_trust_flag, user_inputs
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -69,13 +67,12 @@ def run(args: argparse.Namespace) -> int:
     parse_overrides(list(args.overrides))  # what needs no torch is checked before torch starts
     for name in filter(None, (p.strip() for p in args.profiles.split(","))):
         load_profile(name)
-    from ..analysis.models import model_names
     from ..tools.bench import bench, check_args, parse_profiles, plot_bench
     from ..tools.prechecks import check_device
     from ..tools.prepare import prepare
 
     profiles = parse_profiles(args.profiles)
-    with model_names(args.imports), trusted_checkpoints(args.trust_checkpoint), allow_downloads(args.allow_download):
+    with user_inputs(args):
         _, ul_args = prepare(profiles[0], list(args.overrides), check_device=False)
         check_args(ul_args, args.steps, args.warmup, args.block)
         check_device(ul_args.get("device"))

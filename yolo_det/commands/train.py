@@ -61,12 +61,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..analysis.gate import allow_downloads
 from ..core.errors import RunFailed
 from ..core.record_schema import DIGEST_NOTE
-from ..core.untrusted.container import trusted_checkpoints
 from ..tools.overrides import parse_overrides
-from . import add_import_option, add_trust_flag, profile_names
+from . import add_import_option, add_trust_flag, profile_names, user_inputs
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -222,7 +220,6 @@ def run(args: argparse.Namespace) -> int:
 
     given = parse_overrides(list(args.overrides))  # what needs no torch is checked before torch starts
     load_profile(args.profile or "repro")
-    from ..analysis.models import model_names
     from ..analysis.names import checkpoint_imports
     from ..core.resume import is_resume
     from ..tools.prepare import prepare
@@ -233,11 +230,7 @@ def run(args: argparse.Namespace) -> int:
 
         tracer = OpTracer(args.trace_ops)
 
-    with (
-        model_names(args.imports),
-        trusted_checkpoints(args.trust_checkpoint),
-        allow_downloads(args.allow_download),
-    ):  # import first: a bad module fails before any work
+    with user_inputs(args):  # import first: a bad module fails before any work
         # a checkpoint's run imported modules: the user imports them (--import), or one line names what to add;
         # before the gate, which allows a checkpoint's classes of the modules imported, and before anything is written
         ckpt = next(

@@ -49,17 +49,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from typing import Any
 
-from ..analysis.gate import allow_downloads
 from ..core.constants import DEFAULT_KEEP_MIB
 from ..core.errors import ConfigError
 from ..core.fileio import check_output_path
 from ..core.text import printable
-from ..core.untrusted.container import trusted_checkpoints
 from ..tools.overrides import parse_overrides
-from . import add_ci_options, add_import_option, add_trust_flag, check_ci_options, emit_ci, profile_names
+from . import add_ci_options, add_import_option, add_trust_flag, check_ci_options, emit_ci, profile_names, user_inputs
 
 USER_DATA_EPOCHS = 1
 
@@ -142,14 +139,12 @@ def run(args: argparse.Namespace) -> int:
     tokens = list(args.overrides)
     given = parse_overrides(tokens)  # what needs no torch is checked before torch starts
     load_profile(args.profile)
-    from ..analysis.models import model_names
     from ..tools.ci_report import against_suite, verify_suite
     from ..tools.prechecks import check_device
     from ..tools.prepare import prepare
-    from ..tools.verify import VerifyReport, check_args, progress_to_stderr, record_runs, verify
+    from ..tools.verify import check_args, progress_to_stderr, verify
     from ..tools.verify.crossverify import compare_against, load_saved, save_run
     from ..tools.verify.records import RESERVED
-    from ..tools.verify.run import _device_name
 
     if given.get("resume") not in (None, False):
         raise ConfigError(
@@ -164,11 +159,7 @@ def run(args: argparse.Namespace) -> int:
         if args.save is None or args.resume_at is not None:
             raise ConfigError("--trace-ops goes with --save FILE (the trace is written beside it, FILE.ops.jsonl)")
         parse_steps(args.trace_ops)
-    with (
-        model_names(args.imports),
-        trusted_checkpoints(args.trust_checkpoint),
-        allow_downloads(args.allow_download),
-    ):  # the user's modules first: a bad one fails before any work
+    with user_inputs(args):  # the user's modules first: a bad one fails before any work
         profile, ul_args = prepare(args.profile, tokens, check_device=False)
         if given.get("data") is not None and "epochs" not in given:
             ul_args["epochs"] = USER_DATA_EPOCHS
@@ -183,45 +174,21 @@ def run(args: argparse.Namespace) -> int:
         trace_file = save_path.with_suffix(".ops.jsonl") if save_path is not None and args.trace_ops else None
         check_args(ul_args, runs, steps, args.keep_mib, min_runs=1 if portable else 2)
         check_device(ul_args.get("device"))
-        report: VerifyReport | None = None
-        if runs >= 2:
-            report = verify(
-                profile,
-                ul_args,
-                runs=runs,
-                steps=steps,
-                keep_mib=args.keep_mib,
-                verbose=args.verbose,
-                progress=progress_to_stderr,
-                portable=portable,
-                trace_ops=args.trace_ops,
-                trace_file=trace_file,
-            )
-            records, shown = report.runs, report
-        else:
-            started = time.perf_counter()
-            records = record_runs(
-                profile,
-                ul_args,
-                runs=1,
-                steps=steps,
-                keep_mib=args.keep_mib,
-                verbose=args.verbose,
-                progress=progress_to_stderr,
-                portable=True,
-                trace_ops=args.trace_ops,
-                trace_file=trace_file,
-            )
-            shown = VerifyReport(
-                profile=profile.name,
-                args=dict(ul_args),
-                runs=records,
-                divergences=[],
-                steps_requested=steps,
-                seconds=time.perf_counter() - started,
-                device=_device_name(ul_args.get("device")),
-            )
-    device = _device_name(ul_args.get("device"))
+        shown = verify(
+            profile,
+            ul_args,
+            runs=runs,
+            steps=steps,
+            keep_mib=args.keep_mib,
+            verbose=args.verbose,
+            progress=progress_to_stderr,
+            portable=portable,
+            trace_ops=args.trace_ops,
+            trace_file=trace_file,
+        )
+        records = shown.runs
+        report = shown if runs >= 2 else None  # one run: recorded to save or compare, nothing to verify here
+    device = shown.device
     if save_path is not None:
         save_run(save_path, records[0], profile=profile.name, args=ul_args, steps_requested=steps, device=device)
     against = compare_against(saved, records[0]) if saved is not None else None
@@ -273,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_resume_at(args: argparse.Namespace, profile: Any, ul_args: dict[str, Any], plot_path: Any) -> int:
     """``--resume-at K``: a straight run against one interrupted after epoch K and resumed (called inside
-    ``model_names``)."""
+    :func:`user_inputs`)."""
     from ..tools.ci_report import verify_suite
     from ..tools.prechecks import check_device
     from ..tools.verify import check_args, plot_losses, progress_to_stderr

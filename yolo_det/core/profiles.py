@@ -46,7 +46,6 @@ __all__ = [
     "list_profiles",
     "load_profile",
     "register_setting",
-    "registered_settings",
     "shard_layout_problem",
     "unregister_setting",
 ]
@@ -211,11 +210,6 @@ def register_setting(setting: Setting) -> None:
 def unregister_setting(name: str) -> None:
     """Remove a setting added by :func:`register_setting` (unknown names are ignored)."""
     _EXTRA.pop(name, None)
-
-
-def registered_settings() -> dict[str, Setting]:
-    """The settings added by :func:`register_setting`, by name."""
-    return dict(_EXTRA)
 
 
 @dataclass(frozen=True)

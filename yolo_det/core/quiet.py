@@ -28,17 +28,14 @@ def quiet_ultralytics(
         level: The logger's level for the block when not ``verbose`` (WARNING also hides the progress bars).
         drop_stdout: Also swallow what the block prints to ``sys.stdout`` (model summaries while building).
     """
-    try:
-        from .compat import LOGGER
-    except ImportError:  # pragma: no cover - ultralytics is a dependency
-        yield
-        return
+    from .compat import LOGGER
+
     saved_level = LOGGER.level
     swapped: list[tuple[logging.StreamHandler[Any], Any]] = []
     try:
         with contextlib.ExitStack() as stack:
             for handler in LOGGER.handlers:
-                if isinstance(handler, logging.StreamHandler) and getattr(handler, "stream", None) is sys.stdout:
+                if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
                     swapped.append((handler, handler.setStream(sys.stderr)))
             if not verbose:
                 LOGGER.setLevel(level)

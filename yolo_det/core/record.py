@@ -64,14 +64,6 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _call(obj: Any, name: str) -> Any:
-    fn = getattr(obj, name, None)
-    try:
-        return fn() if callable(fn) else None
-    except Exception:  # an optional detail of the environment
-        return None
-
-
 def cpu_model() -> str | None:
     """The CPU's model name: ``/proc/cpuinfo`` on Linux, else what ``platform`` knows (None when nothing)."""
     try:
@@ -102,9 +94,9 @@ def environment() -> dict[str, Any]:
         "processor": platform.processor() or None,
         "cpu_count": os.cpu_count(),
         "cpu_model": cpu_model(),
-        "cpu_capability": _call(getattr(torch.backends, "cpu", None), "get_cpu_capability"),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "torch": torch.__version__,
-        "torch_git_version": getattr(torch.version, "git_version", None),
+        "torch_git_version": torch.version.git_version,
         "cuda": torch.version.cuda,
         "cudnn": cudnn,
         "cuda_available": cuda,

@@ -369,8 +369,6 @@ FIELDS: tuple[Field, ...] = (
     ),
 )
 
-_KNOWN = {f.name: f for f in FIELDS}
-
 
 def _type_names(value: Any) -> str:
     if isinstance(value, bool):

@@ -70,18 +70,8 @@ class DeterminismState:
 
     def __hash__(self) -> int:
         return hash(
-            (
-                self.deterministic_algorithms,
-                self.warn_only,
-                self.cudnn_benchmark,
-                self.cudnn_deterministic,
-                self.cudnn_allow_tf32,
-                self.matmul_precision,
-                self.matmul_fp32_precision,
-                self.cudnn_conv_fp32_precision,
-                self.fill_uninitialized_memory,
-                tuple(sorted(self.env.items())),
-                self.intra_op_threads,
+            tuple(
+                tuple(sorted(self.env.items())) if f == "env" else getattr(self, f) for f in self.__dataclass_fields__
             )
         )
 

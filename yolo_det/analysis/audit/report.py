@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 __all__ = ["AuditReport", "Finding"]
@@ -64,29 +64,10 @@ class Finding:
         return self.effect in ("alert", "silent")
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (for ``--json``)."""
-        return {
-            "entry": self.entry,
-            "kernel": self.kernel,
-            "pass": self.pass_,
-            "effect": self.effect,
-            "layer": self.layer,
-            "layer_class": self.layer_class,
-            "yaml_line": self.yaml_line,
-            "module": self.module,
-            "module_class": self.module_class,
-            "op": self.op,
-            "call": self.call,
-            "count": self.count,
-            "behaviour": dict(self.behaviour),
-            "under_profile": self.under_profile,
-            "fix": self.fix,
-            "condition": self.condition,
-            "observed": self.observed,
-            "note": self.note,
-            "breaks_determinism": self.breaks_determinism,
-            "handled": self.handled,
-        }
+        """Plain data (for ``--json``): every field (``pass_`` as ``pass``), and :attr:`breaks_determinism`."""
+        out = {f.name.rstrip("_"): getattr(self, f.name) for f in fields(self)}
+        out["behaviour"] = dict(self.behaviour)
+        return {**out, "breaks_determinism": self.breaks_determinism}
 
 
 @dataclass

@@ -19,37 +19,21 @@ _WHENS: tuple[str, ...] = get_args(When)
 _PASSES: tuple[str, ...] = get_args(Pass)
 _NODE_KINDS: tuple[str, ...] = get_args(NodeKind)
 
+_NONDET, _WARNS, _CUSTOM = (
+    "non-deterministic, no message",
+    "warns; non-deterministic",
+    "custom backward (its torch ops were checked)",
+)
 #: What happens, per effect, under each deterministic mode (``strict``, ``warn`` = warn_only, ``off``).
 BEHAVIOUR: Mapping[str, Mapping[str, str]] = MappingProxyType(
     {
-        "alert": MappingProxyType(
-            {
-                "strict": "raises RuntimeError",
-                "warn": "warns; non-deterministic",
-                "off": "non-deterministic, no message",
-            }
-        ),
-        "warn_only": MappingProxyType(
-            {
-                "strict": "deterministic algorithm",
-                "warn": "warns; non-deterministic",
-                "off": "non-deterministic, no message",
-            }
-        ),
-        "silent": MappingProxyType(
-            {
-                "strict": "non-deterministic, no message",
-                "warn": "non-deterministic, no message",
-                "off": "non-deterministic, no message",
-            }
-        ),
-        "review": MappingProxyType(
-            {
-                "strict": "custom backward (its torch ops were checked)",
-                "warn": "custom backward (its torch ops were checked)",
-                "off": "custom backward (its torch ops were checked)",
-            }
-        ),
+        effect: MappingProxyType(dict(zip(("strict", "warn", "off"), modes)))
+        for effect, modes in {
+            "alert": ("raises RuntimeError", _WARNS, _NONDET),
+            "warn_only": ("deterministic algorithm", _WARNS, _NONDET),
+            "silent": (_NONDET, _NONDET, _NONDET),
+            "review": (_CUSTOM, _CUSTOM, _CUSTOM),
+        }.items()
     }
 )
 

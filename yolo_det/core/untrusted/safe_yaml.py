@@ -257,18 +257,3 @@ def error_line(where: str, error: Exception, *, fallback: str | None = None, con
 def _first_line(error: Exception) -> str:
     lines = str(error).splitlines()
     return lines[0] if lines else type(error).__name__
-
-
-def __getattr__(name: str) -> Any:
-    if name == "short":  # its home is core/text.py
-        import warnings
-
-        from ..text import short
-
-        warnings.warn(
-            "yolo_det.core.untrusted.safe_yaml.short is deprecated; import yolo_det.core.text.short",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return short
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -239,16 +239,13 @@ class _Runner:
                 return [cpu(v) for v in obj]
             return obj
 
-        saved = {
+        return {
             "model": cpu(unwrap_model(t.model).state_dict()),
             "optimizer": cpu(t.optimizer.state_dict()),
             "scaler": cpu(ToggleScaler.unwrap(t.scaler).state_dict()),
+            "ema": cpu(t.ema.ema.state_dict()),
+            "ema_updates": t.ema.updates,
         }
-        ema = getattr(t, "ema", None)
-        if ema is not None:
-            saved["ema"] = cpu(ema.ema.state_dict())
-            saved["ema_updates"] = ema.updates
-        return saved
 
     def _load_state(self, saved: dict[str, Any]) -> None:
         t = self.trainer
@@ -256,9 +253,8 @@ class _Runner:
         t.optimizer.load_state_dict(saved["optimizer"])
         t.optimizer.zero_grad(set_to_none=True)
         ToggleScaler.unwrap(t.scaler).load_state_dict(saved["scaler"])
-        if "ema" in saved:
-            t.ema.ema.load_state_dict(saved["ema"])
-            t.ema.updates = saved["ema_updates"]
+        t.ema.ema.load_state_dict(saved["ema"])
+        t.ema.updates = saved["ema_updates"]
 
     # -- steps ----------------------------------------------------------------------------------------
     def _step_fn(self) -> Callable[[dict[str, Any]], None]:
@@ -378,11 +374,9 @@ class _Runner:
             self._block(step, pool, n, None)
         kernels = []
         for e in prof.key_averages():
-            if str(getattr(e, "device_type", "")).split(".")[-1] != "CUDA":
+            if str(e.device_type).split(".")[-1] != "CUDA":
                 continue
-            self_us = getattr(e, "self_device_time_total", None)
-            if self_us is None:  # older torch
-                self_us = getattr(e, "self_cuda_time_total", None) or 0.0
+            self_us = e.self_device_time_total
             kernels.append({"name": e.key, "calls_per_step": e.count / n, "self_us_per_step": float(self_us) / n})
         kernels.sort(key=lambda k: -k["self_us_per_step"])
         cfg.kernels = kernels[:top]

@@ -25,30 +25,19 @@ def _images(value: Any) -> list[str]:
 
 #: How many entries of an image folder are looked at for one image before the folder is judged empty.
 SCAN_LIMIT = 200_000
-_IMAGE_SUFFIXES = {
-    ".bmp",
-    ".dng",
-    ".jpeg",
-    ".jpg",
-    ".mpo",
-    ".png",
-    ".tif",
-    ".tiff",
-    ".webp",
-    ".pfm",
-    ".heic",
-    ".avif",
-    ".jp2",
-}
 DATA_SUFFIXES = (".yaml", ".yml")
 
 
 def _has_images(folder: Path) -> bool:
-    """Whether ``folder`` (searched as Ultralytics searches it, recursively) holds an image file; bounded."""
+    """Whether ``folder`` (searched as Ultralytics searches it, recursively) holds an image file of a format the
+    installed Ultralytics reads; bounded."""
+    from ...core.compat import internal
+
+    formats = internal("IMG_FORMATS")
     seen = 0
     for _, _, files in os.walk(folder):
         for name in files:
-            if Path(name).suffix.lower() in _IMAGE_SUFFIXES:
+            if Path(name).suffix.lower()[1:] in formats:
                 return True
         seen += len(files) + 1
         if seen > SCAN_LIMIT:

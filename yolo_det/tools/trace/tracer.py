@@ -146,7 +146,7 @@ class OpTracer(BatchObserver):
         self._trainer = trainer
         self._model = unwrap_model(trainer.model)
         if self.path is None:
-            self.path = trace_path(getattr(trainer, "save_dir", "."), self.rank)
+            self.path = trace_path(trainer.save_dir, self.rank)
         observe(trainer, self, "the op trace")
 
     def after_batch(self, trainer: Any, batch: Any) -> None:
@@ -197,7 +197,7 @@ class OpTracer(BatchObserver):
                 "world_size": self.world_size,
                 "steps": str(self.steps),
                 "device_type": device.type if device is not None else "cpu",
-                "settings": {**op_settings(device), "amp": bool(getattr(trainer, "amp", False))},
+                "settings": {**op_settings(device), "amp": bool(trainer.amp)},
                 "modules": {
                     name: {
                         "type": f"{type(m).__module__}.{type(m).__qualname__}",
@@ -212,9 +212,8 @@ class OpTracer(BatchObserver):
         values = [p for _, p in model.named_parameters()] + [b for _, b in model.named_buffers()]
         self._step = {
             "step": number,
-            "epoch": int(getattr(trainer, "epoch", 0)),
-            "iteration": iteration
-            + int(getattr(trainer, "start_epoch", 0)) * len(getattr(trainer, "train_loader", ()) or ()),
+            "epoch": int(trainer.epoch),
+            "iteration": iteration + int(trainer.start_epoch) * len(trainer.train_loader),
             "state": [[n, d] for n, d in zip(names, _digests(values))],
             "micro": [],
         }
@@ -290,7 +289,7 @@ class OpTracer(BatchObserver):
         after = _digests([p for _, p in params])
         step["optimizer"] = [[n, grads.get(n, "none"), w] for (n, _), w in zip(params, after)]
         trainer = self._trainer
-        groups = getattr(getattr(trainer, "optimizer", None), "param_groups", []) or []
+        groups = trainer.optimizer.param_groups
         step["hyper"] = [
             {
                 k: float(v)
@@ -299,9 +298,7 @@ class OpTracer(BatchObserver):
             }
             for g in groups
         ]
-        scaler = getattr(trainer, "scaler", None)
-        enabled = scaler is not None and getattr(scaler, "is_enabled", lambda: False)()
-        step["scale"] = float(scaler.get_scale()) if scaler is not None and enabled else 1.0
+        step["scale"] = float(trainer.scaler.get_scale()) if trainer.scaler.is_enabled() else 1.0
         self._lines.append(step)
         self._step = None
         if self._count + 1 not in self.steps:

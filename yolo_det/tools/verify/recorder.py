@@ -81,7 +81,7 @@ class _Recorder(BatchObserver):
         ):  # a resumed run keeps the digest from where it first started
             self.record.initial_params = self._params_digest()
             self.record.param_elements = sum(p.numel() for _, p in self._params)
-        data = getattr(trainer, "data", None)
+        data = trainer.data
         self.record.data_root = str(data.get("path") or "") if isinstance(data, Mapping) else ""
         observe(trainer, self, "verify's step recorder")
 
@@ -123,7 +123,7 @@ class _Recorder(BatchObserver):
         files = batch.get("im_file", ())
         mb = MicroBatch(
             index=index,
-            epoch=int(getattr(trainer, "epoch", 0)),
+            epoch=int(trainer.epoch),
             data=combine(tensor_digests(tensors)),
             files=tuple(str(f) for f in files) if isinstance(files, (list, tuple)) else (),
         )
@@ -132,7 +132,7 @@ class _Recorder(BatchObserver):
 
     def on_train_batch_end(self, trainer: Any) -> None:
         mb, self._current = self._current, None
-        items = getattr(trainer, "loss_items", None)
+        items = trainer.loss_items
         if mb is None or items is None:
             return
         names, values = loss_components(items)
@@ -154,16 +154,12 @@ class _Recorder(BatchObserver):
         """
         if not self.enabled:
             return
-        scaler = getattr(trainer, "scaler", None)
-        scale = 1.0
-        if scaler is not None and getattr(scaler, "is_enabled", lambda: False)():
-            scale = float(scaler.get_scale())
         step = StepRecord(
             step=len(self.record.steps) + 1,
-            epoch=int(getattr(trainer, "epoch", 0)),
+            epoch=int(trainer.epoch),
             batches=self._pending,
             grads=[],
-            scale=scale,
+            scale=float(trainer.scaler.get_scale()) if trainer.scaler.is_enabled() else 1.0,
         )
         self._pending = []
         self.record.steps.append(step)
@@ -256,12 +252,12 @@ class _Recorder(BatchObserver):
         self._drain()
         model = unwrap_model(trainer.model)
         self.record.weights = {"model": state_dict_digest(model)}
-        ema = getattr(getattr(trainer, "ema", None), "ema", None)
+        ema = trainer.ema.ema
         if isinstance(ema, torch.nn.Module):
             self.record.weights["ema"] = state_dict_digest(ema)
         # the digest `train` prints and the record keeps: the weights last.pt holds (the EMA in float16)
         self.record.weights["sha256"] = checkpoint_weights_digest(ema if isinstance(ema, torch.nn.Module) else model)
-        self.record.save_dir = str(getattr(trainer, "save_dir", ""))
+        self.record.save_dir = str(trainer.save_dir)
         if not self.enabled:
             return
         self.record.final_params = self._params_digest()

@@ -95,7 +95,8 @@ def verify(
         args: Ultralytics train arguments (``model`` included), as ``yolo-det train`` would pass them (see
             :func:`yolo_det.tools.prepare.prepare`). Without ``project`` the runs go to a temporary folder
             that is removed afterwards.
-        runs: How many trainings (>= 2); run 1 is the reference.
+        runs: How many trainings (>= 2; >= 1 with ``portable``, recording one run to save or compare elsewhere);
+            run 1 is the reference.
         steps: Stop every run after this many optimizer steps (None: the epochs decide).
         keep_mib: Memory (MiB) the reference may use to keep gradient values of its first steps, which
             measuring the size of a difference needs.
@@ -113,7 +114,7 @@ def verify(
         The report; ``report.identical`` says whether the runs match bit for bit.
     """
     resolved = load_profile(profile)
-    check_args(args, runs, steps, keep_mib)
+    check_args(args, runs, steps, keep_mib, min_runs=1 if portable else 2)
     check_callbacks(callbacks)
     started = time.perf_counter()
     records = record_runs(
