@@ -1,7 +1,8 @@
-"""Fast answers: --help, argument errors, digest and diff start without torch; the torch-free digest equals torch's.
+"""Fast answers: --help, argument errors and diff start without torch; digest reads with the one reader.
 
 The speed itself is measured in bench/bench_startup.py (never timed here); what makes it is structural: a process
-that answers these never imports torch or Ultralytics, which these tests check in a fresh interpreter.
+that answers these never imports torch or Ultralytics, which these tests check in a fresh interpreter. ``digest``
+reads every checkpoint through the one reader (:func:`yolo_det.core.record.checkpoint_digest`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from helpers import subprocess_env
 from yolo_det.cli import COMMANDS
 from yolo_det.core.errors import ModelError
 from yolo_det.core.record import checkpoint_digest
-from yolo_det.core.untrusted.rawdigest import raw_checkpoint_digest
 
 # Runs the command line in a fresh interpreter and says, last on stderr, which heavy modules it imported.
 _WRAPPER = (
@@ -77,48 +77,31 @@ def _ultralytics_like(model: nn.Module) -> dict[str, object]:
     return {"epoch": 3, "model": None, "ema": model, "updates": 7, "train_args": {"imgsz": 64}, "date": "x"}
 
 
-def test_the_digest_from_the_archive_bytes_equals_torchs(tmp_path: Path) -> None:
-    model = Tiny()
-    path = tmp_path / "tiny.pt"
-    torch.save(_ultralytics_like(model), path)
-    expected = checkpoint_digest(path)
-    assert raw_checkpoint_digest(path) == expected
-    state = tmp_path / "state.pt"  # a plain state dict
-    torch.save(model.state_dict(), state)
-    assert raw_checkpoint_digest(state) == checkpoint_digest(state) == expected
-    with torch.no_grad():  # control: one value of one weight changed, the digest changes, on both paths alike
-        model.half_w[1, 2] += 1
-    changed = tmp_path / "changed.pt"
-    torch.save(_ultralytics_like(model), changed)
-    assert raw_checkpoint_digest(changed) == checkpoint_digest(changed) != expected
-
-
-def test_a_real_ultralytics_model_digests_alike(tmp_path: Path) -> None:
-    from ultralytics.nn.tasks import DetectionModel
-
-    model = DetectionModel("yolov8n.yaml", nc=2, verbose=False).half()
-    path = tmp_path / "v8.pt"
-    torch.save(_ultralytics_like(model), path)
-    assert raw_checkpoint_digest(path) == checkpoint_digest(path)
-
-
-def test_what_only_torch_makes_goes_to_the_reading_with_torch(tmp_path: Path) -> None:
+def test_digest_reads_through_the_one_reader(tmp_path: Path) -> None:
     import numpy as np
 
     model = Tiny()
-    numpy_scalar = tmp_path / "np.pt"  # a NumPy scalar among the metadata: read without torch too
-    torch.save({**_ultralytics_like(model), "best_fitness": np.float64(0.5)}, numpy_scalar)
-    assert raw_checkpoint_digest(numpy_scalar) == checkpoint_digest(numpy_scalar)
-    path = tmp_path / "gen.pt"  # a random generator in the metadata: only torch makes one
-    torch.save({**_ultralytics_like(model), "rng": torch.Generator().manual_seed(3)}, path)
-    assert raw_checkpoint_digest(path) is None
-    code, out, err, heavy = _run("digest", str(path))
-    assert code == 0, err
-    assert out.split()[0] == checkpoint_digest(path) == checkpoint_digest(numpy_scalar)
-    assert "torch" in heavy  # the reading with torch ran
+    a, meta, state, b = (tmp_path / f"{n}.pt" for n in ("a", "meta", "state", "b"))
+    torch.save(_ultralytics_like(model), a)
+    extra = {"best_fitness": np.float64(0.5), "rng": torch.Generator().manual_seed(3)}  # metadata: not weights
+    torch.save({**_ultralytics_like(model), **extra}, meta)
+    torch.save(model.state_dict(), state)  # a plain state dict
+    with torch.no_grad():  # control: one value of one weight changed
+        model.half_w[1, 2] += 1
+    torch.save(_ultralytics_like(model), b)
+    code, out, err, heavy = _run("digest", str(a), str(meta), str(state))
+    assert code == 0, err  # equal weights, equal digests
+    assert [line.split()[0] for line in out.splitlines()] == [checkpoint_digest(a)] * 3
+    # torch.nn modules and the test's own blocks: torch alone (an Ultralytics checkpoint also imports the
+    # allowed classes its objects are checked against, allow.SAFE_IMPORTS; never a module the file names)
+    assert heavy == ["torch"]
+    code, out, err, _ = _run("digest", str(a), str(b))
+    assert code == 1, err  # they differ
+    assert [line.split()[0] for line in out.splitlines()] == [checkpoint_digest(a), checkpoint_digest(b)]
+    assert checkpoint_digest(a) != checkpoint_digest(b)
 
 
-def test_a_hostile_checkpoint_is_still_refused(tmp_path: Path) -> None:
+def test_a_hostile_checkpoint_is_refused_without_running_it(tmp_path: Path) -> None:
     class Evil:
         def __reduce__(self) -> tuple[object, tuple[str]]:
             return (print, ("ran",))
@@ -126,13 +109,13 @@ def test_a_hostile_checkpoint_is_still_refused(tmp_path: Path) -> None:
     path = tmp_path / "evil.pt"
     torch.save({"model": Tiny(), "x": Evil()}, path)
     with pytest.raises(ModelError, match=r"calls builtins\.print, which is not on yolo-det's allow-list"):
-        raw_checkpoint_digest(path)  # the one reader's refusal, without torch
+        checkpoint_digest(path)
     code, out, err, heavy = _run("digest", str(path))
     assert code == 2
     assert "ran" not in out
     assert "builtins.print" in err
     assert "allow-list" in err
-    assert "torch" not in heavy
+    assert "ultralytics" not in heavy
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
@@ -190,18 +173,7 @@ def test_argument_errors_answer_without_torch(argv: list[str], says: str) -> Non
     assert heavy == []
 
 
-def test_digest_and_diff_answer_without_torch(tmp_path: Path) -> None:
-    model = Tiny()
-    a, b = tmp_path / "a.pt", tmp_path / "b.pt"
-    torch.save(_ultralytics_like(model), a)
-    with torch.no_grad():
-        model.conv.weight[0, 0, 0, 0] += 1
-    torch.save(_ultralytics_like(model), b)
-    code, out, err, heavy = _run("digest", str(a), str(b))
-    assert code == 1, err  # they differ
-    assert [line.split()[0] for line in out.splitlines()] == [checkpoint_digest(a), checkpoint_digest(b)]
-    assert heavy == []
-
+def test_diff_answers_without_torch(tmp_path: Path) -> None:
     runs = []
     for name, digest in (("r1", "d" * 64), ("r2", "d" * 64)):
         folder = tmp_path / name

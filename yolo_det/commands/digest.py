@@ -4,13 +4,12 @@ The digest is the SHA-256 of the model's weights, in a defined order and dtype (
 of the file: two checkpoints with equal weights have equal digests even when their metadata (dates, paths, the
 optimizer) differ, and `sha256sum FILE` gives another value.
 
-A checkpoint is read without importing anything outside torch (an Ultralytics or YOLOv5 checkpoint, or a state
-dict, of the common dtypes: without torch at all, the digest computed from the archive's bytes), and its
-pickle may call only what is on yolo-det's allow-list (tensor rebuilders, containers, plain values): a model
-made of your own block classes reads too, and one that calls anything else (builtins.exec, os.system, ...) is
-refused with its name; --trust-checkpoint digests it anyway (still without running it: what it would call
-becomes a placeholder). A truncated file is named so. Every dtype is digested (float8, complex32, bits,
-float4: their raw bytes).
+A checkpoint (an Ultralytics or YOLOv5 checkpoint, or a state dict) is read by yolo-det's one reader, which
+imports no module the file names, and its pickle may call only what is on yolo-det's allow-list (tensor
+rebuilders, containers, plain values): a model made of your own block classes reads too, and one that calls
+anything else (builtins.exec, os.system, ...) is refused with its name; --trust-checkpoint digests it anyway
+(still without running it: what it would call becomes a placeholder). A truncated file is named so. Every
+dtype is digested (float8, complex32, bits, float4: their raw bytes).
 
 example:
   yolo-det digest runs/detect/train/weights/last.pt runs/detect/train2/weights/last.pt
@@ -35,21 +34,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``yolo-det digest``; exit 0 when all digests are equal, 1 when they differ."""
+    from ..core.record import checkpoint_digest
+
     with trusted_checkpoints(args.trust_checkpoint):
-        digests = [(_digest(path), path) for path in args.checkpoints]
+        digests = [(checkpoint_digest(path), path) for path in args.checkpoints]
     for digest, path in digests:
         print(f"{digest}  {path}")
     return 0 if len({d for d, _ in digests}) <= 1 else 1
-
-
-def _digest(path: str) -> str:
-    """The weights digest of one checkpoint: read from the archive's bytes when it can be (no torch), else by the
-    full reader (same digest, or its one-line refusal)."""
-    from ..core.untrusted.rawdigest import raw_checkpoint_digest
-
-    digest = raw_checkpoint_digest(path)
-    if digest is not None:
-        return digest
-    from ..core.record import checkpoint_digest
-
-    return checkpoint_digest(path)

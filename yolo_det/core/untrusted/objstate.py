@@ -29,6 +29,8 @@ import types
 from collections.abc import Iterable
 from typing import Any
 
+import torch
+
 from ..errors import ModelError
 from .container import trust_hint
 
@@ -60,7 +62,7 @@ MODULE_DATA = {
     "_is_full_backward_hook": "None or a bool",
 }
 _SCALARS = (type(None), bool, int, float, complex, str, bytes, bytearray)
-_ATOMS = (slice, pathlib.PurePath, datetime.date, datetime.timedelta)
+_ATOMS = (torch.dtype, torch.device, torch.Generator, slice, pathlib.PurePath, datetime.date, datetime.timedelta)
 _MAX_VALUES = 5_000_000
 #: The namespaces the unpickler makes (``types.SimpleNamespace``, ``argparse.Namespace``, Ultralytics' own).
 _NAMESPACES = frozenset(
@@ -83,36 +85,27 @@ def _kind(value: Any) -> str:
     return f"a {type(value).__name__[:60]}"
 
 
-def _module_class(cls: Any) -> bool:
-    torch = sys.modules.get("torch")  # not imported: nothing is a module
-    return torch is not None and isinstance(cls, type) and issubclass(cls, torch.nn.Module)
-
-
 class _Checker:
-    def __init__(self, made: set[int], tensors: tuple[type, ...], atoms: tuple[type, ...]) -> None:
+    def __init__(self, made: set[int]) -> None:
         self.made = made
-        self.tensors = tensors
-        self.atoms = (*_ATOMS, *atoms)
         self.seen: set[int] = set()
         self.budget = _MAX_VALUES
-
-    def tensor(self, value: Any) -> bool:
-        """Whether ``value`` is a plain tensor or parameter (no subclass) the unpickler made."""
-        return type(value) in self.tensors
 
     def data(self, value: Any) -> None:
         """Raise :class:`_Refused` unless ``value`` is data (see the module docstring)."""
         self.budget -= 1
         if self.budget < 0:
             raise _Refused("more values than a checkpoint holds")
-        if type(value) in _SCALARS or self.tensor(value) or isinstance(value, self.atoms):
+        if type(value) in _SCALARS or isinstance(value, _ATOMS):
+            return
+        if type(value) in (torch.Tensor, torch.nn.Parameter):
             return
         if id(value) in self.made and not isinstance(value, type):
             return  # an object the pickle made: checked on its own
         if id(value) in self.seen:
             return
         self.seen.add(id(value))
-        if type(value) in (list, tuple, set, frozenset):
+        if type(value) in (list, tuple, set, frozenset, torch.Size):
             for item in value:
                 self.data(item)
             return
@@ -148,7 +141,7 @@ def _numpy_data(value: Any) -> bool:
 
 
 def _module_like(obj: Any, state: dict[str, Any], cls: Any) -> bool:
-    if _module_class(type(obj)) or _module_class(cls):
+    if isinstance(obj, torch.nn.Module) or (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
         return True
     return any(key in MODULE_DATA or key in HOOK_DICTS for key in state)
 
@@ -162,7 +155,7 @@ def _check_module_key(check: _Checker, key: str, value: Any) -> None:
         if type(value) is not bool:
             raise _Refused(f"{_kind(value)}, not a bool")
     elif key in {"_parameters", "_buffers"}:
-        check.names_to(value, MODULE_DATA[key], lambda v: v is None or check.tensor(v))
+        check.names_to(value, MODULE_DATA[key], lambda v: v is None or type(v) in (torch.Tensor, torch.nn.Parameter))
     elif key == "_modules":
         check.names_to(value, "names to modules", lambda v: v is None or (id(v) in check.made and _is_obj(v)))
     elif key == "_non_persistent_buffers_set":
@@ -199,9 +192,7 @@ def _check_state(check: _Checker, obj: Any, state: Any, live: bool) -> None:
             raise _Refused(e.what, key) from None
 
 
-def check_made(
-    path: Any, made: Iterable[Any], *, live: bool, tensors: tuple[type, ...], atoms: tuple[type, ...]
-) -> None:
+def check_made(path: Any, made: Iterable[Any], *, live: bool) -> None:
     """Refuse the checkpoint at ``path`` when an object it made holds anything but data (module docstring).
 
     Args:
@@ -209,16 +200,12 @@ def check_made(
         made: The objects of model and plain classes the pickle created (real ones when ``live``, else
             :class:`~.unpickle.Inert` placeholders, whose ``state`` is checked).
         live: Whether the objects are real (their ``__dict__`` is checked, and their class's methods known).
-        tensors: The tensor types the unpickler made (torch's tensor and parameter; a torch-free reading's
-            views), held as themselves (a subclass is refused).
-        atoms: The other plain values only the unpickler makes (torch's dtypes, devices, sizes and generators; a
-            torch-free reading's dtype names).
 
     Raises:
         ModelError: One line naming the object's class, the attribute and what it held.
     """
     objects = list(made)
-    check = _Checker({id(o) for o in objects}, tensors, atoms)
+    check = _Checker({id(o) for o in objects})
     for obj in objects:
         state = vars(obj) if live else obj.state
         try:

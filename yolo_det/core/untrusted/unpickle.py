@@ -20,16 +20,11 @@ with Python's own pickle machine, changed where the pickle could run code:
   span together (a stride-0 tensor spans ``numel`` elements of one) are capped by
   :data:`MAX_TENSOR_EXPANSION` times the file's size plus :data:`TENSOR_SLACK_BYTES`.
 
-``live=False`` (inspection: digests, resume states, the stored YAML of a model) imports nothing outside
-torch: model classes become :class:`Inert` placeholders that keep the state the pickle gave them, and a
+``live=False`` (inspection: digests, resume states, the stored YAML of a model) imports no module a pickle
+names (an allowed class is looked up after :data:`.allow.SAFE_IMPORTS` only, to check the state given to its
+placeholder): model classes become :class:`Inert` placeholders that keep the state the pickle gave them, and a
 class name nobody knows is accepted as long as the pickle only creates it (it is never called). ``live=True``
 (handing the object to Ultralytics) makes real objects of allowed classes only.
-
-``raw=True`` (inspection without torch: what makes ``yolo-det digest`` answer in well under a second) is the
-same interpreter, the same allow-list and the same checks, with tensors kept as :class:`RawTensor` views of the
-archive's bytes and dtypes as :class:`RawDtype` names; a value only torch can make (a device, a generator, a
-tensor subclass, a dtype outside :data:`ITEMSIZE`) raises :class:`NeedsTorch`, and the caller reads the file
-again with torch. This module imports torch only when a reading that is not ``raw`` needs it.
 """
 
 from __future__ import annotations
@@ -37,7 +32,6 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime
-import importlib
 import io
 import math
 import pathlib
@@ -47,20 +41,18 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+
 from ..errors import ModelError
 from .allow import ALIASES, model_class
 from .container import CheckpointArchive, trust_checkpoints, trust_hint
 from .objstate import check_made
 
 __all__ = [
-    "ITEMSIZE",
     "MAX_TENSOR_EXPANSION",
     "TENSOR_SLACK_BYTES",
     "VALUES",
     "Inert",
-    "NeedsTorch",
-    "RawDtype",
-    "RawTensor",
     "RefusedGlobal",
     "SafeUnpickler",
     "is_tensor",
@@ -74,56 +66,9 @@ MAX_TENSOR_EXPANSION = 4
 TENSOR_SLACK_BYTES = 2**20
 
 
-#: The bytes per element of the dtypes a ``raw`` reading knows (any other makes it hand over to torch).
-ITEMSIZE: dict[str, int] = {
-    "float16": 2,
-    "bfloat16": 2,
-    "float32": 4,
-    "float64": 8,
-    "complex64": 8,
-    "complex128": 16,
-    "bool": 1,
-    "uint8": 1,
-    "int8": 1,
-    "int16": 2,
-    "int32": 4,
-    "int64": 8,
-}
-
-
-def _torch() -> Any:
-    """torch, imported by a reading that is not ``raw``."""
-    return importlib.import_module("torch")
-
-
-class NeedsTorch(Exception):
-    """A ``raw`` reading met a value only torch can make: read the file again without ``raw``."""
-
-
-class RawDtype:
-    """A dtype a ``raw`` reading names (``float32``), no torch involved."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-
-class RawTensor:
-    """A tensor of a ``raw`` reading: its storage's bytes, offset, size and stride, checked as torch's would be."""
-
-    __slots__ = ("data", "dtype", "offset", "size", "stride")
-
-    def __init__(self, data: bytes, offset: int, size: tuple[int, ...], stride: tuple[int, ...], dtype: str) -> None:
-        self.data, self.offset, self.size, self.stride, self.dtype = data, offset, size, stride, dtype
-
-
 def is_tensor(value: Any) -> bool:
-    """Whether ``value`` is a tensor an unpickling made (a torch tensor, or a :class:`RawTensor`)."""
-    if isinstance(value, RawTensor):
-        return True
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(value, torch.Tensor)
+    """Whether ``value`` is a tensor an unpickling made."""
+    return isinstance(value, torch.Tensor)
 
 
 class RefusedGlobal(ModelError):
@@ -194,33 +139,33 @@ def _placeholder(module: str, name: str) -> type:
 class _StorageType:
     """What a pickle's storage class (``torch.FloatStorage``, ``torch.UntypedStorage``) says: a dtype."""
 
-    def __init__(self, dtype: Any) -> None:
+    def __init__(self, dtype: torch.dtype) -> None:
         self.dtype = dtype
 
 
 class _Storage:
-    """A storage read from the archive: its bytes (a uint8 tensor; ``bytes`` in a ``raw`` reading)."""
+    """A storage read from the archive: its bytes (a uint8 tensor)."""
 
-    def __init__(self, data: Any, dtype: Any) -> None:
+    def __init__(self, data: torch.Tensor, dtype: torch.dtype) -> None:
         self.data = data
         self.dtype = dtype
-        self.nbytes = len(data) if isinstance(data, bytes) else int(data.numel())
+        self.nbytes = int(data.numel())
 
 
-_STORAGE_DTYPES: dict[str, str] = {
-    "UntypedStorage": "uint8",
-    "ByteStorage": "uint8",
-    "CharStorage": "int8",
-    "ShortStorage": "int16",
-    "IntStorage": "int32",
-    "LongStorage": "int64",
-    "HalfStorage": "float16",
-    "FloatStorage": "float32",
-    "DoubleStorage": "float64",
-    "BFloat16Storage": "bfloat16",
-    "BoolStorage": "bool",
-    "ComplexFloatStorage": "complex64",
-    "ComplexDoubleStorage": "complex128",
+_STORAGE_DTYPES: dict[str, torch.dtype] = {
+    "UntypedStorage": torch.uint8,
+    "ByteStorage": torch.uint8,
+    "CharStorage": torch.int8,
+    "ShortStorage": torch.int16,
+    "IntStorage": torch.int32,
+    "LongStorage": torch.int64,
+    "HalfStorage": torch.float16,
+    "FloatStorage": torch.float32,
+    "DoubleStorage": torch.float64,
+    "BFloat16Storage": torch.bfloat16,
+    "BoolStorage": torch.bool,
+    "ComplexFloatStorage": torch.complex64,
+    "ComplexDoubleStorage": torch.complex128,
 }
 
 
@@ -313,10 +258,9 @@ def _interpolation_mode(value: Any) -> Any:
     return InterpolationMode(value)
 
 
-def _generator(device: Any = None) -> Any:
+def _generator(device: Any = None) -> torch.Generator:
     """A fresh CPU ``torch.Generator`` (what a pickled generator is created as; its state comes as bytes, given by
     :func:`_generator_state`)."""
-    torch = _torch()
     if device is not None and not (isinstance(device, torch.device) and device.type == "cpu"):
         raise ModelError(
             f"a torch.Generator of device {str(device)[:20]} in checkpoint: yolo-det loads checkpoints on the CPU"
@@ -326,7 +270,6 @@ def _generator(device: Any = None) -> Any:
 
 def _generator_state(gen: Any, state: Any) -> None:
     """Give ``gen`` the state a pickled generator carries: its seed, offset and state bytes, nothing else."""
-    torch = _torch()
     ok = isinstance(state, tuple) and len(state) == 3
     if ok:
         seed, offset, data = state
@@ -364,14 +307,16 @@ VALUES: dict[tuple[str, str], Any] = {
     },
 }
 #: What torch itself makes: ``torch.Size``, ``torch.device``, and a user's block's random generator (created
-#: here, its state given as bytes by :func:`_generator_state`). A ``raw`` reading makes a size a tuple.
+#: here, its state given as bytes by :func:`_generator_state`).
 _TORCH_VALUES = {
-    ("torch", "Size"): lambda: _torch().Size,
-    ("torch", "device"): lambda: _torch().device,
-    ("torch._C", "Generator"): lambda: _generator,
-    ("torch", "Generator"): lambda: _generator,
+    ("torch", "Size"): torch.Size,
+    ("torch", "device"): torch.device,
+    ("torch._C", "Generator"): _generator,
+    ("torch", "Generator"): _generator,
 }
 _VALUE_TYPES = (
+    torch.Size,
+    torch.device,
     collections.OrderedDict,
     types.SimpleNamespace,
     argparse.Namespace,
@@ -379,10 +324,6 @@ _VALUE_TYPES = (
     datetime.date,
     datetime.timedelta,
 )
-
-
-def _raw_size(items: Any = ()) -> tuple[int, ...]:
-    return _ints(items, "size")
 
 
 class SafeUnpickler(pickle._Unpickler):
@@ -393,21 +334,15 @@ class SafeUnpickler(pickle._Unpickler):
     metastack: list[list[Any]]
     append: Any
 
-    def __init__(self, archive: CheckpointArchive, *, live: bool, raw: bool = False, objects: bool = False) -> None:
+    def __init__(self, archive: CheckpointArchive, *, live: bool, objects: bool = False) -> None:
         super().__init__(io.BytesIO(archive.pickle), encoding="latin1")
-        if live and raw:
-            raise ValueError("a raw reading makes no live objects")
         self._objects = objects  # NumPy arrays of objects (a label cache), see _numpy_values
         self._archive = archive
         self._live = live
-        self._raw = raw
         self._storages: dict[str, _Storage] = {}
         self._callables: dict[int, str] = {}  # id -> name of what REDUCE may call
         self._classes: dict[int, str] = {}  # id -> name of what NEWOBJ may create
         self._value_types: set[type] = set(_VALUE_TYPES)
-        if not raw:
-            torch = _torch()
-            self._value_types |= {torch.Size, torch.device}
         self._types: set[type] = {collections.OrderedDict, *self._value_types}
         self._budget = MAX_TENSOR_EXPANSION * archive.size + TENSOR_SLACK_BYTES
         self._keep: list[Any] = []  # what the id keys above refer to stays alive while loading
@@ -418,16 +353,8 @@ class SafeUnpickler(pickle._Unpickler):
         """The unpickled object, once every object it made is known to hold only data (:mod:`.objstate`)."""
         out = super().load()
         if self._live or not trust_checkpoints():
-            tensors, atoms = self._data_kinds()
-            check_made(self._archive.path, self._made, live=self._live, tensors=tensors, atoms=atoms)
+            check_made(self._archive.path, self._made, live=self._live)
         return out
-
-    def _data_kinds(self) -> tuple[tuple[type, ...], tuple[type, ...]]:
-        """The tensor types, and the other plain values, only torch (or a ``raw`` reading) makes."""
-        if self._raw:
-            return (RawTensor,), (RawDtype,)
-        torch = _torch()
-        return (torch.Tensor, torch.nn.Parameter), (torch.dtype, torch.device, torch.Size, torch.Generator)
 
     # -- names -------------------------------------------------------------------------------------------
     def find_class(self, module: str, name: str) -> Any:
@@ -470,15 +397,11 @@ class SafeUnpickler(pickle._Unpickler):
         if module.startswith("numpy"):
             return _numpy_values(self._objects).get((module, name))
         if (module, name) == ("torchvision.transforms.functional", "InterpolationMode"):
-            if self._raw:
-                raise NeedsTorch(f"{module}.{name}")
             return _interpolation_mode
         if (module, name) in {
             ("ultralytics.utils", "IterableSimpleNamespace"),
             ("ultralytics.yolo.utils", "IterableSimpleNamespace"),
         }:
-            if self._raw:  # inspection: a namespace of data, Ultralytics not imported
-                return types.SimpleNamespace
             from ..compat import IterableSimpleNamespace
 
             self._types.add(IterableSimpleNamespace)
@@ -488,29 +411,14 @@ class SafeUnpickler(pickle._Unpickler):
     def _torch_value(self, module: str, name: str) -> Any:
         """A value of torch's a pickle names: a storage type, a dtype, a size, a device, a generator; else None."""
         if module in {"torch", "torch.storage"} and name in _STORAGE_DTYPES:
-            return _StorageType(self._dtype(_STORAGE_DTYPES[name]))
+            return _StorageType(_STORAGE_DTYPES[name])
         if (module, name) in _TORCH_VALUES:
-            if self._raw and (module, name) != ("torch", "Size"):
-                raise NeedsTorch(f"{module}.{name}")
-            return _raw_size if self._raw else _TORCH_VALUES[(module, name)]()
-        if module == "torch" and self._raw:
-            if name in ITEMSIZE:
-                return RawDtype(name)
-            raise NeedsTorch(f"{module}.{name}")  # torch judges its own names
-        if module == "torch" and isinstance(getattr(_torch(), name, None), _torch().dtype):
-            return getattr(_torch(), name)
+            return _TORCH_VALUES[(module, name)]
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
         return None
 
-    def _dtype(self, name: str) -> Any:
-        """The dtype ``name`` (one of :data:`ITEMSIZE`): a torch dtype, or a :class:`RawDtype` in a ``raw`` reading."""
-        return RawDtype(name) if self._raw else getattr(_torch(), name)
-
     def _class(self, module: str, name: str) -> type | None:
-        if self._raw:  # inspection without torch: created as a placeholder only, nothing imported
-            module, name = ALIASES.get((module, name), (module, name))
-            if not (name.isidentifier() and all(p.isidentifier() for p in module.split("."))):
-                return None
-            return _placeholder(module, name)
         cls = model_class(module, name)
         if self._live:
             return cls
@@ -568,8 +476,7 @@ class SafeUnpickler(pickle._Unpickler):
         new: Any = cls.__new__
         if cls in self._value_types:
             return new(cls, *args, **kwargs)
-        torch = sys.modules.get("torch")
-        if (torch is not None and issubclass(cls, torch.nn.Module)) or (args == () and not kwargs):
+        if issubclass(cls, torch.nn.Module) or (args == () and not kwargs):
             return self._made_object(cls, new(cls))
         raise RefusedGlobal(self._archive.path, f"{self._name(cls)}.__new__ with arguments", called=True)
 
@@ -599,8 +506,7 @@ class SafeUnpickler(pickle._Unpickler):
 
     def _load_build(self) -> None:
         state = self.stack[-1]
-        torch = sys.modules.get("torch")
-        if torch is not None and type(self.stack[-2]) is torch.Generator:  # only _generator makes one
+        if type(self.stack[-2]) is torch.Generator:  # only _generator makes one
             self.stack.pop()
             _generator_state(self.stack[-1], state)
             return
@@ -661,19 +567,13 @@ class SafeUnpickler(pickle._Unpickler):
                 f"file of {self._archive.size}"
             )
         raw = self._archive.read_record(key, nbytes)
-        if self._raw:
-            storage = _Storage(raw, dtype)
-        else:
-            torch = _torch()
-            data = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
-            storage = _Storage(data, dtype)
+        data = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+        storage = _Storage(data, dtype)
         self._storages[key] = storage
         return storage
 
     def _itemsize(self, dtype: Any) -> int:
-        if isinstance(dtype, RawDtype):
-            return ITEMSIZE[dtype.name]
-        return int(_torch().empty(0, dtype=dtype).element_size())
+        return int(torch.empty(0, dtype=dtype).element_size())
 
     def tensor(self, storage: Any, offset: Any, size: Any, stride: Any, dtype: Any = None) -> Any:
         """A tensor viewing ``storage``, checked to lie inside it and within the expansion budget."""
@@ -695,20 +595,14 @@ class SafeUnpickler(pickle._Unpickler):
                 f"'{self._archive.path}': its tensors span more than {MAX_TENSOR_EXPANSION}x the file's "
                 "size (expanded, stride-0 tensors), so it was not loaded"
             )
-        if self._raw:
-            return RawTensor(storage.data, offset, size_t, stride_t, dtype.name)
-        t = _torch().empty(0, dtype=dtype)
+        t = torch.empty(0, dtype=dtype)
         t.set_(storage.data.untyped_storage(), offset, size_t, stride_t)
         return t
-
-    def is_dtype(self, value: Any) -> bool:
-        """Whether ``value`` is a dtype this reading made."""
-        return isinstance(value, RawDtype) if self._raw else isinstance(value, _torch().dtype)
 
     def make_parameter(self, data: Any, requires_grad: Any) -> Any:
         if not is_tensor(data):
             raise ModelError("malformed parameter in checkpoint")
-        return _torch().nn.Parameter(data, requires_grad=bool(requires_grad)) if self._live else data
+        return torch.nn.Parameter(data, requires_grad=bool(requires_grad)) if self._live else data
 
 
 def _rebuild_v2(
@@ -722,7 +616,7 @@ def _rebuild_v2(
     metadata: Any = None,
 ) -> Any:
     t = u.tensor(storage, offset, size, stride)
-    if requires_grad is True and not isinstance(t, RawTensor) and t.is_floating_point():
+    if requires_grad is True and t.is_floating_point():
         t.requires_grad_(True)
     return t
 
@@ -738,7 +632,7 @@ def _rebuild_v3(
     dtype: Any,
     metadata: Any = None,
 ) -> Any:
-    if not u.is_dtype(dtype):
+    if not isinstance(dtype, torch.dtype):
         raise ModelError("malformed tensor in checkpoint: bad dtype")
     return u.tensor(storage, offset, size, stride, dtype)
 
@@ -750,9 +644,6 @@ def _rebuild_parameter(u: SafeUnpickler, data: Any, requires_grad: Any, hooks: A
 def _rebuild_from_type_v2(u: SafeUnpickler, func: Any, new_type: Any, args: Any, state: Any) -> Any:
     if id(func) not in u._callables or not isinstance(args, tuple):
         raise RefusedGlobal(u._archive.path, "torch._tensor._rebuild_from_type_v2 of an unknown function", called=True)
-    if u._raw:
-        raise NeedsTorch("torch._tensor._rebuild_from_type_v2")
-    torch = _torch()
     value = func(*args)
     if new_type is not torch.Tensor and new_type is not torch.nn.Parameter:
         raise RefusedGlobal(u._archive.path, "a tensor subclass", called=True)
