@@ -120,7 +120,6 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
         with plugin.guard(baseline=_without_threads(plugin)):
             return method(*args, **kwargs)
 
-    call._yolo_det_original = method  # type: ignore[attr-defined]
     return call
 
 

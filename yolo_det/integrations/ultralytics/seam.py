@@ -76,8 +76,6 @@ class BatchObserver:
 class SeamTrainer:
     """The mixin of the trainer seam (see the module docstring); first in the bases of :func:`seam_trainer`."""
 
-    yolo_det_seam = True
-
     def get_dataloader(self, dataset_path: Any, batch_size: int = 16, rank: int = 0, mode: str = "train") -> Any:
         parent: Any = super()
         loader = parent.get_dataloader(dataset_path, batch_size=batch_size, rank=rank, mode=mode)
