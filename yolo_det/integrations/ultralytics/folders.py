@@ -60,14 +60,13 @@ def resume_into_its_folder(model: Any, kwargs: dict[str, Any]) -> dict[str, Any]
 def check_resume_folder(trainer: Any) -> None:
     """Refuse a resumed trainer whose run folder is not the folder holding its checkpoint (a trainer built
     without yolo-det's routes, e.g. a plugin registered on it later)."""
-    if not getattr(trainer, "resume", False):
+    if not trainer.resume:
         return
     from ...core.resume import resume_folder
 
-    ckpt = str(getattr(trainer.args, "resume", None) or getattr(trainer.args, "model", ""))
+    ckpt, save_dir = str(trainer.args.resume or trainer.args.model), trainer.save_dir
     folder = resume_folder(ckpt, requested=None)
-    save_dir = getattr(trainer, "save_dir", None)
-    if save_dir is not None and Path(save_dir).resolve() != folder.resolve():
+    if Path(save_dir).resolve() != folder.resolve():
         from ...core.errors import ConfigError
 
         raise ConfigError(

@@ -43,9 +43,8 @@ def check(trainer: Any, shards: int, rank: int, world: int) -> ShardLayout:
             f"shards: {shards} needs yolo-det's trainer seam, and {type(trainer).__name__} was built without it; "
             f"train with {SEAM_FIX}"
         )
-    args = getattr(trainer, "args", None)
     for key, why in _REFUSED.items():
-        value = getattr(args, key, None)
+        value = getattr(trainer.args, key, None)  # compile: an argument of newer releases
         if value and value not in {"False", "false"}:
             raise ConfigError(f"shards: {shards} cannot train with {key}={value} ({why}); set {key}=False")
     return layout_for(trainer, shards, rank, world)
@@ -85,6 +84,5 @@ def uninstall(trainer: Any) -> None:
     if state.shards is None:
         return
     state.shards = None
-    step = getattr(trainer, "model", None)
-    if isinstance(step, ShardedStep):
-        trainer.model = step.module
+    if isinstance(trainer.model, ShardedStep):
+        trainer.model = trainer.model.module
