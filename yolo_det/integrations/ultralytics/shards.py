@@ -21,7 +21,7 @@ from ...fixes.shards import ShardedStep, ShardLayout, broadcast_state
 from ..trainer_state import state_of
 from .seam import SEAM_FIX, has_seam
 
-__all__ = ["check", "install", "layout_for", "uninstall"]
+__all__ = ["check", "install", "uninstall"]
 
 _REFUSED = {
     "rect": "rectangular batches are shaped per batch of one rank",
@@ -30,14 +30,9 @@ _REFUSED = {
 }
 
 
-def layout_for(trainer: Any, shards: int, rank: int, world: int) -> ShardLayout:
-    """The rank's :class:`~yolo_det.fixes.shards.ShardLayout` for ``trainer``'s global batch."""
-    return ShardLayout.checked(int(shards), world, rank, int(contact(trainer, "batch_size", "the shard layout")))
-
-
 def check(trainer: Any, shards: int, rank: int, world: int) -> ShardLayout:
     """Refuse, in one line, what ``shards`` cannot make rank-free (a trainer without the seam included); return the
-    layout."""
+    rank's :class:`~yolo_det.fixes.shards.ShardLayout` for ``trainer``'s global batch."""
     if not has_seam(trainer):
         raise ConfigError(
             f"shards: {shards} needs yolo-det's trainer seam, and {type(trainer).__name__} was built without it; "
@@ -47,7 +42,7 @@ def check(trainer: Any, shards: int, rank: int, world: int) -> ShardLayout:
         value = getattr(trainer.args, key, None)  # compile: an argument of newer releases
         if value and value not in {"False", "false"}:
             raise ConfigError(f"shards: {shards} cannot train with {key}={value} ({why}); set {key}=False")
-    return layout_for(trainer, shards, rank, world)
+    return ShardLayout.checked(int(shards), world, rank, int(contact(trainer, "batch_size", "the shard layout")))
 
 
 def install(trainer: Any, layout: ShardLayout, seed: int) -> ShardedStep:
