@@ -85,14 +85,13 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
         from ...core.untrusted.allow import allowed_user_modules
         from ...core.untrusted.safeload import guarded_torch_load
 
-        net = getattr(owner, "model", None)
+        net = owner.model
         # the classes of the model being run are the user's own (built in this process): its checkpoints hold them
         own = {type(m).__module__ for m in net.modules()} if isinstance(net, torch.nn.Module) else set()
         with allowed_user_modules(own):
             # the one gate: every path-valued argument Ultralytics will read (the model's stored ones, then the
             # call's), before it reads any
-            stored = getattr(owner, "overrides", None)
-            check_arguments({**(stored if isinstance(stored, dict) else {}), **kwargs})
+            check_arguments({**owner.overrides, **kwargs})
             with guarded_torch_load():  # whatever Ultralytics then loads goes through the allow-list
                 return _call(*args, **kwargs)
 
@@ -104,8 +103,8 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
         if name == "train":
             kwargs = resume_into_its_folder(owner, kwargs)
             plugin.asked = dict(kwargs)
-            asked = {**getattr(owner, "overrides", {}), **kwargs}
-            check_training_data(asked, task=getattr(owner, "task", None))  # before anything is written
+            asked = {**owner.overrides, **kwargs}
+            check_training_data(asked, task=owner.task)  # before anything is written
             base = kwargs.get("trainer") or default_base(owner)
             if launched_externally(None, asked) is not None or restarted_alone(None, asked):
                 base = launcher_trainer(base)

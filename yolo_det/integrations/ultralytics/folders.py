@@ -32,8 +32,7 @@ def resume_checkpoint(args: dict[str, Any], model: Any = None) -> str | None:
         return str(resume)
     if resume is True or str(resume).strip() in {"True", "true"}:
         if model is not None:
-            ckpt = getattr(model, "ckpt_path", None)
-            return str(ckpt) if ckpt else None
+            return str(model.ckpt_path) if model.ckpt_path else None
         if isinstance(args.get("model"), (str, Path)) and str(args["model"]).endswith(".pt"):
             return str(args["model"])
         try:
@@ -50,7 +49,7 @@ def resume_into_its_folder(model: Any, kwargs: dict[str, Any]) -> dict[str, Any]
     (:func:`yolo_det.core.resume.resume_save_dir`); unchanged when the training does not resume."""
     from ...core.resume import resume_save_dir
 
-    args = {**getattr(model, "overrides", {}), **kwargs}
+    args = {**model.overrides, **kwargs}
     ckpt = resume_checkpoint(args, model)
     if ckpt is None:
         return kwargs
@@ -81,7 +80,7 @@ def lock_fixed_folder(model: Any, kwargs: dict[str, Any]) -> runlock.RunLock | N
     :func:`lock_planned_folder`)."""
     if kwargs.get("cfg"):
         return None
-    args = {**getattr(model, "overrides", {}), **kwargs, "task": getattr(model, "task", None), "mode": "train"}
+    args = {**model.overrides, **kwargs, "task": model.task, "mode": "train"}
     return lock_planned_folder(None, args)
 
 

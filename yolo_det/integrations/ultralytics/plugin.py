@@ -43,7 +43,7 @@ from .batch_invariance import BatchInvariance
 from .folders import check_resume_folder
 from .guarantees import guarantees_section, say_broken, watch_flags
 from .records import RunRecords, observe_final_record
-from .resume import UltralyticsResume
+from .resume import UltralyticsResume, earlier_profile
 from .runs import process_rank
 from .seam import has_seam, is_plugin_callback, say_missing
 from .trackers import publish
@@ -171,16 +171,11 @@ class UltralyticsPlugin(RunRecords):
 
     def _warn_profile_change(self) -> None:
         """One line when a resumed run trains under another profile than the part before it."""
-        before = (self._previous or {}).get("profile")
-        if (
-            self.resume is not None
-            and self.resume.info is not None
-            and isinstance(before, dict)
-            and before.get("train") != self.profile.to_dict().get("train")
-        ):
+        before = earlier_profile(self._previous, self.profile)
+        if self.resume is not None and self.resume.info is not None and before is not None:
             print(
                 f"yolo-det: resuming under the profile '{self.profile.name}', the run so far trained under "
-                f"'{before.get('name')}': it continues, but not bit for bit as either would have (recorded)",
+                f"'{before}': it continues, but not bit for bit as either would have (recorded)",
                 file=sys.stderr,
                 flush=True,
             )

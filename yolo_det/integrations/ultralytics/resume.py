@@ -61,10 +61,19 @@ from .lineage import changed_overrides, mosaic_changed
 from .resume_state import capture_state, restore_state
 from .seam import BatchObserver, has_seam, observe, unobserve
 
-__all__ = ["UltralyticsResume"]
+__all__ = ["UltralyticsResume", "earlier_profile"]
 
 
 _EARLY = ("model_buffers", "grads")
+
+
+def earlier_profile(previous: dict[str, Any] | None, profile: Any) -> str | None:
+    """The name of the profile the earlier part (its record: ``previous``) trained under, when its train phase is not
+    ``profile``'s; None otherwise."""
+    before = previous.get("profile") if isinstance(previous, dict) else None
+    if isinstance(before, dict) and before.get("train") != profile.to_dict().get("train"):
+        return str(before.get("name"))
+    return None
 
 
 class UltralyticsResume(BatchObserver):
@@ -386,11 +395,9 @@ class UltralyticsResume(BatchObserver):
             reasons.append(f"no matching resume state ({info.get('problem', 'not found')})")
         if not train.deterministic or train.backward != "keep":
             reasons.append(f"the profile '{profile.name}' is not deterministic in training")
-        before = previous.get("profile") if isinstance(previous, dict) else None
-        if isinstance(before, dict) and before.get("train") != profile.to_dict().get("train"):
-            reasons.append(
-                f"the earlier part trained under the profile '{before.get('name')}', this part under '{profile.name}'"
-            )
+        before = earlier_profile(previous, profile)
+        if before is not None:
+            reasons.append(f"the earlier part trained under the profile '{before}', this part under '{profile.name}'")
         for key, (was, now) in (info.get("overrides") or {}).items():
             reasons.append(f"{key}={now} differs from the checkpoint's {key}={was}")
         if self._mosaic_note:
