@@ -27,7 +27,7 @@ from ...session.distributed import terminate_via_launcher
 from ...session.session import DeterminismSession
 from .deploy import export_standard, guarded_stream
 from .folders import lock_fixed_folder, resume_into_its_folder
-from .launcher import default_base, launched_externally, launcher_trainer, restarted_alone
+from .launcher import default_base
 from .plugin import UltralyticsPlugin, is_plugin_callback
 from .seam import seam_trainer
 
@@ -106,8 +106,6 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
             asked = {**owner.overrides, **kwargs}
             check_training_data(asked, task=owner.task)  # before anything is written
             base = kwargs.get("trainer") or default_base(owner)
-            if launched_externally(None, asked) is not None or restarted_alone(None, asked):
-                base = launcher_trainer(base)
             kwargs = {**kwargs, "trainer": seam_trainer(base)}  # the trainer seam: yolo-det's methods of the class
             with stop_signals(), plugin.guard(), terminate_via_launcher():
                 lock = lock_fixed_folder(owner, kwargs)
