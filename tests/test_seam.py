@@ -190,10 +190,9 @@ def test_a_trainer_method_yolo_det_extends_missing_is_refused_at_start(method, m
 
     from yolo_det import attach
     from yolo_det.core.compat import MissingContact, ultralytics_version
-    from yolo_det.integrations.ultralytics import launcher, seam
+    from yolo_det.integrations.ultralytics import seam
 
     monkeypatch.setattr(seam, "_MADE", {})  # the classes composed before the release "lost" the method
-    monkeypatch.setattr(launcher, "_MADE", {})
     for cls in DetectionTrainer.__mro__:  # as a release without it: gone from the real classes
         if method in vars(cls):
             monkeypatch.delattr(cls, method)
@@ -203,8 +202,6 @@ def test_a_trainer_method_yolo_det_extends_missing_is_refused_at_start(method, m
     assert "\n" not in message
     assert f"has no method {method}" in message
     assert f"Ultralytics {ultralytics_version()}" in message
-    if method in LAUNCHER_METHODS:
-        return  # attach() extends the launcher's methods only under an outside launcher
     model = YOLO("yolov8n.yaml")
     attach(model, "repro")
     with pytest.raises(MissingContact, match=f"has no method {method}"):

@@ -278,34 +278,28 @@ def _shard_generator(seed: int, device: torch.device) -> Iterator[None]:
             torch.cuda.set_rng_state(cuda, device)
 
 
-def _flat_items(items: Any) -> torch.Tensor:
-    """A loss's logged parts (a tensor, a tuple of tensors or a name mapping) as one float vector."""
+def _values(items: Any) -> list[Any]:
+    """A loss's logged parts (a tensor, a tuple of tensors or a name mapping) in order."""
     if isinstance(items, dict):
-        values = list(items.values())
-    elif isinstance(items, (list, tuple)):
-        values = list(items)
-    else:
-        values = [items]
+        return list(items.values())
+    return list(items) if isinstance(items, (list, tuple)) else [items]
+
+
+def _flat_items(items: Any) -> torch.Tensor:
+    """A loss's logged parts as one float vector."""
+    values = _values(items)
     return torch.cat([torch.as_tensor(v).detach().reshape(-1).float() for v in values]) if values else torch.zeros(0)
 
 
 def _shaped_items(like: Any, flat: torch.Tensor) -> Any:
     """``flat`` in the structure of ``like`` (see :func:`_flat_items`)."""
+    parts, i = [], 0
+    for v in map(torch.as_tensor, _values(like)):
+        parts.append(flat[i : i + v.numel()].reshape(v.shape).to(v.dtype))
+        i += v.numel()
     if isinstance(like, dict):
-        out, i = {}, 0
-        for key, v in like.items():
-            n = torch.as_tensor(v).numel()
-            out[key] = flat[i : i + n].reshape(torch.as_tensor(v).shape).to(torch.as_tensor(v).dtype)
-            i += n
-        return out
-    if isinstance(like, (list, tuple)):
-        parts, i = [], 0
-        for v in like:
-            n = torch.as_tensor(v).numel()
-            parts.append(flat[i : i + n].reshape(torch.as_tensor(v).shape).to(torch.as_tensor(v).dtype))
-            i += n
-        return type(like)(parts)
-    return flat.reshape(torch.as_tensor(like).shape).to(torch.as_tensor(like).dtype)
+        return dict(zip(like, parts))
+    return type(like)(parts) if isinstance(like, (list, tuple)) else parts[0]
 
 
 def broadcast_state(module: nn.Module, group: Any = None) -> None:

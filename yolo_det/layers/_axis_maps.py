@@ -330,7 +330,6 @@ class DetSeparableMap(torch.autograd.Function):
     def forward(ctx: Any, x: Tensor, dims: tuple[int, ...], fwd: tuple[Any, ...], bwd: tuple[Any, ...]) -> Tensor:
         ctx.dims = dims
         ctx.maps = (fwd, bwd)
-        ctx.in_shape = tuple(x.shape)
         shape = list(x.shape)
         for d, m in zip(dims, fwd):
             shape[d] = m.out_size

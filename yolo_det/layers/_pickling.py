@@ -14,7 +14,7 @@ __all__ = ["pickles_as"]
 
 def pickles_as(target: type[nn.Module], source: type[nn.Module]) -> None:
     """Make ``target`` instances (a subclass of ``source`` with the same state) pickle as ``source`` and keep
-    their class under ``copy.deepcopy``; ``target._yolo_det_native`` names ``source``."""
+    their class under ``copy.deepcopy``."""
 
     def __reduce_ex__(self: nn.Module, protocol: Any) -> Any:
         rv = super(target, self).__reduce_ex__(protocol)
@@ -31,4 +31,3 @@ def pickles_as(target: type[nn.Module], source: type[nn.Module]) -> None:
 
     target.__reduce_ex__ = __reduce_ex__  # type: ignore[method-assign,assignment]
     target.__deepcopy__ = __deepcopy__  # type: ignore[attr-defined]
-    target._yolo_det_native = source  # type: ignore[attr-defined]

@@ -13,6 +13,8 @@ otherwise it copies the logits once.
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import Tensor, nn
 from torch.nn import _reduction
 
@@ -27,6 +29,12 @@ def _flatten_input(input: Tensor) -> Tensor:
 
 def _spatial_target_ok(input: Tensor, target: Tensor) -> bool:
     return tuple(target.shape) == (input.shape[0],) + tuple(input.shape[2:])
+
+
+def _flat_loss(loss_fn: Any, input: Tensor, flat_target: Tensor, reduction: str, **kwargs: Any) -> Tensor:
+    """``loss_fn`` over the flattened ``(N*d1*..., C)`` logits; a ``none`` reduction shaped ``(N, d1, ...)``."""
+    loss = loss_fn(_flatten_input(input), flat_target, reduction=reduction, **kwargs)
+    return loss.view((input.shape[0],) + tuple(input.shape[2:])) if reduction == "none" else loss
 
 
 def cross_entropy(
@@ -63,17 +71,15 @@ def cross_entropy(
             input, target, weight, ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing
         )
     flat_target = _flatten_input(target) if probabilities else target.reshape(-1)
-    loss = _native.cross_entropy(
-        _flatten_input(input),
+    return _flat_loss(
+        _native.cross_entropy,
+        input,
         flat_target,
-        weight,
+        reduction,
+        weight=weight,
         ignore_index=ignore_index,
-        reduction=reduction,
         label_smoothing=label_smoothing,
     )
-    if reduction == "none":
-        loss = loss.view((input.shape[0],) + tuple(input.shape[2:]))
-    return loss
 
 
 def nll_loss(
@@ -103,12 +109,7 @@ def nll_loss(
         reduction = _reduction.legacy_get_string(size_average, reduce)
     if input.dim() < 3 or input.numel() == 0 or not _spatial_target_ok(input, target):
         return _native.nll_loss(input, target, weight, ignore_index=ignore_index, reduction=reduction)
-    loss = _native.nll_loss(
-        _flatten_input(input), target.reshape(-1), weight, ignore_index=ignore_index, reduction=reduction
-    )
-    if reduction == "none":
-        loss = loss.view((input.shape[0],) + tuple(input.shape[2:]))
-    return loss
+    return _flat_loss(_native.nll_loss, input, target.reshape(-1), reduction, weight=weight, ignore_index=ignore_index)
 
 
 class DetCrossEntropyLoss(nn.CrossEntropyLoss):

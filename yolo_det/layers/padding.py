@@ -220,7 +220,7 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float 
 
 
 class _PadModule:
-    _mode = "reflect"
+    _mode = "reflect"  # the replication pads say "replicate"
 
     def forward(self, input: Tensor) -> Tensor:
         return pad(input, self.padding, self._mode)  # type: ignore[attr-defined]
@@ -229,19 +229,13 @@ class _PadModule:
 class DetReflectionPad1d(_PadModule, nn.ReflectionPad1d):
     """Deterministic drop-in for :class:`torch.nn.ReflectionPad1d` (same arguments, repr, state)."""
 
-    _mode = "reflect"
-
 
 class DetReflectionPad2d(_PadModule, nn.ReflectionPad2d):
     """Deterministic drop-in for :class:`torch.nn.ReflectionPad2d` (same arguments, repr, state)."""
 
-    _mode = "reflect"
-
 
 class DetReflectionPad3d(_PadModule, nn.ReflectionPad3d):
     """Deterministic drop-in for :class:`torch.nn.ReflectionPad3d` (same arguments, repr, state)."""
-
-    _mode = "reflect"
 
 
 class DetReplicationPad1d(_PadModule, nn.ReplicationPad1d):

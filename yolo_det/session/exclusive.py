@@ -16,7 +16,7 @@ from typing import Any
 
 from ..core.errors import YoloDetError
 
-__all__ = ["ConcurrentSessionError", "active_sessions", "claim", "release"]
+__all__ = ["ConcurrentSessionError", "claim", "release"]
 
 _lock = threading.Lock()
 _active: list[tuple[Any, threading.Thread]] = []
@@ -57,9 +57,3 @@ def release(session: Any) -> None:
     """Forget ``session`` (no-op when it is not registered)."""
     with _lock:
         _active[:] = [(s, t) for s, t in _active if s is not session]
-
-
-def active_sessions() -> list[tuple[Any, str]]:
-    """``[(session, thread name)]`` of the sessions active now, oldest first."""
-    with _lock:
-        return [(s, t.name) for s, t in _active]

@@ -17,8 +17,9 @@ with ``apply``/``undo``. Integrations only say *when* a phase begins and ends, a
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -39,7 +40,7 @@ from ..fixes.swaps import SwapRecord
 from . import exclusive as _exclusive
 from .extensions import ContextExtension, Extension, PhaseContext, Seeds, Swaps, default_extensions
 
-__all__ = ["DeterminismSession", "note_restore_failure"]
+__all__ = ["DeterminismSession", "note_restore_failure", "run_every"]
 
 
 def note_restore_failure(error: BaseException, failure: BaseException) -> None:
@@ -61,6 +62,18 @@ def note_restore_failure(error: BaseException, failure: BaseException) -> None:
         pass
 
 
+def run_every(steps: Iterable[Callable[[], Any] | None]) -> list[BaseException]:
+    """Run every step (None: skipped), also after one fails; return the failures in order."""
+    failures: list[BaseException] = []
+    for step in steps:
+        if step is not None:
+            try:
+                step()
+            except BaseException as e:
+                failures.append(e)
+    return failures
+
+
 @dataclass
 class _Frame:
     phase: str | None  # None: the session's own frame (what is handed over outside any phase)
@@ -69,15 +82,10 @@ class _Frame:
 
     def unwind(self) -> None:
         """Undo every applied extension, newest first; keep going after a failure and raise the first."""
-        error: BaseException | None = None
-        while self.undo:
-            ext, token = self.undo.pop()
-            try:
-                ext.undo(token)
-            except BaseException as e:
-                error = error or e
-        if error is not None:
-            raise error
+        undo, self.undo = self.undo, []
+        failures = run_every(functools.partial(ext.undo, token) for ext, token in reversed(undo))
+        if failures:
+            raise failures[0]
 
 
 class DeterminismSession:
@@ -174,24 +182,9 @@ class DeterminismSession:
         """
         if self.baseline is None:
             return
-        errors: list[BaseException] = []
-        while self._stack:
-            try:
-                self._pop()
-            except BaseException as e:  # keep unwinding; report the first failure afterwards
-                errors.append(e)
-        try:
-            self._own.unwind()
-        except BaseException as e:
-            errors.append(e)
-        try:
-            _state.restore(self.baseline)
-        except BaseException as e:
-            errors.append(e)
-        try:
-            self.warnings.stop()
-        except BaseException as e:
-            errors.append(e)
+        pops = [self._pop] * len(self._stack)  # each leaves a phase, also when its undo fails
+        errors = run_every([*pops, self._own.unwind, functools.partial(_state.restore, self.baseline)])
+        errors += run_every([self.warnings.stop])
         self.baseline = None
         _exclusive.release(self)
         self._event("end")
@@ -215,17 +208,8 @@ class DeterminismSession:
         if self.baseline is None:
             return ()
         phases = self.phases
-        errors: list[BaseException] = []
-        while self._stack:
-            try:
-                self._pop()
-            except BaseException as e:
-                errors.append(e)
-        for step in (lambda: _state.restore(self.baseline), self.warnings.stop):
-            try:
-                step()
-            except BaseException as e:
-                errors.append(e)
+        pops = [self._pop] * len(self._stack)
+        errors = run_every([*pops, functools.partial(_state.restore, self.baseline), self.warnings.stop])
         _exclusive.release(self)
         self._event("suspend")
         if errors:

@@ -27,7 +27,7 @@ from ...session.distributed import terminate_via_launcher
 from ...session.session import DeterminismSession
 from .deploy import export_standard, guarded_stream
 from .folders import lock_fixed_folder, resume_into_its_folder
-from .launcher import default_base, launched_externally, launcher_trainer, restarted_alone
+from .launcher import default_base
 from .plugin import UltralyticsPlugin, is_plugin_callback
 from .seam import seam_trainer
 
@@ -85,14 +85,13 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
         from ...core.untrusted.allow import allowed_user_modules
         from ...core.untrusted.safeload import guarded_torch_load
 
-        net = getattr(owner, "model", None)
+        net = owner.model
         # the classes of the model being run are the user's own (built in this process): its checkpoints hold them
         own = {type(m).__module__ for m in net.modules()} if isinstance(net, torch.nn.Module) else set()
         with allowed_user_modules(own):
             # the one gate: every path-valued argument Ultralytics will read (the model's stored ones, then the
             # call's), before it reads any
-            stored = getattr(owner, "overrides", None)
-            check_arguments({**(stored if isinstance(stored, dict) else {}), **kwargs})
+            check_arguments({**owner.overrides, **kwargs})
             with guarded_torch_load():  # whatever Ultralytics then loads goes through the allow-list
                 return _call(*args, **kwargs)
 
@@ -104,11 +103,9 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
         if name == "train":
             kwargs = resume_into_its_folder(owner, kwargs)
             plugin.asked = dict(kwargs)
-            asked = {**getattr(owner, "overrides", {}), **kwargs}
-            check_training_data(asked, task=getattr(owner, "task", None))  # before anything is written
+            asked = {**owner.overrides, **kwargs}
+            check_training_data(asked, task=owner.task)  # before anything is written
             base = kwargs.get("trainer") or default_base(owner)
-            if launched_externally(None, asked) is not None or restarted_alone(None, asked):
-                base = launcher_trainer(base)
             kwargs = {**kwargs, "trainer": seam_trainer(base)}  # the trainer seam: yolo-det's methods of the class
             with stop_signals(), plugin.guard(), terminate_via_launcher():
                 lock = lock_fixed_folder(owner, kwargs)
@@ -120,7 +117,6 @@ def _guarded(plugin: UltralyticsPlugin, name: str, method: Callable[..., Any], o
         with plugin.guard(baseline=_without_threads(plugin)):
             return method(*args, **kwargs)
 
-    call._yolo_det_original = method  # type: ignore[attr-defined]
     return call
 
 

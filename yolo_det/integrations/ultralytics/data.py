@@ -95,7 +95,6 @@ def data_stream_section(trainer: Any, seed: int, identity: dict[str, Any] | None
     before any), ``fingerprint_batches`` and ``fingerprint_epoch``.
     """
     loader = getattr(trainer, "train_loader", None)
-    args = getattr(trainer, "args", None)
     observer = state_of(trainer).tap
     batch_tap = observer.tap if isinstance(observer, _Tap) else None
     return {
@@ -103,7 +102,7 @@ def data_stream_section(trainer: Any, seed: int, identity: dict[str, Any] | None
         "workers": int(getattr(loader, "num_workers", 0)) if loader is not None else None,
         "seed": int(seed),
         "dataset": _dataset_digest((identity or {}).get("data")),
-        "augment": {k: getattr(args, k, None) for k in AUGMENT_ARGS if hasattr(args, k)},
+        "augment": {k: getattr(trainer.args, k) for k in AUGMENT_ARGS if hasattr(trainer.args, k)},
         "fingerprint": batch_tap.digest if isinstance(batch_tap, _data.BatchTap) else None,
         "fingerprint_batches": batch_tap.seen if isinstance(batch_tap, _data.BatchTap) else 0,
         "fingerprint_epoch": start_epoch(trainer),

@@ -65,7 +65,7 @@ def export_standard(
     """Export with standard PyTorch modules (yolo-det layers turned back), then put them back; then, when the
     plugin keeps records, compare the export with the PyTorch model and write the export record beside it
     (:mod:`yolo_det.integrations.export_parity`)."""
-    net = getattr(owner, "model", None)
+    net = owner.model
     with plugin.guard() as session:
         records = unswap_modules(net) if isinstance(net, torch.nn.Module) else []
         try:

@@ -32,8 +32,7 @@ def resume_checkpoint(args: dict[str, Any], model: Any = None) -> str | None:
         return str(resume)
     if resume is True or str(resume).strip() in {"True", "true"}:
         if model is not None:
-            ckpt = getattr(model, "ckpt_path", None)
-            return str(ckpt) if ckpt else None
+            return str(model.ckpt_path) if model.ckpt_path else None
         if isinstance(args.get("model"), (str, Path)) and str(args["model"]).endswith(".pt"):
             return str(args["model"])
         try:
@@ -50,7 +49,7 @@ def resume_into_its_folder(model: Any, kwargs: dict[str, Any]) -> dict[str, Any]
     (:func:`yolo_det.core.resume.resume_save_dir`); unchanged when the training does not resume."""
     from ...core.resume import resume_save_dir
 
-    args = {**getattr(model, "overrides", {}), **kwargs}
+    args = {**model.overrides, **kwargs}
     ckpt = resume_checkpoint(args, model)
     if ckpt is None:
         return kwargs
@@ -60,14 +59,13 @@ def resume_into_its_folder(model: Any, kwargs: dict[str, Any]) -> dict[str, Any]
 def check_resume_folder(trainer: Any) -> None:
     """Refuse a resumed trainer whose run folder is not the folder holding its checkpoint (a trainer built
     without yolo-det's routes, e.g. a plugin registered on it later)."""
-    if not getattr(trainer, "resume", False):
+    if not trainer.resume:
         return
     from ...core.resume import resume_folder
 
-    ckpt = str(getattr(trainer.args, "resume", None) or getattr(trainer.args, "model", ""))
+    ckpt, save_dir = str(trainer.args.resume or trainer.args.model), trainer.save_dir
     folder = resume_folder(ckpt, requested=None)
-    save_dir = getattr(trainer, "save_dir", None)
-    if save_dir is not None and Path(save_dir).resolve() != folder.resolve():
+    if Path(save_dir).resolve() != folder.resolve():
         from ...core.errors import ConfigError
 
         raise ConfigError(
@@ -82,7 +80,7 @@ def lock_fixed_folder(model: Any, kwargs: dict[str, Any]) -> runlock.RunLock | N
     :func:`lock_planned_folder`)."""
     if kwargs.get("cfg"):
         return None
-    args = {**getattr(model, "overrides", {}), **kwargs, "task": getattr(model, "task", None), "mode": "train"}
+    args = {**model.overrides, **kwargs, "task": model.task, "mode": "train"}
     return lock_planned_folder(None, args)
 
 

@@ -2,13 +2,13 @@
 
 Ultralytics' trainer counts its ranks from ``device=`` (``len(device.split(","))``, 0 on the CPU) and starts its own
 launcher when that count is above 1. Under ``torchrun --nnodes N --nproc_per_node G`` that count is wrong (each
-rank sees its node's devices, or none on the CPU), so :func:`launcher_trainer` extends the trainer class: before
-Ultralytics' constructor the rank joins the job's process group (``env://``; gloo on the CPU, NCCL on CUDA) and
-rank 0 picks the run folder for every rank; after it, the trainer's world size is the launcher's ``WORLD_SIZE`` and
-it starts no launcher of its own; ``_setup_ddp`` puts the rank on its local device (``cuda:LOCAL_RANK``, or the
-``LOCAL_RANK``-th device ``device=`` lists, or the CPU) without a second ``init_process_group``; a CPU model is
-wrapped in DDP without device ids. The global batch is split as Ultralytics splits it on one node
-(``batch // WORLD_SIZE`` per rank).
+rank sees its node's devices, or none on the CPU), so the trainer seam extends the trainer's methods
+(:class:`LauncherTrainer`): before Ultralytics' constructor the rank joins the job's process group (``env://``;
+gloo on the CPU, NCCL on CUDA) and rank 0 picks the run folder for every rank; after it, the trainer's world size is
+the launcher's ``WORLD_SIZE`` and it starts no launcher of its own; ``_setup_ddp`` puts the rank on its local device
+(``cuda:LOCAL_RANK``, or the ``LOCAL_RANK``-th device ``device=`` lists, or the CPU) without a second
+``init_process_group``; a CPU model is wrapped in DDP without device ids. The global batch is split as Ultralytics
+splits it on one node (``batch // WORLD_SIZE`` per rank).
 
 The ranks of Ultralytics' own launcher (``device=0,1``: the rank's arguments carry the run folder and as many
 devices as ranks) are left to Ultralytics, which joins its group itself.
@@ -23,7 +23,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from ...core.compat import cpu_ddp_wrapping, require_methods, validator_on_cpu
+from ...core.compat import cpu_ddp_wrapping, validator_on_cpu
 from ...core.errors import ConfigError
 from ...core.launcher import Launch, launch_from_env, launch_identity
 from ...core.record import RECORD_NAME
@@ -31,15 +31,14 @@ from ...session.launcher import broadcast_from_rank0, join_process_group, leave_
 
 __all__ = [
     "LAUNCHER_METHODS",
+    "LauncherTrainer",
     "default_base",
     "device_type",
     "launched_externally",
-    "launcher_trainer",
     "restarted_alone",
 ]
 
-_MADE: dict[type, type] = {}
-#: The methods of Ultralytics' trainer :func:`launcher_trainer` overrides (each calls the base's own).
+#: The methods of Ultralytics' trainer :class:`LauncherTrainer` overrides (each calls the base's own).
 LAUNCHER_METHODS = ("_setup_ddp", "_setup_train", "final_eval", "train")
 
 
@@ -204,31 +203,23 @@ def restarted_alone(cfg: Any = None, overrides: dict[str, Any] | None = None) ->
     return launched_externally(cfg, overrides) is None and launch_identity() is not None
 
 
-def launcher_trainer(base: type) -> type:
-    """``base`` (a ``BaseTrainer`` subclass) extended to train as one rank of an outside launcher's job.
-
-    Outside such a job (no ``WORLD_SIZE``/``LOCAL_RANK``) and in the ranks of Ultralytics' own launcher the class
-    behaves exactly as ``base``.
+class LauncherTrainer:
+    """The trainer's methods for one rank of an outside launcher's job (see the module docstring), a mixin of the
+    trainer seam (:class:`~yolo_det.integrations.ultralytics.seam.SeamTrainer`). Outside such a job (no
+    ``WORLD_SIZE``/``LOCAL_RANK``) and in the ranks of Ultralytics' own launcher each one is the base's own.
     """
-    if getattr(base, "yolo_det_launcher", False):
-        return base
-    require_methods(base, LAUNCHER_METHODS, "yolo-det's launcher")
-    if base in _MADE:
-        return _MADE[base]
-    parent: Any = base
+
+    yolo_det_launch: Launch | None = None
+    _yolo_det_group = False
 
     def __init__(
-        self: Any,
-        cfg: Any = None,
-        overrides: dict[str, Any] | None = None,
-        _callbacks: dict[str, list[Any]] | None = None,
+        self, cfg: Any = None, overrides: dict[str, Any] | None = None, _callbacks: dict[str, list[Any]] | None = None
     ) -> None:
         from ...core.compat import DEFAULT_CFG
 
         cfg = DEFAULT_CFG if cfg is None else cfg
         launch = launched_externally(cfg, overrides)
         self.yolo_det_launch = launch
-        self._yolo_det_group = False
         request = _device_request(cfg, overrides)
         if launch is not None:
             _check_ultralytics_rank(launch)
@@ -238,10 +229,11 @@ def launcher_trainer(base: type) -> type:
 
                 torch.cuda.set_device(device)
             self._yolo_det_group = join_process_group(launch, device.type)
+        parent: Any = super()
         try:
             if launch is not None or restarted_alone(cfg, overrides):
                 overrides = _shared_folder(cfg, overrides)
-            parent.__init__(self, cfg, overrides, _callbacks)
+            parent.__init__(cfg, overrides, _callbacks)
         except BaseException:
             leave_process_group(self._yolo_det_group)
             raise
@@ -250,9 +242,11 @@ def launcher_trainer(base: type) -> type:
             self.ddp = False  # the outside launcher started the ranks: no second one
             self.yolo_det_device = _local_device(launch, request)
 
-    def _setup_ddp(self: Any) -> None:
+    # Ultralytics 8.3.0 passes _setup_ddp and _setup_train the world size; later releases pass nothing
+    def _setup_ddp(self, *args: Any) -> None:
+        parent: Any = super()
         if self.yolo_det_launch is None:
-            parent._setup_ddp(self)
+            parent._setup_ddp(*args)
             return
         self.device = self.yolo_det_device
         if self.device.type == "cpu":
@@ -262,39 +256,22 @@ def launcher_trainer(base: type) -> type:
 
             torch.cuda.set_device(self.device)
 
-    def _setup_train(self: Any) -> None:
-        cpu = self.yolo_det_launch is not None and self.device.type == "cpu"
-        with cpu_ddp_wrapping() if cpu else nullcontext():
-            parent._setup_train(self)
+    def _setup_train(self, *args: Any) -> None:
+        parent: Any = super()
+        with cpu_ddp_wrapping() if self.yolo_det_launch is not None and self.device.type == "cpu" else nullcontext():
+            parent._setup_train(*args)
 
-    def final_eval(self: Any) -> None:
-        cpu = self.yolo_det_launch is not None and self.device.type == "cpu"
-        with validator_on_cpu() if cpu else nullcontext():
-            parent.final_eval(self)
+    def final_eval(self) -> None:
+        parent: Any = super()
+        with validator_on_cpu() if self.yolo_det_launch is not None and self.device.type == "cpu" else nullcontext():
+            parent.final_eval()
 
-    def train(self: Any) -> Any:
+    def train(self) -> Any:
+        parent: Any = super()
         try:
-            return parent.train(self)
+            return parent.train()
         finally:
             leave_process_group(self._yolo_det_group)
-
-    made = type(
-        base.__name__,
-        (base,),
-        {
-            "__init__": __init__,
-            "_setup_ddp": _setup_ddp,
-            "_setup_train": _setup_train,
-            "final_eval": final_eval,
-            "train": train,
-            "yolo_det_launcher": True,
-            "__doc__": base.__doc__,
-            "__module__": base.__module__,
-            "__qualname__": base.__qualname__,
-        },
-    )
-    _MADE[base] = made
-    return made
 
 
 def _check_ultralytics_rank(launch: Launch) -> None:
@@ -313,7 +290,7 @@ def default_base(model: Any) -> type:
     """The trainer ``model.train()`` would build for ``model`` (its task's)."""
     from ...core.compat import task_trainer
 
-    task = str(getattr(model, "task", None) or "detect")
+    task = str(model.task or "detect")
     try:
         return task_trainer(task)
     except KeyError:  # a task of a newer Ultralytics

@@ -43,7 +43,7 @@ from .batch_invariance import BatchInvariance
 from .folders import check_resume_folder
 from .guarantees import guarantees_section, say_broken, watch_flags
 from .records import RunRecords, observe_final_record
-from .resume import UltralyticsResume
+from .resume import UltralyticsResume, earlier_profile
 from .runs import process_rank
 from .seam import has_seam, is_plugin_callback, say_missing
 from .trackers import publish
@@ -59,6 +59,19 @@ observe_final_record(publish)
 def _callback(fn: Callable[..., Any]) -> Callable[..., Any]:
     fn._yolo_det_callback = True  # type: ignore[attr-defined]
     return fn
+
+
+def _phase_event(what: str, *, start: bool, doc: str) -> Callable[..., Any]:
+    """The callback ``on_<what>_start``/``_end`` that only enters or leaves the phase of ``what`` (``val``: the val
+    phase; ``predict``, ``export``: deploy) for the object it is given."""
+    phase = "val" if what == "val" else "deploy"
+
+    def event(self: Any, obj: Any) -> None:
+        (self._phase_start if start else self._phase_end)(phase, obj)
+
+    event.__name__ = f"on_{what}_{'start' if start else 'end'}"  # a bound callback pickles by its name
+    event.__qualname__, event.__doc__ = f"UltralyticsPlugin.{event.__name__}", doc
+    return _callback(event)
 
 
 class UltralyticsPlugin(RunRecords):
@@ -119,13 +132,14 @@ class UltralyticsPlugin(RunRecords):
     def _ensure_train(self, trainer: Any) -> DeterminismSession:
         session = self.begin_run(owner="trainer")
         if "train" not in session.phases:
-            check_resume_folder(trainer)  # refused here: nothing recorded or touched
             save_dir = contact(trainer, "save_dir", "the run folder and its record")
+            resumed = contact(trainer, "resume", "bitwise resume")
+            check_resume_folder(trainer)  # refused here: nothing recorded or touched
             if process_rank() == -1:  # under DDP the launching process holds it
                 self._locks.append(runlock.acquire(save_dir))  # refused here: nothing recorded or touched
             session.run_dir = str(save_dir)
             self._weights_before = weights_stats(Path(save_dir) / "weights")
-            if contact(trainer, "resume", "bitwise resume"):  # read before this run's record replaces it
+            if resumed:  # read before this run's record replaces it
                 self._previous = previous_record(str(trainer.args.resume or trainer.args.model))
             session.seed = int(contact(trainer.args, "seed", "the run's seed") or 0)
             rank, world_size = rank_info()
@@ -157,16 +171,11 @@ class UltralyticsPlugin(RunRecords):
 
     def _warn_profile_change(self) -> None:
         """One line when a resumed run trains under another profile than the part before it."""
-        before = (self._previous or {}).get("profile")
-        if (
-            self.resume is not None
-            and self.resume.info is not None
-            and isinstance(before, dict)
-            and before.get("train") != self.profile.to_dict().get("train")
-        ):
+        before = earlier_profile(self._previous, self.profile)
+        if self.resume is not None and self.resume.info is not None and before is not None:
             print(
                 f"yolo-det: resuming under the profile '{self.profile.name}', the run so far trained under "
-                f"'{before.get('name')}': it continues, but not bit for bit as either would have (recorded)",
+                f"'{before}': it continues, but not bit for bit as either would have (recorded)",
                 file=sys.stderr,
                 flush=True,
             )
@@ -222,7 +231,7 @@ class UltralyticsPlugin(RunRecords):
             watch_flags(trainer)  # the flags at every optimizer step, checked at the end
         model = contact(trainer, "model", "the layer swaps")
         model = getattr(model, "module", model)  # DistributedDataParallel, the shard step
-        if settings.swaps != "none" and isinstance(model, torch.nn.Module) and not self._swapped_for(trainer):
+        if settings.swaps != "none" and isinstance(model, torch.nn.Module) and not state_of(trainer).swapped:
             imgsz = contact(trainer.args, "imgsz", "the swap audit")
             session.prepare_model(model, imgsz=int(max(imgsz) if isinstance(imgsz, (list, tuple)) else imgsz))
             state_of(trainer).swapped = True
@@ -249,7 +258,7 @@ class UltralyticsPlugin(RunRecords):
         from ...analysis.names import active_imports
 
         imports = active_imports()
-        model = unwrap_model(getattr(trainer, "model", None))
+        model = unwrap_model(trainer.model)
         call_args: dict[int, list[Any]] = {}
         declared: dict[int, tuple[Any, int]] = {}
         for i, layer in enumerate(getattr(model, "model", None) or []):
@@ -261,7 +270,7 @@ class UltralyticsPlugin(RunRecords):
                 call_args[i] = args  # plain Ultralytics passes these as they are and keeps the channels
             else:
                 declared[i] = (c_in, c_out)
-        for net in (model, getattr(getattr(trainer, "ema", None), "ema", None)):
+        for net in (model, getattr(trainer.ema, "ema", None)):
             cfg = getattr(net, "yaml", None)
             if isinstance(net, torch.nn.Module) and isinstance(cfg, dict):
                 portable = portable_config(cfg, imports, call_args)
@@ -284,7 +293,7 @@ class UltralyticsPlugin(RunRecords):
         """Record the flags in force as the first batch starts, on every rank (a collective under DDP)."""
         self._observed = snapshot().to_dict()
         if self.session is not None:
-            self._ranks = gather_states(self.session, str(getattr(trainer, "device", "") or "") or None)
+            self._ranks = gather_states(self.session, str(trainer.device))
         safe_point("train-start")
 
     @_callback
@@ -322,9 +331,8 @@ class UltralyticsPlugin(RunRecords):
         A keyed loader is told the epoch first: a stream of its batches started from here on (the new iterator
         the resume bookkeeping and Ultralytics' mosaic closing make) starts at this epoch."""
         self._back_to_train()
-        loader = getattr(trainer, "train_loader", None)
-        if isinstance(loader, _data.KeyedLoader):
-            loader.keys.set_epoch(int(contact(trainer, "epoch", "the epoch of the keyed training data")))
+        if isinstance(trainer.train_loader, _data.KeyedLoader):
+            trainer.train_loader.keys.set_epoch(int(contact(trainer, "epoch", "the epoch of the keyed training data")))
         if self.resume is not None:
             self.resume.on_train_epoch_start(trainer)
         safe_point("epoch-start")
@@ -375,10 +383,6 @@ class UltralyticsPlugin(RunRecords):
             note_restore_failure(error, e)
         self.end_run(error)
 
-    @staticmethod
-    def _swapped_for(trainer: Any) -> bool:
-        return state_of(trainer).swapped
-
     # -- validation, prediction, export -----------------------------------------------------------------
     @_callback
     def on_val_start(self, validator: Any) -> None:
@@ -387,15 +391,8 @@ class UltralyticsPlugin(RunRecords):
         if self.session is not None:
             self.session.hand_over("validator", validator, phase="val")
 
-    @_callback
-    def on_val_end(self, validator: Any) -> None:
-        """Leave the val phase."""
-        self._phase_end("val", validator)
-
-    @_callback
-    def on_predict_start(self, predictor: Any) -> None:
-        """Enter the deploy phase for prediction."""
-        self._phase_start("deploy", predictor)
+    on_val_end = _phase_event("val", start=False, doc="Leave the val phase.")
+    on_predict_start = _phase_event("predict", start=True, doc="Enter the deploy phase for prediction.")
 
     @_callback
     def on_predict_batch_start(self, predictor: Any) -> None:
@@ -404,17 +401,6 @@ class UltralyticsPlugin(RunRecords):
         if session is not None and session.phase == "deploy":
             session.hand_over("predictor", predictor, phase="deploy")
 
-    @_callback
-    def on_predict_end(self, predictor: Any) -> None:
-        """Leave the deploy phase."""
-        self._phase_end("deploy", predictor)
-
-    @_callback
-    def on_export_start(self, exporter: Any) -> None:
-        """Enter the deploy phase for export."""
-        self._phase_start("deploy", exporter)
-
-    @_callback
-    def on_export_end(self, exporter: Any) -> None:
-        """Leave the deploy phase."""
-        self._phase_end("deploy", exporter)
+    on_predict_end = _phase_event("predict", start=False, doc="Leave the deploy phase.")
+    on_export_start = _phase_event("export", start=True, doc="Enter the deploy phase for export.")
+    on_export_end = _phase_event("export", start=False, doc="Leave the deploy phase.")

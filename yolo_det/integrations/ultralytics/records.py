@@ -103,20 +103,16 @@ class RunRecords(RunControl):
             if isinstance(e, OSError) and e.errno in _NO_SPACE:
                 raise
             self.record_error = f"could not write {RECORD_NAME}: {type(e).__name__}: {one_line(e)}"
-            save_dir = getattr(trainer, "save_dir", None)
-            if rewriting and save_dir is not None:
+            if rewriting:
                 with contextlib.suppress(OSError):
-                    Path(save_dir, RECORD_NAME).unlink()
+                    Path(trainer.save_dir, RECORD_NAME).unlink()
 
     def _before_checkpoint_record(self, trainer: Any) -> None:
         """Before each checkpoint: the files it replaces are listed without a size or digest, so that the record
         never lists one that is not on disk, whenever the run is killed."""
-        save_dir = getattr(trainer, "save_dir", None)
-        if save_dir is None or not Path(save_dir, RECORD_NAME).is_file():
+        if not Path(trainer.save_dir, RECORD_NAME).is_file():
             return  # no record yet: nothing lists the files
-        weights = Path(save_dir) / "weights"
-        names = {Path(getattr(trainer, k, weights / f"{k}.pt")).name for k in ("last", "best")}
-        self._write_running(trainer, frozenset(names))
+        self._write_running(trainer, frozenset({Path(trainer.last).name, Path(trainer.best).name}))
 
     def _after_checkpoint(self, trainer: Any) -> None:
         """After each checkpoint: the record says how many epochs are checkpointed, and their weights digests."""
@@ -131,17 +127,14 @@ class RunRecords(RunControl):
             and session is not None
             and "train" in session.phases
             and process_rank() in {-1, 0}
-            and not self._written_for(trainer)
+            and not state_of(trainer).record_written
         ):
             return
         try:
             self._write(trainer, error)
         except Exception as e:  # never mask the error that ended the run
-            where = getattr(trainer, "save_dir", None)
             self.record_error = (
-                f"could not write {RECORD_NAME}"
-                + (f" in '{where}'" if where is not None else "")
-                + f": {type(e).__name__}: {one_line(e)}"
+                f"could not write {RECORD_NAME} in '{trainer.save_dir}': {type(e).__name__}: {one_line(e)}"
             )
             warnings.warn(f"yolo-det: {self.record_error}", UserWarning, stacklevel=3)
 
@@ -152,9 +145,6 @@ class RunRecords(RunControl):
                 self._record_ending(self._trainer, error)
             except BaseException as e:  # an interrupt while writing: keep the first one
                 note_restore_failure(error, e)
-
-    def _written_for(self, trainer: Any) -> bool:
-        return state_of(trainer).record_written
 
     def _write(
         self,
@@ -169,9 +159,7 @@ class RunRecords(RunControl):
         ``running`` (``checkpointed``: right after the checkpoint of an epoch)."""
         if not self.record or self.session is None:
             return
-        save_dir = getattr(trainer, "save_dir", None)
-        if save_dir is None:
-            return
+        save_dir = trainer.save_dir
         stopped = error is not None and state_of(trainer).stopped_on_purpose  # a clean stop
         running = running and error is None
         # Digests of the files as they are on disk (this run holds the folder: they are its own files).
@@ -183,7 +171,7 @@ class RunRecords(RunControl):
             for f in files
         ]
         weights: dict[str, Any] = {"files": files}
-        last = Path(getattr(trainer, "last", Path(save_dir) / "weights" / "last.pt")).resolve()
+        last = Path(trainer.last).resolve()
         entry = next((f for f in files if Path(f["file"]).resolve() == last and f.get("sha256")), None)
         epoch_weights = state_of(trainer).epoch_weights
         if checkpointed and entry is not None and self.resume is not None and self.resume.checkpointed:
@@ -196,7 +184,6 @@ class RunRecords(RunControl):
             ema = getattr(getattr(trainer, "ema", None), "ema", None)
             if isinstance(ema, torch.nn.Module):  # the final EMA in float32 (the file holds it in float16)
                 weights["ema_fp32_sha256"] = state_dict_digest(ema)
-        args = getattr(trainer, "args", None)
         ending = describe_ending(error)
         # stopped on purpose after a saved epoch (verify --resume-at): resumable, not failed
         if stopped and error is not None:
@@ -209,7 +196,7 @@ class RunRecords(RunControl):
             status=ending.pop("status"),
             state_at_train_start=self._observed,
             weights=weights,
-            run={k: getattr(args, k, None) for k in RUN_ARGS} | {"save_dir": str(save_dir)},
+            run={k: getattr(trainer.args, k, None) for k in RUN_ARGS} | {"save_dir": str(save_dir)},
             ranks=self._ranks,
             launch=launch_identity(),
             rank_problems=ranks_consistent(self._ranks) if self._ranks else [],
@@ -231,9 +218,7 @@ class RunRecords(RunControl):
         if self.resume is not None:
             record.update(self.resume.record_fields(trainer, self.profile, self._previous, flush=not running))
         else:
-            record.update(
-                segments=segments_of(self._previous), epochs_completed=int(getattr(trainer, "start_epoch", 0) or 0)
-            )
+            record.update(segments=segments_of(self._previous), epochs_completed=int(trainer.start_epoch))
         reach("record-writing")
         self.record_path = write_record(save_dir, record)
         if not running:

@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from ...core.compat import world_size as trainer_world_size
 from ...core.fileio import atomic_write_bytes
 from ...core.resume import (
     StateWriter,
@@ -60,10 +61,19 @@ from .lineage import changed_overrides, mosaic_changed
 from .resume_state import capture_state, restore_state
 from .seam import BatchObserver, has_seam, observe, unobserve
 
-__all__ = ["UltralyticsResume"]
+__all__ = ["UltralyticsResume", "earlier_profile"]
 
 
 _EARLY = ("model_buffers", "grads")
+
+
+def earlier_profile(previous: dict[str, Any] | None, profile: Any) -> str | None:
+    """The name of the profile the earlier part (its record: ``previous``) trained under, when its train phase is not
+    ``profile``'s; None otherwise."""
+    before = previous.get("profile") if isinstance(previous, dict) else None
+    if isinstance(before, dict) and before.get("train") != profile.to_dict().get("train"):
+        return str(before.get("name"))
+    return None
 
 
 class UltralyticsResume(BatchObserver):
@@ -138,17 +148,18 @@ class UltralyticsResume(BatchObserver):
         if has_seam(trainer):
             observe(trainer, self, "bitwise resume")
             self._observed = trainer
-        if not getattr(trainer, "resume", False):
+        if not trainer.resume:
             return
         ckpt = Path(str(trainer.args.resume or trainer.args.model))
-        ema, shards = getattr(trainer, "ema", None), getattr(state_of(trainer).shards, "shards", None)
+        ema, layout = trainer.ema, state_of(trainer).shards
+        shards = layout.shards if layout is not None else None
         info, state, why = find_state(
             ckpt,
             rank=0 if shards else self.rank,  # under shards every rank holds rank 0's state, whatever the ranks
-            start_epoch=int(getattr(trainer, "start_epoch", 0)),
+            start_epoch=int(trainer.start_epoch),
             ema=getattr(ema, "ema", None),
             updates=getattr(ema, "updates", None),
-            world_size=max(int(getattr(trainer, "world_size", 1) or 1), 1),
+            world_size=trainer_world_size(trainer),
             shards=shards,
         )
         if state is not None:
@@ -182,15 +193,13 @@ class UltralyticsResume(BatchObserver):
     # -- per epoch and batch --------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: Any) -> None:
         """Seed the epoch's data order; on the first resumed epoch, put the saved state back."""
-        loader = getattr(trainer, "train_loader", None)
-        epoch = int(getattr(trainer, "epoch", 0))
-        generator = getattr(loader, "generator", None)
-        if isinstance(generator, torch.Generator):
-            generator.manual_seed(epoch_data_seed(self.seed, self.rank, epoch))
-            reset = getattr(loader, "reset", None)
+        loader = trainer.train_loader
+        if isinstance(loader.generator, torch.Generator):
+            loader.generator.manual_seed(epoch_data_seed(self.seed, self.rank, int(trainer.epoch)))
+            reset = getattr(loader, "reset", None)  # Ultralytics' InfiniteDataLoader
             if getattr(loader, "iterator", None) is not None and callable(reset):
                 reset()
-        self._nb = len(loader) if loader is not None else 0
+        self._nb = len(loader)
         self._i = 0
         if self._pending is not None:
             state, self._pending = self._pending, None
@@ -199,7 +208,7 @@ class UltralyticsResume(BatchObserver):
     def on_train_batch_start(self, trainer: Any) -> None:
         """Count iterations as Ultralytics does (``ni = i + nb * epoch``); at a resumed run's first batch, one line
         when its mosaic differs from the uninterrupted run's."""
-        self._ni = self._i + self._nb * int(getattr(trainer, "epoch", 0))
+        self._ni = self._i + self._nb * int(trainer.epoch)
         self._i += 1
         if self._mosaic_state is not None:
             state, self._mosaic_state = self._mosaic_state, None
@@ -235,7 +244,7 @@ class UltralyticsResume(BatchObserver):
             self._before_checkpoint(trainer)
             saved = with_atomic_weights(trainer, save)
             if saved is not False:
-                self.checkpointed = int(getattr(trainer, "epoch", 0)) + 1
+                self.checkpointed = int(trainer.epoch) + 1
             reach("checkpoint-written")
             if saved is not False:
                 self._drop_previous(trainer)
@@ -246,9 +255,8 @@ class UltralyticsResume(BatchObserver):
         self._wrapped = trainer
 
     def _resumable_epoch(self, trainer: Any) -> int | None:
-        epoch = int(getattr(trainer, "epoch", 0))
-        final = epoch + 1 >= int(getattr(trainer, "epochs", 0))
-        if final or getattr(trainer, "stop", False) or not getattr(trainer.args, "save", True):
+        epoch = int(trainer.epoch)
+        if epoch + 1 >= int(trainer.epochs) or trainer.stop or not trainer.args.save:
             return None  # training ends: Ultralytics strips last.pt, there is nothing to resume
         return epoch
 
@@ -257,7 +265,7 @@ class UltralyticsResume(BatchObserver):
         epoch = self._resumable_epoch(trainer)
         if epoch is None:
             return
-        last = Path(getattr(trainer, "last", Path(trainer.save_dir) / "weights" / "last.pt"))
+        last = Path(trainer.last)
         gathered, self._gathered = self._gathered, {}
         for rank, (of, data) in sorted(gathered.items()):
             if of == epoch:
@@ -276,7 +284,7 @@ class UltralyticsResume(BatchObserver):
 
     def _drop_previous(self, trainer: Any) -> None:
         """The new checkpoint is on disk: the state of the one before matches no file any more."""
-        last = Path(getattr(trainer, "last", Path(trainer.save_dir) / "weights" / "last.pt"))
+        last = Path(trainer.last)
         for path in state_files(last):
             if path.name.endswith("prev.pt"):
                 path.unlink(missing_ok=True)
@@ -285,7 +293,7 @@ class UltralyticsResume(BatchObserver):
         """The run completed (its ``last.pt`` is final, Ultralytics refuses to resume it): remove every rank's
         resume state of ``last.pt``; return the files removed."""
         self.flush()
-        last = Path(getattr(trainer, "last", Path(trainer.save_dir) / "weights" / "last.pt"))
+        last = Path(trainer.last)
         removed = []
         for path in state_files(last):
             try:
@@ -317,7 +325,7 @@ class UltralyticsResume(BatchObserver):
         epoch = self._resumable_epoch(trainer)
         if epoch is None:
             return
-        last = Path(getattr(trainer, "last", Path(trainer.save_dir) / "weights" / "last.pt"))
+        last = Path(trainer.last)
         if self.rank == 0 and not last.is_file():
             return
         self._submit(trainer, state_path(last, self.rank), epoch)
@@ -387,11 +395,9 @@ class UltralyticsResume(BatchObserver):
             reasons.append(f"no matching resume state ({info.get('problem', 'not found')})")
         if not train.deterministic or train.backward != "keep":
             reasons.append(f"the profile '{profile.name}' is not deterministic in training")
-        before = previous.get("profile") if isinstance(previous, dict) else None
-        if isinstance(before, dict) and before.get("train") != profile.to_dict().get("train"):
-            reasons.append(
-                f"the earlier part trained under the profile '{before.get('name')}', this part under '{profile.name}'"
-            )
+        before = earlier_profile(previous, profile)
+        if before is not None:
+            reasons.append(f"the earlier part trained under the profile '{before}', this part under '{profile.name}'")
         for key, (was, now) in (info.get("overrides") or {}).items():
             reasons.append(f"{key}={now} differs from the checkpoint's {key}={was}")
         if self._mosaic_note:
@@ -403,7 +409,7 @@ class UltralyticsResume(BatchObserver):
         saved epochs, :attr:`checkpointed`, when this part saved any; the resumed-from epoch otherwise)."""
         if self.checkpointed is not None:
             return self.checkpointed
-        return int(getattr(trainer, "start_epoch", 0) or 0)
+        return int(trainer.start_epoch)
 
     @property
     def seconds_writing(self) -> float:

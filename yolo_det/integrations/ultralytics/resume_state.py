@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from ...core.compat import mosaic_on, optimizer_state
+from ...core.compat import world_size as trainer_world_size
 from ...core.modules import unwrap_model
 from ...core.resume import get_rng_state
 from ..trainer_state import state_of
@@ -66,18 +67,15 @@ def capture_state(
     the loader's length.
     """
     model = unwrap_model(trainer.model)
-    ema = getattr(trainer, "ema", None)
-    optimizer = getattr(trainer, "optimizer", None)
-    scaler = getattr(trainer, "scaler", None)
-    loader = getattr(trainer, "train_loader", None)
-    dataset = getattr(loader, "dataset", None)
-    generator = getattr(loader, "generator", None)
+    ema, optimizer, scaler = trainer.ema, trainer.optimizer, trainer.scaler
+    dataset, generator = trainer.train_loader.dataset, trainer.train_loader.generator
+    layout = state_of(trainer).shards
     return {
         "epoch": epoch,
         "updates": getattr(ema, "updates", None),
         "rank": rank,
-        "world_size": max(int(getattr(trainer, "world_size", 1) or 1), 1),
-        "shards": getattr(state_of(trainer).shards, "shards", None),
+        "world_size": trainer_world_size(trainer),
+        "shards": layout.shards if layout is not None else None,
         "seed": seed,
         "rng": get_rng_state(),
         "model": _float_state(model, buffers=False),
@@ -86,7 +84,7 @@ def capture_state(
         "optimizer": optimizer_state(optimizer) if optimizer is not None else None,
         "grads": {n: p.grad for n, p in model.named_parameters() if p.grad is not None},
         "last_opt_step": last_opt_step,
-        "accumulate": getattr(trainer, "accumulate", None),
+        "accumulate": trainer.accumulate,
         "scaler": scaler.state_dict() if scaler is not None else None,
         "data": {
             "generator": generator.get_state() if isinstance(generator, torch.Generator) else None,
@@ -103,11 +101,11 @@ def restore_state(trainer: Any, state: dict[str, Any]) -> torch.nn.Module:
     """Load a captured ``state`` into ``trainer`` (all but the RNG and the step counters); return its model."""
     model = unwrap_model(trainer.model)
     model.load_state_dict({**state["model"], **(state.get("model_buffers") or {})})
-    ema = getattr(trainer, "ema", None)
+    ema = trainer.ema
     if ema is not None and state.get("ema") is not None:
         ema.ema.load_state_dict(state["ema"])
         ema.updates = state["updates"]
-    optimizer = getattr(trainer, "optimizer", None)
+    optimizer = trainer.optimizer
     if optimizer is not None and state.get("optimizer") is not None:
         saved = state["optimizer"]
         for group, current in zip(saved["param_groups"], optimizer.param_groups):
@@ -118,12 +116,9 @@ def restore_state(trainer: Any, state: dict[str, Any]) -> torch.nn.Module:
     for name, p in model.named_parameters():
         if name in grads:
             p.grad = grads[name].to(device=p.device, dtype=p.dtype).clone()
-    scaler = getattr(trainer, "scaler", None)
-    if scaler is not None and state.get("scaler"):
-        scaler.load_state_dict(state["scaler"])
-    _restore_buffer(
-        getattr(getattr(trainer, "train_loader", None), "dataset", None), (state.get("data") or {}).get("buffer")
-    )
+    if trainer.scaler is not None and state.get("scaler"):
+        trainer.scaler.load_state_dict(state["scaler"])
+    _restore_buffer(trainer.train_loader.dataset, (state.get("data") or {}).get("buffer"))
     if state.get("accumulate") is not None:
         trainer.accumulate = int(state["accumulate"])
     return model

@@ -19,7 +19,7 @@ from ...core import runlock
 from ...core.constants import global_rank
 from ...core.profiles import Profile, load_profile
 from ...layers.registry import registered_layers
-from ...session.session import DeterminismSession, note_restore_failure
+from ...session.session import DeterminismSession, note_restore_failure, run_every
 from .resume import UltralyticsResume
 
 __all__ = ["RunControl", "process_rank"]
@@ -94,7 +94,6 @@ class RunControl:
         Every step runs even if an earlier one fails. With ``error`` (the exception that is ending the
         run) a failure here is attached to it as a note and warned about, never raised in its place.
         """
-        failures: list[BaseException] = []
         session, self.session, self._owner = self.session, None, None
         names, self._names = self._names, None
         locks, self._locks = self._locks, []
@@ -113,13 +112,7 @@ class RunControl:
             *(lock.release for lock in reversed(locks)),
             rank_signals.close if rank_signals is not None else None,
         ]
-        for step in steps:
-            if step is None:
-                continue
-            try:
-                step()
-            except BaseException as e:
-                failures.append(e)
+        failures = run_every(steps)
         if failures:
             if error is None:
                 raise failures[0]

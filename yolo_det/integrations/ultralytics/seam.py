@@ -17,6 +17,8 @@ method of a live object is ever replaced:
 - ``save_model``: the run's checkpoint hook (:attr:`TrainerState.around_save
   <yolo_det.integrations.trainer_state.TrainerState.around_save>`: the resume state written before the
   checkpoint, ``last.pt``/``best.pt`` written atomically).
+- the constructor and ``_setup_ddp``, ``_setup_train``, ``final_eval``, ``train``: one rank of an outside launcher's
+  job (:class:`~yolo_det.integrations.ultralytics.launcher.LauncherTrainer`, each the base's own outside such a job).
 
 A trainer built without the seam (the plugin's callbacks registered in a trainer the user controls) gets what
 callbacks can give; what needs the seam says so in one line at start (:func:`say_missing`).
@@ -31,6 +33,7 @@ from ...core.compat import require_methods
 from ...core.errors import ConfigError
 from ...fixes.shards import ShardedBatch
 from ..trainer_state import state_of
+from .launcher import LAUNCHER_METHODS, LauncherTrainer
 
 __all__ = [
     "SEAM_FIX",
@@ -73,10 +76,10 @@ class BatchObserver:
         """Right after the optimizer step."""
 
 
-class SeamTrainer:
+class SeamTrainer(LauncherTrainer):
     """The mixin of the trainer seam (see the module docstring); first in the bases of :func:`seam_trainer`."""
 
-    yolo_det_seam = True
+    callbacks: dict[str, list[Any]]  # the base trainer's, set in its constructor
 
     def get_dataloader(self, dataset_path: Any, batch_size: int = 16, rank: int = 0, mode: str = "train") -> Any:
         parent: Any = super()
@@ -86,7 +89,7 @@ class SeamTrainer:
         if state_of(self).build_loader is None:
             # Ultralytics 8.4 runs on_pretrain_routine_start on rank 0 only: yolo-det's own callback enters the train
             # phase on the other DDP ranks here, before their training loader is built
-            for fn in getattr(self, "callbacks", {}).get("on_pretrain_routine_start", []):
+            for fn in self.callbacks.get("on_pretrain_routine_start", []):
                 if is_plugin_callback(fn):
                     fn(self)
         build = state_of(self).build_loader
@@ -134,10 +137,11 @@ def seam_trainer(base: type) -> type:
     """``base`` (a ``BaseTrainer`` subclass) composed with :class:`SeamTrainer` (``base`` itself when it has it).
 
     Raises:
-        MissingContact: ``base`` lacks a method the seam overrides (:data:`SEAM_METHODS`): one line naming it and the
+        MissingContact: ``base`` lacks a method the seam overrides (:data:`SEAM_METHODS`,
+            :data:`~yolo_det.integrations.ultralytics.launcher.LAUNCHER_METHODS`): one line naming it and the
             installed Ultralytics, before anything is built.
     """
-    require_methods(base, SEAM_METHODS, "yolo-det's trainer seam")
+    require_methods(base, SEAM_METHODS + LAUNCHER_METHODS, "yolo-det's trainer seam")
     if issubclass(base, SeamTrainer):
         return base
     if base not in _MADE:

@@ -21,7 +21,7 @@ from ...fixes.shards import ShardedStep, ShardLayout, broadcast_state
 from ..trainer_state import state_of
 from .seam import SEAM_FIX, has_seam
 
-__all__ = ["check", "install", "layout_for", "uninstall"]
+__all__ = ["check", "install", "uninstall"]
 
 _REFUSED = {
     "rect": "rectangular batches are shaped per batch of one rank",
@@ -30,25 +30,19 @@ _REFUSED = {
 }
 
 
-def layout_for(trainer: Any, shards: int, rank: int, world: int) -> ShardLayout:
-    """The rank's :class:`~yolo_det.fixes.shards.ShardLayout` for ``trainer``'s global batch."""
-    return ShardLayout.checked(int(shards), world, rank, int(contact(trainer, "batch_size", "the shard layout")))
-
-
 def check(trainer: Any, shards: int, rank: int, world: int) -> ShardLayout:
     """Refuse, in one line, what ``shards`` cannot make rank-free (a trainer without the seam included); return the
-    layout."""
+    rank's :class:`~yolo_det.fixes.shards.ShardLayout` for ``trainer``'s global batch."""
     if not has_seam(trainer):
         raise ConfigError(
             f"shards: {shards} needs yolo-det's trainer seam, and {type(trainer).__name__} was built without it; "
             f"train with {SEAM_FIX}"
         )
-    args = getattr(trainer, "args", None)
     for key, why in _REFUSED.items():
-        value = getattr(args, key, None)
+        value = getattr(trainer.args, key, None)  # compile: an argument of newer releases
         if value and value not in {"False", "false"}:
             raise ConfigError(f"shards: {shards} cannot train with {key}={value} ({why}); set {key}=False")
-    return layout_for(trainer, shards, rank, world)
+    return ShardLayout.checked(int(shards), world, rank, int(contact(trainer, "batch_size", "the shard layout")))
 
 
 def install(trainer: Any, layout: ShardLayout, seed: int) -> ShardedStep:
@@ -85,6 +79,5 @@ def uninstall(trainer: Any) -> None:
     if state.shards is None:
         return
     state.shards = None
-    step = getattr(trainer, "model", None)
-    if isinstance(step, ShardedStep):
-        trainer.model = step.module
+    if isinstance(trainer.model, ShardedStep):
+        trainer.model = trainer.model.module

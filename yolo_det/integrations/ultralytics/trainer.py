@@ -22,7 +22,6 @@ from ...core.profiles import Profile, load_profile
 from ...core.signals import stop_signals
 from ...session.distributed import terminate_via_launcher
 from .folders import lock_planned_folder, resume_overrides
-from .launcher import launcher_trainer
 from .plugin import UltralyticsPlugin
 from .seam import seam_trainer
 
@@ -60,9 +59,9 @@ def _trainer_task(cfg: Any, overrides: dict[str, Any] | None) -> str:
 
 
 def _with_profile(base: Any, resolved: Profile, record: bool) -> type:
-    """``base`` extended so that it trains under ``resolved`` through the trainer seam (:mod:`.seam`; and as one
-    rank of an outside launcher's job: :func:`~yolo_det.integrations.ultralytics.launcher.launcher_trainer`)."""
-    base = seam_trainer(launcher_trainer(base))
+    """``base`` extended so that it trains under ``resolved`` through the trainer seam (:mod:`.seam`; which also
+    trains it as one rank of an outside launcher's job)."""
+    base = seam_trainer(base)
 
     def __init__(
         self: Any,
