@@ -272,7 +272,7 @@ class _Base:
     """The parts of an Ultralytics trainer the tracer touches: a model, its optimizer and scaler, the epoch and loader
     counters, preprocess_batch, optimizer_step."""
 
-    def __init__(self) -> None:
+    def __init__(self, cfg: Any = None, overrides: Any = None, _callbacks: Any = None) -> None:
         torch.manual_seed(0)
         self.model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.SiLU())
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
