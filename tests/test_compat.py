@@ -124,6 +124,21 @@ def test_optimizer_state_holds_plain_numbers_and_loads_weights_only(tmp_path):
     assert type(optimizer.param_groups[0]["lr"]).__module__ == "numpy"  # the optimizer itself is untouched
 
 
+def test_label_verdict_is_ultralytics_own_check_with_the_arguments_of_the_release(tmp_path):
+    label = tmp_path / "labels" / "a.txt"
+    label.parent.mkdir()
+    label.write_text("5 0.5 0.5 0.2 0.2\n")
+    rules = {"keypoint": False, "nkpt": 0, "ndim": 0}
+    found, fault = compat.label_verdict(str(label), classes=3, single_cls=False, **rules)
+    assert found
+    assert "exceeds dataset class count 3" in fault
+    assert compat.label_verdict(str(label), classes=6, single_cls=False, **rules) == (True, None)  # control
+    passed_on = compat._release(compat.ultralytics_version()) >= compat.LABEL_SINGLE_CLS_FROM
+    assert (compat.label_verdict(str(label), classes=3, single_cls=True, **rules)[1] is None) == passed_on
+    missing = str(tmp_path / "labels" / "b.txt")  # a background image
+    assert compat.label_verdict(missing, classes=3, single_cls=False, **rules) == (False, None)
+
+
 def test_the_installed_ultralytics_version_is_in_the_declared_range():
     import re
     from pathlib import Path

@@ -1,20 +1,24 @@
 """Data mistakes before anything is written: labels Ultralytics would drop, a split without label files.
 
-The label rules are compared with Ultralytics' own ``verify_image_label`` on the same files; the refusals are
-checked end to end (``yolo-det train``, ``attach()``, ``trainer_class``): one line, exit 2, no run folder.
+Each label file is judged by Ultralytics' own ``verify_image_label`` paired with a stand-in image: its verdicts are
+compared with the same call on the real image, and the real image is never touched; the refusals are checked end to
+end (``yolo-det train``, ``attach()``, ``trainer_class``): one line, exit 2, no run folder.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import shutil
 from pathlib import Path
 
 import pytest
 
 from helpers import DEMO, small_train, small_train_tokens
-from yolo_det.analysis.datacheck import check_training_data, label_fault
+from yolo_det.analysis.datacheck import check_training_data
 from yolo_det.cli import main
+from yolo_det.core.compat import label_verdict
 from yolo_det.core.errors import ConfigError
 
 # (label text, classes, keypoint, nkpt, ndim, single_cls): kept or dropped as Ultralytics has it
@@ -51,8 +55,12 @@ LABELS = [
 ]
 
 
+def _verdict(label: Path, classes: float, keypoint: bool, nkpt: int, ndim: int, single_cls: bool) -> str | None:
+    return label_verdict(str(label), classes=classes, keypoint=keypoint, nkpt=nkpt, ndim=ndim, single_cls=single_cls)[1]
+
+
 @pytest.mark.parametrize(("text", "classes", "keypoint", "nkpt", "ndim", "single_cls"), LABELS)
-def test_a_label_file_is_refused_exactly_when_ultralytics_drops_it(
+def test_a_label_file_is_refused_exactly_when_ultralytics_drops_it_with_the_real_image(
     text: str, classes: int, keypoint: bool, nkpt: int, ndim: int, single_cls: bool, tmp_path: Path
 ) -> None:
     from ultralytics.data.utils import verify_image_label
@@ -64,16 +72,24 @@ def test_a_label_file_is_refused_exactly_when_ultralytics_drops_it(
     label.parent.mkdir()
     label.write_text(text)
     *_, corrupt, message = verify_image_label((str(image), str(label), "", keypoint, classes, nkpt, ndim, single_cls))
-    fault = label_fault(text, classes=classes, keypoint=keypoint, nkpt=nkpt, ndim=ndim, single_cls=single_cls)
+    fault = _verdict(label, classes, keypoint, nkpt, ndim, single_cls)
     assert (fault is not None) == bool(corrupt), (fault, message)
     if fault is not None:
-        assert fault[0] == ("class" if "exceeds dataset class count" in message else "format"), (fault, message)
-        assert "\n" not in fault[1]
+        assert fault in " ".join(message.split()), (fault, message)  # Ultralytics' reason, on one line
+        by_class = _verdict(label, math.inf, keypoint, nkpt, ndim, single_cls) is None
+        assert by_class == ("exceeds dataset class count" in message), (fault, message)
 
 
-def test_the_table_covers_both_verdicts_and_both_kinds() -> None:
-    verdicts = [label_fault(t, classes=c, keypoint=k, nkpt=n, ndim=d, single_cls=s) for t, c, k, n, d, s in LABELS]
-    assert {None, "class", "format"} == {v if v is None else v[0] for v in verdicts}
+def test_the_table_covers_both_verdicts_and_both_kinds(tmp_path: Path) -> None:
+    kinds = set()
+    for i, (text, classes, keypoint, nkpt, ndim, single_cls) in enumerate(LABELS):
+        label = tmp_path / f"{i}.txt"
+        label.write_text(text)
+        if _verdict(label, classes, keypoint, nkpt, ndim, single_cls) is None:
+            kinds.add(None)
+        else:
+            kinds.add("class" if _verdict(label, math.inf, keypoint, nkpt, ndim, single_cls) is None else "format")
+    assert kinds == {None, "class", "format"}
 
 
 # -- the datasets --------------------------------------------------------------------------------------------
@@ -207,5 +223,25 @@ def test_only_the_images_fraction_selects_are_read(tmp_path: Path) -> None:
     yaml_path = _dataset(tmp_path)
     _labels(yaml_path)[40].write_text("0 0.5 0.5 0.2\n")  # train_040: beyond the first half
     check_training_data({"data": str(yaml_path), "fraction": 0.5})  # train_000 ... train_023
-    with pytest.raises(ConfigError, match=r"1 of 48 train label files .* '.*train_040\.txt' \(4 columns"):
+    with pytest.raises(ConfigError, match=r"1 of 48 train label files .* '.*train_040\.txt' \(.*4 columns"):
         check_training_data({"data": str(yaml_path)})
+
+
+def test_the_check_never_rewrites_an_image_ultralytics_would_rewrite(tmp_path: Path) -> None:
+    from PIL import Image
+    from ultralytics.data.utils import verify_image_label
+
+    yaml_path = _dataset(tmp_path)
+    images = tmp_path / "data" / "images" / "train"
+    jpeg = images / "train_000.jpg"  # a JPEG with bytes after its end marker, which Ultralytics rewrites in place
+    Image.open(images / "train_000.png").convert("RGB").save(jpeg)
+    jpeg.write_bytes(jpeg.read_bytes() + b"\0\0")
+    (images / "train_000.png").unlink()
+    before = hashlib.sha256(jpeg.read_bytes()).hexdigest()
+    _labels(yaml_path)[1].write_text("0 0.5 0.5 0.2\n")
+    with pytest.raises(ConfigError, match=r"1 of 48 train label files .* '.*train_001\.txt' \(.*4 columns"):
+        check_training_data({"data": str(yaml_path)})
+    assert hashlib.sha256(jpeg.read_bytes()).hexdigest() == before
+    label = str(_labels(yaml_path)[0])
+    assert "restored" in verify_image_label((str(jpeg), label, "", False, 3, 0, 0, False))[-1]  # control
+    assert hashlib.sha256(jpeg.read_bytes()).hexdigest() != before

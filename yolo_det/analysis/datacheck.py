@@ -8,8 +8,8 @@ left; a split none of whose images has a label file ends in a traceback. :func:`
 data YAML and every label file of the training and validation splits first and refuses, in one line that names
 the first offending file and how many there are:
 
-- label files Ultralytics would drop as corrupt (:func:`label_fault`: the label rules of Ultralytics'
-  ``verify_image_label``, which a test compares with it on the same files);
+- label files Ultralytics would drop as corrupt: each is judged by the installed Ultralytics' own
+  ``verify_image_label`` (:func:`yolo_det.core.compat.label_verdict`), so the rules are the release's;
 - a split whose images have no label file at all (an image folder without its ``labels/`` folder).
 
 An empty label file, or an image without one, is a background image, valid as Ultralytics has it. The images
@@ -26,80 +26,21 @@ unpickles it (:func:`check_stored_dataset`, which the gate calls).
 from __future__ import annotations
 
 import glob
+import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
 from ..core.errors import ConfigError
 from ..core.untrusted import safe_yaml
 
-__all__ = ["LABEL_TASKS", "check_stored_dataset", "check_training_data", "label_caches", "label_fault"]
+__all__ = ["LABEL_TASKS", "check_stored_dataset", "check_training_data", "dataset_root", "label_caches", "split_paths"]
 
 #: The tasks whose datasets hold YOLO label files (one ``.txt`` per image).
 LABEL_TASKS = frozenset({"detect", "segment", "pose", "obb"})
-_CLASS = "class"  # the kind of fault of a class id at or above the class count
-
-
-def label_fault(
-    text: str, *, classes: int, keypoint: bool = False, nkpt: int = 0, ndim: int = 0, single_cls: bool = False
-) -> tuple[str, str] | None:
-    """Why Ultralytics would drop a label file with this text as corrupt, or None when it keeps it.
-
-    Args:
-        text: The label file's text.
-        classes: How many classes the data YAML names.
-        keypoint: The labels are pose labels (a pose model).
-        nkpt, ndim: The data YAML's ``kpt_shape``.
-        single_cls: ``single_cls=True`` (every class id is then read as 0).
-
-    Returns:
-        ``(kind, detail)``: kind ``"class"`` for a class id at or above ``classes``, else ``"format"``.
-    """
-    rows = [x.split() for x in text.strip().splitlines() if x.strip()]
-    if nkpt and not keypoint:  # pose labels for a box task: the box is kept
-        rows = [x[:5] if len(x) == 5 + nkpt * ndim else x for x in rows]
-    if not rows:
-        return None  # a background image
-    for n, row in enumerate(rows, 1):
-        try:
-            np.array(row, dtype=np.float32)
-        except ValueError:
-            return "format", f"row {n} holds something that is not a number"
-    polygons = not keypoint and any(len(x) > 6 for x in rows)
-    if polygons:
-        if any(len(x) == 5 for x in rows):
-            return "format", "it mixes polygon rows and box rows"
-        if any(len(x) % 2 == 0 for x in rows):
-            return "format", "a polygon row has an odd count of coordinates (x y pairs follow the class)"
-        from ..core.compat import internal
-
-        ids = np.array([x[0] for x in rows], dtype=np.float32)
-        points = [np.array(x[1:], dtype=np.float32).reshape(-1, 2) for x in rows]
-        lb = np.concatenate((ids.reshape(-1, 1), internal("ops").segments2boxes(points)), 1)
-    else:
-        widths = sorted({len(x) for x in rows})
-        if len(widths) > 1:
-            return "format", f"its rows have {' and '.join(map(str, widths))} columns"
-        lb = np.array(rows, dtype=np.float32)
-    need = 5 + nkpt * ndim if keypoint else 5
-    if lb.shape[1] != need:
-        what = f"class, box and {nkpt}x{ndim} keypoint values" if keypoint else "class x y w h"
-        return "format", f"{lb.shape[1]} columns where a label has {need} ({what})"
-    coords = lb[:, 5:].reshape(-1, ndim)[:, :2] if keypoint else lb[:, 1:]
-    if not coords.size or not coords.max() <= 1.01:
-        return "format", "coordinates above 1: they must be normalized to the image size (0 to 1)"
-    if not (lb.min() >= 0 or (lb.min() >= -0.01 and lb[:, 3:5].min() >= 0)):
-        return "format", "negative values"
-    if not (lb[:, 0] % 1 == 0).all():
-        return "format", "a class id that is not a whole number"
-    top = 0 if single_cls else int(lb[:, 0].max())
-    if not top < classes:
-        return _CLASS, f"class {top}"
-    return None
 
 
 def _class_count(cfg: Mapping[str, Any]) -> int | None:
@@ -112,8 +53,9 @@ def _class_count(cfg: Mapping[str, Any]) -> int | None:
     return None
 
 
-def _root(cfg: Mapping[str, Any], yaml_path: Path) -> Path:
-    """The dataset root, as Ultralytics' ``check_det_dataset`` finds it."""
+def dataset_root(cfg: Mapping[str, Any], yaml_path: Path) -> Path:
+    """The root of the dataset the data YAML ``yaml_path`` (read as ``cfg``) names, as Ultralytics'
+    ``check_det_dataset`` finds it."""
     from ..core.compat import internal
 
     value = cfg.get("path")
@@ -123,7 +65,9 @@ def _root(cfg: Mapping[str, Any], yaml_path: Path) -> Path:
     return root
 
 
-def _split_paths(value: Any, root: Path) -> list[Path] | None:
+def split_paths(value: Any, root: Path) -> list[Path] | None:
+    """The paths a data YAML's split ``value`` names, as ``check_det_dataset`` resolves them (None: not a path or a
+    list of paths)."""
     if isinstance(value, str):
         where = (root / value).resolve()
         if not where.exists() and value.startswith("../"):
@@ -170,41 +114,22 @@ def _image_files(paths: Sequence[Path], fraction: float | int) -> list[str] | No
     return files[:count] if count < len(files) else files
 
 
-def _check_split(
-    data: str, split: str, images: list[str], *, classes: int, keypoint: bool, nkpt: int, ndim: int, single_cls: bool
-) -> None:
-    from ..core.compat import internal
+def _check_split(data: str, split: str, images: list[str], classes: int, rules: dict[str, Any]) -> None:
+    from ..core.compat import internal, label_verdict
 
     labels = internal("img2label_paths")(images)
-    found = 0
-    faults: dict[str, int] = {}
-    first: tuple[str, str, str] | None = None
+    found, dropped = 0, []  # (label file, fault, dropped for a class id alone: kept with any class count)
     for label in labels:
-        try:
-            raw = Path(label).read_bytes()
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            continue
-        except OSError as e:
-            fault: tuple[str, str] | None = ("format", f"unreadable: {e.strerror or e}")
-        else:
-            found += 1
-            try:
-                text = raw.decode("utf-8-sig")
-            except UnicodeDecodeError:
-                fault = ("format", "not UTF-8 text")
-            else:
-                fault = label_fault(
-                    text, classes=classes, keypoint=keypoint, nkpt=nkpt, ndim=ndim, single_cls=single_cls
-                )
+        there, fault = label_verdict(label, classes=classes, **rules)
+        found += there
         if fault is not None:
-            faults[fault[0]] = faults.get(fault[0], 0) + 1
-            if first is None:
-                first = (label, *fault)
-    if first is not None:
-        file, kind, detail = first
-        count, others = faults[kind], sum(faults.values()) - faults[kind]
+            dropped.append((label, fault, label_verdict(label, classes=math.inf, **rules)[1] is None))
+    if dropped:
+        file, detail, classy = dropped[0]
+        count = sum(d[2] == classy for d in dropped)
+        others = len(dropped) - count
         more = f" (and {others} more Ultralytics drops for other faults)" if others else ""
-        if kind == _CLASS:
+        if classy:
             raise ConfigError(
                 f"data '{data}': {count} of {len(images)} {split} label files use a class id at or above nc={classes} "
                 f"(the classes 'names:' lists){more}, which Ultralytics drops with their images; the first is "
@@ -221,6 +146,28 @@ def _check_split(
         )
 
 
+def _label_data(args: Mapping[str, Any], task: str | None) -> tuple[str, Mapping[str, Any], dict[str, Any]] | None:
+    """``(task, data YAML, {split: its images or None})`` of a training's local data YAML of a label task (the
+    training and validation splits), or None when the data is not one."""
+    data = args.get("data")
+    path = Path(data).expanduser() if isinstance(data, (str, os.PathLike)) else None
+    task = str(args.get("task") or task or "detect")
+    if path is None or task not in LABEL_TASKS or path.suffix.lower() not in {".yaml", ".yml"} or not path.is_file():
+        return None
+    try:
+        cfg = safe_yaml.load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if not isinstance(cfg, Mapping):
+        return None
+    root, splits = dataset_root(cfg, path), {}
+    for split in ("train", str(args.get("split") or "val")):
+        value = cfg.get(split) if split != "val" or cfg.get("val") is not None else cfg.get("validation")
+        paths = split_paths(value, root)
+        splits[split] = _image_files(paths, _fraction(args.get("fraction", 1.0), split)) if paths else None
+    return task, cfg, splits
+
+
 def check_training_data(args: Mapping[str, Any], *, task: str | None = None) -> None:
     """Refuse a training whose labels Ultralytics would drop or cannot find (see the module docstring).
 
@@ -232,44 +179,20 @@ def check_training_data(args: Mapping[str, Any], *, task: str | None = None) -> 
     Raises:
         ConfigError: One line naming the first offending file and the count.
     """
-    resume = args.get("resume")
-    if resume not in (None, False, "", "False", "false"):
+    if args.get("resume") not in (None, False, "", "False", "false"):
         return  # the checkpoint's run checked its data when it began
-    data = args.get("data")
-    if not isinstance(data, (str, os.PathLike)):
+    found = _label_data(args, task)
+    if found is None or (classes := _class_count(found[1])) is None:
         return
-    path = Path(data).expanduser()
-    task = str(args.get("task") or task or "detect")
-    if task not in LABEL_TASKS or path.suffix.lower() not in {".yaml", ".yml"} or not path.is_file():
-        return
-    try:
-        cfg = safe_yaml.load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return
-    if not isinstance(cfg, Mapping) or (classes := _class_count(cfg)) is None:
-        return
+    task, cfg, splits = found
     kpt = cfg.get("kpt_shape")
     nkpt, ndim = (int(kpt[0]), int(kpt[1])) if isinstance(kpt, list) and len(kpt) == 2 else (0, 0)
     if task == "pose" and not nkpt:
         return
-    root = _root(cfg, path)
-    val = str(args.get("split") or "val")
-    for split in ("train", val):
-        value = cfg.get(split) if split != "val" or cfg.get("val") is not None else cfg.get("validation")
-        paths = _split_paths(value, root)
-        images = _image_files(paths, _fraction(args.get("fraction", 1.0), split)) if paths else None
-        if images is None:
-            continue
-        _check_split(
-            str(data),
-            split,
-            images,
-            classes=classes,
-            keypoint=task == "pose",
-            nkpt=nkpt,
-            ndim=ndim,
-            single_cls=bool(args.get("single_cls")),
-        )
+    rules = {"keypoint": task == "pose", "nkpt": nkpt, "ndim": ndim, "single_cls": bool(args.get("single_cls"))}
+    for split, images in splits.items():
+        if images is not None:
+            _check_split(str(args["data"]), split, images, classes, rules)
 
 
 def label_caches(args: Mapping[str, Any], *, task: str | None = None) -> list[Path] | None:
@@ -279,31 +202,13 @@ def label_caches(args: Mapping[str, Any], *, task: str | None = None) -> list[Pa
     here (a name Ultralytics ships, a classification folder): the files are not known."""
     from ..core.compat import internal
 
-    data = args.get("data")
-    if not isinstance(data, (str, os.PathLike)):
+    found = _label_data(args, task)
+    if found is None or not all(found[2].values()):
         return None
-    path = Path(data).expanduser()
-    task = str(args.get("task") or task or "detect")
-    if task not in LABEL_TASKS or path.suffix.lower() not in {".yaml", ".yml"} or not path.is_file():
-        return None
-    try:
-        cfg = safe_yaml.load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
-    if not isinstance(cfg, Mapping):
-        return None
-    root = _root(cfg, path)
-    caches: list[Path] = []
-    for split in ("train", str(args.get("split") or "val")):
-        value = cfg.get(split) if split != "val" or cfg.get("val") is not None else cfg.get("validation")
-        paths = _split_paths(value, root)
-        images = _image_files(paths, _fraction(args.get("fraction", 1.0), split)) if paths else None
-        if not images:
-            return None
-        cache = Path(internal("img2label_paths")(images[:1])[0]).parent.with_suffix(".cache")
-        if cache not in caches:
-            caches.append(cache)
-    return caches
+    caches = [
+        Path(internal("img2label_paths")(images[:1])[0]).parent.with_suffix(".cache") for images in found[2].values()
+    ]
+    return list(dict.fromkeys(caches))
 
 
 def check_stored_dataset(stored: Mapping[str, Any], source: str) -> None:

@@ -22,7 +22,6 @@ Profile files cannot name modules to import: a profile is data that is shared an
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import os
@@ -34,6 +33,7 @@ from types import ModuleType
 from typing import Any, Union, cast
 
 from ..core.errors import ConfigError
+from ..core.fileio import file_sha256
 
 __all__ = [
     "ModuleSpec",
@@ -148,14 +148,6 @@ def module_classes(module: ModuleType) -> dict[str, type]:
 _active: list[dict[str, str]] = []
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def module_origin(module: ModuleType) -> dict[str, str] | None:
     """``{name, path, sha256}`` of a module imported from a source file (None for one without a file)."""
     file = getattr(module, "__file__", None)
@@ -163,7 +155,7 @@ def module_origin(module: ModuleType) -> dict[str, str] | None:
         return None
     path = Path(file).resolve()
     try:
-        digest = _sha256(path)
+        digest = file_sha256(path)
     except OSError:
         return None
     return {"name": module.__name__, "path": str(path), "sha256": digest}

@@ -1,5 +1,7 @@
 """Every Ultralytics internal yolo-det touches, in one place.
 
+Length: one door: each internal, and the one function per difference between releases, is here and nowhere else.
+
 Ultralytics' public API is ``from ultralytics import YOLO`` (and the model's methods). Everything else
 yolo-det relies on, the callback events, the trainers of each task, ``ultralytics.nn.tasks`` (where model
 YAMLs resolve layer names), the configuration helpers, is named here and nowhere else, so an Ultralytics
@@ -8,9 +10,8 @@ not a layer of its own. ``tests/test_architecture.py`` fails when another module
 internal.
 
 Ultralytics releases in the supported range differ in a few internals yolo-det depends on; one function
-here handles each (:func:`run_folder`, :func:`loss_components`,
-:func:`optimizer_state`), so the rest of
-yolo-det sees one behaviour:
+here handles each (:func:`run_folder`, :func:`loss_components`, :func:`optimizer_state`, :func:`label_verdict`),
+so the rest of yolo-det sees one behaviour:
 
 ======================================  ===============================  ===================================
 internal                                8.3 (8.3.253)                    8.4 (8.4.190)
@@ -23,6 +24,8 @@ internal                                8.3 (8.3.253)                    8.4 (8.
 ``cfg.get_save_dir``                    creates the folder it names      creates nothing
 ``non_max_suppression``                 ``utils.ops`` (8.3.0)            ``utils.nms``
 ``BaseTrainer.loss_items``              one tensor, a value per part     a tuple of parts, or a name mapping
+``verify_image_label``                  ``single_cls`` from 8.3.92 on;   takes ``single_cls``; reads a BOM,
+                                        its rules differ by release      keeps a pose box in a box task
 optimizer ``lr``/``momentum`` (warmup)  NumPy scalars                    Python floats
 ======================================  ===============================  ===================================
 
@@ -34,7 +37,9 @@ the installed release lacks is one line naming it and the release (:class:`Missi
 
 from __future__ import annotations
 
+import functools
 import importlib
+import io
 import os
 import sys
 from collections.abc import Iterator, Mapping
@@ -49,12 +54,14 @@ __all__ = [
     "EARLIER",
     "EVENTS",
     "INTERNALS",
+    "LABEL_SINGLE_CLS_FROM",
     "NUMPY_WITHOUT_TRAPZ",
     "TASK_TRAINERS",
     "TRAPZ_FIXED_IN",
     "contact",
     "cpu_ddp_wrapping",
     "internal",
+    "label_verdict",
     "loaded_internal",
     "loss_components",
     "mosaic_on",
@@ -89,6 +96,7 @@ INTERNALS: dict[str, tuple[str, str | None]] = {
     # datasets: the image suffixes a split lists and where each image's label file is (the label pre-check)
     "IMG_FORMATS": ("ultralytics.data.utils", "IMG_FORMATS"),
     "img2label_paths": ("ultralytics.data.utils", "img2label_paths"),
+    "verify_image_label": ("ultralytics.data.utils", "verify_image_label"),
     "USER_CONFIG_DIR": ("ultralytics.utils", "USER_CONFIG_DIR"),
     "LOGGER": ("ultralytics.utils", "LOGGER"),
     # the global rank Ultralytics read from RANK at import (-1 outside a distributed run)
@@ -272,6 +280,37 @@ def numpy_pair_problem(ultralytics: str | None = None, numpy: str | None = None)
         f"Ultralytics {ultralytics} calls np.trapz in validation, which NumPy {numpy} no longer has (removed in "
         f"{below}): its first validation would fail; pip install 'numpy<{below}', or Ultralytics >= {fixed}"
     )
+
+
+#: The first Ultralytics release whose ``verify_image_label`` takes ``single_cls`` (earlier: classes as written).
+LABEL_SINGLE_CLS_FROM = (8, 3, 92)
+
+
+@functools.cache
+def _label_check() -> tuple[Any, bytes, bool]:
+    """Ultralytics' ``verify_image_label``, a blank 10x10 PNG, and whether the release takes ``single_cls``."""
+    from PIL import Image
+
+    Image.new("L", (10, 10)).save(buffer := io.BytesIO(), "PNG")
+    return internal("verify_image_label"), buffer.getvalue(), _release(ultralytics_version()) >= LABEL_SINGLE_CLS_FROM
+
+
+def label_verdict(
+    label: str, *, classes: float, keypoint: bool, nkpt: int, ndim: int, single_cls: bool
+) -> tuple[bool, str | None]:
+    """``(found, fault)`` of the label file ``label`` by the installed Ultralytics' ``verify_image_label``: whether the
+    file is there, and why Ultralytics drops it with its image as corrupt (its message, one line), or None when it
+    keeps it (a missing or empty label file is a background image).
+
+    The image paired with the label is a blank 10x10 PNG in memory: the verdict is the label file's alone and no image
+    is opened (Ultralytics' image check rewrites a JPEG it finds truncated, which a check made before anything is
+    written must not do). ``single_cls`` is passed from :data:`LABEL_SINGLE_CLS_FROM` on.
+    """
+    verify, image, takes_single_cls = _label_check()
+    args: tuple[Any, ...] = (io.BytesIO(image), label, "", keypoint, classes, nkpt, ndim)
+    *_, found, _, corrupt, message = verify((*args, single_cls) if takes_single_cls else args)
+    fault = " ".join(str(message).split("corrupt image/label:", 1)[-1].split())[:300] if corrupt else None
+    return bool(found), fault
 
 
 def mosaic_on(dataset: Any) -> bool | None:

@@ -14,15 +14,6 @@ from ...core.text import short
 from ...core.untrusted import safe_yaml
 from .values import _text
 
-
-def _images(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        return list(value)
-    raise ConfigError(f"image folder {short(value)} must be a path or a list of paths")
-
-
 #: How many entries of an image folder are looked at for one image before the folder is judged empty.
 SCAN_LIMIT = 200_000
 DATA_SUFFIXES = (".yaml", ".yml")
@@ -113,19 +104,17 @@ def check_data(data: str, task: str | None = None) -> dict[str, Any] | None:
             f"data '{data}' has no 'kpt_shape:' but the model is a pose model; pass a pose dataset YAML "
             "(with kpt_shape: [keypoints, dims]) or a model of the data's task"
         )
-    from ...core.compat import DATASETS_DIR
+    from ...analysis.datacheck import dataset_root, split_paths
 
     root_value = cfg.get("path")
     if root_value is not None and not isinstance(root_value, str):
         raise ConfigError(f"data '{data}': 'path:' must be a folder, got {short(root_value)}")
-    root = Path(root_value or path.parent)
-    if not root.exists() and not root.is_absolute():
-        root = (Path(DATASETS_DIR) / root).resolve()
+    root = dataset_root(cfg, path)
     for split, value in (("train", cfg["train"]), ("val", val)):
-        for item in _images(value):
-            where = (root / item).resolve()
-            if not where.exists() and item.startswith("../"):
-                where = (root / item[3:]).resolve()
+        wheres = split_paths(value, root)
+        if wheres is None:
+            raise ConfigError(f"image folder {short(value)} must be a path or a list of paths")
+        for where in wheres:
             if where.exists():
                 if where.is_dir() and not _has_images(where):
                     raise ConfigError(
