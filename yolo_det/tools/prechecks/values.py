@@ -11,7 +11,6 @@ from ...core.errors import ConfigError
 from ...core.text import short
 
 SEED_LIMIT = 2**32  # numpy's legacy seeding (Ultralytics' init_seeds) takes [0, 2**32)
-_FALLBACK_OPTIMIZERS = ("Adam", "Adamax", "AdamW", "NAdam", "RAdam", "RMSprop", "SGD", "auto")
 
 
 def _text(value: Any) -> str:
@@ -108,18 +107,22 @@ def check_device(device: Any) -> None:
 
 
 def optimizer_names() -> tuple[str, ...]:
-    """The optimizer names the installed Ultralytics accepts (read from its trainer, without running it)."""
-    try:
-        from ...core.compat import BaseTrainer
+    """The optimizer names the installed Ultralytics accepts (read from its trainer, without running it); empty when
+    its trainer no longer lists them where this reads (then Ultralytics alone judges ``optimizer=``)."""
+    from ...core.compat import BaseTrainer
 
+    try:
         source = inspect.getsource(BaseTrainer.build_optimizer)
-        m = re.search(r"optimizers\s*=\s*(\{[^}]*\})", source)
+    except (OSError, TypeError):  # no source shipped
+        return ()
+    m = re.search(r"optimizers\s*=\s*(\{[^}]*\})", source)
+    try:
         names = ast.literal_eval(m.group(1)) if m else None
-        if isinstance(names, set) and names and all(isinstance(n, str) for n in names):
-            return tuple(sorted(names, key=str.lower))
-    except Exception:  # a changed Ultralytics falls back to the known list
-        pass
-    return _FALLBACK_OPTIMIZERS
+    except (ValueError, SyntaxError):
+        return ()
+    if isinstance(names, set) and names and all(isinstance(n, str) for n in names):
+        return tuple(sorted(names, key=str.lower))
+    return ()
 
 
 def check_optimizer(name: Any) -> None:
@@ -127,7 +130,7 @@ def check_optimizer(name: Any) -> None:
     from ...core.errors import did_you_mean
 
     names = optimizer_names()
-    if str(name).lower() not in {n.lower() for n in names}:
+    if names and str(name).lower() not in {n.lower() for n in names}:
         raise ConfigError(
             f"optimizer={_text(name)} is not an optimizer Ultralytics builds; choose from "
             f"{', '.join(names)}.{did_you_mean(str(name)[:100], names)}"
