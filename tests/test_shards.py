@@ -326,9 +326,10 @@ def test_gradients_of_earlier_steps_are_accumulated_and_plain_calls_pass_through
 
 
 class _Trainer:
-    """The parts of an Ultralytics trainer the shard step touches."""
+    """The parts of an Ultralytics trainer the shard step touches (its constructor's arguments too: the seam's
+    launcher passes them on)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cfg: Any = None, overrides: Any = None, _callbacks: Any = None) -> None:
         self.model = _Net()
         self.world_size = 1
         self.batch_size = 4
