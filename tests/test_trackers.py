@@ -32,9 +32,10 @@ _FILE_STORE = {"MLFLOW_ALLOW_FILE_STORE": "true"}
 _WANDB = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
 _WANDB_DIRS = ("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR")
 
-#: Comet offline (its experiment archived as a zip in a folder of the test's), ClearML offline (its session in a
-#: folder of the test's), DVC without its usage analytics; their homes (~/.clearml, ~/.config) in the test's.
-_OFFLINE = {"COMET_START_ONLINE": "0", "CLEARML_OFFLINE_MODE": "1", "DVC_NO_ANALYTICS": "1"}
+#: Comet offline (``COMET_MODE`` for Ultralytics 8.3; its experiment archived as a zip in a folder of the test's),
+#: ClearML offline (its session in a folder of the test's), DVC without its usage analytics; their homes
+#: (~/.clearml, ~/.config) in the test's.
+_OFFLINE = {"COMET_START_ONLINE": "0", "COMET_MODE": "offline", "CLEARML_OFFLINE_MODE": "1", "DVC_NO_ANALYTICS": "1"}
 
 #: The trackers of Ultralytics' settings the tests turn on or off.
 _SETTINGS = ("mlflow", "wandb", "tensorboard", "comet", "clearml", "dvc")
@@ -53,22 +54,26 @@ sys.exit(main(["train", "--profile", "repro", *sys.argv[1:]]))
 
 #: ClearML's offline mode keeps no models, and Ultralytics' ClearML ``on_train_end`` stores the weights as one
 #: (``update_output_model``: ClearML 2.1.12 fails offline), so no training ends under it: a user's process instead
-#: builds the trainer with ClearML on in Ultralytics' settings (Ultralytics' ``on_pretrain_routine_start`` opens the
-#: task) and publishes a record; ClearML closes the task as the process ends.
+#: opens a task as Ultralytics advises (before YOLO; Ultralytics then connects the trainer's arguments to it, in its
+#: ``on_pretrain_routine_start``), builds the trainer with ClearML on in Ultralytics' settings and publishes a record;
+#: ClearML closes the task as the process ends. Offline, ClearML's own threads rewrite task.json from the copy they
+#: read, so a property written meanwhile is lost: the task is opened without its resource monitor, its repository
+#: detected before Task.init returns (``vcs_repo_detect_async: false`` in the test's ``CLEARML_CONFIG_FILE``); a
+#: training outlasts both.
 _CLEARML_CHILD = """
 import json, sys
 from pathlib import Path
+from clearml import Task
 from ultralytics.utils import SETTINGS
 SETTINGS.update({settings})
 from yolo_det.core.compat import task_trainer
 from yolo_det.integrations.ultralytics import trackers
-record, data, project = map(Path, sys.argv[1:])
+record, data, project = map(Path, sys.argv[1:4])
+Task.init(project_name="p", task_name="c", auto_resource_monitoring=False)
 trainer = task_trainer("detect")(
     overrides={{"model": "yolov8n.yaml", "data": str(data), "project": str(project), "name": "c", "device": "cpu"}}
 )
-from clearml import Task
-if Task.current_task() is None:  # 8.3 runs the callbacks of the routine's start in train(), 8.4 in __init__
-    trainer.run_callbacks("on_pretrain_routine_start")
+trainer.run_callbacks("on_pretrain_routine_start")  # 8.4 runs it in __init__ too, 8.3 only in train()
 print("published", json.dumps(trackers.publish(trainer, record, json.loads(record.read_text()))))
 """
 
@@ -235,6 +240,8 @@ def test_a_comet_experiment_and_a_dvc_experiment_written_during_a_training_and_a
     assert record["status"] == "completed"
     fields = trackers.key_fields(record)
     assert fields["weights_sha256"] == record["weights"]["sha256"]
+    config = tmp_path / "clearml.conf"
+    config.write_text("sdk.development.vcs_repo_detect_async: false\n")
     clearml = subprocess.run(
         [
             sys.executable,
@@ -245,7 +252,7 @@ def test_a_comet_experiment_and_a_dvc_experiment_written_during_a_training_and_a
             str(tmp_path / "runs"),
         ],
         cwd=cwd,
-        env=_user_env(tmp_path),
+        env=_user_env(tmp_path) | {"CLEARML_CONFIG_FILE": str(config)},
         capture_output=True,
         text=True,
         timeout=600,
@@ -322,8 +329,9 @@ def test_with_no_tracker_on_nothing_is_written_anywhere_but_the_run_folder(tmp_p
     assert [p for p in run_dir.rglob("*") if "tfevents" in p.name] == []
 
 
-#: The Ultralytics integrations a detection trainer registers under the settings of ``YOLO_CONFIG_DIR``: every
-#: tracker setting (a key naming a module of ``ultralytics.utils.callbacks``) on first, then the code of argv[3].
+#: Prints the Ultralytics integrations a detection trainer registers under the settings of ``YOLO_CONFIG_DIR``,
+#: with every tracker setting (a key naming a module of ``ultralytics.utils.callbacks``) turned on first if argv[3]
+#: says so.
 _REGISTERED = """
 import json, sys
 from pathlib import Path
@@ -331,17 +339,13 @@ import ultralytics.utils.callbacks as callbacks
 from ultralytics.utils import SETTINGS
 from yolo_det.core.compat import task_trainer
 
-modules = {p.stem for p in Path(callbacks.__file__).parent.glob("*.py")}
-SETTINGS.update({k: True for k in SETTINGS if ("wb" if k == "wandb" else k) in modules})
-
-def registered():
-    trainer = task_trainer("detect")(overrides={"model": "yolov8n.yaml", "data": sys.argv[1], "project": sys.argv[2]})
-    names = {c.__module__ for cs in trainer.callbacks.values() for c in cs}
-    return sorted(n.rsplit(".", 1)[1] for n in names if n.startswith("ultralytics.utils.callbacks."))
-
-print("registered", json.dumps(registered()))
-exec(sys.argv[3])
-print("registered", json.dumps(registered()))
+if sys.argv[3] == "on":
+    modules = {p.stem for p in Path(callbacks.__file__).parent.glob("*.py")}
+    SETTINGS.update({k: True for k in SETTINGS if ("wb" if k == "wandb" else k) in modules})
+trainer = task_trainer("detect")(overrides={"model": "yolov8n.yaml", "data": sys.argv[1], "project": sys.argv[2]})
+names = {c.__module__ for cs in trainer.callbacks.values() for c in cs}
+names = sorted(n.rsplit(".", 1)[1] for n in names if n.startswith("ultralytics.utils.callbacks."))
+print("registered", json.dumps(names))
 """
 
 
@@ -352,22 +356,30 @@ def test_the_compatibility_cells_turn_every_tracker_integration_off(tmp_path: Pa
     assert spec.loader is not None
     matrix = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(matrix)
-    done = subprocess.run(
-        [sys.executable, "-c", _REGISTERED, demo_data, str(tmp_path / "runs"), matrix.TRACKERS_OFF],
-        cwd=tmp_path,  # the trainer with every tracker on starts their runs (dvclive's in the folder it runs in)
-        env=_user_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
-    lines = [line.removeprefix("registered ") for line in done.stdout.splitlines() if line.startswith("registered ")]
-    before, after = map(json.loads, lines)
+
+    def run(*argv: str) -> list[str]:
+        # in the folder of the test (the trainer with every tracker on starts their runs: dvclive's in the cwd)
+        done = subprocess.run(
+            [sys.executable, "-c", *argv],
+            cwd=tmp_path,
+            env=_user_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=True,
+        )
+        return [line.removeprefix("registered ") for line in done.stdout.splitlines() if line.startswith("registered ")]
+
+    trainer = (_REGISTERED, demo_data, str(tmp_path / "runs"))
+    (before,) = map(json.loads, run(*trainer, "on"))
     # the control: with every tracker setting on, the installed trackers' integrations are registered
     installed = {"comet_ml": "comet", "clearml": "clearml", "dvclive": "dvc", "mlflow": "mlflow"}
     installed = {v for k, v in installed.items() if importlib.util.find_spec(k) is not None}
     assert {"mlflow", "tensorboard", "wb"} | installed <= set(before)
-    # the cell's own settings: Ultralytics' base callbacks and its own analytics, no tracker
+    # the cell's settings, as its own process sets them before the cell's runs: Ultralytics' base callbacks and its
+    # own analytics, no tracker
+    run(matrix.TRACKERS_OFF)
+    (after,) = map(json.loads, run(*trainer, "as set"))
     assert set(after) <= {"base", "hub", "platform", "events"}, after
 
 

@@ -14,8 +14,9 @@ the same bits are promised and why not, the machine class). One entry of :data:`
   ``determinism.json`` already lies in the log folder (the run folder).
 - **Comet** (``comet_ml.get_running_experiment()``): ``determinism.json`` as an asset, the key fields as
   "others" ``yolo_det.<field>`` (Ultralytics logs the run's arguments as parameters).
-- **ClearML** (``Task.current_task()``): ``determinism.json`` as an artifact (to the task's output destination),
-  the key fields as user properties ``yolo_det.<field>`` (Ultralytics connects the arguments as ``General``).
+- **ClearML** (``Task.current_task()``): ``determinism.json`` as an artifact (uploaded to the task's output
+  destination before the training goes on), the key fields as user properties ``yolo_det.<field>`` (Ultralytics
+  connects the arguments as ``General``).
 - **DVC** (the dvclive ``live`` global): ``determinism.json`` copied into ``dvclive/artifacts`` (kept with the
   experiment in git, not in the DVC cache; dvclive logs artifacts only in a DVC repository), the key fields under
   ``yolo_det`` in the parameters.
@@ -147,7 +148,7 @@ def _comet(experiment: Any, path: Path, fields: Mapping[str, str], step: int) ->
 
 
 def _clearml(task: Any, path: Path, fields: Mapping[str, str], step: int) -> None:
-    task.upload_artifact(path.name, artifact_object=path)
+    task.upload_artifact(path.name, artifact_object=path, wait_on_upload=True)  # in the task before it ends
     task.set_user_properties(**_prefixed(fields))
 
 
