@@ -37,6 +37,11 @@ _WANDB_DIRS = ("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_D
 #: (~/.clearml, ~/.config) in the test's.
 _OFFLINE = {"COMET_START_ONLINE": "0", "COMET_MODE": "offline", "CLEARML_OFFLINE_MODE": "1", "DVC_NO_ANALYTICS": "1"}
 
+#: ClearML's configuration in the tests: the repository detected before Task.init returns (not in a thread that
+#: rewrites an offline task.json), and the reports sent from the process itself (not from a daemon of its own that
+#: outlives it holding the test's output pipe).
+_CLEARML_CONF = "sdk.development.vcs_repo_detect_async: false\nsdk.development.report_use_subprocess: false\n"
+
 #: The trackers of Ultralytics' settings the tests turn on or off.
 _SETTINGS = ("mlflow", "wandb", "tensorboard", "comet", "clearml", "dvc")
 
@@ -58,8 +63,7 @@ sys.exit(main(["train", "--profile", "repro", *sys.argv[1:]]))
 #: ``on_pretrain_routine_start``), builds the trainer with ClearML on in Ultralytics' settings and publishes a record;
 #: ClearML closes the task as the process ends. Offline, ClearML's own threads rewrite task.json from the copy they
 #: read, so a property written meanwhile is lost: the task is opened without its resource monitor, its repository
-#: detected before Task.init returns (``vcs_repo_detect_async: false`` in the test's ``CLEARML_CONFIG_FILE``); a
-#: training outlasts both.
+#: detected before Task.init returns (:data:`_CLEARML_CONF`); a training outlasts both.
 _CLEARML_CHILD = """
 import json, sys
 from pathlib import Path
@@ -92,8 +96,10 @@ def _user_env(tmp: Path) -> dict[str, str]:
             "COMET_OFFLINE_DIRECTORY": str(tmp / "comet"),
             "CLEARML_CACHE_DIR": str(tmp / "clearml"),
             "HOME": str(tmp / "home"),
+            "CLEARML_CONFIG_FILE": str(tmp / "clearml.conf"),
         }
     )
+    (tmp / "clearml.conf").write_text(_CLEARML_CONF)
     for name in _TEST_RUNNER_ENV:
         env.pop(name, None)
     return env
@@ -240,8 +246,6 @@ def test_a_comet_experiment_and_a_dvc_experiment_written_during_a_training_and_a
     assert record["status"] == "completed"
     fields = trackers.key_fields(record)
     assert fields["weights_sha256"] == record["weights"]["sha256"]
-    config = tmp_path / "clearml.conf"
-    config.write_text("sdk.development.vcs_repo_detect_async: false\n")
     clearml = subprocess.run(
         [
             sys.executable,
@@ -252,7 +256,7 @@ def test_a_comet_experiment_and_a_dvc_experiment_written_during_a_training_and_a
             str(tmp_path / "runs"),
         ],
         cwd=cwd,
-        env=_user_env(tmp_path) | {"CLEARML_CONFIG_FILE": str(config)},
+        env=_user_env(tmp_path),
         capture_output=True,
         text=True,
         timeout=600,
@@ -319,7 +323,7 @@ def test_with_no_tracker_on_nothing_is_written_anywhere_but_the_run_folder(tmp_p
     assert (run_dir / "determinism.json").is_file()
     # no mlruns, wandb, comet or clearml folder; in the home folder only matplotlib's caches, Ultralytics' font and
     # yolo-det's data fingerprints (no ~/.clearml, ~/.comet, ~/.config/dvc or ~/.config/iterative)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cwd", "home", "runs", "ultralytics-settings"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clearml.conf", "cwd", "home", "runs", "ultralytics-settings"]
     home = tmp_path / "home"
     places = {"/".join(p.relative_to(home).parts[:2]) for p in home.rglob("*")}
     known = {".cache/matplotlib", ".cache/yolo-det", ".config/Ultralytics", ".config/matplotlib"}
