@@ -6,6 +6,7 @@ training.
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import json
 import subprocess
@@ -165,20 +166,27 @@ def test_an_internal_an_older_release_keeps_elsewhere_resolves_where_this_releas
 
 def test_the_tracker_integrations_have_the_globals_yolo_det_reads(tmp_path):
     # as a user with the integrations on runs them (8.3 defines WRITER only then), outside a test runner (under
-    # one, Ultralytics' TensorBoard module stops before it defines WRITER); the settings in a folder of the test's
+    # one, Ultralytics' TensorBoard module stops before it defines WRITER); the settings in a folder of the test's.
+    # An integration whose package is not installed here is not checked (it defines no run handle, and is never
+    # registered): the test extra installs them all
     env = subprocess_env({"YOLO_CONFIG_DIR": str(tmp_path)})
     for name in ("PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", "GITHUB_ACTIONS", "GITHUB_WORKFLOW", "RUNNER_OS"):
         env.pop(name, None)
+    packages = {"MLflow": "mlflow", "Weights & Biases": "wandb", "TensorBoard": "tensorboard", "Comet": "comet_ml"}
+    packages |= {"ClearML": "clearml", "DVC": "dvclive"}
+    installed = {k for k, v in packages.items() if importlib.util.find_spec(v) is not None}
     code = (
         "import json; from ultralytics.utils import SETTINGS\n"
-        "SETTINGS.update(mlflow=True, wandb=True, tensorboard=True)\n"
+        "SETTINGS.update(mlflow=True, wandb=True, tensorboard=True, comet=True, clearml=True, dvc=True)\n"
         "from yolo_det.core import compat; from yolo_det.integrations.ultralytics import trackers\n"
-        "print(json.dumps({k: [a for a, _ in v if not hasattr(compat.internal(k), a)]"
-        " for k, v in trackers.READS.items()}))"
+        "print(json.dumps({k: [a for a in (t.event, t.handle) if not hasattr(compat.internal(t.integration), a)]"
+        " for k, t in trackers.TRACKERS.items()}))"
     )
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     missing = json.loads(done.stdout.strip().splitlines()[-1])
-    assert missing == {"mlflow_integration": [], "wandb_integration": [], "tensorboard_integration": []}
-    from yolo_det.integrations.ultralytics.trackers import READS
+    assert set(missing) == set(packages)
+    assert {"MLflow", "Weights & Biases", "TensorBoard"} <= installed
+    assert {k: v for k, v in missing.items() if k in installed} == {k: [] for k in installed}
+    from yolo_det.integrations.ultralytics.trackers import TRACKERS
 
-    assert set(READS) <= set(compat.INTERNALS)
+    assert {t.integration for t in TRACKERS.values()} <= set(compat.INTERNALS)

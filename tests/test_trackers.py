@@ -1,5 +1,5 @@
-"""The record in the user's experiment tracker (integrations/ultralytics/trackers): real MLflow, W&B (offline) and
-TensorBoard.
+"""The record in the user's experiment tracker (integrations/ultralytics/trackers): real MLflow, W&B (offline),
+TensorBoard, Comet (offline), ClearML (offline) and DVC (dvclive in a DVC repository).
 
 Ultralytics turns its own integrations off under a test runner (``TESTS_RUNNING``: pytest imported, a
 ``PYTEST_CURRENT_TEST`` or GitHub Actions variable): the trainings run as a user's would, in a child process
@@ -8,6 +8,7 @@ without those, with Ultralytics' settings in a folder of the test's own (``YOLO_
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import struct
 import subprocess
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from helpers import small_train_tokens, subprocess_env
+from helpers import ROOT, small_train_tokens, subprocess_env
 from yolo_det.core.compat import internal
 from yolo_det.integrations.ultralytics import trackers
 
@@ -31,11 +32,24 @@ _FILE_STORE = {"MLFLOW_ALLOW_FILE_STORE": "true"}
 _WANDB = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
 _WANDB_DIRS = ("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR")
 
+#: Comet offline (``COMET_MODE`` for Ultralytics 8.3; its experiment archived as a zip in a folder of the test's),
+#: ClearML offline (its session in a folder of the test's), DVC without its usage analytics; their homes
+#: (~/.clearml, ~/.config) in the test's.
+_OFFLINE = {"COMET_START_ONLINE": "0", "COMET_MODE": "offline", "CLEARML_OFFLINE_MODE": "1", "DVC_NO_ANALYTICS": "1"}
+
+#: ClearML's configuration in the tests: the repository detected before Task.init returns (not in a thread that
+#: rewrites an offline task.json), and the reports sent from the process itself (not from a daemon of its own that
+#: outlives it holding the test's output pipe).
+_CLEARML_CONF = "sdk.development.vcs_repo_detect_async: false\nsdk.development.report_use_subprocess: false\n"
+
+#: The trackers of Ultralytics' settings the tests turn on or off.
+_SETTINGS = ("mlflow", "wandb", "tensorboard", "comet", "clearml", "dvc")
+
 #: A user's training, after turning Ultralytics' tracker settings on or off as ``yolo settings`` does.
 _CHILD = """
 import sys
 from ultralytics.utils import SETTINGS
-SETTINGS.update(mlflow={mlflow}, wandb={wandb}, tensorboard={tensorboard})
+SETTINGS.update({settings})
 from yolo_det.integrations.fonts import ensure_local_font
 ensure_local_font()
 from yolo_det.cli import main
@@ -43,20 +57,64 @@ sys.exit(main(["train", "--profile", "repro", *sys.argv[1:]]))
 """
 
 
-def _user_training(tmp: Path, *, mlflow: bool, wandb: bool, tensorboard: bool) -> tuple[Path, Path, str]:
-    """Train one small run as a user with these Ultralytics settings would; return the run folder, the folder the
-    command ran in, and the MLflow tracking URI it was given."""
-    config, cwd, store = tmp / "ultralytics-settings", tmp / "cwd", tmp / "mlruns"
-    cwd.mkdir()
+#: ClearML's offline mode keeps no models, and Ultralytics' ClearML ``on_train_end`` stores the weights as one
+#: (``update_output_model``: ClearML 2.1.12 fails offline), so no training ends under it: a user's process instead
+#: opens a task as Ultralytics advises (before YOLO; Ultralytics then connects the trainer's arguments to it, in its
+#: ``on_pretrain_routine_start``), builds the trainer with ClearML on in Ultralytics' settings and publishes a record;
+#: ClearML closes the task as the process ends. Offline, ClearML's own threads rewrite task.json from the copy they
+#: read, so a property written meanwhile is lost: the task is opened without its resource monitor, its repository
+#: detected before Task.init returns (:data:`_CLEARML_CONF`); a training outlasts both.
+_CLEARML_CHILD = """
+import json, sys
+from pathlib import Path
+from clearml import Task
+from ultralytics.utils import SETTINGS
+SETTINGS.update({settings})
+from yolo_det.core.compat import task_trainer
+from yolo_det.integrations.ultralytics import trackers
+record, data, project = map(Path, sys.argv[1:4])
+Task.init(project_name="p", task_name="c", auto_resource_monitoring=False)
+trainer = task_trainer("detect")(
+    overrides={{"model": "yolov8n.yaml", "data": str(data), "project": str(project), "name": "c", "device": "cpu"}}
+)
+trainer.run_callbacks("on_pretrain_routine_start")  # 8.4 runs it in __init__ too, 8.3 only in train()
+print("published", json.dumps(trackers.publish(trainer, record, json.loads(record.read_text()))))
+"""
+
+
+def _user_env(tmp: Path) -> dict[str, str]:
+    """The environment of a user's process: every tracker local or offline, writing in ``tmp``; no test runner."""
     wandb_dirs = {name: str(tmp / "wandb-home" / name.lower()) for name in _WANDB_DIRS}
     env = subprocess_env(
-        {"YOLO_CONFIG_DIR": str(config), "MLFLOW_TRACKING_URI": store.as_uri(), **_FILE_STORE, **_WANDB, **wandb_dirs}
+        {
+            "YOLO_CONFIG_DIR": str(tmp / "ultralytics-settings"),
+            "MLFLOW_TRACKING_URI": (tmp / "mlruns").as_uri(),
+            **_FILE_STORE,
+            **_WANDB,
+            **wandb_dirs,
+            **_OFFLINE,
+            "COMET_OFFLINE_DIRECTORY": str(tmp / "comet"),
+            "CLEARML_CACHE_DIR": str(tmp / "clearml"),
+            "HOME": str(tmp / "home"),
+            "CLEARML_CONFIG_FILE": str(tmp / "clearml.conf"),
+        }
     )
+    (tmp / "clearml.conf").write_text(_CLEARML_CONF)
     for name in _TEST_RUNNER_ENV:
         env.pop(name, None)
+    return env
+
+
+def _user_training(tmp: Path, *on: str, cwd: Path | None = None) -> tuple[Path, Path, str]:
+    """Train one small run as a user whose Ultralytics settings turn the trackers ``on`` (and the others off) would;
+    return the run folder, the folder the command ran in, and the MLflow tracking URI it was given."""
+    if cwd is None:
+        cwd = tmp / "cwd"
+        cwd.mkdir()
+    env = _user_env(tmp)
     tokens = small_train_tokens(batch=8, nbs=8, val=False, project=str(tmp / "runs"), name="a")
     done = subprocess.run(
-        [sys.executable, "-c", _CHILD.format(mlflow=mlflow, wandb=wandb, tensorboard=tensorboard), *tokens],
+        [sys.executable, "-c", _CHILD.format(settings={k: k in on for k in _SETTINGS}), *tokens],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -64,7 +122,7 @@ def _user_training(tmp: Path, *, mlflow: bool, wandb: bool, tensorboard: bool) -
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return tmp / "runs" / "a", cwd, store.as_uri()
+    return tmp / "runs" / "a", cwd, env["MLFLOW_TRACKING_URI"]
 
 
 def _wandb_log(path: Path) -> list[Any]:
@@ -94,7 +152,7 @@ def test_an_mlflow_run_a_wandb_run_and_a_tensorboard_log_written_during_a_traini
     from mlflow.tracking import MlflowClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    run_dir, _, uri = _user_training(tmp_path, mlflow=True, wandb=True, tensorboard=True)
+    run_dir, _, uri = _user_training(tmp_path, "mlflow", "wandb", "tensorboard")
     for name, value in _FILE_STORE.items():
         monkeypatch.setenv(name, value)
     record = json.loads((run_dir / "determinism.json").read_text())
@@ -158,14 +216,175 @@ def test_an_mlflow_run_a_wandb_run_and_a_tensorboard_log_written_during_a_traini
     assert "| bitwise_expected | true |" in text
 
 
+def _dvc_repo(cwd: Path) -> dict[str, str]:
+    """Make ``cwd`` a git work tree with one commit and a DVC repository (dvclive saves its experiment there);
+    return the environment git runs with."""
+    env = subprocess_env(
+        {"HOME": str(cwd.parent / "home"), "DVC_NO_ANALYTICS": "1", "GIT_CONFIG_NOSYSTEM": "1"}
+        | {f"GIT_{who}_{what}": v for who in ("AUTHOR", "COMMITTER") for what, v in (("NAME", "u"), ("EMAIL", "u@x"))}
+    )
+    cwd.mkdir()
+    for command in (["git", "init", "-q"], [sys.executable, "-m", "dvc", "init", "-q"]):
+        subprocess.run(command, cwd=cwd, env=env, check=True, capture_output=True, timeout=300)
+    subprocess.run(["git", "commit", "-qm", "dvc init"], cwd=cwd, env=env, check=True, capture_output=True)
+    return env
+
+
+@pytest.mark.slow
+def test_a_comet_experiment_and_a_dvc_experiment_written_during_a_training_and_a_clearml_task_hold_the_record(
+    tmp_path: Path, demo_data: str
+) -> None:
+    import zipfile
+
+    import yaml
+
+    for package in ("comet_ml", "clearml", "dvclive"):
+        pytest.importorskip(package)
+    git = _dvc_repo(tmp_path / "cwd")
+    run_dir, cwd, _ = _user_training(tmp_path, "comet", "dvc", cwd=tmp_path / "cwd")
+    record = json.loads((run_dir / "determinism.json").read_text())
+    assert record["status"] == "completed"
+    fields = trackers.key_fields(record)
+    assert fields["weights_sha256"] == record["weights"]["sha256"]
+    clearml = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _CLEARML_CHILD.format(settings={k: k == "clearml" for k in _SETTINGS}),
+            str(run_dir / "determinism.json"),
+            demo_data,
+            str(tmp_path / "runs"),
+        ],
+        cwd=cwd,
+        env=_user_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert clearml.returncode == 0, clearml.stderr[-3000:]
+    (published,) = [line.split(maxsplit=1)[1] for line in clearml.stdout.splitlines() if line.startswith("published")]
+    assert json.loads(published) == ["ClearML"]
+
+    # Comet: the offline experiment Ultralytics started (its parameters; archived when it ended it) holds the
+    # record as an asset and the key fields as "others"
+    (archive,) = (tmp_path / "comet").glob("*.zip")
+    with zipfile.ZipFile(archive) as z:
+        messages = [json.loads(line) for line in z.read("messages.json").decode().splitlines()]
+        params = {
+            m["payload"]["param"]["paramName"]: m["payload"]["param"]["paramValue"]
+            for m in messages
+            if m["type"] == "parameter_msg" and "param" in m["payload"]
+        }
+        assert params["imgsz"] == 64  # Ultralytics' own
+        (asset,) = [
+            m["payload"]
+            for m in messages
+            if m["type"] == "file_upload" and m["payload"]["additional_params"]["fileName"] == "determinism.json"
+        ]
+        assert json.loads(z.read(asset["file_path"])) == record
+    others = {m["payload"]["key"]: m["payload"]["value"] for m in messages if m["type"] == "log_other"}
+    assert {k.removeprefix("yolo_det."): v for k, v in others.items() if k.startswith("yolo_det.")} == fields
+
+    # ClearML: the offline task Ultralytics created (the trainer's arguments under General) holds the record as an
+    # artifact and the key fields as user properties
+    (session,) = (tmp_path / "clearml" / "offline").glob("offline-*/task.json")
+    task = json.loads(session.read_text())
+    assert task["hyperparams"]["General"]["name"]["value"] == "c"  # Ultralytics' own (the trainer's arguments)
+    properties = {k: v["value"] for k, v in task["hyperparams"]["properties"].items()}
+    assert {k.removeprefix("yolo_det."): v for k, v in properties.items()} == fields
+    (artifact,) = [a for a in task["execution"]["artifacts"] if a["key"] == "determinism.json"]
+    assert json.loads(Path(artifact["uri"]).read_text()) == record
+
+    # DVC: the experiment dvclive saved (its git ref, with Ultralytics' parameters) holds the record and the fields
+    def saved(name: str) -> str:
+        refs = subprocess.run(
+            ["git", "for-each-ref", "--format=%(refname)", "refs/exps"],
+            cwd=cwd,
+            env=git,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        (experiment,) = [r for r in refs if not r.startswith("refs/exps/exec/")]  # DVC's own EXEC_HEAD besides
+        return subprocess.run(
+            ["git", "show", f"{experiment}:{name}"], cwd=cwd, env=git, check=True, capture_output=True, text=True
+        ).stdout
+
+    params = yaml.safe_load(saved("dvclive/params.yaml"))
+    assert params["imgsz"] == 64  # Ultralytics' own
+    assert params["yolo_det"] == fields
+    assert json.loads(saved("dvclive/artifacts/determinism.json")) == record
+
+
 @pytest.mark.slow
 def test_with_no_tracker_on_nothing_is_written_anywhere_but_the_run_folder(tmp_path: Path) -> None:
-    run_dir, cwd, _ = _user_training(tmp_path, mlflow=False, wandb=False, tensorboard=False)
+    # every tracker's package installed here (the test extra) and pointed at a folder of the test's, none on
+    run_dir, cwd, _ = _user_training(tmp_path)
     assert (run_dir / "determinism.json").is_file()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cwd", "runs", "ultralytics-settings"]  # no mlruns, wandb
+    # no mlruns, wandb, comet or clearml folder; in the home folder only matplotlib's caches, Ultralytics' font and
+    # yolo-det's data fingerprints (no ~/.clearml, ~/.comet, ~/.config/dvc or ~/.config/iterative)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clearml.conf", "cwd", "home", "runs", "ultralytics-settings"]
+    home = tmp_path / "home"
+    places = {"/".join(p.relative_to(home).parts[:2]) for p in home.rglob("*")}
+    known = {".cache/matplotlib", ".cache/yolo-det", ".config/Ultralytics", ".config/matplotlib"}
+    assert places <= {".cache", ".config", *known}
     assert not (run_dir / "wandb").exists()
     assert list(cwd.iterdir()) == []
     assert [p for p in run_dir.rglob("*") if "tfevents" in p.name] == []
+
+
+#: Prints the Ultralytics integrations a detection trainer registers under the settings of ``YOLO_CONFIG_DIR``,
+#: with every tracker setting (a key naming a module of ``ultralytics.utils.callbacks``) turned on first if argv[3]
+#: says so.
+_REGISTERED = """
+import json, sys
+from pathlib import Path
+import ultralytics.utils.callbacks as callbacks
+from ultralytics.utils import SETTINGS
+from yolo_det.core.compat import task_trainer
+
+if sys.argv[3] == "on":
+    modules = {p.stem for p in Path(callbacks.__file__).parent.glob("*.py")}
+    SETTINGS.update({k: True for k in SETTINGS if ("wb" if k == "wandb" else k) in modules})
+trainer = task_trainer("detect")(overrides={"model": "yolov8n.yaml", "data": sys.argv[1], "project": sys.argv[2]})
+names = {c.__module__ for cs in trainer.callbacks.values() for c in cs}
+names = sorted(n.rsplit(".", 1)[1] for n in names if n.startswith("ultralytics.utils.callbacks."))
+print("registered", json.dumps(names))
+"""
+
+
+@pytest.mark.slow
+def test_the_compatibility_cells_turn_every_tracker_integration_off(tmp_path: Path, demo_data: str) -> None:
+    spec = importlib.util.spec_from_file_location("compat_matrix", ROOT / "bench" / "compat_matrix.py")
+    assert spec is not None
+    assert spec.loader is not None
+    matrix = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(matrix)
+
+    def run(*argv: str) -> list[str]:
+        # in the folder of the test (the trainer with every tracker on starts their runs: dvclive's in the cwd)
+        done = subprocess.run(
+            [sys.executable, "-c", *argv],
+            cwd=tmp_path,
+            env=_user_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=True,
+        )
+        return [line.removeprefix("registered ") for line in done.stdout.splitlines() if line.startswith("registered ")]
+
+    trainer = (_REGISTERED, demo_data, str(tmp_path / "runs"))
+    (before,) = map(json.loads, run(*trainer, "on"))
+    # the control: with every tracker setting on, the installed trackers' integrations are registered
+    installed = {"comet_ml": "comet", "clearml": "clearml", "dvclive": "dvc", "mlflow": "mlflow"}
+    installed = {v for k, v in installed.items() if importlib.util.find_spec(k) is not None}
+    assert {"mlflow", "tensorboard", "wb"} | installed <= set(before)
+    # the cell's settings, as its own process sets them before the cell's runs: Ultralytics' base callbacks and its
+    # own analytics, no tracker
+    run(matrix.TRACKERS_OFF)
+    (after,) = map(json.loads, run(*trainer, "as set"))
+    assert set(after) <= {"base", "hub", "platform", "events"}, after
 
 
 def _record(**changes: Any) -> dict[str, Any]:

@@ -120,11 +120,15 @@ INTERNALS: dict[str, tuple[str, str | None]] = {
     "ASSETS": ("ultralytics.utils", "ASSETS"),
     # running an exported model (ONNX, TorchScript, ...) as predict() runs it
     "AutoBackend": ("ultralytics.nn.autobackend", "AutoBackend"),
-    # the experiment trackers Ultralytics' own integrations log to (their ``mlflow``, ``wb``, ``WRITER``): the record
-    # is attached to the run they opened (integrations/ultralytics/trackers); read only once Ultralytics imported them
+    # the experiment trackers Ultralytics' own integrations log to (their ``mlflow``, ``wb``, ``WRITER``, ``comet_ml``,
+    # ``Task``, ``live``): the record is attached to the run they opened (integrations/ultralytics/trackers); read only
+    # once Ultralytics imported them
     "mlflow_integration": ("ultralytics.utils.callbacks.mlflow", None),
     "wandb_integration": ("ultralytics.utils.callbacks.wb", None),
     "tensorboard_integration": ("ultralytics.utils.callbacks.tensorboard", None),
+    "comet_integration": ("ultralytics.utils.callbacks.comet", None),
+    "clearml_integration": ("ultralytics.utils.callbacks.clearml", None),
+    "dvc_integration": ("ultralytics.utils.callbacks.dvc", None),
 }
 
 #: Where an older Ultralytics release in the range has an internal of :data:`INTERNALS` instead.

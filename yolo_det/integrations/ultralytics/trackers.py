@@ -1,27 +1,33 @@
-"""The record in the user's experiment tracker: the run Ultralytics' own MLflow, W&B or TensorBoard integration opened.
+"""The record in the user's experiment tracker: the run Ultralytics' own tracker integration opened.
 
 When the record of a run's ending is final (an observer of :mod:`.records`' one writer), :func:`publish` hands it
 to each tracker whose Ultralytics integration is in use for this trainer, with the tracker's own API on the run
 that integration opened, and logs its key fields (:func:`key_fields`: the profile, the weights digest, whether
-the same bits are promised and why not, the machine class):
+the same bits are promised and why not, the machine class). One entry of :data:`TRACKERS` per tracker:
 
-- **MLflow**: ``determinism.json`` as an artifact of the active run, the key fields as tags ``yolo_det.<field>``
-  (tags, not parameters: Ultralytics logs the run's arguments as parameters, and MLflow refuses a parameter
-  logged twice with another value).
-- **Weights & Biases**: ``determinism.json`` in the run's files (``wandb.save`` with policy ``now``: uploaded
-  as the run syncs, offline runs by ``wandb sync``), the key fields in the run's summary as ``yolo_det.<field>``
-  (the summary, not the config: Ultralytics puts the run's arguments in the config).
-- **TensorBoard**: the key fields as a text summary ``yolo_det/determinism`` (a table) through Ultralytics'
-  ``SummaryWriter``; ``determinism.json`` already lies in the log folder (the run folder).
+- **MLflow** (``mlflow.active_run()``): ``determinism.json`` as an artifact, the key fields as tags
+  ``yolo_det.<field>`` (tags, not parameters: Ultralytics logs the run's arguments as parameters, and MLflow
+  refuses a parameter logged twice with another value).
+- **Weights & Biases** (``wandb.run``): ``determinism.json`` in the run's files (policy ``now``: uploaded as the
+  run syncs, offline runs by ``wandb sync``), the key fields in the run's summary (Ultralytics fills the config).
+- **TensorBoard** (the ``WRITER`` global): the key fields as a text summary ``yolo_det/determinism`` (a table);
+  ``determinism.json`` already lies in the log folder (the run folder).
+- **Comet** (``comet_ml.get_running_experiment()``): ``determinism.json`` as an asset, the key fields as
+  "others" ``yolo_det.<field>`` (Ultralytics logs the run's arguments as parameters).
+- **ClearML** (``Task.current_task()``): ``determinism.json`` as an artifact (uploaded to the task's output
+  destination before the training goes on), the key fields as user properties ``yolo_det.<field>`` (Ultralytics
+  connects the arguments as ``General``).
+- **DVC** (the dvclive ``live`` global): ``determinism.json`` copied into ``dvclive/artifacts`` (kept with the
+  experiment in git, not in the DVC cache; dvclive logs artifacts only in a DVC repository), the key fields under
+  ``yolo_det`` in the parameters.
 
 A tracker is in use when Ultralytics' integration module for it is imported and its callback registered on this
-trainer (Ultralytics registers those the user's ``yolo settings`` turn on), and its run is open:
-``mlflow.active_run()``, ``wandb.run``, or the ``WRITER`` global. Ultralytics closes them in its own
-``on_train_end`` and ``teardown``, which run after yolo-det's (the plugin's callbacks are in the dict the trainer
-is built with, ``BaseTrainer.__init__`` appends the integrations'; W&B's ``finish`` is appended later still, at
-``on_pretrain_routine_end``). Nothing is imported that Ultralytics did not import, nothing
-goes anywhere the user did not configure; an integration's global missing is one line naming it and the release,
-and a tracker that fails is one line: the run and its record stand.
+trainer (Ultralytics registers those the user's ``yolo settings`` turn on), and its run is open. Ultralytics
+closes the runs in its own ``on_train_end`` and ``teardown``, which run after yolo-det's (the plugin's callbacks
+are in the dict the trainer is built with, ``BaseTrainer.__init__`` appends the integrations'; W&B's ``finish``
+is appended later still, at ``on_pretrain_routine_end``). Nothing is imported that Ultralytics did not import,
+nothing goes anywhere the user did not configure; an integration's global missing is one line naming it and the
+release, and a tracker that fails is one line: the run and its record stand.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from __future__ import annotations
 import glob
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,23 +43,7 @@ from ...core.compat import contact, loaded_internal, ultralytics_version
 from ...core.endings import one_line
 from ...core.machine import machine_view
 
-__all__ = ["READS", "bitwise_promise", "key_fields", "machine_class", "publish"]
-
-#: ``integration (a name of core.compat.INTERNALS) -> ((global, what yolo-det reads it for), ...)``.
-READS: dict[str, tuple[tuple[str, str], ...]] = {
-    "mlflow_integration": (
-        ("on_train_end", "whether Ultralytics' MLflow integration is registered on the trainer"),
-        ("mlflow", "the mlflow package Ultralytics logs with (its active run)"),
-    ),
-    "wandb_integration": (
-        ("on_train_end", "whether Ultralytics' W&B integration is registered on the trainer"),
-        ("wb", "the wandb package Ultralytics logs with (its open run)"),
-    ),
-    "tensorboard_integration": (
-        ("on_pretrain_routine_start", "whether Ultralytics' TensorBoard integration is registered on the trainer"),
-        ("WRITER", "the SummaryWriter Ultralytics writes the run's TensorBoard log with"),
-    ),
-}
+__all__ = ["TRACKERS", "Tracker", "bitwise_promise", "key_fields", "machine_class", "publish"]
 
 #: The longest value of a key field (MLflow keeps a tag value up to 8,000 characters).
 _MAX_VALUE = 1000
@@ -129,68 +120,133 @@ def _say(line: str) -> None:
     print(f"yolo-det: {line}", file=sys.stderr, flush=True)
 
 
-def _global(module: Any, name: str, tracker: str) -> Any:
-    """``module.name``, a global of an Ultralytics integration that yolo-det reads (:data:`READS`)."""
-    why = dict(READS[tracker])[name]
+def _prefixed(fields: Mapping[str, str]) -> dict[str, str]:
+    return {f"yolo_det.{k}": v for k, v in fields.items()}
+
+
+def _mlflow(mlflow: Any, path: Path, fields: Mapping[str, str], step: int) -> None:
+    mlflow.log_artifact(str(path))
+    mlflow.set_tags(_prefixed(fields))
+
+
+def _wandb(run: Any, path: Path, fields: Mapping[str, str], step: int) -> None:
+    # escaped: a folder named with [ ] * ? is the literal folder, never a pattern
+    if not run.save(glob.escape(str(path)), base_path=glob.escape(str(path.parent)), policy="now"):
+        raise RuntimeError(f"wandb.save found no file at {path}")
+    run.summary.update(_prefixed(fields))
+
+
+def _tensorboard(writer: Any, path: Path, fields: Mapping[str, str], step: int) -> None:
+    rows = "\n".join(f"| {k} | {v.replace('|', '/')} |" for k, v in fields.items())
+    writer.add_text("yolo_det/determinism", f"| field | value |\n|---|---|\n{rows}\n\nrecord: `{path}`", step)
+    writer.flush()
+
+
+def _comet(experiment: Any, path: Path, fields: Mapping[str, str], step: int) -> None:
+    experiment.log_asset(str(path))
+    experiment.log_others(_prefixed(fields))
+
+
+def _clearml(task: Any, path: Path, fields: Mapping[str, str], step: int) -> None:
+    task.upload_artifact(path.name, artifact_object=path, wait_on_upload=True)  # in the task before it ends
+    task.set_user_properties(**_prefixed(fields))
+
+
+def _dvc(live: Any, path: Path, fields: Mapping[str, str], step: int) -> None:
+    live.log_artifact(str(path), copy=True, cache=False)  # in git with the experiment, not in the DVC cache
+    live.log_params({"yolo_det": dict(fields)})
+
+
+@dataclass(frozen=True)
+class Tracker:
+    """How yolo-det finds the run one of Ultralytics' integrations opened, and adds the record to it."""
+
+    #: The integration's module (a name of :data:`core.compat.INTERNALS`).
+    integration: str
+    #: Its callback whose presence on the trainer says it runs for this trainer.
+    event: str
+    #: Its global yolo-det finds the run through, and what that global is (the one line when it is missing).
+    handle: str
+    what: str
+    #: ``handle -> the run open now`` (what :attr:`attach` writes to), or None.
+    run: Callable[[Any], Any]
+    #: ``(run, record path, key fields, step)``: adds the record and its key fields to the run.
+    attach: Callable[[Any, Path, Mapping[str, str], int], None]
+
+
+#: ``tracker -> how``, each through the run Ultralytics' integration opened, with the tracker's own API.
+TRACKERS: dict[str, Tracker] = {
+    "MLflow": Tracker(
+        "mlflow_integration",
+        "on_train_end",
+        "mlflow",
+        "the mlflow package Ultralytics logs with (its active run)",
+        lambda mlflow: mlflow if mlflow is not None and mlflow.active_run() is not None else None,
+        _mlflow,
+    ),
+    "Weights & Biases": Tracker(
+        "wandb_integration",
+        "on_train_end",
+        "wb",
+        "the wandb package Ultralytics logs with (its open run)",
+        lambda wb: None if wb is None else wb.run,
+        _wandb,
+    ),
+    "TensorBoard": Tracker(
+        "tensorboard_integration",
+        "on_pretrain_routine_start",
+        "WRITER",
+        "the SummaryWriter Ultralytics writes the run's TensorBoard log with",
+        lambda writer: writer,
+        _tensorboard,
+    ),
+    "Comet": Tracker(
+        "comet_integration",
+        "on_train_end",
+        "comet_ml",
+        "the comet_ml package Ultralytics logs with (its running experiment)",
+        lambda comet_ml: None if comet_ml is None else comet_ml.get_running_experiment(),
+        _comet,
+    ),
+    "ClearML": Tracker(
+        "clearml_integration",
+        "on_train_end",
+        "Task",
+        "ClearML's Task class Ultralytics logs with (its current task)",
+        lambda task_class: task_class.current_task(),
+        _clearml,
+    ),
+    "DVC": Tracker(
+        "dvc_integration",
+        "on_train_end",
+        "live",
+        "the dvclive Live Ultralytics logs with",
+        lambda live: live,
+        _dvc,
+    ),
+}
+
+
+def _global(module: Any, name: str, what: str) -> Any:
     try:
         return getattr(module, name)
     except AttributeError:
         raise AttributeError(
-            f"{module.__name__} of Ultralytics {ultralytics_version()} has no {name}, which yolo-det reads for {why}"
+            f"{module.__name__} of Ultralytics {ultralytics_version()} has no {name}, which yolo-det reads for {what}"
         ) from None
 
 
-def _registered(trainer: Any, module: Any, tracker: str, event: str) -> bool:
-    """Whether the integration ``module`` is registered on ``trainer`` (its ``event`` callback is)."""
+def _open_run(trainer: Any, name: str, tracker: Tracker) -> Any:
+    """The run the Ultralytics integration of ``tracker`` opened for ``trainer``, or None when it does not run for
+    this trainer (Ultralytics did not import it, the user's settings did not register it) or has no run open."""
+    module = loaded_internal(tracker.integration)
+    if module is None:
+        return None
     callbacks = contact(trainer, "callbacks", "the integrations registered on the trainer")
-    return _global(module, event, tracker) in callbacks.get(event, [])
-
-
-def _mlflow(trainer: Any, path: Path, fields: Mapping[str, str]) -> bool:
-    module = loaded_internal("mlflow_integration")
-    if module is None or not _registered(trainer, module, "mlflow_integration", "on_train_end"):
-        return False
-    mlflow = _global(module, "mlflow", "mlflow_integration")
-    if mlflow is None or mlflow.active_run() is None:
-        return False  # installed but no run open (Ultralytics could not start one, or it is off under a test)
-    mlflow.log_artifact(str(path))
-    mlflow.set_tags({f"yolo_det.{k}": v for k, v in fields.items()})
-    return True
-
-
-def _wandb(trainer: Any, path: Path, fields: Mapping[str, str]) -> bool:
-    module = loaded_internal("wandb_integration")
-    if module is None or not _registered(trainer, module, "wandb_integration", "on_train_end"):
-        return False
-    wb = _global(module, "wb", "wandb_integration")
-    if wb is None or wb.run is None:
-        return False  # installed but no run open (it is off under a test, or the run ended)
-    # escaped: a folder named with [ ] * ? is the literal folder, never a pattern
-    if not wb.save(glob.escape(str(path)), base_path=glob.escape(str(path.parent)), policy="now"):
-        raise RuntimeError(f"wandb.save found no file at {path}")
-    wb.run.summary.update({f"yolo_det.{k}": v for k, v in fields.items()})
-    return True
-
-
-def _tensorboard(trainer: Any, path: Path, fields: Mapping[str, str], step: int) -> bool:
-    module = loaded_internal("tensorboard_integration")
-    if module is None or not _registered(trainer, module, "tensorboard_integration", "on_pretrain_routine_start"):
-        return False
-    writer = _global(module, "WRITER", "tensorboard_integration")
-    if writer is None:
-        return False
-    rows = "\n".join(f"| {k} | {v.replace('|', '/')} |" for k, v in fields.items())
-    writer.add_text("yolo_det/determinism", f"| field | value |\n|---|---|\n{rows}\n\nrecord: `{path}`", step)
-    writer.flush()
-    return True
-
-
-#: ``tracker -> writer``: each takes ``(trainer, record path, key fields, step)`` and says whether it wrote.
-TRACKERS: dict[str, Callable[[Any, Path, Mapping[str, str], int], bool]] = {
-    "MLflow": lambda trainer, path, fields, step: _mlflow(trainer, path, fields),
-    "Weights & Biases": lambda trainer, path, fields, step: _wandb(trainer, path, fields),
-    "TensorBoard": _tensorboard,
-}
+    registered = _global(module, tracker.event, f"whether Ultralytics' {name} integration is registered on the trainer")
+    if registered not in callbacks.get(tracker.event, []):
+        return None
+    return tracker.run(_global(module, tracker.handle, tracker.what))
 
 
 def publish(trainer: Any, path: Path, record: Mapping[str, Any]) -> list[str]:
@@ -199,9 +255,11 @@ def publish(trainer: Any, path: Path, record: Mapping[str, Any]) -> list[str]:
     fields = key_fields(record)
     step = int(record.get("epochs_completed") or 0)
     done = []
-    for name, write in TRACKERS.items():
+    for name, tracker in TRACKERS.items():
         try:
-            if write(trainer, Path(path), fields, step):
+            run = _open_run(trainer, name, tracker)
+            if run is not None:
+                tracker.attach(run, Path(path), fields, step)
                 done.append(name)
         except Exception as e:  # the run and its record stand; the tracker misses them, and the user is told
             _say(f"could not add {Path(path).name} to {name}: {one_line(e)}")
