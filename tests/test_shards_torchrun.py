@@ -94,8 +94,8 @@ def test_one_process_two_ranks_and_four_ranks_give_one_digest(
 
 
 def test_one_epoch_fewer_gives_other_weights(one: dict[str, Any], two: dict[str, Any], four: dict[str, Any]) -> None:
-    """The weights after epoch 1 (the job with one epoch fewer ends on them) are not the final ones, and they too
-    are one for 1, 2 and 4 ranks."""
+    """The weights after epoch 1 (one epoch fewer of the job) are not the final ones, and they too are one for 1, 2
+    and 4 ranks."""
     assert one_epoch_fewer(one) == one_epoch_fewer(two) == one_epoch_fewer(four)
 
 

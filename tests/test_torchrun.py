@@ -95,7 +95,7 @@ def test_rank_zero_records_every_rank_and_where_it_ran(one_node: dict[str, Any],
 
 
 def test_one_epoch_fewer_gives_other_weights(one_node: dict[str, Any], two_nodes: dict[str, Any]) -> None:
-    """The weights after epoch 1 (the job with one epoch fewer ends on them) are not the final ones, in both jobs."""
+    """The weights after epoch 1 (one epoch fewer of the job) are not the final ones, and are one in both jobs."""
     assert one_epoch_fewer(two_nodes) == one_epoch_fewer(one_node)
 
 

@@ -138,9 +138,9 @@ def digest(result: dict[str, Any]) -> str:
 
 
 def one_epoch_fewer(result: dict[str, Any]) -> str:
-    """The digest of the job's weights one epoch before its end, from rank 0's record of the checkpoint after each
-    epoch (the control that the compared weights changed: the job with one epoch fewer ends on them); checked
-    against the record's final checkpoint digest, which must differ."""
+    """The digest of the job's weights one epoch before its end (the same job, one epoch fewer of training), from
+    rank 0's record of the checkpoint after each epoch: the control that the compared weights changed in the last
+    epoch; checked to differ from the final checkpoint's."""
     record = result["record"]
     assert record is not None, result["output"][-4000:]
     *_, before, last = [entry["sha256"] for entry in record["epoch_weights"]]
