@@ -25,6 +25,23 @@ from yolo_det.core import state as det_state
 _ENV_KEYS = ("CUBLAS_WORKSPACE_CONFIG", "PYTHONHASHSEED", "NCCL_ALGO", "NCCL_PROTO", "OMP_NUM_THREADS")
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``pytest -n`` (``--dist loadscope --no-loadscope-reorder``, pyproject.toml), hand the workers the
+    modules with the most slow tests first, then those with the most tests (xdist's own order), so that the last
+    modules to start are short and the workers end together; within a module the order stays as collected. A run
+    without workers keeps the collected order."""
+    if not hasattr(config, "workerinput"):
+        return
+    weight: dict[str, tuple[int, int]] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        slow, count = weight.get(module, (0, 0))
+        weight[module] = (slow + (item.get_closest_marker("slow") is not None), count + 1)
+    order = {module: (-slow, -count, rank) for rank, (module, (slow, count)) in enumerate(weight.items())}
+    items.sort(key=lambda item: order[item.nodeid.split("::", 1)[0]])
+
+
 @pytest.fixture(autouse=True)
 def _isolate_global_state():
     """Snapshot the determinism state, warning filters and torch function modes; put them back after."""

@@ -167,11 +167,9 @@ def test_swap_disabled_on_one_side(tmp_path: Path, capsys: pytest.CaptureFixture
         assert out["parting"]["module"] in {t.split(":")[0] for t in types}
 
 
-@pytest.mark.slow
-def test_resumed_run_matches_its_twin_and_a_resume_from_another_epoch_is_named(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    common = [
+def _epochs3(project: Path) -> list[str]:
+    """A 3-epoch run of 3 steps an epoch (step 4 is epoch 2's first) in ``project``."""
+    return [
         "imgsz=64",
         "batch=8",
         "nbs=8",
@@ -180,10 +178,23 @@ def test_resumed_run_matches_its_twin_and_a_resume_from_another_epoch_is_named(
         "val=False",
         "fraction=0.5",
         "epochs=3",
-        f"project={tmp_path}",
+        f"project={project}",
     ]
-    assert main(["train", "--trace-ops", "4", *common, "name=straight"]) == 0  # step 4: epoch 2's first (3 an epoch)
-    straight = tmp_path / "straight"
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The uninterrupted run of :func:`_epochs3` traced at step 4: the twin of the resumed and replayed runs."""
+    project = tmp_path_factory.mktemp("straight")
+    assert main(["train", "--trace-ops", "4", *_epochs3(project), "name=straight"]) == 0
+    return project / "straight"
+
+
+@pytest.mark.slow
+def test_resumed_run_matches_its_twin_and_a_resume_from_another_epoch_is_named(
+    straight: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    common = _epochs3(tmp_path)
     first = train_stopped_after([*common, "name=one"], 1)
     second = train_stopped_after([*common, "name=two"], 2)
     from yolo_det.core.record import checkpoint_digest
@@ -193,7 +204,7 @@ def test_resumed_run_matches_its_twin_and_a_resume_from_another_epoch_is_named(
     # the untraced run's step after epoch 1, re-run here from its checkpoint, is the straight run's step 4
     before = checkpoint_digest(first)
     kept = tmp_path / "replayed.jsonl"
-    code = main(["bisect", str(tmp_path / "straight"), "--replay", str(first), "--replay-trace", str(kept), "--json"])
+    code = main(["bisect", str(straight), "--replay", str(first), "--replay-trace", str(kept), "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0, out
     assert out["b"] == str(kept)
@@ -217,6 +228,28 @@ def test_resumed_run_matches_its_twin_and_a_resume_from_another_epoch_is_named(
     p = out["parting"]
     assert (p["step"], p["phase"]) == (1, "state")
     assert "resumed from different epochs" in p["detail"]
+
+
+@pytest.mark.slow
+def test_a_replayed_checkpoint_made_with_other_threads_names_them_from_its_record(
+    straight: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The control, a checkpoint of the same settings replaying equal against the same run, is in the test above."""
+    profile = tmp_path / "two-threads.yaml"
+    profile.write_text("name: repro-2t\nextends: repro\ntrain:\n  intra_op_threads: 2\n")
+    other = train_stopped_after([*_epochs3(tmp_path), "name=other"], 1, profile=str(profile))
+    capsys.readouterr()
+    code = main(["bisect", str(straight), "--replay", str(other), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert main(["bisect", str(straight), "--replay", str(other)]) == code  # the text report says the same
+    capsys.readouterr()
+    if code == 0:
+        pytest.skip("on this CPU two threads do not change the bits of this model")
+    p = out["parting"]
+    assert p["phase"] == "state"
+    assert "intra_op_threads" in p["detail"]
+    assert "another checkpoint or epoch" not in p["detail"]
+    assert any("intra_op_threads" in c for c in out["causes"])
 
 
 @pytest.mark.slow

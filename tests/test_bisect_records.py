@@ -1,6 +1,7 @@
 """``yolo-det bisect`` reads the runs' records: it never says "equal" while the final weights differ, and it names
-the setting that differs (an augmentation argument, the optimizer's hyper-parameters, the threads a replayed
-checkpoint was made with) where the traces alone would give a generic cause."""
+the setting that differs (an augmentation argument, the optimizer's hyper-parameters; the threads a replayed
+checkpoint was made with: tests/test_bisect.py, beside the replay it shares a run with) where the traces alone would
+give a generic cause."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from helpers import train_stopped_after
 from yolo_det.cli import main
 from yolo_det.tools.trace.bisect import _hyper
 
@@ -78,25 +78,3 @@ def test_close_mosaic_after_the_traced_window_is_a_later_parting_named_by_its_se
     code, out, _ = _bisect(capsys, str(tmp_path / "m0"), str(tmp_path / "m0"))
     assert code == 0
     assert out["equal"] is True
-
-
-@pytest.mark.slow
-def test_a_replayed_checkpoint_made_with_other_threads_names_them_from_its_record(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    common = _common(tmp_path, 2)
-    assert main(["train", "--trace-ops", "4", *common, "name=straight"]) == 0  # epoch 2's first step
-    profile = tmp_path / "two-threads.yaml"
-    profile.write_text("name: repro-2t\nextends: repro\ntrain:\n  intra_op_threads: 2\n")
-    other = train_stopped_after([*common, "name=other"], 1, profile=str(profile))
-    same = train_stopped_after([*common, "name=same"], 1)
-    code, out, _ = _bisect(capsys, str(tmp_path / "straight"), "--replay", str(same))
-    assert code == 0, out  # control: a checkpoint of the same settings replays equal
-    code, out, text = _bisect(capsys, str(tmp_path / "straight"), "--replay", str(other))
-    if code == 0:
-        pytest.skip("on this CPU two threads do not change the bits of this model")
-    p = out["parting"]
-    assert p["phase"] == "state"
-    assert "intra_op_threads" in p["detail"]
-    assert "another checkpoint or epoch" not in p["detail"]
-    assert any("intra_op_threads" in c for c in out["causes"])

@@ -38,7 +38,8 @@ def _cli(tokens: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, st
 
 
 CASES = {
-    "detect-2of4": (["epochs=4"], 2),
+    # a detection model with a swapped layer, resumed after epoch 2 (the state of epoch 1 went with its checkpoint);
+    # yolov8n itself resumes in the next case, and after epoch 1 in test_verify_resume_at
     "cbam-max-2of4": ([f"model={MODELS / 'cbam-max.yaml'}", "epochs=4"], 2),
     # close_mosaic=1 closes mosaic in epoch 3, inside the resumed part; nbs=32 without warmup accumulates two
     # batches per step, so the gradients of epoch 1's last batch are applied in epoch 2's first step.

@@ -135,3 +135,15 @@ def digest(result: dict[str, Any]) -> str:
     assert record is not None, result["output"][-4000:]
     assert record["status"] == "completed", result["output"][-4000:]
     return str(record["weights"]["ema_fp32_sha256"])
+
+
+def one_epoch_fewer(result: dict[str, Any]) -> str:
+    """The digest of the job's weights one epoch before its end (the same job, one epoch fewer of training), from
+    rank 0's record of the checkpoint after each epoch: the control that the compared weights changed in the last
+    epoch; checked to differ from the final checkpoint's."""
+    record = result["record"]
+    assert record is not None, result["output"][-4000:]
+    *_, before, last = [entry["sha256"] for entry in record["epoch_weights"]]
+    assert last == record["weights"]["sha256"]  # the list ends on the weights the run ended on
+    assert before != last, "the last epoch left the weights as they were: equal final weights would prove nothing"
+    return str(before)
