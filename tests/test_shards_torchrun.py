@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from torchrun_jobs import TINY, digest, job, one_epoch_fewer
 
-from helpers import subprocess_env
+from helpers import default_stop_signals, subprocess_env
 
 pytestmark = pytest.mark.slow
 
@@ -56,6 +56,7 @@ def _alone(tmp: Path, name: str, *extra: str, env: dict[str, str] | None = None)
         capture_output=True,
         text=True,
         timeout=600,
+        preexec_fn=default_stop_signals,  # the stop signal of YOLO_DET_TEST_SIGNAL_AT, also from a background job
     )
     record_path = project / name / "determinism.json"
     record = json.loads(record_path.read_text()) if record_path.is_file() else None
