@@ -19,6 +19,21 @@ os.environ.setdefault("YOLO_OFFLINE", "1")  # Ultralytics reads it at import: ne
 os.environ.setdefault("YOLO_DET_CACHE", tempfile.mkdtemp(prefix="yolo-det-test-cache-"))
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+# Ultralytics' settings in a folder of this test session's own (the first process sets it, pytest-xdist's workers and
+# every subprocess inherit it), every tracker integration off: no training a test starts logs to, or writes files
+# for, a tracker the machine's settings turn on (installed, Ultralytics turns Comet, ClearML, DVC and MLflow on by
+# default), and no test reads or changes the user's settings. tests/test_trackers.py turns trackers on in its own.
+if "YOLO_CONFIG_DIR" not in os.environ:
+    os.environ["YOLO_CONFIG_DIR"] = tempfile.mkdtemp(prefix="yolo-det-test-ultralytics-")
+    from ultralytics.utils import SETTINGS
+
+    SETTINGS.update(
+        {
+            k: False
+            for k in ("clearml", "comet", "dvc", "mlflow", "neptune", "raytune", "tensorboard", "wandb")
+            if k in SETTINGS
+        }
+    )
 
 from yolo_det.core import state as det_state
 
