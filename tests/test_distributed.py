@@ -198,7 +198,7 @@ trainer = types.SimpleNamespace(
     args=types.SimpleNamespace(seed=3), world_size=2, save_dir=__import__("pathlib").Path(sys.argv[1]).parent / "run",
     resume=False, epoch=0, start_epoch=0, epochs=1, batch_size=4, model=torch.nn.Linear(2, 2),
     train_loader=DataLoader(ds, batch_size=4, sampler=sampler, generator=torch.Generator()),
-    scaler=torch.amp.GradScaler("cpu", enabled=False))
+    scaler=torch.amp.GradScaler("cpu", enabled=False), ema=None, device=torch.device("cpu"))  # as BaseTrainer has them
 for event in ("on_pretrain_routine_end", "on_train_start"):  # rank > 0 gets no on_pretrain_routine_start
     for callback in payload["callbacks"][event]:
         callback(trainer)
