@@ -238,10 +238,15 @@ def test_a_comet_experiment_and_a_dvc_experiment_written_during_a_training_and_a
 
     import yaml
 
-    for package in ("comet_ml", "clearml", "dvclive"):
+    for package in ("comet_ml", "clearml"):
         pytest.importorskip(package)
-    git = _dvc_repo(tmp_path / "cwd")
-    run_dir, cwd, _ = _user_training(tmp_path, "comet", "dvc", cwd=tmp_path / "cwd")
+    # dvclive is not in the test extra (with it installed, Ultralytics' own DVC callback fails a plotted training
+    # outside a DVC repository, the project's demo too): the DVC part runs where it is installed
+    dvc = importlib.util.find_spec("dvclive") is not None
+    git = _dvc_repo(tmp_path / "cwd") if dvc else {}
+    if not dvc:
+        (tmp_path / "cwd").mkdir()
+    run_dir, cwd, _ = _user_training(tmp_path, "comet", *(["dvc"] if dvc else []), cwd=tmp_path / "cwd")
     record = json.loads((run_dir / "determinism.json").read_text())
     assert record["status"] == "completed"
     fields = trackers.key_fields(record)
@@ -310,6 +315,8 @@ def test_a_comet_experiment_and_a_dvc_experiment_written_during_a_training_and_a
             ["git", "show", f"{experiment}:{name}"], cwd=cwd, env=git, check=True, capture_output=True, text=True
         ).stdout
 
+    if not dvc:
+        return
     params = yaml.safe_load(saved("dvclive/params.yaml"))
     assert params["imgsz"] == 64  # Ultralytics' own
     assert params["yolo_det"] == fields
